@@ -1,0 +1,41 @@
+"""The ``univer`` command line.  Each subcommand lives in ``univer/commands/<name>.py`` and exposes
+``add_parser(subparsers)`` which registers itself with ``set_defaults(func=run)``.
+
+JSON output names (methods ``nss, sps, rrs, rrsw, kseq, bv, tv, univer, …``; keys ``expected_accepted``,
+``distance``, ``lossless``) are the toolkit's public contract.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: Subcommand modules under ``univer.commands``, in help order.
+COMMANDS = ("exact", "bound", "decode", "accept_bench", "check")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="univer", description="Lossless verification for speculative decoding.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"univer.commands.{name}")
+        except ModuleNotFoundError as err:
+            if err.name and err.name.startswith("univer.commands"):
+                continue  # command not shipped in this build
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as err:
+        print(f"univer {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

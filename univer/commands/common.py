@@ -1,0 +1,57 @@
+"""Options shared by the model-level subcommands (``exact``, ``bound``, ``check``)."""
+from __future__ import annotations
+
+import json
+
+from univer_theory import PROCESSES, DirichletModel, TableModel, TemperedModel, TreeShape, VERIFIERS
+
+
+def add_model_options(p) -> None:
+    p.add_argument("--vocab", type=int, default=4, help="vocabulary size V of the synthetic model (default 4)")
+    p.add_argument("--shape", default="2,2",
+                   help="tree shape: branching per depth '2,2' or nested '((..),.)' (default 2,2)")
+    p.add_argument("--process", default="wor", choices=PROCESSES, help="draft process (default wor)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Dirichlet model family")
+    p.add_argument("--similarity", type=float, default=0.5, help="draft–target similarity in [0,1] (default 0.5)")
+    p.add_argument("--concentration", type=float, default=1.0, help="Dirichlet concentration; small = peaky")
+    p.add_argument("--temperature", type=float, default=1.0, help="temperature applied to target and draft")
+    p.add_argument("--model-file", help='JSON tables {"vocab": V, "target": {"": [...], "0,2": [...]}, "draft": {...}}')
+    p.add_argument("--rational", action="store_true", help="exact Fraction arithmetic (rational methods only)")
+    p.add_argument("--methods", help="comma-separated method names (default: every method that applies)")
+    p.add_argument("--json", action="store_true", help="print the JSON object instead of the table")
+
+
+def build_model(args):
+    """The model the options describe (synthetic Dirichlet family or the user's tables)."""
+    if args.model_file:
+        model = TableModel.from_json(args.model_file, exact=args.rational)
+    else:
+        model = DirichletModel(args.vocab, seed=args.seed, similarity=args.similarity,
+                               concentration=args.concentration, exact=args.rational)
+    if args.temperature != 1.0:
+        if args.rational and args.temperature != 0:
+            raise ValueError("--rational supports only --temperature 0 or 1")
+        model = TemperedModel(model, args.temperature)
+    return model
+
+
+def selected_methods(args, shape: TreeShape, exact: bool) -> list:
+    """Verifiers that apply to (shape, process[, rational]); ``nss`` is listed for ``topk`` only."""
+    if args.methods:
+        names = [m.strip() for m in args.methods.split(",") if m.strip()]
+        unknown = [m for m in names if m not in VERIFIERS]
+        if unknown:
+            raise ValueError(f"unknown method(s) {unknown}; choose from {sorted(VERIFIERS)}")
+        return [VERIFIERS[m] for m in names]
+    out = []
+    for v in VERIFIERS.values():
+        if not v.supports(shape, args.process) or (exact and not v.rational):
+            continue
+        if v.name == "nss" and args.process != "topk":
+            continue
+        out.append(v)
+    return out
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False))

@@ -1,0 +1,177 @@
+"""The one verification engine: node rules, allocated top-down, decided post-order (theory.md §3.7, §6.1).
+
+Every tree verifier of this package is a *node rule*.  At node u with scaling ``ρ`` (its prefix acceptance
+probability, 1 at the root), given the realised children ``S = (y_1..y_k)``, a rule returns a
+:class:`NodeDecision`:
+
+* ``enter[j]`` — probability that child j is entered (a top-down coin; RRS-style rules use it, TV / UniVer
+  leave it at 1),
+* ``scale[j]`` — the scaling ``s_j`` handed to child j (TV / UniVer; RRS-style rules hand 1),
+* ``stop`` — probability ``f`` that u itself succeeds once every child has failed,
+* ``residual`` — the law of the correction token ``Y`` emitted when u succeeds.
+
+**Pass 1 (top-down):** decisions depend only on ``(p_u, q_u, ρ_u, process, S)``, so all of them are computed
+from the root down.  **Pass 2 (post-order):** child j is tried after children ``1..j−1`` failed; it
+succeeds with ``enter[j]·σ_j`` where ``σ_j`` is its own success probability; if all fail, u succeeds with
+``stop``.  A drafted leaf succeeds with probability ``ρ`` and emits ``Y ~ p`` (bonus token).
+
+Per tree this yields the exact law of (accepted path, Y), a sampler, and the analytic expected accepted
+length (each node returns ``(σ, e)`` = success probability and expected accepted tokens below it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .tree import DraftTree, TreeShape
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a node rule may look at: on-tree information only."""
+
+    rho: object                      # scaling ρ of the node (float or Fraction)
+    target: np.ndarray               # p(·|s(u)) [V]
+    draft: np.ndarray                # q(·|s(u)) [V]
+    children: tuple[int, ...]        # realised child tokens S in drafting order
+    process: str                     # draft process of the children
+    subtree_sizes: tuple[int, ...]   # nodes under each child position (slot rule, §6.3)
+
+
+@dataclass(frozen=True)
+class NodeDecision:
+    """Output of a node rule (see module docstring); ``info`` is free-form trace data (e.g. UniVer's α)."""
+
+    enter: tuple
+    scale: tuple
+    stop: object
+    residual: np.ndarray
+    info: dict = field(default_factory=dict, compare=False)
+
+
+NodeRule = Callable[[NodeContext], NodeDecision]
+
+
+def leaf_decision(ctx: NodeContext) -> NodeDecision:
+    """A drafted leaf: succeed w.p. ρ, emit the bonus token ``Y ~ p``."""
+    return NodeDecision((), (), ctx.rho, ctx.target)
+
+
+def allocate(tree: DraftTree, target_probs: np.ndarray, draft_probs: np.ndarray, process: str,
+             rule: NodeRule) -> tuple[list, list]:
+    """Pass 1: ``(rho[N], decision[N])`` from the root down."""
+    n = tree.num_nodes
+    exact = target_probs.dtype == object
+    rho: list = [None] * n
+    rho[0] = 1 if exact else 1.0
+    dec: list = [None] * n
+    for u in range(n):
+        kids = tree.children[u]
+        ctx = NodeContext(rho[u], target_probs[u], draft_probs[u], tree.child_tokens(u), process,
+                          tuple(tree.subtree_size[c] for c in kids))
+        dec[u] = rule(ctx) if kids else leaf_decision(ctx)
+        for c, s in zip(kids, dec[u].scale):
+            rho[c] = s
+    return rho, dec
+
+
+def tree_law(tree: DraftTree, target_probs, draft_probs, process, rule) -> dict:
+    """Exact law ``{(path tokens…, Y): prob}`` of one verification of ``tree`` (coins marginalised)."""
+    _, dec = allocate(tree, target_probs, draft_probs, process, rule)
+    laws: list = [None] * tree.num_nodes
+    for u in range(tree.num_nodes - 1, -1, -1):
+        laws[u] = _combine(dec[u], [(tree.token[c], laws[c]) for c in tree.children[u]])
+    return laws[0]
+
+
+def _combine(d: NodeDecision, child_laws) -> dict:
+    """Law of a node from its decision and its children's laws (post-order step)."""
+    out: dict = {}
+    fail = 1
+    for (y, sub), a in zip(child_laws, d.enter):
+        if a == 0 or not sub:
+            continue
+        sigma = 0
+        for key, v in sub.items():
+            k2 = (y,) + key
+            out[k2] = out.get(k2, 0) + fail * a * v
+            sigma += v
+        fail = fail * (1 - a * sigma)
+    w = fail * d.stop
+    if w != 0:
+        for y in np.flatnonzero(d.residual != 0):
+            out[(int(y),)] = out.get((int(y),), 0) + w * d.residual[y]
+    return out
+
+
+def tree_expected_accepted(tree: DraftTree, target_probs, draft_probs, process, rule):
+    """``E[τ | T]``: expected accepted tokens, analytic (no enumeration of coins), O(N·V)."""
+    _, dec = allocate(tree, target_probs, draft_probs, process, rule)
+    sigma: list = [None] * tree.num_nodes
+    e: list = [None] * tree.num_nodes
+    for u in range(tree.num_nodes - 1, -1, -1):
+        d = dec[u]
+        fail, s_u, e_u = 1, 0, 0
+        for c, a in zip(tree.children[u], d.enter):
+            s_u = s_u + fail * a * sigma[c]
+            e_u = e_u + fail * a * (sigma[c] + e[c])
+            fail = fail * (1 - a * sigma[c])
+        sigma[u], e[u] = s_u + fail * d.stop, e_u
+    return e[0]
+
+
+def tree_sample(tree: DraftTree, target_probs, draft_probs, process, rule, rng: np.random.Generator):
+    """One verification: ``(accepted node ids (root excluded), Y)``."""
+    _, dec = allocate(tree, target_probs, draft_probs, process, rule)
+
+    def visit(u):
+        d = dec[u]
+        for c, a in zip(tree.children[u], d.enter):
+            if rng.random() < float(a):
+                got = visit(c)
+                if got is not None:
+                    return (c,) + got[0], got[1]
+        if rng.random() < float(d.stop):
+            res = np.asarray(d.residual, dtype=np.float64)
+            return (), int(rng.choice(res.size, p=res / res.sum()))
+        return None
+
+    out = visit(0)
+    if out is None:  # only reachable through float round-off in a rule with stop ≈ 1 at the root
+        raise RuntimeError("tree_sample: the root failed; the rule is not a valid verifier")
+    return out
+
+
+def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_law_fn) -> dict:
+    """Model-level law ``Σ_T Q(T)·law_T`` by recursion over prefixes instead of whole trees.
+
+    Valid because sibling subtrees are drafted independently given ``S``: the failure probabilities of
+    earlier siblings and the law of a later sibling are independent, so expectations factor through
+    :func:`_combine`.  Cost: one node-rule call per (skeleton node, prefix, tuple) instead of per tree.
+    """
+    memo: dict = {}
+
+    def rec(u: int, prefix: tuple, rho) -> dict:
+        key = (u, prefix, rho)
+        if key in memo:
+            return memo[key]
+        p, q = model.target(prefix), model.draft(prefix)
+        kids = shape.children[u]
+        if not kids:
+            out = _combine(NodeDecision((), (), rho, p), [])
+            memo[key] = out
+            return out
+        out: dict = {}
+        for S, qs in tuple_law_fn(q, len(kids), process):
+            ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_size[c] for c in kids))
+            d = rule(ctx)
+            child = [(y, rec(c, prefix + (y,), s)) for c, y, s in zip(kids, S, d.scale)]
+            for k2, v in _combine(d, child).items():
+                out[k2] = out.get(k2, 0) + qs * v
+        memo[key] = out
+        return out
+
+    exact = model.exact
+    return rec(0, (), 1 if exact else 1.0)

@@ -1,0 +1,190 @@
+"""Target/draft model families on small vocabularies.
+
+A model maps a prefix ``s`` (tuple of token ids relative to the context; ``()`` is the root) to the target
+law ``p(·|s)`` and the draft law ``q(·|s)`` (theory.md §0), both already after temperature processing.
+Every family can return exact ``Fraction`` rows (numpy ``object`` arrays) for the rational mode.
+"""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .tree import DraftTree
+from .validation import check_simplex
+
+Prefix = tuple[int, ...]
+
+
+def to_fractions(row, denominator: int = 1000) -> np.ndarray:
+    """Round a float probability row to an exact ``Fraction`` row with the given denominator.
+
+    Every positive entry keeps at least ``1/denominator``; the rounding remainder goes to the largest entry,
+    so the result is exactly on the simplex and has the same support.
+    """
+    row = np.asarray(row, dtype=np.float64)
+    counts = np.floor(row * denominator).astype(np.int64)
+    counts[(row > 0) & (counts == 0)] = 1
+    counts[int(np.argmax(row))] += denominator - int(counts.sum())
+    if counts.min() < 0:
+        raise ValueError(f"to_fractions: denominator {denominator} too small for a {row.size}-token row")
+    return np.array([Fraction(int(c), denominator) for c in counts], dtype=object)
+
+
+class Model:
+    """Base class: ``target(prefix)`` and ``draft(prefix)`` return probability rows of length ``vocab_size``."""
+
+    vocab_size: int
+
+    def target(self, prefix: Prefix) -> np.ndarray:
+        raise NotImplementedError
+
+    def draft(self, prefix: Prefix) -> np.ndarray:
+        raise NotImplementedError
+
+    def node_probs(self, tree: DraftTree) -> tuple[np.ndarray, np.ndarray]:
+        """``(target_probs [N, V], draft_probs [N, V])`` at every node's prefix ``s(u)``."""
+        p = np.stack([self.target(s) for s in tree.paths])
+        q = np.stack([self.draft(s) for s in tree.paths])
+        return p, q
+
+    @property
+    def exact(self) -> bool:
+        return self.target(()).dtype == object
+
+
+class TableModel(Model):
+    """Explicit tables ``{prefix: row}`` for target and draft; a missing prefix falls back to the root row.
+
+    A context-free model is the special case with only the root rows (see :func:`context_free`).
+    """
+
+    def __init__(self, vocab_size: int, target: dict, draft: dict):
+        self.vocab_size = int(vocab_size)
+        self._tables = {}
+        for name, table in (("target", target), ("draft", draft)):
+            if () not in table:
+                raise ValueError(f"TableModel: the {name} table needs a root row (prefix \"\")")
+            rows = {}
+            for prefix, row in table.items():
+                arr = check_simplex(row, "TableModel", f"{name} row for prefix {prefix}")
+                if arr.shape != (self.vocab_size,):
+                    raise ValueError(f"TableModel: {name} row for prefix {prefix} has length {arr.size}, expected vocab {self.vocab_size}")
+                rows[tuple(int(t) for t in prefix)] = arr
+            self._tables[name] = rows
+
+    def _row(self, name: str, prefix: Prefix) -> np.ndarray:
+        table = self._tables[name]
+        return table.get(tuple(prefix), table[()])
+
+    def target(self, prefix):
+        return self._row("target", prefix)
+
+    def draft(self, prefix):
+        return self._row("draft", prefix)
+
+    @classmethod
+    def from_json(cls, path: str | Path, exact: bool = False) -> "TableModel":
+        """Read ``{"vocab": V, "target": {"": [...], "0,2": [...]}, "draft": {...}}``.
+
+        Keys are prefixes as comma-joined token ids (``""`` is the root).  Entries may be numbers or strings
+        like ``"1/3"``; with ``exact=True`` every entry becomes a ``Fraction``.
+        """
+        data = json.loads(Path(path).read_text())
+        for key in ("vocab", "target", "draft"):
+            if key not in data:
+                raise ValueError(f"TableModel.from_json: {path} has no {key!r} field")
+
+        def parse_prefix(key: str) -> Prefix:
+            try:
+                return tuple(int(t) for t in key.split(",")) if key.strip() else ()
+            except ValueError:
+                raise ValueError(f"TableModel.from_json: prefix key {key!r} is not comma-joined token ids") from None
+
+        def parse_row(row):
+            if exact:
+                return np.array([Fraction(str(x)) for x in row], dtype=object)
+            return np.array([float(Fraction(str(x))) for x in row])
+
+        tables = {name: {parse_prefix(k): parse_row(v) for k, v in data[name].items()} for name in ("target", "draft")}
+        return cls(int(data["vocab"]), tables["target"], tables["draft"])
+
+
+def context_free(target_probs, draft_probs) -> TableModel:
+    """Model whose ``p`` and ``q`` do not depend on the prefix."""
+    target_probs = np.asarray(target_probs)
+    return TableModel(target_probs.shape[-1], {(): target_probs}, {(): np.asarray(draft_probs)})
+
+
+class DirichletModel(Model):
+    """Context-dependent seeded Dirichlet target/draft pairs.
+
+    For each prefix s (its own deterministic random stream derived from ``seed`` and s):
+    ``p(·|s) ~ Dir(concentration·1)``, ``n ~ Dir(concentration·1)``,
+    ``q(·|s) = similarity·p(·|s) + (1 − similarity)·n``.
+    ``similarity ∈ [0, 1]`` is the draft–target similarity knob (1: q = p); a small ``concentration`` makes
+    both laws peaky.  ``exact=True`` rounds rows to Fractions of denominator ``denominator``.
+    """
+
+    def __init__(self, vocab_size: int, seed: int = 0, similarity: float = 0.5, concentration: float = 1.0,
+                 exact: bool = False, denominator: int = 1000):
+        if vocab_size < 2:
+            raise ValueError(f"DirichletModel: vocab_size must be ≥ 2, got {vocab_size}")
+        if not 0.0 <= similarity <= 1.0:
+            raise ValueError(f"DirichletModel: similarity must lie in [0, 1], got {similarity}")
+        if not concentration > 0:
+            raise ValueError(f"DirichletModel: concentration must be > 0, got {concentration}")
+        self.vocab_size, self.seed = int(vocab_size), int(seed)
+        self.similarity, self.concentration = float(similarity), float(concentration)
+        self.denominator = int(denominator) if exact else None
+        self._rows = lru_cache(maxsize=None)(self._make_rows)
+
+    def _make_rows(self, prefix: Prefix):
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, len(prefix), *prefix]))
+        alpha = np.full(self.vocab_size, self.concentration)
+        p = rng.dirichlet(alpha)
+        q = self.similarity * p + (1.0 - self.similarity) * rng.dirichlet(alpha)
+        # Dirichlet draws with small concentration can underflow to exact 0; keep full support.
+        p, q = (np.maximum(x, 1e-12) for x in (p, q))
+        p, q = p / p.sum(), q / q.sum()
+        if self.denominator:
+            return to_fractions(p, self.denominator), to_fractions(q, self.denominator)
+        return p, q
+
+    def target(self, prefix):
+        return self._rows(tuple(prefix))[0]
+
+    def draft(self, prefix):
+        return self._rows(tuple(prefix))[1]
+
+
+def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
+    """``norm(row^{1/T})``; ``T = 0`` is the one-hot argmax (lowest token id on ties), exact in both modes."""
+    if temperature < 0:
+        raise ValueError(f"apply_temperature: temperature must be ≥ 0, got {temperature}")
+    if temperature == 0:
+        out = np.zeros(row.size, dtype=row.dtype)
+        out[int(np.argmax(row.astype(np.float64)))] = 1
+        return out
+    if temperature == 1:
+        return row
+    x = np.asarray(row, dtype=np.float64) ** (1.0 / temperature)
+    return x / x.sum()
+
+
+class TemperedModel(Model):
+    """``base`` with temperature applied to the target (and, by default, the draft) rows."""
+
+    def __init__(self, base: Model, temperature: float, draft_temperature: float | None = None):
+        self.base, self.vocab_size = base, base.vocab_size
+        self.temperature = float(temperature)
+        self.draft_temperature = self.temperature if draft_temperature is None else float(draft_temperature)
+
+    def target(self, prefix):
+        return apply_temperature(self.base.target(prefix), self.temperature)
+
+    def draft(self, prefix):
+        return apply_temperature(self.base.draft(prefix), self.draft_temperature)

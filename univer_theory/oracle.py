@@ -1,0 +1,120 @@
+"""The losslessness oracle: exact overall output law, distance to the target law, exact E[τ].
+
+For a model, a tree shape, a draft process and a verifier, the overall law of (path tokens…, Y) is
+``Σ_T Q(T)·law_T``.  Rule-based verifiers use the prefix recursion of :func:`engine.expected_law` (same
+value, far fewer node evaluations); others enumerate trees.  Outputs are continued by target sampling to the
+common length ``D + 1`` (D = shape depth) and compared with the target law in total variation:
+``distance = ½ Σ_x |law(x) − p(x)|`` over ``x ∈ V^{D+1}`` — 0 exactly iff the verifier is lossless here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import engine
+from .models import Model
+from .processes import enumerate_trees, tuple_law
+from .tree import TreeShape
+from .verifiers import Verifier
+
+#: A float distance at or below this counts as lossless (the Standards' enumeration tolerance).
+LOSSLESS_TOL = 1e-12
+
+
+def output_law(model: Model, shape: TreeShape, process: str, verifier: Verifier) -> dict:
+    """Exact law ``{(path tokens…, Y): prob}`` averaged over drafted trees and the verifier's coins."""
+    if not verifier.supports(shape, process):
+        raise NotImplementedError(f"output_law: {verifier.name} does not support shape {shape} with process {process!r}")
+    if model.exact and not verifier.rational:
+        raise NotImplementedError(f"output_law: {verifier.name} has no exact rational form")
+    if verifier.rule is not None:
+        return engine.expected_law(model, shape, process, verifier.rule, tuple_law)
+    return enumerated_output_law(model, shape, process, verifier)
+
+
+def enumerated_output_law(model: Model, shape: TreeShape, process: str, verifier: Verifier) -> dict:
+    """``Σ_T Q(T)·law_T`` by explicit tree enumeration (the definition; used to cross-check the recursion)."""
+    out: dict = {}
+    for tree, qt in enumerate_trees(model, shape, process):
+        p, q = model.node_probs(tree)
+        for key, v in verifier.law(tree, p, q, process).items():
+            out[key] = out.get(key, 0) + qt * v
+    return out
+
+
+def expected_accepted(law: dict):
+    """``E[τ] = Σ prob·(len(path))`` of an output law."""
+    return sum((len(k) - 1) * v for k, v in law.items())
+
+
+def distance_to_target(model: Model, law: dict, length: int):
+    """Total-variation distance between the output law continued by target sampling to ``length`` tokens
+    and the target law of ``length`` tokens (exact in Fraction mode)."""
+    full: dict = {}
+
+    def extend(seq, mass):
+        if len(seq) == length:
+            full[seq] = full.get(seq, 0) + mass
+            return
+        row = model.target(seq)
+        for y in range(model.vocab_size):
+            if row[y] != 0:
+                extend(seq + (y,), mass * row[y])
+
+    for key, v in law.items():
+        if len(key) > length:
+            raise ValueError(f"distance_to_target: output {key} is longer than length {length}")
+        if v != 0:
+            extend(key, v)
+
+    def target_prob(seq):
+        pr = 1
+        for i, y in enumerate(seq):
+            pr = pr * model.target(seq[:i])[y]
+        return pr
+
+    diff, covered = 0, 0
+    for seq, v in full.items():
+        t = target_prob(seq)
+        covered = covered + t
+        diff = diff + abs(v - t)
+    return (diff + max(1 - covered, 0)) / 2  # 1 − covered ≥ 0; max() only drops float round-off
+
+
+def mass_balance_violation(model: Model, law: dict):
+    """``max_{s,y} |c(s,y) − (a(s)·p(y|s) − a(s·y))|`` (theory §2 lemma); 0 iff lossless."""
+    a: dict = {(): sum(law.values())}
+    c: dict = {}
+    for key, v in law.items():
+        path = key[:-1]
+        for i in range(1, len(path) + 1):
+            a[path[:i]] = a.get(path[:i], 0) + v
+        c[key] = c.get(key, 0) + v
+    worst = 0
+    for s in a:
+        row = model.target(s)
+        for y in range(model.vocab_size):
+            gap = abs(c.get(s + (y,), 0) - (a[s] * row[y] - a.get(s + (y,), 0)))
+            worst = max(worst, gap)
+    return worst
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """One verifier on one (model, shape, process): the public JSON fields."""
+
+    expected_accepted: object
+    distance: object
+
+    @property
+    def lossless(self) -> bool:
+        return self.distance == 0 if not isinstance(self.distance, float) else self.distance <= LOSSLESS_TOL
+
+    def as_json(self) -> dict:
+        return {"expected_accepted": float(self.expected_accepted), "distance": float(self.distance),
+                "lossless": bool(self.lossless)}
+
+
+def evaluate(model: Model, shape: TreeShape, process: str, verifier: Verifier) -> MethodResult:
+    """Exact E[τ] and distance to the target law of one verifier."""
+    law = output_law(model, shape, process, verifier)
+    return MethodResult(expected_accepted(law), distance_to_target(model, law, shape.max_depth + 1))

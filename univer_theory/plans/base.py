@@ -1,0 +1,55 @@
+"""The node-plan interface shared by every UniVer construction (theory.md §6.1).
+
+A node plan at node X (scaling ``ρ``, target ``p``, draft ``q``, k children from ``process``) is a map
+``w(S) ∈ [0,1]^k``, ``Σ_j w_j(S) ≤ 1``, on ordered child tuples S, whose token marginal
+``a(y) = Σ_S Q_k(S) Σ_{j: y_j = y} w_j(S)`` satisfies ``a(y) ≤ ρ·p(y)`` (CondOT(ρ), §4.2).
+``α = Σ_y a(y)``.  If every attempted child fails, X succeeds w.p. ``f = (ρ − α)/(1 − α)`` (0 if α = 1) and
+emits ``Y ~ norm(ρp − a)``.  ``marginal`` must be the *exact* marginal of ``select`` (recomputed from the plan
+actually used, never the solver's claimed value) — losslessness rests on it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """A feasible CondOT(ρ) node plan.
+
+    Attributes
+    ----------
+    construction : name of the construction that built it (recorded in traces).
+    rho : scaling ρ of the node.
+    target : ``p(·|s)`` [V].
+    marginal : ``a(y)`` [V], the exact token marginal of ``select``; ``a ≤ ρp``.
+    select : ``S -> w [k]``, the plan evaluated on a realised ordered tuple.
+    info : free-form details (e.g. which sub-family was feasible).
+    """
+
+    construction: str
+    rho: object
+    target: np.ndarray
+    marginal: np.ndarray
+    select: Callable[[tuple], np.ndarray]
+    info: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def alpha(self):
+        """Node acceptance rate ``α = Σ_y a(y)``."""
+        return self.marginal.sum()
+
+    @property
+    def stop(self):
+        """``f = (ρ − α)/(1 − α)``, 0 when ``α = 1``."""
+        a = self.alpha
+        return (self.rho - a) / (1 - a) if a != 1 else 0 * a
+
+    @property
+    def residual(self) -> np.ndarray:
+        """``norm(ρp − a)`` (clipped at 0 against float round-off; exact in Fraction mode)."""
+        d = np.maximum(self.rho * self.target - self.marginal, 0)
+        s = d.sum()
+        return d / s if s != 0 else d

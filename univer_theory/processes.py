@@ -1,0 +1,139 @@
+"""Draft processes (theory.md §1): how the children of one node are drawn from ``q = q(·|s)``.
+
+* ``iid``: k independent draws (duplicates kept as separate children);
+* ``wor``: sequential draws without replacement, ``Pr(x_1..x_k) = Π_j q(x_j)/(1 − Σ_{l<j} q(x_l))``;
+* ``topk``: the k most likely tokens of q (point mass; ties broken by lower token id);
+* ``greedy``: top-(k−1) of q plus one draw from q restricted to the other tokens.
+
+Each child's subtree is then drafted independently given its own prefix.  This module gives the exact
+ordered-tuple law ``Q_k(S)`` (float or Fraction), samplers, and enumeration of all trees of a shape.
+"""
+from __future__ import annotations
+
+from itertools import product
+from typing import Iterator
+
+import numpy as np
+
+from .models import Model
+from .tree import DraftTree, TreeShape
+from .validation import check_choice
+
+PROCESSES = ("iid", "wor", "topk", "greedy")
+
+
+def _top_tokens(q: np.ndarray, m: int) -> list[int]:
+    order = sorted(range(q.size), key=lambda x: (-q[x], x))
+    return order[:m]
+
+
+def _check_k(q: np.ndarray, k: int, process: str, where: str) -> None:
+    check_choice(process, PROCESSES, where, "process")
+    support = int(np.count_nonzero(q))
+    if k < 1:
+        raise ValueError(f"{where}: number of children k must be ≥ 1, got {k}")
+    if process != "iid" and k > support:
+        raise ValueError(f"{where}: process {process!r} drafts {k} distinct tokens but q has only {support} "
+                         f"tokens with positive probability")
+
+
+def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...], object]]:
+    """All ordered child tuples ``S`` with ``Q_k(S) > 0``, as ``[(S, Q_k(S))]`` (exact for Fraction rows)."""
+    _check_k(q, k, process, "tuple_law")
+    support = [x for x in range(q.size) if q[x] > 0]
+    if process == "iid":
+        out = []
+        for S in product(support, repeat=k):
+            pr = q[S[0]]
+            for x in S[1:]:
+                pr = pr * q[x]
+            out.append((S, pr))
+        return out
+    if process == "wor":
+        out = []
+
+        def rec(prefix, pr, used_mass):
+            if len(prefix) == k:
+                out.append((tuple(prefix), pr))
+                return
+            for x in support:
+                if x not in prefix:
+                    rec(prefix + [x], pr * q[x] / (1 - used_mass), used_mass + q[x])
+        rec([], q.dtype.type(1) if q.dtype != object else 1, 0)
+        return out
+    top = _top_tokens(q, k if process == "topk" else k - 1)
+    if process == "topk":
+        return [(tuple(top), q.dtype.type(1) if q.dtype != object else 1)]
+    rest_mass = 1 - sum(q[x] for x in top)
+    return [(tuple(top) + (x,), q[x] / rest_mass) for x in support if x not in top]
+
+
+def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generator) -> tuple[int, ...]:
+    """Draw one ordered child tuple from ``Q_k`` (float rows; Gumbel-top-k for ``wor``)."""
+    _check_k(q, k, process, "sample_children")
+    qf = np.asarray(q, dtype=np.float64)
+    if process == "iid":
+        return tuple(int(x) for x in rng.choice(qf.size, size=k, p=qf))
+    if process == "wor":
+        with np.errstate(divide="ignore"):
+            keys = np.log(qf) + rng.gumbel(size=qf.size)
+        return tuple(int(x) for x in np.argsort(-keys, kind="stable")[:k])
+    top = _top_tokens(qf, k if process == "topk" else k - 1)
+    if process == "topk":
+        return tuple(top)
+    rest = qf.copy()
+    rest[top] = 0.0
+    return tuple(top) + (int(rng.choice(qf.size, p=rest / rest.sum())),)
+
+
+def sample_tree(model: Model, shape: TreeShape, process: str, rng: np.random.Generator) -> DraftTree:
+    """Draft one tree of the given shape: each node's children from ``Q_k(·|s(u))``."""
+    tokens = [-1] * shape.num_nodes
+    paths: list[tuple[int, ...]] = [()] * shape.num_nodes
+    for u in range(shape.num_nodes):
+        kids = shape.children[u]
+        if kids:
+            S = sample_children(model.draft(paths[u]), len(kids), process, rng)
+            for c, y in zip(kids, S):
+                tokens[c], paths[c] = y, paths[u] + (y,)
+    return DraftTree(shape.parent, tuple(tokens), model.vocab_size)
+
+
+def enumerate_trees(model: Model, shape: TreeShape, process: str) -> Iterator[tuple[DraftTree, object]]:
+    """Every tree of ``shape`` with positive probability, with its exact probability ``Q(T)``.
+
+    Nodes are filled in node order; the count is the product over internal nodes of the tuple counts, so keep
+    V and the shape small (e.g. V = 4, [2,2,2] wor has ~1.7·10⁵ trees).
+    """
+    internal = [u for u in range(shape.num_nodes) if shape.children[u]]
+
+    def rec(i, tokens, paths, pr):
+        if i == len(internal):
+            yield DraftTree(shape.parent, tuple(tokens), model.vocab_size), pr
+            return
+        u = internal[i]
+        kids = shape.children[u]
+        for S, qs in tuple_law(model.draft(paths[u]), len(kids), process):
+            t2, p2 = list(tokens), list(paths)
+            for c, y in zip(kids, S):
+                t2[c], p2[c] = y, paths[u] + (y,)
+            yield from rec(i + 1, t2, p2, pr * qs)
+
+    one = model.draft(()).dtype.type(1) if not model.exact else 1
+    yield from rec(0, [-1] * shape.num_nodes, [()] * shape.num_nodes, one)
+
+
+def count_trees(model: Model, shape: TreeShape, process: str) -> int:
+    """Number of trees :func:`enumerate_trees` yields, without building them (for progress bars)."""
+    def rec(u, prefix):
+        kids = shape.children[u]
+        if not kids:
+            return 1
+        total = 0
+        for S, _ in tuple_law(model.draft(prefix), len(kids), process):
+            n = 1
+            for c, y in zip(kids, S):
+                n *= rec(c, prefix + (y,))
+            total += n
+        return total
+    return rec(0, ())

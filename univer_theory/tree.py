@@ -1,0 +1,212 @@
+"""The one draft-tree data model: flat ``parent`` / ``token`` arrays (theory.md §0).
+
+Node 0 is the root (the current context, ``parent = token = −1``); every other node carries one drafted
+token and the index of its parent, which precedes it.  Siblings keep their drafting order and i.i.d.
+duplicates are kept as separate children.  A :class:`TreeShape` is the same skeleton without tokens: the
+branching of every node, e.g. ``TreeShape.parse("2,2")`` (root has 2 children, each has 2) or the nested
+form ``TreeShape.parse("((..),.)")`` for irregular (EAGLE-like) trees.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+
+def _check_parents(parent: tuple[int, ...], where: str) -> None:
+    if len(parent) == 0:
+        raise ValueError(f"{where}: a tree needs a root node, got an empty parent array")
+    if parent[0] != -1:
+        raise ValueError(f"{where}: node 0 must be the root (parent −1), got parent {parent[0]}")
+    for u in range(1, len(parent)):
+        if not 0 <= parent[u] < u:
+            raise ValueError(
+                f"{where}: node {u} has parent {parent[u]}; parents must precede their children "
+                f"(0 ≤ parent < {u}) and only node 0 may be a root")
+
+
+def _children_of(parent: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    kids: list[list[int]] = [[] for _ in parent]
+    for u in range(1, len(parent)):
+        kids[parent[u]].append(u)
+    return tuple(tuple(k) for k in kids)
+
+
+class _Skeleton:
+    """Structure shared by :class:`TreeShape` and :class:`DraftTree` (derived from ``parent``)."""
+
+    parent: tuple[int, ...]
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.parent)
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        """``children[u]``: the children of node u in drafting order."""
+        return _children_of(self.parent)
+
+    @cached_property
+    def depth(self) -> tuple[int, ...]:
+        d = [0] * len(self.parent)
+        for u in range(1, len(self.parent)):
+            d[u] = d[self.parent[u]] + 1
+        return tuple(d)
+
+    @property
+    def max_depth(self) -> int:
+        return max(self.depth)
+
+    @cached_property
+    def subtree_size(self) -> tuple[int, ...]:
+        """Number of nodes in the subtree of u, u included."""
+        size = [1] * len(self.parent)
+        for u in range(len(self.parent) - 1, 0, -1):
+            size[self.parent[u]] += size[u]
+        return tuple(size)
+
+    @property
+    def is_chain(self) -> bool:
+        """True when every node has at most one child (a single draft sequence)."""
+        return all(len(c) <= 1 for c in self.children)
+
+
+@dataclass(frozen=True)
+class TreeShape(_Skeleton):
+    """A tree skeleton: ``parent[u]`` for every node, no tokens."""
+
+    parent: tuple[int, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "parent", tuple(int(x) for x in self.parent))
+        _check_parents(self.parent, "TreeShape")
+        if len(self.parent) < 2:
+            raise ValueError("TreeShape: the shape has no drafted node (empty tree)")
+
+    @classmethod
+    def uniform(cls, branching) -> "TreeShape":
+        """Shape with ``branching[d]`` children under every node of depth d, e.g. ``[2, 2]``."""
+        branching = [int(b) for b in branching]
+        if not branching or any(b < 1 for b in branching):
+            raise ValueError(f"TreeShape.uniform: branching must be a non-empty list of positive ints, got {branching}")
+        parent, frontier = [-1], [0]
+        for b in branching:
+            nxt = []
+            for u in frontier:
+                for _ in range(b):
+                    parent.append(u)
+                    nxt.append(len(parent) - 1)
+            frontier = nxt
+        return cls(tuple(parent))
+
+    @classmethod
+    def parse(cls, text: str) -> "TreeShape":
+        """Parse ``"2,2"`` (uniform branching) or a nested form like ``"((..),.)"``.
+
+        In the nested form the outer parentheses are the root; ``.`` is a leaf child and ``( … )`` a child
+        with children of its own, in drafting order.
+        """
+        text = text.strip().replace(" ", "")
+        if not text.startswith("("):
+            try:
+                return cls.uniform(int(b) for b in text.split(","))
+            except ValueError as err:
+                raise ValueError(f"TreeShape.parse: cannot read shape {text!r} ({err})") from None
+        parent: list[int] = []
+        stack: list[int] = []
+        for ch in text:
+            if ch == "(":
+                parent.append(stack[-1] if stack else -1)
+                stack.append(len(parent) - 1)
+            elif ch == ")":
+                if not stack:
+                    raise ValueError(f"TreeShape.parse: unbalanced ')' in {text!r}")
+                stack.pop()
+            elif ch == ".":
+                if not stack:
+                    raise ValueError(f"TreeShape.parse: leaf outside the root in {text!r}")
+                parent.append(stack[-1])
+            elif ch != ",":
+                raise ValueError(f"TreeShape.parse: unexpected character {ch!r} in {text!r}")
+        if stack or parent.count(-1) != 1:
+            raise ValueError(f"TreeShape.parse: {text!r} is not one balanced tree")
+        return cls(tuple(parent))
+
+    def __str__(self) -> str:
+        def nest(u):
+            kids = self.children[u]
+            return "(" + ",".join(nest(c) for c in kids) + ")" if kids else "."
+        return nest(0)
+
+
+@dataclass(frozen=True)
+class DraftTree(_Skeleton):
+    """A drafted tree: ``parent[N]`` (−1 for the root) and ``token[N]`` (−1 for the root).
+
+    Nodes are in topological order (parents first), siblings in drafting order, duplicates allowed.
+    ``vocab_size`` (optional) lets the constructor check token ranges.
+
+    >>> t = DraftTree(parent=(-1, 0, 0, 1), token=(-1, 2, 0, 1))
+    >>> t.path(3)
+    (2, 1)
+    """
+
+    parent: tuple[int, ...]
+    token: tuple[int, ...]
+    vocab_size: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "parent", tuple(int(x) for x in self.parent))
+        object.__setattr__(self, "token", tuple(int(x) for x in self.token))
+        _check_parents(self.parent, "DraftTree")
+        if len(self.token) != len(self.parent):
+            raise ValueError(f"DraftTree: token has {len(self.token)} entries but parent has {len(self.parent)}")
+        if self.token[0] != -1:
+            raise ValueError(f"DraftTree: the root's token must be −1, got {self.token[0]}")
+        hi = self.vocab_size if self.vocab_size is not None else None
+        for u in range(1, len(self.token)):
+            t = self.token[u]
+            if t < 0 or (hi is not None and t >= hi):
+                raise ValueError(f"DraftTree: node {u} has token {t}, outside [0, {hi if hi else '∞'})")
+
+    @classmethod
+    def chain(cls, tokens, vocab_size: int | None = None) -> "DraftTree":
+        """A single draft sequence ``x_1 … x_γ``."""
+        tokens = list(tokens)
+        return cls(tuple([-1] + list(range(len(tokens)))), tuple([-1] + tokens), vocab_size)
+
+    @classmethod
+    def from_shape(cls, shape: TreeShape, tokens, vocab_size: int | None = None) -> "DraftTree":
+        """Fill a skeleton with one token per non-root node (in node order)."""
+        tokens = list(tokens)
+        if len(tokens) != shape.num_nodes - 1:
+            raise ValueError(f"DraftTree.from_shape: shape has {shape.num_nodes - 1} drafted nodes, got {len(tokens)} tokens")
+        return cls(shape.parent, tuple([-1] + tokens), vocab_size)
+
+    @property
+    def shape(self) -> TreeShape:
+        return TreeShape(self.parent)
+
+    def path(self, u: int) -> tuple[int, ...]:
+        """Tokens on the path root → u (the prefix ``s(u)`` relative to the context)."""
+        out = []
+        while u > 0:
+            out.append(self.token[u])
+            u = self.parent[u]
+        return tuple(reversed(out))
+
+    @cached_property
+    def paths(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(self.path(u) for u in range(self.num_nodes))
+
+    def child_tokens(self, u: int) -> tuple[int, ...]:
+        return tuple(self.token[c] for c in self.children[u])
+
+    def check_vocab(self, vocab_size: int, where: str) -> None:
+        for u in range(1, self.num_nodes):
+            if not 0 <= self.token[u] < vocab_size:
+                raise ValueError(f"{where}: tree node {u} has token {self.token[u]}, outside [0, {vocab_size})")
+
+    def as_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array(self.parent, dtype=np.int64), np.array(self.token, dtype=np.int64)

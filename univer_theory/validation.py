@@ -1,0 +1,68 @@
+"""Input checks shared by every layer of the exact core.
+
+Every check raises :class:`ValueError` whose message names the function, the argument, the rule that is
+broken and the offending value, e.g. ``"law: draft_probs row 4 sums to 0.93, expected 1"``.
+Float rows are accepted within :data:`SIMPLEX_ATOL`; ``Fraction`` rows (numpy ``object`` arrays) must be
+exactly on the simplex.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+#: Tolerance on ``|Σ row − 1|`` for float probability rows.  Rows are produced by softmax / division, so
+#: 1e-9 is loose enough for float64 round-off on V = 10⁵ and tight enough to catch a forgotten normalisation.
+SIMPLEX_ATOL = 1e-9
+
+
+def is_exact(array: np.ndarray) -> bool:
+    """True for ``object`` arrays (Fractions / ints): the exact rational mode."""
+    return np.asarray(array).dtype == object
+
+
+def as_prob_array(values, where: str, name: str) -> np.ndarray:
+    """Convert ``values`` to float64, or keep an exact ``object`` array if it holds Fractions / ints."""
+    arr = np.asarray(values)
+    if arr.dtype == object:
+        for v in arr.flat:
+            if not isinstance(v, (Fraction, int)) or isinstance(v, bool):
+                raise ValueError(f"{where}: {name} mixes Fractions with {type(v).__name__} values")
+        return arr
+    if not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{where}: {name} must be numeric, got dtype {arr.dtype}")
+    return arr.astype(np.float64)
+
+
+def check_simplex(rows: np.ndarray, where: str, name: str) -> np.ndarray:
+    """Check that every row of ``rows`` (shape ``[..., V]``) is a probability vector.
+
+    Rejects NaN / inf, negative entries and rows whose sum differs from 1 (by more than
+    :data:`SIMPLEX_ATOL` in float mode, at all in exact mode).  Returns the array (float64 or exact).
+    """
+    arr = as_prob_array(rows, where, name)
+    if arr.ndim == 0 or arr.shape[-1] == 0:
+        raise ValueError(f"{where}: {name} must have a non-empty last (vocabulary) axis, got shape {arr.shape}")
+    flat = arr.reshape(-1, arr.shape[-1])
+    exact = arr.dtype == object
+    if not exact:
+        bad = ~np.isfinite(flat)
+        if bad.any():
+            r = int(np.argwhere(bad)[0][0])
+            raise ValueError(f"{where}: {name} row {r} contains NaN or inf")
+    neg = flat < 0
+    if np.any(neg):
+        r, c = (int(i) for i in np.argwhere(neg)[0])
+        raise ValueError(f"{where}: {name} row {r} has a negative entry {flat[r, c]} at token {c}")
+    sums = flat.sum(axis=1)
+    for r, s in enumerate(sums):
+        if (s != 1) if exact else (abs(s - 1.0) > SIMPLEX_ATOL):
+            raise ValueError(f"{where}: {name} row {r} sums to {float(s):.6g}, expected 1")
+    return arr
+
+
+def check_choice(value, choices, where: str, name: str):
+    """Raise a ValueError listing the valid choices when ``value`` is not one of them."""
+    if value not in choices:
+        raise ValueError(f"{where}: unknown {name} {value!r}; choose one of {sorted(choices)}")
+    return value

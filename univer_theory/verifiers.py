@@ -1,0 +1,326 @@
+"""Every baseline verifier as an exact per-tree law and a sampler (theory.md §3.1–3.7).
+
+One signature for all::
+
+    verifier.law(tree, target_probs, draft_probs, process) -> {(path tokens…, Y): prob}
+    verifier.sample(tree, target_probs, draft_probs, process, rng) -> (accepted node ids, Y)
+    verifier.expected_accepted_length(tree, target_probs, draft_probs, process) -> E[τ | T]
+
+``target_probs`` / ``draft_probs`` are ``[N, V]``: row u is ``p(·|s(u))`` / ``q(·|s(u))``.  Rows may be float64
+or exact ``Fraction`` (numpy ``object``) arrays; every verifier but K-SEQ is rational, so its law is exact.
+
+Glossary: the *accepted path* is root → u (τ = depth(u) accepted tokens); ``Y`` is the *correction* token
+(drawn from a residual when u is internal) or the *bonus* token (``Y ~ p(·|s(u))`` when u is a drafted
+leaf).  The *scaling* ``ρ`` handed to a node is its prefix acceptance probability (§2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import engine
+from .engine import NodeContext, NodeDecision, NodeRule
+from .tree import DraftTree
+from .validation import check_choice, check_simplex
+
+_ALL = ("iid", "wor", "topk", "greedy")
+
+
+def normalise(x: np.ndarray) -> np.ndarray:
+    """``norm(x) = x / Σx``; the zero vector stays zero (it only appears on probability-0 branches)."""
+    s = x.sum()
+    return x / s if s != 0 else x
+
+
+def positive_part(x: np.ndarray) -> np.ndarray:
+    """``[x]_+`` elementwise, exact for Fraction arrays."""
+    return np.maximum(x, 0)
+
+
+def _ratio_min1(num, den):
+    """``min(1, num/den)`` for a drafted token (den > 0 is guaranteed by validation)."""
+    return min(1, num / den)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Node rules
+# --------------------------------------------------------------------------------------------------------
+def nss_rule(ctx: NodeContext) -> NodeDecision:
+    """Target-only (§3.1): draw ``Y ~ p``; if Y equals a child, descend into it (the first copy), else stop.
+
+    Sequential form: child j is entered w.p. ``P(y_j)`` with ``P ← norm(P·1[≠y_j])`` after each miss.
+    """
+    P = ctx.target
+    enter = []
+    for y in ctx.children:
+        enter.append(P[y])
+        P = P.copy()
+        P[y] = 0
+        P = normalise(P)
+    return NodeDecision(tuple(enter), (1,) * len(enter), 1, P)
+
+
+def recursive_rejection_rule(ctx: NodeContext, without_replacement: bool) -> NodeDecision:
+    """RRS (§3.3) / RRSw (§3.4): accept child x w.p. ``min(1, P(x)/Q(x))``; on rejection
+    ``P ← norm([P − Q]_+)`` (and, without replacement, ``Q ← norm(Q·1[≠x])``).  All rejected: ``Y ~ P``.
+
+    A duplicate i.i.d. child is tried again: it is always rejected, but the residual update still happens.
+    """
+    P, Q = ctx.target, ctx.draft
+    enter = []
+    for y in ctx.children:
+        enter.append(_ratio_min1(P[y], Q[y]))
+        P = normalise(positive_part(P - Q))
+        if without_replacement:
+            Q = Q.copy()
+            Q[y] = 0
+            Q = normalise(Q)
+    return NodeDecision(tuple(enter), (1,) * len(enter), 1, P)
+
+
+def rrs_rule(ctx):
+    return recursive_rejection_rule(ctx, without_replacement=False)
+
+
+def rrsw_rule(ctx):
+    return recursive_rejection_rule(ctx, without_replacement=True)
+
+
+def kseq_rho_star(target_probs, draft_probs, k: int, iters: int = 200) -> float:
+    """SpecTr K-SEQ's ``ρ* ∈ [1, k]``: root of ``f(ρ) = 1 − (1 − β(ρ))^k − ρ·β(ρ)``,
+    ``β(ρ) = Σ_x min(q(x), p(x)/ρ)`` (§3.5); ``ρ* = 1`` when ``f(1) ≤ 0``.
+
+    Returns the *upper* end of the bisection bracket, so ``f(ρ*) ≤ 0`` holds exactly in floats and the
+    acceptance masses never exceed ``min(p, ρ*·q)`` (the verifier stays exactly lossless).
+    """
+    p = np.asarray(target_probs, dtype=np.float64)
+    q = np.asarray(draft_probs, dtype=np.float64)
+
+    def f(rho):
+        beta = np.minimum(q, p / rho).sum()
+        return 1.0 - (1.0 - beta) ** k - rho * beta
+
+    lo, hi = 1.0, float(k)
+    if f(lo) <= 0:
+        return lo
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if f(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-15 * hi:
+            break
+    return hi
+
+
+def kseq_acceptance_mass(target_probs, draft_probs, k: int, rho: float) -> np.ndarray:
+    """Per-token accepted mass of K-SEQ at ``ρ``: ``min(ρq, p)·(1 − (1−β)^k)/(ρβ)``; Σ = α."""
+    p = np.asarray(target_probs, dtype=np.float64)
+    q = np.asarray(draft_probs, dtype=np.float64)
+    beta = np.minimum(q, p / rho).sum()
+    if beta == 0:
+        return np.zeros_like(p)
+    return np.minimum(rho * q, p) * (1.0 - (1.0 - beta) ** k) / (rho * beta)
+
+
+def kseq_rule(ctx: NodeContext) -> NodeDecision:
+    """SpecTr K-SEQ (§3.5): accept each child w.p. ``min(1, p(x)/(ρ* q(x)))``; all rejected:
+    ``Y ~ norm(p − m)`` with ``m`` the accepted mass (= ``[p − ρ* q]_+`` at the exact root)."""
+    if ctx.target.dtype == object:
+        raise NotImplementedError("kseq: ρ* is irrational in general; pass float64 rows, not Fractions")
+    k = len(ctx.children)
+    rho = kseq_rho_star(ctx.target, ctx.draft, k)
+    enter = tuple(min(1.0, ctx.target[y] / (rho * ctx.draft[y])) for y in ctx.children)
+    resid = normalise(np.maximum(ctx.target - kseq_acceptance_mass(ctx.target, ctx.draft, k, rho), 0.0))
+    return NodeDecision(enter, (1.0,) * k, 1.0, resid, {"rho_star": rho})
+
+
+def traversal_rule(ctx: NodeContext, parent_update=None, internal_residual=True) -> NodeDecision:
+    """Traversal Verification at one node (§3.7), for iid or wor children.
+
+    ``s_j = min(1, r·P(y_j)/Q(y_j))``; after child j fails: ``R = Σ[rP − Q]_+``, ``P ← [rP − Q]_+/R``,
+    ``r ← R/(R + 1 − r)`` (``R = 0 → r ← 0``), and for wor ``Q ← norm(Q·1[≠y_j])``.  The node itself
+    succeeds w.p. the final ``r`` and emits ``Y ~ P``.  ``parent_update`` / ``internal_residual`` exist only
+    for the bug zoo (lossy variants (c), (d) of §3.9).
+    """
+    r, P, Q = ctx.rho, ctx.target, ctx.draft
+    scale = []
+    for y in ctx.children:
+        scale.append(_ratio_min1(r * P[y], Q[y]))
+        D = positive_part(r * P - Q)
+        R = D.sum()
+        if parent_update is not None:
+            r = parent_update(R, r, Q[y])
+        else:
+            r = R / (R + 1 - r) if R != 0 else 0 * R
+        if R != 0:
+            P = D / R
+        if ctx.process == "wor":
+            Q = Q.copy()
+            Q[y] = 0
+            Q = normalise(Q)
+    return NodeDecision((1,) * len(scale), tuple(scale), r, P if internal_residual else ctx.target)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Verifier objects
+# --------------------------------------------------------------------------------------------------------
+def validate_inputs(where: str, tree: DraftTree, target_probs, draft_probs, process: str):
+    """Shared input checks; returns ``(target_probs, draft_probs)`` as float64 or exact arrays."""
+    if not isinstance(tree, DraftTree):
+        raise ValueError(f"{where}: tree must be a DraftTree, got {type(tree).__name__}")
+    check_choice(process, _ALL, where, "process")
+    p = check_simplex(target_probs, where, "target_probs")
+    q = check_simplex(draft_probs, where, "draft_probs")
+    if p.ndim != 2 or q.ndim != 2:
+        raise ValueError(f"{where}: target_probs and draft_probs must be [N, V], got {p.shape} and {q.shape}")
+    if p.shape != q.shape:
+        raise ValueError(f"{where}: target_probs {p.shape} and draft_probs {q.shape} disagree (vocab or nodes)")
+    if p.shape[0] != tree.num_nodes:
+        raise ValueError(f"{where}: tree has {tree.num_nodes} nodes but target_probs has {p.shape[0]} rows")
+    if (p.dtype == object) != (q.dtype == object):
+        raise ValueError(f"{where}: target_probs and draft_probs must both be exact (Fraction) or both float")
+    tree.check_vocab(p.shape[1], where)
+    for u in range(tree.num_nodes):
+        S = tree.child_tokens(u)
+        for c, y in zip(tree.children[u], S):
+            if q[u, y] == 0:
+                raise ValueError(f"{where}: node {c} drafts token {y} but its parent's draft_probs[{u}, {y}] = 0")
+        if process != "iid" and len(set(S)) != len(S):
+            raise ValueError(f"{where}: node {u} has duplicate children {S}, impossible under process {process!r}")
+        if process in ("topk", "greedy") and S:
+            order = sorted(range(q.shape[1]), key=lambda x: (-q[u, x], x))
+            m = len(S) if process == "topk" else len(S) - 1
+            if sorted(S[:m]) != sorted(order[:m]):
+                raise ValueError(f"{where}: node {u} children {S} are not the top-{m} draft tokens required "
+                                 f"by process {process!r}")
+    return p, q
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """A verifier given by a node rule (see :mod:`univer_theory.engine`).
+
+    ``processes``: draft processes for which it is lossless; ``chain_only``: defined on chains only;
+    ``rational``: exact in Fraction mode; ``lossless``: False only for the bug zoo.
+    """
+
+    name: str
+    rule: NodeRule
+    processes: tuple[str, ...]
+    description: str
+    chain_only: bool = False
+    rational: bool = True
+    lossless: bool = True
+
+    def supports(self, shape, process: str) -> bool:
+        return process in self.processes and (shape.is_chain or not self.chain_only)
+
+    def _check(self, tree, target_probs, draft_probs, process):
+        where = f"{self.name}.verify"
+        p, q = validate_inputs(where, tree, target_probs, draft_probs, process)
+        if process not in self.processes:
+            raise NotImplementedError(f"{where}: {self.name} is defined for processes {self.processes}, got {process!r}")
+        if self.chain_only and not tree.is_chain:
+            raise NotImplementedError(f"{where}: {self.name} is defined on chains only (every node ≤ 1 child)")
+        if p.dtype == object and not self.rational:
+            raise NotImplementedError(f"{where}: {self.name} has no exact rational form; pass float64 rows")
+        return p, q
+
+    def law(self, tree, target_probs, draft_probs, process) -> dict:
+        p, q = self._check(tree, target_probs, draft_probs, process)
+        return engine.tree_law(tree, p, q, process, self.rule)
+
+    def sample(self, tree, target_probs, draft_probs, process, rng: np.random.Generator):
+        p, q = self._check(tree, target_probs, draft_probs, process)
+        return engine.tree_sample(tree, p, q, process, self.rule, rng)
+
+    def expected_accepted_length(self, tree, target_probs, draft_probs, process):
+        p, q = self._check(tree, target_probs, draft_probs, process)
+        return engine.tree_expected_accepted(tree, p, q, process, self.rule)
+
+    def trace(self, tree, target_probs, draft_probs, process) -> list[dict]:
+        """Per node: ``ρ`` handed down and the rule's ``info`` (e.g. UniVer's α, α*(ρ), construction)."""
+        p, q = self._check(tree, target_probs, draft_probs, process)
+        rho, dec = engine.allocate(tree, p, q, process, self.rule)
+        return [{"node": u, "rho": rho[u], **dec[u].info} for u in range(tree.num_nodes)]
+
+
+class BlockVerifier(Verifier):
+    """Block Verification on a chain ``x_1..x_γ`` (§3.6), implemented in its own backward form.
+
+    ``w_0 = 1``, ``w_i = min(1, w_{i−1}·p(x_i|x^{i−1})/q(x_i|x^{i−1}))``, ``r_i = Σ_y [w_i p(y|x^i) − q(y|x^i)]_+``,
+    ``h_i = r_i/(r_i + 1 − w_i)`` (i < γ), ``h_γ = w_γ``; going back from i = γ, accept ``x^i`` w.p. ``h_i``.
+    ``Y ~ norm([w_τ p(·|x^τ) − q(·|x^τ)]_+)`` for τ < γ, ``p(·|x^γ)`` for τ = γ.  Not built on the engine,
+    so that "TV == BV on chains" is a real cross-check.
+    """
+
+    def _stops(self, tree, p, q):
+        gamma = tree.num_nodes - 1
+        w = [1 if p.dtype == object else 1.0]
+        for i in range(1, gamma + 1):
+            x = tree.token[i]
+            w.append(min(1, w[i - 1] * p[i - 1, x] / q[i - 1, x]))
+        h, resid = [], []
+        for i in range(gamma + 1):
+            if i == gamma:
+                h.append(w[i])
+                resid.append(p[i])
+                continue
+            D = positive_part(w[i] * p[i] - q[i])
+            r = D.sum()
+            h.append(1 if i == 0 else (r / (r + 1 - w[i]) if r != 0 else 0 * r))
+            resid.append(normalise(D))
+        probs, survive = [None] * (gamma + 1), 1
+        for i in range(gamma, -1, -1):
+            probs[i] = survive * h[i]
+            survive = survive * (1 - h[i])
+        return probs, resid
+
+    def law(self, tree, target_probs, draft_probs, process):
+        p, q = self._check(tree, target_probs, draft_probs, process)
+        probs, resid = self._stops(tree, p, q)
+        out = {}
+        for tau, pr in enumerate(probs):
+            if pr != 0:
+                for y in np.flatnonzero(resid[tau] != 0):
+                    out[tree.path(tau) + (int(y),)] = pr * resid[tau][y]
+        return out
+
+    def sample(self, tree, target_probs, draft_probs, process, rng):
+        p, q = self._check(tree, target_probs, draft_probs, process)
+        probs, resid = self._stops(tree, p, q)
+        tau = int(rng.choice(len(probs), p=np.asarray(probs, dtype=np.float64)))
+        res = np.asarray(resid[tau], dtype=np.float64)
+        return tuple(range(1, tau + 1)), int(rng.choice(res.size, p=res / res.sum()))
+
+    def expected_accepted_length(self, tree, target_probs, draft_probs, process):
+        p, q = self._check(tree, target_probs, draft_probs, process)
+        probs, _ = self._stops(tree, p, q)
+        return sum(i * pr for i, pr in enumerate(probs))
+
+
+NSS = Verifier("nss", nss_rule, _ALL, "target-only: sample Y ~ p, descend if Y is a child (§3.1)")
+SPS = Verifier("sps", rrs_rule, ("iid", "wor"), "token-level speculative sampling on a chain (§3.2)",
+               chain_only=True)
+RRS = Verifier("rrs", rrs_rule, ("iid",), "recursive rejection sampling, i.i.d. children (§3.3)")
+RRSW = Verifier("rrsw", rrsw_rule, ("wor",), "recursive rejection sampling without replacement (§3.4)")
+KSEQ = Verifier("kseq", kseq_rule, ("iid",), "SpecTr K-SEQ per node (§3.5)", rational=False)
+BV = BlockVerifier("bv", None, ("iid", "wor"), "block verification on a chain (§3.6)", chain_only=True)
+TV = Verifier("tv", traversal_rule, ("iid", "wor"), "traversal verification, any tree (§3.7)")
+
+#: Every lossless baseline by its public (CLI / JSON) name.
+VERIFIERS: dict[str, Verifier] = {v.name: v for v in (NSS, SPS, RRS, RRSW, KSEQ, BV, TV)}
+
+
+def register(verifier: Verifier) -> Verifier:
+    """Add a verifier to :data:`VERIFIERS` (UniVer and its variants register themselves)."""
+    VERIFIERS[verifier.name] = verifier
+    return verifier
+
+
+def get_verifier(name: str) -> Verifier:
+    check_choice(name, VERIFIERS, "get_verifier", "method")
+    return VERIFIERS[name]
