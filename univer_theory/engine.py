@@ -38,6 +38,7 @@ class NodeContext:
     children: tuple[int, ...]        # realised child tokens S in drafting order
     process: str                     # draft process of the children
     subtree_sizes: tuple[int, ...]   # nodes under each child position (slot rule, §6.3)
+    prefix: tuple[int, ...] = ()     # tokens on the path root → u (value-aware variants look values up)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def allocate(tree: DraftTree, target_probs: np.ndarray, draft_probs: np.ndarray,
     for u in range(n):
         kids = tree.children[u]
         ctx = NodeContext(rho[u], target_probs[u], draft_probs[u], tree.child_tokens(u), process,
-                          tuple(tree.subtree_size[c] for c in kids))
+                          tuple(tree.subtree_size[c] for c in kids), tree.paths[u])
         dec[u] = rule(ctx) if kids else leaf_decision(ctx)
         for c, s in zip(kids, dec[u].scale):
             rho[c] = s
@@ -165,7 +166,7 @@ def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_la
             return out
         out: dict = {}
         for S, qs in tuple_law_fn(q, len(kids), process):
-            ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_size[c] for c in kids))
+            ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_size[c] for c in kids), prefix)
             d = rule(ctx)
             child = [(y, rec(c, prefix + (y,), s)) for c, y, s in zip(kids, S, d.scale)]
             for k2, v in _combine(d, child).items():
