@@ -20,7 +20,7 @@ length (each node returns ``(σ, e)`` = success probability and expected accepte
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -73,6 +73,8 @@ def allocate(tree: DraftTree, target_probs: np.ndarray, draft_probs: np.ndarray,
         ctx = NodeContext(rho[u], target_probs[u], draft_probs[u], tree.child_tokens(u), process,
                           tuple(tree.subtree_size[c] for c in kids), tree.paths[u])
         dec[u] = rule(ctx) if kids else leaf_decision(ctx)
+        if u == 0:  # the root never fails: once its children failed, the traversal ends there with Y
+            dec[u] = replace(dec[u], stop=1 if exact else 1.0)
         for c, s in zip(kids, dec[u].scale):
             rho[c] = s
     return rho, dec
@@ -139,10 +141,7 @@ def tree_sample(tree: DraftTree, target_probs, draft_probs, process, rule, rng: 
             return (), int(rng.choice(res.size, p=res / res.sum()))
         return None
 
-    out = visit(0)
-    if out is None:  # only reachable through float round-off in a rule with stop ≈ 1 at the root
-        raise RuntimeError("tree_sample: the root failed; the rule is not a valid verifier")
-    return out
+    return visit(0)  # never None: the root's stop is 1
 
 
 def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_law_fn) -> dict:
@@ -167,7 +166,7 @@ def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_la
         out: dict = {}
         for S, qs in tuple_law_fn(q, len(kids), process):
             ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_size[c] for c in kids), prefix)
-            d = rule(ctx)
+            d = rule(ctx) if u else replace(rule(ctx), stop=rho)  # root: rho = 1, never fails
             child = [(y, rec(c, prefix + (y,), s)) for c, y, s in zip(kids, S, d.scale)]
             for k2, v in _combine(d, child).items():
                 out[k2] = out.get(k2, 0) + qs * v

@@ -52,20 +52,24 @@ def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...]
     if process == "wor":
         out = []
 
-        def rec(prefix, pr, used_mass):
+        def rec(prefix, pr):
             if len(prefix) == k:
                 out.append((tuple(prefix), pr))
                 return
-            for x in support:
-                if x not in prefix:
-                    rec(prefix + [x], pr * q[x] / (1 - used_mass), used_mass + q[x])
-        rec([], q.dtype.type(1) if q.dtype != object else 1, 0)
+            rest = [x for x in support if x not in prefix]
+            # the remaining mass is summed, not taken as 1 − Σ drawn: that cancels catastrophically
+            # when a drawn token carries almost all of q
+            rest_mass = sum(q[x] for x in rest)
+            for x in rest:
+                rec(prefix + [x], pr * q[x] / rest_mass)
+        rec([], q.dtype.type(1) if q.dtype != object else 1)
         return out
     top = _top_tokens(q, k if process == "topk" else k - 1)
     if process == "topk":
         return [(tuple(top), q.dtype.type(1) if q.dtype != object else 1)]
-    rest_mass = 1 - sum(q[x] for x in top)
-    return [(tuple(top) + (x,), q[x] / rest_mass) for x in support if x not in top]
+    rest = [x for x in support if x not in top]
+    rest_mass = sum(q[x] for x in rest)
+    return [(tuple(top) + (x,), q[x] / rest_mass) for x in rest]
 
 
 def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generator) -> tuple[int, ...]:

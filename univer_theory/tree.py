@@ -131,7 +131,14 @@ class TreeShape(_Skeleton):
                 raise ValueError(f"TreeShape.parse: unexpected character {ch!r} in {text!r}")
         if stack or parent.count(-1) != 1:
             raise ValueError(f"TreeShape.parse: {text!r} is not one balanced tree")
-        return cls(tuple(parent))
+        # relabel breadth-first, so both forms give the same node order for the same tree
+        kids = _children_of(tuple(parent))
+        order, new_parent = [0], [-1]
+        for u in order:
+            for c in kids[u]:
+                new_parent.append(order.index(u))
+                order.append(c)
+        return cls(tuple(new_parent))
 
     def __str__(self) -> str:
         def nest(u):

@@ -154,7 +154,7 @@ def traversal_rule(ctx: NodeContext, parent_update=None, internal_residual=True)
         if parent_update is not None:
             r = parent_update(R, r, Q[y])
         else:
-            r = R / (R + 1 - r) if R != 0 else 0 * R
+            r = R / (R + (1 - r)) if R != 0 else 0 * R  # (1 − r) first: R + 1 − 1 loses a tiny R
         if R != 0:
             P = D / R
         if ctx.process == "wor":
@@ -271,7 +271,7 @@ class BlockVerifier(Verifier):
                 continue
             D = positive_part(w[i] * p[i] - q[i])
             r = D.sum()
-            h.append(1 if i == 0 else (r / (r + 1 - w[i]) if r != 0 else 0 * r))
+            h.append(1 if i == 0 else (r / (r + (1 - w[i])) if r != 0 else 0 * r))
             resid.append(normalise(D))
         probs, survive = [None] * (gamma + 1), 1
         for i in range(gamma, -1, -1):

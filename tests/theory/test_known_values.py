@@ -1,0 +1,116 @@
+"""Derived known values and reductions between verifiers (theory.md §3, §5)."""
+from fractions import Fraction as F
+from itertools import product
+
+import numpy as np
+import pytest
+
+from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, context_free, evaluate, tuple_law
+from univer_theory.verifiers import kseq_acceptance_mass, kseq_rho_star, normalise, positive_part
+
+
+def exact(*xs):
+    return np.array([F(x) for x in xs], dtype=object)
+
+
+def test_block_verification_toy_example():
+    """p = (1/3, 2/3), q = (2/3, 1/3), γ = 2, context-free.
+
+    Token level: E[τ] = Σ_i Pr(first i accepted) with per-step acceptance β = Σ min(p, q) = 2/3:
+    β + β² = 10/9.  BV: E[τ] = E[w_1] + E[w_2] with w_1 = min(1, p(x)/q(x)) and w_2 = min(1, w_1·p(x')/q(x'))."""
+    p, q = exact("1/3", "2/3"), exact("2/3", "1/3")
+    beta = sum(min(a, b) for a, b in zip(p, q))
+    token_level = beta + beta ** 2
+    w1 = [min(1, p[x] / q[x]) for x in range(2)]
+    bv = sum(q[x] * w1[x] for x in range(2)) + sum(q[x] * q[y] * min(1, w1[x] * p[y] / q[y])
+                                                   for x in range(2) for y in range(2))
+    assert (token_level, bv) == (F(10, 9), F(11, 9))
+    model, shape = context_free(p, q), TreeShape.parse("1,1")
+    assert evaluate(model, shape, "iid", VERIFIERS["sps"]).expected_accepted == token_level
+    assert evaluate(model, shape, "iid", VERIFIERS["bv"]).expected_accepted == bv
+    assert evaluate(model, shape, "iid", VERIFIERS["tv"]).expected_accepted == bv
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_tv_equals_bv_on_chains_joint_law(seed):
+    """Per chain (every x^γ), TV's and BV's (path, Y) laws coincide exactly."""
+    model = DirichletModel(3, seed=seed, exact=True)
+    for tokens in product(range(3), repeat=3):
+        tree = DraftTree.chain(tokens, vocab_size=3)
+        p, q = model.node_probs(tree)
+        assert VERIFIERS["tv"].law(tree, p, q, "iid") == VERIFIERS["bv"].law(tree, p, q, "iid")
+
+
+def test_bv_through_probability_is_w():
+    """``Pr(τ ≥ i | x^i) = w_i`` in expectation over the draft continuation: E[τ] = Σ_i E[w_i]."""
+    model, shape = DirichletModel(3, seed=5, exact=True), TreeShape.parse("1,1,1")
+    expected_w = 0
+    for tokens in product(range(3), repeat=3):
+        tree = DraftTree.chain(tokens, vocab_size=3)
+        p, q = model.node_probs(tree)
+        pr, w = 1, 1
+        for i, x in enumerate(tokens):
+            pr *= q[i, x]
+        for i, x in enumerate(tokens):
+            w = min(1, w * p[i, x] / q[i, x])
+            expected_w += pr * w
+    assert evaluate(model, shape, "iid", VERIFIERS["bv"]).expected_accepted == expected_w
+
+
+@pytest.mark.parametrize("process,baseline", [("iid", "rrs"), ("wor", "rrsw")])
+def test_tv_at_depth_one_is_rrs(process, baseline):
+    """On depth-1 trees TV's per-tree law equals RRS (iid) / RRSw (wor), for every tuple."""
+    model = DirichletModel(4, seed=2, exact=True)
+    shape = TreeShape.parse("3")
+    for S, _ in tuple_law(model.draft(()), 3, process):
+        tree = DraftTree.from_shape(shape, S, 4)
+        p, q = model.node_probs(tree)
+        assert VERIFIERS["tv"].law(tree, p, q, process) == VERIFIERS[baseline].law(tree, p, q, process)
+
+
+def test_rrs_node_acceptance_is_one_minus_product_of_tv():
+    """RRS at a node with k i.i.d. children: Pr(accept) = 1 − Π_j TV(P_j, Q), P_{j+1} = norm([P_j − Q]_+)."""
+    model = DirichletModel(4, seed=7, exact=True)
+    k = 3
+    p, q = model.target(()), model.draft(())
+    P, prod = p, 1
+    for _ in range(k):
+        prod *= sum(abs(a - b) for a, b in zip(P, q)) / 2
+        P = normalise(positive_part(P - q))
+    r = evaluate(model, TreeShape.parse(str(k)), "iid", VERIFIERS["rrs"])
+    assert r.expected_accepted == 1 - prod
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_kseq_acceptance_formula(k):
+    """K-SEQ acceptance ``Σ_x min(p, ρ*q) = 1 − (1 − β(ρ*))^k`` and the exact depth-1 E[τ] equals it."""
+    model = DirichletModel(5, seed=11, similarity=0.2)
+    p, q = model.target(()), model.draft(())
+    rho = kseq_rho_star(p, q, k)
+    beta = np.minimum(q, p / rho).sum()
+    assert 1 <= rho <= k
+    assert abs(np.minimum(p, rho * q).sum() - (1 - (1 - beta) ** k)) < 1e-12
+    assert abs(kseq_acceptance_mass(p, q, k, rho).sum() - np.minimum(p, rho * q).sum()) < 1e-12
+    r = evaluate(model, TreeShape.parse(str(k)), "iid", VERIFIERS["kseq"])
+    assert abs(r.expected_accepted - np.minimum(p, rho * q).sum()) < 1e-12
+
+
+def test_temperature_zero_gains_nothing():
+    """With one-hot targets every lossless verifier accepts exactly the argmax path: BV == token level."""
+    from univer_theory import TemperedModel
+    model = TemperedModel(DirichletModel(3, seed=4), 0.0, draft_temperature=1.0)
+    shape = TreeShape.parse("1,1,1")
+    sps = evaluate(model, shape, "iid", VERIFIERS["sps"]).expected_accepted
+    bv = evaluate(model, shape, "iid", VERIFIERS["bv"]).expected_accepted
+    assert abs(sps - bv) < 1e-15
+
+
+def test_ordering_rrs_le_tv_on_grid():
+    """Mean over seeds: RRS ≤ TV (iid) and RRSw ≤ TV (wor) — TV is RRS(w) plus the pass-down of ρ."""
+    for process, base in (("iid", "rrs"), ("wor", "rrsw")):
+        gap = 0.0
+        for seed in range(4):
+            model, shape = DirichletModel(4, seed=seed), TreeShape.parse("2,2")
+            gap += (evaluate(model, shape, process, VERIFIERS["tv"]).expected_accepted
+                    - evaluate(model, shape, process, VERIFIERS[base]).expected_accepted)
+        assert gap > 0

@@ -1,0 +1,100 @@
+"""Trees, shapes, draft processes and model families."""
+from collections import Counter
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+
+from univer_theory import (DirichletModel, DraftTree, TreeShape, apply_temperature, context_free, count_trees,
+                           enumerate_trees, sample_children, sample_tree, to_fractions, tuple_law)
+from univer_theory.proofs import verify_all
+
+from ..conftest import TEST_FAILURE_RATE
+from ..stats import g_test
+
+
+def test_shape_forms_agree():
+    assert TreeShape.parse("2,2") == TreeShape.parse("((..),(..))")
+    s = TreeShape.parse("((..),.)")
+    assert s.children[0] == (1, 2) and s.subtree_size[1] == 3 and s.max_depth == 2 and not s.is_chain
+    assert TreeShape.parse(str(s)) == s
+    assert TreeShape.parse("1,1,1").is_chain
+
+
+def test_tree_paths_and_children():
+    t = DraftTree(parent=(-1, 0, 0, 1, 1), token=(-1, 2, 2, 0, 1), vocab_size=3)
+    assert t.children[0] == (1, 2) and t.child_tokens(0) == (2, 2)
+    assert t.path(4) == (2, 1) and t.depth == (0, 1, 1, 2, 2)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor", "topk", "greedy"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_tuple_law_is_exact_distribution(process, k):
+    q = to_fractions(np.array([0.1, 0.2, 0.3, 0.4]))
+    law = tuple_law(q, k, process)
+    assert sum(pr for _, pr in law) == 1
+    assert all(len(S) == k for S, _ in law)
+    if process != "iid":
+        assert all(len(set(S)) == k for S, _ in law)
+
+
+def test_wor_tuple_law_formula():
+    q = np.array([F(1, 10), F(2, 10), F(3, 10), F(4, 10)], dtype=object)
+    law = dict(tuple_law(q, 2, "wor"))
+    assert law[(3, 0)] == F(4, 10) * F(1, 10) / (1 - F(4, 10))
+
+
+@pytest.mark.parametrize("process", ["iid", "wor", "greedy"])
+def test_sampler_matches_tuple_law(process):
+    """G-test (false alarm 1e-3) of 20 000 sampled tuples against the exact tuple law; Gumbel-top-k for wor."""
+    q = np.array([0.05, 0.15, 0.3, 0.5])
+    rng = np.random.default_rng(0)
+    samples = [sample_children(q, 2, process, rng) for _ in range(20000)]
+    assert g_test(samples, dict(tuple_law(q, 2, process))) > TEST_FAILURE_RATE
+
+
+def test_g_test_rejects_iid_samples_as_wor():
+    """The tuple test has power: i.i.d. tuples fail against the wor law."""
+    q = np.array([0.05, 0.15, 0.3, 0.5])
+    rng = np.random.default_rng(0)
+    samples = [sample_children(q, 2, "iid", rng) for _ in range(20000)]
+    assert g_test(samples, dict(tuple_law(q, 2, "wor"))) < TEST_FAILURE_RATE
+
+
+def test_topk_ties_lowest_id():
+    assert sample_children(np.array([0.3, 0.3, 0.4]), 2, "topk", None) == (2, 0)
+
+
+@pytest.mark.parametrize("shape,process", [("2,2", "wor"), ("3,1", "iid"), ("((..),.)", "greedy")])
+def test_enumerate_trees_sums_to_one(shape, process):
+    model = DirichletModel(3, seed=1, exact=True)
+    shape = TreeShape.parse(shape)
+    trees = list(enumerate_trees(model, shape, process))
+    assert sum(pr for _, pr in trees) == 1
+    assert len(trees) == count_trees(model, shape, process)
+    assert len({t.token for t, _ in trees}) == len(trees)
+
+
+def test_sample_tree_is_valid():
+    model = DirichletModel(5, seed=2)
+    t = sample_tree(model, TreeShape.parse("2,2"), "wor", np.random.default_rng(0))
+    assert t.num_nodes == 7 and all(len(set(t.child_tokens(u))) == len(t.children[u]) for u in range(7))
+
+
+def test_models():
+    m = DirichletModel(4, seed=3, similarity=1.0)
+    assert np.allclose(m.target((1, 2)), m.draft((1, 2)))
+    assert not np.allclose(m.target((1,)), m.target((2,)))
+    e = DirichletModel(4, seed=3, exact=True)
+    assert sum(e.target((0,))) == 1 and e.exact
+    cf = context_free([0.5, 0.5], [0.9, 0.1])
+    assert np.array_equal(cf.target((1, 1, 0)), cf.target(()))
+    assert list(apply_temperature(np.array([0.2, 0.5, 0.3]), 0)) == [0, 1, 0]
+    hot = apply_temperature(np.array([0.2, 0.5, 0.3]), 0.5)
+    assert np.isclose(hot.sum(), 1) and hot[1] > 0.5
+
+
+def test_symbolic_identities():
+    """The sympy proofs behind losslessness all reduce to 0 (one-stage identity, TV update, BV step, lemma)."""
+    assert verify_all() == {name: True for name in verify_all()}
+    assert len(verify_all()) == 4
