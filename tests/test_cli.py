@@ -1,0 +1,63 @@
+"""The ``univer`` CLI: the JSON contract and the user's own model tables."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from univer.cli import main
+
+
+def run_json(capsys, *argv):
+    assert main(list(argv) + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_exact_json_contract(capsys):
+    out = run_json(capsys, "exact", "--vocab", "3", "--shape", "2,2", "--process", "wor", "--seed", "0")
+    methods = out["methods"]
+    assert {"rrsw", "tv"} <= set(methods)
+    assert "rrs" not in methods and "sps" not in methods and "nss" not in methods
+    for row in methods.values():
+        assert set(row) >= {"expected_accepted", "distance", "lossless"}
+        assert row["lossless"] is True and row["distance"] <= 1e-12
+
+
+def test_exact_chain_lists_sps_and_bv(capsys):
+    methods = run_json(capsys, "exact", "--vocab", "3", "--shape", "1,1", "--process", "iid")["methods"]
+    assert {"sps", "bv", "tv", "rrs", "kseq"} <= set(methods)
+    assert methods["bv"]["expected_accepted"] >= methods["sps"]["expected_accepted"]
+
+
+def test_exact_topk_lists_nss(capsys):
+    methods = run_json(capsys, "exact", "--vocab", "3", "--shape", "2,1", "--process", "topk")["methods"]
+    assert "nss" in methods
+
+
+def test_model_file_context_free_toy(tmp_path, capsys):
+    """The BV toy example through --model-file: 10/9 (sps) and 11/9 (bv)."""
+    f = tmp_path / "toy.json"
+    f.write_text(json.dumps({"vocab": 2, "target": {"": ["1/3", "2/3"]}, "draft": {"": ["2/3", "1/3"]}}))
+    methods = run_json(capsys, "exact", "--model-file", str(f), "--shape", "1,1", "--process", "iid",
+                       "--rational", "--methods", "sps,bv")["methods"]
+    assert abs(methods["sps"]["expected_accepted"] - 10 / 9) < 1e-15
+    assert abs(methods["bv"]["expected_accepted"] - 11 / 9) < 1e-15
+
+
+def test_model_file_bad_row_is_a_clear_error(tmp_path, capsys):
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps({"vocab": 2, "target": {"": [0.5, 0.6]}, "draft": {"": [0.5, 0.5]}}))
+    assert main(["exact", "--model-file", str(f), "--shape", "1"]) == 2
+    assert "sums to 1.1" in capsys.readouterr().err
+
+
+def test_table_output_and_console_script():
+    """The installed ``univer`` entry point prints the table with a ✓ per lossless method."""
+    out = subprocess.run([sys.executable, "-m", "univer.cli", "exact", "--vocab", "3", "--shape", "2",
+                          "--process", "iid"], capture_output=True, text=True, check=True).stdout
+    assert "tv" in out and "✓" in out and "✗" not in out
+
+
+def test_unknown_method(capsys):
+    assert main(["exact", "--methods", "nope", "--shape", "1"]) == 2
+    assert "unknown method" in capsys.readouterr().err
