@@ -1,0 +1,128 @@
+"""Batched draft processes (theory.md §1) and batched tree drafting.
+
+``sample_children(draft_probs [R, V], k, process, generator) -> [R, k]`` draws the ordered children of ``R``
+nodes at once:
+
+* ``iid``: k inverse-CDF draws from q (float64 uniforms, :func:`gpu.probs.sample_rows`);
+* ``wor``: Gumbel-top-k, the top k of ``log q + G`` (as ``q/E``, E ~ Exp(1)) in decreasing order — exactly the sequential
+  without-replacement law ``Π_j q(x_j)/(1 − Σ_{l<j} q(x_l))``, in order;
+* ``topk``: the k most likely tokens (ties to the lower id, a stable sort);
+* ``greedy``: top-(k−1) plus one draw from q restricted to the other tokens.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from univer_theory import PROCESSES, TreeShape
+from univer_theory.validation import check_choice
+
+from .probs import check_rows, sample_rows
+from .tree_batch import TreeBatch
+
+
+def _top(q: torch.Tensor, m: int) -> torch.Tensor:
+    """``[R, m]`` most likely tokens per row, ties to the lower token id."""
+    return torch.sort(q, dim=-1, descending=True, stable=True).indices[:, :m]
+
+
+def sample_children(draft_probs: torch.Tensor, k: int, process: str,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+    """Ordered children ``[R, k]`` of ``R`` nodes with draft rows ``draft_probs [R, V]`` (see module docstring).
+
+    >>> q = torch.tensor([[0.1, 0.6, 0.3]])
+    >>> sample_children(q, 2, "topk").tolist()
+    [[1, 2]]
+    """
+    where = "sample_children"
+    check_choice(process, PROCESSES, where, "process")
+    if not torch.is_tensor(draft_probs) or draft_probs.ndim != 2:
+        raise ValueError(f"{where}: draft_probs must be a [R, V] tensor")
+    check_rows(where, "draft_probs", draft_probs)
+    if k < 1:
+        raise ValueError(f"{where}: number of children k must be ≥ 1, got {k}")
+    if process != "iid":
+        support = int((draft_probs > 0).sum(-1).min())
+        if k > support:
+            raise ValueError(f"{where}: process {process!r} drafts {k} distinct tokens but a draft row has only "
+                             f"{support} tokens with positive probability")
+    R, V = draft_probs.shape
+    if process == "iid":
+        return sample_rows(draft_probs, generator, num_samples=k)
+    if process == "wor":
+        # Gumbel-top-k in its exponential form: top-k of q/E, E ~ Exp(1), orders tokens as log q + G with
+        # G = −log E a Gumbel.  E is float64: float32 exponentials are quantised at the extremes (the tail that
+        # lets a low-probability token win) and make exact key ties (undefined topk order) likely at large V.
+        # q = 0 tokens get key 0 and are never chosen (k ≤ support).
+        e = torch.empty(R, V, dtype=torch.float64, device=draft_probs.device).exponential_(generator=generator)
+        keys = draft_probs.to(torch.float64) / e.clamp(min=torch.finfo(torch.float64).tiny)
+        return keys.topk(k, dim=-1, sorted=True).indices
+    top = _top(draft_probs, k if process == "topk" else k - 1)
+    if process == "topk":
+        return top
+    rest = draft_probs.scatter(1, top, 0)
+    return torch.cat([top, sample_rows(rest, generator)[:, None]], 1)
+
+
+DraftSource = Callable[[torch.Tensor, list], torch.Tensor]
+
+
+def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
+               generator: torch.Generator | None = None, device=None) -> tuple[TreeBatch, torch.Tensor]:
+    """Draft ``batch_size`` trees of one skeleton ``shape``, depth by depth.
+
+    Parameters
+    ----------
+    shape : the skeleton (``TreeShape``), shared by the batch; slot u of every tree is skeleton node u.
+    draft_probs : either a callable ``(token [B, N], nodes list[int]) -> [B, len(nodes), V]`` giving
+        ``q(·|s(u))`` at skeleton nodes ``nodes`` of one depth (``token`` holds the tokens drafted so far, −1
+        elsewhere), or precomputed rows that ignore the drafted tokens: ``[V]`` (context-free), ``[N, V]``
+        (per slot) or ``[B, N, V]``.
+    process : draft process of every node's children.
+
+    Returns
+    -------
+    ``(TreeBatch, draft rows [B, N, V])``: the callable is asked at every node, leaves included, so the
+    returned rows are exactly the ``draft_probs`` a verifier of this batch needs.
+    """
+    where = "draft_tree"
+    check_choice(process, PROCESSES, where, "process")
+    if not isinstance(shape, TreeShape):
+        raise ValueError(f"{where}: shape must be a TreeShape, got {type(shape).__name__}")
+    N, B = shape.num_nodes, int(batch_size)
+    if callable(draft_probs):
+        source = draft_probs
+    else:
+        rows = torch.as_tensor(draft_probs, device=device)
+        if rows.ndim == 1:
+            rows = rows.expand(B, N, rows.shape[0])
+        elif rows.ndim == 2:
+            rows = rows.expand(B, *rows.shape)
+        if rows.shape[:2] != (B, N):
+            raise ValueError(f"{where}: draft_probs rows must be [V], [N, V] or [B, N, V] with [B, N] = [{B}, {N}], "
+                             f"got {list(rows.shape)}")
+
+        def source(token, nodes):
+            return rows[:, nodes]
+    token = torch.full((B, N), -1, dtype=torch.long, device=device)
+    out = None
+    depth = shape.depth
+    for d in range(shape.max_depth + 1):
+        nodes = [u for u in range(N) if depth[u] == d]
+        q = source(token, nodes)
+        if out is None:
+            out = torch.zeros(B, N, q.shape[-1], dtype=q.dtype, device=q.device)
+            token = token.to(q.device)
+        out[:, nodes] = q
+        by_k: dict[int, list[int]] = {}
+        for i, u in enumerate(nodes):
+            if shape.children[u]:
+                by_k.setdefault(len(shape.children[u]), []).append(i)
+        for k, idx in by_k.items():
+            rows_k = q[:, idx].reshape(-1, q.shape[-1])
+            kids = sample_children(rows_k, k, process, generator).view(B, len(idx), k)
+            for col, i in enumerate(idx):
+                token[:, list(shape.children[nodes[i]])] = kids[:, col]
+    parent = torch.tensor(shape.parent, dtype=torch.long, device=token.device).expand(B, N).contiguous()
+    return TreeBatch(parent, token, torch.full((B,), N, dtype=torch.long, device=token.device)), out

@@ -1,0 +1,203 @@
+"""The batched node-rule engine: :mod:`univer_theory.engine` vectorised over trees (theory.md §3.7, §6.1).
+
+A *level rule* is the torch twin of a theory node rule: it decides ``R`` nodes at once (all internal nodes of
+one depth, across the batch) from a :class:`LevelContext` and returns a :class:`LevelDecision`.
+
+* **Pass 1 (top-down, one step per depth):** the rule gives every internal node its children's enter
+  probabilities ``enter[j]`` and scalings ``s_j`` (the children's ``ρ``), its stop probability ``f`` and its
+  residual.  A drafted leaf has ``f = ρ`` and residual ``p`` (bonus token); the root has ``f = 1`` (it never
+  fails: once its children failed the traversal ends there).  When sampling, each internal
+  node draws its candidate correction token ``Y_u ~ residual`` here, so no ``[B, N, V]`` residual is kept.
+* **Pass 2 (post-order):** with independent coins ``E_c ~ Bern(enter[c])`` and ``F_u ~ Bern(f_u)`` drawn for
+  every node at once, node u succeeds iff some child c (in drafting order) has ``E_c`` and succeeds, or else
+  ``F_u``; the first such child is taken.  This is exactly the sequential sampler of the theory engine (coins
+  it never looks at are independent of the ones it uses); the fixed point is reached after ``D + 1`` sweeps.
+  The analytic ``E[τ | T]`` uses the same sweeps on the pair ``(σ, e)`` (success probability, expected
+  accepted tokens below).
+
+Slots are padded with a *dump* index ``N``: tensors indexed by slot have ``N + 1`` columns so padded children
+scatter harmlessly into the last one.  No host synchronisation happens inside the per-depth loops (the level
+structure comes from :attr:`TreeBatch.levels`, computed once per batch).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .probs import sample_rows, uniform
+from .tree_batch import TreeBatch
+
+
+@dataclass(frozen=True)
+class LevelContext:
+    """What a level rule may look at (``R`` nodes, vocabulary ``V``, at most ``K`` children each)."""
+
+    rho: torch.Tensor         # [R]     scaling ρ of each node
+    target: torch.Tensor      # [R, V]  p(·|s(u))
+    draft: torch.Tensor       # [R, V]  q(·|s(u))
+    children: torch.Tensor    # [R, K]  child tokens in drafting order (0 where absent)
+    child_mask: torch.Tensor  # [R, K]  bool, child j exists
+    process: str
+
+
+@dataclass(frozen=True)
+class LevelDecision:
+    """Output of a level rule; ``residual`` need not be normalised (Y ~ norm(residual))."""
+
+    enter: torch.Tensor       # [R, K]
+    scale: torch.Tensor       # [R, K]
+    stop: torch.Tensor        # [R]
+    residual: torch.Tensor    # [R, V]
+
+
+LevelRule = Callable[[LevelContext], LevelDecision]
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Pass-1 result per slot: ``rho``, ``enter`` (from the parent; 1 at the root), ``stop`` ``[B, N]``;
+    ``candidate`` correction tokens of internal nodes ``[B, N]`` (sampling only; −1 elsewhere);
+    ``residual [B, N, V]`` (only with ``keep_residuals``, for exactness tests; leaves hold ``p``)."""
+
+    rho: torch.Tensor
+    enter: torch.Tensor
+    stop: torch.Tensor
+    candidate: torch.Tensor | None = None
+    residual: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """One verification per tree.
+
+    ``accepted_nodes [B, D+1]``: slots of the accepted path, slot 0 = root, −1 padded beyond ``τ``;
+    ``num_accepted [B]``: τ, the number of accepted drafted tokens; ``next_token [B]``: Y, the correction
+    token (from a residual) or bonus token (``Y ~ p`` at a drafted leaf).
+    """
+
+    accepted_nodes: torch.Tensor
+    num_accepted: torch.Tensor
+    next_token: torch.Tensor
+
+    def accepted_tokens(self, batch: TreeBatch) -> torch.Tensor:
+        """``[B, D]`` drafted tokens of the accepted path (−1 padded)."""
+        nodes = self.accepted_nodes[:, 1:]
+        tok = batch.token.gather(1, nodes.clamp(min=0))
+        return torch.where(nodes >= 0, tok, -1)
+
+
+def _gather_rows(x: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """``x [B, N, V]`` rows at ``slots [B, W]`` (dump index allowed) → ``[B·W, V]``."""
+    B, W = slots.shape
+    rows = torch.arange(B, device=x.device)[:, None]
+    return x[rows, slots.clamp(max=x.shape[1] - 1)].reshape(B * W, x.shape[2])
+
+
+def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
+             rule: LevelRule, generator: torch.Generator | None = None, sample: bool = False,
+             keep_residuals: bool = False) -> Allocation:
+    """Pass 1 from the root down (inputs assumed valid; see :func:`gpu.verify.verify`)."""
+    B, N, V = target_probs.shape
+    dtype, dev = target_probs.dtype, target_probs.device
+    rho = torch.ones(B, N + 1, dtype=dtype, device=dev)
+    enter = torch.ones(B, N + 1, dtype=dtype, device=dev)
+    stop = torch.zeros(B, N + 1, dtype=dtype, device=dev)
+    internal = torch.zeros(B, N + 1, dtype=torch.bool, device=dev)
+    candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
+    residual = target_probs.clone() if keep_residuals else None
+    token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1)
+    for slots, kids in batch.levels:
+        W, K = kids.shape[1], kids.shape[2]
+        ctx = LevelContext(rho.gather(1, slots).reshape(-1), _gather_rows(target_probs, slots),
+                           _gather_rows(draft_probs, slots), token_ext.gather(1, kids.reshape(B, -1)).view(-1, K),
+                           (kids < N).view(-1, K), process)
+        dec = rule(ctx)
+        flat_kids = kids.reshape(B, W * K)
+        rho.scatter_(1, flat_kids, dec.scale.reshape(B, W * K).to(dtype))
+        enter.scatter_(1, flat_kids, dec.enter.reshape(B, W * K).to(dtype))
+        stop.scatter_(1, slots, dec.stop.reshape(B, W).to(dtype))
+        internal.scatter_(1, slots, torch.ones_like(slots, dtype=torch.bool))
+        if sample:
+            candidate.scatter_(1, slots, sample_rows(dec.residual, generator).view(B, W))
+        if keep_residuals:
+            res = torch.cat([residual, torch.zeros_like(residual[:, :1])], dim=1)
+            res.scatter_(1, slots[:, :, None].expand(B, W, V), dec.residual.reshape(B, W, V).to(dtype))
+            residual = res[:, :N]
+    internal[:, N] = False
+    stop = torch.where(internal, stop, rho)          # a drafted leaf (or a lone root) succeeds w.p. ρ
+    stop[:, 0] = 1                                   # the root never fails (as univer_theory.engine.allocate)
+    enter[:, N] = 0                                  # the dump slot is never entered
+    rho[:, N] = 0
+    return Allocation(rho[:, :N], enter[:, :N], stop[:, :N], None if candidate is None else candidate[:, :N],
+                      residual)
+
+
+def _ext(x: torch.Tensor, fill) -> torch.Tensor:
+    """Append the dump column ``N`` holding ``fill``."""
+    return torch.cat([x, torch.full_like(x[:, :1], fill)], dim=1)
+
+
+def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
+           rule: LevelRule, generator: torch.Generator | None = None) -> VerifyResult:
+    """Pass 1 + pass 2 with independent coins: one verification per tree."""
+    B, N, V = target_probs.shape
+    dev = target_probs.device
+    alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True)
+    entered = _ext(uniform((B, N), dev, generator) < alloc.enter.to(torch.float64), False)
+    stops = uniform((B, N), dev, generator) < alloc.stop.to(torch.float64)
+    kids = batch.children                                    # [B, N, K], dump N
+    K = kids.shape[2]
+    flat = kids.reshape(B, N * K)
+    succ = torch.zeros(B, N + 1, dtype=torch.bool, device=dev)
+    slot = torch.arange(N + 1, device=dev).expand(B, N + 1)
+    end = slot.clone()
+    ok_child = entered.gather(1, flat).view(B, N, K)
+    for _ in range(batch.max_depth + 1):
+        wins = ok_child & succ.gather(1, flat).view(B, N, K)
+        any_win = wins.any(-1)
+        first = wins.to(torch.int8).argmax(-1, keepdim=True)  # first child in drafting order
+        winner = kids.gather(2, first).squeeze(2)
+        succ = _ext((any_win | stops) & batch.valid, False)
+        end = _ext(torch.where(any_win, end.gather(1, winner), slot[:, :N]), N)
+    u = end[:, 0]                                            # the root's stop is 1: always an endpoint
+    leaf_rows = target_probs[torch.arange(B, device=dev), u]
+    leaf_y = sample_rows(leaf_rows, generator)
+    is_leaf = batch.num_children.gather(1, u[:, None]).squeeze(1) == 0
+    y = torch.where(is_leaf, leaf_y, alloc.candidate.gather(1, u[:, None]).squeeze(1))
+    depth = batch.depth
+    tau = depth.gather(1, u[:, None]).squeeze(1)
+    D = batch.max_depth
+    path = torch.full((B, D + 1), -1, dtype=torch.long, device=dev)
+    path[:, 0] = 0
+    cur = u
+    for t in range(D, 0, -1):
+        here = tau >= t
+        path[:, t] = torch.where(here, cur, -1)
+        cur = torch.where(here, batch.parent.gather(1, cur[:, None]).squeeze(1), cur)
+    return VerifyResult(path, tau, y)
+
+
+def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
+                      rule: LevelRule) -> torch.Tensor:
+    """``E[τ | T]`` per tree ``[B]``: post-order ``(σ, e)`` of :func:`univer_theory.engine.tree_expected_accepted`,
+    ``σ_u = Σ_j F_j a_j σ_j + F_K f_u``, ``e_u = Σ_j F_j a_j (σ_j + e_j)``, ``F_j = Π_{l<j}(1 − a_l σ_l)``."""
+    B, N, _ = target_probs.shape
+    alloc = allocate(batch, target_probs, draft_probs, process, rule)
+    kids = batch.children
+    K = kids.shape[2]
+    enter = _ext(alloc.enter, 0)
+    sigma = torch.zeros(B, N + 1, dtype=target_probs.dtype, device=target_probs.device)
+    e = torch.zeros_like(sigma)
+    a = [enter.gather(1, kids[:, :, j]) for j in range(K)]
+    for _ in range(batch.max_depth + 1):
+        fail = torch.ones_like(alloc.stop)
+        s_u, e_u = torch.zeros_like(fail), torch.zeros_like(fail)
+        for j in range(K):
+            s_c, e_c = sigma.gather(1, kids[:, :, j]), e.gather(1, kids[:, :, j])
+            s_u = s_u + fail * a[j] * s_c
+            e_u = e_u + fail * a[j] * (s_c + e_c)
+            fail = fail * (1 - a[j] * s_c)
+        sigma, e = _ext(s_u + fail * alloc.stop, 0), _ext(e_u, 0)
+    return e[:, 0]

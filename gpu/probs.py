@@ -1,0 +1,95 @@
+"""Probability rows on the device: logits → probabilities, the one input check, and row sampling.
+
+Probabilities are float32 (default) or float64; a bf16 / fp16 model's logits are converted by
+:func:`probs_from_logits` (softmax in float32), never used as probabilities directly.
+"""
+from __future__ import annotations
+
+import torch
+
+from univer_theory.validation import SIMPLEX_ATOL
+
+#: ``|Σ row − 1|`` tolerance per dtype.  float64 keeps the exact core's 1e-9.  A float32 softmax row over
+#: V ≈ 1.5·10⁵ tokens sums to 1 within ~1e-6 (per-entry rounding 6e-8, pairwise summation); 1e-5 leaves room
+#: for that and still rejects a forgotten normalisation.
+SIMPLEX_TOL = {torch.float64: SIMPLEX_ATOL, torch.float32: 1e-5}
+
+
+def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``softmax(logits / T)`` computed in float32 (float64 stays float64); ``T = 0`` → one-hot argmax.
+
+    Parameters
+    ----------
+    logits : [..., V] float tensor (bf16 / fp16 / fp32 / fp64).
+    temperature : ``T ≥ 0``.  At ``T = 0`` the row is the one-hot of the first maximal logit (lowest token id
+        on ties), the same convention as :func:`univer_theory.apply_temperature`.
+
+    Returns
+    -------
+    [..., V] float32 (float64 for float64 logits) rows on the simplex.
+
+    >>> probs_from_logits(torch.tensor([[0.0, 100.0, -100.0]]), 0.0).tolist()
+    [[0.0, 1.0, 0.0]]
+    """
+    if not torch.is_tensor(logits) or not logits.dtype.is_floating_point or logits.ndim == 0:
+        raise ValueError(f"probs_from_logits: logits must be a floating tensor [..., V], got "
+                         f"{getattr(logits, 'dtype', type(logits).__name__)}")
+    temperature = float(temperature)
+    if not temperature >= 0:  # also rejects NaN
+        raise ValueError(f"probs_from_logits: temperature must be ≥ 0, got {temperature}")
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    x = logits.to(dtype)
+    if torch.isnan(x).any():
+        raise ValueError("probs_from_logits: logits contain NaN")
+    if temperature == 0:
+        return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(dtype)
+    return torch.softmax(x / temperature, dim=-1)
+
+
+def check_rows(where: str, name: str, rows: torch.Tensor, valid: torch.Tensor | None = None) -> None:
+    """Raise ValueError unless every row ``[..., V]`` (where ``valid [...]`` is True) is finite, ≥ 0 and sums to
+    1 within :data:`SIMPLEX_TOL` of its dtype (float32 / float64 only)."""
+    if not torch.is_tensor(rows):
+        raise ValueError(f"{where}: {name} must be a torch tensor, got {type(rows).__name__}")
+    if rows.dtype not in SIMPLEX_TOL:
+        raise ValueError(f"{where}: {name} must be float32 or float64 probabilities, got {rows.dtype} "
+                         f"(convert logits with probs_from_logits)")
+    if rows.ndim == 0 or rows.shape[-1] == 0:
+        raise ValueError(f"{where}: {name} needs a non-empty vocabulary axis, got shape {tuple(rows.shape)}")
+    if valid is None:
+        valid = torch.ones(rows.shape[:-1], dtype=torch.bool, device=rows.device)
+    tol = SIMPLEX_TOL[rows.dtype]
+    bad_sum = (rows.sum(-1) - 1).abs() > tol
+    for mask, rule in (((~torch.isfinite(rows)).any(-1), "contains NaN or inf"),
+                       ((rows < 0).any(-1), "has a negative entry"),
+                       (bad_sum, f"does not sum to 1 within {tol:g}")):
+        mask = mask & valid
+        if mask.any():
+            i = tuple(int(v) for v in mask.nonzero()[0])
+            raise ValueError(f"{where}: {name} row {list(i)} {rule} (sum {float(rows[i].sum()):.9g}, "
+                             f"min {float(rows[i].min()):.3g})")
+
+
+def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None,
+                num_samples: int | None = None) -> torch.Tensor:
+    """Tokens from ``norm(weights)`` per row (``weights [R, V]`` ≥ 0, not necessarily normalised): ``[R]``, or
+    ``[R, num_samples]`` independent draws.
+
+    Inverse CDF in float64: a float32 uniform has resolution 2^-24 (and can be exactly 0), and a float32 cumsum
+    over V ≈ 5·10⁴ entries drifts by ~V·6e-8, which would mis-weight small-probability tokens.  A zero-weight
+    token is never returned for a row with positive mass (the CDF does not rise across it; the ``last``
+    guard covers ``u·total`` rounding up to ``total``).  An all-zero row returns an arbitrary index.
+    """
+    cdf = weights.cumsum(-1, dtype=torch.float64)
+    total = cdf[:, -1:].contiguous()
+    u = torch.rand(cdf.shape[0], num_samples or 1, dtype=torch.float64, device=cdf.device, generator=generator)
+    idx = torch.searchsorted(cdf, u * total, right=True)
+    last = torch.searchsorted(cdf, total, right=False)           # the last token with positive weight
+    idx = torch.minimum(idx, last.clamp(max=cdf.shape[1] - 1))
+    return idx if num_samples else idx.squeeze(1)
+
+
+def uniform(shape, device, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Float64 uniforms on [0, 1) for coins ``U < prob``: with float32, ``Pr(U < prob)`` is off by up to 6e-8
+    and ``U = 0`` has non-negligible probability (the vLLM rejection sampler makes the same choice)."""
+    return torch.rand(shape, dtype=torch.float64, device=device, generator=generator)

@@ -1,0 +1,274 @@
+"""A batch of draft trees as padded tensors (theory.md §0), plus converters and the tree-attention mask.
+
+Layout (``B`` trees, ``N`` slots per tree, the largest tree's node count)::
+
+    parent    [B, N] long   parent slot of every node; −1 for the root (slot 0) and for padded slots
+    token     [B, N] long   drafted token of every node; −1 for the root and for padded slots
+    num_nodes [B]    long   valid slots ``0..num_nodes−1`` of each tree (ragged trees allowed)
+
+Exactly as in :class:`univer_theory.DraftTree`: parents precede children, siblings keep their drafting order
+(= slot order), i.i.d. duplicates are separate children.  Derived tensors (``depth``, ``children``, the
+per-depth lists of internal nodes) are computed once per batch and cached; computing them is the only place
+the batch synchronises with the host.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+from univer_theory import DraftTree
+
+
+def _as_long(x, where: str, name: str, device) -> torch.Tensor:
+    t = torch.as_tensor(x, device=device)
+    if t.dtype.is_floating_point or t.dtype == torch.bool or t.is_complex():
+        raise ValueError(f"{where}: {name} must hold integers, got dtype {t.dtype}")
+    return t.to(torch.long)
+
+
+@dataclass(frozen=True)
+class TreeBatch:
+    """``B`` draft trees padded to ``N`` slots (see the module docstring for the layout).
+
+    Build with :meth:`from_trees` (a list of :class:`univer_theory.DraftTree`), :meth:`from_tensors`
+    (validated ``parent`` / ``token`` tensors) or :meth:`from_sglang`.
+
+    >>> from univer_theory import DraftTree
+    >>> b = TreeBatch.from_trees([DraftTree((-1, 0, 0, 1), (-1, 2, 0, 1)), DraftTree.chain([3])])
+    >>> b.depth.tolist()
+    [[0, 1, 1, 2], [0, 1, -1, -1]]
+    """
+
+    parent: torch.Tensor      # [B, N] long
+    token: torch.Tensor       # [B, N] long
+    num_nodes: torch.Tensor   # [B] long
+
+    # ---------------------------------------------------------------------------------------------------
+    # Constructors
+    # ---------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_tensors(cls, parent, token, num_nodes=None, vocab_size: int | None = None,
+                     device=None) -> "TreeBatch":
+        """Validate and wrap ``parent [B, N]``, ``token [B, N]`` (``num_nodes [B]``, default: all ``N``).
+
+        Rules (each broken rule raises ValueError naming the tree and slot): slot 0 is the only root
+        (parent = token = −1); a valid node ``v ≥ 1`` has ``0 ≤ parent < v`` and ``0 ≤ token < vocab_size``;
+        padded slots have parent = token = −1.
+        """
+        where = "TreeBatch.from_tensors"
+        parent = _as_long(parent, where, "parent", device)
+        token = _as_long(token, where, "token", parent.device)
+        if parent.ndim != 2 or parent.shape != token.shape or parent.shape[1] == 0:
+            raise ValueError(f"{where}: parent and token must both be [B, N] with N ≥ 1, got "
+                             f"{tuple(parent.shape)} and {tuple(token.shape)}")
+        B, N = parent.shape
+        if num_nodes is None:
+            num_nodes = torch.full((B,), N, dtype=torch.long, device=parent.device)
+        num_nodes = _as_long(num_nodes, where, "num_nodes", parent.device)
+        if num_nodes.shape != (B,):
+            raise ValueError(f"{where}: num_nodes must be [B] = [{B}], got {tuple(num_nodes.shape)}")
+        bad = (num_nodes < 1) | (num_nodes > N)
+        if bad.any():
+            b = int(bad.nonzero()[0, 0])
+            raise ValueError(f"{where}: tree {b} has num_nodes {int(num_nodes[b])}, outside [1, {N}]")
+        slot = torch.arange(N, device=parent.device)
+        valid = slot[None, :] < num_nodes[:, None]
+        checks = [
+            ((parent[:, 0] != -1) | (token[:, 0] != -1))[:, None] & (slot[None, :] == 0),
+            "slot 0 must be the root with parent −1 and token −1",
+            valid & (slot[None, :] > 0) & ((parent < 0) | (parent >= slot[None, :])),
+            "parents must precede their children (0 ≤ parent < slot) and only slot 0 may be a root",
+            valid & (slot[None, :] > 0) & (token < 0),
+            "drafted tokens must be ≥ 0",
+            ~valid & ((parent != -1) | (token != -1)),
+            "padded slots (≥ num_nodes) must have parent −1 and token −1",
+        ]
+        if vocab_size is not None:
+            checks += [valid & (slot[None, :] > 0) & (token >= vocab_size),
+                       f"token ids must lie in [0, {vocab_size})"]
+        for mask, rule in zip(checks[::2], checks[1::2]):
+            if mask.any():
+                b, v = (int(i) for i in mask.nonzero()[0])
+                raise ValueError(f"{where}: tree {b} slot {v} (parent {int(parent[b, v])}, token "
+                                 f"{int(token[b, v])}) breaks the rule: {rule}")
+        return cls(parent.contiguous(), token.contiguous(), num_nodes.contiguous())
+
+    @classmethod
+    def from_trees(cls, trees, device=None) -> "TreeBatch":
+        """Pad a list of :class:`univer_theory.DraftTree` into one batch (already valid: no re-check)."""
+        trees = list(trees)
+        if not trees or not all(isinstance(t, DraftTree) for t in trees):
+            raise ValueError("TreeBatch.from_trees: trees must be a non-empty list of DraftTree")
+        N = max(t.num_nodes for t in trees)
+        parent = torch.full((len(trees), N), -1, dtype=torch.long)
+        token = torch.full((len(trees), N), -1, dtype=torch.long)
+        for b, t in enumerate(trees):
+            parent[b, :t.num_nodes] = torch.tensor(t.parent)
+            token[b, :t.num_nodes] = torch.tensor(t.token)
+        num_nodes = torch.tensor([t.num_nodes for t in trees], dtype=torch.long)
+        return cls(parent.to(device), token.to(device), num_nodes.to(device))
+
+    @classmethod
+    def from_sglang(cls, retrive_next_token, retrive_next_sibling, token, num_nodes=None,
+                    vocab_size: int | None = None) -> "TreeBatch":
+        """Build from SGLang-style linked lists: ``retrive_next_token[b, u]`` = first child of u,
+        ``retrive_next_sibling[b, u]`` = next sibling of u (−1 for none), ``token [B, N]`` (root −1).
+
+        The sibling lists must run in slot order (our drafting order); the result is validated like
+        :meth:`from_tensors`.
+        """
+        where = "TreeBatch.from_sglang"
+        first = _as_long(retrive_next_token, where, "retrive_next_token", None)
+        nxt = _as_long(retrive_next_sibling, where, "retrive_next_sibling", first.device)
+        token = _as_long(token, where, "token", first.device)
+        if first.ndim != 2 or first.shape != nxt.shape or first.shape != token.shape:
+            raise ValueError(f"{where}: retrive_next_token, retrive_next_sibling and token must all be [B, N], "
+                             f"got {tuple(first.shape)}, {tuple(nxt.shape)}, {tuple(token.shape)}")
+        B, N = first.shape
+        for name, arr in (("retrive_next_token", first), ("retrive_next_sibling", nxt)):
+            if ((arr < -1) | (arr >= N)).any():
+                raise ValueError(f"{where}: {name} entries must lie in [−1, {N}), got {arr.min()}..{arr.max()}")
+        slot = torch.arange(N, device=first.device).expand(B, N)
+        if ((first != -1) & (first <= slot)).any() or ((nxt != -1) & (nxt <= slot)).any():
+            raise ValueError(f"{where}: every first child and next sibling must come after its node in slot "
+                             f"order (parents precede children, siblings in drafting order)")
+        parent = torch.full((B, N + 1), -1, dtype=torch.long, device=first.device)
+        dump = torch.where(first >= 0, first, N)
+        parent.scatter_(1, dump, torch.where(first >= 0, slot, -1))
+        # a sibling's parent is its predecessor's: walk the lists (each step fixes one more sibling)
+        for _ in range(N):
+            src = torch.where(nxt >= 0, nxt, N)
+            parent.scatter_(1, src, torch.where(nxt >= 0, parent[:, :N], -1))
+        return cls.from_tensors(parent[:, :N].contiguous(), token, num_nodes, vocab_size)
+
+    # ---------------------------------------------------------------------------------------------------
+    # Basic properties
+    # ---------------------------------------------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return self.parent.shape[0]
+
+    @property
+    def max_nodes(self) -> int:
+        """``N``, the padded number of slots."""
+        return self.parent.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.parent.device
+
+    def to(self, device) -> "TreeBatch":
+        return TreeBatch(self.parent.to(device), self.token.to(device), self.num_nodes.to(device))
+
+    @cached_property
+    def valid(self) -> torch.Tensor:
+        """``[B, N]`` bool: slot holds a node (root included)."""
+        return torch.arange(self.max_nodes, device=self.device)[None, :] < self.num_nodes[:, None]
+
+    @cached_property
+    def depth(self) -> torch.Tensor:
+        """``[B, N]`` long: depth of every node (root 0, a drafted child of the root 1); −1 for padding."""
+        B, N = self.parent.shape
+        depth = torch.zeros(B, N, dtype=torch.long, device=self.device)
+        has_parent = self.parent >= 0
+        par = self.parent.clamp(min=0)
+        for _ in range(N - 1):  # after step t every node of depth ≤ t+1 is right
+            depth = torch.where(has_parent, depth.gather(1, par) + 1, depth)
+        return torch.where(self.valid, depth, -1)
+
+    @cached_property
+    def max_depth(self) -> int:
+        """``D``: the largest depth in the batch (0 when every tree is just a root)."""
+        return int(self.depth.max())
+
+    def positions(self, offset) -> torch.Tensor:
+        """``[B, N]`` position ids: ``offset[b] + depth`` (``offset`` = position of the root, scalar or [B])."""
+        offset = torch.as_tensor(offset, device=self.device).reshape(-1, 1)
+        return offset + self.depth.clamp(min=0)
+
+    @cached_property
+    def sibling_rank(self) -> torch.Tensor:
+        """``[B, N]`` long: index of each node among its parent's children (drafting order); −1 for root/pad."""
+        same = self.parent[:, :, None] == self.parent[:, None, :]            # [B, N, N]
+        earlier = torch.ones(self.max_nodes, self.max_nodes, dtype=torch.bool, device=self.device).tril(-1)
+        rank = (same & earlier[None]).sum(-1)
+        return torch.where(self.parent >= 0, rank, -1)
+
+    @cached_property
+    def num_children(self) -> torch.Tensor:
+        """``[B, N]`` long: number of children of every node."""
+        B, N = self.parent.shape
+        out = torch.zeros(B, N + 1, dtype=torch.long, device=self.device)
+        out.scatter_add_(1, torch.where(self.parent >= 0, self.parent, N), torch.ones_like(self.parent))
+        return out[:, :N]
+
+    @cached_property
+    def children(self) -> torch.Tensor:
+        """``[B, N, K]`` long: ``children[b, u, j]`` = slot of the j-th child of u; ``N`` (one past the last
+        slot, a dump index) where u has fewer than ``j+1`` children.  ``K`` = largest branching (≥ 1)."""
+        B, N = self.parent.shape
+        K = max(int(self.num_children.max()), 1)
+        out = torch.full((B, (N + 1) * K), N, dtype=torch.long, device=self.device)
+        has = self.parent >= 0
+        flat = torch.where(has, self.parent * K + self.sibling_rank, N * K)
+        out.scatter_(1, flat, torch.where(has, torch.arange(N, device=self.device).expand(B, N), N))
+        return out.view(B, N + 1, K)[:, :N]
+
+    @cached_property
+    def levels(self) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Per depth ``d < D``: ``(slots [B, W_d], kids [B, W_d, K_d])`` — the internal nodes at depth d (padded
+        with ``N``) and their children (padded with ``N``), ``K_d`` the largest branching at that depth."""
+        B, N = self.parent.shape
+        internal = (self.num_children > 0) & self.valid
+        kids_ext = torch.cat([self.children, torch.full_like(self.children[:, :1], N)], dim=1)  # [B, N+1, K]
+        out = []
+        for d in range(self.max_depth):
+            at = internal & (self.depth == d)
+            width = max(int(at.sum(1).max()), 1)
+            k_d = max(int(torch.where(at, self.num_children, 0).max()), 1)
+            # a stable sort puts the wanted slots first, in slot order
+            order = torch.sort(torch.where(at, 0, 1), dim=1, stable=True).indices[:, :width]
+            slots = torch.where(at.gather(1, order), order, N)
+            kids = kids_ext.gather(1, slots[:, :, None].expand(B, width, kids_ext.shape[2]))[:, :, :k_d]
+            out.append((slots, kids))
+        return tuple(out)
+
+    # ---------------------------------------------------------------------------------------------------
+    # Conversions
+    # ---------------------------------------------------------------------------------------------------
+    def to_trees(self, vocab_size: int | None = None) -> list[DraftTree]:
+        """The batch as a list of :class:`univer_theory.DraftTree` (host copies)."""
+        parent, token, n = self.parent.tolist(), self.token.tolist(), self.num_nodes.tolist()
+        return [DraftTree(tuple(parent[b][:n[b]]), tuple(token[b][:n[b]]), vocab_size) for b in range(len(n))]
+
+    def to_sglang(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(retrive_next_token, retrive_next_sibling)`` ``[B, N]``: first child / next sibling, −1 for none."""
+        N = self.max_nodes
+        first = self.children[:, :, 0]
+        first = torch.where(first < N, first, -1)
+        # next sibling of v = children[parent[v], rank[v] + 1]
+        ch = torch.cat([self.children, torch.full_like(self.children[:, :, :1], N)], dim=2)   # [B, N, K+1]
+        K1 = ch.shape[2]
+        has = self.parent >= 0
+        flat = ch.reshape(ch.shape[0], -1)
+        idx = torch.where(has, self.parent.clamp(min=0) * K1 + self.sibling_rank + 1, 0)
+        nxt = torch.where(has, flat.gather(1, idx), N)
+        return first.contiguous(), torch.where(nxt < N, nxt, -1)
+
+
+def tree_attention_mask(batch: TreeBatch) -> torch.Tensor:
+    """``[B, N, N]`` bool: ``mask[b, i, j]`` is True iff node j is an ancestor of node i or i itself.
+
+    Padded slots see only themselves (keeps a softmax over each row finite) and no valid node sees them.
+    """
+    B, N = batch.parent.shape
+    eye = torch.eye(N, dtype=torch.bool, device=batch.device).expand(B, N, N)
+    mask = eye.clone()
+    cur = torch.arange(N, device=batch.device).expand(B, N)
+    for _ in range(max(batch.max_depth, 0)):
+        up = batch.parent.gather(1, cur.clamp(min=0))
+        cur = torch.where(cur >= 0, up, -1)
+        mask |= (cur[:, :, None] == torch.arange(N, device=batch.device)[None, None, :])
+    return mask & (batch.valid[:, :, None] | eye)

@@ -1,0 +1,131 @@
+"""Public batched verifiers: validate once, then run the level rules (theory.md §3).
+
+.. math::
+
+    \\text{verify}(T_b, p, q) \\sim \\text{law}_{T_b}(\\text{path}, Y) \\quad\\text{independently for } b = 1..B
+
+with the same per-tree law as ``univer_theory.get_verifier(method).law`` (up to float round-off), and
+``expected_accepted_length`` equal to ``Verifier.expected_accepted_length`` per tree.
+"""
+from __future__ import annotations
+
+import torch
+
+from univer_theory import PROCESSES, VERIFIERS
+from univer_theory.validation import check_choice
+
+from . import engine
+from .engine import VerifyResult
+from .probs import check_rows
+from .rules import kseq_rule, nss_rule, rrs_rule, rrsw_rule, tv_rule
+from .tree_batch import TreeBatch
+
+#: Method name → level rule; the draft processes each supports are those of the exact twin in
+#: :data:`univer_theory.VERIFIERS`.
+METHODS = {"nss": nss_rule, "rrs": rrs_rule, "rrsw": rrsw_rule, "kseq": kseq_rule, "tv": tv_rule}
+
+
+def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, process: str) -> None:
+    """Every per-batch input rule, each with its own ValueError (function, argument, rule, value).
+
+    Shapes ``[B, N, V]`` agreeing with the batch; float32 / float64, same dtype and device; valid rows on the
+    simplex (:data:`gpu.probs.SIMPLEX_TOL`); token ids in ``[0, V)``; ``q(parent)[token] > 0`` for every drafted
+    node; no duplicate siblings unless iid; topk / greedy children are the top-k / top-(k−1) draft tokens (ties
+    to the lower id).  Padded slots' rows are ignored.
+    """
+    if not isinstance(batch, TreeBatch):
+        raise ValueError(f"{where}: batch must be a TreeBatch, got {type(batch).__name__}")
+    check_choice(process, PROCESSES, where, "process")
+    for name, x in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if not torch.is_tensor(x) or x.ndim != 3 or x.shape[:2] != batch.parent.shape:
+            raise ValueError(f"{where}: {name} must be [B, N, V] with [B, N] = {list(batch.parent.shape)}, got "
+                             f"{list(x.shape) if torch.is_tensor(x) else type(x).__name__}")
+        if x.device != batch.device:
+            raise ValueError(f"{where}: {name} is on {x.device} but the batch is on {batch.device}")
+    if target_probs.shape != draft_probs.shape or target_probs.dtype != draft_probs.dtype:
+        raise ValueError(f"{where}: target_probs {list(target_probs.shape)} {target_probs.dtype} and draft_probs "
+                         f"{list(draft_probs.shape)} {draft_probs.dtype} disagree (vocab, nodes or dtype)")
+    check_rows(where, "target_probs", target_probs, batch.valid)
+    check_rows(where, "draft_probs", draft_probs, batch.valid)
+    B, N, V = target_probs.shape
+    drafted = batch.parent >= 0
+    bad = drafted & (batch.token >= V)
+    if bad.any():
+        b, v = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{where}: tree {b} node {v} has token {int(batch.token[b, v])}, outside [0, {V})")
+    par, tok = batch.parent.clamp(min=0), batch.token.clamp(min=0)
+    q_tok = draft_probs[torch.arange(B, device=batch.device)[:, None], par, tok]     # q(token | s(parent)) [B, N]
+    bad = drafted & (q_tok == 0)
+    if bad.any():
+        b, v = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{where}: tree {b} node {v} drafts token {int(batch.token[b, v])} but its parent's "
+                         f"draft_probs[{b}, {int(batch.parent[b, v])}, {int(batch.token[b, v])}] = 0")
+    if process != "iid":
+        same = (batch.parent[:, :, None] == batch.parent[:, None, :]) & (batch.token[:, :, None] == batch.token[:, None, :])
+        dup = (same & drafted[:, :, None]).triu(1).any(-1)
+        if dup.any():
+            b, v = (int(i) for i in dup.nonzero()[0])
+            raise ValueError(f"{where}: tree {b} node {v} has a sibling with the same token "
+                             f"{int(batch.token[b, v])}, impossible under process {process!r}")
+    if process in ("topk", "greedy"):
+        k = batch.num_children.gather(1, par)
+        m = k if process == "topk" else k - 1
+        # rank of y in q (descending, ties to the lower id) must be < m for the first m children
+        ids = torch.arange(V, device=batch.device)
+        q_rows = draft_probs.gather(1, par[:, :, None].expand(B, N, V))      # q(·|s(parent)) per node
+        rank = ((q_rows > q_tok[:, :, None]) | ((q_rows == q_tok[:, :, None]) & (ids < tok[:, :, None]))).sum(-1)
+        bad = drafted & (batch.sibling_rank < m) & (rank >= m)
+        if bad.any():
+            b, v = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{where}: tree {b} node {v} (token {int(batch.token[b, v])}, draft rank "
+                             f"{int(rank[b, v])}) is not among the top-{int(m[b, v])} draft tokens required by "
+                             f"process {process!r}")
+
+
+def _rule(where: str, method: str, process: str):
+    check_choice(method, METHODS, where, "method")
+    check_choice(process, PROCESSES, where, "process")
+    supported = VERIFIERS[method].processes
+    if process not in supported:
+        raise NotImplementedError(f"{where}: {method} is defined for processes {supported}, got {process!r}")
+    return METHODS[method]
+
+
+def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
+           method: str, generator: torch.Generator | None = None, validate: bool = True) -> VerifyResult:
+    """One verification of every tree of ``batch``.
+
+    Parameters
+    ----------
+    batch : TreeBatch with ``B`` trees of at most ``N`` nodes.
+    target_probs, draft_probs : ``[B, N, V]`` float32 / float64; row u of tree b is ``p(·|s(u))`` /
+        ``q(·|s(u))`` (padded rows ignored).  Leaves' draft rows are checked but unused.
+    process : draft process of the children (``iid``, ``wor``, ``topk``, ``greedy``).
+    method : one of :data:`METHODS`; its processes are those of the exact twin in ``univer_theory``.
+    generator : torch.Generator on the inputs' device (None: torch's default generator).
+    validate : run :func:`validate_inputs` (skip only for inputs already checked).
+
+    Returns
+    -------
+    VerifyResult: ``accepted_nodes [B, D+1]`` (slot 0 = root, −1 padded), ``num_accepted [B]`` (τ),
+    ``next_token [B]`` (Y).
+
+    >>> from univer_theory import DraftTree
+    >>> b = TreeBatch.from_trees([DraftTree.chain([1])])
+    >>> p = torch.tensor([[[0.0, 1.0], [0.5, 0.5]]])
+    >>> verify(b, p, p, "iid", "tv", torch.Generator().manual_seed(0)).num_accepted.tolist()
+    [1]
+    """
+    rule = _rule("verify", method, process)
+    if validate:
+        validate_inputs("verify", batch, target_probs, draft_probs, process)
+    return engine.sample(batch, target_probs, draft_probs, process, rule, generator)
+
+
+def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,
+                             process: str, method: str, validate: bool = True) -> torch.Tensor:
+    """``E[τ | T_b]`` per tree ``[B]`` (analytic, no sampling; dtype of the inputs); arguments as :func:`verify`."""
+    rule = _rule("expected_accepted_length", method, process)
+    if validate:
+        validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process)
+    return engine.expected_accepted(batch, target_probs, draft_probs, process, rule)

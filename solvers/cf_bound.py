@@ -1,0 +1,247 @@
+"""The conditional-framework optimum CF (theory.md §6.4): the best E[τ] of any verifier of §6.1.
+
+A verifier of the conditional framework hands every node X a scaling ``ρ_X`` and, for the realised child
+tuple ``S``, a plan ``w(S)`` whose token marginal is CondOT(ρ)-feasible; children are attempted in drafting
+order, child j with scaling ``s_j = π(S,j)/R_j(S)`` where ``π(S,j) = Q_k(S)·w_j(S)`` and
+``R_j(S) = Q_k(S) − Σ_{l<j} π(S,l)`` (``R_j/Q_k(S)`` = Pr(child j is attempted | S)).
+
+**Value functions.**  ``G_X(ρ)`` = expected number of accepted tokens *in X's subtree, X included*, when
+X is entered with scaling ρ (X is on the accepted path w.p. exactly ρ, by the §6.1 theorem):
+
+.. math::
+    G_{leaf}(ρ) = ρ, \\qquad
+    G_X(ρ) = ρ + \\max_{π ∈ CondOT(ρ)} \\sum_S \\sum_j R_j(S)\\,Ḡ_{c_j}\\big(π(S,j)/R_j(S)\\big),
+
+where ``Ḡ_c`` is the child's value at prefix ``s·y_j`` averaged over its random subtree (for an internal
+child this average is already inside ``G_c``).  The term ``R_j·Ḡ_{c_j}(π/R_j)`` is child j's expected
+accepted tokens: attempted w.p. ``R_j/Q_k``, then ``G_c(s_j)``.  The root is entered with ρ = 1 and its own
+"token" is the context, so **CF = G_root(1) − 1 = E[τ]**.  Checks: depth 1 → ``Σ π = α*``; a chain
+(k = 1) → the unique plan ``w = min(1, ρp/q)`` per node, i.e. Block Verification's ``Σ_i E[w_i]``.
+
+**Computation.**  Each ``G_X`` is concave piecewise linear in ρ (a parametric LP whose feasible set scales
+with ρ, with concave PL children).  A concave PL ``Ḡ`` given by breakpoints enters the node problem as
+hypograph rows ``t ≤ m_i·π + b_i·R`` (the perspective of ``min_i(m_i x + b_i)``), so every node problem is
+an LP.  Breakpoints are found by the tangent/chord *sandwich*: on an interval [a, b] with values and
+supergradients (LP duals), the two tangents meet at x*; if the tangent value there exceeds the chord by
+less than ``tol`` the chord is exact to ``tol`` on [a, b], otherwise x* is evaluated and both halves are
+refined.  For an exactly PL function this stops at its true breakpoints, so the chord interpolant *is* G up
+to LP tolerance.  CF needs the model at undrafted prefixes: it is a bound, not an algorithm.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from univer_theory.models import Model
+from univer_theory.processes import PROCESSES, tuple_law
+from univer_theory.tree import TreeShape
+from univer_theory.validation import check_choice
+
+from .global_lp import as_shape, model_rows
+from .highs_lp import solve_lp
+
+#: Sandwich stopping gap per value function (tangent envelope − chord, absolute).
+SANDWICH_TOL = 1e-11
+#: Safety cap on LP evaluations per value function.
+MAX_EVALUATIONS = 400
+
+
+def subtree_key(shape: TreeShape, u: int) -> str:
+    """The ordered subtree shape under node u in nested form (``"."`` for a leaf); G depends only on it."""
+    kids = shape.children[u]
+    return "(" + ",".join(subtree_key(shape, c) for c in kids) + ")" if kids else "."
+
+
+def _child_keys(key: str) -> list[str]:
+    """Children keys of a nested subtree key ``"(k1,k2,…)"``."""
+    out, depth, start = [], 0, 1
+    for i, ch in enumerate(key):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if (ch == "," and depth == 1) or (ch == ")" and depth == 0):
+            out.append(key[start:i])
+            start = i + 1
+    return out
+
+
+@dataclass(frozen=True)
+class ValueFunction:
+    """Concave PL ``G`` on [0, 1] by its breakpoints; ``pieces()`` = chords as ``(slopes, intercepts)``."""
+
+    rho: np.ndarray      # breakpoints, increasing, from 0 to 1
+    value: np.ndarray    # G at the breakpoints
+    gap: float           # final sandwich gap (≤ tol unless the evaluation cap was hit)
+
+    def __call__(self, rho):
+        return np.interp(rho, self.rho, self.value)
+
+    def pieces(self) -> tuple[np.ndarray, np.ndarray]:
+        slopes = np.diff(self.value) / np.diff(self.rho)
+        return slopes, self.value[:-1] - slopes * self.rho[:-1]
+
+
+LEAF = ValueFunction(np.array([0.0, 1.0]), np.array([0.0, 1.0]), 0.0)
+
+
+class NodeProblem:
+    """The CF node LP at one node for every ρ: fixed (p, q, process, children's ``Ḡ``), RHS ``ρ·p``.
+
+    Columns: ``π(S, j)`` then ``t(S, j)``, tuple-major.  Rows: cumulative ``Σ_{l≤j} π(S,l) ≤ Q_k(S)``;
+    marginals ``Σ_{S_j = y} π(S,j) ≤ ρ p(y)``; hypographs ``t − m_i π(S,j) + b_i Σ_{l<j} π(S,l) ≤ b_i Q_k(S)``.
+    Maximise ``Σ t``.
+    """
+
+    def __init__(self, target_probs: np.ndarray, draft_probs: np.ndarray, k: int, process: str, child_value):
+        law = tuple_law(draft_probs, k, process)
+        self.target = np.asarray(target_probs, dtype=np.float64)
+        self.k = k
+        self.tuples = [S for S, _ in law]
+        self.probs = np.array([float(x) for _, x in law])
+        nS = len(self.tuples)
+        n_pi = nS * k
+        ri, rj, rv, ub = [], [], [], []
+        # cumulative
+        for s in range(nS):
+            for j in range(k):
+                r = s * k + j
+                ri += [r] * (j + 1)
+                rj += [s * k + l for l in range(j + 1)]
+                rv += [1.0] * (j + 1)
+        ub.append(np.repeat(self.probs, k))
+        row = n_pi
+        # marginals
+        self.tokens = np.unique([y for S in self.tuples for y in S])
+        tok_row = {int(y): row + i for i, y in enumerate(self.tokens)}
+        for s, S in enumerate(self.tuples):
+            for j, y in enumerate(S):
+                ri.append(tok_row[y]), rj.append(s * k + j), rv.append(1.0)
+        self.marginal_rows = np.arange(row, row + self.tokens.size)
+        ub.append(np.zeros(self.tokens.size))  # placeholder, set per ρ
+        row += self.tokens.size
+        # hypographs
+        for s, S in enumerate(self.tuples):
+            for j, y in enumerate(S):
+                m, b = child_value(j, y).pieces()
+                rows = row + np.arange(m.size)
+                t_col = n_pi + s * k + j
+                ri += list(rows); rj += [t_col] * m.size; rv += [1.0] * m.size
+                ri += list(rows); rj += [s * k + j] * m.size; rv += list(-m)
+                for l in range(j):
+                    ri += list(rows); rj += [s * k + l] * m.size; rv += list(b)
+                ub.append(b * self.probs[s])
+                row += m.size
+        self.A = sp.csc_matrix((rv, (ri, rj)), shape=(row, 2 * n_pi))
+        self.upper = np.concatenate(ub)
+        self.cost = np.concatenate([np.zeros(n_pi), np.ones(n_pi)])
+        self.n_pi = n_pi
+
+    def solve(self, rho: float):
+        """``(G(ρ), supergradient dG/dρ, π [n_S, k], LPSolution)``."""
+        upper = self.upper.copy()
+        upper[self.marginal_rows] = rho * self.target[self.tokens]
+        sol = solve_lp(self.cost, self.A, -np.inf, upper, np.concatenate([np.zeros(self.n_pi), np.full(self.n_pi, -np.inf)]),
+                       np.inf, method="simplex")
+        if not sol.success:
+            raise RuntimeError(f"cf node LP at ρ={rho}: HiGHS returned {sol.message}")
+        slope = 1.0 + float(sol.row_dual[self.marginal_rows] @ self.target[self.tokens])
+        pi = np.clip(sol.x[:self.n_pi], 0.0, None).reshape(len(self.tuples), self.k)
+        return rho + sol.objective, slope, pi, sol
+
+
+def sandwich(evaluate, tol: float = SANDWICH_TOL, max_evaluations: int = MAX_EVALUATIONS) -> ValueFunction:
+    """Breakpoints of a concave PL function on [0, 1] from ``evaluate(ρ) -> (value, supergradient)``."""
+    pts = {0.0: evaluate(0.0), 1.0: evaluate(1.0)}
+    stack, worst = [(0.0, 1.0)], 0.0
+    while stack:
+        a, b = stack.pop()
+        (fa, ga), (fb, gb) = pts[a], pts[b]
+        chord = (fb - fa) / (b - a)
+        if ga - gb <= 1e-14:
+            continue  # tangents parallel: G is linear on [a, b]
+        x = (fb - fa + ga * a - gb * b) / (ga - gb)
+        x = min(max(x, a), b)
+        gap = fa + ga * (x - a) - (fa + chord * (x - a))
+        if gap <= tol or x - a < 1e-13 or b - x < 1e-13:
+            worst = max(worst, gap)
+            continue
+        if len(pts) >= max_evaluations:
+            worst = max(worst, gap)
+            continue
+        pts[x] = evaluate(x)
+        stack += [(a, x), (x, b)]
+    xs = np.array(sorted(pts))
+    return ValueFunction(xs, np.array([pts[x][0] for x in xs]), worst)
+
+
+@dataclass(frozen=True)
+class CFResult:
+    """Conditional-framework optimum.
+
+    ``value`` = G_root(1) − 1 (E[τ]); ``functions``: {(subtree key, prefix): ValueFunction} of every internal
+    non-root node; ``breakpoints`` total / ``max_breakpoints`` per function (the ρ-grid sizes);
+    ``lp_solves``; ``tolerance``: bound on how far ``value`` may sit below the exact CF, propagated as
+    ``δ_X = gap_X + k·max_c δ_c`` (LP tolerance aside); ``status`` 0 ok, 1 a sandwich hit its evaluation cap.
+    """
+
+    value: float
+    functions: dict = field(repr=False)
+    breakpoints: int
+    max_breakpoints: int
+    lp_solves: int
+    tolerance: float
+    seconds: float
+    status: int
+    success: bool
+    message: str
+
+
+def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CFResult:
+    """CF of (model, shape, process): value functions bottom-up, then the root LP at ρ = 1."""
+    where = "cf_bound"
+    start = time.perf_counter()
+    shape = as_shape(shape, where)
+    check_choice(process, PROCESSES, where, "process")
+    functions: dict = {}
+    deltas: dict = {}
+    counter = [0]
+
+    def problem(key: str, prefix: tuple) -> NodeProblem:
+        p, q = model_rows(model, prefix, where)
+        keys = _child_keys(key)
+        return NodeProblem(p, q, len(keys), process, lambda j, y: value_function(keys[j], prefix + (y,)))
+
+    def value_function(key: str, prefix: tuple) -> ValueFunction:
+        if key == ".":
+            return LEAF
+        if (key, prefix) not in functions:
+            node = problem(key, prefix)
+
+            def evaluate(rho):
+                counter[0] += 1
+                g, slope, _, _ = node.solve(rho)
+                return g, slope
+
+            functions[key, prefix] = sandwich(evaluate, tol)
+            kids = _child_keys(key)
+            deltas[key, prefix] = functions[key, prefix].gap + len(kids) * max(
+                (deltas.get((kids[j], prefix + (int(y),)), 0.0) for j in range(len(kids)) for y in node.tokens),
+                default=0.0)
+        return functions[key, prefix]
+
+    root_key = subtree_key(shape, 0)
+    root = problem(root_key, ())
+    g_root, _, _, _ = root.solve(1.0)
+    counter[0] += 1
+    kids = _child_keys(root_key)
+    tolerance = len(kids) * max((d for (k_, s), d in deltas.items() if len(s) == 1), default=0.0)
+    sizes = [f.rho.size for f in functions.values()] or [0]
+    capped = any(f.gap > tol for f in functions.values())
+    message = (f"breakpoint search hit the cap of {MAX_EVALUATIONS} evaluations; value is a lower bound within {tolerance:.1e}"
+               if capped else f"converged; value within {tolerance:.1e} below the exact CF (LP tolerance aside)")
+    return CFResult(g_root - 1.0, functions, int(sum(sizes)), int(max(sizes)), counter[0], tolerance,
+                    time.perf_counter() - start, int(capped), not capped, message)

@@ -1,0 +1,144 @@
+"""The node LP CondOT(ρ) over ordered child tuples and positions (theory.md §4.2, §6.1; UniVer rule 1).
+
+.. math::
+
+    \\max \\sum_{S, j} π(S, j) \\quad\\text{s.t.}\\quad π ≥ 0,\\;
+    \\sum_j π(S, j) ≤ Q_k(S),\\; \\sum_{(S, j):\\, S_j = y} π(S, j) ≤ ρ\\,p(y),
+
+over every ordered tuple S with ``Q_k(S) > 0`` (``univer_theory.processes.tuple_law``) and position j.
+A plan π is a node plan in the sense of §6.1 with ``w_j(S) = π(S, j)/Q_k(S)``.  Positions subsume the
+set-based LP of §4.1 (parallel edges of the same max-flow), so ρ = 1 is the flat multi-draft OT.
+Solved with HiGHS (deterministic); the answer is rechecked here (:func:`check_plan`).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import csr_array, vstack
+
+from univer_theory.alpha_star import check_node_inputs
+from univer_theory.processes import tuple_law
+
+from .result import OTResult
+
+#: Tolerance of our recheck of a solver's plan: nonnegativity, ``Σ_j π(S,j) ≤ Q_k(S)``, ``a(y) ≤ ρ p(y)``.
+#: HiGHS runs with feasibility tolerances 1e-10 (:data:`HIGHS_OPTIONS`); its errors show up 1:1 in the plan.
+PLAN_TOL = 1e-9
+HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
+
+def tuple_support(where: str, q: np.ndarray, k: int, process: str, support) -> tuple[tuple, np.ndarray]:
+    """``(tuples, Q_k(tuples))`` from a given ``[(S, Q_k(S))]`` list or, if ``support`` is None, ``tuple_law``."""
+    law = tuple_law(q, k, process) if support is None else list(support)
+    tuples = tuple(tuple(int(y) for y in S) for S, _ in law)
+    probs = np.array([float(pr) for _, pr in law], dtype=np.float64)
+    if any(len(S) != k or min(S) < 0 or max(S) >= q.size for S in tuples) or np.any(probs < 0):
+        raise ValueError(f"{where}: support must list (S, Q_k(S)) pairs with S a k = {k} tuple of tokens in "
+                         f"[0, {q.size}) and Q_k(S) ≥ 0")
+    return tuples, probs
+
+
+def condot_constraints(tuples: tuple, vocab_size: int) -> tuple[csr_array, csr_array]:
+    """Sparse constraint matrices over the variables ``π(S_i, j)`` (flattened ``i·k + j``):
+    tuple rows ``[n_tuples, n_tuples·k]`` (``Σ_j π(S_i, j)``) and token rows ``[V, n_tuples·k]`` (``a(y)``)."""
+    n, k = len(tuples), len(tuples[0])
+    cols = np.arange(n * k)
+    by_tuple = csr_array((np.ones(n * k), (cols // k, cols)), shape=(n, n * k))
+    tokens = np.array(tuples, dtype=np.int64).reshape(-1)
+    by_token = csr_array((np.ones(n * k), (tokens, cols)), shape=(vocab_size, n * k))
+    return by_tuple, by_token
+
+
+def check_plan(plan: np.ndarray, tuples: tuple, tuple_probs: np.ndarray, target_probs: np.ndarray, rho: float,
+               tol: float = PLAN_TOL) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Recheck a solver's CondOT(ρ) plan ``[n_tuples, k]``.
+
+    Returns ``(plan ≥ 0 with round-off below tol clipped, marginal a [V] of that plan, violations)``;
+    ``violations`` lists every broken rule with its size (empty when the plan is feasible within ``tol``).
+    """
+    problems = []
+    if plan.min(initial=0.0) < -tol:
+        problems.append(f"plan has a negative entry {plan.min():.3g} (tolerance {tol:g})")
+    plan = np.maximum(plan, 0.0)
+    over_tuple = (plan.sum(axis=1) - tuple_probs).max(initial=0.0)
+    if over_tuple > tol:
+        problems.append(f"Σ_j π(S, j) exceeds Q_k(S) by {over_tuple:.3g} (tolerance {tol:g})")
+    marginal = np.zeros(target_probs.size)
+    np.add.at(marginal, np.array(tuples, dtype=np.int64).reshape(-1), plan.reshape(-1))
+    over_target = (marginal - rho * target_probs).max(initial=0.0)
+    if over_target > tol:
+        problems.append(f"marginal a(y) exceeds ρ·p(y) by {over_target:.3g} (tolerance {tol:g})")
+    return plan, marginal, problems
+
+
+def plan_result(x: np.ndarray, tuples: tuple, tuple_probs: np.ndarray, p: np.ndarray, rho: float, *,
+                solver_ok: bool, status: str, message: str, solver: str, seconds: float,
+                claimed_value: float) -> OTResult:
+    """Build the :class:`OTResult` of a plan solver after :func:`check_plan` (shared by HiGHS and cvxpy)."""
+    k = len(tuples[0])
+    plan, marginal, problems = check_plan(np.asarray(x, dtype=np.float64).reshape(-1, k), tuples, tuple_probs,
+                                          p, rho)
+    value = float(plan.sum())
+    if solver_ok and abs(value - claimed_value) > PLAN_TOL:
+        problems.append(f"plan sums to {value:.12g} but the solver claims {claimed_value:.12g} "
+                        f"(tolerance {PLAN_TOL:g})")
+    if solver_ok and problems:
+        status = "recheck_failed"
+    plan.setflags(write=False)
+    marginal.setflags(write=False)
+    return OTResult(value, plan, marginal, tuples, None, status, solver_ok and not problems,
+                    "; ".join([message] + problems), solver, seconds)
+
+
+def condot_lp(target_probs, draft_probs, rho, k: int, process: str, *, support=None) -> OTResult:
+    """Solve the CondOT(ρ) node LP with HiGHS.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array ``[V]``
+        ``p`` and ``q`` of the node.
+    rho : float in [0, 1]
+        Scaling ρ of the node (ρ = 1: flat multi-draft OT, §4.1).
+    k : int
+        Number of children.
+    process : ``"iid" | "wor" | "topk" | "greedy"``
+    support : list of ``(S, Q_k(S))``, optional
+        The draft-tuple law to use (default ``tuple_law(q, k, process)``), e.g. to reuse one enumeration.
+
+    Returns
+    -------
+    OTResult with ``plan [n_tuples, k]``, ``marginal [V]`` (recomputed from the plan), ``tuples``; ``value``
+    is the plan's sum (α*(ρ) up to HiGHS' tolerance).
+    """
+    where = "condot_lp"
+    p, q, k, rho_arr = check_node_inputs(where, target_probs, draft_probs, k, process, rho)
+    if p.ndim != 1:
+        raise ValueError(f"{where}: target_probs must be one row [V], got shape {p.shape}")
+    rho = float(rho_arr)
+    tuples, probs = tuple_support(where, q, k, process, support)
+    start = time.perf_counter()
+    by_tuple, by_token = condot_constraints(tuples, p.size)
+    res = linprog(-np.ones(len(tuples) * k), A_ub=vstack([by_tuple, by_token]).tocsr(),
+                  b_ub=np.concatenate([probs, rho * p]), bounds=(0, None), method="highs",
+                  options=HIGHS_OPTIONS)
+    seconds = time.perf_counter() - start
+    ok = res.status == 0
+    x = res.x if res.x is not None else np.zeros(len(tuples) * k)
+    return plan_result(x, tuples, probs, p, rho, solver_ok=ok, status="optimal" if ok else f"highs:{res.status}",
+                       message=res.message, solver="highs", seconds=seconds,
+                       claimed_value=-res.fun if ok else np.nan)
+
+
+def flat_ot_lp(target_probs, draft_probs, k: int, process: str, *, support=None) -> OTResult:
+    """Flat multi-draft OT (§4.1) = :func:`condot_lp` at ρ = 1."""
+    return condot_lp(target_probs, draft_probs, 1.0, k, process, support=support)
+
+
+def condot_value(target_probs, draft_probs, rho, k: int, process: str, *, support=None) -> float:
+    """α*(ρ) by the LP; raises RuntimeError (with the solver's message) if the solve or our recheck failed."""
+    res = condot_lp(target_probs, draft_probs, rho, k, process, support=support)
+    if not res.success:
+        raise RuntimeError(f"condot_value: LP failed: {res.message}")
+    return res.value

@@ -1,0 +1,91 @@
+"""Flat multi-draft OT (theory.md §4.1) and its ρ-scaled form CondOT(ρ) (§4.2): one façade over four methods.
+
+=========  ==========================================================================  ===============
+method     what it computes                                                            size
+=========  ==========================================================================  ===============
+``lp``     the node LP over ordered tuples and positions, HiGHS (:func:`condot_lp`)     V ≲ 15 (k = 3)
+``cvxpy``  the same LP written in cvxpy (:func:`flat_ot_cvxpy`; cross-check)            V ≲ 10
+``mincut`` ``min_A [ρ p(A) + Pr(S ⊄ A)]`` over all 2^V cuts (:func:`condot_mincut`)      V ≤ 12
+``fast``   the closed forms of ``univer_theory.alpha_star`` (prefix cuts, clocks)       any V, batched
+=========  ==========================================================================  ===============
+"""
+from __future__ import annotations
+
+import time
+
+import cvxpy as cp
+import numpy as np
+
+from univer_theory.alpha_star import alpha_star as alpha_star_fast
+from univer_theory.alpha_star import alpha_star_and_cut, check_node_inputs
+from univer_theory.validation import check_choice
+
+from .condot import condot_constraints, condot_lp, plan_result, tuple_support
+from .mincut import condot_mincut
+from .result import OTResult
+
+METHODS = ("lp", "cvxpy", "mincut", "fast")
+
+#: Solvers tried in order for :func:`flat_ot_cvxpy` (the first one installed with cvxpy is used), with the
+#: tolerances that keep their answers inside our recheck's :data:`~solvers.condot.PLAN_TOL` = 1e-9 (their
+#: defaults, ~1e-7, fail it on near-zero targets).
+CVXPY_SOLVERS = {
+    "HIGHS": {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10, "output_flag": False},
+    "CLARABEL": {"tol_feas": 1e-11, "tol_gap_abs": 1e-11, "tol_gap_rel": 1e-11},
+}
+
+
+def flat_ot_cvxpy(target_probs, draft_probs, k: int, process: str, rho=1.0, *, support=None,
+                  solver: str | None = None) -> OTResult:
+    """The CondOT(ρ) LP of :func:`condot_lp` stated in cvxpy (independent modelling path, same recheck).
+
+    ``solver`` defaults to the first of :data:`CVXPY_SOLVERS` that cvxpy has installed.
+    """
+    where = "flat_ot_cvxpy"
+    p, q, k, rho_arr = check_node_inputs(where, target_probs, draft_probs, k, process, rho)
+    if p.ndim != 1:
+        raise ValueError(f"{where}: target_probs must be one row [V], got shape {p.shape}")
+    installed = cp.installed_solvers()
+    if solver is None:
+        solver = next((s for s in CVXPY_SOLVERS if s in installed), None)
+    if solver not in installed:
+        raise ValueError(f"{where}: unknown or missing cvxpy solver {solver!r}; choose one of {sorted(installed)}")
+    rho = float(rho_arr)
+    tuples, probs = tuple_support(where, q, k, process, support)
+    start = time.perf_counter()
+    by_tuple, by_token = condot_constraints(tuples, p.size)
+    x = cp.Variable(len(tuples) * k, nonneg=True)
+    problem = cp.Problem(cp.Maximize(cp.sum(x)), [by_tuple @ x <= probs, by_token @ x <= rho * p])
+    problem.solve(solver=solver, **CVXPY_SOLVERS.get(solver, {}))
+    seconds = time.perf_counter() - start
+    ok = problem.status == cp.OPTIMAL
+    values = x.value if x.value is not None else np.zeros(len(tuples) * k)
+    return plan_result(values, tuples, probs, p, rho, solver_ok=ok, status=problem.status,
+                       message=f"cvxpy {solver}: {problem.status}", solver=f"cvxpy-{solver}", seconds=seconds,
+                       claimed_value=problem.value if ok else np.nan)
+
+
+def _fast(target_probs, draft_probs, k: int, process: str, rho) -> OTResult:
+    start = time.perf_counter()
+    value, cut = alpha_star_and_cut(target_probs, draft_probs, k, process, rho)
+    return OTResult(value, None, None, None, cut, "optimal", True, "closed form", "closed-form",
+                    time.perf_counter() - start)
+
+
+def solve_flat(target_probs, draft_probs, k: int, process: str, rho=1.0, method: str = "lp") -> OTResult:
+    """CondOT(ρ) (flat multi-draft OT at ρ = 1) of one node by ``method`` ∈ :data:`METHODS`.
+
+    .. math::  α^*(ρ) = \\max_{π ∈ CondOT(ρ)} \\sum π = \\min_A [ρ\\,p(A) + \\Pr(S ⊄ A)]
+
+    ``lp``/``cvxpy`` return a plan (``plan``, ``marginal``, ``tuples``); ``mincut``/``fast`` a cut A*.
+    """
+    check_choice(method, METHODS, "solve_flat", "method")
+    if method == "lp":
+        return condot_lp(target_probs, draft_probs, rho, k, process)
+    if method == "cvxpy":
+        return flat_ot_cvxpy(target_probs, draft_probs, k, process, rho)
+    if method == "mincut":
+        return condot_mincut(target_probs, draft_probs, k, process, rho)
+    return _fast(target_probs, draft_probs, k, process, rho)
+
+

@@ -1,0 +1,297 @@
+"""The global tree LP (theory.md §4.3): the best E[τ] of ANY lossless verifier of drafted trees.
+
+Enumerate every tree ``T`` of (model, shape, process) with its probability ``Q(T)``.  Variables
+``A_T(u) ∈ [0, 1]`` for the non-root nodes (``A_T(root) = 1``) with, per tree,
+
+.. math::  \\sum_{v \\in \\mathrm{children}(u)} A_T(v) \\le A_T(u),
+
+aggregated ``a(s) = Σ_T Q(T) Σ_{u ∈ T spelling s} A_T(u)`` with ``a(s·y) ≤ p(y|s)·a(s)`` for every drafted
+``s·y`` (``a(()) = 1``), and objective ``max Σ_{s ≠ ()} a(s) = E[τ]``.  Nodes are indexed by *position*:
+i.i.d. duplicate children are distinct nodes with their own subtrees.  The value equals α* at depth 1 and
+Block Verification on chains; it may exceed every verifier that sees only the realised tree.
+
+**Structure (used for exact reductions).**  With ``f_u = A_T(u) − Σ_{children v} A_T(v) ≥ 0`` (the mass
+stopping at u) the tree constraints say ``f ≥ 0, Σ_u f_u = 1``: the tree's polytope is a simplex whose
+vertices are the root→u paths.  So tree T contributes ``Q(T)·C_T`` to the vector ``a`` with
+``C_T = conv{χ(w) : w ∈ W_T ∪ {()}}``, ``W_T`` the set of strings its nodes spell and ``χ(w)`` the indicator
+of the non-empty prefixes of w.  Consequences:
+
+* trees with the same string set ``W_T`` merge into one of weight ``Σ Q`` (``Q·C + Q'·C = (Q+Q')·C``);
+  ``reduce=True`` does this (i.i.d. duplicates and sibling orderings collapse);
+* the LP is then built literally on one representative per class: one column per node, sparse rows,
+  plus one column ``a(s)`` per drafted string tied to the nodes by an equality row.
+
+Note that nodes spelling the same string give *identical* vertices: the position-indexed LP equals a trie
+LP in which such nodes are one node whose constraint sums over its distinct children.  The pitfall of §4.3
+is sharing one variable between duplicates while keeping the per-position constraints
+(``Σ_{positions} A ≤ A(parent)`` counts the shared variable once per copy) and counting it once in ``a``:
+``merge_duplicates=True`` reproduces it, for demonstration only.
+
+The trees are produced as token arrays (``enumerate_tree_arrays``), in exactly the order and with the
+probabilities of :func:`univer_theory.processes.enumerate_trees`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from univer_theory.models import Model
+from univer_theory.processes import PROCESSES, tuple_law
+from univer_theory.tree import TreeShape
+from univer_theory.validation import check_choice, check_simplex
+
+from .highs_lp import LP_METHODS, solve_lp
+
+#: Feasibility tolerance of the recheck of a returned solution (HiGHS runs at 1e-10).
+RECHECK_TOL = 1e-9
+
+
+def as_shape(shape, where: str) -> TreeShape:
+    """Accept a :class:`TreeShape` or its text form (``"2,2"``, ``"((..),.)"``)."""
+    if isinstance(shape, TreeShape):
+        return shape
+    if isinstance(shape, str):
+        return TreeShape.parse(shape)
+    raise ValueError(f"{where}: shape must be a TreeShape or a string like '2,2', got {type(shape).__name__}")
+
+
+def model_rows(model: Model, prefix: tuple, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(p(·|s), q(·|s))`` as validated float64 rows of length ``model.vocab_size``."""
+    out = []
+    for name, row in (("target", model.target(prefix)), ("draft", model.draft(prefix))):
+        arr = np.asarray(check_simplex(row, where, f"{name} row at prefix {prefix}"), dtype=np.float64)
+        if arr.shape != (model.vocab_size,):
+            raise ValueError(f"{where}: {name} row at prefix {prefix} has shape {arr.shape}, "
+                             f"expected ({model.vocab_size},)")
+        out.append(arr)
+    return out[0], out[1]
+
+
+@dataclass(frozen=True)
+class TreeArrays:
+    """All trees of one shape as arrays.
+
+    ``tokens [n_trees, N]`` (column 0 is the root, −1), ``probs [n_trees]`` = Q(T), ``codes [n_trees, N]`` the
+    prefix ``s(u)`` of every node as an integer (``code(s·y) = code(s)·(V+1) + y + 1``, ``code(()) = 0``).
+    """
+
+    shape: TreeShape
+    vocab_size: int
+    tokens: np.ndarray
+    probs: np.ndarray
+    codes: np.ndarray
+
+    @property
+    def num_trees(self) -> int:
+        return self.probs.size
+
+    def prefix(self, code: int) -> tuple[int, ...]:
+        """Decode a prefix code back to its token tuple."""
+        out = []
+        while code:
+            code, r = divmod(int(code), self.vocab_size + 1)
+            out.append(r - 1)
+        return tuple(reversed(out))
+
+
+def enumerate_tree_arrays(model: Model, shape, process: str) -> TreeArrays:
+    """Every tree of ``shape`` with ``Q(T) > 0`` (float64), vectorised.
+
+    Internal nodes are filled in node order; each partial tree is replaced by its block of child tuples,
+    so the row order is that of :func:`univer_theory.processes.enumerate_trees`.  ``tuple_law`` is called
+    once per distinct prefix, not per tree.
+    """
+    where = "enumerate_tree_arrays"
+    shape = as_shape(shape, where)
+    check_choice(process, PROCESSES, where, "process")
+    V, N = model.vocab_size, shape.num_nodes
+    if (V + 1) ** (shape.max_depth + 1) >= 2 ** 62:
+        raise ValueError(f"{where}: vocab {V} and depth {shape.max_depth} overflow the int64 prefix codes")
+    tokens = np.full((1, N), -1, dtype=np.int64)
+    codes = np.zeros((1, N), dtype=np.int64)
+    probs = np.ones(1)
+    arrays = TreeArrays(shape, V, tokens, probs, codes)
+    for u in range(N):
+        kids = list(shape.children[u])
+        if not kids:
+            continue
+        uniq, inv = np.unique(codes[:, u], return_inverse=True)
+        laws = [tuple_law(model_rows(model, arrays.prefix(c), where)[1], len(kids), process) for c in uniq]
+        width = max(len(law) for law in laws)
+        tup = np.zeros((uniq.size, width, len(kids)), dtype=np.int64)
+        pr = np.zeros((uniq.size, width))
+        for g, law in enumerate(laws):
+            tup[g, :len(law)] = [S for S, _ in law]
+            pr[g, :len(law)] = [float(x) for _, x in law]
+        counts = np.array([len(law) for law in laws])[inv]
+        rep = np.repeat(np.arange(probs.size), counts)
+        within = np.arange(rep.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        g = inv[rep]
+        tokens, codes, probs = tokens[rep], codes[rep], probs[rep] * pr[g, within]
+        tokens[:, kids] = tup[g, within]
+        codes[:, kids] = codes[:, [u]] * (V + 1) + tokens[:, kids] + 1
+    return TreeArrays(shape, V, tokens, probs, codes)
+
+
+def trie_classes(trees: TreeArrays) -> tuple[np.ndarray, np.ndarray]:
+    """``(representative row per class, class weight Σ Q(T))`` for trees with the same string set ``W_T``."""
+    n = trees.num_trees
+    strings = np.sort(trees.codes[:, 1:], axis=1)
+    strings[:, 1:][strings[:, 1:] == strings[:, :-1]] = -1  # drop repeated strings, keep a fixed width
+    strings = np.ascontiguousarray(np.sort(strings, axis=1))
+    keys = strings.view(np.dtype((np.void, strings.dtype.itemsize * strings.shape[1]))).ravel()
+    _, first, cls = np.unique(keys, return_index=True, return_inverse=True)
+    return first, np.bincount(cls.reshape(n), weights=trees.probs)
+
+
+@dataclass(frozen=True)
+class _PrefixTable:
+    """Distinct non-root strings: ``pid [n, N−1]`` of every node, parent index (−1: the root), ``p(y|s)``."""
+
+    codes: np.ndarray
+    pid: np.ndarray
+    parent: np.ndarray
+    p_edge: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return self.codes.size
+
+
+def _prefix_table(model: Model, trees: TreeArrays, codes: np.ndarray, where: str) -> _PrefixTable:
+    node_codes = codes[:, 1:]
+    prefixes, pid = np.unique(node_codes, return_inverse=True)
+    base = model.vocab_size + 1
+    parent_code, last = prefixes // base, prefixes % base - 1
+    parent = np.where(parent_code == 0, -1, np.searchsorted(prefixes, parent_code))
+    rows = {c: model_rows(model, trees.prefix(c), where)[0] for c in np.unique(parent_code)}
+    p_edge = np.array([rows[c][y] for c, y in zip(parent_code, last)])
+    return _PrefixTable(prefixes, pid.reshape(node_codes.shape), parent, p_edge)
+
+
+def _edge_rows(table: _PrefixTable, col0: int) -> tuple[tuple, np.ndarray]:
+    """Rows ``a(s·y) − p(y|s)·a(s) ≤ rhs`` on columns ``col0 + prefix index`` (rhs = p(y) at the root)."""
+    P = table.size
+    inner = table.parent >= 0
+    i = np.concatenate([np.arange(P), np.flatnonzero(inner)])
+    j = np.concatenate([np.arange(P), table.parent[inner]]) + col0
+    v = np.concatenate([np.ones(P), -table.p_edge[inner]])
+    return (i, j, v), np.where(inner, 0.0, table.p_edge)
+
+
+@dataclass(frozen=True)
+class GlobalLPResult:
+    """Optimum of the global tree LP.
+
+    ``value``: E[τ] of the rechecked optimal solution (``Σ_s a(s)`` recomputed from the node columns);
+    ``trees``: enumerated trees; ``classes``: trees left after merging equal string sets (the LP's blocks);
+    ``variables`` / ``constraints``: LP size; ``seconds``: enumeration + build + solve (``solve_seconds``:
+    HiGHS alone); ``acceptance``: ``a(s)`` per drafted string; ``status`` 0 optimal and rechecked,
+    1 HiGHS not optimal, 4 recheck failed.
+    """
+
+    value: float
+    trees: int
+    classes: int
+    variables: int
+    constraints: int
+    seconds: float
+    solve_seconds: float
+    acceptance: dict
+    status: int
+    success: bool
+    message: str
+
+
+def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, merge_duplicates: bool = False,
+                   method: str = "simplex", trees: TreeArrays | None = None) -> GlobalLPResult:
+    """Solve the global tree LP of theory.md §4.3 with HiGHS.
+
+    Parameters
+    ----------
+    model, shape, process : the drafting setting (``shape`` a :class:`TreeShape` or its text form).
+    reduce : merge trees with the same string set first (exact, see the module docstring).
+    merge_duplicates : reproduce the *known pitfall* (see the module docstring); never a bound.
+    method : HiGHS algorithm, one of :data:`solvers.highs_lp.LP_METHODS` (dual simplex was the fastest
+        measured, see ``benchmarks/bench_global_lp.py``).
+    trees : pre-enumerated trees (benchmarks reuse them); default enumerates.
+    """
+    where = "global_tree_lp"
+    start = time.perf_counter()
+    check_choice(method, LP_METHODS, where, "method")
+    shape = as_shape(shape, where)
+    if trees is None:
+        trees = enumerate_tree_arrays(model, shape, process)
+    elif trees.shape != shape:
+        raise ValueError(f"{where}: trees were enumerated for shape {trees.shape}, not {shape}")
+    if reduce and not merge_duplicates:
+        rows, weights = trie_classes(trees)
+        codes = trees.codes[rows]
+    else:
+        codes, weights = trees.codes, trees.probs
+    table = _prefix_table(model, trees, codes, where)
+    n, m, P = codes.shape[0], shape.num_nodes - 1, table.size
+    t0 = time.perf_counter()
+    a, status, message = _solve(shape, table, weights, merge_duplicates, method)
+    solve_seconds = time.perf_counter() - t0
+    viol = float(np.max(a - table.p_edge * np.where(table.parent >= 0, a[table.parent], 1.0), initial=0.0))
+    if status == 0 and viol > RECHECK_TOL:
+        status, message = 4, f"the solution violates a(s·y) ≤ p(y|s)·a(s) by {viol:.2e} > {RECHECK_TOL:g}"
+    elif status == 0:
+        message += f"; recheck max violation {viol:.1e}"
+    n_tree_rows = n * sum(1 for u in range(shape.num_nodes) if shape.children[u])
+    return GlobalLPResult(float(a.sum()), trees.num_trees, n, n * m + P, n_tree_rows + 2 * P,
+                          time.perf_counter() - start, solve_seconds,
+                          {trees.prefix(c): float(v) for c, v in zip(table.codes, a)}, status, status == 0, message)
+
+
+def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_duplicates: bool, method: str):
+    """The literal LP: columns ``x[t, u]`` (one per non-root node) then ``a(s)``; returns a recomputed from x."""
+    pid = table.pid
+    n, m = pid.shape
+    P, N = table.size, m + 1
+    own = np.arange(n)[:, None] * m + np.arange(m)[None, :]
+    if merge_duplicates:  # the pitfall: node u uses the column of the first node of its tree with the same string
+        var_of_node = np.arange(n)[:, None] * m + np.argmax(pid[:, :, None] == pid[:, None, :], axis=2)
+    else:
+        var_of_node = own
+    keep = var_of_node == own  # each column counted once in a(s)
+    n_x = n * m
+    col_of = np.concatenate([np.full((n, 1), -1), var_of_node], axis=1)
+    ri, rj, rv, upper = [], [], [], []
+    row = 0
+    for u in range(N):  # (1) Σ_children x − x_u ≤ 0   (root: Σ_children x ≤ 1)
+        kids = shape.children[u]
+        if not kids:
+            continue
+        rows_u = row + np.arange(n)
+        for c in kids:
+            ri.append(rows_u), rj.append(col_of[:, c]), rv.append(np.ones(n))
+        if u:
+            ri.append(rows_u), rj.append(col_of[:, u]), rv.append(-np.ones(n))
+        upper.append(np.full(n, 1.0 if u == 0 else 0.0))
+        row += n
+    n_tree_rows = row
+    tq = np.broadcast_to(weights[:, None], (n, m))
+    ri += [row + pid[keep], row + np.arange(P)]  # (2) a(s) − Σ Q(T)·x = 0
+    rj += [var_of_node[keep], n_x + np.arange(P)]
+    rv += [-tq[keep], np.ones(P)]
+    row += P
+    (ei, ej, ev), rhs = _edge_rows(table, n_x)  # (3) a(s·y) − p(y|s)·a(s) ≤ rhs
+    ri.append(row + ei), rj.append(ej), rv.append(ev)
+    A = sp.csc_matrix((np.concatenate(rv), (np.concatenate(ri), np.concatenate(rj))), shape=(row + P, n_x + P))
+    row_lower = np.concatenate([np.full(n_tree_rows, -np.inf), np.zeros(P), np.full(P, -np.inf)])
+    row_upper = np.concatenate([np.concatenate(upper), np.zeros(P), rhs])
+    sol = solve_lp(np.concatenate([np.zeros(n_x), np.ones(P)]), A, row_lower, row_upper, 0.0,
+                   np.concatenate([np.ones(n_x), np.full(P, np.inf)]), method=method)
+    x = np.clip(sol.x[:n_x], 0.0, 1.0)
+    tree_viol = float(np.max(A[:n_tree_rows, :n_x] @ x - np.concatenate(upper), initial=0.0))
+    a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)  # recomputed from x
+    status, message = sol.status, sol.message
+    if status == 0 and tree_viol > RECHECK_TOL:
+        status, message = 4, f"the solution violates a tree constraint by {tree_viol:.2e} > {RECHECK_TOL:g}"
+    return a, status, message
+

@@ -1,0 +1,96 @@
+"""A thin, deterministic HiGHS call for the ground-truth LPs (global tree LP, CF node LPs).
+
+``maximise c·x  s.t.  row_lower ≤ A x ≤ row_upper,  col_lower ≤ x ≤ col_upper`` through ``highspy`` directly
+(no scipy re-packing: the CF bound solves thousands of tiny LPs, the global LP one LP with ~10⁶ columns).
+Row duals are returned as *supergradients of the optimal value*: ``V(b') ≤ V(b) + row_dual·(b' − b)`` for a
+change of the binding bounds, which is what the CF breakpoint search needs.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+
+import highspy
+import numpy as np
+import scipy.sparse as sp
+
+from univer_theory.validation import check_choice
+
+#: HiGHS' algorithm choices exposed to callers.
+LP_METHODS = ("simplex", "ipm", "choose")
+
+
+@dataclass(frozen=True)
+class LPSolution:
+    """Raw HiGHS answer (not yet rechecked: callers recheck feasibility in their own terms)."""
+
+    x: np.ndarray          # column values [n_cols]
+    row_dual: np.ndarray   # ∂(optimal value)/∂(binding row bound) [n_rows]
+    objective: float
+    status: int            # 0 optimal, 1 anything else
+    success: bool
+    message: str           # HiGHS model status in words
+
+
+def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = "choose",
+             tolerance: float = 1e-10, threads: int = 1) -> LPSolution:
+    """Maximise ``c·x`` over ``{x : row_lower ≤ A x ≤ row_upper, col_lower ≤ x ≤ col_upper}`` with HiGHS.
+
+    ``±inf`` bounds mean "no bound".  ``tolerance`` is HiGHS' primal and dual feasibility tolerance
+    (1e-10 is its floor).  ``method``: one of :data:`LP_METHODS`.
+    """
+    check_choice(method, LP_METHODS, "solve_lp", "method")
+    A = sp.csc_matrix(A)
+    n_rows, n_cols = A.shape
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n_cols, n_rows
+    lp.col_cost_ = np.asarray(c, dtype=np.float64)
+    lp.col_lower_ = _finite_or_inf(col_lower, n_cols)
+    lp.col_upper_ = _finite_or_inf(col_upper, n_cols)
+    lp.row_lower_ = _finite_or_inf(row_lower, n_rows)
+    lp.row_upper_ = _finite_or_inf(row_upper, n_rows)
+    lp.sense_ = highspy.ObjSense.kMaximize
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = A.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = A.indices.astype(np.int32)
+    lp.a_matrix_.value_ = A.data.astype(np.float64)
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_cols, n_rows
+    _silence_banner()
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("threads", int(threads))
+    h.setOptionValue("solver", method)
+    h.setOptionValue("primal_feasibility_tolerance", float(tolerance))
+    h.setOptionValue("dual_feasibility_tolerance", float(tolerance))
+    h.passModel(lp)
+    h.run()
+    model_status = h.getModelStatus()
+    sol = h.getSolution()
+    ok = model_status == highspy.HighsModelStatus.kOptimal
+    return LPSolution(np.array(sol.col_value), np.array(sol.row_dual), float(h.getInfo().objective_function_value),
+                      0 if ok else 1, ok, h.modelStatusToString(model_status))
+
+
+def _finite_or_inf(values, n: int) -> np.ndarray:
+    arr = np.broadcast_to(np.asarray(values, dtype=np.float64), (n,)).copy()
+    arr[arr == np.inf] = highspy.kHighsInf
+    arr[arr == -np.inf] = -highspy.kHighsInf
+    return arr
+
+
+@lru_cache(maxsize=1)
+def _silence_banner() -> None:
+    """Create the process's first ``Highs`` object with stdout closed: HiGHS prints its version banner on the
+    first construction, before any option can be set, and it would corrupt ``--json`` output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -1,0 +1,129 @@
+"""``univer-va``: the value-aware UniVer variant (theory.md §6.4, "beyond the paper").
+
+At node X (prefix s, scaling ρ) the plan maximises the node's *value* instead of its acceptance rate α:
+it solves the CF node LP
+
+.. math::  \\max_{π ∈ CondOT(ρ)} \\sum_S \\sum_j R_j(S)\\,Ḡ_{c_j}\\big(π(S,j)/R_j(S)\\big)
+
+with the children's true value functions ``Ḡ`` (from :func:`solvers.cf_bound.cf_bound`), and realises
+``π`` as in §6.1: ``w_j(S) = π(S,j)/Q_k(S)``, child scaling ``s_j = w_j/(1 − Σ_{l<j} w_l)`` (0 when the
+denominator is 0), marginal ``a(y) = Σ_S Q_k(S) Σ_{j: y_j = y} w_j(S)``, stop ``f = (ρ − α)/(1 − α)`` and
+residual ``norm(ρp − a)``.  Its E[τ] is the CF value up to LP tolerance.
+
+**It is an oracle, not an implementable verifier:** ``Ḡ`` needs the model at *undrafted* prefixes (every
+token a child could have been), so it exists only for small vocabularies and a fixed (model, shape,
+process).  Losslessness does not depend on ``Ḡ``: the plan actually used is repaired to be exactly
+CondOT(ρ)-feasible and ``a`` is recomputed from it, so HiGHS' tolerance never reaches the output law.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from univer_theory.engine import NodeContext, NodeDecision
+from univer_theory.models import Model
+from univer_theory.plans.base import NodePlan
+from univer_theory.tree import TreeShape
+from univer_theory.verifiers import Verifier
+
+from .cf_bound import LEAF, CFResult, NodeProblem, cf_bound, subtree_key
+from .global_lp import as_shape
+
+_PROCESSES = ("iid", "wor", "topk", "greedy")
+
+
+@dataclass(frozen=True)
+class ValueAwareVerifier(Verifier):
+    """A :class:`Verifier` bound to one (model, shape, process): it supports exactly that shape."""
+
+    shape: TreeShape | None = None
+    cf: CFResult | None = None
+
+    def supports(self, shape, process: str) -> bool:
+        return process in self.processes and shape == self.shape
+
+    def _check(self, tree, target_probs, draft_probs, process):
+        p, q = super()._check(tree, target_probs, draft_probs, process)
+        if tree.shape != self.shape:
+            raise NotImplementedError(f"{self.name}.verify: built for shape {self.shape}, got a tree of shape {tree.shape}")
+        return p, q
+
+
+def feasible_plan(pi: np.ndarray, tuples: list, probs: np.ndarray, target_probs: np.ndarray, rho: float):
+    """Repair an LP plan into an exactly CondOT(ρ)-feasible ``w [n_S, k]``; return ``(w, a)``.
+
+    ``w = clip(π/Q_k, 0)``; rows with ``Σ_j w_j > 1`` are scaled to 1; a token with ``a(y) > ρ p(y)`` has all
+    its entries scaled by ``ρp(y)/a(y)``; ``a`` is recomputed from the final ``w``.
+    """
+    w = np.clip(pi / probs[:, None], 0.0, None)
+    w /= np.maximum(w.sum(axis=1, keepdims=True), 1.0)
+    tok = np.array(tuples)
+    V = target_probs.size
+
+    def marginal(w):
+        return np.bincount(tok.ravel(), weights=(w * probs[:, None]).ravel(), minlength=V)
+
+    a = marginal(w)
+    cap = rho * target_probs
+    over = a > cap
+    if over.any():
+        factor = np.ones(V)
+        factor[over] = cap[over] / a[over]
+        w = w * factor[tok]
+        a = np.minimum(marginal(w), cap)  # only round-off (≤ 1 ulp) is clipped here
+    return w, a
+
+
+def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None = None) -> ValueAwareVerifier:
+    """The ``univer-va`` oracle verifier for (model, shape, process); ``cf`` reuses a computed CF.
+
+    Needs off-tree model access (values at undrafted prefixes): small V only.  The node rule reads its
+    skeleton position from ``NodeContext.node``.
+    """
+    where = "value_aware_verifier"
+    shape = as_shape(shape, where)
+    if process not in _PROCESSES:
+        raise ValueError(f"{where}: unknown process {process!r}; choose one of {sorted(_PROCESSES)}")
+    cf = cf if cf is not None else cf_bound(model, shape, process)
+    # the subtree of every child position, per skeleton node (NodeContext.node numbers nodes like the shape)
+    child_keys = [tuple(subtree_key(shape, c) for c in shape.children[u]) for u in range(shape.num_nodes)]
+    cache: dict = {}
+
+    def child_value(keys, prefix):
+        def value(j, y):
+            if keys[j] == ".":
+                return LEAF
+            try:
+                return cf.functions[keys[j], prefix + (int(y),)]
+            except KeyError:
+                raise ValueError(f"univer-va: no value function at prefix {prefix + (int(y),)}; the verifier only "
+                                 f"serves trees drafted from the model it was built for") from None
+        return value
+
+    def node_plan(ctx: NodeContext, keys) -> tuple[NodePlan, float]:
+        rho = float(ctx.rho)
+        key = (ctx.prefix, rho, keys)
+        if key not in cache:
+            p = np.asarray(ctx.target, dtype=np.float64)
+            problem = NodeProblem(p, np.asarray(ctx.draft, dtype=np.float64), len(keys), ctx.process,
+                                  child_value(keys, ctx.prefix))
+            g, _, pi, _ = problem.solve(rho)
+            w, a = feasible_plan(pi, problem.tuples, problem.probs, p, rho)
+            index = {S: i for i, S in enumerate(problem.tuples)}
+            plan = NodePlan("value-aware", rho, p, a, lambda S: w[index[tuple(S)]])
+            cache[key] = (plan, g)
+        return cache[key]
+
+    def rule(ctx: NodeContext) -> NodeDecision:
+        plan, g = node_plan(ctx, child_keys[ctx.node])
+        w = plan.select(ctx.children)
+        done = np.concatenate([[0.0], np.cumsum(w)[:-1]])
+        left = 1.0 - done
+        scale = tuple(float(min(1.0, wj / lj)) if lj > 0 else 0.0 for wj, lj in zip(w, left))
+        return NodeDecision((1.0,) * len(w), scale, float(plan.stop), plan.residual,
+                            {"construction": plan.construction, "alpha": float(plan.alpha), "value": g})
+
+    return ValueAwareVerifier("univer-va", rule, _PROCESSES,
+                              "value-aware UniVer: CF node LPs with the true child values (oracle, small V)",
+                              rational=False, shape=shape, cf=cf)

@@ -1,0 +1,129 @@
+"""Monte Carlo: batched samplers follow the exact per-tree laws, and the same test rejects the bug zoo.
+
+Statistic: G-test (``tests.stats.g_test``) of (path tokens, Y) counts from ``N_SAMPLES`` = 2·10⁵ verifications
+of one fixed tree (the tree repeated B = 2·10⁵ times in one batch) against ``Verifier.law``; cells with
+expected count < 5 pooled.  False alarm ``TEST_FAILURE_RATE`` = 1e-3 per test, fixed seeds.  Zero-probability
+cells are checked separately: any count there fails.  For each bug-zoo variant the test first computes, from
+the exact laws, the power of this very G-test at n = 2·10⁵ and requires ≥ 0.999 (it refuses an underpowered
+instance), then requires rejection (p < 1e-3) against the correct law and acceptance against the variant's
+own exact law (the torch zoo is the intended bug).
+The draft processes are checked the same way against ``tuple_law`` / ``enumerate_trees``.
+"""
+import numpy as np
+import pytest
+import torch
+
+from gpu import METHODS, TreeBatch, draft_tree, sample_children, verify
+from gpu.engine import sample
+from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TableModel, TreeShape
+from univer_theory.processes import enumerate_trees, tuple_law
+
+from ..conftest import TEST_FAILURE_RATE
+from ..stats import g_test
+from .helpers import TORCH_ZOO, cell_counts, g_test_power
+
+N_SAMPLES = 200_000
+# A dissimilar, peaky pair: internal nodes end the path often enough that every zoo bug changes the law
+# (the power check below is what certifies this choice).
+MODEL = DirichletModel(3, seed=4, similarity=0.2, concentration=0.5)
+TREES = {
+    "iid": DraftTree((-1, 0, 0, 0, 1, 1, 2), (-1, 1, 1, 0, 2, 0, 1), vocab_size=3),   # duplicate 1 at the root
+    "wor": DraftTree((-1, 0, 0, 1, 1, 2), (-1, 1, 0, 2, 0, 1), vocab_size=3),
+}
+
+
+def tree_for(process):
+    """The fixed tree; for topk / greedy the root's children are the model's top-2 / top-1 + one other."""
+    if process in TREES:
+        return TREES[process]
+    top = lambda s: sorted(range(3), key=lambda x: (-MODEL.draft(s)[x], x))
+    a, b, c = top(())
+    return DraftTree((-1, 0, 0, 1, 1), (-1, a, b if process == "topk" else c, *top((a,))[:2]), vocab_size=3)
+
+
+def repeated(tree, n, dtype=torch.float64):
+    """One tree repeated n times: ``(batch, target_probs, draft_probs)``."""
+    one = TreeBatch.from_trees([tree])
+    pn, qn = MODEL.node_probs(tree)
+    rows = lambda x: torch.tensor(x, dtype=dtype).expand(n, *x.shape).contiguous()
+    batch = TreeBatch(one.parent.expand(n, -1).contiguous(), one.token.expand(n, -1).contiguous(),
+                      one.num_nodes.expand(n).contiguous())
+    return batch, rows(pn), rows(qn)
+
+
+def assert_fits(counts, law, what):
+    outside = {k: c for k, c in counts.items() if float(law.get(k, 0)) == 0}
+    assert not outside, f"{what}: samples in zero-probability cells {outside}"
+    p = g_test(counts, law)
+    assert p >= TEST_FAILURE_RATE, f"{what}: G-test p = {p:.3g}"
+
+
+CASES = [("nss", "iid"), ("nss", "topk"), ("nss", "greedy"), ("rrs", "iid"), ("rrsw", "wor"), ("kseq", "iid"),
+         ("tv", "iid"), ("tv", "wor")]
+
+
+@pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+def test_sampler_follows_exact_per_tree_law(method, process):
+    tree = tree_for(process)
+    batch, p, q = repeated(tree, N_SAMPLES)
+    result = verify(batch, p, q, process, method, torch.Generator().manual_seed(1))
+    law = VERIFIERS[method].law(tree, *MODEL.node_probs(tree), process)
+    assert_fits(cell_counts(result, tree), law, f"{method}-{process}")
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_ZOO))
+def test_same_test_rejects_bug_zoo(name):
+    process = "iid"
+    tree = tree_for(process)
+    pn, qn = MODEL.node_probs(tree)
+    correct = VERIFIERS["rrs" if name.startswith("rrs") else "tv"].law(tree, pn, qn, process)
+    lossy = BUG_ZOO[name].law(tree, pn, qn, process)
+    power = g_test_power(correct, lossy, N_SAMPLES, TEST_FAILURE_RATE)
+    assert power >= 0.999, f"{name}: instance too weak, power {power:.4f} at n = {N_SAMPLES}"
+    batch, p, q = repeated(tree, N_SAMPLES)
+    counts = cell_counts(sample(batch, p, q, process, TORCH_ZOO[name], torch.Generator().manual_seed(2)), tree)
+    assert g_test(counts, correct) < TEST_FAILURE_RATE, f"{name} not detected (power {power:.4f})"
+    assert_fits(counts, lossy, f"{name} vs its own exact law")
+
+
+@pytest.mark.parametrize("process", ["iid", "wor", "greedy"])
+def test_sample_children_follows_tuple_law(process):
+    q = torch.tensor([0.1, 0.45, 0.05, 0.4], dtype=torch.float64)
+    n, k = 100_000, 3
+    got = sample_children(q.expand(n, 4).contiguous(), k, process, torch.Generator().manual_seed(3))
+    counts: dict = {}
+    for row in got.tolist():
+        counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+    assert_fits(counts, dict(tuple_law(q.numpy(), k, process)), f"sample_children {process}")
+
+
+def test_sample_children_topk_is_deterministic_with_low_id_ties():
+    q = torch.tensor([[0.3, 0.1, 0.3, 0.3], [0.0, 0.5, 0.25, 0.25]])
+    assert sample_children(q, 3, "topk").tolist() == [[0, 2, 3], [1, 2, 3]]
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_draft_tree_follows_tree_law(process):
+    """Whole drafted trees of shape ((.),.) against enumerate_trees, with rows that depend on the last token
+    (a callable source), so wiring a child to the wrong parent's row would show."""
+    V = 3
+    rng = np.random.default_rng(5)
+    last = rng.dirichlet(np.ones(V), size=V + 1)                 # row V: the root
+    shape = TreeShape.parse("((.),.)")
+    prefixes = [()] + [(a,) for a in range(V)] + [(a, b) for a in range(V) for b in range(V)]
+    table = {s: last[s[-1] if s else V] for s in prefixes}
+    model = TableModel(V, table, table)
+    rows = torch.tensor(last)
+
+    def source(token, nodes):
+        return rows[torch.where(token[:, nodes] >= 0, token[:, nodes], V)]
+
+    n = 40_000
+    batch, q_nodes = draft_tree(shape, source, process, n, torch.Generator().manual_seed(4))
+    counts: dict = {}
+    for row in batch.token.tolist():
+        counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+    law = {t.token: pr for t, pr in enumerate_trees(model, shape, process)}
+    assert_fits(counts, law, f"draft_tree {process}")
+    b0 = batch.to_trees()[0]
+    torch.testing.assert_close(q_nodes[0], torch.tensor(np.stack([model.draft(s) for s in b0.paths])))

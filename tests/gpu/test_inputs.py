@@ -1,0 +1,126 @@
+"""Bad input raises ValueError (NotImplementedError for unsupported combinations); seeded runs repeat exactly;
+the CUDA path (when a GPU is present) gives the same E[τ] as the CPU."""
+import pytest
+import torch
+
+from gpu import TreeBatch, draft_tree, expected_accepted_length, verify
+from univer_theory import DirichletModel, DraftTree, TreeShape
+
+from .helpers import padded_rows
+
+MODEL = DirichletModel(4, seed=1, similarity=0.5)
+TREES = [DraftTree((-1, 0, 0, 1), (-1, 2, 0, 1)), DraftTree.chain([3, 1])]
+
+
+def inputs(dtype=torch.float64):
+    return padded_rows(TREES, MODEL, dtype)
+
+
+def edited(x, index, value):
+    x = x.clone()
+    x[index] = value
+    return x
+
+
+def renormalised_with_zero(q, b, u, y):
+    q = q.clone()
+    q[b, u, y] = 0
+    q[b, u] /= q[b, u].sum()
+    return q
+
+
+@pytest.mark.parametrize("case, rule", [
+    ("target_short_vocab", "disagree"),
+    ("batch_rows", r"must be \[B, N, V\]"),
+    ("sum", "does not sum to 1"),
+    ("negative", "negative entry"),
+    ("nan", "NaN or inf"),
+    ("bf16", "float32 or float64"),
+    ("dtype_mix", "disagree"),
+    ("q_zero", "draft_probs\\[0, 0, 2\\] = 0"),
+    ("token_range", "outside \\[0, 3\\)"),
+])
+def test_bad_input_raises_value_error(case, rule):
+    batch, p, q = inputs()
+    if case == "target_short_vocab":
+        p = p[:, :, :3] / p[:, :, :3].sum(-1, keepdim=True)
+    elif case == "batch_rows":
+        p, q = p[:1], q[:1]
+    elif case == "sum":
+        p = edited(p, (1, 2), p[1, 2] * 0.9)
+    elif case == "negative":
+        p = edited(p, (0, 1, 0), -0.1)
+    elif case == "nan":
+        q = edited(q, (0, 3, 1), float("nan"))
+    elif case == "bf16":
+        p, q = p.bfloat16(), q.bfloat16()
+    elif case == "dtype_mix":
+        p = p.float()
+    elif case == "q_zero":
+        q = renormalised_with_zero(q, 0, 0, 2)
+    elif case == "token_range":
+        p, q = p[:, :, :3] / p[:, :, :3].sum(-1, keepdim=True), q[:, :, :3] / q[:, :, :3].sum(-1, keepdim=True)
+    with pytest.raises(ValueError, match=rule):
+        verify(batch, p, q, "iid", "tv", torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=rule):
+        expected_accepted_length(batch, p, q, "iid", "tv")
+
+
+def test_process_rules_and_options():
+    batch, p, q = inputs()
+    dup = TreeBatch.from_trees([DraftTree((-1, 0, 0), (-1, 1, 1))])
+    pd, qd = p[:1, :3], q[:1, :3]
+    with pytest.raises(ValueError, match="same token"):
+        verify(dup, pd, qd, "wor", "tv")
+    top = int(torch.sort(q[0, 0], descending=True, stable=True).indices[3])   # the least likely root token
+    not_top = TreeBatch.from_trees([DraftTree((-1, 0), (-1, top))])
+    with pytest.raises(ValueError, match="top-1 draft tokens"):
+        verify(not_top, p[:1, :2], q[:1, :2], "topk", "nss")
+    with pytest.raises(ValueError, match="unknown method 'bogus'"):
+        verify(batch, p, q, "iid", "bogus")
+    with pytest.raises(ValueError, match="unknown process"):
+        verify(batch, p, q, "beam", "tv")
+    with pytest.raises(NotImplementedError, match="rrsw is defined for processes"):
+        verify(batch, p, q, "iid", "rrsw")
+    with pytest.raises(ValueError, match="batch must be a TreeBatch"):
+        verify(TREES, p, q, "iid", "tv")
+
+
+def test_padded_rows_are_ignored():
+    batch, p, q = inputs()
+    p2 = edited(p, (1, 3), float("nan"))          # tree 1 has 3 nodes: slot 3 is padding
+    got = expected_accepted_length(batch, p2, q, "iid", "tv")
+    torch.testing.assert_close(got, expected_accepted_length(batch, p, q, "iid", "tv"), rtol=0, atol=0)
+
+
+def run_all(device):
+    batch, p, q = inputs(torch.float32)
+    batch, p, q = batch.to(device), p.to(device), q.to(device)
+    gen = torch.Generator(device=device).manual_seed(7)
+    drafted, qd = draft_tree(TreeShape.parse("2,2"), q[0, 0], "wor", 64, gen, device=device)
+    pd = p[0, 0].expand(64, 7, 4).contiguous()
+    res = [verify(drafted, pd, qd, "wor", m, gen) for m in ("tv", "rrsw", "nss")]
+    return drafted.token, [(r.accepted_nodes, r.num_accepted, r.next_token) for r in res]
+
+
+def test_same_seed_same_results():
+    a, b = run_all("cpu"), run_all("cpu")
+    assert torch.equal(a[0], b[0])
+    for x, y in zip(a[1], b[1]):
+        assert all(torch.equal(u, v) for u, v in zip(x, y))
+    gen = torch.Generator().manual_seed(8)
+    other = draft_tree(TreeShape.parse("2,2"), inputs()[2][0, 0], "wor", 64, gen)[0]
+    assert not torch.equal(a[0], other.token)     # a different seed draws different trees
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA duplicate of the CPU tests")
+def test_cuda_determinism_and_agreement():
+    a, b = run_all("cuda"), run_all("cuda")
+    assert torch.equal(a[0], b[0])
+    for x, y in zip(a[1], b[1]):
+        assert all(torch.equal(u, v) for u, v in zip(x, y))
+    batch, p, q = inputs()
+    for method, process in (("tv", "iid"), ("kseq", "iid"), ("rrsw", "wor"), ("nss", "iid")):
+        cpu = expected_accepted_length(batch, p, q, process, method)
+        gpu = expected_accepted_length(batch.to("cuda"), p.cuda(), q.cuda(), process, method)
+        torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-12, rtol=0)

@@ -1,0 +1,99 @@
+"""TreeBatch: padding, derived structure, SGLang round trip, attention mask, validation of raw tensors."""
+import numpy as np
+import pytest
+import torch
+
+from gpu import TreeBatch, tree_attention_mask
+from univer_theory import DraftTree, TreeShape
+
+TREES = [
+    DraftTree((-1, 0, 0, 1, 1, 2), (-1, 2, 0, 1, 1, 3)),
+    DraftTree.chain([3, 1, 2]),
+    DraftTree((-1,), (-1,)),
+    DraftTree.from_shape(TreeShape.parse("((..),(.),.)"), [0, 1, 2, 3, 0, 1]),
+]
+
+
+def test_structure_matches_draft_tree():
+    b = TreeBatch.from_trees(TREES)
+    assert b.to_trees() == TREES
+    for i, t in enumerate(TREES):
+        n = t.num_nodes
+        assert b.depth[i, :n].tolist() == list(t.depth)
+        assert (b.depth[i, n:] == -1).all()
+        assert b.num_children[i, :n].tolist() == [len(c) for c in t.children]
+        for u in range(n):
+            kids = [c for c in b.children[i, u].tolist() if c < b.max_nodes]
+            assert tuple(kids) == t.children[u]
+    assert b.max_depth == max(t.max_depth for t in TREES)
+    assert b.positions(torch.tensor([10, 20, 30, 40]))[1, :4].tolist() == [20, 21, 22, 23]
+
+
+def test_levels_list_internal_nodes_by_depth():
+    b = TreeBatch.from_trees(TREES)
+    N = b.max_nodes
+    for d, (slots, kids) in enumerate(b.levels):
+        for i, t in enumerate(TREES):
+            want = [u for u in range(t.num_nodes) if t.depth[u] == d and t.children[u]]
+            got = [u for u in slots[i].tolist() if u < N]
+            assert got == want
+            for w, u in enumerate(got):
+                assert tuple(c for c in kids[i, w].tolist() if c < N) == t.children[u]
+
+
+def test_sglang_round_trip_and_semantics():
+    b = TreeBatch.from_trees(TREES)
+    nxt_tok, nxt_sib = b.to_sglang()
+    for i, t in enumerate(TREES):
+        for u in range(t.num_nodes):
+            assert nxt_tok[i, u] == (t.children[u][0] if t.children[u] else -1)
+            if u:
+                sibs = t.children[t.parent[u]]
+                j = sibs.index(u)
+                assert nxt_sib[i, u] == (sibs[j + 1] if j + 1 < len(sibs) else -1)
+    back = TreeBatch.from_sglang(nxt_tok, nxt_sib, b.token, b.num_nodes)
+    assert torch.equal(back.parent, b.parent) and torch.equal(back.token, b.token)
+
+
+def test_sglang_sibling_list_out_of_slot_order_is_rejected():
+    t = DraftTree((-1, 0, 0), (-1, 1, 2))
+    first = torch.tensor([[2, -1, -1]])
+    sib = torch.tensor([[-1, -1, 1]])       # 2 → 1: against slot order
+    with pytest.raises(ValueError, match="from_sglang"):
+        TreeBatch.from_sglang(first, sib, torch.tensor([t.token]))
+
+
+def test_tree_attention_mask_is_ancestor_or_self():
+    b = TreeBatch.from_trees(TREES)
+    mask = tree_attention_mask(b)
+    N = b.max_nodes
+    for i, t in enumerate(TREES):
+        for u in range(N):
+            if u >= t.num_nodes:
+                assert mask[i, u].tolist() == [v == u for v in range(N)]
+                continue
+            anc, v = {u}, u
+            while v > 0:
+                v = t.parent[v]
+                anc.add(v)
+            assert mask[i, u].tolist() == [v in anc for v in range(N)]
+
+
+@pytest.mark.parametrize("parent, token, num_nodes, rule", [
+    ([[0, 0, 1]], [[-1, 1, 2]], None, "slot 0 must be the root"),
+    ([[-1, 2, 0]], [[-1, 1, 2]], None, "parents must precede"),
+    ([[-1, 0, -1]], [[-1, 1, -1]], None, "only slot 0 may be a root"),
+    ([[-1, 0, 0]], [[-1, 1, 5]], None, r"token ids must lie in \[0, 4\)"),
+    ([[-1, 0, 0]], [[-1, 1, -3]], None, "drafted tokens must be ≥ 0"),
+    ([[-1, 0, 0]], [[-1, 1, 2]], [2], "padded slots"),
+    ([[-1, 0, 0]], [[-1, 1, 2]], [4], "num_nodes 4, outside"),
+    ([[-1.0, 0, 0]], [[-1, 1, 2]], None, "must hold integers"),
+])
+def test_from_tensors_rejects_malformed_trees(parent, token, num_nodes, rule):
+    with pytest.raises(ValueError, match=rule):
+        TreeBatch.from_tensors(torch.tensor(parent), torch.tensor(token), num_nodes, vocab_size=4)
+
+
+def test_from_tensors_accepts_ragged_valid_batch():
+    b = TreeBatch.from_tensors([[-1, 0, 0], [-1, 0, -1]], [[-1, 1, 2], [-1, 3, -1]], [3, 2], vocab_size=4)
+    assert b.to_trees() == [DraftTree((-1, 0, 0), (-1, 1, 2)), DraftTree((-1, 0), (-1, 3))]

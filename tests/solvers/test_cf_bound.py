@@ -1,0 +1,92 @@
+"""The conditional-framework optimum CF (theory.md §6.4) and the value-aware oracle ``univer-va``."""
+import numpy as np
+import pytest
+
+from solvers.cf_bound import cf_bound, sandwich
+from solvers.global_lp import global_tree_lp
+from solvers.value_aware import value_aware_verifier
+from univer_theory import VERIFIERS, DirichletModel, DraftTree, LOSSLESS_TOL, Model, TreeShape, evaluate
+from univer_theory.alpha_star import alpha_star
+
+
+def model(V, seed, similarity=0.3):
+    return DirichletModel(V, seed=seed, similarity=similarity, concentration=0.8)
+
+
+def test_sandwich_recovers_the_breakpoints_of_a_concave_pl_function():
+    # f(ρ) = min(ρ, 0.3 + 0.2ρ, 0.45): kinks where ρ = 0.3 + 0.2ρ (ρ = 0.375) and 0.3 + 0.2ρ = 0.45 (ρ = 0.75)
+    pieces = np.array([[1.0, 0.0], [0.2, 0.3], [0.0, 0.45]])
+
+    def evaluate_f(rho):
+        vals = pieces[:, 0] * rho + pieces[:, 1]
+        i = int(np.argmin(vals))
+        return float(vals[i]), float(pieces[i, 0])
+
+    f = sandwich(evaluate_f)
+    for kink in (0.375, 0.75):
+        assert np.min(np.abs(f.rho - kink)) <= 1e-12
+    assert f.rho.size <= 6 and f.gap <= 1e-11
+    grid = np.linspace(0, 1, 101)
+    np.testing.assert_allclose(f(grid), np.min(pieces[:, :1] * grid + pieces[:, 1:], axis=0), atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", ["1,1", "1,1,1"])
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_chain_cf_equals_block_verification(shape, process):
+    m = model(4, 3)
+    res = cf_bound(m, shape, process)
+    bv = evaluate(m, TreeShape.parse(shape), process, VERIFIERS["bv"]).expected_accepted
+    assert res.success, res.message
+    assert res.value == pytest.approx(float(bv), abs=1e-9)
+
+
+@pytest.mark.parametrize("process,k", [("iid", 2), ("iid", 3), ("wor", 2), ("wor", 3)])
+def test_depth_one_cf_equals_alpha_star(process, k):
+    m = model(5, 4, similarity=0.1)
+    assert cf_bound(m, str(k), process).value == pytest.approx(
+        float(alpha_star(m.target(()), m.draft(()), k, process)), abs=1e-9)
+
+
+@pytest.mark.parametrize("shape,process", [("2,2", "iid"), ("2,2", "wor"), ("3,1", "iid"), ("((..),.)", "iid"),
+                                           ("((..),.)", "wor")])
+def test_tv_le_cf_le_global_and_value_aware_attains_cf(shape, process):
+    m, sh = model(3 if process == "iid" else 4, 2), TreeShape.parse(shape)
+    cf = cf_bound(m, sh, process)
+    glob = global_tree_lp(m, sh, process)
+    tv = float(evaluate(m, sh, process, VERIFIERS["tv"]).expected_accepted)
+    assert cf.success and glob.success
+    assert tv <= cf.value + 1e-9 and cf.value <= glob.value + 1e-9
+    va = evaluate(m, sh, process, value_aware_verifier(m, sh, process, cf))
+    assert float(va.distance) <= LOSSLESS_TOL
+    # the realisation of the CF-optimal node plans attains CF (up to LP tolerance), never more
+    assert float(va.expected_accepted) <= cf.value + 1e-9
+    assert float(va.expected_accepted) >= cf.value - 1e-8
+
+
+def test_value_aware_is_bound_to_its_shape():
+    m = model(3, 0)
+    va = value_aware_verifier(m, "2,2", "iid")
+    assert va.supports(TreeShape.parse("2,2"), "iid") and not va.supports(TreeShape.parse("2,1"), "iid")
+    tree = DraftTree.from_shape(TreeShape.parse("2,1"), [0, 1, 2, 0])
+    p, q = m.node_probs(tree)
+    with pytest.raises(NotImplementedError, match="built for shape"):
+        va.law(tree, p, q, "iid")
+
+
+class NotNormalised(Model):
+    vocab_size = 2
+
+    def target(self, prefix):
+        return np.array([0.5, 0.5])
+
+    def draft(self, prefix):
+        return np.array([0.7, 0.7])
+
+
+def test_bad_input_raises_value_error():
+    with pytest.raises(ValueError, match="no drafted node"):
+        cf_bound(model(3, 0), "()", "iid")
+    with pytest.raises(ValueError, match=r"cf_bound: draft row at prefix \(\) row 0 sums to 1\.4"):
+        cf_bound(NotNormalised(), "2", "iid")
+    with pytest.raises(ValueError, match="unknown process"):
+        value_aware_verifier(model(3, 0), "2", "beam")

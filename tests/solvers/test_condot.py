@@ -1,0 +1,73 @@
+"""CondOT(ρ) as a function of ρ (theory.md §4.2) and its links to the exact single-node verifiers (§3, §4.1)."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from solvers import condot_lp, kseq_acceptance_mass, kseq_rho_star
+from univer_theory import VERIFIERS, TreeShape, context_free, evaluate
+from univer_theory.alpha_star import alpha_star, optimal_cut
+
+from .test_flat_ot import nodes
+
+RHO_GRID = np.linspace(0.0, 1.0, 41)
+
+
+@given(nodes(max_vocab=8, processes=("iid", "wor", "greedy")))
+def test_condot_is_concave_nondecreasing_and_bracketed(node):
+    """On a ρ-grid: second differences ≤ 1e-9 (concave), first differences ≥ −1e-12 (non-decreasing) and
+    ``Σ_y min(ρp, q) ≤ α*(ρ) ≤ ρ``."""
+    p, q, k, process, _ = node
+    values = alpha_star(np.tile(p, (RHO_GRID.size, 1)), np.tile(q, (RHO_GRID.size, 1)), k, process, RHO_GRID)
+    assert np.all(np.diff(values, 2) <= 1e-9)
+    assert np.all(np.diff(values) >= -1e-12)
+    lower = np.minimum(RHO_GRID[:, None] * p, q).sum(axis=1)
+    assert np.all(lower <= values + 1e-12) and np.all(values <= RHO_GRID + 1e-12)
+    assert values[0] == 0.0
+
+
+@given(nodes(max_vocab=8, processes=("topk",)))
+def test_topk_condot_is_linear_in_rho(node):
+    """A deterministic draft set D: ``α*(ρ) = ρ p(D)`` (and Σ min(ρp, q) need not be a lower bound here)."""
+    p, q, k, _, rho = node
+    D = optimal_cut(p, q, k, "topk", rho)
+    assert D.sum() == k and np.all(q[D].min() >= q[~D])
+    assert alpha_star(p, q, k, "topk", rho) == pytest.approx(rho * p[D].sum(), abs=1e-15)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor", "greedy", "topk"])
+def test_lp_follows_the_closed_form_along_rho(process):
+    """The LP value traced over ρ is the same concave curve (ρ-grid of 6 points, one instance per process)."""
+    rng = np.random.default_rng(11)
+    p, q = rng.dirichlet(np.full(5, 0.7)), rng.dirichlet(np.full(5, 0.7))
+    lp = [condot_lp(p, q, rho, 3, process).value for rho in RHO_GRID[::8]]
+    np.testing.assert_allclose(lp, [alpha_star(p, q, 3, process, rho) for rho in RHO_GRID[::8]], atol=1e-9)
+
+
+DEPTH1 = [("rrs", "iid"), ("kseq", "iid"), ("tv", "iid"), ("rrsw", "wor"), ("tv", "wor")]
+
+
+@given(nodes(max_vocab=4, processes=("iid", "wor"), max_k=3), st.sampled_from(DEPTH1))
+def test_lossless_single_node_verifiers_stay_below_alpha_star(node, verifier_process):
+    """Depth 1 (one node, k children): a lossless verifier's exact E[τ] is its acceptance rate, ≤ α*(1)."""
+    p, q, k, _, _ = node
+    name, process = verifier_process
+    if process == "wor" and np.count_nonzero(q) < k:
+        k = int(np.count_nonzero(q))
+    result = evaluate(context_free(p, q), TreeShape.uniform([k]), process, VERIFIERS[name])
+    assert result.lossless
+    assert result.expected_accepted <= alpha_star(p, q, k, process) + 1e-12
+
+
+@given(nodes(max_vocab=8, processes=("iid",), max_k=4))
+def test_kseq_acceptance_identity_and_guarantee(node):
+    """K-SEQ at ρ* (§3.5, §5): ``Σ_x min(p, ρ* q) = 1 − (1 − β(ρ*))^k`` with ``β(ρ) = Σ_x min(q, p/ρ)``, its
+    accepted mass sums to that value, and it lies in ``[(1 − 1/e)·α*, α*]``."""
+    p, q, k, _, _ = node
+    rho_star = kseq_rho_star(p, q, k)
+    beta = np.minimum(q, p / rho_star).sum()
+    alpha = np.minimum(p, rho_star * q).sum()
+    assert alpha == pytest.approx(1 - (1 - beta) ** k, abs=1e-12)
+    assert kseq_acceptance_mass(p, q, k, rho_star).sum() == pytest.approx(alpha, abs=1e-12)
+    best = alpha_star(p, q, k, "iid")
+    assert (1 - np.exp(-1)) * best - 1e-12 <= alpha <= best + 1e-12

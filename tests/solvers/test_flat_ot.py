@@ -1,0 +1,208 @@
+"""Flat multi-draft OT / CondOT(ρ) (theory.md §4.1–§4.2): the LP, its cvxpy twin, the brute-force min-cut
+and the closed forms of ``univer_theory.alpha_star`` must agree; ``Pr_wor(S ⊆ G)`` by clocks must match the
+enumerated tuple law."""
+import re
+from itertools import combinations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from solvers import (PLAN_TOL, condot_lp, condot_mincut, condot_value, flat_ot_cvxpy, flat_ot_lp, solve_flat)
+from solvers.condot import plan_result
+from univer_theory import PROCESSES, tuple_law
+from univer_theory.alpha_star import (alpha_star, alpha_star_and_cut, alpha_star_iid, optimal_cut,
+                                      prob_subset_wor, prob_subset_wor_k2, prob_subset_wor_prefixes,
+                                      ratio_order)
+
+TOL = 1e-9
+#: Entries of the hypothesis weight vectors: exact zeros, near-zeros and O(1) weights.
+WEIGHT = st.sampled_from([0.0, 1e-12, 1e-7]) | st.integers(1, 12).map(float)
+
+
+def _normalised(weights):
+    w = np.array(weights, dtype=np.float64)
+    return w / w.sum()
+
+
+@st.composite
+def nodes(draw, max_vocab=6, processes=PROCESSES, max_k=3):
+    """(p, q, k, process, ρ): p with zeros and near-zeros; q with at least k positive entries."""
+    V = draw(st.integers(2, max_vocab))
+    process = draw(st.sampled_from(processes))
+    k = draw(st.integers(1, max_k if process == "iid" else min(max_k, V)))
+    p_w, q_w = draw(st.lists(WEIGHT, min_size=V, max_size=V)), draw(st.lists(WEIGHT, min_size=V, max_size=V))
+    assume(sum(p_w) > 0 and np.count_nonzero(q_w) >= k)
+    rho = draw(st.sampled_from([0.0, 1.0]) | st.floats(0.0, 1.0))
+    return _normalised(p_w), _normalised(q_w), k, process, rho
+
+
+def _cut_cost(p, q, k, process, rho, cut):
+    """``ρ p(A) + Pr(S ⊄ A)`` summed from the tuple law (the definition)."""
+    miss = sum(pr for S, pr in tuple_law(q, k, process) if not all(cut[y] for y in S))
+    return rho * p[cut].sum() + miss
+
+
+@given(nodes())
+def test_lp_cvxpy_mincut_and_closed_form_agree(node):
+    p, q, k, process, rho = node
+    results = {m: solve_flat(p, q, k, process, rho, method=m) for m in ("lp", "cvxpy", "mincut", "fast")}
+    for name, res in results.items():
+        assert res.success, (name, res.message)
+    values = {name: res.value for name, res in results.items()}
+    assert max(values.values()) - min(values.values()) <= TOL, values
+    # both cuts are minimisers of the cut objective
+    for name in ("mincut", "fast"):
+        assert abs(_cut_cost(p, q, k, process, rho, results[name].cut) - values["mincut"]) <= 1e-12, name
+
+
+@given(nodes(max_vocab=5))
+def test_lp_plan_is_a_feasible_node_plan(node):
+    """The returned plan satisfies CondOT(ρ) and its marginal is the plan's own."""
+    p, q, k, process, rho = node
+    res = condot_lp(p, q, rho, k, process)
+    law = dict(tuple_law(q, k, process))
+    assert res.plan.shape == (len(law), k) and res.plan.min() >= 0
+    assert np.all(res.plan.sum(axis=1) <= np.array([law[S] for S in res.tuples]) + PLAN_TOL)
+    marginal = np.zeros(p.size)
+    for S, row in zip(res.tuples, res.plan):
+        for y, mass in zip(S, row):
+            marginal[y] += mass
+    np.testing.assert_allclose(res.marginal, marginal, atol=1e-15)
+    assert np.all(res.marginal <= rho * p + PLAN_TOL)
+    assert res.value == pytest.approx(res.marginal.sum(), abs=1e-15)
+
+
+def test_flat_ot_is_condot_at_rho_one():
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+    for process in PROCESSES:
+        assert flat_ot_lp(p, q, 2, process).value == condot_lp(p, q, 1.0, 2, process).value
+        assert condot_value(p, q, 1.0, 2, process) == pytest.approx(alpha_star(p, q, 2, process), abs=TOL)
+
+
+def test_lp_accepts_a_precomputed_support():
+    rng = np.random.default_rng(4)
+    p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+    law = tuple_law(q, 3, "wor")
+    assert condot_lp(p, q, 0.6, 3, "wor", support=law).value == condot_lp(p, q, 0.6, 3, "wor").value
+
+
+def test_recheck_rejects_an_infeasible_plan():
+    """A plan that overshoots ρ·p is reported as a failed recheck, with the rule and tolerance."""
+    p, q = np.array([0.5, 0.5]), np.array([0.5, 0.5])
+    tuples, probs = ((0,), (1,)), np.array([0.5, 0.5])
+    bad = plan_result(np.array([0.5, 0.5]), tuples, probs, p, 0.5, solver_ok=True, status="optimal",
+                      message="solver ok", solver="test", seconds=0.0, claimed_value=1.0)
+    assert not bad.success and bad.status == "recheck_failed" and "ρ·p(y)" in bad.message
+    good = plan_result(np.array([0.25, 0.25]), tuples, probs, p, 0.5, solver_ok=True, status="optimal",
+                       message="solver ok", solver="test", seconds=0.0, claimed_value=0.5)
+    assert good.success and good.message == "solver ok"
+    claimed = plan_result(np.array([0.25, 0.25]), tuples, probs, p, 0.5, solver_ok=True, status="optimal",
+                          message="solver ok", solver="test", seconds=0.0, claimed_value=0.4)
+    assert not claimed.success and "claims" in claimed.message
+
+
+@given(nodes(processes=("iid",)))
+def test_iid_closed_form_is_the_theory_prefix_formula(node):
+    """ρ = 1: ``α* = 1 + min(0, min_j [P_j − Q_j^k])`` over ratio-order prefixes (§4.1), summed here."""
+    p, q, k, _, _ = node
+    order = ratio_order(p, q)
+    best = min(0.0, min(p[order[:j]].sum() - q[order[:j]].sum() ** k for j in range(p.size + 1)))
+    assert alpha_star_iid(p, q, k) == pytest.approx(1 + best, abs=1e-15)
+
+
+def test_batched_closed_form_matches_rows():
+    rng = np.random.default_rng(5)
+    p, q = rng.dirichlet(np.ones(7), size=(3, 4)), rng.dirichlet(np.ones(7), size=(3, 4))
+    rho = rng.random((3, 4))
+    for process in PROCESSES:
+        values, cuts = alpha_star_and_cut(p, q, 3, process, rho)
+        assert values.shape == (3, 4) and cuts.shape == (3, 4, 7)
+        for i in np.ndindex(3, 4):
+            value, cut = alpha_star_and_cut(p[i], q[i], 3, process, rho[i])
+            assert values[i] == pytest.approx(value, abs=1e-15) and np.array_equal(cuts[i], cut)
+
+
+def test_ratio_order_puts_zero_draft_tokens_last_and_breaks_ties_by_id():
+    p = np.array([0.1, 0.2, 0.3, 0.2, 0.2])
+    q = np.array([0.2, 0.0, 0.6, 0.2, 0.0])
+    # ratios 0.5, inf, 0.5, 1.0, inf
+    assert ratio_order(p, q).tolist() == [0, 2, 3, 1, 4]
+
+
+@st.composite
+def wor_rows(draw, max_vocab=6):
+    V = draw(st.integers(2, max_vocab))
+    k = draw(st.integers(1, min(3, V)))
+    q_w = draw(st.lists(WEIGHT, min_size=V, max_size=V))
+    assume(np.count_nonzero(q_w) >= k)
+    return _normalised(q_w), k, np.array(draw(st.permutations(range(V))))
+
+
+@given(wor_rows())
+def test_wor_clocks_match_the_tuple_law(row):
+    """``Pr_wor(S ⊆ G_j)`` for every prefix, clocks vs Σ of ``tuple_law`` (k ≤ 3), to 1e-12."""
+    q, k, order = row
+    law = tuple_law(q, k, "wor")
+    exact = [sum(pr for S, pr in law if set(S) <= set(order[:j].tolist())) for j in range(q.size + 1)]
+    np.testing.assert_allclose(prob_subset_wor_prefixes(q, order, k), exact, rtol=0, atol=1e-12)
+
+
+@given(wor_rows())
+def test_wor_k2_closed_form_matches_clocks(row):
+    q, _, order = row
+    assume(np.count_nonzero(q) >= 2)
+    clocks = prob_subset_wor_prefixes(q, order, 2)
+    for j in range(q.size + 1):
+        G = np.zeros(q.size, dtype=bool)
+        G[order[:j]] = True
+        assert prob_subset_wor_k2(q, G) == pytest.approx(clocks[j], abs=1e-12)
+        assert prob_subset_wor(q, G, 2) == pytest.approx(clocks[j], abs=1e-12)
+
+
+def test_wor_k3_clocks_on_a_larger_vocabulary():
+    """V = 8, k = 3: every 3-subset G of a fixed row, clocks vs the tuple law (336 tuples)."""
+    q = np.random.default_rng(6).dirichlet(np.full(8, 0.5))
+    law = tuple_law(q, 3, "wor")
+    for G in combinations(range(8), 4):
+        mask = np.isin(np.arange(8), G)
+        exact = sum(pr for S, pr in law if set(S) <= set(G))
+        assert prob_subset_wor(q, mask, 3) == pytest.approx(exact, abs=1e-12)
+
+
+BAD = [
+    ("unnormalised target", dict(p=[0.5, 0.4, 0.1 + 0.2]), "target_probs row 0 sums"),
+    ("negative draft", dict(q=[1.2, -0.2, 0.0]), "negative entry"),
+    ("NaN target", dict(p=[np.nan, 0.5, 0.5]), "NaN"),
+    ("mismatched vocabularies", dict(q=[0.5, 0.5]), "differ"),
+    ("k above support", dict(k=3, process="wor"), "only 2 tokens"),
+    ("k zero", dict(k=0), "k must be ≥ 1"),
+    ("rho above one", dict(rho=1.5), "rho must lie in [0, 1]"),
+    ("unknown process", dict(process="beam"), "unknown process"),
+]
+
+
+@pytest.mark.parametrize("case, change, match", BAD, ids=[b[0] for b in BAD])
+@pytest.mark.parametrize("method", ["lp", "cvxpy", "mincut", "fast"])
+def test_bad_input_raises_value_error(case, change, match, method):
+    args = dict(p=[0.2, 0.3, 0.5], q=[0.6, 0.4, 0.0], k=2, process="iid", rho=1.0) | change
+    with pytest.raises(ValueError, match=re.escape(match)):
+        solve_flat(np.array(args["p"]), np.array(args["q"]), args["k"], args["process"], args["rho"], method=method)
+
+
+def test_unknown_method_and_oversized_mincut_raise():
+    p = q = np.full(13, 1 / 13)
+    with pytest.raises(ValueError, match="unknown method 'simplex'"):
+        solve_flat(p, q, 2, "iid", method="simplex")
+    with pytest.raises(ValueError, match="exceeds 12"):
+        condot_mincut(p, q, 2, "iid")
+    with pytest.raises(ValueError, match="missing cvxpy solver"):
+        flat_ot_cvxpy(p[:3] * 13 / 3, q[:3] * 13 / 3, 2, "iid", solver="NOPE")
+    with pytest.raises(ValueError, match="G_mask"):
+        prob_subset_wor(q, np.ones(12, dtype=bool), 2)
+    with pytest.raises(ValueError, match="permutation"):
+        prob_subset_wor_prefixes(q, np.zeros(13, dtype=int), 2)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        optimal_cut(np.tile(p, (2, 1)), np.tile(q, (2, 1)), 2, "iid", rho=np.ones(3))

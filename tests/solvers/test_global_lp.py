@@ -1,0 +1,126 @@
+"""The global tree LP (theory.md §4.3): reductions to α* and BV, bound over every verifier, the merging
+pitfall, the exact reductions of the LP, and its input checks."""
+import json
+
+import numpy as np
+import pytest
+
+from solvers.global_lp import enumerate_tree_arrays, global_tree_lp, trie_classes
+from univer.cli import main as cli_main
+from univer_theory import VERIFIERS, DirichletModel, Model, TreeShape, context_free, enumerate_trees, evaluate
+from univer_theory.alpha_star import alpha_star
+
+
+def model(V, seed, similarity=0.3):
+    return DirichletModel(V, seed=seed, similarity=similarity, concentration=0.8)
+
+
+@pytest.mark.parametrize("V,shape,process,exact", [
+    (3, "2,2", "iid", False), (4, "2,1", "wor", False), (3, "((..),.)", "iid", True), (4, "3", "greedy", False)])
+def test_tree_arrays_match_enumerate_trees(V, shape, process, exact):
+    m = DirichletModel(V, seed=3, exact=exact)
+    arrays = enumerate_tree_arrays(m, shape, process)
+    ref = list(enumerate_trees(m, TreeShape.parse(shape), process))
+    assert arrays.num_trees == len(ref)
+    assert [tuple(row) for row in arrays.tokens] == [t.token for t, _ in ref]
+    np.testing.assert_allclose(arrays.probs, [float(q) for _, q in ref], rtol=1e-13, atol=0)
+    for row, (tree, _) in zip(arrays.codes[::7], ref[::7]):
+        assert [arrays.prefix(c) for c in row] == list(tree.paths)
+
+
+@pytest.mark.parametrize("process,k", [("iid", 2), ("iid", 3), ("wor", 2), ("wor", 3)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_depth_one_equals_flat_alpha_star(process, k, seed):
+    m = model(5, seed, similarity=0.1)
+    res = global_tree_lp(m, str(k), process)
+    assert res.success, res.message
+    assert res.value == pytest.approx(float(alpha_star(m.target(()), m.draft(()), k, process)), abs=1e-9)
+
+
+@pytest.mark.parametrize("shape", ["1,1", "1,1,1"])
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_chain_equals_block_verification(shape, process):
+    m = model(4, 7)
+    res = global_tree_lp(m, shape, process)
+    bv = evaluate(m, TreeShape.parse(shape), process, VERIFIERS["bv"]).expected_accepted
+    assert res.value == pytest.approx(float(bv), abs=1e-9)
+
+
+@pytest.mark.parametrize("shape,process", [("2,2", "iid"), ("2,2", "wor"), ("3,1", "iid"), ("((..),.)", "iid"),
+                                           ("((..),.)", "wor")])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_global_bound_dominates_every_lossless_verifier(shape, process, seed):
+    m, sh = model(3 if process == "iid" else 4, seed), TreeShape.parse(shape)
+    res = global_tree_lp(m, sh, process)
+    assert res.success, res.message
+    checked = 0
+    for v in VERIFIERS.values():
+        if v.lossless and v.supports(sh, process):
+            assert float(evaluate(m, sh, process, v).expected_accepted) <= res.value + 1e-9, v.name
+            checked += 1
+    assert checked >= 2
+
+
+@pytest.mark.parametrize("shape,process", [("2,2", "iid"), ("((..),.)", "wor"), ("2,1,2", "iid")])
+def test_class_reduction_is_exact(shape, process):
+    m = model(3, 2)
+    full, reduced = global_tree_lp(m, shape, process, reduce=False), global_tree_lp(m, shape, process)
+    assert reduced.classes < full.classes == full.trees
+    assert reduced.value == pytest.approx(full.value, abs=1e-9)
+    rows, weights = trie_classes(enumerate_tree_arrays(m, shape, process))
+    assert rows.size == reduced.classes and weights.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_merging_duplicates_by_token_underestimates():
+    """p = q uniform on V = 2, shape [3,1], i.i.d. children.
+
+    Position-indexed: E[τ] ≤ depth = 2, and TV reaches 2 (p = q: the first child is always accepted).
+    Merged (duplicates of one tree share a variable, per-position rows, a(s) counts it once): a root tuple with
+    counts (2, 1) gives 2A(y) + A(x) ≤ 1, best A(x) + A(y) = 1; a tuple of three equal tokens gives 3A ≤ 1,
+    i.e. 1/3.  So Σ_y a(y) ≤ (1 − P₃)·1 + P₃/3 with P₃ = Σ_y q(y)³, and Σ_z a(yz) ≤ a(y) doubles it; the
+    symmetric plan A(child) = A(parent) attains it.  Value 2·(1 − 2P₃/3) = 5/3 < 2.
+    """
+    q = np.array([0.5, 0.5])
+    m = context_free(q, q)
+    shape = TreeShape.parse("3,1")
+    tv = float(evaluate(m, shape, "iid", VERIFIERS["tv"]).expected_accepted)
+    p3 = float(np.sum(q ** 3))
+    assert tv == pytest.approx(2.0, abs=1e-12)
+    assert global_tree_lp(m, shape, "iid").value == pytest.approx(tv, abs=1e-9)
+    merged = global_tree_lp(m, shape, "iid", merge_duplicates=True)
+    assert merged.value == pytest.approx(2 * (1 - 2 * p3 / 3), abs=1e-9)
+    # and on a random [3,1] i.i.d. instance the pitfall is strictly below the bound as well
+    r = model(3, 4)
+    assert global_tree_lp(r, shape, "iid", merge_duplicates=True).value < global_tree_lp(r, shape, "iid").value - 1e-3
+
+
+class BadRows(Model):
+    vocab_size = 2
+
+    def target(self, prefix):
+        return np.array([0.5, 0.6])
+
+    def draft(self, prefix):
+        return np.array([0.5, 0.5])
+
+
+def test_bad_input_raises_value_error():
+    with pytest.raises(ValueError, match="no drafted node"):
+        global_tree_lp(model(3, 0), "()", "iid")
+    with pytest.raises(ValueError, match=r"enumerate_tree_arrays: target row at prefix \(\) row 0 sums to 1\.1"):
+        global_tree_lp(BadRows(), "2", "iid")
+    with pytest.raises(ValueError, match="unknown process 'beam'"):
+        global_tree_lp(model(3, 0), "2", "beam")
+    with pytest.raises(ValueError, match="unknown method"):
+        global_tree_lp(model(3, 0), "2", "iid", method="barrier")
+
+
+def test_bound_cli_json(capsys):
+    assert cli_main(["bound", "--vocab", "3", "--shape", "2", "--process", "iid", "--seed", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    glob, cf = out["global_bound"]["value"], out["cf_bound"]["value"]
+    assert out["alpha_star"]["lp"] == pytest.approx(out["alpha_star"]["fast"], abs=1e-9)
+    assert glob == pytest.approx(out["alpha_star"]["fast"], abs=1e-9) and cf == pytest.approx(glob, abs=1e-9)
+    assert out["methods"]["univer-va"]["lossless"]
+    for name, row in out["methods"].items():
+        assert row["expected_accepted"] <= glob + 1e-9, name

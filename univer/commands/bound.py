@@ -1,0 +1,83 @@
+"""``univer bound``: the global tree LP and the conditional-framework optimum CF beside every verifier.
+
+Prints, for one model/shape/process, the global bound (theory.md §4.3, any lossless verifier), CF (§6.4,
+verifiers of the conditional framework), each verifier's exact E[τ] with its relative gap to both, and the
+value-aware oracle ``univer-va``.  ``--json`` prints the ``univer exact`` object plus ``global_bound``,
+``cf_bound`` and, for depth-1 shapes, ``alpha_star`` (LP and closed form at ρ = 1).
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from solvers.cf_bound import cf_bound
+from solvers.condot import condot_lp
+from solvers.global_lp import global_tree_lp
+from solvers.value_aware import value_aware_verifier
+from univer_theory import TreeShape, evaluate
+from univer_theory.alpha_star import alpha_star
+
+from .common import add_model_options, build_model, print_json
+from .exact import exact_results
+
+VALUE_AWARE = "univer-va"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bound", help="global tree LP and CF bounds beside every verifier's exact E[τ]")
+    add_model_options(p)
+    p.set_defaults(func=run)
+
+
+def bound_results(args, progress: bool = True) -> dict:
+    """The JSON object of ``univer bound`` for the options in ``args``."""
+    names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
+    if others == "":  # only univer-va asked for
+        model, shape, results = build_model(args), TreeShape.parse(args.shape), {}
+    else:
+        model, shape, results = exact_results(argparse.Namespace(**{**vars(args), "methods": others}), progress)
+    out = {"methods": {k: r.as_json() for k, r in results.items()}}
+    glob = global_tree_lp(model, shape, args.process)
+    cf = cf_bound(model, shape, args.process)
+    for name, res in (("global_bound", glob), ("cf_bound", cf)):
+        if not res.success:
+            raise RuntimeError(f"univer bound: {name} failed: {res.message}")
+    if (names is None or VALUE_AWARE in names) and not model.exact:
+        va = evaluate(model, shape, args.process, value_aware_verifier(model, shape, args.process, cf))
+        out["methods"][VALUE_AWARE] = va.as_json()
+    out["global_bound"] = {"value": glob.value, "trees": glob.trees, "classes": glob.classes,
+                           "variables": glob.variables, "constraints": glob.constraints, "seconds": glob.seconds}
+    out["cf_bound"] = {"value": cf.value, "breakpoints": cf.breakpoints, "lp_solves": cf.lp_solves,
+                       "tolerance": cf.tolerance, "seconds": cf.seconds}
+    if shape.max_depth == 1:
+        k = len(shape.children[0])
+        p, q = (np.asarray(row, dtype=np.float64) for row in (model.target(()), model.draft(())))
+        out["alpha_star"] = {"lp": float(condot_lp(p, q, 1.0, k, args.process).value),
+                             "fast": float(alpha_star(p, q, k, args.process, rho=1.0))}
+    return out
+
+
+def run(args) -> int:
+    out = bound_results(args, progress=not args.json)
+    if args.json:
+        print_json(out)
+        return 0
+    glob, cf = out["global_bound"], out["cf_bound"]
+    print(f"shape {args.shape}  process {args.process}  V {args.vocab if not args.model_file else 'from file'}")
+    print(f"global tree LP  E[tau] ≤ {glob['value']:.9f}   ({glob['trees']} trees, {glob['classes']} classes, "
+          f"{glob['variables']} variables, {glob['seconds']:.2f} s)")
+    print(f"CF optimum      E[tau] = {cf['value']:.9f}   ({cf['breakpoints']} breakpoints, {cf['seconds']:.2f} s)")
+    if "alpha_star" in out:
+        print(f"alpha*          LP {out['alpha_star']['lp']:.9f}   closed form {out['alpha_star']['fast']:.9f}")
+    print(f"{'method':<11}{'E[tau]':>12}{'distance':>12}  lossless{'gap→global':>12}{'gap→CF':>10}")
+    def gap(bound, e):  # relative; |gap| ≤ 1e-12 is LP round-off and printed as 0
+        g = (bound - e) / bound
+        return g if abs(g) > 1e-12 else 0.0
+
+    for name, r in out["methods"].items():
+        e = r["expected_accepted"]
+        print(f"{name:<11}{e:>12.6f}{r['distance']:>12.2e}  {'✓' if r['lossless'] else '✗':^8}"
+              f"{gap(glob['value'], e):>11.2%}{gap(cf['value'], e):>10.2%}")
+    return 0
