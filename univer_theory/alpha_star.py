@@ -22,18 +22,15 @@ broadcasts to the batch shape.  Ties of the minimum are resolved towards the sma
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
+from .plans.clocks import LOG_T_NODES, LOG_T_RANGE, log_time_grid
 from .processes import PROCESSES
 from .validation import check_choice, check_simplex
 
-#: Gauss–Legendre rule of the exponential-clock integrals (§4.1): CLOCK_NODES nodes on log t ∈ [−30, 30].  The
-#: upper end grows to log(50/r) for a complement mass r < 50·e^{−30} (more panels of the same rule), so the
-#: neglected tail ``∫_{t_hi}^∞ r e^{−rt} dt = e^{−50}`` stays below 2e-22.
-CLOCK_NODES = 400
-CLOCK_LOG_T_RANGE = (-30.0, 30.0)
+# Exponential-clock integrals (§4.1) use the shared Gauss–Legendre grid of plans.clocks (400 nodes on
+# log t ∈ [−30, 30]).  The upper end grows to log(50/r) for a complement mass r < 50·e^{−30} (more panels of
+# the same rule), so the neglected tail ``∫_{t_hi}^∞ r e^{−rt} dt = e^{−50}`` stays below 2e-22.
 
 
 # ----------------------------------------------------------------------------------------- validation
@@ -133,28 +130,6 @@ def _wor_miss_k2(q_sorted: np.ndarray) -> np.ndarray:
     return r * (1.0 + _prefix(odds))
 
 
-@functools.lru_cache(maxsize=1)
-def _legendre_panel() -> tuple[np.ndarray, np.ndarray]:
-    return np.polynomial.legendre.leggauss(CLOCK_NODES)
-
-
-@functools.lru_cache(maxsize=8)
-def _clock_nodes(hi: float) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes t and weights (Jacobian t included) of the Gauss–Legendre rule on log t ∈ [−30, hi]: equal
-    panels of width ≤ 60, each with :data:`CLOCK_NODES` nodes (one panel for hi = 30)."""
-    lo, base_hi = CLOCK_LOG_T_RANGE
-    panels = int(np.ceil((hi - lo) / (base_hi - lo)))
-    edges = np.linspace(lo, hi, panels + 1)
-    x, w = _legendre_panel()
-    half = 0.5 * np.diff(edges)[:, None]
-    s = (half * x + 0.5 * (edges[:-1] + edges[1:])[:, None]).ravel()
-    t = np.exp(s)
-    wt = (half * w).ravel() * t  # dt = t ds
-    t.setflags(write=False)
-    wt.setflags(write=False)
-    return t, wt
-
-
 def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = 1024) -> np.ndarray:
     """``Pr_wor(S ⊄ G_j)`` for every prefix ``G_j`` of ``q_sorted [B, V]`` by exponential clocks.
 
@@ -169,7 +144,7 @@ def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = 1024) -> np.ndar
     B, V = q_sorted.shape
     r = _suffix_mass(q_sorted)                                              # [B, V+1]
     r_min = r[r > 0].min(initial=1.0)
-    t, wt = _clock_nodes(max(CLOCK_LOG_T_RANGE[1], float(np.ceil(np.log(50.0 / r_min)))))
+    t, wt = log_time_grid(LOG_T_NODES, (LOG_T_RANGE[0], max(LOG_T_RANGE[1], float(np.ceil(np.log(50.0 / r_min))))))
     n_pos = _prefix((q_sorted > 0).astype(np.float64))                      # [B, V+1]
     miss = np.empty((B, V + 1))
     miss[:, 0] = 1.0
@@ -186,7 +161,7 @@ def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = 1024) -> np.ndar
             np.sum(state, axis=0, out=below[i])
         rc = r[:, start + 1:start + 1 + qc.shape[0]].T[:, :, None]          # [c, B, 1]
         miss[:, start + 1:start + 1 + qc.shape[0]] = np.einsum("jbn,jbn,n->bj", below, rc * np.exp(-rc * t), wt)
-    miss -= np.expm1(-r * np.exp(CLOCK_LOG_T_RANGE[0]))                    # the piece t < e^{−30}
+    miss -= np.expm1(-r * np.exp(LOG_T_RANGE[0]))                    # the piece t < e^{−30}
     miss = np.where(n_pos < k, 1.0, np.where(r == 0, 0.0, miss))
     return np.clip(miss, 0.0, 1.0)
 

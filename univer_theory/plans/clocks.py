@@ -22,16 +22,21 @@ LOG_T_RANGE = (-30.0, 30.0)
 
 @lru_cache(maxsize=8)
 def log_time_grid(nodes: int = LOG_T_NODES, log_range: tuple[float, float] = LOG_T_RANGE):
-    """Times ``T`` [nodes] and weights [nodes] with ``∫_0^∞ h(T) dT ≈ Σ weights·h(T)`` (read-only, cached:
-    the Legendre nodes cost an eigenvalue problem of size ``nodes``).
+    """Times ``T`` and weights with ``∫_0^∞ h(T) dT ≈ Σ weights·h(T)`` (read-only, cached: the Legendre nodes
+    cost an eigenvalue problem of size ``nodes``).
 
-    Gauss–Legendre in ``s = log T``: ``dT = T ds``, so each weight carries the Jacobian ``T``.
+    Gauss–Legendre in ``s = log T`` (``dT = T ds``, so each weight carries the Jacobian ``T``) on equal panels
+    of width ≤ 60 with ``nodes`` nodes each: one panel for the default range; a wider range (the wor α* of
+    :mod:`univer_theory.alpha_star` widens the upper end when the complement mass is tiny) adds panels.
     """
     x, w = np.polynomial.legendre.leggauss(nodes)
     lo, hi = log_range
-    s = 0.5 * (hi - lo) * x + 0.5 * (hi + lo)
+    panels = max(1, int(np.ceil((hi - lo) / (LOG_T_RANGE[1] - LOG_T_RANGE[0]))))
+    edges = np.linspace(lo, hi, panels + 1)
+    half = 0.5 * np.diff(edges)[:, None]
+    s = (half * x + 0.5 * (edges[:-1] + edges[1:])[:, None]).ravel()
     times = np.exp(s)
-    weights = 0.5 * (hi - lo) * w * times
+    weights = (half * w).ravel() * times
     times.flags.writeable = weights.flags.writeable = False
     return times, weights
 
