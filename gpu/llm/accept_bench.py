@@ -1,0 +1,184 @@
+"""Paired offline evaluation of verifiers on real draft trees (theory.md §2: ``E[τ] = Σ_s a(s)``).
+
+For each prompt, a continuation ``c_0 … c_{L−1}`` is sampled from the target at ``temperature``.  At every
+position i (context = prompt · c_{<i}) one tree is drafted and scored, and every method's exact
+``E[τ | T]`` is computed on that same tree (:func:`.verifiers.expected_accepted`) — a paired design: the
+methods differ only by their verification rule, never by the draft.  ``E[τ]`` averaged over positions estimates
+the method's acceptance length along the target's own trajectories; tokens per step = ``E[τ] + 1``.
+
+Statistics are clustered by prompt (positions of one prompt are correlated): a method's score on a prompt is
+its mean over positions; the reported mean and standard error are across prompts, and the gain of method m
+over the baseline b is the ratio of sums ``Σ_p m_p / Σ_p b_p − 1`` with a delta-method standard error
+``sd(m_p − (1+g) b_p) / (√n · mean b_p)``.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from univer_theory import TreeShape
+
+from ..probs import probs_from_logits
+from .decode import default_draft_temperature, extend, prefill
+from .models import ModelPair
+from .prompts import Prompt, encode_prompt
+from .tree_draft import draft_tree
+from .tree_score import score_tree
+from .verifiers import expected_accepted
+
+#: Reference method of each draft process (the paper's baseline is RRSw for without-replacement drafts).
+BASELINE = {"wor": "rrsw", "iid": "rrs", "topk": "nss", "greedy": "nss"}
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    """One prompt: ``expected[method][i]`` = ``E[τ | T_i]`` at position i (same tree ``T_i`` for all methods)."""
+
+    id: str
+    category: str
+    prompt_tokens: int
+    expected: dict[str, tuple[float, ...]]
+
+    @property
+    def positions(self) -> int:
+        return len(next(iter(self.expected.values()), ()))
+
+    def mean(self, method: str) -> float:
+        vals = self.expected[method]
+        return sum(vals) / len(vals)
+
+
+def _mean_se(xs: list[float]) -> tuple[float, float | None]:
+    n = len(xs)
+    mean = sum(xs) / n
+    if n < 2:
+        return mean, None
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1) / n)
+
+
+def _ratio_gain(ms: list[float], bs: list[float]) -> tuple[float, float | None]:
+    n, total_b = len(ms), sum(bs)
+    if total_b == 0:
+        return float("nan"), None
+    g = sum(ms) / total_b - 1.0
+    if n < 2:
+        return g, None
+    d = [m - (1.0 + g) * b for m, b in zip(ms, bs)]
+    return g, math.sqrt(sum(x * x for x in d) / (n - 1)) / math.sqrt(n) / (total_b / n)
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """All records plus the run's configuration; :meth:`summary` gives the per-category statistics."""
+
+    config: dict
+    methods: tuple[str, ...]
+    baseline: str | None
+    records: tuple[PromptRecord, ...] = field(default_factory=tuple)
+
+    def summary(self) -> dict:
+        """``{category or "all": {method: {expected_accepted, se, tokens_per_step, gain, gain_se}, "prompts",
+        "positions"}}``; ``gain`` is relative to :attr:`baseline` (None when the baseline was not run)."""
+        groups: dict[str, list[PromptRecord]] = {}
+        for r in self.records:
+            if r.positions:
+                groups.setdefault(r.category, []).append(r)
+        groups["all"] = [r for rs in list(groups.values()) for r in rs]
+        out = {}
+        for cat, recs in groups.items():
+            if not recs:
+                continue
+            entry: dict = {"prompts": len(recs), "positions": sum(r.positions for r in recs)}
+            base = [r.mean(self.baseline) for r in recs] if self.baseline else None
+            for m in self.methods:
+                vals = [r.mean(m) for r in recs]
+                mean, se = _mean_se(vals)
+                stats = {"expected_accepted": mean, "se": se, "tokens_per_step": mean + 1.0}
+                if base is not None:
+                    stats["gain"], stats["gain_se"] = _ratio_gain(vals, base)
+                entry[m] = stats
+            out[cat] = entry
+        return out
+
+    def as_json(self) -> dict:
+        summary = self.summary()
+        overall = summary.get("all", {})
+        return {
+            "config": self.config,
+            "baseline": self.baseline,
+            "methods": {m: overall[m] for m in self.methods if m in overall},
+            "categories": {c: v for c, v in summary.items() if c != "all"},
+            "prompts": [{"id": r.id, "category": r.category, "prompt_tokens": r.prompt_tokens,
+                         "positions": r.positions, "expected_accepted": {m: list(v) for m, v in r.expected.items()}}
+                        for r in self.records],
+        }
+
+
+def prompt_generator(seed: int, prompt_id: str, device="cpu") -> torch.Generator:
+    """Per-prompt generator: results for a prompt do not depend on which other prompts run."""
+    return torch.Generator(device).manual_seed(zlib.crc32(f"{seed}/{prompt_id}".encode()))
+
+
+@torch.inference_mode()
+def sample_continuation(pair: ModelPair, ids: list[int], length: int, temperature: float,
+                        generator: torch.Generator):
+    """Sample up to ``length`` tokens from the target (stops after a stop token).
+
+    Returns ``(continuation, root_logits [L, V], cache)``: ``root_logits[i]`` are the target's logits after
+    ``ids + continuation[:i]`` and ``cache`` holds ``ids + continuation[:L−1]``.
+    """
+    cache, logits = prefill(pair.target, ids)
+    cont, roots = [], []
+    for i in range(length):
+        roots.append(logits)
+        y = int(torch.multinomial(probs_from_logits(logits.double(), temperature), 1, generator=generator))
+        cont.append(y)
+        if y in pair.stop_ids or i == length - 1:
+            break
+        logits = extend(pair.target, cache, [y])
+    return cont, torch.stack(roots), cache
+
+
+@torch.inference_mode()
+def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: str, methods, temperature: float,
+                    positions: int, seed: int, draft_temperature: float | None = None) -> PromptRecord:
+    """Exact ``E[τ | T]`` of every method on the trees drafted along one target-sampled continuation."""
+    gen = prompt_generator(seed, prompt.id, pair.device)
+    dtemp = default_draft_temperature(temperature) if draft_temperature is None else draft_temperature
+    ids = encode_prompt(pair.tokenizer, prompt)
+    cont, target_roots, t_cache = sample_continuation(pair, ids, positions, temperature, gen)
+    n0, L = len(ids), len(cont)
+    device = next(pair.draft.parameters()).device
+    d_out = pair.draft(torch.tensor([ids + cont[:-1]], device=device), use_cache=True, logits_to_keep=L)
+    d_cache, draft_roots = d_out.past_key_values, d_out.logits[0]
+    expected: dict[str, list[float]] = {m: [] for m in methods}
+    for i in range(L):
+        batch, draft_probs = draft_tree(pair.draft, d_cache, n0 + i, draft_roots[i], shape, process, dtemp, gen)
+        logits = score_tree(pair.target, t_cache, batch, n0 + i, target_roots[i])
+        target_probs = probs_from_logits(logits.double(), temperature)[None]
+        for m in methods:
+            expected[m].append(float(expected_accepted(m, batch, target_probs, draft_probs, process)[0]))
+    return PromptRecord(prompt.id, prompt.category, n0, {m: tuple(v) for m, v in expected.items()})
+
+
+def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, process: str, methods,
+                 temperature: float = 1.0, positions: int = 32, seed: int = 0,
+                 draft_temperature: float | None = None, progress: bool = True) -> BenchResult:
+    """Run :func:`evaluate_prompt` on every prompt; ``methods`` are names (see :mod:`.verifiers`)."""
+    methods = tuple(methods)
+    if not methods:
+        raise ValueError("accept_bench: methods is empty")
+    if positions < 1:
+        raise ValueError(f"accept_bench: positions must be ≥ 1, got {positions}")
+    records = [evaluate_prompt(pair, p, shape, process, methods, temperature, positions, seed, draft_temperature)
+               for p in tqdm(prompts, desc="accept-bench", unit="prompt", disable=not progress)]
+    baseline = BASELINE.get(process)
+    config = {"draft": pair.draft_spec, "shape": str(shape), "nodes": shape.num_nodes, "process": process,
+              "temperature": temperature,
+              "draft_temperature": default_draft_temperature(temperature) if draft_temperature is None
+              else draft_temperature, "positions": positions, "seed": seed}
+    return BenchResult(config, methods, baseline if baseline in methods else None, tuple(records))

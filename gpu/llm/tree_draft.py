@@ -1,0 +1,84 @@
+"""Draft a tree with the draft model's KV cache (theory.md §1), depth by depth.
+
+:func:`gpu.draft_tree` walks the skeleton: at depth d it asks for the rows ``q(·|s(u))`` of the nodes of that
+depth, then draws every internal node's ordered children ``S ~ Q_k`` (``iid``, ``wor``, ``topk``, ``greedy``).
+Here the rows come from the draft model: the nodes of depth d are fed in one forward on top of the draft's
+KV cache (:func:`.tree_score.forward_nodes`; their ancestors were fed at earlier depths), so a tree of depth D
+costs D + 1 small forwards (leaves get their row too: every verifier takes full ``[N, V]`` rows).
+
+Shape specs (:func:`tree_shape`): ``binary:D`` (branching 2 to depth D), ``chain:D``, ``eagle`` / ``eagle:W``
+(the sparse EAGLE-like tree of :func:`eagle_like_shape`), or anything :meth:`TreeShape.parse` reads
+(``"3,2"``, ``"((..),.)"``).
+"""
+from __future__ import annotations
+
+import torch
+
+from univer_theory import DraftTree, TreeShape
+
+from ..drafting import draft_tree as draft_skeleton
+from ..probs import probs_from_logits
+from ..tree_batch import TreeBatch, tree_attention_mask
+from .tree_score import forward_nodes
+
+
+def eagle_like_shape(width: int = 4) -> TreeShape:
+    """Sparse tree in the spirit of EAGLE's static tree: a node of depth d whose rank among its siblings is r
+    (0 = drafted first) gets ``max(0, W − d − r)`` children, the root ``W``.  ``W = 4`` gives 24 nodes, depth 4:
+    the first-drafted branches are the widest and deepest."""
+    if width < 1:
+        raise ValueError(f"eagle_like_shape: width must be ≥ 1, got {width}")
+    parent, frontier = [-1], [(0, 0, 0)]          # (node, depth, sibling rank)
+    while frontier:
+        nxt = []
+        for u, d, r in frontier:
+            for j in range(width if u == 0 else max(0, width - d - r)):
+                parent.append(u)
+                nxt.append((len(parent) - 1, d + 1, j))
+        frontier = nxt
+    return TreeShape(tuple(parent))
+
+
+def tree_shape(spec: str) -> TreeShape:
+    """The :class:`TreeShape` named by ``spec`` (see the module docstring)."""
+    kind, sep, arg = spec.partition(":")
+    if sep and kind in ("binary", "chain"):
+        if not arg.isdigit() or int(arg) < 1:
+            raise ValueError(f"tree_shape: {spec!r} needs a positive depth, e.g. {kind}:4")
+        return TreeShape.uniform([2 if kind == "binary" else 1] * int(arg))
+    if kind == "eagle":
+        if sep and not (arg.isdigit() and int(arg) >= 1):
+            raise ValueError(f"tree_shape: {spec!r} needs a positive width, e.g. eagle:4")
+        return eagle_like_shape(int(arg) if sep else 4)
+    if sep:
+        raise ValueError(f"tree_shape: unknown shape kind {kind!r} in {spec!r}; choose one of "
+                         "['binary:D', 'chain:D', 'eagle[:W]'] or a TreeShape.parse string")
+    return TreeShape.parse(spec)
+
+
+def draft_tree(model, cache, context_len: int, root_logits: torch.Tensor, shape: TreeShape, process: str,
+               temperature: float, generator: torch.Generator | None = None) -> tuple[TreeBatch, torch.Tensor]:
+    """Draft one tree of ``shape`` after the context (cache slots ``< context_len``).
+
+    ``root_logits [V]``: the draft's logits after the context.  Returns ``(batch, draft_probs)``: a
+    :class:`gpu.TreeBatch` holding the one tree and its rows ``[1, N, V]`` float64,
+    ``draft_probs[0, u] = q(·|s(u))`` at ``temperature``.  The cache is restored afterwards.
+    """
+    n = shape.num_nodes
+    ancestors = tree_attention_mask(TreeBatch.from_trees([DraftTree.from_shape(shape, [0] * (n - 1))]))[0]
+    depth = torch.tensor(shape.depth)
+    node_slot = torch.full((n,), -1)
+    cache_len = cache.get_seq_length()
+
+    def rows(token: torch.Tensor, nodes: list[int]) -> torch.Tensor:
+        if nodes == [0]:
+            logits = root_logits.reshape(1, -1)
+        else:
+            logits = forward_nodes(model, cache, nodes, token[0, nodes], context_len - 1 + depth[nodes],
+                                   ancestors[nodes], node_slot, context_len)
+        return probs_from_logits(logits.double(), temperature)[None]
+
+    try:
+        return draft_skeleton(shape, rows, process, 1, generator)
+    finally:
+        cache.crop(cache_len)

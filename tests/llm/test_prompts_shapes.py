@@ -1,0 +1,74 @@
+"""Vendored prompts, tree-shape specs and the tree-attention bias (no model needed)."""
+from collections import Counter
+
+import pytest
+import torch
+
+from gpu import TreeBatch, tree_attention_mask
+from gpu.llm.prompts import PROMPT_DIR, load_prompts
+from gpu.llm.tree_draft import eagle_like_shape, tree_shape
+from gpu.llm.tree_score import tree_bias
+from univer_theory import DraftTree, TreeShape
+
+
+def test_prompt_sets_and_licenses():
+    mt = load_prompts("mtbench")
+    assert len(mt) == 80 and len({p.id for p in mt}) == 80
+    assert Counter(p.category for p in mt) == {c: 10 for c in
+                                               ("writing", "roleplay", "reasoning", "math", "coding",
+                                                "extraction", "stem", "humanities")}
+    he = load_prompts("humaneval")
+    assert len(he) == 164 and all(p.category == "humaneval" and "def " in p.text for p in he)
+    assert len(load_prompts("all")) == 244
+    assert "Apache License" in (PROMPT_DIR / "mt_bench" / "LICENSE").read_text()
+    assert "MIT License" in (PROMPT_DIR / "humaneval" / "LICENSE").read_text()
+
+
+def test_limit_is_round_robin_over_categories():
+    first8 = load_prompts("mtbench", 8)
+    assert len({p.category for p in first8}) == 8
+    assert load_prompts("mtbench", 3) == first8[:3]
+    assert {p.category for p in load_prompts("all", 9)} == {p.category for p in load_prompts("all")}
+    with pytest.raises(ValueError, match="unknown prompt set"):
+        load_prompts("gsm8k")
+    with pytest.raises(ValueError, match="limit"):
+        load_prompts("mtbench", 0)
+
+
+def test_tree_shape_specs():
+    assert tree_shape("binary:3") == TreeShape.uniform([2, 2, 2])
+    assert tree_shape("chain:4").is_chain and tree_shape("chain:4").num_nodes == 5
+    assert tree_shape("((..),.)") == TreeShape.parse("((..),.)")
+    assert tree_shape("eagle") == eagle_like_shape(4)
+    for bad in ("binary:0", "chain:x", "eagle:-1", "ternary:2"):
+        with pytest.raises(ValueError):
+            tree_shape(bad)
+
+
+@pytest.mark.parametrize("width", [1, 3, 4])
+def test_eagle_like_shape_follows_its_rule(width):
+    shape = eagle_like_shape(width)
+    for u in range(shape.num_nodes):
+        kids = shape.children[u]
+        if u == 0:
+            assert len(kids) == width
+            continue
+        rank = shape.children[shape.parent[u]].index(u)
+        assert len(kids) == max(0, width - shape.depth[u] - rank)
+    assert shape.max_depth == width
+
+
+def test_tree_bias_sees_context_ancestors_and_self_only():
+    tree = DraftTree((-1, 0, 0, 1), (-1, 5, 6, 7))      # node 3 is a child of node 1
+    anc = tree_attention_mask(TreeBatch.from_trees([tree]))[0]
+    # context of 3 tokens, then 2 hidden cache entries, then nodes 1..3 at slots 5, 6, 7
+    slot = torch.tensor([-1, 5, 6, 7])
+    bias = tree_bias(anc[1:], slot, context_len=3, kv_len=8)
+    assert bias.shape == (1, 1, 3, 8)
+    seen = (bias[0, 0] == 0).int().tolist()
+    assert seen == [[1, 1, 1, 0, 0, 1, 0, 0],           # node 1: context + itself
+                    [1, 1, 1, 0, 0, 0, 1, 0],           # node 2: context + itself
+                    [1, 1, 1, 0, 0, 1, 0, 1]]           # node 3: context + node 1 + itself
+    assert (bias[0, 0][bias[0, 0] != 0] == torch.finfo(torch.float32).min).all()
+    with pytest.raises(ValueError, match="no cache slot"):
+        tree_bias(anc[3:], torch.tensor([-1, -1, 6, 7]), 3, 8)

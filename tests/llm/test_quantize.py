@@ -1,0 +1,69 @@
+"""Round-to-nearest quantisation on small tensors (no model needed)."""
+import pytest
+import torch
+
+from gpu.llm.quantize import quantize_linear_layers, rtn_quantize
+
+
+def _weights(seed, shape=(6, 24)):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("bits,group", [(2, 8), (3, 4), (4, 24), (8, 6)])
+def test_rtn_levels_error_and_idempotence(bits, group):
+    w = _weights(bits)
+    wq = rtn_quantize(w, bits, group)
+    assert wq.shape == w.shape and wq.dtype == w.dtype
+    for g in range(0, w.shape[1], group):
+        blk, blkq = w[:, g:g + group], wq[:, g:g + group]
+        for row, rowq in zip(blk, blkq):
+            scale = (row.max() - row.min()) / (2 ** bits - 1)
+            assert len(torch.unique(rowq)) <= 2 ** bits
+            assert (rowq - row).abs().max() <= scale / 2 + 1e-6, "RTN error exceeds half a step"
+            # the extremes of a group are levels 0 and 2^bits − 1, so they are reproduced
+            assert torch.isclose(rowq.min(), row.min(), atol=1e-6) and torch.isclose(rowq.max(), row.max(), atol=1e-6)
+    assert torch.allclose(rtn_quantize(wq, bits, group), wq, atol=1e-6), "re-quantising moved the levels"
+
+
+def test_rtn_ragged_last_group_and_constant_group():
+    w = _weights(1, (3, 10))
+    w[1, 8:] = 0.25                                   # a constant (ragged) group is exact
+    wq = rtn_quantize(w, 3, 4)                        # groups 0:4, 4:8, 8:10
+    pieces = torch.cat([rtn_quantize(w[:, :8], 3, 4), rtn_quantize(w[:, 8:], 3, 2)], dim=1)
+    assert torch.equal(wq, pieces)
+    assert torch.equal(wq[1, 8:], w[1, 8:])
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"weight": torch.ones(4), "bits": 4, "group_size": 2}, "2-D"),
+    ({"weight": torch.tensor([[1.0, float("nan")]]), "bits": 4, "group_size": 2}, "finite"),
+    ({"weight": torch.ones(2, 2), "bits": 1, "group_size": 2}, "bits"),
+    ({"weight": torch.ones(2, 2), "bits": 4, "group_size": 0}, "group_size"),
+])
+def test_rtn_rejects_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rtn_quantize(**kwargs)
+
+
+class _Tiny(torch.nn.Module):
+    """The attribute layout of a Hugging Face decoder: ``model.layers`` plus an embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = torch.nn.Module()
+        self.model.embed = torch.nn.Embedding(5, 8)
+        self.model.layers = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())])
+
+
+def test_quantize_linear_layers_copies_and_touches_only_decoder_linears():
+    torch.manual_seed(0)
+    model = _Tiny()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    draft = quantize_linear_layers(model, 2, 4)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), f"{k} of the target changed"
+    lin, lin_q = model.model.layers[0][0], draft.model.layers[0][0]
+    assert torch.equal(lin_q.weight, rtn_quantize(lin.weight, 2, 4))
+    assert torch.equal(lin_q.bias, lin.bias) and torch.equal(draft.model.embed.weight, model.model.embed.weight)
+    with pytest.raises(ValueError, match="model.layers"):
+        quantize_linear_layers(torch.nn.Linear(2, 2), 4, 2)

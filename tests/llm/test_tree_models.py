@@ -1,0 +1,110 @@
+"""Real model pair: tree-attention scoring equals sequential decoding; the drafts are what their specs say."""
+import numpy as np
+import pytest
+import torch
+
+from gpu.llm.decode import extend, prefill
+from gpu.llm.models import build_draft
+from gpu.llm.quantize import rtn_quantize
+from gpu.llm.tree_draft import draft_tree, tree_shape
+from gpu.llm.tree_score import score_tree
+
+pytestmark = pytest.mark.llm
+
+#: fp32 tolerance on logits, tree forward vs sequential forward.  Both run the same fp32 weights on the same
+#: prefix; only the reduction order differs (different matmul / attention shapes, masked softmax over a longer
+#: key set), which moves logits of magnitude ~20 by ~1e-5 after 30 layers (measured ≤ 6e-5).  1e-3 is ~20× that
+#: and still ~1e-3 of a typical top-2 logit gap.
+LOGIT_ATOL = 1e-3
+#: Same comparison on the draft's probability rows (differences of softmax outputs are ≤ the logit error).
+PROB_ATOL = 1e-4
+
+
+@torch.inference_mode()
+def _sequential_logits(model, ids):
+    return model(torch.tensor([ids])).logits[0, -1]
+
+
+@pytest.mark.parametrize("spec,process", [("binary:2", "wor"), ("((..),.)", "iid")])
+def test_tree_logits_match_sequential_decoding(pair, prompt_ids, spec, process):
+    shape = tree_shape(spec)
+    n = len(prompt_ids)
+    t_cache, t_root = prefill(pair.target, prompt_ids)
+    d_cache, d_root = prefill(pair.draft, prompt_ids)
+    hidden_tail = [100, 2000, 30000]          # entries after the context that the tree must not see
+    extend(pair.target, t_cache, hidden_tail)
+    extend(pair.draft, d_cache, hidden_tail)
+    gen = torch.Generator().manual_seed(3)
+    batch, draft_probs = draft_tree(pair.draft, d_cache, n, d_root, shape, process, 1.0, gen)
+    logits = score_tree(pair.target, t_cache, batch, n, t_root)
+    assert t_cache.get_seq_length() == d_cache.get_seq_length() == n + len(hidden_tail), "cache not restored"
+    tree = batch.to_trees(pair.vocab_size)[0]
+    assert tree.shape == shape
+    for u in range(1, tree.num_nodes):
+        ids = prompt_ids + list(tree.path(u))
+        err = float((logits[u] - _sequential_logits(pair.target, ids)).abs().max())
+        assert err <= LOGIT_ATOL, f"node {u}: tree logits differ from sequential by {err:.2e}"
+        q_seq = torch.softmax(_sequential_logits(pair.draft, ids).double(), -1)
+        err_q = float((draft_probs[0, u] - q_seq).abs().max())
+        assert err_q <= PROB_ATOL, f"node {u}: draft row differs from sequential by {err_q:.2e}"
+
+
+def test_early_exit_draft_is_first_layers_norm_head(pair, prompt_ids):
+    draft = build_draft(pair.target, "early:6")
+    ids = torch.tensor([prompt_ids])
+    with torch.inference_mode():
+        hidden = pair.target(ids, output_hidden_states=True).hidden_states[6][0, -1]
+        expect = pair.target.lm_head(pair.target.model.norm(hidden))
+        got = draft(ids).logits[0, -1]
+    assert float((got - expect).abs().max()) <= LOGIT_ATOL
+    assert len(pair.target.model.layers) == 30, "building the draft must not truncate the target"
+
+
+def test_rtn_draft_quantises_decoder_projections_only(pair):
+    t_layer, d_layer = pair.target.model.layers[7], pair.draft.model.layers[7]
+    for name in ("self_attn.q_proj", "mlp.down_proj"):
+        w_t, w_d = t_layer.get_submodule(name).weight, d_layer.get_submodule(name).weight
+        assert torch.equal(w_d, rtn_quantize(w_t, 4, 128)) and not torch.equal(w_d, w_t)
+    assert torch.equal(pair.draft.model.embed_tokens.weight, pair.target.model.embed_tokens.weight)
+    assert torch.equal(pair.draft.model.norm.weight, pair.target.model.norm.weight)
+
+
+def test_draft_spec_errors(pair):
+    for bad in ("rtn:4", "early:0", "early:30", "lora:1"):
+        with pytest.raises(ValueError, match="build_draft"):
+            build_draft(pair.target, bad)
+
+
+def test_univer_root_acceptance_at_least_tv(pair, prompt_ids):
+    """Per node, UniVer's plan attains α*(ρ) (theory.md §6.2), so at the root (ρ = 1) its acceptance rate
+    α = Σ_y a(y) is at least TV's (whose i.i.d. marginal is closed-form, §6.3 rule 6) — on real rows."""
+    from univer_theory import DraftTree, VERIFIERS
+    from univer_theory.plans.tv_plan import tv_plan
+
+    _, t_root = prefill(pair.target, prompt_ids)
+    _, d_root = prefill(pair.draft, prompt_ids)
+    p = torch.softmax(t_root.double(), -1).numpy()
+    q = torch.softmax(d_root.double(), -1).numpy()
+    tokens = torch.multinomial(torch.from_numpy(q), 3, replacement=True, generator=torch.Generator().manual_seed(4))
+    tree = DraftTree((-1, 0, 0, 0), (-1, *tokens.tolist()), pair.vocab_size)
+    rows_p = np.stack([p] * 4)
+    rows_q = np.stack([q] * 4)
+    alpha_univer = VERIFIERS["univer"].trace(tree, rows_p, rows_q, "iid")[0]["alpha"]
+    alpha_tv = tv_plan(p, q, 1.0, 3, "iid").alpha
+    assert alpha_univer >= alpha_tv - 1e-12, (alpha_univer, alpha_tv)
+
+
+def test_loaded_target_equals_the_gguf_weights(pair):
+    """Whether read from the GGUF file or from the fp32 cache, the target's weights are the GGUF's Q4_1
+    tensors de-quantised exactly (checked on the embedding and one MLP projection, read with ``gguf``)."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from gpu.llm.models import gguf_path
+
+    tensors = {t.name: t for t in GGUFReader(gguf_path()).tensors}
+    for name, weight in (("token_embd.weight", pair.target.model.embed_tokens.weight),
+                         ("blk.3.ffn_down.weight", pair.target.model.layers[3].mlp.down_proj.weight)):
+        t = tensors[name]
+        ref = torch.from_numpy(np.asarray(dequantize(t.data, t.tensor_type))).reshape(weight.shape)
+        assert torch.equal(weight.detach(), ref.to(weight.dtype)), name

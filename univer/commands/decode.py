@@ -1,0 +1,85 @@
+"""``univer decode``: online speculative decoding with the real SmolLM2 target and a derived draft."""
+from __future__ import annotations
+
+
+from univer_theory import PROCESSES, VERIFIERS
+
+from .common import print_json
+
+
+def add_llm_options(p) -> None:
+    """Options shared by ``decode`` and ``accept-bench`` (model pair, tree, process, temperature, device)."""
+    p.add_argument("--draft", default=None,
+                   help="draft spec: rtn:BITS:GROUP (RTN re-quantised target), early:L (first L layers) or "
+                        "hf:DIR (local HF causal LM with the same vocabulary); default rtn:4:128")
+    p.add_argument("--process", default="wor", choices=PROCESSES, help="draft process (default wor)")
+    p.add_argument("--temperature", type=float, default=1.0, help="target temperature T (default 1.0)")
+    p.add_argument("--draft-temperature", type=float, default=None,
+                   help="draft temperature (default: T, or 1.0 when T = 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of drafting, sampling and verification coins")
+    p.add_argument("--device", default="cpu", help="torch device of both models (default cpu)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--json", action="store_true", help="print the JSON object instead of the table")
+
+
+def load_models(args):
+    """Set the thread count and load the (target, draft) pair the options name."""
+    import torch
+
+    from gpu.llm.models import DEFAULT_DRAFT, load_pair
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be ≥ 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    return load_pair(args.draft or DEFAULT_DRAFT, device=args.device)
+
+
+def default_method() -> str:
+    """UniVer once the batched verifier of :mod:`gpu` has it, Traversal Verification until then (the exact
+    core's UniVer plans are far too slow for decoding at V = 49 152)."""
+    from gpu import METHODS
+
+    return "univer" if "univer" in METHODS else "tv"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("decode", help="speculative decoding with a real LLM pair (SmolLM2-135M)")
+    p.add_argument("--prompt", required=True, help="user message (the chat template is applied)")
+    p.add_argument("--method", default=None,
+                   help="verifier (default univer when the batched verifiers have it, else tv)")
+    p.add_argument("--tree", default="binary:3", help="tree shape: binary:D, chain:D, eagle[:W] or a TreeShape string (default binary:3)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="token budget (default 64)")
+    add_llm_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import torch
+
+    from gpu.llm.decode import speculative_decode
+    from gpu.llm.prompts import Prompt, encode_prompt
+    from gpu.llm.tree_draft import tree_shape
+    from gpu.llm.verifiers import method_names
+
+    method = args.method or default_method()
+    if method not in method_names():
+        raise ValueError(f"unknown method {method!r}; choose from {method_names()}")
+    shape = tree_shape(args.tree)
+    if method in VERIFIERS and not VERIFIERS[method].supports(shape, args.process):
+        raise ValueError(f"method {method!r} does not apply to tree {args.tree} with process {args.process!r} "
+                         f"(processes {VERIFIERS[method].processes}"
+                         f"{', chains only' if VERIFIERS[method].chain_only else ''})")
+    pair = load_models(args)
+    ids = encode_prompt(pair.tokenizer, Prompt("cli", "cli", args.prompt))
+    gen = torch.Generator(pair.device).manual_seed(args.seed)
+    res = speculative_decode(pair, ids, method, shape, args.process, args.temperature, args.max_new_tokens, gen,
+                             args.draft_temperature, progress=not args.json)
+    if args.json:
+        print_json({"method": method, "tree": str(shape), "process": args.process, **res.as_json()})
+        return 0
+    print(res.text)
+    print(f"\n[{method}, tree {shape} ({shape.num_nodes} nodes), {args.process}, T={args.temperature}] "
+          f"{len(res.tokens)} tokens in {res.steps} steps: acceptance length {res.acceptance_length:.3f}, "
+          f"tokens/step {res.tokens_per_step:.3f}, {res.wall_s:.2f} s, {res.tokens_per_s:.2f} tokens/s")
+    return 0
