@@ -32,3 +32,5 @@ __all__ = [
     "expected_accepted", "get_verifier", "kseq_rho_star", "mass_balance_violation", "output_law", "register",
     "sample_children", "sample_tree", "to_fractions", "tuple_law",
 ]
+from .univer import UNIVER, UniVerRule, make_univer_verifier  # noqa: E402  (registers "univer")
+__all__ += ["UNIVER", "UniVerRule", "make_univer_verifier"]

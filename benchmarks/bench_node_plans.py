@@ -1,0 +1,88 @@
+"""Per-node plan cost of UniVer's constructions (theory.md §6.3) versus the vocabulary size V, and of the exact
+LP (rule 1) versus the draft support m.  One run, printed tables; times are wall seconds of this machine.
+
+Layout (rule 2) columns:
+  targets   closed-form b(y), cut and blocks (sort + cumsum + cummin, O(V log V));
+  realised  placing only the blocks that a random realised tuple touches, plus w(S) (what a verifier needs);
+  full      placing every block (the whole layout; sequential greedy inside multi-token blocks);
+  max block the largest block (tokens): the greedy costs O(n) array work + O(log n) scalar steps per token there.
+wor-2 (rule 3) and PTS (rule 4) build their plans for wor children at the same (p, q).
+
+Run: ``python benchmarks/bench_node_plans.py [--vocab 100 1000 10000 130000] [--k 2 3] [--seed 0]``
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from univer_theory.plans.layout import PrivateLayout, layout_plan
+from univer_theory.plans.lp_plan import lp_plan
+from univer_theory.plans.pts import pts_plan
+from univer_theory.plans.wor_pair import wor_pair_plan
+
+
+def llm_like(V: int, rng: np.random.Generator):
+    """Zipf target; draft = the target shifted by a few ranks and log-normally perturbed (LLM-like pairs)."""
+    z = 1.0 / np.arange(1, V + 1) ** 1.1
+    q = np.roll(z, 3) * np.exp(rng.normal(0.0, 1.0, V))
+    return z / z.sum(), q / q.sum()
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def layout_row(p, q, k, rho, rng):
+    plan, t_targets = timed(lambda: layout_plan(p, q, rho, k, "iid"))
+    S = tuple(int(y) for y in rng.choice(p.size, size=k, p=q))
+    _, t_real = timed(lambda: plan.select(S))
+    targets = plan.info["layout"].targets
+    fresh = PrivateLayout.build(targets)
+    blocks = np.diff(targets.bounds)
+    _, t_full = timed(lambda: [fresh.place_block(i) for i in range(blocks.size)])
+    return t_targets, t_real, t_full, int(blocks.max()), int((blocks > 1).sum())
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", type=int, nargs="+", default=[100, 1000, 10_000, 130_000])
+    ap.add_argument("--k", type=int, nargs="+", default=[2, 3])
+    ap.add_argument("--rho", type=float, default=1.0)
+    ap.add_argument("--support", type=int, nargs="+", default=[4, 6, 8, 10, 12, 14])
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    warm_p, warm_q = llm_like(50, rng)                 # first calls pay imports / solver start-up: not timed
+    for k in args.k:
+        layout_row(warm_p, warm_q, k, args.rho, rng), pts_plan(warm_p, warm_q, args.rho, k, "wor")
+        lp_plan(warm_p[:4] / warm_p[:4].sum(), warm_q[:4] / warm_q[:4].sum(), args.rho, k, "iid")
+
+    print(f"Node plans vs V (LLM-like Zipf pairs, rho = {args.rho}); seconds")
+    print(f"{'V':>7} {'k':>2} | {'targets':>8} {'realised':>8} {'full':>8} {'max block':>9} {'#multi':>6}"
+          f" | {'wor-2':>8} {'pts':>8}")
+    for V in args.vocab:
+        p, q = llm_like(V, rng)
+        for k in args.k:
+            t_tg, t_re, t_full, big, multi = layout_row(p, q, k, args.rho, rng)
+            t_w2 = timed(lambda: wor_pair_plan(p, q, args.rho, k, "wor"))[1] if k == 2 else float("nan")
+            t_pts = timed(lambda: pts_plan(p, q, args.rho, k, "wor"))[1]
+            print(f"{V:>7} {k:>2} | {t_tg:8.4f} {t_re:8.4f} {t_full:8.3f} {big:>9} {multi:>6}"
+                  f" | {t_w2:8.4f} {t_pts:8.3f}")
+
+    print("\nExact LP (rule 1) vs draft support m (Dirichlet(1) pairs); seconds")
+    print(f"{'m':>3} {'k':>2} {'process':>7} | {'tuples':>7} {'time':>8}")
+    for m in args.support:
+        p, q = rng.dirichlet(np.ones(m)), rng.dirichlet(np.ones(m))
+        for k in args.k:
+            for process in ("iid", "wor"):
+                plan, t = timed(lambda: lp_plan(p, q, args.rho, k, process))
+                n = m ** k if process == "iid" else int(np.prod(np.arange(m - k + 1, m + 1)))
+                print(f"{m:>3} {k:>2} {process:>7} | {n:>7} {t:8.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Rule 2, the i.i.d. private-position layout (theory.md §6.3 item 2): exact marginal, α*(ρ), sampling."""
+from itertools import product
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from solvers.condot import condot_value
+from univer_theory.alpha_star import alpha_star_iid
+from univer_theory.plans.layout import PrivateLayout, layout_plan, layout_targets, mu_k
+
+from ..conftest import TEST_FAILURE_RATE
+from ..stats import g_test
+
+
+@st.composite
+def node(draw):
+    """(p, q, ρ, k) with zeros in p, q = p, and ρ ∈ {0, 1, random} all reachable."""
+    V = draw(st.integers(2, 5))
+    k = draw(st.integers(1, 4))
+    raw = st.lists(st.floats(0.0, 1.0), min_size=V, max_size=V)
+    p = np.array(draw(raw)) + np.array([1e-3 * (i == 0) for i in range(V)])
+    q = np.array(draw(raw)) + 1e-3
+    if draw(st.booleans()):
+        q = p + 1e-3
+    rho = draw(st.sampled_from([0.0, 1.0, 0.37, draw(st.floats(0.0, 1.0))]))
+    return p / p.sum(), q / q.sum(), rho, k
+
+
+def enumerated_marginal(plan, q, k):
+    """``Σ_S Q(S) Σ_j w_j(S) 1[y_j = y]`` over all i.i.d. tuples (the definition)."""
+    a = np.zeros(q.size)
+    for S in product(range(q.size), repeat=k):
+        w = plan.select(S)
+        assert w.min() >= 0 and w.sum() <= 1 + 1e-12, (S, w)
+        for y, wj in zip(S, w):
+            a[y] += np.prod(q[list(S)]) * wj
+    return a
+
+
+@given(node())
+def test_marginal_is_exact_and_alpha_star(args):
+    p, q, rho, k = args
+    plan = layout_plan(p, q, rho, k, "iid")
+    a = enumerated_marginal(plan, q, k)
+    np.testing.assert_allclose(a, plan.marginal, atol=1e-12, rtol=0)
+    assert np.all(plan.marginal <= rho * p + 1e-16)
+    assert abs(plan.alpha - alpha_star_iid(p, q, k, rho)) <= 1e-12
+    layout = plan.info["layout"]
+    for S in [(0,) * k, tuple(range(k)) if k <= p.size else (0,) * k]:
+        assert abs(layout.min_probs(S).sum() - 1) <= 1e-12
+
+
+@pytest.mark.parametrize("seed,k,rho", [(0, 2, 1.0), (1, 3, 0.6), (2, 4, 0.25)])
+def test_alpha_equals_condot_lp(seed, k, rho):
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.full(5, 0.6)), rng.dirichlet(np.full(5, 0.6))
+    assert abs(layout_plan(p, q, rho, k, "iid").alpha - condot_value(p, q, rho, k, "iid")) <= 1e-9
+
+
+def synthetic(kind: str, V: int, rng):
+    """Dirichlet (q a mixture with p) or Zipf (q a perturbed, shifted Zipf) pairs at large V."""
+    if kind == "dirichlet":
+        p = rng.dirichlet(np.full(V, 0.1))
+        return p, 0.5 * p + 0.5 * rng.dirichlet(np.full(V, 0.1))
+    z = 1.0 / np.arange(1, V + 1) ** 1.1
+    q = np.roll(z, 3) * np.exp(rng.normal(0.0, 1.0, V))
+    return z / z.sum(), q / q.sum()
+
+
+@pytest.mark.parametrize("kind,k,rho", [("dirichlet", 2, 1.0), ("zipf", 3, 0.5), ("zipf", 2, 1.0),
+                                        ("dirichlet", 4, 0.3)])
+def test_large_vocabulary(kind, k, rho):
+    """V = 10⁴: marginal == min(b, ρp), Σ == α*(ρ) (1e-10); windows have μ_k = b; w(S) sums ≤ 1."""
+    rng = np.random.default_rng(11)
+    p, q = synthetic(kind, 10_000, rng)
+    plan = layout_plan(p, q, rho, k, "iid")
+    targets = plan.info["layout"].targets
+    np.testing.assert_array_equal(plan.marginal, np.minimum(targets.b, rho * p))
+    assert abs(plan.alpha - alpha_star_iid(p, q, k, rho)) <= 1e-10
+    assert abs(targets.b.sum() - 1) <= 1e-12
+    layout: PrivateLayout = plan.info["layout"]
+    for _ in range(20):
+        S = tuple(int(y) for y in rng.choice(p.size, size=k, p=q))
+        w = plan.select(S)
+        assert w.min() >= 0 and w.sum() <= 1 + 1e-12
+        for y in S:
+            lo, hi = layout.pieces(y)
+            assert abs((hi - lo).sum() - q[y]) <= 1e-15 + 1e-12 * q[y]
+            assert abs(mu_k(lo, hi, k).sum() - targets.b[y]) <= 1e-14
+
+
+def test_blocks_tile_the_unit_interval():
+    """Every block's targets sum to its interval's μ_k (the identity the block-wise placement rests on)."""
+    rng = np.random.default_rng(3)
+    p, q = synthetic("zipf", 2000, rng)
+    t = layout_targets(p, q, 0.9, 3)
+    for l1, l2 in zip(t.bounds[:-1], t.bounds[1:]):
+        assert abs(t.b[t.order[l1:l2]].sum() - mu_k(t.X[l1], t.X[l2], 3)) <= 1e-15
+
+
+def test_monte_carlo_selection_rule():
+    """Draw U_j ~ Uniform(I_{y_j}), select the smallest, thin by t(y): the frequencies of
+    (selected position | none) match w(S).  G-test, fixed seed, false alarm TEST_FAILURE_RATE."""
+    rng = np.random.default_rng(2024)
+    p, q = synthetic("zipf", 40, rng)
+    k, rho = 3, 0.8
+    plan = layout_plan(p, q, rho, k, "iid")
+    layout, accept = plan.info["layout"], plan.info["accept"]
+    t = layout.targets
+    widest = int(np.argmax(np.diff(t.bounds)))                 # a block whose windows are split into pieces
+    block = t.order[t.bounds[widest]:t.bounds[widest + 1]]
+    assert block.size >= 3
+    S = (int(block[0]), int(block[1]), int(block[-1]))
+    w = plan.select(S)
+    law = {j: w[j] for j in range(k)} | {"none": 1 - w.sum()}
+    n = 20_000
+    U = np.empty((n, k))
+    for j, y in enumerate(S):
+        lo, hi = layout.pieces(y)
+        piece = rng.choice(lo.size, size=n, p=(hi - lo) / (hi - lo).sum())
+        U[:, j] = lo[piece] + rng.random(n) * (hi - lo)[piece]
+    first = U.argmin(axis=1)
+    keep = rng.random(n) < accept[np.array(S)[first]]
+    samples = [int(j) if ok else "none" for j, ok in zip(first, keep)]
+    assert g_test(samples, law) > TEST_FAILURE_RATE
+    # the same test sees a wrong law: the untinned selection (t ≡ 1) is rejected
+    assert g_test([int(j) for j in first], law) < TEST_FAILURE_RATE
+
+
+def test_wrong_process_and_bad_input():
+    p = q = np.full(3, 1 / 3)
+    assert layout_plan(p, q, 1.0, 2, "wor") is None
+    with pytest.raises(ValueError, match="layout_plan"):
+        layout_plan(np.array([0.5, 0.6, -0.1]), q, 1.0, 2, "iid")
+    with pytest.raises(ValueError, match="never drafted"):
+        layout_plan(p, np.array([0.5, 0.5, 0.0]), 1.0, 2, "iid").info["layout"].pieces(2)

@@ -1,0 +1,165 @@
+"""UniVer (theory.md §6): lossless with every construction, α*-optimal per node, BV on chains, α* at depth 1,
+above TV; the verifier's bookkeeping (info, registry, options)."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from solvers.condot import condot_value
+from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, DraftTree, TreeShape, context_free,
+                           distance_to_target, enumerate_trees, evaluate, make_univer_verifier, output_law,
+                           sample_tree, to_fractions)
+from univer_theory.alpha_star import alpha_star
+
+SHAPES = ["1,1,1", "2,2", "3,1", "2,1,2", "((..),.)"]
+CONSTRUCTIONS = {"layout": ("iid",), "lp": ("iid", "wor"), "tv": ("iid", "wor"), "auto": ("iid", "wor")}
+VERIFIER = {c: make_univer_verifier(c) for c in CONSTRUCTIONS}
+
+CASES = [(V, shape, process, c) for V in (3, 4) for shape in SHAPES for c, procs in CONSTRUCTIONS.items()
+         for process in procs if not (V == 4 and shape == "2,1,2" and c != "auto")]
+
+
+@pytest.mark.parametrize("V,shape,process,construction", CASES,
+                         ids=[f"V{v}-{s}-{p}-{c}" for v, s, p, c in CASES])
+def test_lossless_every_construction(V, shape, process, construction):
+    model = DirichletModel(V, seed=V, similarity=0.4, concentration=0.8)
+    r = evaluate(model, TreeShape.parse(shape), process, VERIFIER[construction])
+    assert r.distance <= LOSSLESS_TOL, f"{construction} {shape} {process}: distance {r.distance}"
+
+
+@st.composite
+def pair(draw):
+    """Context-free (p, q) on V = 3: zeros in p with a full-support q, or q = p (α = 1 nodes)."""
+    raw = st.lists(st.integers(0, 6), min_size=3, max_size=3)
+    p = np.array(draw(raw), dtype=float) + np.array([1.0, 0.0, 0.0])
+    if draw(st.booleans()):
+        p = p + 1.0
+        q = p.copy()
+    else:
+        q = np.array(draw(raw), dtype=float) + 1.0
+    return p / p.sum(), q / q.sum()
+
+
+@given(pair(), st.sampled_from(["2,2", "3,1", "((..),.)"]), st.sampled_from(["iid", "wor"]))
+def test_lossless_drawn_distributions(pq, shape, process):
+    """Zeros in p make ρ = 0 paths below rejected tokens; q = p gives α = 1 nodes; iid gives duplicates."""
+    model = context_free(*pq)
+    r = evaluate(model, TreeShape.parse(shape), process, VERIFIER["auto"])
+    assert r.distance <= LOSSLESS_TOL
+
+
+def test_alpha_one_and_rho_zero_nodes_are_met():
+    """The drawn-distribution test's corner cases occur: q = p gives α = 1 at the root; a token with p = 0
+    drafted under q > 0 hands its child ρ = 0."""
+    p = np.array([0.5, 0.5, 0.0])
+    q = np.array([0.4, 0.3, 0.3])
+    tree = DraftTree.from_shape(TreeShape.parse("2,2"), (2, 0, 1, 0, 1, 1), vocab_size=3)
+    pp, qq = np.tile(p, (tree.num_nodes, 1)), np.tile(q, (tree.num_nodes, 1))
+    trace = VERIFIER["auto"].trace(tree, pp, qq, "iid")
+    assert trace[1]["rho"] == 0
+    same = VERIFIER["auto"].trace(tree, np.tile(q, (tree.num_nodes, 1)), qq, "iid")
+    assert abs(same[0]["alpha"] - 1) <= 1e-15
+
+
+@pytest.mark.parametrize("construction,process,shape", [("layout", "iid", "((..),.)"), ("lp", "iid", "2,2"),
+                                                        ("lp", "wor", "((..),.)"), ("auto", "wor", "3,1")])
+def test_every_node_attains_alpha_star(construction, process, shape):
+    """At every internal node of sampled trees, α == α*(ρ) (CondOT LP, 1e-9) for rules 1 and 2."""
+    model = DirichletModel(4, seed=7, similarity=0.4, concentration=0.8)
+    rng = np.random.default_rng(0)
+    v = VERIFIER[construction]
+    checked = 0
+    for _ in range(6):
+        tree = sample_tree(model, TreeShape.parse(shape), process, rng)
+        p, q = model.node_probs(tree)
+        for row in v.trace(tree, p, q, process):
+            u = row["node"]
+            if tree.children[u]:
+                lp = condot_value(p[u], q[u], float(row["rho"]), len(tree.children[u]), process)
+                assert abs(row["alpha"] - lp) <= 1e-9, (row, lp)
+                checked += 1
+    assert checked >= 6
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_chain_equals_block_verification(process):
+    """k = 1 everywhere: UniVer's per-tree law == BV's (1e-12) on every chain of length 3."""
+    model = DirichletModel(3, seed=5, similarity=0.3)
+    for tree, _ in enumerate_trees(model, TreeShape.parse("1,1,1"), process):
+        p, q = model.node_probs(tree)
+        a = VERIFIER["auto"].law(tree, p, q, process)
+        b = VERIFIERS["bv"].law(tree, p, q, process)
+        assert max(abs(a.get(key, 0) - b.get(key, 0)) for key in a.keys() | b.keys()) <= 1e-12
+
+
+@pytest.mark.parametrize("process,construction,k", [("iid", "layout", 3), ("iid", "auto", 2), ("wor", "lp", 3),
+                                                    ("wor", "auto", 2), ("topk", "auto", 2), ("greedy", "auto", 3)])
+def test_depth_one_acceptance_is_alpha_star(process, construction, k):
+    model = DirichletModel(5, seed=2, similarity=0.4)
+    r = evaluate(model, TreeShape.parse(str(k)), process, VERIFIER.get(construction) or make_univer_verifier())
+    assert r.distance <= LOSSLESS_TOL
+    assert abs(r.expected_accepted - alpha_star(model.target(()), model.draft(()), k, process)) <= 1e-9
+
+
+def test_mean_ordering_rrs_tv_univer():
+    """Mean E[τ] over a small grid: RRS(w) ≤ TV ≤ UniVer."""
+    rows = []
+    for seed in range(3):
+        model = DirichletModel(3, seed=seed, similarity=0.4, concentration=0.8)
+        for shape in ("2,2", "3,1"):
+            for process, base in (("iid", "rrs"), ("wor", "rrsw")):
+                sh = TreeShape.parse(shape)
+                rows.append([evaluate(model, sh, process, VERIFIERS[n]).expected_accepted
+                             for n in (base, "tv", "univer")])
+    rrs, tv, uni = np.mean(rows, axis=0)
+    assert rrs <= tv + 1e-12 and tv <= uni + 1e-12, (rrs, tv, uni)
+
+
+@pytest.mark.parametrize("shape", ["((..),.)", "((.,(..)),.)"])
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_univer_with_slot_rule_beats_tv_per_instance(shape, process):
+    for seed in range(3):
+        model = DirichletModel(3, seed=seed, similarity=0.4, concentration=0.8)
+        sh = TreeShape.parse(shape)
+        u = evaluate(model, sh, process, VERIFIERS["univer"])
+        tv = evaluate(model, sh, process, VERIFIERS["tv"])
+        assert u.lossless
+        assert u.expected_accepted >= tv.expected_accepted - 1e-12, (seed, u, tv)
+
+
+def test_trace_records_construction_and_slot_rule():
+    model = DirichletModel(4, seed=1)
+    tree = sample_tree(model, TreeShape.parse("((..),.)"), "wor", np.random.default_rng(3))
+    p, q = model.node_probs(tree)
+    trace = VERIFIERS["univer"].trace(tree, p, q, "wor")
+    assert trace[0]["construction"] == "wor_pair" or trace[0]["construction"] in ("pts", "iid_coupling", "lp")
+    assert trace[0]["slot_rule"] is True
+    assert trace[1]["slot_rule"] is False             # children of node 1 are two leaves: equal subtrees
+    assert all(0 <= row["alpha"] <= row["rho"] + 1e-12 for row in trace if "alpha" in row)
+
+
+def test_tv_construction_is_exact_in_fractions():
+    """Rule 6 without the slot rule is rational: the output law is exactly the target law."""
+    model = DirichletModel(3, seed=2, exact=True)
+    v = make_univer_verifier("tv", slot_rule=False)
+    law = output_law(model, TreeShape.parse("2,1"), "wor", v)
+    assert sum(law.values()) == 1
+    assert distance_to_target(model, law, 3) == 0
+    assert isinstance(next(iter(law.values())), Fraction)
+
+
+def test_options_and_bad_input():
+    with pytest.raises(ValueError, match="construction"):
+        make_univer_verifier("simplex")
+    tree = DraftTree.from_shape(TreeShape.parse("2"), (0, 1), vocab_size=3)
+    p = np.full((3, 3), 1 / 3)
+    with pytest.raises(NotImplementedError):
+        VERIFIER["layout"].law(tree, p, p, "wor")
+    q = np.tile([0.5, 0.5, 0.0], (3, 1))
+    with pytest.raises(ValueError, match="draft_probs"):
+        VERIFIERS["univer"].law(DraftTree.from_shape(TreeShape.parse("2"), (0, 2), vocab_size=3), p, q, "iid")
+    with pytest.raises(NotImplementedError, match="rational"):
+        exact = np.array([to_fractions(row) for row in p])
+        VERIFIERS["univer"].law(tree, exact, exact, "iid")

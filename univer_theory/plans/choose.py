@@ -1,0 +1,105 @@
+"""Which node plan UniVer uses at a node (theory.md §6.3): the constructions by name and the automatic choice.
+
+* ``k = 1``: the unique plan ``w = min(1, ρp(y)/Q_1(y))`` (``single``; UniVer == BV on chains);
+* ``iid``: rule 2, the private-position layout (α*-optimal, any V);
+* ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible (α*-optimal); otherwise the larger exact α of rule 4
+  (``pts``) and rule 5 (``iid_coupling``); on a small draft support (≤ :data:`SMALL_SUPPORT` tokens) rule 1
+  (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`;
+* ``topk`` / ``greedy``: rule 1 (the tuple law has at most V tuples);
+* rule 6 (``tv``) as the last resort.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import NodePlan
+from .iid_coupling import iid_coupling_plan
+from .layout import layout_plan
+from .lp_plan import lp_plan
+from .pts import pts_plan
+from .tv_plan import tv_plan
+from .wor_pair import wor_pair_plan
+
+#: Every construction by its public name, with the draft processes it handles.
+CONSTRUCTIONS = {
+    "layout": (layout_plan, ("iid",)),
+    "lp": (lp_plan, ("iid", "wor", "topk", "greedy")),
+    "tv": (tv_plan, ("iid", "wor")),
+    "wor_pair": (wor_pair_plan, ("wor",)),
+    "pts": (pts_plan, ("wor",)),
+    "iid_coupling": (iid_coupling_plan, ("wor",)),
+}
+
+#: Draft supports up to this size may use the exact LP (rule 1) under ``wor``.
+SMALL_SUPPORT = 8
+#: α differences below this count as ties (the earlier, closed-form construction wins).
+ALPHA_TIE = 1e-12
+
+
+def single_child_plan(target_probs, draft_probs, rho, process) -> NodePlan:
+    """k = 1: ``w(y) = min(1, ρp(y)/Q_1(y))``, ``a = min(ρp, Q_1)`` (exact for Fraction rows).
+
+    ``Q_1 = q`` for iid / wor / greedy; the point mass on the top draft token for topk.
+    """
+    p, q = np.asarray(target_probs), np.asarray(draft_probs)
+    if process == "topk":
+        top = sorted(range(q.size), key=lambda x: (-q[x], x))[0]
+        q = q * 0
+        q[top] = 1
+    c = rho * p
+    a = np.minimum(c, q)
+
+    def select(S):
+        (y,) = S
+        return np.array([min(1, c[y] / q[y])], dtype=p.dtype)
+
+    return NodePlan("single", rho, p, a, select)
+
+
+def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePlan:
+    """The automatic choice of the module docstring; ``plan.construction`` records the rule used."""
+    if k == 1:
+        return single_child_plan(target_probs, draft_probs, rho, process)
+    if process == "iid":
+        plan = layout_plan(target_probs, draft_probs, rho, k, process)
+    elif process == "wor":
+        plan = wor_pair_plan(target_probs, draft_probs, rho, k, process) if k == 2 else None
+        if plan is None:
+            plan = _best([pts_plan(target_probs, draft_probs, rho, k, process),
+                          iid_coupling_plan(target_probs, draft_probs, rho, k, process)])
+            if np.count_nonzero(np.asarray(draft_probs, dtype=np.float64)) <= SMALL_SUPPORT:
+                plan = _best([plan, lp_plan(target_probs, draft_probs, rho, k, process)])
+    else:
+        plan = lp_plan(target_probs, draft_probs, rho, k, process)
+    if plan is None:
+        plan = tv_plan(target_probs, draft_probs, rho, k, process)
+    if plan is None:
+        raise NotImplementedError(f"choose_plan: no UniVer construction for process {process!r} at k = {k}")
+    return plan
+
+
+def build_plan(construction: str, target_probs, draft_probs, rho, k: int, process: str) -> NodePlan:
+    """A forced construction (``"auto"`` = :func:`choose_plan`); k = 1 always uses :func:`single_child_plan`.
+
+    Raises NotImplementedError when the construction does not handle ``process`` or returns no plan here
+    (e.g. ``wor_pair`` infeasible on this node).
+    """
+    if construction == "auto":
+        return choose_plan(target_probs, draft_probs, rho, k, process)
+    if k == 1:
+        return single_child_plan(target_probs, draft_probs, rho, process)
+    fn, processes = CONSTRUCTIONS[construction]
+    plan = fn(target_probs, draft_probs, rho, k, process) if process in processes else None
+    if plan is None:
+        raise NotImplementedError(f"build_plan: construction {construction!r} gives no plan for process "
+                                  f"{process!r}, k = {k} on this node")
+    return plan
+
+
+def _best(plans):
+    """The plan with the largest α; on ties (within :data:`ALPHA_TIE`) the earlier one."""
+    best = None
+    for plan in plans:
+        if plan is not None and (best is None or float(plan.alpha) > float(best.alpha) + ALPHA_TIE):
+            best = plan
+    return best

@@ -1,0 +1,64 @@
+"""Rule 1: the exact CondOT(ρ) LP on the draft support as a node plan (theory.md §4.2, §6.3 item 1).
+
+Any process.  The LP (``solvers.condot.condot_lp``, HiGHS) gives ``π(S, j)`` over every ordered tuple with
+``Q_k(S) > 0``; the plan is ``w_j(S) = π(S, j)/Q_k(S)``.  HiGHS' tolerance (1e-10) would leak 1:1 into the
+output law, so the plan actually used is repaired to be *exactly* feasible in floats and its marginal is
+recomputed from it:
+
+1. clip negative entries to 0;
+2. scale each row so ``Σ_j w_j(S) ≤ 1``;
+3. scale every entry carrying token y by ``min(1, ρp(y)/a(y))`` so ``a(y) ≤ ρp(y)``;
+4. ``marginal = a`` recomputed from the repaired plan (the residual ``norm(ρp − a)`` is built from it).
+
+Practical for support m ≲ 15 at k = 3 (m^k tuples); the solver layer is imported on first use.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..processes import tuple_law
+from .base import NodePlan
+from .node_inputs import check_node_inputs
+
+
+def repaired_plan(weights: np.ndarray, tuples, tuple_probs: np.ndarray, target_probs: np.ndarray, rho: float):
+    """Steps 1–4 of the module docstring on ``weights [n_tuples, k]`` (``w_j(S)``); returns ``(w, a)``."""
+    w = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
+    w = w / np.maximum(1.0, w.sum(axis=1, keepdims=True))
+    toks = np.asarray(tuples, dtype=np.int64)
+    c = float(rho) * np.asarray(target_probs, dtype=np.float64)
+
+    def marginal(w):
+        a = np.zeros(c.size)
+        np.add.at(a, toks.reshape(-1), (w * tuple_probs[:, None]).reshape(-1))
+        return a
+
+    a = marginal(w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shrink = np.where(a > c, c / a, 1.0)
+    w = w * shrink[toks]
+    return w, marginal(w)
+
+
+def lp_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
+    """Rule 1 for any process: the CondOT(ρ) LP plan, repaired and with its exact marginal.
+
+    Returns None when HiGHS fails (the LP is always feasible: π = 0).  ``info`` carries the LP value, the
+    solver status and the repair's change of α (``lp_value − α``, ~1e-10 at most).
+    """
+    from solvers.condot import condot_lp
+
+    p, q, rho = check_node_inputs("lp_plan", target_probs, draft_probs, rho, k, process)
+    law = tuple_law(q, k, process)
+    res = condot_lp(p, q, rho, k, process, support=law)
+    if res.plan is None or res.status.startswith("highs"):
+        return None
+    probs = np.array([float(pr) for _, pr in law])
+    w, a = repaired_plan(res.plan / probs[:, None], res.tuples, probs, p, rho)
+    index = {S: i for i, S in enumerate(res.tuples)}
+
+    def select(S):
+        return w[index[tuple(int(y) for y in S)]].copy()
+
+    return NodePlan("lp", rho, p, a, select,
+                    {"lp_value": res.value, "lp_status": res.status, "repair_loss": res.value - a.sum()})

@@ -1,0 +1,105 @@
+"""UniVer: α*-optimal node plans realised in the conditional framework (theory.md §6.1–§6.3).
+
+At every internal node X (scaling ρ, target p, draft q, realised children S, k = |S|):
+
+1. build an α*(ρ)-optimal node plan ``w`` for ``(p, q, ρ, k, process)`` (:mod:`univer_theory.plans.choose`;
+   cached by (ρ, p, q, k, process) since the exact oracle asks once per realised tuple);
+2. evaluate ``w(S)``; when the positions' subtree sizes differ, apply the slot rule (``solvers.slot_rule``:
+   same token masses per multiset class, moved to deeper positions);
+3. hand child j the scaling ``s_j = w_j / (1 − Σ_{l<j} w_l)`` (0 when the denominator is 0), enter = 1;
+4. if every child fails, X succeeds w.p. ``f = (ρ − α)/(1 − α)`` and emits ``Y ~ norm(ρp − a)``.
+
+Lossless for any feasible plan (§6.1 theorem); on chains it is Block Verification, at depth 1 the optimal
+flat multi-draft OT.  ``NodeDecision.info`` records ``alpha``, ``construction`` and ``slot_rule``.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from fractions import Fraction
+
+import numpy as np
+
+from .engine import NodeContext, NodeDecision
+from .plans.choose import CONSTRUCTIONS, build_plan
+from .validation import check_choice
+from .verifiers import Verifier, register
+
+#: Plans kept per verifier (oldest evicted first).
+PLAN_CACHE_SIZE = 4096
+
+
+def _key(arr: np.ndarray):
+    return tuple(arr) if arr.dtype == object else arr.tobytes()
+
+
+class UniVerRule:
+    """The node rule of UniVer with a forced or automatic construction (``"auto"``) and optional slot rule."""
+
+    def __init__(self, construction: str = "auto", slot_rule: bool = True):
+        check_choice(construction, ("auto", *CONSTRUCTIONS), "UniVerRule", "construction")
+        self.construction = construction
+        self.slot_rule = slot_rule
+        self._plans: OrderedDict = OrderedDict()
+        self._slots: dict = {}
+
+    def plan(self, target_probs, draft_probs, rho, k: int, process: str):
+        """The (cached) node plan and its cache key."""
+        key = (rho, _key(target_probs), _key(draft_probs), k, process)
+        if key not in self._plans:
+            self._plans[key] = build_plan(self.construction, target_probs, draft_probs, rho, k, process)
+            if len(self._plans) > PLAN_CACHE_SIZE:
+                old, _ = self._plans.popitem(last=False)
+                self._slots = {s: v for s, v in self._slots.items() if s[0] != old}
+        return self._plans[key], key
+
+    def slotted(self, plan, key, S, draft_probs, process, omega):
+        """``w(S)`` after the slot rule, or None when its LP failed (then the plan's own w is kept)."""
+        from solvers.slot_rule import multiset_class, slot_rule_lp
+
+        skey = (key, tuple(sorted(S)), omega)
+        if skey not in self._slots:
+            orderings, probs = multiset_class(S, draft_probs, process)
+            weights = np.array([np.asarray(plan.select(o), dtype=np.float64) for o in orderings])
+            res = slot_rule_lp(orderings, probs, weights, omega)
+            self._slots[skey] = dict(zip(orderings, res.weights)) if res.success else None
+        table = self._slots[skey]
+        return None if table is None else table[tuple(int(y) for y in S)]
+
+    def __call__(self, ctx: NodeContext) -> NodeDecision:
+        k = len(ctx.children)
+        plan, key = self.plan(ctx.target, ctx.draft, ctx.rho, k, ctx.process)
+        w = plan.select(ctx.children)
+        slotted = False
+        if (self.slot_rule and k > 1 and ctx.process in ("iid", "wor") and len(set(ctx.subtree_sizes)) > 1):
+            omega = tuple(1 + s for s in ctx.subtree_sizes)
+            w2 = self.slotted(plan, key, ctx.children, ctx.draft, ctx.process, omega)
+            if w2 is not None:
+                w, slotted = w2, True
+        exact = np.asarray(w).dtype == object
+        scale, used = [], Fraction(0) if exact else 0.0     # Fraction: 1/1 must not become 1.0
+        for wj in w:
+            den = 1 - used
+            s = wj / den if den > 0 else 0 * wj
+            scale.append(s if exact else min(1.0, max(0.0, float(s))))
+            used = used + wj
+        stop = plan.stop if exact else min(1.0, max(0.0, float(plan.stop)))
+        info = {"alpha": plan.alpha, "construction": plan.construction, "slot_rule": slotted}
+        return NodeDecision((1,) * k, tuple(scale), stop, plan.residual, info)
+
+
+def make_univer_verifier(construction: str = "auto", slot_rule: bool = True, name: str | None = None) -> Verifier:
+    """A UniVer verifier with a forced construction (``"layout" | "lp" | "tv" | "wor_pair" | "pts" |
+    "iid_coupling"``) or the automatic choice (``"auto"``), with or without the slot rule.
+
+    Its processes are those of the construction (all four for ``"auto"``); it is rational (exact in Fraction
+    mode) only for ``"tv"`` without the slot rule.
+    """
+    rule = UniVerRule(construction, slot_rule)
+    processes = ("iid", "wor", "topk", "greedy") if construction == "auto" else CONSTRUCTIONS[construction][1]
+    name = name or ("univer" if construction == "auto" else f"univer-{construction}") + ("" if slot_rule else "-noslot")
+    return Verifier(name, rule, processes,
+                    f"UniVer, construction {construction!r}, slot rule {'on' if slot_rule else 'off'} (§6)",
+                    rational=(construction == "tv" and not slot_rule))
+
+
+UNIVER = register(make_univer_verifier())
