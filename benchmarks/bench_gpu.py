@@ -1,32 +1,42 @@
-"""Batched torch verifiers (``gpu.verify``) vs the exact-core sampler looped over the batch.
+"""Batched torch verifiers (``gpu.verify``) vs the exact-core sampler looped over the same trees.
 
-Grid: B ∈ {1, 8, 64} trees, N ∈ {8, 32, 64} nodes, V = 49152 (SmolLM2's vocabulary); methods TV and RRSw on
-wor-drafted trees (random EAGLE-like shapes: each node's parent uniform among earlier nodes of depth < 4).
-Rows are float32 softmaxes of Gaussian logits (target) and noisy copies (draft).  Printed per cell: ms per
-batch for ``gpu.verify`` (inputs already validated, ``validate=False``), the one-off validation cost, ms per
-batch for ``univer_theory``'s ``Verifier.sample`` looped over the trees (float64 numpy; timed on
-``min(B, --loop-trees)`` trees and scaled to B), and the ratio loop / batched measured in this run.
+Cells: B trees of N nodes, V = 49152 (SmolLM2's vocabulary); methods TV, RRSw (UniVer opt-in) on wor-drafted
+trees (random EAGLE-like shapes: each node's parent uniform among earlier nodes of depth < 4, so trees in a batch
+differ).
+Rows are float32 softmaxes of Gaussian logits (target) and noisy copies (draft).
 
-``--device cuda`` runs the same script on a GPU (synchronising before reading the clock): it then measures
-the batched kernels' wall time on the device against the same CPU loop — the end-to-end speed-up of moving
-verification from a per-tree Python loop to one batched call, transfers excluded (rows are created on the
-device).  The UniVer torch verifier is not implemented yet, so it is not in the grid.
-``--quick`` runs B ∈ {1, 8}, N ∈ {8, 32} (~15 s on a loaded 2-core CPU; the full CPU grid takes minutes,
-dominated by B = 64: each level allocates fresh ``[B·W, V]`` float32 temporaries, and on CPU their page faults
-grow faster than linearly with B).
+Both sides verify the same B trees with the same rows, each tree once per repeat, and neither timing includes
+building inputs: the batched side gets the ``[B, N, V]`` rows on the device and a fresh
+:class:`gpu.TreeBatch` (its derived structure is computed inside the timing, as in a decode step), the loop
+gets fresh :class:`univer_theory.DraftTree` objects and float64 numpy rows of every tree (converted
+beforehand).  Sampling is timed without input checks on both sides (``gpu.verify(validate=False)``
+vs :func:`univer_theory.engine.tree_sample` with the verifier's rule); the checks are timed separately
+(``gpu.validate_inputs`` once per batch vs ``univer_theory.verifiers.validate_inputs`` per tree).  Printed
+per cell: median ms over ``--repeat`` runs and the ratios loop / batched measured in this run.
+
+``--device cuda`` runs the batched side on a GPU (synchronising before reading the clock, after one warm-up
+call): it then measures the end-to-end speed-up of moving verification from a per-tree CPU loop to one batched
+call on the device, transfers excluded (rows are created on the device).
+Default grid: B ∈ {1, 8, 64}, N ∈ {8, 32}, methods TV and RRSw (under two minutes on a 2-core CPU);
+``--full`` adds N = 64, ``--methods tv,rrsw,univer`` adds UniVer.  ``--threads`` sets torch's intra-op threads
+(default: torch's choice); on a CPU shared with other jobs, ``--threads 1`` measures the code rather than
+thread hand-off (with a busy second core, every multi-threaded op can wait milliseconds for its worker).
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import numpy as np
 import torch
 
 from gpu import TreeBatch, verify
-from gpu.verify import validate_inputs
 from gpu.drafting import sample_children
+from gpu.verify import validate_inputs
 from univer_theory import VERIFIERS, DraftTree
+from univer_theory.engine import tree_sample
+from univer_theory.verifiers import validate_inputs as exact_validate_inputs
 
 
 def random_batch(B, N, V, device, gen):
@@ -50,49 +60,88 @@ def random_batch(B, N, V, device, gen):
     return TreeBatch.from_tensors(parent, token, vocab_size=V, device=device), p, q
 
 
-def timed(fn, device, repeat):
-    if device == "cuda":
-        fn()                                  # warm-up (kernel selection, caching allocator)
+def clock(device) -> float:
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
-    t = time.perf_counter()
+    return time.perf_counter()
+
+
+def time_batched(fn, batch, device, repeat) -> float:
+    """Median ms of ``fn(fresh copy of batch)``."""
+    fresh = lambda: TreeBatch(batch.parent, batch.token, batch.num_nodes)   # derived structure not cached
+    if device.startswith("cuda"):
+        fn(fresh())                                     # warm-up (kernel selection, caching allocator)
+    times = []
     for _ in range(repeat):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t) / repeat * 1e3
+        b = fresh()
+        t = clock(device)
+        fn(b)
+        times.append((clock(device) - t) * 1e3)
+    return statistics.median(times)
+
+
+def time_loop(fn, trees, rows, repeat) -> float:
+    """Median over repeats of the summed ms of ``fn(fresh tree, p rows, q rows)`` over the trees."""
+    times = []
+    for _ in range(repeat):
+        total = 0.0
+        for t, (pn, qn) in zip(trees, rows):
+            tree = DraftTree(t.parent, t.token, t.vocab_size)
+            start = time.perf_counter()
+            fn(tree, pn, qn)
+            total += time.perf_counter() - start
+        times.append(total * 1e3)
+    return statistics.median(times)
+
+
+def f64_rows(x) -> np.ndarray:
+    """Float64 numpy rows renormalised for the exact core's 1e-9 simplex check."""
+    a = x.double().cpu().numpy()
+    return a / a.sum(-1, keepdims=True)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--quick", action="store_true", help="B ∈ {1, 8}, N ∈ {8, 32}")
+    ap.add_argument("--full", action="store_true", help="all cells: B ∈ {1, 8, 64}, N ∈ {8, 32, 64}")
     ap.add_argument("--vocab", type=int, default=49152)
-    ap.add_argument("--loop-trees", type=int, default=2, help="trees timed in the exact-core loop (scaled to B)")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, like the numpy loop)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per timing (median reported)")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--methods", default="tv,rrsw",
+                    help="comma-separated methods (tv, rrsw, univer); univer's per-node plans are not batched "
+                         "yet and take seconds per batch at this V, so it is opt-in")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     gen = torch.Generator(device=args.device).manual_seed(0)
-    Bs, Ns = ((1, 8), (8, 32)) if args.quick else ((1, 8, 64), (8, 32, 64))
+    Bs, Ns = (1, 8, 64), ((8, 32, 64) if args.full else (8, 32))
     V = args.vocab
-    print(f"device {args.device}, V = {V}, float32 rows; exact-core loop timed on ≤ {args.loop_trees} trees")
-    print(f"{'B':>3} {'N':>3} {'method':>6} {'batched ms':>11} {'validate ms':>12} {'loop ms':>10} {'loop/batched':>13}")
+    print(f"device {args.device}, torch threads {torch.get_num_threads()}, V = {V}, float32 rows, wor trees; "
+          f"median of {args.repeat} runs, ms per batch (loop: summed over the same B trees)")
+    print(f"{'B':>3} {'N':>3} {'method':>6} {'batched':>9} {'loop':>9} {'loop/batched':>13}")
+    checks = []
     for B in Bs:
         for N in Ns:
             batch, p, q = random_batch(B, N, V, args.device, gen)
-            t_val = timed(lambda: validate_inputs("bench", batch, p, q, "wor"), args.device, 1)
-            trees = batch.to("cpu").to_trees()[:min(B, args.loop_trees)]
-            f64 = lambda x: (lambda a: a / a.sum(-1, keepdims=True))(x.double().cpu().numpy())  # exact core: 1e-9
-            rows = [(f64(p[b]), f64(q[b])) for b in range(len(trees))]
-            for method in ("tv", "rrsw"):
+            trees = batch.to("cpu").to_trees(V)
+            rows = [(f64_rows(p[i, :t.num_nodes]), f64_rows(q[i, :t.num_nodes])) for i, t in enumerate(trees)]
+            for method in args.methods.split(","):
                 g = torch.Generator(device=args.device).manual_seed(1)
-                t_b = timed(lambda: verify(batch, p, q, "wor", method, g, validate=False), args.device, 1)
-                rng = np.random.default_rng(1)
-                t0 = time.perf_counter()
-                for t, (pn, qn) in zip(trees, rows):
-                    VERIFIERS[method].sample(t, pn, qn, "wor", rng)
-                t_loop = (time.perf_counter() - t0) * 1e3 / len(trees) * B
-                print(f"{B:>3} {N:>3} {method:>6} {t_b:>11.1f} {t_val:>12.1f} {t_loop:>10.1f} {t_loop / t_b:>13.1f}")
-            del batch, p, q
+                t_b = time_batched(lambda b: verify(b, p, q, "wor", method, g, validate=False), batch, args.device,
+                                   args.repeat)
+                rng, rule = np.random.default_rng(1), VERIFIERS[method].rule
+                t_l = time_loop(lambda t, pn, qn: tree_sample(t, pn, qn, "wor", rule, rng), trees, rows,
+                                args.repeat)
+                print(f"{B:>3} {N:>3} {method:>6} {t_b:>9.1f} {t_l:>9.1f} {t_l / t_b:>13.1f}", flush=True)
+            v_b = time_batched(lambda b: validate_inputs("bench", b, p, q, "wor"), batch, args.device, args.repeat)
+            v_l = time_loop(lambda t, pn, qn: exact_validate_inputs("bench", t, pn, qn, "wor"), trees, rows,
+                            args.repeat)
+            checks.append((B, N, v_b, v_l))
+            del batch, p, q, rows
+    print("input checks (once per batch vs per tree):")
+    print(f"{'B':>3} {'N':>3} {'batched':>9} {'loop':>9} {'loop/batched':>13}")
+    for B, N, v_b, v_l in checks:
+        print(f"{B:>3} {N:>3} {v_b:>9.1f} {v_l:>9.1f} {v_l / v_b:>13.1f}")
 
 
 if __name__ == "__main__":

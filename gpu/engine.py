@@ -17,7 +17,7 @@ one depth, across the batch) from a :class:`LevelContext` and returns a :class:`
 
 Slots are padded with a *dump* index ``N``: tensors indexed by slot have ``N + 1`` columns so padded children
 scatter harmlessly into the last one.  No host synchronisation happens inside the per-depth loops (the level
-structure comes from :attr:`TreeBatch.levels`, computed once per batch).
+structure comes from :attr:`TreeBatch.level_nodes`, computed once per batch).
 """
 from __future__ import annotations
 
@@ -32,7 +32,14 @@ from .tree_batch import TreeBatch
 
 @dataclass(frozen=True)
 class LevelContext:
-    """What a level rule may look at (``R`` nodes, vocabulary ``V``, at most ``K`` children each)."""
+    """What a level rule may look at (``R`` nodes, vocabulary ``V``, at most ``K`` children each).
+
+    The engine packs a depth's internal nodes of all trees into the ``R`` rows, largest branching first (on the
+    CPU in blocks of rows, :data:`CPU_BLOCK_BYTES`), and passes ``active`` so rules can restrict sibling step j
+    to the leading ``active[j]`` rows (``child_mask`` stays authoritative inside them).  ``target`` / ``draft``
+    are row copies in buffers the engine reuses for the next block once the decision is consumed; rules are
+    composed (e.g. the bug zoo reuses ``ctx.target``), so a rule never writes into a context's tensors.
+    """
 
     rho: torch.Tensor         # [R]     scaling ρ of each node
     target: torch.Tensor      # [R, V]  p(·|s(u))
@@ -40,6 +47,8 @@ class LevelContext:
     children: torch.Tensor    # [R, K]  child tokens in drafting order (0 where absent)
     child_mask: torch.Tensor  # [R, K]  bool, child j exists
     process: str
+    child_sizes: torch.Tensor | None = None  # [R, K] long, nodes in child j's subtree (0 where absent; slot rule)
+    active: tuple[int, ...] | None = None  # rows ≥ active[j] have no j-th child (None: no such bound)
 
 
 @dataclass(frozen=True)
@@ -88,11 +97,26 @@ class VerifyResult:
         return torch.where(nodes >= 0, tok, -1)
 
 
-def _gather_rows(x: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """``x [B, N, V]`` rows at ``slots [B, W]`` (dump index allowed) → ``[B·W, V]``."""
-    B, W = slots.shape
-    rows = torch.arange(B, device=x.device)[:, None]
-    return x[rows, slots.clamp(max=x.shape[1] - 1)].reshape(B * W, x.shape[2])
+#: On the CPU a level's rows are decided in blocks of about this many bytes per ``[rows, V]`` tensor, so that a
+#: rule's few working rows stay in cache across its sibling steps (and are small enough for the allocator to
+#: reuse); accelerators take a whole level at once.
+CPU_BLOCK_BYTES = 1 << 22
+
+
+def _row_blocks(batch: TreeBatch, row_bytes: int):
+    """:attr:`TreeBatch.level_nodes` cut into row blocks (CPU only), each with its own ``active`` bound and
+    branching ``K`` trimmed to the children present in the block."""
+    step = max(1, CPU_BLOCK_BYTES // row_bytes) if batch.device.type == "cpu" else None
+    for tree, slots, kids, active in batch.level_nodes:
+        R = tree.shape[0]
+        if step is None or R <= step:
+            yield tree, slots, kids, active
+            continue
+        for lo in range(0, R, step):
+            hi = min(R, lo + step)
+            sub = tuple(min(max(a - lo, 0), hi - lo) for a in active)
+            k = max(1, sum(a > 0 for a in sub))
+            yield tree[lo:hi], slots[lo:hi], kids[lo:hi, :k], sub[:k]
 
 
 def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
@@ -107,24 +131,28 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     internal = torch.zeros(B, N + 1, dtype=torch.bool, device=dev)
     candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
     residual = target_probs.clone() if keep_residuals else None
-    token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1)
-    for slots, kids in batch.levels:
-        W, K = kids.shape[1], kids.shape[2]
-        ctx = LevelContext(rho.gather(1, slots).reshape(-1), _gather_rows(target_probs, slots),
-                           _gather_rows(draft_probs, slots), token_ext.gather(1, kids.reshape(B, -1)).view(-1, K),
-                           (kids < N).view(-1, K), process)
+    token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
+    size_ext = torch.cat([batch.subtree_size, torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
+    flat = lambda x: x.view(-1)                      # [B, N+1] state ↔ flat index tree·(N+1) + slot
+    p_rows, q_rows = target_probs.flatten(0, 1), draft_probs.flatten(0, 1)      # [B·N, V] (views if contiguous)
+    blocks = list(_row_blocks(batch, V * target_probs.element_size()))
+    width = max(tree.shape[0] for tree, *_ in blocks) if blocks else 0
+    p_buf, q_buf = p_rows.new_empty(width, V), q_rows.new_empty(width, V)      # row gathers, reused by every block
+    for tree, slots, kids, active in blocks:
+        at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
+        R = tree.shape[0]
+        ctx = LevelContext(flat(rho)[at], torch.index_select(p_rows, 0, tree * N + slots, out=p_buf[:R]),
+                           torch.index_select(q_rows, 0, tree * N + slots, out=q_buf[:R]), token_ext[kid_at],
+                           kids < N, process, size_ext[kid_at], active)
         dec = rule(ctx)
-        flat_kids = kids.reshape(B, W * K)
-        rho.scatter_(1, flat_kids, dec.scale.reshape(B, W * K).to(dtype))
-        enter.scatter_(1, flat_kids, dec.enter.reshape(B, W * K).to(dtype))
-        stop.scatter_(1, slots, dec.stop.reshape(B, W).to(dtype))
-        internal.scatter_(1, slots, torch.ones_like(slots, dtype=torch.bool))
+        flat(rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
+        flat(enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
+        flat(stop).scatter_(0, at, dec.stop.to(dtype))
+        flat(internal)[at] = True
         if sample:
-            candidate.scatter_(1, slots, sample_rows(dec.residual, generator).view(B, W))
+            flat(candidate).scatter_(0, at, sample_rows(dec.residual, generator))
         if keep_residuals:
-            res = torch.cat([residual, torch.zeros_like(residual[:, :1])], dim=1)
-            res.scatter_(1, slots[:, :, None].expand(B, W, V), dec.residual.reshape(B, W, V).to(dtype))
-            residual = res[:, :N]
+            residual[tree, slots] = dec.residual.to(dtype)
     internal[:, N] = False
     stop = torch.where(internal, stop, rho)          # a drafted leaf (or a lone root) succeeds w.p. ρ
     stop[:, 0] = 1                                   # the root never fails (as univer_theory.engine.allocate)

@@ -1,8 +1,11 @@
 """Level rules: the baseline verifiers of :mod:`univer_theory.verifiers` on ``R`` nodes at once (theory.md §3).
 
 Each rule loops over the sibling index ``j`` (children in drafting order) and updates per-node state rows
-``[R, V]``; a node without a j-th child keeps its state (``torch.where`` on ``child_mask``).  Shapes:
-``ctx.target``/``ctx.draft`` ``[R, V]``, ``ctx.children``/``ctx.child_mask`` ``[R, K]``, ``ctx.rho`` ``[R]``.
+``[R, V]``, only on the leading rows that can have a j-th child (``LevelContext.active``); a node without a j-th
+child keeps its state.  States are kept unnormalised with a scale per row (:class:`_Rows`) and updated in
+place or between two buffers, so a sibling step costs a few passes over its rows and allocates nothing of size
+``[R, V]``.  Shapes: ``ctx.target``/``ctx.draft`` ``[R, V]``, ``ctx.children``/``ctx.child_mask`` ``[R, K]``,
+``ctx.rho`` ``[R]``.
 """
 from __future__ import annotations
 
@@ -16,14 +19,10 @@ def _at(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return rows.gather(1, tokens[:, None]).squeeze(1)
 
 
-def _normalise(x: torch.Tensor) -> torch.Tensor:
-    """``norm(x)`` per row; an all-zero row stays zero (as :func:`univer_theory.verifiers.normalise`)."""
-    return x / x.sum(-1, keepdim=True).clamp(min=torch.finfo(x.dtype).tiny)
-
-
-def _without(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``norm(rows·1[≠ token])`` per row."""
-    return _normalise(rows.scatter(1, tokens[:, None], 0))
+def _inverse_mass(x: torch.Tensor) -> torch.Tensor:
+    """``1 / Σ x`` per row; an all-zero row gets a finite scale, so ``norm`` keeps it zero (as
+    :func:`univer_theory.verifiers.normalise`)."""
+    return 1 / x.sum(-1).clamp(min=torch.finfo(x.dtype).tiny)
 
 
 def _ratio_min1(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -31,34 +30,118 @@ def _ratio_min1(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor) -> tor
     return torch.where(mask, (num / torch.where(mask, den, 1)).clamp(max=1), 0)
 
 
-def _keep(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask.view(-1, *([1] * (new.ndim - 1))), new, old)
+def _copy_rows(dst: torch.Tensor, src: torch.Tensor, rows: torch.Tensor) -> None:
+    """``dst[i] = src[i]`` for the rows where ``rows [n]`` holds, in place.  Such rows are rare (a masked child
+    or a vanished residual mass), so on the CPU, where a host check is free, only they are copied; elsewhere a
+    sync-free ``where`` pass."""
+    if dst.device.type == "cpu":
+        if bool(rows.any()):
+            idx = rows.nonzero().squeeze(1)
+            dst[idx] = src[idx]
+    else:
+        torch.where(rows[:, None], src, dst, out=dst)
+
+
+def _bound(ctx: LevelContext, j: int) -> int:
+    """Rows that may have a j-th child: the leading ``ctx.active[j]`` (all ``R`` without the engine's bound)."""
+    return ctx.children.shape[0] if ctx.active is None else ctx.active[j]
+
+
+class _Rows:
+    """Per-row state ``X = c·X̃`` of a rule's sibling loop (``X̃ [R, V]`` unnormalised, scale ``c [R]``), so a
+    renormalisation costs one row sum and a scalar per row instead of passes over ``[R, V]``.
+
+    Step j touches only the leading ``n`` rows (see :func:`_bound`).  Two update forms:
+
+    * :meth:`remove` (``X ← norm(X·1[≠y])``) zeroes one entry in place — only for ``own=True`` state, which
+      starts from a copy of the context's rows;
+    * :meth:`subtract` (``X̃ ← [a·X̃ − c_Y·Ỹ]_+``) writes into the other of two buffers allocated once per
+      level (three in-place passes and one row sum, no temporaries), so the previous rows stay available for
+      :meth:`restore`; the context's rows are only read.
+    """
+
+    def __init__(self, rows: torch.Tensor, own: bool = False):
+        self.orig = rows
+        self.cur = rows.clone() if own else rows            # X̃: current for the leading rows of the last step
+        self.prev = rows
+        self.scale = torch.ones(rows.shape[0], dtype=rows.dtype, device=rows.device)
+        self.bufs: list = []
+        self.writes: list = []                              # (n, buffer) of every subtract step
+
+    def at(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``X(y)`` of the leading ``len(tokens)`` rows."""
+        n = tokens.shape[0]
+        return _at(self.cur[:n], tokens) * self.scale[:n]
+
+    def remove(self, tokens: torch.Tensor, mask: torch.Tensor) -> None:
+        """``X ← norm(X·1[≠y])`` on the leading rows where ``mask`` (an all-zero result stays zero)."""
+        n = tokens.shape[0]
+        x = self.cur[:n]
+        x.scatter_(1, tokens[:, None], torch.where(mask, 0, _at(x, tokens))[:, None])
+        self.scale[:n] = torch.where(mask, _inverse_mass(x), self.scale[:n])
+
+    def subtract(self, a: torch.Tensor, b: torch.Tensor, other: "_Rows") -> torch.Tensor:
+        """``X̃ ← [a·X̃ − b·Ỹ]_+`` on the leading ``n = len(a)`` rows (``Ỹ`` of ``other``); returns the row
+        masses ``Σ[·]_+``.  ``a = 1, b = 0`` copies a row exactly.  The caller sets the new scales (and restores rows
+        that keep their ``X``)."""
+        n, i = a.shape[0], len(self.writes) % 2
+        if len(self.bufs) <= i:
+            self.bufs.append(torch.empty_like(self.orig))
+        self.prev, self.cur = self.cur, self.bufs[i]
+        self.writes.append((n, i))
+        out = self.cur[:n]
+        torch.mul(self.prev[:n], a[:, None], out=out)
+        out.addcmul_(other.cur[:n], b[:, None], value=-1).clamp_(min=0)
+        return out.sum(-1)
+
+    def restore(self, rows: torch.Tensor) -> None:
+        """Undo the last :meth:`subtract` on the leading rows where ``rows [n]`` holds."""
+        n = rows.shape[0]
+        _copy_rows(self.cur[:n], self.prev[:n], rows)
+
+    def rows(self) -> torch.Tensor:
+        """``X̃ [R, V]``, each row from the last step that wrote it (a fresh or owned tensor unless no step
+        did)."""
+        if not self.writes:
+            return self.cur
+        out = self.bufs[self.writes[-1][1]]
+        first = self.writes[0][0]
+        if first < out.shape[0]:
+            out[first:].copy_(self.orig[first:])
+        for (n, i), lo in zip(self.writes, [n for n, _ in self.writes[1:]] + [0]):
+            if lo < n and self.bufs[i] is not out:         # rows [lo, n) were last written by this step
+                out[lo:n].copy_(self.bufs[i][lo:n])
+        return out
 
 
 def nss_rule(ctx: LevelContext) -> LevelDecision:
-    """Target-only (§3.1): child j entered w.p. ``P(y_j)``, then ``P ← norm(P·1[≠y_j])``; all missed: ``Y ~ P``."""
-    P = ctx.target
-    enter = []
-    for j in range(ctx.children.shape[1]):
-        y, m = ctx.children[:, j], ctx.child_mask[:, j]
-        enter.append(torch.where(m, _at(P, y), 0))
-        P = _keep(m, _without(P, y), P)
-    one = torch.ones_like(ctx.rho)
-    return LevelDecision(torch.stack(enter, 1), torch.ones_like(ctx.children, dtype=P.dtype), one, P)
+    """Target-only (§3.1): child j entered w.p. ``P(y_j)``, then ``P ← norm(P·1[≠y_j])``; all missed:
+    ``Y ~ P``."""
+    R, K = ctx.children.shape
+    P = _Rows(ctx.target, own=True)
+    enter = torch.zeros(R, K, dtype=ctx.target.dtype, device=ctx.target.device)
+    for j in range(K):
+        n = _bound(ctx, j)
+        y, m = ctx.children[:n, j], ctx.child_mask[:n, j]
+        enter[:n, j] = torch.where(m, P.at(y), 0)
+        P.remove(y, m)
+    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), P.rows())
 
 
 def _recursive_rejection(ctx: LevelContext, without_replacement: bool) -> LevelDecision:
-    P, Q = ctx.target, ctx.draft
-    enter = []
-    for j in range(ctx.children.shape[1]):
-        y, m = ctx.children[:, j], ctx.child_mask[:, j]
-        enter.append(_ratio_min1(_at(P, y), _at(Q, y), m))
-        P_new = _normalise((P - Q).clamp(min=0))
+    R, K = ctx.children.shape
+    P, Q = _Rows(ctx.target), _Rows(ctx.draft, own=without_replacement)
+    enter = torch.zeros(R, K, dtype=ctx.target.dtype, device=ctx.target.device)
+    for j in range(K):
+        n = _bound(ctx, j)
+        y, m = ctx.children[:n, j], ctx.child_mask[:n, j]
+        enter[:n, j] = _ratio_min1(P.at(y), Q.at(y), m)
+        mass = P.subtract(P.scale[:n], Q.scale[:n], Q)     # P ← norm([P − Q]_+), a zero row stays zero
+        P.restore(~m)
+        P.scale[:n] = torch.where(m, 1 / mass.clamp(min=torch.finfo(mass.dtype).tiny), P.scale[:n])
         if without_replacement:
-            Q = _keep(m, _without(Q, y), Q)
-        P = _keep(m, P_new, P)
-    return LevelDecision(torch.stack(enter, 1), torch.ones_like(ctx.children, dtype=P.dtype),
-                         torch.ones_like(ctx.rho), P)
+            Q.remove(y, m)
+    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), P.rows())
 
 
 def rrs_rule(ctx: LevelContext) -> LevelDecision:
@@ -115,7 +198,7 @@ def kseq_rule(ctx: LevelContext) -> LevelDecision:
     beta = torch.minimum(q, p / rho[:, None]).sum(-1)
     scale = torch.where(beta > 0, (1.0 - (1.0 - beta) ** k) / (rho * torch.where(beta > 0, beta, 1)), 0)
     mass = torch.minimum(rho[:, None] * q, p) * scale[:, None]
-    residual = _normalise((p - mass).clamp(min=0)).to(ctx.target.dtype)
+    residual = (p - mass).clamp_(min=0).to(ctx.target.dtype)
     y, m = ctx.children, ctx.child_mask
     enter = _ratio_min1(p.gather(1, y), rho[:, None] * q.gather(1, y), m).to(ctx.target.dtype)
     return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), residual)
@@ -125,24 +208,31 @@ def tv_rule(ctx: LevelContext, parent_update=None) -> LevelDecision:
     """Traversal Verification at each node (§3.7), iid or wor children.
 
     ``s_j = min(1, r·P(y_j)/Q(y_j))``; after child j: ``D = [rP − Q]_+``, ``R = ΣD``, ``P ← D/R``,
-    ``r ← R/(R + (1 − r))`` (``R = 0 → r ← 0``; written so that ``r = 1`` stays exactly 1 at the root), and for
-    wor ``Q ← norm(Q·1[≠y_j])``.  The node succeeds w.p. the final ``r`` with ``Y ~ P``.
+    ``r ← R/(R + (1 − r))`` (``R = 0 → r ← 0``, P kept; written so that ``r = 1`` stays exactly 1 at the root),
+    and for wor ``Q ← norm(Q·1[≠y_j])``.  The node succeeds w.p. the final ``r`` with ``Y ~ P``.
     ``parent_update(R, r, Q(y))`` replaces the ``r`` update; it exists only for the bug zoo (§3.9 (d)).
     """
-    r, P, Q = ctx.rho, ctx.target, ctx.draft
-    scale = []
-    for j in range(ctx.children.shape[1]):
-        y, m = ctx.children[:, j], ctx.child_mask[:, j]
-        scale.append(_ratio_min1(r * _at(P, y), _at(Q, y), m))
-        D = (r[:, None] * P - Q).clamp(min=0)
-        R = D.sum(-1)
+    R, K = ctx.children.shape
+    r = ctx.rho.clone()
+    P, Q = _Rows(ctx.target), _Rows(ctx.draft, own=ctx.process == "wor")
+    scale = torch.zeros(R, K, dtype=ctx.target.dtype, device=ctx.target.device)
+    for j in range(K):
+        n = _bound(ctx, j)
+        y, m, r_j = ctx.children[:n, j], ctx.child_mask[:n, j], r[:n]
+        q_y = Q.at(y)
+        scale[:n, j] = _ratio_min1(r_j * P.at(y), q_y, m)
+        # D = [rP − Q]_+, R = ΣD.  A row with r = 0 has D = 0 (R = 0: r stays 0, P kept): it copies P instead.
+        live = r_j > 0
+        mass = P.subtract(torch.where(live, r_j * P.scale[:n], 1), torch.where(live, Q.scale[:n], 0), Q)
+        mass = torch.where(live, mass, 0)
         if parent_update is None:
-            r_new = torch.where(R > 0, R / (R + (1 - r)), 0)
+            r_new = torch.where(mass > 0, mass / (mass + (1 - r_j)), 0)
         else:
-            r_new = parent_update(R, r, _at(Q, y))
-        P_new = torch.where(R[:, None] > 0, D / R.clamp(min=torch.finfo(D.dtype).tiny)[:, None], P)
+            r_new = parent_update(mass, r_j, q_y)
+        moved = m & (mass > 0)
+        P.restore(~moved & live)
+        P.scale[:n] = torch.where(moved, 1 / mass.clamp(min=torch.finfo(mass.dtype).tiny), P.scale[:n])
         if ctx.process == "wor":
-            Q = _keep(m, _without(Q, y), Q)
-        r, P = _keep(m, r_new, r), _keep(m, P_new, P)
-    scale = torch.stack(scale, 1)
-    return LevelDecision(torch.ones_like(scale), scale, r, P)
+            Q.remove(y, m)
+        r[:n] = torch.where(m, r_new, r_j)
+    return LevelDecision(torch.ones_like(scale), scale, r, P.rows())

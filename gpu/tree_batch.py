@@ -205,6 +205,11 @@ class TreeBatch:
         return out[:, :N]
 
     @cached_property
+    def subtree_size(self) -> torch.Tensor:
+        """``[B, N]`` long: nodes in the subtree of every node (itself included); 0 for padding."""
+        return (tree_attention_mask(self) & self.valid[:, :, None]).sum(1)
+
+    @cached_property
     def children(self) -> torch.Tensor:
         """``[B, N, K]`` long: ``children[b, u, j]`` = slot of the j-th child of u; ``N`` (one past the last
         slot, a dump index) where u has fewer than ``j+1`` children.  ``K`` = largest branching (≥ 1)."""
@@ -233,6 +238,25 @@ class TreeBatch:
             slots = torch.where(at.gather(1, order), order, N)
             kids = kids_ext.gather(1, slots[:, :, None].expand(B, width, kids_ext.shape[2]))[:, :, :k_d]
             out.append((slots, kids))
+        return tuple(out)
+
+    @cached_property
+    def level_nodes(self) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]], ...]:
+        """Per depth ``d < D``, the internal nodes at depth d of all trees packed into ``R_d`` rows (no padding
+        across trees): ``(tree [R_d], slot [R_d], kids [R_d, K_d], active)``.  Rows are sorted by branching,
+        largest first (ties in (tree, slot) order), so ``active[j]`` — the number of rows with a j-th child —
+        makes every row ``≥ active[j]`` childless at sibling index j; ``kids`` is padded with ``N``."""
+        B, N = self.parent.shape
+        k = torch.where((self.num_children > 0) & self.valid, self.num_children, 0).reshape(-1)
+        depth = self.depth.reshape(-1)
+        out = []
+        for d in range(self.max_depth):
+            k_d = torch.where(depth == d, k, 0)
+            order = torch.sort(k_d, descending=True, stable=True).indices
+            counts = (k_d[:, None] > torch.arange(int(k_d.max()), device=self.device)).sum(0).tolist()
+            order = order[:counts[0]]
+            tree, slot = order // N, order % N
+            out.append((tree, slot, self.children[tree, slot, :len(counts)], tuple(counts)))
         return tuple(out)
 
     # ---------------------------------------------------------------------------------------------------

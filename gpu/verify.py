@@ -19,10 +19,12 @@ from .engine import VerifyResult
 from .probs import check_rows
 from .rules import kseq_rule, nss_rule, rrs_rule, rrsw_rule, tv_rule
 from .tree_batch import TreeBatch
+from .univer_rule import univer_rule
 
 #: Method name → level rule; the draft processes each supports are those of the exact twin in
 #: :data:`univer_theory.VERIFIERS`.
-METHODS = {"nss": nss_rule, "rrs": rrs_rule, "rrsw": rrsw_rule, "kseq": kseq_rule, "tv": tv_rule}
+METHODS = {"nss": nss_rule, "rrs": rrs_rule, "rrsw": rrsw_rule, "kseq": kseq_rule, "tv": tv_rule,
+           "univer": univer_rule}
 
 
 def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, process: str) -> None:

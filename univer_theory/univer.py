@@ -24,8 +24,10 @@ from .plans.choose import CONSTRUCTIONS, build_plan
 from .validation import check_choice
 from .verifiers import Verifier, register
 
-#: Plans kept per verifier (oldest evicted first).
-PLAN_CACHE_SIZE = 4096
+#: Plans kept per verifier (oldest evicted first): ``max(16, PLAN_CACHE_ENTRIES // V)``, so the cache stays
+#: ~100 MB at V = 49152 (each plan and its key hold a handful of length-V rows) and is unbounded in practice
+#: on the small vocabularies of the exact oracle.
+PLAN_CACHE_ENTRIES = 2**21
 
 
 def _key(arr: np.ndarray):
@@ -47,7 +49,7 @@ class UniVerRule:
         key = (rho, _key(target_probs), _key(draft_probs), k, process)
         if key not in self._plans:
             self._plans[key] = build_plan(self.construction, target_probs, draft_probs, rho, k, process)
-            if len(self._plans) > PLAN_CACHE_SIZE:
+            if len(self._plans) > max(16, PLAN_CACHE_ENTRIES // np.asarray(target_probs).size):
                 old, _ = self._plans.popitem(last=False)
                 self._slots = {s: v for s, v in self._slots.items() if s[0] != old}
         return self._plans[key], key
@@ -65,16 +67,23 @@ class UniVerRule:
         table = self._slots[skey]
         return None if table is None else table[tuple(int(y) for y in S)]
 
+    def weights(self, target_probs, draft_probs, rho, children, process: str, subtree_sizes):
+        """Steps 1–2 of the module docstring: ``(plan, w(S), slot rule applied?)`` for the realised children S
+        (``subtree_sizes``: nodes under each child position)."""
+        k = len(children)
+        plan, key = self.plan(target_probs, draft_probs, rho, k, process)
+        w = plan.select(children)
+        if self.slot_rule and k > 1 and process in ("iid", "wor") and len(set(subtree_sizes)) > 1:
+            omega = tuple(1 + s for s in subtree_sizes)
+            w2 = self.slotted(plan, key, children, draft_probs, process, omega)
+            if w2 is not None:
+                return plan, w2, True
+        return plan, w, False
+
     def __call__(self, ctx: NodeContext) -> NodeDecision:
         k = len(ctx.children)
-        plan, key = self.plan(ctx.target, ctx.draft, ctx.rho, k, ctx.process)
-        w = plan.select(ctx.children)
-        slotted = False
-        if (self.slot_rule and k > 1 and ctx.process in ("iid", "wor") and len(set(ctx.subtree_sizes)) > 1):
-            omega = tuple(1 + s for s in ctx.subtree_sizes)
-            w2 = self.slotted(plan, key, ctx.children, ctx.draft, ctx.process, omega)
-            if w2 is not None:
-                w, slotted = w2, True
+        plan, w, slotted = self.weights(ctx.target, ctx.draft, ctx.rho, ctx.children, ctx.process,
+                                        ctx.subtree_sizes)
         exact = np.asarray(w).dtype == object
         scale, used = [], Fraction(0) if exact else 0.0     # Fraction: 1/1 must not become 1.0
         for wj in w:

@@ -59,7 +59,7 @@ def assert_fits(counts, law, what):
 
 
 CASES = [("nss", "iid"), ("nss", "topk"), ("nss", "greedy"), ("rrs", "iid"), ("rrsw", "wor"), ("kseq", "iid"),
-         ("tv", "iid"), ("tv", "wor")]
+         ("tv", "iid"), ("tv", "wor"), ("univer", "iid"), ("univer", "wor")]
 
 
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])

@@ -28,11 +28,10 @@ def test_accept_bench_writes_json_csv_png(pair, tmp_path, monkeypatch, capsys):
 
 def test_decode_cli_json(pair, monkeypatch, capsys):
     monkeypatch.setattr(decode_cmd, "load_models", lambda args: pair)
-    rc = cli.main(["decode", "--prompt", "Say hi.", "--method", "tv", "--tree", "chain:2", "--max-new-tokens", "3",
-                   "--json"])
+    rc = cli.main(["decode", "--prompt", "Say hi.", "--tree", "binary:2", "--max-new-tokens", "3", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["method"] == "tv" and 1 <= out["new_tokens"] <= 3 and out["steps"] >= 1
+    assert out["method"] == "univer" and 1 <= out["new_tokens"] <= 3 and out["steps"] >= 1
 
 
 def test_decode_cli_rejects_unsupported_method(capsys):

@@ -10,11 +10,8 @@ from univer_theory import VERIFIERS
 pytestmark = pytest.mark.llm
 
 #: (tree spec, process) settings; every lossless method runs once, at the first setting it supports (nss at
-#: topk only).
+#: topk only; univer — batched — at binary:2 wor).
 SETTINGS = [("binary:2", "wor"), ("binary:2", "iid"), ("chain:2", "wor"), ("2,1", "topk")]
-#: Methods decoded on a chain only: UniVer runs on the exact core here, whose k ≥ 2 node plans at
-#: V = 49 152 take 10–25 s per node on a CPU (PTS for wor, the layout's placement for iid).
-CHAIN_ONLY = {"univer": ("chain:2", "wor")}
 
 
 def _applies(m, spec, process):
@@ -26,8 +23,7 @@ def _cases():
     for m in method_names():
         if m not in VERIFIERS:
             continue
-        settings = [CHAIN_ONLY[m]] if m in CHAIN_ONLY else SETTINGS
-        spec, process = next(((s, p) for s, p in settings if _applies(m, s, p)), (None, None))
+        spec, process = next(((s, p) for s, p in SETTINGS if _applies(m, s, p)), (None, None))
         if spec is not None:
             yield pytest.param(spec, process, m, id=f"{m}-{process}-{spec}")
 

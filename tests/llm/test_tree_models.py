@@ -75,9 +75,32 @@ def test_draft_spec_errors(pair):
             build_draft(pair.target, bad)
 
 
-def test_univer_root_acceptance_at_least_tv(pair, prompt_ids):
-    """Per node, UniVer's plan attains α*(ρ) (theory.md §6.2), so at the root (ρ = 1) its acceptance rate
-    α = Σ_y a(y) is at least TV's (whose i.i.d. marginal is closed-form, §6.3 rule 6) — on real rows."""
+def tv_root_alpha_wor_pair(p, q):
+    """TV's acceptance rate α at the root (ρ = 1) for k = 2 wor children, in O(V log V).
+
+    Child 1 is entered w.p. ``s_1 = min(1, p/q)``; then ``D = [p − q]_+``, ``R = ΣD``, ``r = 1`` and the draft
+    is renormalised without y_1, so child 2 is entered w.p. ``min(1, D(y_2)(1 − q_1)/(R q(y_2)))``:
+    ``α = Σ_{y_1} q_1 [s_1 + (1 − s_1) Σ_{y_2≠y_1} q_2 min(t, D_2/(R q_2))]`` with ``t = 1/(1 − q_1)``; the inner
+    sum over all y_2 is read off prefix sums of the tokens sorted by ``D/(Rq)`` (then y_2 = y_1 is removed)."""
+    s1 = np.minimum(1.0, p / q)
+    D = np.maximum(p - q, 0.0)
+    R = D.sum()
+    ratio = D / (R * q)
+    order = np.argsort(ratio)
+    r_sorted = ratio[order]
+    below = np.concatenate([[0.0], np.cumsum((D / R)[order])])              # Σ_{ratio < t} D/R
+    above = np.concatenate([np.cumsum(q[order][::-1])[::-1], [0.0]])        # Σ_{ratio ≥ t} q
+    t = 1.0 / (1.0 - q)
+    m = np.searchsorted(r_sorted, t, side="left")
+    inner = below[m] + t * above[m] - q * np.minimum(t, ratio)
+    return float((q * (s1 + (1.0 - s1) * inner)).sum())
+
+
+@pytest.mark.parametrize("process,k", [("iid", 3), ("wor", 2)])
+def test_univer_root_acceptance_at_least_tv(pair, prompt_ids, process, k):
+    """Per node, UniVer's plan attains α*(ρ) (theory.md §6.2; wor: rule 3 when feasible, else PTS / the iid
+    coupling, near-optimal), so at the root (ρ = 1) its acceptance rate α = Σ_y a(y) is at least TV's — on
+    real rows.  TV's α: the closed-form i.i.d. marginal (§6.3 rule 6) / :func:`tv_root_alpha_wor_pair`."""
     from univer_theory import DraftTree, VERIFIERS
     from univer_theory.plans.tv_plan import tv_plan
 
@@ -85,12 +108,13 @@ def test_univer_root_acceptance_at_least_tv(pair, prompt_ids):
     _, d_root = prefill(pair.draft, prompt_ids)
     p = torch.softmax(t_root.double(), -1).numpy()
     q = torch.softmax(d_root.double(), -1).numpy()
-    tokens = torch.multinomial(torch.from_numpy(q), 3, replacement=True, generator=torch.Generator().manual_seed(4))
-    tree = DraftTree((-1, 0, 0, 0), (-1, *tokens.tolist()), pair.vocab_size)
-    rows_p = np.stack([p] * 4)
-    rows_q = np.stack([q] * 4)
-    alpha_univer = VERIFIERS["univer"].trace(tree, rows_p, rows_q, "iid")[0]["alpha"]
-    alpha_tv = tv_plan(p, q, 1.0, 3, "iid").alpha
+    tokens = torch.multinomial(torch.from_numpy(q), k, replacement=process == "iid",
+                               generator=torch.Generator().manual_seed(4))
+    tree = DraftTree((-1,) + (0,) * k, (-1, *tokens.tolist()), pair.vocab_size)
+    rows_p = np.stack([p] * (k + 1))
+    rows_q = np.stack([q] * (k + 1))
+    alpha_univer = VERIFIERS["univer"].trace(tree, rows_p, rows_q, process)[0]["alpha"]
+    alpha_tv = tv_plan(p, q, 1.0, k, "iid").alpha if process == "iid" else tv_root_alpha_wor_pair(p, q)
     assert alpha_univer >= alpha_tv - 1e-12, (alpha_univer, alpha_tv)
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from univer_theory.alpha_star import alpha_star_iid, alpha_star_wor
 from univer_theory.plans.clocks import sequential_thinning_avail
 from univer_theory.plans.iid_coupling import iid_coupling_plan, virtual_draws
-from univer_theory.plans.pts import priority_order, pts_plan
+from univer_theory.plans.pts import pair_thinning_avail, priority_order, pts_plan
 from univer_theory.plans.wor_pair import wor_pair_plan
 from univer_theory.processes import tuple_law
 
@@ -161,6 +161,23 @@ def test_pts_avail_matches_enumeration(V, k, seed):
     reached = avail > 0
     np.testing.assert_allclose(theta[reached], np.minimum(1, c[reached] / avail[reached]), rtol=1e-15)
     assert np.all(theta[q == 0] == 0) and np.all(avail[q == 0] == 0)
+
+
+@pytest.mark.parametrize("V,seed,rho", [(4, 0, 0.9), (5, 4, 1.0), (6, 7, 0.3)])
+def test_pts_pair_avail_closed_form(V, seed, rho):
+    """k = 2: the closed-form walk equals the tuple-law enumeration (1e-15) and the clock integral (~1e-13)."""
+    p, q = instance(V, seed, zeros=1)
+    order = priority_order(p, q)
+    avail, theta = pair_thinning_avail(q, order, rho * p)
+    rank = {y: r for r, y in enumerate(order)}
+    exact = np.zeros(V)
+    for S, pr in tuple_law(q, 2, "wor"):
+        for y in S:
+            exact[y] += pr * np.prod([1 - theta[z] for z in S if rank[z] < rank[y]])
+    np.testing.assert_allclose(avail, exact, rtol=0, atol=1e-15)
+    clock_avail, clock_theta = sequential_thinning_avail(q, order, rho * p, 2)
+    np.testing.assert_allclose(avail, clock_avail, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(theta, clock_theta, rtol=0, atol=1e-12)
 
 
 def test_pts_k1_is_the_unique_chain_plan():

@@ -41,9 +41,9 @@ def add_parser(sub) -> None:
 
 
 def default_methods(args, shape) -> list[str]:
-    """``--methods`` as given, else every applicable method that has a batched verifier (plus the chain-only
-    ``sps`` / ``bv``, cheap on the exact core); the others are named on stderr (the exact core's per-node
-    plans are slow at V = 49 152 — pass them with ``--methods``)."""
+    """``--methods`` as given, else every applicable method that has a batched verifier — UniVer included —
+    plus the chain-only ``sps`` / ``bv`` (cheap on the exact core); the others (exact-core-only variants) are
+    named on stderr (pass them with ``--methods``)."""
     from gpu import METHODS
 
     applicable = selected_methods(args, shape, exact=False)

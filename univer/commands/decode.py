@@ -36,18 +36,15 @@ def load_models(args):
 
 
 def default_method() -> str:
-    """UniVer once the batched verifier of :mod:`gpu` has it, Traversal Verification until then (the exact
-    core's UniVer plans are far too slow for decoding at V = 49 152)."""
-    from gpu import METHODS
-
-    return "univer" if "univer" in METHODS else "tv"
+    """UniVer, on the batched verifier of :mod:`gpu` (``gpu.METHODS["univer"]``)."""
+    return "univer"
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("decode", help="speculative decoding with a real LLM pair (SmolLM2-135M)")
     p.add_argument("--prompt", required=True, help="user message (the chat template is applied)")
     p.add_argument("--method", default=None,
-                   help="verifier (default univer when the batched verifiers have it, else tv)")
+                   help="verifier (default univer)")
     p.add_argument("--tree", default="binary:3", help="tree shape: binary:D, chain:D, eagle[:W] or a TreeShape string (default binary:3)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="token budget (default 64)")
     add_llm_options(p)

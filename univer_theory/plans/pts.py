@@ -10,6 +10,16 @@ with ``avail(y) = E[1(y∈S) Π_{z∈S, z≺y}(1−θ_z)]`` under the wor law (e
 :func:`~univer_theory.plans.clocks.sequential_thinning_avail`).  The token marginal is
 ``a(y) = θ_y·avail(y) ≤ ρp(y)``: exact up to the quadrature error (~1e-14).  Always feasible, near-optimal
 (α/α*_wor ≈ 0.997 on average, theory.md §6.3).
+
+**k = 2 in closed form.**  A wor pair meets token y with one partner z, ``Pr(S = {y, z} as a set) =
+q_y q_z (1/R_y + 1/R_z)`` (``R_x = Σ_{w≠x} q_w``, the wor law's ``1 − q_x``), so
+
+.. math::  \\mathrm{avail}(y) = q_y\\Big[\\frac{1}{R_y}\\sum_{z≠y} g_z q_z + \\sum_{z≠y} \\frac{g_z q_z}{R_z}\\Big],
+           \\qquad g_z = 1 − θ_z \\ (z ≺ y),\\quad g_z = 1 \\ (\\text{otherwise}):
+
+two running sums over the higher-priority tokens plus two suffix sums, all of non-negative terms — O(m) for
+m drafted tokens, exact (no quadrature), instead of the clock integral's O(m·k·nodes)
+(:func:`pair_thinning_avail`; at V = 49 152 about 100× faster).
 """
 from __future__ import annotations
 
@@ -27,6 +37,39 @@ def priority_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> list[in
     return [int(x) for x in drafted[np.lexsort((drafted, -ratio))]]
 
 
+def pair_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray):
+    """PTS availabilities and acceptance probabilities for k = 2 wor children, in closed form (module
+    docstring); same contract as :func:`~univer_theory.plans.clocks.sequential_thinning_avail` with k = 2.
+
+    The walk over the priority order is a scalar recursion (θ_y needs the running sums of the tokens before
+    y), run on Python floats.
+    """
+    order = np.asarray(order, dtype=np.int64)
+    q = np.asarray(draft_probs, dtype=np.float64)
+    qs = q[order]
+    zero = np.zeros(1)
+    # R_x = Σ_{w≠x} q_w by leave-one-out prefix + suffix sums (undrafted tokens add exactly 0)
+    rest = np.concatenate((zero, np.cumsum(qs)[:-1])) + np.concatenate((np.cumsum(qs[::-1])[::-1][1:], zero))
+    # suffix sums over the lower-priority tokens (g = 1): Σ_{z≻y} q_z and Σ_{z≻y} q_z/R_z
+    t1 = np.concatenate((np.cumsum(qs[::-1])[::-1][1:], zero))
+    t2 = np.concatenate((np.cumsum((qs / rest)[::-1])[::-1][1:], zero))
+    avail = np.zeros(q.size)
+    theta = np.zeros(q.size)
+    cs = np.asarray(c, dtype=np.float64)[order]
+    av_out, th_out = [], []
+    p1 = p2 = 0.0                           # Σ_{z≺y} (1−θ_z) q_z and Σ_{z≺y} (1−θ_z) q_z/R_z
+    for qy, ry, s1, s2, cy in zip(qs.tolist(), rest.tolist(), t1.tolist(), t2.tolist(), cs.tolist()):
+        av = qy * ((p1 + s1) / ry + p2 + s2)
+        th = 0.0 if cy <= 0 else (1.0 if cy >= av else cy / av)
+        av_out.append(av)
+        th_out.append(th)
+        g = 1.0 - th
+        p1 += g * qy
+        p2 += g * qy / ry
+    avail[order], theta[order] = av_out, th_out
+    return avail, theta
+
+
 def pts_plan(target_probs, draft_probs, rho, k, process, nodes: int = LOG_T_NODES) -> NodePlan | None:
     """PTS node plan for ``wor`` children (None for any other process).
 
@@ -36,7 +79,7 @@ def pts_plan(target_probs, draft_probs, rho, k, process, nodes: int = LOG_T_NODE
     rho : scaling ρ ∈ [0, 1].
     k : number of children (≤ |supp q|).
     process : draft process; only ``"wor"`` is handled.
-    nodes : Gauss–Legendre nodes in log T.
+    nodes : Gauss–Legendre nodes in log T (k ≥ 3; k = 2 is closed form).
 
     Returns
     -------
@@ -47,7 +90,10 @@ def pts_plan(target_probs, draft_probs, rho, k, process, nodes: int = LOG_T_NODE
         return None
     order = priority_order(p, q)
     c = rho * p
-    avail, theta = sequential_thinning_avail(q, order, c, k, nodes)
+    if k == 2:
+        avail, theta = pair_thinning_avail(q, order, c)
+    else:
+        avail, theta = sequential_thinning_avail(q, order, c, k, nodes)
     rank = np.full(p.size, p.size)
     rank[order] = np.arange(len(order))
 

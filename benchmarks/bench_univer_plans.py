@@ -1,0 +1,103 @@
+"""UniVer's per-node plan cost at V = 49 152 (SmolLM2's vocabulary) and one binary:4 tree end to end.
+
+Rows (float64): ``gauss`` — target softmax of N(0, 1) logits (temperature 1), draft = softmax(log p + 0.5·N(0, 1));
+``peaky`` — target softmax of 3·N(0, 1) logits, draft = softmax(log p + N(0, 1)) (a perturbed p, LLM-like).
+
+Part 1, per node (seconds, ρ ∈ {1, 0.5}, k = 2): the automatic choice (``choose_plan``) and its construction,
+``w(S)`` on a realised tuple, and for wor the PTS availability walk before / after this change — the
+exponential-clock quadrature (:func:`~univer_theory.plans.clocks.sequential_thinning_avail`, 400 nodes, the
+construction used for k = 2 before) against the closed form
+(:func:`~univer_theory.plans.pts.pair_thinning_avail`, used now), with their largest difference.
+Part 2: ``gpu.expected_accepted_length(..., "univer")`` on one binary:4 tree (15 internal nodes, k = 2) per
+process and row family, next to TV's.
+
+Run: ``python benchmarks/bench_univer_plans.py [--vocab 49152] [--seed 0]``
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from gpu import TreeBatch, expected_accepted_length, sample_children
+from univer_theory import TreeShape
+from univer_theory.plans.choose import choose_plan
+from univer_theory.plans.clocks import sequential_thinning_avail
+from univer_theory.plans.pts import pair_thinning_avail, priority_order
+
+FAMILIES = {"gauss": (1.0, 0.5), "peaky": (3.0, 1.0)}
+
+
+def rows(V: int, family: str, gen: torch.Generator, n: int = 1):
+    """``n`` (p, q) row pairs ``[n, V]`` float64 of one family (module docstring)."""
+    scale, noise = FAMILIES[family]
+    p = torch.softmax(scale * torch.randn(n, V, generator=gen, dtype=torch.float64), -1)
+    q = torch.softmax(torch.log(p) + noise * torch.randn(n, V, generator=gen, dtype=torch.float64), -1)
+    return p, q
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def node_table(V: int, gen: torch.Generator):
+    print(f"Part 1: one node, V = {V}, k = 2; seconds")
+    print(f"{'rows':>6} {'proc':>4} {'rho':>4} | {'construction':>12} {'plan':>7} {'w(S)':>7} | "
+          f"{'PTS before':>10} {'PTS after':>9} {'ratio':>6} {'max |Δavail|':>12}")
+    for family in FAMILIES:
+        for process in ("wor", "iid"):
+            for rho in (1.0, 0.5):
+                p, q = (x[0].numpy() for x in rows(V, family, gen))
+                plan, t_plan = timed(lambda: choose_plan(p, q, rho, 2, process))
+                S = tuple(sample_children(torch.from_numpy(q)[None], 2, process, gen)[0].tolist())
+                _, t_sel = timed(lambda: plan.select(S))
+                extra = ""
+                if process == "wor":
+                    order = priority_order(p, q)
+                    (a0, _), t0 = timed(lambda: sequential_thinning_avail(q, order, rho * p, 2))
+                    (a1, _), t1 = timed(lambda: pair_thinning_avail(q, order, rho * p))
+                    extra = f"{t0:>10.3f} {t1:>9.4f} {t0 / t1:>6.0f} {np.abs(a0 - a1).max():>12.1e}"
+                print(f"{family:>6} {process:>4} {rho:>4} | {plan.construction:>12} {t_plan:>7.3f} {t_sel:>7.3f} | "
+                      f"{extra}")
+
+
+def tree_table(V: int, gen: torch.Generator):
+    shape = TreeShape.uniform([2, 2, 2, 2])
+    N = shape.num_nodes
+    print(f"\nPart 2: one binary:4 tree ({N} nodes, 15 internal, k = 2), V = {V}; seconds for E[τ | T]")
+    print(f"{'rows':>6} {'proc':>4} | {'univer s':>8} {'E[τ]':>6} | {'tv s':>6} {'E[τ]':>6}")
+    for family in FAMILIES:
+        for process in ("wor", "iid"):
+            p, q = rows(V, family, gen, N)
+            token = [-1] * N
+            for u in range(N):
+                kids = [v for v in range(N) if shape.parent[v] == u]
+                if kids:
+                    for v, y in zip(kids, sample_children(q[u:u + 1], len(kids), process, gen)[0].tolist()):
+                        token[v] = y
+            batch = TreeBatch.from_tensors(torch.tensor([shape.parent]), torch.tensor([token]))
+            P, Q = p[None], q[None]
+            e_u, t_u = timed(lambda: expected_accepted_length(batch, P, Q, process, "univer"))
+            e_t, t_t = timed(lambda: expected_accepted_length(batch, P, Q, process, "tv"))
+            print(f"{family:>6} {process:>4} | {t_u:>8.3f} {float(e_u[0]):>6.3f} | {t_t:>6.3f} {float(e_t[0]):>6.3f}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", type=int, default=49152)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(args.seed)
+    warm_p, warm_q = (x[0].numpy() for x in rows(50, "gauss", gen))    # first calls pay imports: not timed
+    choose_plan(warm_p, warm_q, 1.0, 2, "wor")
+    node_table(args.vocab, gen)
+    tree_table(args.vocab, gen)
+
+
+if __name__ == "__main__":
+    main()

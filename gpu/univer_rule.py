@@ -1,0 +1,146 @@
+"""UniVer as a level rule (theory.md §6.1–§6.3): the batched twin of :class:`univer_theory.univer.UniVerRule`.
+
+At every internal node X (scaling ρ, target p, draft q, realised children S, k = |S|) UniVer uses an
+α*(ρ)-optimal node plan ``w``; child j gets the scaling ``s_j = w_j(S)/(1 − Σ_{l<j} w_l(S))`` (0 when the
+denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1 − α)`` with
+``Y ~ norm(ρp − a)``, ``α = Σ_y a(y)``.
+
+**Batched in torch over the R nodes of a level** (rows ``[R, V]``):
+
+* ``k = 1`` (any process): the unique plan ``w = min(1, ρp(y)/Q_1(y))``, ``a = min(ρp, Q_1)`` (``Q_1 = q``;
+  the point mass on the top draft token for ``topk``) — nothing else is needed for these nodes;
+* ``iid`` with ``k ≥ 2``: the private-position layout's closed-form targets (:func:`layout_marginal`: sort by
+  ``ρp/q``, cumsum, prefix / suffix minima) and ``a = min(b, ρp)``;
+* every node: ``f``, the residual ``[ρp − a]_+`` and the scalings ``s_j`` from ``w``; ``α = Σ a`` for k = 1
+  (for k ≥ 2 the exact plan's own α is used: ``f`` is ill-conditioned as ``α → 1`` and must match the
+  exact core's round-off there).
+
+**Per node, on the CPU in float64 numpy through the exact core** (one :class:`~univer_theory.univer.UniVerRule`
+per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), for the nodes with ``k ≥ 2`` only:
+
+* ``iid``: ``w(S)`` of the layout plan (placing the layout blocks the realised tokens touch, then the
+  Gauss–Legendre integral);
+* ``wor``: the whole automatic choice — ``wor_pair`` (k = 2, if feasible), else the larger α of PTS and the
+  iid coupling (the exact LP on supports ≤ 8) — its marginal ``a`` and ``w(S)``;
+* ``topk`` / ``greedy``: the exact LP plan (rule 1), its marginal and ``w(S)``;
+* the slot rule (an LP per multiset class) when the positions' subtree sizes differ (``iid`` / ``wor``).
+
+Identical nodes (same ρ, rows, children and subtree sizes — e.g. one tree repeated across the batch) are
+planned once (``torch.unique`` over the level's rows).  Inputs in float32 are planned in float64 (rows
+renormalised) and the decisions cast back.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from univer_theory.univer import UniVerRule
+
+from .engine import LevelContext, LevelDecision
+
+
+def layout_marginal(c: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``a = min(b, c)`` of the i.i.d. private-position layout for rows ``c = ρp`` and ``q`` ``[R, V]`` with k
+    children each (``k [R]``), as :func:`univer_theory.plans.layout.layout_targets`.
+
+    Drafted tokens by ratio ``c/q`` descending (ties by token id), prefix sums ``X`` (of q), ``C`` (of c),
+    ``D_l = F(X_l) − C_l`` with ``F(x) = 1 − (1−x)^k``, ``n = argmin D``, ``P`` / ``S`` prefix / suffix minima:
+    ``b(y_l) = c(y_l) − (P_{l−1} − P_l)`` for ``l ≤ n``, ``c(y_l) + S_l − S_{l−1}`` beyond; b = 0 off the draft
+    support (placed last in the order with c taken as 0, so D stays flat there).
+    """
+    drafted = q > 0
+    key = torch.where(drafted, -(c / torch.where(drafted, q, 1)), torch.inf)
+    order = torch.sort(key, dim=-1, stable=True).indices
+    qo = q.gather(1, order)
+    co = torch.where(drafted.gather(1, order), c.gather(1, order), 0)
+    zero = torch.zeros_like(qo[:, :1])
+    X = torch.cat([zero, qo.cumsum(-1)], 1)
+    C = torch.cat([zero, co.cumsum(-1)], 1)
+    D = -torch.expm1(k.to(X.dtype)[:, None] * torch.log1p(-X.clamp(max=1.0))) - C
+    n = D.argmin(-1, keepdim=True)
+    P = D.cummin(-1).values
+    S = D.flip(-1).cummin(-1).values.flip(-1)
+    l = torch.arange(1, qo.shape[1] + 1, device=q.device)[None, :]
+    bo = torch.where(l <= n, co - (P[:, :-1] - P[:, 1:]), co + (S[:, 1:] - S[:, :-1])).clamp(min=0)
+    b = torch.zeros_like(q).scatter(1, order, bo)
+    return torch.minimum(b, c)
+
+
+def _single_child(ctx: LevelContext, c: torch.Tensor):
+    """``k = 1``: ``(w [R], a [R, V])`` with ``Q_1 = q`` (one-hot top draft token for topk)."""
+    y = ctx.children[:, 0]
+    q = ctx.draft
+    if ctx.process == "topk":
+        q = torch.zeros_like(q).scatter(1, q.argmax(-1, keepdim=True), 1)   # argmax: first maximum = lowest id
+    qy = q.gather(1, y[:, None]).squeeze(1)
+    cy = c.gather(1, y[:, None]).squeeze(1)
+    w = torch.where(qy > 0, (cy / torch.where(qy > 0, qy, 1)).clamp(max=1), 0)
+    return w, torch.minimum(c, q)
+
+
+def _plan_nodes(ctx: LevelContext, rows: torch.Tensor, want_marginal: bool):
+    """Per unique node of ``rows`` (indices into the level, all with k ≥ 2): ``w [n, K]``, the plans'
+    ``α [n]`` and, when ``want_marginal``, their marginals ``a [n, V]`` (float64, on the level's device)."""
+    K, V = ctx.children.shape[1], ctx.target.shape[1]
+    p = ctx.target[rows].double()
+    q = ctx.draft[rows].double()
+    rho = ctx.rho[rows].double()
+    kids, mask = ctx.children[rows], ctx.child_mask[rows]
+    sizes = ctx.child_sizes[rows] if ctx.child_sizes is not None else torch.ones_like(kids)
+    key = torch.cat([rho[:, None], p, q, kids.double(), mask.double(), sizes.double()], 1)
+    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
+    rule = UniVerRule()
+    host = uniq.cpu().numpy()
+    w = np.zeros((host.shape[0], K))
+    alpha = np.zeros(host.shape[0])
+    a = np.zeros((host.shape[0], V)) if want_marginal else None
+    for i, row in enumerate(host):
+        pi, qi = row[1:1 + V], row[1 + V:1 + 2 * V]
+        pi, qi = pi / pi.sum(), qi / qi.sum()           # float32 inputs: back onto the simplex in float64
+        m = row[1 + 2 * V + K:1 + 2 * V + 2 * K] > 0
+        S = tuple(int(y) for y in row[1 + 2 * V:1 + 2 * V + K][m])
+        sz = tuple(int(s) for s in row[1 + 2 * V + 2 * K:][m])
+        plan, wi, _ = rule.weights(pi, qi, float(row[0]), S, ctx.process, sz)
+        w[i, np.flatnonzero(m)] = np.asarray(wi, dtype=np.float64)
+        alpha[i] = float(plan.alpha)
+        if want_marginal:
+            a[i] = np.asarray(plan.marginal, dtype=np.float64)
+    dev = ctx.target.device
+    w_t, alpha_t = torch.from_numpy(w).to(dev)[inverse], torch.from_numpy(alpha).to(dev)[inverse]
+    return w_t, alpha_t, (torch.from_numpy(a).to(dev)[inverse] if want_marginal else None)
+
+
+def univer_rule(ctx: LevelContext) -> LevelDecision:
+    """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children."""
+    dtype = ctx.target.dtype
+    p, q, rho = ctx.target.double(), ctx.draft.double(), ctx.rho.double()
+    c = rho[:, None] * p
+    k = ctx.child_mask.sum(1)
+    R, K = ctx.children.shape
+    w = torch.zeros(R, K, dtype=torch.float64, device=p.device)
+    a = torch.zeros_like(p)
+    one = k == 1
+    if one.any():
+        w1, a1 = _single_child(LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process), c)
+        w[:, 0] = torch.where(one, w1, 0)
+        a = torch.where(one[:, None], a1, a)
+    many = (k >= 2).nonzero().squeeze(1)
+    if many.numel():
+        exact_ctx = LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process, ctx.child_sizes)
+        w_many, alpha_many, a_many = _plan_nodes(exact_ctx, many, want_marginal=ctx.process != "iid")
+        if ctx.process == "iid":
+            a_many = layout_marginal(c[many], q[many], k[many])
+        w[many] = w_many
+        a[many] = a_many
+    alpha = a.sum(-1)
+    if many.numel():
+        alpha[many] = alpha_many      # the plan's own α: f = (ρ − α)/(1 − α) is ill-conditioned as α → 1
+    scale, used = [], torch.zeros_like(rho)
+    for j in range(K):
+        den = 1 - used
+        scale.append(torch.where(den > 0, w[:, j] / torch.where(den > 0, den, 1), 0).clamp(0, 1))
+        used = used + w[:, j]
+    stop = torch.where(alpha != 1, (rho - alpha) / torch.where(alpha != 1, 1 - alpha, 1), 0).clamp(0, 1)
+    residual = (c - a).clamp(min=0)
+    scale = torch.stack(scale, 1).to(dtype)
+    return LevelDecision(torch.ones_like(scale), scale, stop.to(dtype), residual.to(dtype))

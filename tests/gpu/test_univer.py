@@ -1,0 +1,105 @@
+"""The batched UniVer level rule (gpu/univer_rule.py) against the exact core's UniVer (theory.md §6).
+
+``E[τ | T]``, every node's pass-1 decision and the sampler's law are checked for all methods in
+``test_exact.py`` / ``test_distribution.py`` (univer is in ``gpu.METHODS``); here: the torch layout targets,
+the slot rule on asymmetric shapes, the de-duplication of identical nodes, mixed k within one level, and
+float32 inputs.
+"""
+import numpy as np
+import pytest
+import torch
+
+from gpu import TreeBatch, expected_accepted_length, verify
+from gpu.univer_rule import layout_marginal
+from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
+from univer_theory.plans.layout import layout_targets
+
+from .helpers import padded_rows
+
+
+def llm_like(V, rng, zeros=0):
+    """Peaky softmax target, draft = perturbed target; ``zeros`` draft entries set to 0 (not drafted)."""
+    p = np.exp(3.0 * rng.normal(size=V))
+    p /= p.sum()
+    q = p * np.exp(rng.normal(size=V))
+    q[rng.choice(V, size=zeros, replace=False)] = 0.0
+    return p, q / q.sum()
+
+
+@pytest.mark.parametrize("V,k,rho,zeros", [(5, 2, 1.0, 1), (6, 3, 0.4, 2), (300, 2, 0.8, 40), (2000, 4, 1.0, 0)])
+def test_layout_marginal_matches_exact_targets(V, k, rho, zeros):
+    """``min(b, ρp)`` from torch sort / cumsum / cummin equals layout_targets' marginal (1e-15), batched rows."""
+    rng = np.random.default_rng(V + k)
+    rows = [llm_like(V, rng, zeros) for _ in range(3)]
+    rhos = np.array([rho, 1.0, 0.25])
+    c = torch.tensor(np.stack([r * p for r, (p, _) in zip(rhos, rows)]))
+    q = torch.tensor(np.stack([q for _, q in rows]))
+    got = layout_marginal(c, q, torch.full((3,), k))
+    for i, (p, qi) in enumerate(rows):
+        want = layout_targets(p, qi, rhos[i], k).marginal
+        np.testing.assert_allclose(got[i].numpy(), want, rtol=0, atol=1e-15)
+
+
+ASYMMETRIC = ["((..),.)", "((.(..)),(.),.)", "(.,(.),(..))", "((.),(.(.)))"]
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_slot_rule_shapes_match_exact_core(process):
+    """Asymmetric shapes: the slot rule fires on some node (trace) and E[τ | T] agrees per tree (1e-12 / 1e-6)."""
+    V = 5
+    model = DirichletModel(V, seed=3, similarity=0.5, concentration=0.6)
+    rng = np.random.default_rng(7)
+    trees = [sample_tree(model, TreeShape.parse(s), process, rng) for s in ASYMMETRIC for _ in range(3)]
+    exact = VERIFIERS["univer"]
+    fired = any(n.get("slot_rule") for t in trees for n in exact.trace(t, *model.node_probs(t), process))
+    assert fired, "no node used the slot rule: the instance does not exercise it"
+    ref = np.array([exact.expected_accepted_length(t, *model.node_probs(t), process) for t in trees])
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
+        batch, p, q = padded_rows(trees, model, dtype)
+        got = expected_accepted_length(batch, p, q, process, "univer")
+        np.testing.assert_allclose(got.double().numpy(), ref, rtol=0, atol=tol, err_msg=str(dtype))
+
+
+@pytest.mark.parametrize("process", ["iid", "wor", "topk", "greedy"])
+def test_repeated_trees_are_planned_once_and_agree(process):
+    """A batch of one tree repeated (identical nodes de-duplicated) gives the single tree's E[τ] in every row."""
+    V = 4
+    model = DirichletModel(V, seed=9, similarity=0.3, concentration=0.8)
+    tree = sample_tree(model, TreeShape.parse("((..),(.))"), process, np.random.default_rng(1))
+    batch, p, q = padded_rows([tree] * 50, model)
+    got = expected_accepted_length(batch, p, q, process, "univer")
+    want = VERIFIERS["univer"].expected_accepted_length(tree, *model.node_probs(tree), process)
+    np.testing.assert_allclose(got.numpy(), np.full(50, want), rtol=0, atol=1e-12)
+
+
+def test_mixed_branching_in_one_level_and_sampling_shapes():
+    """One level holding k = 1, 2 and 3 nodes (ragged trees): E[τ] per tree as the exact core; verify() returns
+    accepted paths consistent with the trees."""
+    V = 6
+    model = DirichletModel(V, seed=2, similarity=0.4, concentration=0.7)
+    rng = np.random.default_rng(4)
+    shapes = ["1,1", "2,1", "3,2", "((...),(.))", "2"]
+    trees = [sample_tree(model, TreeShape.parse(s), "wor", rng) for s in shapes]
+    batch, p, q = padded_rows(trees, model)
+    got = expected_accepted_length(batch, p, q, "wor", "univer")
+    ref = [VERIFIERS["univer"].expected_accepted_length(t, *model.node_probs(t), "wor") for t in trees]
+    np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)
+    res = verify(batch, p, q, "wor", "univer", torch.Generator().manual_seed(0))
+    for b, t in enumerate(trees):
+        tau = int(res.num_accepted[b])
+        assert tau <= t.max_depth
+        path = res.accepted_nodes[b, 1:tau + 1].tolist()
+        assert all(t.parent[v] == u for u, v in zip([0] + path, path))
+
+
+def test_chain_is_block_verification():
+    """On chains UniVer is BV (theory.md §6.1): the batched rule equals the exact bv per tree."""
+    V = 5
+    model = DirichletModel(V, seed=5, similarity=0.5, concentration=0.5)
+    rng = np.random.default_rng(2)
+    trees = [DraftTree.chain([int(x) for x in rng.integers(0, V, size=d)], V) for d in (1, 2, 4)]
+    trees = [t for t in trees if all(model.draft(t.path(u)[:-1])[t.token[u]] > 0 for u in range(1, t.num_nodes))]
+    batch, p, q = padded_rows(trees, model)
+    got = expected_accepted_length(batch, p, q, "wor", "univer")
+    ref = [VERIFIERS["bv"].expected_accepted_length(t, *model.node_probs(t), "wor") for t in trees]
+    np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)
