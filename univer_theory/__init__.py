@@ -33,4 +33,5 @@ __all__ = [
     "sample_children", "sample_tree", "to_fractions", "tuple_law",
 ]
 from .univer import UNIVER, UniVerRule, make_univer_verifier  # noqa: E402  (registers "univer")
-__all__ += ["UNIVER", "UniVerRule", "make_univer_verifier"]
+from .alpha_star import alpha_star, optimal_cut  # noqa: E402
+__all__ += ["UNIVER", "UniVerRule", "alpha_star", "make_univer_verifier", "optimal_cut"]

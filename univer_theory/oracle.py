@@ -107,7 +107,7 @@ class MethodResult:
 
     @property
     def lossless(self) -> bool:
-        return self.distance == 0 if not isinstance(self.distance, float) else self.distance <= LOSSLESS_TOL
+        return bool(self.distance == 0 if not isinstance(self.distance, float) else self.distance <= LOSSLESS_TOL)
 
     def as_json(self) -> dict:
         return {"expected_accepted": float(self.expected_accepted), "distance": float(self.distance),
