@@ -8,6 +8,9 @@ Part 1, per node (seconds, ρ ∈ {1, 0.5}, k = 2): the automatic choice (``choo
 exponential-clock quadrature (:func:`~univer_theory.plans.clocks.sequential_thinning_avail`, 400 nodes, the
 construction used for k = 2 before) against the closed form
 (:func:`~univer_theory.plans.pts.pair_thinning_avail`, used now), with their largest difference.
+Part 1b, the i.i.d. layout (rule 2) per node, k ∈ {2, 3}, ρ ∈ {1, 0.5}: the largest block (tokens), the plan
+(closed-form targets) and ``w(S)`` on a tuple drawn from the largest block (its tridiagonal densities and the
+Gauss–Legendre integral), seconds.
 Part 2: ``gpu.expected_accepted_length(..., "univer")`` on one binary:4 tree (15 internal nodes, k = 2) per
 process and row family, next to TV's.
 
@@ -25,6 +28,7 @@ from gpu import TreeBatch, expected_accepted_length, sample_children
 from univer_theory import TreeShape
 from univer_theory.plans.choose import choose_plan
 from univer_theory.plans.clocks import sequential_thinning_avail
+from univer_theory.plans.layout import layout_plan
 from univer_theory.plans.pts import pair_thinning_avail, priority_order
 
 FAMILIES = {"gauss": (1.0, 0.5), "peaky": (3.0, 1.0)}
@@ -65,6 +69,23 @@ def node_table(V: int, gen: torch.Generator):
                       f"{extra}")
 
 
+def layout_table(V: int, gen: torch.Generator):
+    print(f"\nPart 1b: the i.i.d. layout at one node, V = {V}; seconds")
+    print(f"{'rows':>6} {'k':>2} {'rho':>4} | {'block':>6} {'plan':>7} {'w(S)':>7}")
+    rng = np.random.default_rng(int(torch.randint(0, 2**31, (1,), generator=gen)))
+    for family in FAMILIES:
+        for k in (2, 3):
+            for rho in (1.0, 0.5):
+                p, q = (x[0].numpy() for x in rows(V, family, gen))
+                plan, t_plan = timed(lambda: layout_plan(p, q, rho, k, "iid"))
+                t = plan.info["layout"].targets
+                i = int(np.argmax(np.diff(t.bounds)))
+                block = t.order[t.bounds[i]:t.bounds[i + 1]]
+                S = tuple(int(y) for y in rng.choice(block, size=k))
+                _, t_sel = timed(lambda: plan.select(S))
+                print(f"{family:>6} {k:>2} {rho:>4} | {block.size:>6} {t_plan:>7.3f} {t_sel:>7.3f}")
+
+
 def tree_table(V: int, gen: torch.Generator):
     shape = TreeShape.uniform([2, 2, 2, 2])
     N = shape.num_nodes
@@ -96,6 +117,7 @@ def main(argv=None):
     warm_p, warm_q = (x[0].numpy() for x in rows(50, "gauss", gen))    # first calls pay imports: not timed
     choose_plan(warm_p, warm_q, 1.0, 2, "wor")
     node_table(args.vocab, gen)
+    layout_table(args.vocab, gen)
     tree_table(args.vocab, gen)
 
 

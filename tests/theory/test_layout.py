@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from solvers.condot import condot_value
 from univer_theory.alpha_star import alpha_star_iid
-from univer_theory.plans.layout import PrivateLayout, layout_plan, layout_targets, mu_k
+from univer_theory.plans.layout import PrivateLayout, layout_plan, layout_targets, mu_k, mu_k_width
 
 from ..conftest import TEST_FAILURE_RATE
 from ..stats import g_test
@@ -60,19 +60,35 @@ def test_alpha_equals_condot_lp(seed, k, rho):
 
 
 def synthetic(kind: str, V: int, rng):
-    """Dirichlet (q a mixture with p) or Zipf (q a perturbed, shifted Zipf) pairs at large V."""
+    """Pairs at large V: Dirichlet (q a mixture with p), Zipf (q a perturbed, shifted Zipf), and LLM-like rows
+    (target softmax of ``scale``·N(0, 1) logits, draft = softmax(log p + ``noise``·N(0, 1))): ``flat`` (1, 0.5),
+    ``peaky`` (3, 1)."""
     if kind == "dirichlet":
         p = rng.dirichlet(np.full(V, 0.1))
         return p, 0.5 * p + 0.5 * rng.dirichlet(np.full(V, 0.1))
-    z = 1.0 / np.arange(1, V + 1) ** 1.1
-    q = np.roll(z, 3) * np.exp(rng.normal(0.0, 1.0, V))
-    return z / z.sum(), q / q.sum()
+    if kind == "zipf":
+        z = 1.0 / np.arange(1, V + 1) ** 1.1
+        q = np.roll(z, 3) * np.exp(rng.normal(0.0, 1.0, V))
+        return z / z.sum(), q / q.sum()
+    scale, noise = {"flat": (1.0, 0.5), "peaky": (3.0, 1.0)}[kind]
+    p = np.exp(scale * rng.normal(size=V))
+    q = p * np.exp(noise * rng.normal(size=V))
+    return p / p.sum(), q / q.sum()
+
+
+@pytest.mark.parametrize("k,rho", [(2, 0.6), (3, 1.0), (4, 0.3)])
+def test_tied_densities_share_one_group(k, rho):
+    """q = p: every ratio ties, so blocks hold groups of equal density b/q; the marginal is still exact."""
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    plan = layout_plan(p, p, rho, k, "iid")
+    np.testing.assert_allclose(enumerated_marginal(plan, p, k), plan.marginal, atol=1e-12, rtol=0)
+    assert abs(plan.alpha - alpha_star_iid(p, p, k, rho)) <= 1e-12
 
 
 @pytest.mark.parametrize("kind,k,rho", [("dirichlet", 2, 1.0), ("zipf", 3, 0.5), ("zipf", 2, 1.0),
                                         ("dirichlet", 4, 0.3)])
 def test_large_vocabulary(kind, k, rho):
-    """V = 10⁴: marginal == min(b, ρp), Σ == α*(ρ) (1e-10); windows have μ_k = b; w(S) sums ≤ 1."""
+    """V = 10⁴: marginal == min(b, ρp), Σ == α*(ρ) (1e-10); realised densities have ∫θ = q, ∫θg = b; w(S) ≤ 1."""
     rng = np.random.default_rng(11)
     p, q = synthetic(kind, 10_000, rng)
     plan = layout_plan(p, q, rho, k, "iid")
@@ -86,9 +102,44 @@ def test_large_vocabulary(kind, k, rho):
         w = plan.select(S)
         assert w.min() >= 0 and w.sum() <= 1 + 1e-12
         for y in S:
-            lo, hi = layout.pieces(y)
-            assert abs((hi - lo).sum() - q[y]) <= 1e-15 + 1e-12 * q[y]
-            assert abs(mu_k(lo, hi, k).sum() - targets.b[y]) <= 1e-14
+            length, mass = layout.moments(y)
+            assert abs(length - q[y]) <= 1e-12 * q[y]
+            assert abs(mass - targets.b[y]) <= 1e-12 * targets.b[y] + 1e-15     # b: abs. round-off of D ~ ε
+
+
+@pytest.mark.parametrize("family,V,k,rho", [("flat", 10_000, 2, 0.5), ("flat", 10_000, 3, 0.5),
+                                            ("peaky", 10_000, 4, 0.5), ("peaky", 10_000, 2, 1.0),
+                                            ("peaky", 2_000, 3, 1.0), ("dirichlet", 10_000, 3, 1.0),
+                                            ("zipf", 10_000, 4, 1.0), ("zipf", 300, 3, 1.0)])
+def test_block_densities_partition_and_moments(family, V, k, rho):
+    """The largest block (up to thousands of tokens): every token's θ ≥ 0, Σ_y θ_y = 1 on every piece (1e-12),
+    ∫θ_y = q(y) and ∫θ_y g = b(y) (relative 1e-12; b itself carries absolute round-off ~1e-17 from the
+    closed form (D = F(X) − C is O(1)), hence + 1e-15), and no majorisation clamp beyond round-off."""
+    rng = np.random.default_rng(V + k)
+    p, q = synthetic(family, V, rng)
+    layout: PrivateLayout = layout_plan(p, q, rho, k, "iid").info["layout"]
+    t = layout.targets
+    i = int(np.argmax(np.diff(t.bounds)))
+    tokens = t.order[t.bounds[i]:t.bounds[i + 1]]
+    assert tokens.size >= (300 if V >= 10_000 else 10), tokens.size      # the instance exercises a big block
+    block = layout.block(i)
+    assert block.clamp <= 1e-16
+    edges = block.edges
+    assert edges[0] == t.X[t.bounds[i]] and edges[-1] == t.X[t.bounds[i + 1]]
+    total = np.zeros(edges.size - 1)
+    widths = np.diff(edges)
+    for y in tokens.tolist():
+        e, theta = layout.density(y)
+        np.testing.assert_array_equal(e, edges)
+        assert theta.min() >= 0
+        total += theta
+        length, mass = layout.moments(y)
+        assert abs(length - q[y]) <= 1e-12 * q[y]
+        assert abs(mass - t.b[y]) <= 1e-12 * t.b[y] + 1e-15
+        assert abs(theta @ widths - q[y]) <= 1e-12 * q[y] + 1e-15          # against the absolute edges too
+    np.testing.assert_allclose(total, 1.0, rtol=0, atol=1e-12)
+    assert abs(block.masses.sum() - mu_k(edges[0], edges[-1], k)) <= 1e-15
+    np.testing.assert_allclose(block.masses, mu_k_width(edges[:-1], block.widths, k), rtol=1e-15)
 
 
 def test_blocks_tile_the_unit_interval():
@@ -101,7 +152,7 @@ def test_blocks_tile_the_unit_interval():
 
 
 def test_monte_carlo_selection_rule():
-    """Draw U_j ~ Uniform(I_{y_j}), select the smallest, thin by t(y): the frequencies of
+    """Draw U_j ~ θ_{y_j}/q(y_j), select the smallest, thin by t(y): the frequencies of
     (selected position | none) match w(S).  G-test, fixed seed, false alarm TEST_FAILURE_RATE."""
     rng = np.random.default_rng(2024)
     p, q = synthetic("zipf", 40, rng)
@@ -109,7 +160,7 @@ def test_monte_carlo_selection_rule():
     plan = layout_plan(p, q, rho, k, "iid")
     layout, accept = plan.info["layout"], plan.info["accept"]
     t = layout.targets
-    widest = int(np.argmax(np.diff(t.bounds)))                 # a block whose windows are split into pieces
+    widest = int(np.argmax(np.diff(t.bounds)))                 # a block whose densities mix several groups
     block = t.order[t.bounds[widest]:t.bounds[widest + 1]]
     assert block.size >= 3
     S = (int(block[0]), int(block[1]), int(block[-1]))
@@ -117,10 +168,11 @@ def test_monte_carlo_selection_rule():
     law = {j: w[j] for j in range(k)} | {"none": 1 - w.sum()}
     n = 20_000
     U = np.empty((n, k))
-    for j, y in enumerate(S):
-        lo, hi = layout.pieces(y)
-        piece = rng.choice(lo.size, size=n, p=(hi - lo) / (hi - lo).sum())
-        U[:, j] = lo[piece] + rng.random(n) * (hi - lo)[piece]
+    for j, y in enumerate(S):                                    # U_j ~ θ_{y_j}/q(y_j): piece, then uniform in it
+        e, theta = layout.density(y)
+        mass = theta * np.diff(e)
+        piece = rng.choice(mass.size, size=n, p=mass / mass.sum())
+        U[:, j] = e[piece] + rng.random(n) * np.diff(e)[piece]
     first = U.argmin(axis=1)
     keep = rng.random(n) < accept[np.array(S)[first]]
     samples = [int(j) if ok else "none" for j, ok in zip(first, keep)]
@@ -135,4 +187,4 @@ def test_wrong_process_and_bad_input():
     with pytest.raises(ValueError, match="layout_plan"):
         layout_plan(np.array([0.5, 0.6, -0.1]), q, 1.0, 2, "iid")
     with pytest.raises(ValueError, match="never drafted"):
-        layout_plan(p, np.array([0.5, 0.5, 0.0]), 1.0, 2, "iid").info["layout"].pieces(2)
+        layout_plan(p, np.array([0.5, 0.5, 0.0]), 1.0, 2, "iid").info["layout"].density(2)

@@ -1,7 +1,8 @@
 """Rule 2: the i.i.d. private-position layout, an α*(ρ)-optimal node plan for any V (theory.md §6.3 item 2).
 
 Each drafted copy j of an i.i.d. tuple ``S = (y_1..y_k)`` draws a private position ``U_j ~ Uniform(I_{y_j})``,
-where the sets ``I_y ⊂ [0,1)`` are disjoint with ``|I_y| = q(y)``.  The copy with the smallest U is selected and
+where the sets ``I_y ⊂ [0,1)`` are disjoint with ``|I_y| = q(y)`` (generalised below to sub-densities θ_y;
+``I_y`` is the case ``θ_y = 1_{I_y}``).  The copy with the smallest U is selected and
 accepted w.p. ``t(y) = min(1, ρp(y)/b(y))``.  Since ``(y_j, U_j)`` are i.i.d. with ``U_j ~ U[0,1)`` for any
 layout, ``min_j U_j`` has density ``k(1−u)^{k−1}`` and token y is selected w.p.
 ``b(y) = μ_k(I_y)``, ``μ_k([l, h)) = (1−l)^k − (1−h)^k``.  The marginal is ``a = min(b, ρp)``.
@@ -15,14 +16,36 @@ on H, ``b(y_l) = c(y_l) − (P_{l−1} − P_l)`` (theory's ``M``); on A*, ``b(y
 
 **Blocks.**  The indices where ``P_l = D_l`` (l ≤ n) or ``S_l = D_l`` (l ≥ n) cut the ratio order into blocks;
 a block of tokens ``l1+1..l2`` has ``Σ b = F(X_{l2}) − F(X_{l1}) = μ_k([X_{l1}, X_{l2}))``, so it is laid out
-inside the interval ``[X_{l1}, X_{l2})`` on its own.  Most blocks are single tokens (window = block); inside
-a larger block the tokens, in descending density ``b/q``, each take a window of length ``q(y)`` on the
-concatenated free part of the block whose μ_k equals ``b(y)`` (the window's μ_k decreases as it slides
-right: the bracket is found among the free-interval boundaries, then bisection); the last token takes
-what is left.  Blocks are placed lazily, only when a realised tuple touches them.
+inside ``[L, H) = [X_{l1}, X_{l2})`` on its own.  Blocks are built lazily, only when a realised tuple touches them.
 
-**Selection on the realised tuple.**  ``w_j(S) = t(y_j)·∫ g_j(u) Π_{l≠j} (1 − G_l(u)) du`` (g_j the density,
-G_l the CDF of U_l): on the elementary intervals between the realised tokens' piece boundaries the
+**Fractional layout inside a block.**  The plan only needs, per token, a *sub-density* ``θ_y ≥ 0`` on [L, H) with
+``Σ_y θ_y = 1``, ``∫θ_y = q(y)``, ``∫θ_y g = b(y)`` (``g(u) = k(1−u)^{k−1}``): then ``U_j`` has density
+``θ_{y_j}/q(y_j)``, ``(y_j, U_j)`` has joint density ``θ_y(u)`` and ``U_j ~ U[0,1)`` as before, so the smallest U
+is y's w.p. ``∫θ_y g = b(y)`` and ``a = min(b, ρp)`` is unchanged (theory.md §6.3: only layer (i) fixes a).
+Merge tokens of equal density ``b/q`` into groups (a group's members share its θ in proportion to q), sort
+the groups by density ``d_1 > … > d_G`` and give group g the contiguous interval ``J_g`` of length ``Q_g`` (its
+μ_k-mass ``m_g``).  The block is feasible iff the prefix excesses ``E_g = Σ_{h≤g} (m_h − B_h) ≥ 0``
+(``E_G = 0``; a set of length λ has μ_k at most that of ``[L, L+λ)``) — the majorisation the closed-form
+targets satisfy (round-off clamps are recorded).  With ``ℓ_g = E_g/(d_g − d_{g+1}) ≥ 0`` let
+``A = diag(Q) + Laplacian(ℓ)`` (tridiagonal: ``A_gg = Q_g + ℓ_{g−1} + ℓ_g``, ``A_{g,g+1} = −ℓ_g``) and
+
+    θ_y = q(y)·Σ_h (A^{−1})_{h,g(y)} 1_{J_h}.
+
+*Proof.*  A is a symmetric, strictly diagonally dominant M-matrix, so ``A^{−1} ≥ 0`` and θ ≥ 0.  ``A·1 = Q``
+gives ``A^{−1}Q = 1``: on ``J_h``, ``Σ_y θ_y = Σ_g Q_g (A^{−1})_{hg} = 1``, and ``∫θ_y = q(y)·(Q^T A^{−1})_g =
+q(y)``.  ``(A d)_g = Q_g d_g + ℓ_g(d_g − d_{g+1}) − ℓ_{g−1}(d_{g−1} − d_g) = B_g + E_g − E_{g−1} = m_g``, so
+``∫θ_y g = q(y)·(m^T A^{−1})_g = q(y)·d_g = b(y)``.  ∎  (θ_y is the absorption law of a birth–death walk that
+starts on ``J_h``: every group mixes with its neighbours at rates ℓ.)
+*Computation*, O(n log n) per block, O(G) per realised token: ``A = LDLᵀ`` from both ends with the
+subtraction-free pivots ``s'_g = Q_g + (1/ℓ_{g−1} + 1/s'_{g−1})^{−1}`` (``s''`` likewise from the right; a
+vectorised scan over 2×2 Möbius matrices with positive entries), then
+``(A^{−1})_{gg} = 1/(s'_g + (1/ℓ_g + 1/s''_{g+1})^{−1})`` and ratios ``ℓ/(s + ℓ) < 1`` outwards (cumprod).  No
+step subtracts, so θ has relative accuracy ~1e-14 whatever the spread of q and ℓ; μ_k of a group uses its
+length ``Q_g``, not differences of edges.  The round-off residual ``E_G`` of the block identity is charged to
+the longest group.
+
+**Selection on the realised tuple.**  ``w_j(S) = t(y_j)·∫ f_j(u) Π_{l≠j} (1 − F_l(u)) du`` (f_j = θ_{y_j}/q(y_j),
+F_l its CDF): on the elementary intervals between the realised tokens' edges every f is constant, so the
 integrand is a polynomial of degree ≤ k−1, integrated exactly by Gauss–Legendre with ⌈k/2⌉+1 nodes.
 Duplicated tokens keep separate copies (each gets the same share).
 """
@@ -35,17 +58,21 @@ import numpy as np
 from .base import NodePlan
 from .node_inputs import check_node_inputs
 
-_BISECTION_STEPS = 200
-
-
 def mu_k(lo, hi, k: int):
-    """``μ_k([lo, hi)) = (1−lo)^k − (1−hi)^k``, evaluated as ``(hi−lo)·Σ_i (1−lo)^i (1−hi)^{k−1−i}``
-    (no cancellation for short pieces)."""
-    A, B = 1.0 - np.asarray(lo, dtype=np.float64), 1.0 - np.asarray(hi, dtype=np.float64)
+    """``μ_k([lo, hi)) = (1−lo)^k − (1−hi)^k`` (see :func:`mu_k_width`)."""
+    return mu_k_width(lo, np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64), k)
+
+
+def mu_k_width(lo, width, k: int):
+    """``μ_k([lo, lo + width))``, evaluated as ``width·Σ_i (1−lo)^i (1−lo−width)^{k−1−i}`` (no cancellation for
+    short pieces; relative accuracy even when ``width`` is below the spacing of floats near ``lo``)."""
+    A = 1.0 - np.asarray(lo, dtype=np.float64)
+    width = np.asarray(width, dtype=np.float64)
+    B = A - width
     s = np.zeros(np.broadcast(A, B).shape)
     for i in range(k):
         s = s + A ** i * B ** (k - 1 - i)
-    return (np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64)) * s
+    return width * s
 
 
 @dataclass(frozen=True)
@@ -94,118 +121,102 @@ def layout_targets(target_probs, draft_probs, rho, k: int) -> LayoutTargets:
     return LayoutTargets(k, q, order, b, marginal, n, bounds, X, float(co.sum() + D[n]))
 
 
-def _mu1(lo: float, hi: float, k: int) -> float:
-    """Scalar :func:`mu_k` in plain floats (hot loop of the window search)."""
-    A, B = 1.0 - lo, 1.0 - hi
-    return (hi - lo) * sum(A ** i * B ** (k - 1 - i) for i in range(k))
+def _mobius_scan(q: np.ndarray, ell: np.ndarray) -> np.ndarray:
+    """``s_0 = q_0``, ``s_l = q_l + (1/ℓ_{l−1} + 1/s_{l−1})^{−1}`` (``= q_l`` where ``ℓ_{l−1} = 0``), vectorised.
 
-
-def _place_block(lo: float, hi: float, tokens: np.ndarray, lengths: np.ndarray, targets: np.ndarray, k: int):
-    """Greedy window placement inside one block ``[lo, hi)`` (module docstring).
-
-    Tokens in descending density ``b/q``; each takes the window ``[φ, φ + q)`` of the concatenated free part
-    (free coordinate φ) with ``μ_k = b``.  ``W(φ)`` is non-increasing; it is smooth between the points where
-    φ or φ + q crosses a free-interval boundary, so a binary search over those boundaries brackets the root
-    and a safeguarded Newton step finishes it.  Cost per token: O(log n) scalar evaluations plus O(n) array
-    updates (n = free intervals, at most the number of tokens placed).
-
-    Returns ``{token: (piece_lo [n], piece_hi [n])}`` (sorted, touching pieces merged) and the worst clamp
-    ``|μ_k(window) − b|`` when a target lay outside the reachable range (round-off only on every instance met).
+    Each step is the Möbius map of ``M_l = [[q_l + ℓ, q_l ℓ], [1, ℓ]]`` (``ℓ = ℓ_{l−1}``); the prefix products
+    are formed by a doubling scan (⌈log₂ n⌉ passes).  All entries are ≥ 0, so no step subtracts: every
+    ``s_l`` carries a relative error of a few dozen ulps whatever the spread of ``q`` and ``ℓ``.
     """
-    free_lo, free_hi = np.array([lo]), np.array([hi])
-    seq = np.argsort(-(targets / lengths), kind="stable")
-    out: dict = {}
-    clamp = 0.0
-    for pos, t in enumerate(seq):
-        y, beta = int(tokens[t]), float(targets[t])
-        if pos == seq.size - 1:                     # the last token takes what is left
-            out[y] = _merge(free_lo, free_hi)
-            break
-        cumF = np.concatenate([[0.0], np.cumsum(free_hi - free_lo)])
-        cumM = np.concatenate([[0.0], np.cumsum(mu_k(free_lo, free_hi, k))])
-        total, last = float(cumF[-1]), free_lo.size - 1
-        length = min(float(lengths[t]), total)
-        top = total - length
-
-        def at(psi):
-            """Free interval and actual position of free coordinate ``psi``."""
-            i = min(max(int(np.searchsorted(cumF, psi, side="right")) - 1, 0), last)
-            return i, min(float(free_lo[i]) + (psi - float(cumF[i])), float(free_hi[i]))
-
-        def window(phi):
-            (i, x), (j, z) = at(phi), at(phi + length)
-            return float(cumM[j] - cumM[i]) + _mu1(float(free_lo[j]), z, k) - _mu1(float(free_lo[i]), x, k)
-
-        w0, w1 = window(0.0), window(top)
-        if w0 <= beta or top <= 0:
-            clamp, phi = max(clamp, beta - w0), 0.0
-        elif w1 >= beta:
-            clamp, phi = max(clamp, w1 - beta), top
-        else:
-            a_, b_ = 0.0, top                       # window(a_) > beta > window(b_)
-            for cuts in (cumF, cumF - length):      # bracket between consecutive breakpoints
-                lo_i = int(np.searchsorted(cuts, a_, side="right"))
-                hi_i = int(np.searchsorted(cuts, b_, side="left")) - 1
-                while lo_i <= hi_i:
-                    m = (lo_i + hi_i) // 2
-                    if window(float(cuts[m])) >= beta:
-                        a_, lo_i = float(cuts[m]), m + 1
-                    else:
-                        b_, hi_i = float(cuts[m]), m - 1
-            phi = a_
-            for _ in range(_BISECTION_STEPS):       # safeguarded Newton on the smooth piece
-                (i, x), (j, z) = at(phi), at(phi + length)
-                f = window(phi) - beta
-                slope = k * ((1.0 - z) ** (k - 1) - (1.0 - x) ** (k - 1))
-                if f >= 0:
-                    a_ = phi
-                else:
-                    b_ = phi
-                nxt = phi - f / slope if slope < 0 else 0.5 * (a_ + b_)
-                if not a_ < nxt < b_:
-                    nxt = 0.5 * (a_ + b_)
-                if nxt == phi or f == 0 or not a_ < nxt < b_:
-                    break
-                phi = nxt
-        (i, x), (j, z) = at(phi), at(phi + length)
-        if i == j:
-            out[y] = _merge(np.array([x]), np.array([z]))
-        else:
-            out[y] = _merge(np.concatenate([[x], free_lo[i + 1:j + 1]]), np.concatenate([free_hi[i:j], [z]]))
-        new_lo = np.concatenate([free_lo[:i], [free_lo[i], z], free_lo[j + 1:]])
-        new_hi = np.concatenate([free_hi[:i], [x, free_hi[j]], free_hi[j + 1:]])
-        keep = new_hi > new_lo
-        free_lo, free_hi = new_lo[keep], new_hi[keep]
-        if free_lo.size == 0:                       # only round-off lengths remain for the rest
-            free_lo, free_hi = np.array([hi]), np.array([hi])
-    return out, clamp
+    n = q.size
+    lp = np.concatenate([[0.0], ell])                  # ℓ_{l−1}; M_0 maps anything to q_0
+    a, b = q + lp, q * lp
+    c, d = np.ones(n), lp.copy()
+    a[0], b[0], c[0], d[0] = 0.0, q[0], 0.0, 1.0
+    step = 1
+    while step < n:
+        a2 = a[step:] * a[:-step] + b[step:] * c[:-step]
+        b2 = a[step:] * b[:-step] + b[step:] * d[:-step]
+        c2 = c[step:] * a[:-step] + d[step:] * c[:-step]
+        d2 = c[step:] * b[:-step] + d[step:] * d[:-step]
+        top = np.maximum(np.maximum(a2, b2), np.maximum(c2, d2))
+        a[step:], b[step:], c[step:], d[step:] = a2 / top, b2 / top, c2 / top, d2 / top
+        step *= 2
+    return b / d
 
 
-def _merge(lo: np.ndarray, hi: np.ndarray):
-    """Sort pieces and merge touching ones; drop empty pieces."""
-    o = np.argsort(lo, kind="stable")
-    lo, hi = lo[o], hi[o]
-    keep = hi > lo
-    lo, hi = lo[keep], hi[keep]
-    if lo.size <= 1:
-        return lo, hi
-    start = np.concatenate([[True], lo[1:] > hi[:-1]])
-    grp = np.cumsum(start) - 1
-    new_hi = np.zeros(int(grp[-1]) + 1)
-    np.maximum.at(new_hi, grp, hi)
-    return lo[start], new_hi
+@dataclass(frozen=True)
+class LayoutBlock:
+    """One block ``[L, H)`` of the ratio order with its fractional layout (module docstring).
+
+    Tokens are merged into *groups* of equal density ``b/q`` (exact ties), sorted by density descending;
+    group g holds the contiguous interval ``[edges_g, edges_{g+1})``.  ``group_of``: token → group;
+    ``ell`` [G−1]: the exchange rates ``ℓ_g``; ``fwd`` / ``bwd`` [G]: the subtraction-free pivots ``s'`` / ``s''``
+    of the tridiagonal M-matrix ``A = diag(Q) + Laplacian(ℓ)``; ``clamp``: the largest ``−E_g`` set to 0
+    (majorisation violated by round-off only).
+    """
+
+    edges: np.ndarray
+    widths: np.ndarray
+    masses: np.ndarray
+    group_of: dict
+    ell: np.ndarray
+    fwd: np.ndarray
+    bwd: np.ndarray
+    clamp: float
+
+    @classmethod
+    def build(cls, lo: float, hi: float, tokens: np.ndarray, lengths: np.ndarray, targets: np.ndarray, k: int):
+        """The block of ``tokens`` (lengths ``q``, targets ``b``) inside ``[lo, hi)``; O(n log n)."""
+        dens = targets / lengths
+        o = np.argsort(-dens, kind="stable")
+        tokens, lengths, targets, dens = tokens[o], lengths[o], targets[o], dens[o]
+        start = np.concatenate([[True], dens[1:] != dens[:-1]])
+        group = np.cumsum(start) - 1
+        Q = np.bincount(group, weights=lengths)
+        B = np.bincount(group, weights=targets)
+        edges = lo + np.concatenate([[0.0], np.cumsum(Q)])
+        edges[-1] = hi
+        m = mu_k_width(edges[:-1], Q, k)                # widths Q, not edge differences: relative accuracy
+        E = np.cumsum(m - B)                            # E_g = μ_k([L, edges_{g+1})) − Σ_{h≤g} b_h
+        # E_{G−1} = μ_k(block) − Σ b is round-off (the targets' block identity); it is charged to the longest
+        # group, where it perturbs every token's ∫θ g by at most q_y·|E_{G−1}|/Q_longest
+        E = E[:-1] - E[-1] * (np.arange(E.size - 1) >= int(np.argmax(Q)))
+        d = dens[start]
+        ell = np.maximum(E, 0.0) / (d[:-1] - d[1:])
+        clamp = float(max(0.0, -E.min())) if E.size else 0.0
+        fwd = _mobius_scan(Q, ell)
+        bwd = _mobius_scan(Q[::-1], ell[::-1])[::-1]
+        return cls(edges, Q, m, dict(zip(tokens.tolist(), group.tolist())), ell, fwd, bwd, clamp)
+
+    def density(self, y: int, length: float) -> np.ndarray:
+        """``θ_y`` [G] on the group intervals: ``θ_y = q_y·A^{−1} e_g`` (g = y's group, ``q_y = length``).
+
+        ``x = A^{−1} e_g``: ``x_g = 1/(s'_g + ℓ_g s''_{g+1}/(s''_{g+1} + ℓ_g))``, then outwards
+        ``x_{h+1} = x_h·ℓ_h/(s''_{h+1} + ℓ_h)`` (h ≥ g) and ``x_{h−1} = x_h·ℓ_{h−1}/(s'_{h−1} + ℓ_{h−1})`` (h ≤ g):
+        products of positive factors < 1.
+        """
+        g, G = self.group_of[y], self.fwd.size
+        right = self.ell[g:] / (self.bwd[g + 1:] + self.ell[g:])
+        left = self.ell[:g] / (self.fwd[:g] + self.ell[:g])
+        x_g = 1.0 / (self.fwd[g] + (right[0] * self.bwd[g + 1] if g + 1 < G else 0.0))
+        x = np.empty(G)
+        x[g] = x_g
+        x[g + 1:] = x_g * np.cumprod(right)
+        x[:g] = x_g * np.cumprod(left[::-1])[::-1]
+        return length * x
 
 
 @dataclass(frozen=True)
 class PrivateLayout:
-    """The layout ``y ↦ I_y`` of one node, with blocks placed lazily (see module docstring).
+    """The layout ``y ↦ θ_y`` of one node, with blocks built lazily (see module docstring).
 
     ``block_of`` [V]: index of the block holding each drafted token (−1 off the support).
     """
 
     targets: LayoutTargets
     block_of: np.ndarray
-    _placed: dict = field(default_factory=dict, compare=False, repr=False)
+    _blocks: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, targets: LayoutTargets) -> "PrivateLayout":
@@ -214,61 +225,62 @@ class PrivateLayout:
             block_of[targets.order[targets.bounds[i]:targets.bounds[i + 1]]] = i
         return cls(targets, block_of)
 
-    def place_block(self, i: int) -> tuple[dict, float]:
-        """Pieces of every token of block i and the clamp error (cached)."""
-        if i not in self._placed:
+    def block(self, i: int) -> LayoutBlock:
+        """Block i's :class:`LayoutBlock` (cached)."""
+        if i not in self._blocks:
             t = self.targets
             l1, l2 = int(t.bounds[i]), int(t.bounds[i + 1])
             toks = t.order[l1:l2]
-            if toks.size == 1:
-                self._placed[i] = ({int(toks[0]): (t.X[l1:l1 + 1], t.X[l2:l2 + 1])}, 0.0)
-            else:
-                self._placed[i] = _place_block(t.X[l1], t.X[l2], toks, t.draft[toks], t.b[toks], t.k)
-        return self._placed[i]
+            self._blocks[i] = LayoutBlock.build(t.X[l1], t.X[l2], toks, t.draft[toks], t.b[toks], t.k)
+        return self._blocks[i]
 
-    def pieces(self, y: int) -> tuple[np.ndarray, np.ndarray]:
-        """``I_y`` as sorted disjoint pieces ``(lo [n], hi [n])``."""
+    def density(self, y: int) -> tuple[np.ndarray, np.ndarray]:
+        """``θ_y`` as ``(edges [n+1], values [n])``: ``θ_y = values_i`` on ``[edges_i, edges_{i+1})``, 0 elsewhere."""
         if self.block_of[y] < 0:
-            raise ValueError(f"PrivateLayout.pieces: token {y} has draft probability 0 (never drafted)")
-        return self.place_block(int(self.block_of[y]))[0][y]
+            raise ValueError(f"PrivateLayout.density: token {y} has draft probability 0 (never drafted)")
+        blk = self.block(int(self.block_of[y]))
+        return blk.edges, blk.density(int(y), float(self.targets.draft[y]))
 
-    def placed_mu(self, y: int) -> float:
-        """``μ_k(I_y)`` of the placed windows (== b(y) up to round-off)."""
-        lo, hi = self.pieces(y)
-        return float(mu_k(lo, hi, self.targets.k).sum())
+    def moments(self, y: int) -> tuple[float, float]:
+        """``(∫θ_y, ∫θ_y g)`` of the realised density (== ``(q(y), b(y))`` up to round-off)."""
+        if self.block_of[y] < 0:
+            raise ValueError(f"PrivateLayout.moments: token {y} has draft probability 0 (never drafted)")
+        blk = self.block(int(self.block_of[y]))
+        v = blk.density(int(y), float(self.targets.draft[y]))
+        return float(v @ blk.widths), float(v @ blk.masses)
 
     def min_probs(self, S) -> np.ndarray:
-        """``Pr(copy j has the smallest private position | S)`` for each position j (sums to 1)."""
+        """``Pr(copy j has the smallest private position | S)`` for each position j (sums to 1).
+
+        ``U_j`` has density ``f_j = θ_{y_j}/q(y_j)``; on each elementary interval of the union of the realised
+        densities' edges every ``f`` is constant and every CDF affine, so the integrand
+        ``f_j Π_{l≠j} (1 − F_l)`` is a polynomial of degree ≤ k−1: Gauss–Legendre with ⌈k/2⌉+1 nodes is exact.
+        """
         k = len(S)
         uniq = sorted(set(int(y) for y in S))
         mult = {y: list(S).count(y) for y in uniq}
         q = self.targets.draft
-        cdf_x, cdf_y, edges = {}, {}, []
-        for y in uniq:
-            lo, hi = self.pieces(y)
-            cdf_x[y] = np.column_stack([lo, hi]).ravel()
-            cdf_y[y] = np.concatenate([[0.0], np.cumsum(hi - lo)]).repeat(2)[1:-1] / q[y]
-            edges.append(cdf_x[y])
-        e = np.unique(np.concatenate(edges))
+        dens = {y: self.density(y) for y in uniq}
+        e = np.unique(np.concatenate([dens[y][0] for y in uniq]))
         el, eh = e[:-1], e[1:]
         mid = 0.5 * (el + eh)
-        owner = np.full(mid.size, -1)
-        for y in uniq:
-            lo, hi = self.pieces(y)
-            i = np.searchsorted(lo, mid, side="right") - 1
-            inside = (i >= 0) & (mid < hi[np.maximum(i, 0)])
-            owner[inside] = y
         nodes, weights = np.polynomial.legendre.leggauss(-(-k // 2) + 1)
         half = 0.5 * (eh - el)
-        u = (0.5 * (el + eh))[:, None] + half[:, None] * nodes[None, :]      # [n_intervals, n_nodes]
-        surv = {y: 1.0 - np.interp(u, cdf_x[y], cdf_y[y]) for y in uniq}
+        u = mid[:, None] + half[:, None] * nodes[None, :]                 # [n_intervals, n_nodes]
+        f, surv = {}, {}
+        for y in uniq:
+            ey, vy = dens[y]
+            fy = vy / q[y]
+            i = np.searchsorted(ey, mid, side="right") - 1
+            f[y] = np.where((i >= 0) & (i < fy.size), fy[np.clip(i, 0, fy.size - 1)], 0.0)
+            cdf = np.concatenate([[0.0], np.cumsum(fy * np.diff(ey))])
+            surv[y] = 1.0 - np.interp(u, ey, cdf)
         share = {}
         for y in uniq:
-            f = np.ones_like(u) / q[y]
+            g = f[y][:, None] * np.ones_like(u)
             for z in uniq:
-                f = f * surv[z] ** (mult[z] - (z == y))
-            sel = owner == y
-            share[y] = float(((f[sel] * weights[None, :]).sum(axis=1) * half[sel]).sum())
+                g = g * surv[z] ** (mult[z] - (z == y))
+            share[y] = float(((g * weights[None, :]).sum(axis=1) * half).sum())
         return np.array([share[int(y)] for y in S])
 
 
