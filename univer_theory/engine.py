@@ -145,12 +145,14 @@ def tree_sample(tree: DraftTree, target_probs, draft_probs, process, rule, rng: 
     return visit(0)  # never None: the root's stop is 1
 
 
-def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_law_fn) -> dict:
+def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_law_fn, on_node=None) -> dict:
     """Model-level law ``Σ_T Q(T)·law_T`` by recursion over prefixes instead of whole trees.
 
     Valid because sibling subtrees are drafted independently given ``S``: the failure probabilities of
     earlier siblings and the law of a later sibling are independent, so expectations factor through
     :func:`_combine`.  Cost: one node-rule call per (skeleton node, prefix, tuple) instead of per tree.
+    ``on_node(info)``, if given, is called once per distinct internal (node, prefix, ρ) with the rule's
+    ``NodeDecision.info`` (e.g. to count which UniVer construction each node plan used).
     """
     memo: dict = {}
 
@@ -168,6 +170,8 @@ def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_la
         for S, qs in tuple_law_fn(q, len(kids), process):
             ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_size[c] for c in kids), prefix, u)
             d = rule(ctx) if u else replace(rule(ctx), stop=rho)  # root: rho = 1, never fails
+            if on_node is not None and not out:
+                on_node(d.info)
             child = [(y, rec(c, prefix + (y,), s)) for c, y, s in zip(kids, S, d.scale)]
             for k2, v in _combine(d, child).items():
                 out[k2] = out.get(k2, 0) + qs * v

@@ -20,14 +20,16 @@ from .verifiers import Verifier
 LOSSLESS_TOL = 1e-12
 
 
-def output_law(model: Model, shape: TreeShape, process: str, verifier: Verifier) -> dict:
-    """Exact law ``{(path tokens…, Y): prob}`` averaged over drafted trees and the verifier's coins."""
+def output_law(model: Model, shape: TreeShape, process: str, verifier: Verifier, on_node=None) -> dict:
+    """Exact law ``{(path tokens…, Y): prob}`` averaged over drafted trees and the verifier's coins.
+
+    ``on_node(info)`` sees each distinct internal node's rule info (rule-based verifiers only)."""
     if not verifier.supports(shape, process):
         raise NotImplementedError(f"output_law: {verifier.name} does not support shape {shape} with process {process!r}")
     if model.exact and not verifier.rational:
         raise NotImplementedError(f"output_law: {verifier.name} has no exact rational form")
     if verifier.rule is not None:
-        return engine.expected_law(model, shape, process, verifier.rule, tuple_law)
+        return engine.expected_law(model, shape, process, verifier.rule, tuple_law, on_node)
     return enumerated_output_law(model, shape, process, verifier)
 
 
@@ -104,17 +106,28 @@ class MethodResult:
 
     expected_accepted: object
     distance: object
+    plans: dict | None = None   # UniVer-style rules: {construction: number of node plans that used it}
 
     @property
     def lossless(self) -> bool:
         return bool(self.distance == 0 if not isinstance(self.distance, float) else self.distance <= LOSSLESS_TOL)
 
     def as_json(self) -> dict:
-        return {"expected_accepted": float(self.expected_accepted), "distance": float(self.distance),
-                "lossless": bool(self.lossless)}
+        out = {"expected_accepted": float(self.expected_accepted), "distance": float(self.distance),
+               "lossless": bool(self.lossless)}
+        if self.plans is not None:
+            out["plans"] = dict(self.plans)
+        return out
 
 
 def evaluate(model: Model, shape: TreeShape, process: str, verifier: Verifier) -> MethodResult:
-    """Exact E[τ] and distance to the target law of one verifier."""
-    law = output_law(model, shape, process, verifier)
-    return MethodResult(expected_accepted(law), distance_to_target(model, law, shape.max_depth + 1))
+    """Exact E[τ] and distance to the target law of one verifier (and, for rules that record a
+    ``construction`` per node, how many node plans used each construction)."""
+    plans: dict = {}
+
+    def count(info):
+        if "construction" in info:
+            plans[info["construction"]] = plans.get(info["construction"], 0) + 1
+
+    law = output_law(model, shape, process, verifier, count)
+    return MethodResult(expected_accepted(law), distance_to_target(model, law, shape.max_depth + 1), plans or None)

@@ -34,4 +34,7 @@ def run(args) -> int:
     print(f"{'method':<10}{'E[tau]':>12}{'distance':>14}  lossless")
     for name, r in results.items():
         print(f"{name:<10}{float(r.expected_accepted):>12.6f}{float(r.distance):>14.3e}  {'✓' if r.lossless else '✗'}")
+    for name, r in results.items():
+        if r.plans:
+            print(f"{name} node plans: " + ", ".join(f"{c} ×{n}" for c, n in sorted(r.plans.items())))
     return 0
