@@ -1,0 +1,116 @@
+"""Claim 3 — UniVer reduces to Block Verification on chains and to the optimal flat multi-draft OT at depth 1.
+
+Chains (theory.md §3.6, §6.1: k = 1 has the unique plan ``w = min(1, ρp/q)``): for every enumerated chain the
+per-tree joint law of (accepted path, Y) of UniVer must equal Block Verification's (BV is implemented in its
+own backward form, not on the node engine) within 1e-12; includes the §3.6 toy (context-free p = (1/3, 2/3),
+q = (2/3, 1/3), γ = 2), whose BV value 11/9 is recomputed exactly, not pasted.
+Depth 1 (§4.1): UniVer's E[τ] on a single node with k children must equal α* of the flat OT — by the LP
+(``solvers.flat_ot_lp``, 1e-9) and by the closed form (``alpha_star``, 1e-9) — for iid and wor.
+
+Grid: chains of 2 and 3 drafted tokens, V ∈ {3, 4, 5}, Dirichlet (similarity 0.5, concentration 0.8) and peaky
+(concentration 0.2), seeds 0–1; depth 1: k ∈ {2, 3, 4} (k < V), V ∈ {3, 4, 5, 6}, a dissimilar family
+(similarity 0.1, concentration 0.5) and the two above, seeds 0–1.  ``fast``: chains of 3 with V ∈ {3, 4},
+depth 1 with V ∈ {4, 5} and k ∈ {2, 3}, the first family, seed 0.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+from tqdm import tqdm
+
+from univer_theory import VERIFIERS, DirichletModel, TreeShape, context_free, enumerate_trees, evaluate
+from univer_theory.alpha_star import alpha_star
+
+from .base import CheckResult, markdown_table
+from .studies import node_audit
+
+NAME = "reductions"
+CLAIM = ("UniVer equals Block Verification on chains (joint law per tree) and the optimal flat multi-draft OT "
+         "α* at depth 1 (iid and wor).")
+#: Per-tree law tolerance (float round-off only) and α* tolerance (HiGHS runs at 1e-10).
+LAW_TOL, ALPHA_TOL = 1e-12, 1e-9
+#: (similarity, concentration) of the Dirichlet families; the dissimilar one keeps α* well below 1 at depth 1.
+FAMILIES = {"dirichlet": (0.5, 0.8), "peaky": (0.5, 0.2), "dissimilar": (0.1, 0.5)}
+
+
+def _models(fast: bool, vocab_sizes, families):
+    for fam in (families[:1] if fast else families):
+        sim, conc = FAMILIES[fam]
+        for V in vocab_sizes:
+            for seed in ((0,) if fast else (0, 1)):
+                yield f"{fam}/V{V}/s{seed}", DirichletModel(V, seed=seed, similarity=sim, concentration=conc)
+
+
+def chain_instances(fast: bool):
+    toy = context_free(np.array([Fraction(1, 3), Fraction(2, 3)]), np.array([Fraction(2, 3), Fraction(1, 3)]))
+    yield "toy §3.6 (γ = 2)", toy, TreeShape.uniform([1, 1])
+    for mid, model in _models(fast, (3, 4) if fast else (3, 4, 5), ["dirichlet", "peaky"]):
+        for gamma in ((3,) if fast else (2, 3)):
+            yield f"{mid}/chain{gamma}", model, TreeShape.uniform([1] * gamma)
+
+
+def depth1_instances(fast: bool):
+    for mid, model in _models(fast, (4, 5) if fast else (3, 4, 5, 6), ["dissimilar", "dirichlet", "peaky"]):
+        for k in ((2, 3) if fast else (2, 3, 4)):
+            for process in ("iid", "wor"):
+                if k < model.vocab_size:     # wor with k = V drafts every token: α* = 1 trivially
+                    yield f"{mid}/k{k}/{process}", model, k, process
+
+
+def _as_float(model, prefix):
+    return (np.asarray(model.target(prefix), dtype=np.float64), np.asarray(model.draft(prefix), dtype=np.float64))
+
+
+def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
+    from solvers import flat_ot_lp
+
+    univer, bv = VERIFIERS["univer"], VERIFIERS["bv"]
+    problems, chain_rows, depth_rows = [], [], []
+    for iid, model, shape in tqdm(list(chain_instances(fast)), desc=f"{NAME} chains", disable=not progress):
+        worst, n_trees, e_u, e_bv = 0.0, 0, 0.0, 0
+        for process in ("iid", "wor"):          # k = 1: both processes draft one token from q
+            for tree, Q in enumerate_trees(model, shape, process):
+                p, q = model.node_probs(tree)
+                law_bv = bv.law(tree, p, q, process)            # exact (Fraction) on the toy
+                pf, qf = p.astype(np.float64), q.astype(np.float64)
+                law_u = univer.law(tree, pf, qf, process)
+                keys = set(law_u) | set(law_bv)
+                worst = max(worst, max(abs(law_u.get(key, 0.0) - float(law_bv.get(key, 0))) for key in keys))
+                n_trees += 1
+                if process == "iid":
+                    e_bv += Q * bv.expected_accepted_length(tree, p, q, process)
+                    e_u += float(Q) * univer.expected_accepted_length(tree, pf, qf, process)
+        if worst > LAW_TOL:
+            problems.append(f"{iid}: UniVer's per-tree law differs from BV by {worst:.2e}")
+        if abs(e_u - float(e_bv)) > LAW_TOL:
+            problems.append(f"{iid}: E[τ] UniVer {e_u:.12g} ≠ BV {float(e_bv):.12g}")
+        chain_rows.append([iid, n_trees, str(e_bv) if isinstance(e_bv, Fraction) else float(e_bv), e_u, worst])
+    for iid, model, k, process in tqdm(list(depth1_instances(fast)), desc=f"{NAME} depth 1", disable=not progress):
+        shape = TreeShape.uniform([k])
+        e_u = float(evaluate(model, shape, process, univer).expected_accepted)
+        p, q = _as_float(model, ())
+        lp = flat_ot_lp(p, q, k, process)
+        if not lp.success:
+            problems.append(f"{iid}: flat OT LP failed: {lp.message}")
+        closed = float(alpha_star(p, q, k, process))
+        cons = ", ".join(sorted({r.construction for r in node_audit(model, shape, process, univer)}))
+        gap = max(abs(e_u - lp.value), abs(e_u - closed))
+        if gap > ALPHA_TOL:
+            problems.append(f"{iid}: UniVer E[τ] {e_u:.12g} vs α* LP {lp.value:.12g} / closed form {closed:.12g}")
+        depth_rows.append([iid, cons, e_u, lp.value, closed, gap])
+    passed = not problems
+    worst_chain = max(r[-1] for r in chain_rows)
+    worst_depth = max(r[-1] for r in depth_rows)
+    summary = (f"{len(chain_rows)} chain instances: max per-tree law difference UniVer vs BV {worst_chain:.1e}; "
+               f"{len(depth_rows)} depth-1 instances: max |E[τ] − α*| {worst_depth:.1e}"
+               + ("" if passed else f"; {len(problems)} violation(s)") + ".")
+    table = ("**Chains: UniVer vs Block Verification** (every enumerated chain, iid and wor; E[τ] under iid)\n\n"
+             + markdown_table(["instance", "trees", "BV E[τ]", "UniVer E[τ]", "max per-tree law difference"],
+                              chain_rows)
+             + "\n\n**Depth 1: UniVer vs the optimal flat multi-draft OT α***\n\n"
+             + markdown_table(["instance", "UniVer construction", "UniVer E[τ]", "α* (LP)",
+                               "α* (closed form)", "max difference"], depth_rows))
+    if problems:
+        table += "\n\n**Violations**\n\n" + "\n".join(f"- {p}" for p in problems[:30])
+    return CheckResult(NAME, CLAIM, passed, table, summary)

@@ -1,0 +1,187 @@
+"""Sweep helpers shared by the paper checks and the notebooks (no algorithm lives here: they call the library).
+
+* exact toys — E[τ] of named verifiers (:func:`expected_lengths`), the bounds that frame UniVer
+  (:func:`bounds`: CF, the value-aware oracle ``univer-va``, the global tree LP; theory.md §4.3, §6.4), and an
+  audit of every node context UniVer meets (:func:`node_audit`: ρ, α, construction, α*(ρ) from the CondOT LP);
+* real trees — the SmolLM2 pair loaded once per process (:func:`real_pair`), one paired accept-bench run
+  (:func:`real_bench`) and its gains with confidence intervals (:func:`gain_rows`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from solvers import cf_bound, condot_lp, global_tree_lp, value_aware_verifier
+from univer_theory import VERIFIERS, Verifier, evaluate, tuple_law
+from univer_theory.engine import NodeContext
+from univer_theory.univer import make_univer_verifier
+
+#: Reference method per draft process (the paper's baseline for without-replacement drafts is RRSw).
+BASELINE = {"iid": "rrs", "wor": "rrsw"}
+#: Node constructions that are α*(ρ)-optimal by construction (theory.md §6.3 rules 1–3 and k = 1); PTS,
+#: the iid coupling and TV's plan are feasible but only near-optimal.
+ALPHA_STAR_CONSTRUCTIONS = frozenset({"single", "layout", "lp", "wor_pair"})
+#: Two-sided normal quantile of a 95% confidence interval.
+Z95 = 1.959963984540054
+
+
+def comparison_methods(process: str) -> tuple[str, ...]:
+    """The lossless methods compared with UniVer on ``process`` trees: baseline, K-SEQ (iid only), TV, UniVer."""
+    return (BASELINE[process],) + (("kseq",) if process == "iid" else ()) + ("tv", "univer")
+
+
+@lru_cache(maxsize=None)
+def univer_variant(construction: str = "auto", slot_rule: bool = True) -> Verifier:
+    """A UniVer variant (one instance per setting, so its plan cache is shared by every caller)."""
+    return make_univer_verifier(construction, slot_rule)
+
+
+def expected_lengths(model, shape, process: str, verifiers) -> dict[str, float]:
+    """Exact E[τ] of each verifier (``{name: Verifier}`` or names of :data:`VERIFIERS`) on (model, shape, process)."""
+    if not isinstance(verifiers, dict):
+        verifiers = {name: VERIFIERS[name] for name in verifiers}
+    return {name: float(evaluate(model, shape, process, v).expected_accepted) for name, v in verifiers.items()}
+
+
+def bounds(model, shape, process: str, with_global: bool = True) -> dict[str, float]:
+    """``{"cf", "cf_tolerance", "univer-va", "global"}``: the conditional-framework optimum CF (§6.4), how far
+    its value may sit below the exact CF, the exact E[τ] of the value-aware oracle verifier built from it, and
+    the global tree LP (§4.3; omitted when ``with_global`` is False).  Raises RuntimeError if a solver failed;
+    a global LP that HiGHS solved but whose recheck exceeded its tolerance is kept, its message under
+    ``"global_note"``."""
+    cf = cf_bound(model, shape, process)
+    if not cf.success:
+        raise RuntimeError(f"bounds: cf_bound failed: {cf.message}")
+    va = evaluate(model, shape, process, value_aware_verifier(model, shape, process, cf=cf))
+    out = {"cf": cf.value, "cf_tolerance": cf.tolerance, "univer-va": float(va.expected_accepted)}
+    if with_global:
+        glob = global_tree_lp(model, shape, process)
+        if not glob.success and glob.status != 4:
+            raise RuntimeError(f"bounds: global_tree_lp failed: {glob.message}")
+        out["global"] = glob.value
+        if not glob.success:           # optimal, but our recheck found a violation above its tolerance: keep, say so
+            out["global_note"] = glob.message
+    return out
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One internal-node context met by a verifier: skeleton node, prefix, scaling ρ, realised children S, the
+    probability ``reach`` that the drafted tree produces this context, and the rule's trace info."""
+
+    node: int
+    prefix: tuple[int, ...]
+    rho: float
+    children: tuple[int, ...]
+    reach: float
+    construction: str
+    slot_rule: bool
+    alpha: float
+
+
+def node_audit(model, shape, process: str, verifier: Verifier) -> list[NodeRecord]:
+    """Every internal-node context of every tree of (model, shape, process), with the verifier's trace info.
+
+    A node's decision depends only on its ancestors' tuples (the scalings are handed down), so recursing over
+    (skeleton node, prefix, ρ, S) visits each distinct context once instead of once per enumerated tree —
+    the same set of contexts as ``Verifier.trace`` over :func:`~univer_theory.enumerate_trees`, and each
+    ``reach`` is the total probability of the trees containing it.
+    """
+    records: list[NodeRecord] = []
+
+    def rec(u: int, prefix: tuple, rho: float, reach: float) -> None:
+        kids = shape.children[u]
+        if not kids:
+            return
+        p, q = model.target(prefix), model.draft(prefix)
+        for S, qs in tuple_law(q, len(kids), process):
+            ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_size[c] for c in kids), prefix, u)
+            d = verifier.rule(ctx)
+            records.append(NodeRecord(u, prefix, float(rho), tuple(int(y) for y in S), reach * float(qs),
+                                      d.info.get("construction", verifier.name), bool(d.info.get("slot_rule")),
+                                      float(d.info["alpha"])))
+            for c, y, s in zip(kids, S, d.scale):
+                rec(c, prefix + (int(y),), s, reach * float(qs))
+
+    rec(0, (), 1.0, 1.0)
+    return records
+
+
+def alpha_star_lp(model, record: NodeRecord, process: str, cache: dict) -> float:
+    """α*(ρ) of the record's node from the CondOT(ρ) LP (:func:`solvers.condot_lp`), cached by (prefix, ρ, k)."""
+    key = (record.prefix, record.rho, len(record.children))
+    if key not in cache:
+        res = condot_lp(model.target(record.prefix), model.draft(record.prefix), record.rho,
+                        len(record.children), process)
+        if not res.success:
+            raise RuntimeError(f"alpha_star_lp: CondOT LP failed at prefix {record.prefix}: {res.message}")
+        cache[key] = res.value
+    return cache[key]
+
+
+# ----------------------------------------------------------------------------------------------- real trees
+@lru_cache(maxsize=1)
+def real_pair():
+    """The SmolLM2 target and its default draft, loaded once per process."""
+    from gpu.llm.models import DEFAULT_DRAFT, load_pair
+
+    return load_pair(DEFAULT_DRAFT)
+
+
+def missing_batched(methods) -> list[str]:
+    """Methods that have no batched verifier in :mod:`gpu` (too slow at V = 49 152 on the exact core)."""
+    from gpu import METHODS
+
+    return [m for m in methods if m not in METHODS]
+
+
+def real_prompts(sets, per_set: int | None):
+    """The first ``per_set`` prompts of each named set (round-robin over its categories), concatenated."""
+    from gpu.llm.prompts import load_prompts
+
+    return [p for name in sets for p in load_prompts(name, per_set)]
+
+
+def real_bench(prompts, tree: str, methods, temperature: float, positions: int, seed: int = 0,
+               process: str = "wor", progress: bool = False):
+    """One paired accept-bench run (:func:`gpu.llm.accept_bench.accept_bench`) on the shared SmolLM2 pair."""
+    from gpu.llm.accept_bench import accept_bench
+    from gpu.llm.tree_draft import tree_shape
+
+    return accept_bench(real_pair(), list(prompts), tree_shape(tree), process, methods, temperature, positions,
+                        seed, progress=progress)
+
+
+def subset_stats(result, keep) -> dict:
+    """Pooled accept-bench statistics (``summary()["all"]``) of the records whose category satisfies ``keep``."""
+    from dataclasses import replace
+
+    return replace(result, records=tuple(r for r in result.records if keep(r.category))).summary()["all"]
+
+
+def gain_interval(stats: dict, z: float = Z95) -> tuple[float, float, float]:
+    """``(gain, low, high)`` of one method's accept-bench statistics: ``gain ± z·gain_se`` (NaN bounds when
+    the standard error is undefined, e.g. a single prompt)."""
+    g, se = stats["gain"], stats.get("gain_se")
+    if se is None or not math.isfinite(se):
+        return g, math.nan, math.nan
+    return g, g - z * se, g + z * se
+
+
+def gain_rows(bench_json: dict, method: str, z: float = Z95) -> list[dict]:
+    """Per category (and ``"all"``) of an accept-bench JSON object: prompts, positions, the baseline's and the
+    method's E[τ], and the method's gain over the baseline with its ``z``-interval."""
+    base = bench_json["baseline"]
+    if base is None:
+        raise ValueError("gain_rows: the accept-bench run has no baseline method, so there is no gain")
+    groups = dict(bench_json["categories"])
+    groups["all"] = {**bench_json["methods"], "prompts": sum(c["prompts"] for c in groups.values()),
+                     "positions": sum(c["positions"] for c in groups.values())}
+    rows = []
+    for cat, entry in groups.items():
+        g, lo, hi = gain_interval(entry[method], z)
+        rows.append({"category": cat, "prompts": entry["prompts"], "positions": entry["positions"],
+                     "baseline": entry[base]["expected_accepted"], "method": entry[method]["expected_accepted"],
+                     "gain": g, "low": lo, "high": hi})
+    return rows
