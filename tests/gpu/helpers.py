@@ -1,4 +1,4 @@
-"""Shared helpers of the gpu tests: padded inputs from exact-core models, (path, Y) counts, G-test power, and
+"""Shared helpers of the gpu tests: padded inputs from exact-core models, (path, Y) counts, and
 the torch bug zoo (lossy level rules, test-only)."""
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import dataclasses
 
 import numpy as np
 import torch
-from scipy import stats
 
 from gpu import TreeBatch
 from gpu.engine import LevelContext
@@ -39,29 +38,6 @@ def cell_counts(result, tree) -> dict:
         cell = tree.path(u) + (y,)
         out[cell] = out.get(cell, 0) + int(counts[code])
     return out
-
-
-def g_test_power(true_law: dict, alt_law: dict, n: int, alpha: float, min_expected: float = 5.0) -> float:
-    """Power of the G-test of :func:`tests.stats.g_test` at level ``alpha`` against data from ``alt_law``.
-
-    Same pooling as the test (cells of ``true_law`` with expected count < ``min_expected`` pooled).  Mass of
-    ``alt_law`` outside the support of ``true_law`` is an automatic rejection once one sample lands there;
-    otherwise the statistic is approximately noncentral χ² with noncentrality ``2n·KL``-like
-    ``λ = n·Σ (a − t)²/t`` (Pearson form, accurate for small deviations).
-    """
-    keys = sorted((k for k in true_law if float(true_law[k]) > 0), key=lambda k: -float(true_law[k]))
-    t = np.array([float(true_law[k]) for k in keys])
-    a = np.array([float(alt_law.get(k, 0.0)) for k in keys])
-    outside = sum(float(v) for k, v in alt_law.items() if float(true_law.get(k, 0)) == 0)
-    big = t * n >= min_expected
-    if (~big).any():
-        t = np.append(t[big], t[~big].sum())
-        a = np.append(a[big], a[~big].sum())
-    df = t.size - 1
-    lam = n * float(np.sum((a - t) ** 2 / t))
-    crit = stats.chi2.isf(alpha, df)
-    p_no_outside = (1.0 - outside) ** n
-    return 1.0 - p_no_outside * float(stats.ncx2.cdf(crit, df, lam))
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -19,8 +19,8 @@ from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TableMo
 from univer_theory.processes import enumerate_trees, tuple_law
 
 from ..conftest import TEST_FAILURE_RATE
-from ..stats import g_test
-from .helpers import TORCH_ZOO, cell_counts, g_test_power
+from ..stats import g_test, g_test_power
+from .helpers import TORCH_ZOO, cell_counts
 
 N_SAMPLES = 200_000
 # A dissimilar, peaky pair: internal nodes end the path often enough that every zoo bug changes the law

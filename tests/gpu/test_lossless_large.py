@@ -11,13 +11,13 @@ target logits + N(0, 0.8²) noise (LLM-like: peaked, long tail), float32.
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from gpu import draft_tree, verify
 from gpu.engine import sample
 from univer_theory import TreeShape
 
 from ..conftest import TEST_FAILURE_RATE
+from ..stats import detectable_distance, g_test_counts
 from .helpers import TORCH_ZOO
 
 V, N_TREES, SHAPE = 1000, 4000, TreeShape.parse("2,1,1")
@@ -50,23 +50,6 @@ def first_token_counts(kind, method, process, rule=None, seed=0):
     return torch.bincount(first, minlength=V).double().numpy(), target[V].double().numpy()
 
 
-def g_test_counts(observed, probs, min_expected=5.0):
-    """``(p-value, χ²-distance detected with probability 0.99)``; zero-probability cells must be empty."""
-    n = observed.sum()
-    expected = probs * n
-    big = expected >= min_expected
-    o = np.append(observed[big], observed[~big].sum())
-    e = np.append(expected[big], expected[~big].sum())
-    df = e.size - 1
-    mask = o > 0
-    g = 2.0 * np.sum(o[mask] * np.log(o[mask] / e[mask]))
-    crit = stats.chi2.isf(TEST_FAILURE_RATE, df)
-    lam = 1.0
-    while stats.ncx2.sf(crit, df, lam) < 0.99:
-        lam *= 1.05
-    return float(stats.chi2.sf(g, df)), lam / n
-
-
 CASES = [("gauss", "nss", "topk"), ("gauss", "rrs", "iid"), ("zipf", "rrsw", "wor"), ("gauss", "kseq", "iid"),
          ("zipf", "tv", "iid"), ("gauss", "tv", "wor")]
 
@@ -74,12 +57,12 @@ CASES = [("gauss", "nss", "topk"), ("gauss", "rrs", "iid"), ("zipf", "rrsw", "wo
 @pytest.mark.parametrize("kind, method, process", CASES, ids=["-".join(c) for c in CASES])
 def test_first_token_marginal_is_target(kind, method, process):
     counts, p_root = first_token_counts(kind, method, process)
-    pval, detectable = g_test_counts(counts, p_root)
+    pval, detectable = g_test_counts(counts, p_root), detectable_distance(p_root, counts.sum(), TEST_FAILURE_RATE)
     assert detectable <= 0.05, f"underpowered: detects only χ²-distance {detectable:.3f}"
     assert pval >= TEST_FAILURE_RATE, f"{kind} {method}-{process}: first-token G-test p = {pval:.3g}"
 
 
 def test_lossy_variant_is_rejected_at_scale():
     counts, p_root = first_token_counts("gauss", None, "iid", rule=TORCH_ZOO["tv-original-p"])
-    pval, _ = g_test_counts(counts, p_root)
+    pval = g_test_counts(counts, p_root)
     assert pval < TEST_FAILURE_RATE
