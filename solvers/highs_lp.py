@@ -66,7 +66,11 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     h.setOptionValue("primal_feasibility_tolerance", float(tolerance))
     h.setOptionValue("dual_feasibility_tolerance", float(tolerance))
     h.passModel(lp)
-    h.run()
+    if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+        # HiGHS' thread scheduler is process-wide: if another user (cvxpy's HIGHS backend, say) started it
+        # with a different thread count, run() refuses to start; reset it and run once more
+        highspy.Highs.resetGlobalScheduler(True)
+        h.run()
     model_status = h.getModelStatus()
     sol = h.getSolution()
     ok = model_status == highspy.HighsModelStatus.kOptimal

@@ -3,7 +3,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from univer.cli import main
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import engine
 from .engine import NodeContext, NodeDecision
-from .verifiers import Verifier, positive_part, rrs_rule, traversal_rule
+from .verifiers import Verifier, rrs_rule, traversal_rule
 
 
 def _skip_duplicates_rule(ctx: NodeContext) -> NodeDecision:

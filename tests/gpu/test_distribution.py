@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import METHODS, TreeBatch, draft_tree, sample_children, verify
+from gpu import TreeBatch, draft_tree, sample_children, verify
 from gpu.engine import sample
 from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TableModel, TreeShape
 from univer_theory.processes import enumerate_trees, tuple_law

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gpu import METHODS, expected_accepted_length, probs_from_logits
-from gpu.engine import allocate, expected_accepted
+from gpu.engine import allocate
 from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, TreeShape, sample_tree
 from univer_theory.engine import allocate as exact_allocate
 

@@ -8,7 +8,6 @@ zoo variant (c) (root correction token from p) must be rejected.
 Models: row of a node = function of its last token, target ``softmax(2·N(0,1))`` or Zipf(1.1) logits, draft =
 target logits + N(0, 0.8²) noise (LLM-like: peaked, long tail), float32.
 """
-import numpy as np
 import pytest
 import torch
 

@@ -1,5 +1,4 @@
 """TreeBatch: padding, derived structure, SGLang round trip, attention mask, validation of raw tensors."""
-import numpy as np
 import pytest
 import torch
 

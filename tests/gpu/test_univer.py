@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import TreeBatch, expected_accepted_length, verify
+from gpu import expected_accepted_length, verify
 from gpu.univer_rule import layout_marginal
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
 from univer_theory.plans.layout import layout_targets

@@ -91,7 +91,7 @@ def test_lp_accepts_a_precomputed_support():
 
 def test_recheck_rejects_an_infeasible_plan():
     """A plan that overshoots ρ·p is reported as a failed recheck, with the rule and tolerance."""
-    p, q = np.array([0.5, 0.5]), np.array([0.5, 0.5])
+    p = np.array([0.5, 0.5])
     tuples, probs = ((0,), (1,)), np.array([0.5, 0.5])
     bad = plan_result(np.array([0.5, 0.5]), tuples, probs, p, 0.5, solver_ok=True, status="optimal",
                       message="solver ok", solver="test", seconds=0.0, claimed_value=1.0)
@@ -206,3 +206,12 @@ def test_unknown_method_and_oversized_mincut_raise():
         prob_subset_wor_prefixes(q, np.zeros(13, dtype=int), 2)
     with pytest.raises(ValueError, match="does not broadcast"):
         optimal_cut(np.tile(p, (2, 1)), np.tile(q, (2, 1)), 2, "iid", rho=np.ones(3))
+
+
+def test_highs_lp_runs_after_cvxpy_started_highs():
+    """cvxpy's HIGHS backend starts HiGHS' process-wide thread scheduler with its own thread count; our direct
+    HiGHS calls (slot rule, CF, global LP) must still solve afterwards (they once returned 'Not Set')."""
+    from solvers import solve_lp
+    flat_ot_cvxpy(np.array([0.2, 0.3, 0.5]), np.array([0.4, 0.4, 0.2]), 2, "iid")
+    sol = solve_lp(np.array([1.0, 1.0]), np.array([[1.0, 1.0]]), [-np.inf], [1.0], [0.0, 0.0], [1.0, 1.0])
+    assert sol.success and abs(sol.objective - 1.0) < 1e-12

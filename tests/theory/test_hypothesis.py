@@ -2,7 +2,7 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from univer_theory import (LOSSLESS_TOL, VERIFIERS, DraftTree, TableModel, TreeShape, evaluate,
+from univer_theory import (LOSSLESS_TOL, VERIFIERS, TableModel, TreeShape, evaluate,
                            sample_tree)
 
 

@@ -1,5 +1,4 @@
 """Trees, shapes, draft processes and model families."""
-from collections import Counter
 from fractions import Fraction as F
 
 import numpy as np
