@@ -105,7 +105,7 @@ def test_real_checks_pass_in_fast_mode(tmp_path):
 @pytest.mark.slow
 @pytest.mark.llm
 def test_real_model_claims_full(tmp_path):
-    """The long run (``python3 -m pytest -m slow``, ~1 h on 2 cores): the real-model checks on their full grids
+    """The long run (``python3 -m pytest -m slow``, ~25 min on 2 cores): the real-model checks on their full grids
     (MT-Bench + HumanEval, binary depth 4 and the EAGLE-like tree; the temperature sweep)."""
     for module in (real_gain, temperature):
         result = module.run(fast=False, out_dir=tmp_path, progress=False)
