@@ -39,7 +39,7 @@ def _check_rows(where: str, target_probs, draft_probs) -> tuple[np.ndarray, np.n
     q = np.asarray(check_simplex(draft_probs, where, "draft_probs"), dtype=np.float64)
     if p.shape != q.shape:
         raise ValueError(f"{where}: target_probs shape {p.shape} and draft_probs shape {q.shape} differ "
-                         f"(vocabulary sizes {p.shape[-1]} vs {q.shape[-1]})")
+                         f"(vocabularies V = {p.shape[-1]} vs V = {q.shape[-1]})")
     return p, q
 
 
