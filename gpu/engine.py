@@ -47,7 +47,8 @@ class LevelContext:
     children: torch.Tensor    # [R, K]  child tokens in drafting order (0 where absent)
     child_mask: torch.Tensor  # [R, K]  bool, child j exists
     process: str
-    child_sizes: torch.Tensor | None = None  # [R, K] long, nodes in child j's subtree (0 where absent; slot rule)
+    child_shapes: torch.Tensor | None = None  # [R, K] long, child j's subtree shape as an index into shape_keys
+    shape_keys: tuple[str, ...] = (".",)     # nested forms of the shapes (TreeBatch.subtree_shapes; shape/slot rules)
     active: tuple[int, ...] | None = None  # rows ≥ active[j] have no j-th child (None: no such bound)
 
 
@@ -132,7 +133,8 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
     residual = target_probs.clone() if keep_residuals else None
     token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
-    size_ext = torch.cat([batch.subtree_size, torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
+    shape_ids, shape_keys = batch.subtree_shapes
+    shape_ext = torch.cat([shape_ids, torch.full_like(shape_ids[:, :1], -1)], dim=1).view(-1)
     flat = lambda x: x.view(-1)                      # [B, N+1] state ↔ flat index tree·(N+1) + slot
     p_rows, q_rows = target_probs.flatten(0, 1), draft_probs.flatten(0, 1)      # [B·N, V] (views if contiguous)
     blocks = list(_row_blocks(batch, V * target_probs.element_size()))
@@ -143,7 +145,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         R = tree.shape[0]
         ctx = LevelContext(flat(rho)[at], torch.index_select(p_rows, 0, tree * N + slots, out=p_buf[:R]),
                            torch.index_select(q_rows, 0, tree * N + slots, out=q_buf[:R]), token_ext[kid_at],
-                           kids < N, process, size_ext[kid_at], active)
+                           kids < N, process, shape_ext[kid_at], shape_keys, active)
         dec = rule(ctx)
         flat(rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
         flat(enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))

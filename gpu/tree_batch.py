@@ -205,9 +205,35 @@ class TreeBatch:
         return out[:, :N]
 
     @cached_property
-    def subtree_size(self) -> torch.Tensor:
-        """``[B, N]`` long: nodes in the subtree of every node (itself included); 0 for padding."""
-        return (tree_attention_mask(self) & self.valid[:, :, None]).sum(1)
+    def height(self) -> torch.Tensor:
+        """``[B, N]`` long: height of every node (a leaf 0, its parent 1, …); −1 for padding."""
+        B, N = self.parent.shape
+        internal = self.num_children > 0
+        height = torch.zeros(B, N + 1, dtype=torch.long, device=self.device)
+        height[:, N] = -1                                     # the dump slot ``children`` pads with
+        for _ in range(self.max_depth):  # after step t every node of height ≤ t+1 is right
+            below = height.gather(1, self.children.reshape(B, -1)).view(B, N, -1).amax(-1)
+            height[:, :N] = torch.where(internal, below + 1, 0)
+        return torch.where(self.valid, height[:, :N], -1)
+
+    @cached_property
+    def subtree_shapes(self) -> tuple[torch.Tensor, tuple[str, ...]]:
+        """``(ids [B, N] long, keys)``: the ordered subtree under every node as an index into ``keys``, its
+        nested form (``"."`` a leaf, ``"(k1,k2,…)"``, as :attr:`univer_theory.DraftTree.subtree_keys`); −1 for
+        padding.  Built bottom-up, one ``torch.unique`` over the nodes of each height (no loop over trees);
+        only the distinct shapes are spelled out on the host."""
+        B, N = self.parent.shape
+        ids = torch.full((B, N + 1), -1, dtype=torch.long, device=self.device)
+        height = self.height
+        ids[:, :N][height == 0] = 0
+        keys = ["."]
+        for h in range(1, self.max_depth + 1):
+            at = height == h
+            rows = ids.gather(1, self.children.reshape(B, -1)).view(B, N, -1)[at]      # [M, K], −1 = no child
+            uniq, inverse = torch.unique(rows, dim=0, return_inverse=True)
+            ids[:, :N][at] = len(keys) + inverse
+            keys += ["(" + ",".join(keys[c] for c in row if c >= 0) + ")" for row in uniq.tolist()]
+        return ids[:, :N], tuple(keys)
 
     @cached_property
     def children(self) -> torch.Tensor:

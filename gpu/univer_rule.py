@@ -23,9 +23,11 @@ per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), for the nodes
 * ``wor``: the whole automatic choice — ``wor_pair`` (k = 2, if feasible), else the larger α of PTS and the
   iid coupling (the exact LP on supports ≤ 8) — its marginal ``a`` and ``w(S)``;
 * ``topk`` / ``greedy``: the exact LP plan (rule 1), its marginal and ``w(S)``;
-* the slot rule (an LP per multiset class) when the positions' subtree sizes differ (``iid`` / ``wor``).
+* when the positions' subtrees differ (``iid`` / ``wor``): the shape rule on small draft supports (an LP on
+  the α*-face; its marginal ``a`` replaces the layout's), else the slot rule (an LP per multiset class).
+  The subtrees come as shape ids (``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`).
 
-Identical nodes (same ρ, rows, children and subtree sizes — e.g. one tree repeated across the batch) are
+Identical nodes (same ρ, rows, children and children's subtrees — e.g. one tree repeated across the batch) are
 planned once (``torch.unique`` over the level's rows).  Inputs in float32 are planned in float64 (rows
 renormalised) and the decisions cast back.
 """
@@ -80,34 +82,43 @@ def _single_child(ctx: LevelContext, c: torch.Tensor):
 
 def _plan_nodes(ctx: LevelContext, rows: torch.Tensor, want_marginal: bool):
     """Per unique node of ``rows`` (indices into the level, all with k ≥ 2): ``w [n, K]``, the plans'
-    ``α [n]`` and, when ``want_marginal``, their marginals ``a [n, V]`` (float64, on the level's device)."""
+    ``α [n]``, their marginals ``a [n, V]`` (None when no row needs one) and ``own [n]`` (bool), the rows
+    whose ``a`` was filled: all of them with ``want_marginal``, else those not planned by the layout (the
+    shape rule) — float64, on the level's device."""
     K, V = ctx.children.shape[1], ctx.target.shape[1]
     p = ctx.target[rows].double()
     q = ctx.draft[rows].double()
     rho = ctx.rho[rows].double()
     kids, mask = ctx.children[rows], ctx.child_mask[rows]
-    sizes = ctx.child_sizes[rows] if ctx.child_sizes is not None else torch.ones_like(kids)
-    key = torch.cat([rho[:, None], p, q, kids.double(), mask.double(), sizes.double()], 1)
+    shapes = ctx.child_shapes[rows] if ctx.child_shapes is not None else torch.zeros_like(kids)   # 0: a leaf
+    key = torch.cat([rho[:, None], p, q, kids.double(), mask.double(), shapes.double()], 1)
     uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
     rule = UniVerRule()
     host = uniq.cpu().numpy()
     w = np.zeros((host.shape[0], K))
     alpha = np.zeros(host.shape[0])
-    a = np.zeros((host.shape[0], V)) if want_marginal else None
+    marginals: dict[int, np.ndarray] = {}
     for i, row in enumerate(host):
         pi, qi = row[1:1 + V], row[1 + V:1 + 2 * V]
         pi, qi = pi / pi.sum(), qi / qi.sum()           # float32 inputs: back onto the simplex in float64
         m = row[1 + 2 * V + K:1 + 2 * V + 2 * K] > 0
         S = tuple(int(y) for y in row[1 + 2 * V:1 + 2 * V + K][m])
-        sz = tuple(int(s) for s in row[1 + 2 * V + 2 * K:][m])
-        plan, wi, _ = rule.weights(pi, qi, float(row[0]), S, ctx.process, sz)
+        shape = tuple(ctx.shape_keys[int(s)] for s in row[1 + 2 * V + 2 * K:][m])
+        plan, wi, _ = rule.weights(pi, qi, float(row[0]), S, ctx.process, shape)
         w[i, np.flatnonzero(m)] = np.asarray(wi, dtype=np.float64)
         alpha[i] = float(plan.alpha)
-        if want_marginal:
-            a[i] = np.asarray(plan.marginal, dtype=np.float64)
+        if want_marginal or plan.construction != "layout":
+            marginals[i] = np.asarray(plan.marginal, dtype=np.float64)
     dev = ctx.target.device
     w_t, alpha_t = torch.from_numpy(w).to(dev)[inverse], torch.from_numpy(alpha).to(dev)[inverse]
-    return w_t, alpha_t, (torch.from_numpy(a).to(dev)[inverse] if want_marginal else None)
+    own = torch.zeros(host.shape[0], dtype=torch.bool)
+    own[list(marginals)] = True
+    a = None
+    if marginals:
+        a = torch.zeros(host.shape[0], V, dtype=torch.float64)
+        a[list(marginals)] = torch.from_numpy(np.stack(list(marginals.values())))
+        a = a.to(dev)[inverse]
+    return w_t, alpha_t, a, own.to(dev)[inverse]
 
 
 def univer_rule(ctx: LevelContext) -> LevelDecision:
@@ -126,10 +137,12 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
         a = torch.where(one[:, None], a1, a)
     many = (k >= 2).nonzero().squeeze(1)
     if many.numel():
-        exact_ctx = LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process, ctx.child_sizes)
-        w_many, alpha_many, a_many = _plan_nodes(exact_ctx, many, want_marginal=ctx.process != "iid")
+        exact_ctx = LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process, ctx.child_shapes,
+                                 ctx.shape_keys)
+        w_many, alpha_many, a_many, own = _plan_nodes(exact_ctx, many, want_marginal=ctx.process != "iid")
         if ctx.process == "iid":
-            a_many = layout_marginal(c[many], q[many], k[many])
+            layout = layout_marginal(c[many], q[many], k[many])
+            a_many = layout if a_many is None else torch.where(own[:, None], a_many, layout)
         w[many] = w_many
         a[many] = a_many
     alpha = a.sum(-1)

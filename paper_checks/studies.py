@@ -21,7 +21,7 @@ from univer_theory.univer import make_univer_verifier
 BASELINE = {"iid": "rrs", "wor": "rrsw"}
 #: Node constructions that are α*(ρ)-optimal by construction (theory.md §6.3 rules 1–3 and k = 1); PTS,
 #: the iid coupling and TV's plan are feasible but only near-optimal.
-ALPHA_STAR_CONSTRUCTIONS = frozenset({"single", "layout", "lp", "wor_pair"})
+ALPHA_STAR_CONSTRUCTIONS = frozenset({"single", "layout", "lp", "wor_pair", "value_proxy"})
 #: Two-sided normal quantile of a 95% confidence interval.
 Z95 = 1.959963984540054
 
@@ -45,8 +45,8 @@ def expected_lengths(model, shape, process: str, verifiers) -> dict[str, float]:
 
 
 def bounds(model, shape, process: str, with_global: bool = True) -> dict[str, float]:
-    """``{"cf", "cf_tolerance", "univer-va", "global"}``: the conditional-framework optimum CF (§6.4), how far
-    its value may sit below the exact CF, the exact E[τ] of the value-aware oracle verifier built from it, and
+    """``{"cf", "cf_alpha_root", "cf_tolerance", "univer-va", "global"}``: the conditional-framework optimum CF
+    (§6.4), CF with an α*-optimal root (``CFResult.alpha_root_value``), how far its value may sit below the exact CF, the exact E[τ] of the value-aware oracle verifier built from it, and
     the global tree LP (§4.3; omitted when ``with_global`` is False).  Raises RuntimeError if a solver failed;
     a global LP that HiGHS solved but whose recheck exceeded its tolerance is kept, its message under
     ``"global_note"``."""
@@ -54,7 +54,8 @@ def bounds(model, shape, process: str, with_global: bool = True) -> dict[str, fl
     if not cf.success:
         raise RuntimeError(f"bounds: cf_bound failed: {cf.message}")
     va = evaluate(model, shape, process, value_aware_verifier(model, shape, process, cf=cf))
-    out = {"cf": cf.value, "cf_tolerance": cf.tolerance, "univer-va": float(va.expected_accepted)}
+    out = {"cf": cf.value, "cf_alpha_root": cf.alpha_root_value, "cf_tolerance": cf.tolerance,
+           "univer-va": float(va.expected_accepted)}
     if with_global:
         glob = global_tree_lp(model, shape, process)
         if not glob.success and glob.status != 4:
@@ -96,7 +97,7 @@ def node_audit(model, shape, process: str, verifier: Verifier) -> list[NodeRecor
             return
         p, q = model.target(prefix), model.draft(prefix)
         for S, qs in tuple_law(q, len(kids), process):
-            ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_size[c] for c in kids), prefix, u)
+            ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_keys[c] for c in kids), prefix)
             d = verifier.rule(ctx)
             records.append(NodeRecord(u, prefix, float(rho), tuple(int(y) for y in S), reach * float(qs),
                                       d.info.get("construction", verifier.name), bool(d.info.get("slot_rule")),

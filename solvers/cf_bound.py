@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from univer_theory.alpha_star import alpha_star
 from univer_theory.models import Model
 from univer_theory.processes import PROCESSES, tuple_law
-from univer_theory.tree import TreeShape
+from univer_theory.tree import split_key
 from univer_theory.validation import check_choice
 
 from .global_lp import as_shape, model_rows
@@ -47,26 +48,8 @@ from .highs_lp import solve_lp
 SANDWICH_TOL = 1e-11
 #: Safety cap on LP evaluations per value function.
 MAX_EVALUATIONS = 400
-
-
-def subtree_key(shape: TreeShape, u: int) -> str:
-    """The ordered subtree shape under node u in nested form (``"."`` for a leaf); G depends only on it."""
-    kids = shape.children[u]
-    return "(" + ",".join(subtree_key(shape, c) for c in kids) + ")" if kids else "."
-
-
-def _child_keys(key: str) -> list[str]:
-    """Children keys of a nested subtree key ``"(k1,k2,…)"``."""
-    out, depth, start = [], 0, 1
-    for i, ch in enumerate(key):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if (ch == "," and depth == 1) or (ch == ")" and depth == 0):
-            out.append(key[start:i])
-            start = i + 1
-    return out
+#: The α*-face is imposed as ``Σ π ≥ α* − slack`` (HiGHS' feasibility tolerance is 1e-10 below it).
+ALPHA_FLOOR_SLACK = 1e-10
 
 
 @dataclass(frozen=True)
@@ -92,7 +75,8 @@ class NodeProblem:
     """The CF node LP at one node for every ρ: fixed (p, q, process, children's ``Ḡ``), RHS ``ρ·p``.
 
     Columns: ``π(S, j)`` then ``t(S, j)``, tuple-major.  Rows: cumulative ``Σ_{l≤j} π(S,l) ≤ Q_k(S)``;
-    marginals ``Σ_{S_j = y} π(S,j) ≤ ρ p(y)``; hypographs ``t − m_i π(S,j) + b_i Σ_{l<j} π(S,l) ≤ b_i Q_k(S)``.
+    marginals ``Σ_{S_j = y} π(S,j) ≤ ρ p(y)``; hypographs ``t − m_i π(S,j) + b_i Σ_{l<j} π(S,l) ≤ b_i Q_k(S)``;
+    last, the acceptance floor ``−Σ π ≤ −α_floor`` (inactive unless :meth:`solve` is given a floor).
     Maximise ``Σ t``.
     """
 
@@ -135,15 +119,21 @@ class NodeProblem:
                     ri += list(rows); rj += [s * k + l] * m.size; rv += list(b)
                 ub.append(b * self.probs[s])
                 row += m.size
+        # acceptance floor
+        ri += [row] * n_pi; rj += list(range(n_pi)); rv += [-1.0] * n_pi
+        ub.append(np.zeros(1))
+        row += 1
         self.A = sp.csc_matrix((rv, (ri, rj)), shape=(row, 2 * n_pi))
         self.upper = np.concatenate(ub)
         self.cost = np.concatenate([np.zeros(n_pi), np.ones(n_pi)])
         self.n_pi = n_pi
 
-    def solve(self, rho: float):
-        """``(G(ρ), supergradient dG/dρ, π [n_S, k], LPSolution)``."""
+    def solve(self, rho: float, alpha_floor: float = 0.0):
+        """``(G(ρ), supergradient dG/dρ, π [n_S, k], LPSolution)``; with ``alpha_floor > 0`` only plans with
+        ``Σ π ≥ alpha_floor`` compete (the supergradient then ignores the floor's own ρ-dependence)."""
         upper = self.upper.copy()
         upper[self.marginal_rows] = rho * self.target[self.tokens]
+        upper[-1] = -alpha_floor
         sol = solve_lp(self.cost, self.A, -np.inf, upper, np.concatenate([np.zeros(self.n_pi), np.full(self.n_pi, -np.inf)]),
                        np.inf, method="simplex")
         if not sol.success:
@@ -182,13 +172,17 @@ def sandwich(evaluate, tol: float = SANDWICH_TOL, max_evaluations: int = MAX_EVA
 class CFResult:
     """Conditional-framework optimum.
 
-    ``value`` = G_root(1) − 1 (E[τ]); ``functions``: {(subtree key, prefix): ValueFunction} of every internal
+    ``value`` = G_root(1) − 1 (E[τ]); ``alpha_root_value``: the same with the root's plan restricted to the
+    α*(1)-optimal face (every other node free) — the best E[τ] of any §6.1 verifier whose root attains α*, hence
+    an upper bound on every verifier that attains α*(ρ) at every node (UniVer): below another method's E[τ] it
+    *proves* that no such verifier reaches that method on this instance; ``functions``: {(subtree key, prefix): ValueFunction} of every internal
     non-root node; ``breakpoints`` total / ``max_breakpoints`` per function (the ρ-grid sizes);
     ``lp_solves``; ``tolerance``: bound on how far ``value`` may sit below the exact CF, propagated as
     ``δ_X = gap_X + k·max_c δ_c`` (LP tolerance aside); ``status`` 0 ok, 1 a sandwich hit its evaluation cap.
     """
 
     value: float
+    alpha_root_value: float
     functions: dict = field(repr=False)
     breakpoints: int
     max_breakpoints: int
@@ -201,7 +195,8 @@ class CFResult:
 
 
 def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CFResult:
-    """CF of (model, shape, process): value functions bottom-up, then the root LP at ρ = 1."""
+    """CF of (model, shape, process): value functions bottom-up, then the root LP at ρ = 1 — once free (``value``)
+    and once restricted to the α*(1)-optimal face (``alpha_root_value``, see :class:`CFResult`)."""
     where = "cf_bound"
     start = time.perf_counter()
     shape = as_shape(shape, where)
@@ -212,7 +207,7 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
 
     def problem(key: str, prefix: tuple) -> NodeProblem:
         p, q = model_rows(model, prefix, where)
-        keys = _child_keys(key)
+        keys = split_key(key)
         return NodeProblem(p, q, len(keys), process, lambda j, y: value_function(keys[j], prefix + (y,)))
 
     def value_function(key: str, prefix: tuple) -> ValueFunction:
@@ -227,21 +222,51 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
                 return g, slope
 
             functions[key, prefix] = sandwich(evaluate, tol)
-            kids = _child_keys(key)
+            kids = split_key(key)
             deltas[key, prefix] = functions[key, prefix].gap + len(kids) * max(
                 (deltas.get((kids[j], prefix + (int(y),)), 0.0) for j in range(len(kids)) for y in node.tokens),
                 default=0.0)
         return functions[key, prefix]
 
-    root_key = subtree_key(shape, 0)
+    root_key = shape.subtree_keys[0]
     root = problem(root_key, ())
+    kids = split_key(root_key)
     g_root, _, _, _ = root.solve(1.0)
-    counter[0] += 1
-    kids = _child_keys(root_key)
+    p, q = model_rows(model, (), where)
+    g_face, _, _, _ = root.solve(1.0, float(alpha_star(p, q, len(kids), process)) - ALPHA_FLOOR_SLACK)
+    counter[0] += 2
     tolerance = len(kids) * max((d for (k_, s), d in deltas.items() if len(s) == 1), default=0.0)
     sizes = [f.rho.size for f in functions.values()] or [0]
     capped = any(f.gap > tol for f in functions.values())
     message = (f"breakpoint search hit the cap of {MAX_EVALUATIONS} evaluations; value is a lower bound within {tolerance:.1e}"
                if capped else f"converged; value within {tolerance:.1e} below the exact CF (LP tolerance aside)")
-    return CFResult(g_root - 1.0, functions, int(sum(sizes)), int(max(sizes)), counter[0], tolerance,
+    return CFResult(g_root - 1.0, g_face - 1.0, functions, int(sum(sizes)), int(max(sizes)), counter[0], tolerance,
                     time.perf_counter() - start, int(capped), not capped, message)
+
+
+#: Value functions kept by :func:`context_free_value` (oldest evicted first).
+CONTEXT_FREE_CACHE = 4096
+_context_free: dict = {}
+
+
+def context_free_value(key: str, target_probs, draft_probs, process: str, tol: float = 1e-9) -> ValueFunction:
+    """``G_c(ρ)`` of the subtree written as ``key`` (nested form, ``"."`` = leaf) under the *context-free* model
+    that uses ``(p, q) = (target_probs, draft_probs)`` at every node: the CF recursion of the module docstring
+    with every node problem sharing these rows (one problem per distinct subtree key).
+
+    Needs only the rows it is given, so a node can evaluate it for its own rows — the on-tree value proxy of
+    UniVer's shape rule (``univer_theory.plans.value_proxy``).  Cached by (key, rows, process).
+    """
+    if key == ".":
+        return LEAF
+    p = np.ascontiguousarray(target_probs, dtype=np.float64)
+    q = np.ascontiguousarray(draft_probs, dtype=np.float64)
+    cache_key = (key, p.tobytes(), q.tobytes(), process, tol)
+    if cache_key not in _context_free:
+        kids = split_key(key)
+        problem = NodeProblem(p, q, len(kids), process,
+                              lambda j, y: context_free_value(kids[j], p, q, process, tol))
+        if len(_context_free) >= CONTEXT_FREE_CACHE:
+            _context_free.pop(next(iter(_context_free)))
+        _context_free[cache_key] = sandwich(lambda rho: problem.solve(rho)[:2], tol)
+    return _context_free[cache_key]

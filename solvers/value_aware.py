@@ -27,7 +27,7 @@ from univer_theory.plans.base import NodePlan
 from univer_theory.tree import TreeShape
 from univer_theory.verifiers import Verifier
 
-from .cf_bound import LEAF, CFResult, NodeProblem, cf_bound, subtree_key
+from .cf_bound import LEAF, CFResult, NodeProblem, cf_bound
 from .global_lp import as_shape
 
 _PROCESSES = ("iid", "wor", "topk", "greedy")
@@ -79,15 +79,13 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
     """The ``univer-va`` oracle verifier for (model, shape, process); ``cf`` reuses a computed CF.
 
     Needs off-tree model access (values at undrafted prefixes): small V only.  The node rule reads its
-    skeleton position from ``NodeContext.node``.
+    children's subtrees from ``NodeContext.child_shapes``.
     """
     where = "value_aware_verifier"
     shape = as_shape(shape, where)
     if process not in _PROCESSES:
         raise ValueError(f"{where}: unknown process {process!r}; choose one of {sorted(_PROCESSES)}")
     cf = cf if cf is not None else cf_bound(model, shape, process)
-    # the subtree of every child position, per skeleton node (NodeContext.node numbers nodes like the shape)
-    child_keys = [tuple(subtree_key(shape, c) for c in shape.children[u]) for u in range(shape.num_nodes)]
     cache: dict = {}
 
     def child_value(keys, prefix):
@@ -116,7 +114,7 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
         return cache[key]
 
     def rule(ctx: NodeContext) -> NodeDecision:
-        plan, g = node_plan(ctx, child_keys[ctx.node])
+        plan, g = node_plan(ctx, ctx.child_shapes)
         w = plan.select(ctx.children)
         done = np.concatenate([[0.0], np.cumsum(w)[:-1]])
         left = 1.0 - done

@@ -70,7 +70,7 @@ def test_global_gap_fails_with_an_underestimated_global_bound(monkeypatch, tmp_p
 def test_temperature_fails_against_a_baseline_that_wastes_drafts(monkeypatch, tmp_path):
     """A lossless baseline that only ever tries the first child loses at T = 0 when y* is drafted second."""
     def first_child_only(ctx):          # token-level SpS on child 1; later children are never entered
-        d = rrsw_rule(replace(ctx, children=ctx.children[:1], subtree_sizes=ctx.subtree_sizes[:1]))
+        d = rrsw_rule(replace(ctx, children=ctx.children[:1], child_shapes=ctx.child_shapes[:1]))
         rest = len(ctx.children) - 1
         return replace(d, enter=d.enter + (0,) * rest, scale=d.scale + (1,) * rest)
 

@@ -37,9 +37,8 @@ class NodeContext:
     draft: np.ndarray                # q(·|s(u)) [V]
     children: tuple[int, ...]        # realised child tokens S in drafting order
     process: str                     # draft process of the children
-    subtree_sizes: tuple[int, ...]   # nodes under each child position (slot rule, §6.3)
-    prefix: tuple[int, ...] = ()     # tokens on the path root → u (value-aware variants look values up)
-    node: int = 0                    # index of u in the tree / shape skeleton (same numbering)
+    child_shapes: tuple[str, ...]    # nested key of each child position's subtree (tree.split_key, §6.3)
+    prefix: tuple[int, ...] = ()     # tokens on the path root → u (the univer-va oracle looks values up)
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ def allocate(tree: DraftTree, target_probs: np.ndarray, draft_probs: np.ndarray,
     for u in range(n):
         kids = tree.children[u]
         ctx = NodeContext(rho[u], target_probs[u], draft_probs[u], tree.child_tokens(u), process,
-                          tuple(tree.subtree_size[c] for c in kids), tree.paths[u], u)
+                          tuple(tree.subtree_keys[c] for c in kids), tree.paths[u])
         dec[u] = rule(ctx) if kids else leaf_decision(ctx)
         if u == 0:  # the root never fails: once its children failed, the traversal ends there with Y
             dec[u] = replace(dec[u], stop=1 if exact else 1.0)
@@ -168,7 +167,7 @@ def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_la
             return out
         out: dict = {}
         for S, qs in tuple_law_fn(q, len(kids), process):
-            ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_size[c] for c in kids), prefix, u)
+            ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_keys[c] for c in kids), prefix)
             d = rule(ctx) if u else replace(rule(ctx), stop=rho)  # root: rho = 1, never fails
             if on_node is not None and not out:
                 on_node(d.info)

@@ -33,6 +33,25 @@ def _children_of(parent: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(k) for k in kids)
 
 
+def split_key(key: str) -> tuple[str, ...]:
+    """Children keys of a nested subtree key ``"(k1,k2,…)"`` (``()`` for a leaf ``"."``)."""
+    out, depth, start = [], 0, 1
+    for i, ch in enumerate(key):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if (ch == "," and depth == 1) or (ch == ")" and depth == 0):
+            out.append(key[start:i])
+            start = i + 1
+    return tuple(out)
+
+
+def key_size(key: str) -> int:
+    """Number of nodes of the subtree written as ``key`` (each ``.`` and each ``(`` is one node)."""
+    return key.count(".") + key.count("(")
+
+
 class _Skeleton:
     """Structure shared by :class:`TreeShape` and :class:`DraftTree` (derived from ``parent``)."""
 
@@ -65,6 +84,16 @@ class _Skeleton:
         for u in range(len(self.parent) - 1, 0, -1):
             size[self.parent[u]] += size[u]
         return tuple(size)
+
+    @cached_property
+    def subtree_keys(self) -> tuple[str, ...]:
+        """Nested form of the ordered subtree under every node (``"."`` for a leaf, ``"(k1,k2,…)"`` with the
+        children's keys in drafting order) — what a node rule may know of its children's subtrees."""
+        keys = ["."] * len(self.parent)
+        for u in range(len(self.parent) - 1, -1, -1):
+            if self.children[u]:
+                keys[u] = "(" + ",".join(keys[c] for c in self.children[u]) + ")"
+        return tuple(keys)
 
     @property
     def is_chain(self) -> bool:
@@ -141,10 +170,7 @@ class TreeShape(_Skeleton):
         return cls(tuple(new_parent))
 
     def __str__(self) -> str:
-        def nest(u):
-            kids = self.children[u]
-            return "(" + ",".join(nest(c) for c in kids) + ")" if kids else "."
-        return nest(0)
+        return self.subtree_keys[0]
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,21 @@
 
 At every internal node X (scaling ρ, target p, draft q, realised children S, k = |S|):
 
-1. build an α*(ρ)-optimal node plan ``w`` for ``(p, q, ρ, k, process)`` (:mod:`univer_theory.plans.choose`;
-   cached by (ρ, p, q, k, process) since the exact oracle asks once per realised tuple);
-2. evaluate ``w(S)``; when the positions' subtree sizes differ, apply the slot rule (``solvers.slot_rule``:
-   same token masses per multiset class, moved to deeper positions);
+1. build an α*(ρ)-optimal node plan ``w`` (cached by (ρ, p, q, process, children's subtrees) since the exact
+   oracle asks once per realised tuple):
+
+   * when the child positions carry different subtrees and the draft support is small, the **shape rule**
+     (:mod:`univer_theory.plans.value_proxy`): the plan on the α*(ρ)-face that maximises an on-tree value
+     proxy (CF value functions of the children's subtree shapes under X's own rows);
+   * otherwise the construction of :mod:`univer_theory.plans.choose` for ``(p, q, ρ, k, process)``;
+2. evaluate ``w(S)``; if the positions' subtrees differ and the shape rule was not used, apply the slot rule
+   (``solvers.slot_rule``: same token masses per multiset class, moved to positions with larger subtrees);
 3. hand child j the scaling ``s_j = w_j / (1 − Σ_{l<j} w_l)`` (0 when the denominator is 0), enter = 1;
 4. if every child fails, X succeeds w.p. ``f = (ρ − α)/(1 − α)`` and emits ``Y ~ norm(ρp − a)``.
 
 Lossless for any feasible plan (§6.1 theorem); on chains it is Block Verification, at depth 1 the optimal
-flat multi-draft OT.  ``NodeDecision.info`` records ``alpha``, ``construction`` and ``slot_rule``.
+flat multi-draft OT.  ``NodeDecision.info`` records ``alpha``, ``construction`` (``"value_proxy"`` for the
+shape rule) and ``slot_rule``.
 """
 from __future__ import annotations
 
@@ -20,7 +26,9 @@ from fractions import Fraction
 import numpy as np
 
 from .engine import NodeContext, NodeDecision
+from .plans import value_proxy
 from .plans.choose import CONSTRUCTIONS, build_plan
+from .tree import key_size
 from .validation import check_choice
 from .verifiers import Verifier, register
 
@@ -35,20 +43,25 @@ def _key(arr: np.ndarray):
 
 
 class UniVerRule:
-    """The node rule of UniVer with a forced or automatic construction (``"auto"``) and optional slot rule."""
+    """The node rule of UniVer with a forced or automatic construction (``"auto"``), optional slot rule and
+    (automatic construction only) optional shape rule."""
 
-    def __init__(self, construction: str = "auto", slot_rule: bool = True):
+    def __init__(self, construction: str = "auto", slot_rule: bool = True, shape_rule: bool = True):
         check_choice(construction, ("auto", *CONSTRUCTIONS), "UniVerRule", "construction")
         self.construction = construction
         self.slot_rule = slot_rule
+        self.shape_rule = shape_rule and construction == "auto"
         self._plans: OrderedDict = OrderedDict()
         self._slots: dict = {}
 
-    def plan(self, target_probs, draft_probs, rho, k: int, process: str):
-        """The (cached) node plan and its cache key."""
-        key = (rho, _key(target_probs), _key(draft_probs), k, process)
+    def plan(self, target_probs, draft_probs, rho, process: str, child_shapes: tuple[str, ...]):
+        """The (cached) node plan for children with subtrees ``child_shapes`` and its cache key."""
+        shaped = self.shape_rule and value_proxy.applies(draft_probs, child_shapes, process)
+        key = (rho, _key(target_probs), _key(draft_probs), process, child_shapes if shaped else len(child_shapes))
         if key not in self._plans:
-            self._plans[key] = build_plan(self.construction, target_probs, draft_probs, rho, k, process)
+            plan = value_proxy.value_proxy_plan(target_probs, draft_probs, rho, child_shapes, process) if shaped else None
+            self._plans[key] = plan or build_plan(self.construction, target_probs, draft_probs, rho,
+                                                  len(child_shapes), process)
             if len(self._plans) > max(16, PLAN_CACHE_ENTRIES // np.asarray(target_probs).size):
                 old, _ = self._plans.popitem(last=False)
                 self._slots = {s: v for s, v in self._slots.items() if s[0] != old}
@@ -67,14 +80,14 @@ class UniVerRule:
         table = self._slots[skey]
         return None if table is None else table[tuple(int(y) for y in S)]
 
-    def weights(self, target_probs, draft_probs, rho, children, process: str, subtree_sizes):
+    def weights(self, target_probs, draft_probs, rho, children, process: str, child_shapes):
         """Steps 1–2 of the module docstring: ``(plan, w(S), slot rule applied?)`` for the realised children S
-        (``subtree_sizes``: nodes under each child position)."""
-        k = len(children)
-        plan, key = self.plan(target_probs, draft_probs, rho, k, process)
+        (``child_shapes``: nested key of each child position's subtree)."""
+        plan, key = self.plan(target_probs, draft_probs, rho, process, tuple(child_shapes))
         w = plan.select(children)
-        if self.slot_rule and k > 1 and process in ("iid", "wor") and len(set(subtree_sizes)) > 1:
-            omega = tuple(1 + s for s in subtree_sizes)
+        if (self.slot_rule and plan.construction != "value_proxy" and process in ("iid", "wor")
+                and len(set(child_shapes)) > 1):
+            omega = tuple(1 + key_size(c) for c in child_shapes)
             w2 = self.slotted(plan, key, children, draft_probs, process, omega)
             if w2 is not None:
                 return plan, w2, True
@@ -83,7 +96,7 @@ class UniVerRule:
     def __call__(self, ctx: NodeContext) -> NodeDecision:
         k = len(ctx.children)
         plan, w, slotted = self.weights(ctx.target, ctx.draft, ctx.rho, ctx.children, ctx.process,
-                                        ctx.subtree_sizes)
+                                        ctx.child_shapes)
         exact = np.asarray(w).dtype == object
         scale, used = [], Fraction(0) if exact else 0.0     # Fraction: 1/1 must not become 1.0
         for wj in w:
@@ -96,18 +109,22 @@ class UniVerRule:
         return NodeDecision((1,) * k, tuple(scale), stop, plan.residual, info)
 
 
-def make_univer_verifier(construction: str = "auto", slot_rule: bool = True, name: str | None = None) -> Verifier:
+def make_univer_verifier(construction: str = "auto", slot_rule: bool = True, shape_rule: bool = True,
+                         name: str | None = None) -> Verifier:
     """A UniVer verifier with a forced construction (``"layout" | "lp" | "tv" | "wor_pair" | "pts" |
-    "iid_coupling"``) or the automatic choice (``"auto"``), with or without the slot rule.
+    "iid_coupling"``) or the automatic choice (``"auto"``, which alone uses the shape rule unless
+    ``shape_rule=False``), with or without the slot rule.
 
     Its processes are those of the construction (all four for ``"auto"``); it is rational (exact in Fraction
-    mode) only for ``"tv"`` without the slot rule.
+    mode) only for ``"tv"`` without the slot rule (the shape rule never runs on Fraction rows).
     """
-    rule = UniVerRule(construction, slot_rule)
+    rule = UniVerRule(construction, slot_rule, shape_rule)
     processes = ("iid", "wor", "topk", "greedy") if construction == "auto" else CONSTRUCTIONS[construction][1]
-    name = name or ("univer" if construction == "auto" else f"univer-{construction}") + ("" if slot_rule else "-noslot")
-    return Verifier(name, rule, processes,
-                    f"UniVer, construction {construction!r}, slot rule {'on' if slot_rule else 'off'} (§6)",
+    default = (("univer" if construction == "auto" else f"univer-{construction}")
+               + ("-noshape" if rule.shape_rule != (construction == "auto") else "") + ("" if slot_rule else "-noslot"))
+    return Verifier(name or default, rule, processes,
+                    f"UniVer, construction {construction!r}, shape rule {'on' if rule.shape_rule else 'off'}, "
+                    f"slot rule {'on' if slot_rule else 'off'} (§6)",
                     rational=(construction == "tv" and not slot_rule))
 
 

@@ -28,6 +28,28 @@ def test_structure_matches_draft_tree():
     assert b.positions(torch.tensor([10, 20, 30, 40]))[1, :4].tolist() == [20, 21, 22, 23]
 
 
+def test_subtree_shapes_spell_the_draft_trees_subtree_keys():
+    """Shape ids name the same ordered subtree in every tree (one id per distinct key), −1 on padding."""
+    trees = TREES + [DraftTree.from_shape(TreeShape.parse("(((..),.),.)"), [0] * 6),
+                     DraftTree.from_shape(TreeShape.parse("(.,(..))"), [1, 2, 3, 0])]
+    b = TreeBatch.from_trees(trees)
+    ids, keys = b.subtree_shapes
+    assert len(set(keys)) == len(keys)
+    for i, t in enumerate(trees):
+        assert [keys[x] for x in ids[i, :t.num_nodes].tolist()] == list(t.subtree_keys)
+        assert (ids[i, t.num_nodes:] == -1).all()
+        assert b.height[i, :t.num_nodes].tolist() == [nesting(k) for k in t.subtree_keys]
+
+
+def nesting(key):
+    """Height of a subtree from its nested key: the deepest parenthesis level."""
+    level = deepest = 0
+    for ch in key:
+        level += (ch == "(") - (ch == ")")
+        deepest = max(deepest, level)
+    return deepest
+
+
 def test_levels_list_internal_nodes_by_depth():
     b = TreeBatch.from_trees(TREES)
     N = b.max_nodes

@@ -2,7 +2,7 @@
 
 ``E[τ | T]``, every node's pass-1 decision and the sampler's law are checked for all methods in
 ``test_exact.py`` / ``test_distribution.py`` (univer is in ``gpu.METHODS``); here: the torch layout targets,
-the slot rule on asymmetric shapes, the de-duplication of identical nodes, mixed k within one level, and
+the shape and slot rules on asymmetric shapes, the de-duplication of identical nodes, mixed k within one level, and
 float32 inputs.
 """
 import numpy as np
@@ -44,15 +44,20 @@ ASYMMETRIC = ["((..),.)", "((.(..)),(.),.)", "(.,(.),(..))", "((.),(.(.)))"]
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])
-def test_slot_rule_shapes_match_exact_core(process):
-    """Asymmetric shapes: the slot rule fires on some node (trace) and E[τ | T] agrees per tree (1e-12 / 1e-6)."""
-    V = 5
+@pytest.mark.parametrize("V,rule", [(5, "shape"), (30, "slot")])
+def test_asymmetric_shapes_match_exact_core(process, V, rule):
+    """Asymmetric shapes: the shape rule (small support) or the slot rule (V = 30: too many tuples for the
+    shape rule) fires on some node (trace), and E[τ | T] agrees per tree (1e-12 / 1e-6)."""
     model = DirichletModel(V, seed=3, similarity=0.5, concentration=0.6)
     rng = np.random.default_rng(7)
     trees = [sample_tree(model, TreeShape.parse(s), process, rng) for s in ASYMMETRIC for _ in range(3)]
     exact = VERIFIERS["univer"]
-    fired = any(n.get("slot_rule") for t in trees for n in exact.trace(t, *model.node_probs(t), process))
-    assert fired, "no node used the slot rule: the instance does not exercise it"
+    trace = [n for t in trees for n in exact.trace(t, *model.node_probs(t), process)]
+    if rule == "shape":
+        fired = any(n.get("construction") == "value_proxy" for n in trace)
+    else:
+        fired = any(n.get("slot_rule") for n in trace) and not any(n.get("construction") == "value_proxy" for n in trace)
+    assert fired, f"no node used the {rule} rule: the instance does not exercise it"
     ref = np.array([exact.expected_accepted_length(t, *model.node_probs(t), process) for t in trees])
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
         batch, p, q = padded_rows(trees, model, dtype)

@@ -7,6 +7,7 @@ from solvers.global_lp import global_tree_lp
 from solvers.value_aware import value_aware_verifier
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, LOSSLESS_TOL, Model, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
+from univer_theory.plans.tv_plan import tv_plan
 
 
 def model(V, seed, similarity=0.3):
@@ -61,6 +62,31 @@ def test_tv_le_cf_le_global_and_value_aware_attains_cf(shape, process):
     # the realisation of the CF-optimal node plans attains CF (up to LP tolerance), never more
     assert float(va.expected_accepted) <= cf.value + 1e-9
     assert float(va.expected_accepted) >= cf.value - 1e-8
+
+
+@pytest.mark.parametrize("V,shape,process", [(3, "((..),.)", "iid"), (4, "(((..),.),.)", "wor"), (3, "2,2", "iid")])
+def test_alpha_star_root_bound_sits_between_univer_and_cf(V, shape, process):
+    """Restricting the root to the α*(1)-face can only lower CF, and UniVer (α* at every node) stays below it."""
+    m, sh = model(V, 1), TreeShape.parse(shape)
+    cf = cf_bound(m, sh, process)
+    univer = float(evaluate(m, sh, process, VERIFIERS["univer"]).expected_accepted)
+    assert univer <= cf.alpha_root_value + cf.tolerance + 1e-9 and cf.alpha_root_value <= cf.value + 1e-9
+
+
+@pytest.mark.parametrize("V,process", [(4, "iid"), (5, "iid"), (5, "wor")])
+def test_alpha_star_root_bound_proves_tv_out_of_reach(V, process):
+    """Peaky (((..),.),.) instances: the best verifier with an α*-optimal root stays below TV, because TV's
+    root plan gives up node acceptance (α < α*(1)) for more mass on the deep first child.  Per instance
+    "UniVer ≥ TV" is therefore impossible there for *any* α*-optimal verifier; UniVer gets within 0.5% of
+    the bound."""
+    m, sh = DirichletModel(V, seed=0, similarity=0.5, concentration=0.2), TreeShape.parse("(((..),.),.)")
+    bound = cf_bound(m, sh, process).alpha_root_value
+    tv = evaluate(m, sh, process, VERIFIERS["tv"])
+    univer = float(evaluate(m, sh, process, VERIFIERS["univer"]).expected_accepted)
+    assert bound < float(tv.expected_accepted) - 1e-3
+    assert bound - 5e-3 * bound <= univer <= bound + 1e-9
+    p, q = m.target(()), m.draft(())
+    assert float(tv_plan(p, q, 1.0, 2, process).alpha) < float(alpha_star(p, q, 2, process)) - 1e-3
 
 
 def test_value_aware_is_bound_to_its_shape():

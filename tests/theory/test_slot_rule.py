@@ -53,7 +53,8 @@ def test_slot_rule_recorded_only_on_asymmetric_nodes_and_never_hurts():
     on this instance E[τ] with the slot rule ≥ without it."""
     model = DirichletModel(3, seed=4, similarity=0.4, concentration=0.8)
     shape = TreeShape.parse("((..),.)")
-    with_slot, without = make_univer_verifier(), make_univer_verifier(slot_rule=False, name="u-noslot")
+    with_slot = make_univer_verifier(shape_rule=False)               # the slot rule acts where the shape rule
+    without = make_univer_verifier(slot_rule=False, shape_rule=False)  # is off (large supports)
     tree, _ = next(iter(enumerate_trees(model, shape, "iid")))
     p, q = model.node_probs(tree)
     trace = {r["node"]: r for r in with_slot.trace(tree, p, q, "iid")}

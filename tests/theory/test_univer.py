@@ -12,6 +12,7 @@ from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, DraftTree, T
                            distance_to_target, enumerate_trees, evaluate, make_univer_verifier, output_law,
                            sample_tree, to_fractions)
 from univer_theory.alpha_star import alpha_star
+from univer_theory.plans import value_proxy
 
 SHAPES = ["1,1,1", "2,2", "3,1", "2,1,2", "((..),.)"]
 CONSTRUCTIONS = {"layout": ("iid",), "lp": ("iid", "wor"), "tv": ("iid", "wor"), "auto": ("iid", "wor")}
@@ -19,6 +20,7 @@ VERIFIER = {c: make_univer_verifier(c) for c in CONSTRUCTIONS}
 
 CASES = [(V, shape, process, c) for V in (3, 4) for shape in SHAPES for c, procs in CONSTRUCTIONS.items()
          for process in procs if not (V == 4 and shape == "2,1,2" and c != "auto")]
+CASES += [(V, "(((..),.),.)", process, "auto") for V in (3, 4) for process in ("iid", "wor")]   # shape rule twice
 
 
 @pytest.mark.parametrize("V,shape,process,construction", CASES,
@@ -64,13 +66,15 @@ def test_alpha_one_and_rho_zero_nodes_are_met():
 
 
 @pytest.mark.parametrize("construction,process,shape", [("layout", "iid", "((..),.)"), ("lp", "iid", "2,2"),
-                                                        ("lp", "wor", "((..),.)"), ("auto", "wor", "3,1")])
+                                                        ("lp", "wor", "((..),.)"), ("auto", "wor", "3,1"),
+                                                        ("auto", "iid", "(((..),.),.)"), ("auto", "wor", "((..),.)")])
 def test_every_node_attains_alpha_star(construction, process, shape):
-    """At every internal node of sampled trees, α == α*(ρ) (CondOT LP, 1e-9) for rules 1 and 2."""
+    """At every internal node of sampled trees, α == α*(ρ) (CondOT LP, 1e-9) for rules 1 and 2 and the shape
+    rule (``auto`` on asymmetric shapes at V = 4)."""
     model = DirichletModel(4, seed=7, similarity=0.4, concentration=0.8)
     rng = np.random.default_rng(0)
     v = VERIFIER[construction]
-    checked = 0
+    checked = shaped = 0
     for _ in range(6):
         tree = sample_tree(model, TreeShape.parse(shape), process, rng)
         p, q = model.node_probs(tree)
@@ -80,7 +84,9 @@ def test_every_node_attains_alpha_star(construction, process, shape):
                 lp = condot_value(p[u], q[u], float(row["rho"]), len(tree.children[u]), process)
                 assert abs(row["alpha"] - lp) <= 1e-9, (row, lp)
                 checked += 1
+                shaped += row["construction"] == "value_proxy"
     assert checked >= 6
+    assert shaped or construction != "auto" or shape.startswith("3")
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])
@@ -117,9 +123,9 @@ def test_mean_ordering_rrs_tv_univer():
     assert rrs <= tv + 1e-12 and tv <= uni + 1e-12, (rrs, tv, uni)
 
 
-@pytest.mark.parametrize("shape", ["((..),.)", "((.,(..)),.)"])
+@pytest.mark.parametrize("shape", ["((..),.)", "((.,(..)),.)", "(((..),.),.)"])
 @pytest.mark.parametrize("process", ["iid", "wor"])
-def test_univer_with_slot_rule_beats_tv_per_instance(shape, process):
+def test_univer_beats_tv_per_instance(shape, process):
     for seed in range(3):
         model = DirichletModel(3, seed=seed, similarity=0.4, concentration=0.8)
         sh = TreeShape.parse(shape)
@@ -129,14 +135,31 @@ def test_univer_with_slot_rule_beats_tv_per_instance(shape, process):
         assert u.expected_accepted >= tv.expected_accepted - 1e-12, (seed, u, tv)
 
 
-def test_trace_records_construction_and_slot_rule():
+@pytest.mark.parametrize("V,shape", [(5, "((..),.)"), (3, "(((..),.),.)")])
+def test_shape_rule_lifts_univer_above_tv_where_the_slot_rule_falls_below(V, shape):
+    """Peaky instances of the optimality grid where the slot rule alone ends below TV; the shape rule (same
+    α*(ρ) at every node, another plan on the α*-face) ends above it."""
+    model = DirichletModel(V, seed=0, similarity=0.5, concentration=0.2)
+    sh = TreeShape.parse(shape)
+    tv = evaluate(model, sh, "iid", VERIFIERS["tv"]).expected_accepted
+    slot_only = evaluate(model, sh, "iid", make_univer_verifier(shape_rule=False)).expected_accepted
+    shaped = evaluate(model, sh, "iid", VERIFIERS["univer"])
+    assert slot_only < tv - 1e-3 < shaped.expected_accepted - 1e-3
+    assert shaped.lossless and shaped.plans.get("value_proxy", 0) > 0
+
+
+def test_trace_records_construction_shape_rule_and_slot_rule():
+    """Root of ((..),.) has different subtrees at its positions: the shape rule on a small support, the slot
+    rule when the shape rule is off; node 1's children are two leaves (equal subtrees): neither."""
     model = DirichletModel(4, seed=1)
     tree = sample_tree(model, TreeShape.parse("((..),.)"), "wor", np.random.default_rng(3))
     p, q = model.node_probs(tree)
     trace = VERIFIERS["univer"].trace(tree, p, q, "wor")
-    assert trace[0]["construction"] == "wor_pair" or trace[0]["construction"] in ("pts", "iid_coupling", "lp")
-    assert trace[0]["slot_rule"] is True
-    assert trace[1]["slot_rule"] is False             # children of node 1 are two leaves: equal subtrees
+    assert trace[0]["construction"] == "value_proxy" and trace[0]["slot_rule"] is False
+    assert trace[1]["construction"] in ("wor_pair", "pts", "iid_coupling", "lp") and trace[1]["slot_rule"] is False
+    trace = make_univer_verifier(shape_rule=False).trace(tree, p, q, "wor")
+    assert trace[0]["construction"] in ("wor_pair", "pts", "iid_coupling", "lp") and trace[0]["slot_rule"] is True
+    assert trace[1]["slot_rule"] is False
     assert all(0 <= row["alpha"] <= row["rho"] + 1e-12 for row in trace if "alpha" in row)
 
 
@@ -163,3 +186,14 @@ def test_options_and_bad_input():
     with pytest.raises(NotImplementedError, match="rational"):
         exact = np.array([to_fractions(row) for row in p])
         VERIFIERS["univer"].law(tree, exact, exact, "iid")
+
+
+def test_shape_rule_applies_only_to_small_asymmetric_float_nodes():
+    q = np.full(4, 0.25)
+    assert value_proxy.applies(q, ("(..)", "."), "iid") and value_proxy.applies(q, ("(..)", "."), "wor")
+    assert not value_proxy.applies(q, (".", "."), "iid")                    # symmetric: any α*-plan position
+    assert not value_proxy.applies(q, ("(..)", "."), "topk")                # not an iid / wor tuple law
+    assert not value_proxy.applies(to_fractions(q), ("(..)", "."), "iid")   # rational mode stays exact
+    assert not value_proxy.applies(q, ("(.,.,.,.,.)", "."), "wor")              # 5 distinct children from 4 tokens
+    big = np.full(30, 1 / 30)                                               # 30² tuples > MAX_TUPLES
+    assert 30 ** 2 > value_proxy.MAX_TUPLES and not value_proxy.applies(big, ("(..)", "."), "iid")

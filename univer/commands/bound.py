@@ -3,7 +3,8 @@
 Prints, for one model/shape/process, the global bound (theory.md §4.3, any lossless verifier), CF (§6.4,
 verifiers of the conditional framework), each verifier's exact E[τ] with its relative gap to both, and the
 value-aware oracle ``univer-va``.  ``--json`` prints the ``univer exact`` object plus ``global_bound``,
-``cf_bound`` and, for depth-1 shapes, ``alpha_star`` (LP and closed form at ρ = 1).
+``cf_bound`` (with ``alpha_root_value``: CF with the root restricted to α*-optimal plans, an upper bound on
+UniVer) and, for depth-1 shapes, ``alpha_star`` (LP and closed form at ρ = 1).
 """
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ def bound_results(args, progress: bool = True) -> dict:
         out["methods"][VALUE_AWARE] = va.as_json()
     out["global_bound"] = {"value": glob.value, "trees": glob.trees, "classes": glob.classes,
                            "variables": glob.variables, "constraints": glob.constraints, "seconds": glob.seconds}
-    out["cf_bound"] = {"value": cf.value, "breakpoints": cf.breakpoints, "lp_solves": cf.lp_solves,
-                       "tolerance": cf.tolerance, "seconds": cf.seconds}
+    out["cf_bound"] = {"value": cf.value, "alpha_root_value": cf.alpha_root_value, "breakpoints": cf.breakpoints,
+                       "lp_solves": cf.lp_solves, "tolerance": cf.tolerance, "seconds": cf.seconds}
     if shape.max_depth == 1:
         k = len(shape.children[0])
         p, q = (np.asarray(row, dtype=np.float64) for row in (model.target(()), model.draft(())))
@@ -69,6 +70,7 @@ def run(args) -> int:
     print(f"global tree LP  E[tau] ≤ {glob['value']:.9f}   ({glob['trees']} trees, {glob['classes']} classes, "
           f"{glob['variables']} variables, {glob['seconds']:.2f} s)")
     print(f"CF optimum      E[tau] = {cf['value']:.9f}   ({cf['breakpoints']} breakpoints, {cf['seconds']:.2f} s)")
+    print(f"CF, α* root     E[tau] ≤ {cf['alpha_root_value']:.9f}   (bound on every verifier whose root attains α*)")
     if "alpha_star" in out:
         print(f"alpha*          LP {out['alpha_star']['lp']:.9f}   closed form {out['alpha_star']['fast']:.9f}")
     print(f"{'method':<11}{'E[tau]':>12}{'distance':>12}  lossless{'gap→global':>12}{'gap→CF':>10}")

@@ -26,7 +26,7 @@ MAX_WOR_TUPLES = 50_000
 
 def tv_weights(target_probs, draft_probs, rho, S, process) -> list:
     """``w_j(S) = s_j Π_{l<j}(1 − s_l)`` from TV's scalings on the realised tuple S."""
-    d = traversal_rule(NodeContext(rho, target_probs, draft_probs, tuple(S), process, (1,) * len(S)))
+    d = traversal_rule(NodeContext(rho, target_probs, draft_probs, tuple(S), process, (".",) * len(S)))
     w, fail = [], 1
     for s in d.scale:
         w.append(fail * s)
