@@ -4,9 +4,13 @@ LP (rule 1) versus the draft support m.  One run, printed tables; times are wall
 Layout (rule 2) columns:
   targets   closed-form b(y), cut and blocks (sort + cumsum + cummin, O(V log V));
   realised  placing only the blocks that a random realised tuple touches, plus w(S) (what a verifier needs);
-  full      placing every block (the whole layout; sequential greedy inside multi-token blocks);
-  max block the largest block (tokens): the greedy costs O(n) array work + O(log n) scalar steps per token there.
+  full      placing every block (the whole layout: fractional densities, one tridiagonal scan per block);
+  max block the largest block (tokens): its scan is O(n log n) array work, then O(G) per realised token.
 wor-2 (rule 3) and PTS (rule 4) build their plans for wor children at the same (p, q).
+The shape rule (``univer_theory.plans.value_proxy``) is timed beside the LP for a root with children
+``((..),.)`` (k = 2): ``proxy`` builds the context-free value functions of its children's shapes (a sandwich of
+small LPs, once per node's rows), ``face LP`` the α*-face LP at one ρ.  It applies only up to
+``value_proxy.MAX_TUPLES`` tuples per node problem.
 
 Run: ``python benchmarks/bench_node_plans.py [--vocab 100 1000 10000 130000] [--k 2 3] [--seed 0]``
 """
@@ -18,6 +22,8 @@ import time
 import numpy as np
 
 from univer_theory.plans.layout import PrivateLayout, layout_plan
+from solvers.cf_bound import context_free_value
+from univer_theory.plans import value_proxy
 from univer_theory.plans.lp_plan import lp_plan
 from univer_theory.plans.pts import pts_plan
 from univer_theory.plans.wor_pair import wor_pair_plan
@@ -43,7 +49,7 @@ def layout_row(p, q, k, rho, rng):
     targets = plan.info["layout"].targets
     fresh = PrivateLayout.build(targets)
     blocks = np.diff(targets.bounds)
-    _, t_full = timed(lambda: [fresh.place_block(i) for i in range(blocks.size)])
+    _, t_full = timed(lambda: [fresh.block(i) for i in range(blocks.size)])
     return t_targets, t_real, t_full, int(blocks.max()), int((blocks > 1).sum())
 
 
@@ -82,6 +88,20 @@ def main(argv=None):
                 plan, t = timed(lambda: lp_plan(p, q, args.rho, k, process))
                 n = m ** k if process == "iid" else int(np.prod(np.arange(m - k + 1, m + 1)))
                 print(f"{m:>3} {k:>2} {process:>7} | {n:>7} {t:8.3f}")
+
+    print(f"\nShape rule vs draft support m, children ((..),.) (k = 2, MAX_TUPLES = {value_proxy.MAX_TUPLES}); seconds")
+    print(f"{'m':>3} {'process':>7} | {'tuples':>7} {'proxy':>8} {'face LP':>8} {'LP (rule 1)':>11}")
+    shapes = ("(.,.)", ".")
+    for m in args.support:
+        p, q = rng.dirichlet(np.ones(m)), rng.dirichlet(np.ones(m))
+        for process in ("iid", "wor"):
+            if not value_proxy.applies(q, shapes, process):
+                continue
+            _, t_proxy = timed(lambda: context_free_value(shapes[0], p, q, process))
+            _, t_face = timed(lambda: value_proxy.value_proxy_plan(p, q, args.rho, shapes, process))
+            _, t_lp = timed(lambda: lp_plan(p, q, args.rho, 2, process))
+            n = m ** 2 if process == "iid" else m * (m - 1)
+            print(f"{m:>3} {process:>7} | {n:>7} {t_proxy:8.3f} {t_face:8.3f} {t_lp:11.3f}")
 
 
 if __name__ == "__main__":

@@ -34,17 +34,36 @@ def _children_of(parent: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
 
 
 def split_key(key: str) -> tuple[str, ...]:
-    """Children keys of a nested subtree key ``"(k1,k2,…)"`` (``()`` for a leaf ``"."``)."""
-    out, depth, start = [], 0, 1
-    for i, ch in enumerate(key):
-        if ch == "(":
+    """Children keys of a nested subtree key ``"(k1,k2,…)"`` (``()`` for a leaf ``"."``); the commas between
+    children are optional, as in :meth:`TreeShape.parse` (``"((..),.)"``).  Raises ValueError on anything else."""
+    if key == ".":
+        return ()
+    if len(key) < 3 or key[0] != "(" or key[-1] != ")":
+        raise ValueError(f"split_key: {key!r} is not a nested subtree key ('.' or '(…)' with children)")
+    out, depth, start = [], 0, None
+    for i, ch in enumerate(key[1:-1], 1):
+        if ch not in "().,":
+            raise ValueError(f"split_key: unexpected character {ch!r} in {key!r}")
+        if depth == 0 and ch == ".":
+            out.append(".")
+        elif ch == "(":
+            start = i if depth == 0 else start
             depth += 1
         elif ch == ")":
             depth -= 1
-        if (ch == "," and depth == 1) or (ch == ")" and depth == 0):
-            out.append(key[start:i])
-            start = i + 1
+            if depth < 0:
+                raise ValueError(f"split_key: unbalanced ')' in {key!r}")
+            if depth == 0:
+                out.append(key[start:i + 1])
+    if depth or not out:
+        raise ValueError(f"split_key: {key!r} is not one balanced subtree with children")
     return tuple(out)
+
+
+def canonical_key(key: str) -> str:
+    """The comma-separated form of a nested subtree key, as :attr:`TreeShape.subtree_keys` writes it."""
+    kids = split_key(key)
+    return "(" + ",".join(canonical_key(c) for c in kids) + ")" if kids else "."
 
 
 def key_size(key: str) -> int:

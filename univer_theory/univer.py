@@ -10,7 +10,8 @@ At every internal node X (scaling ρ, target p, draft q, realised children S, k 
      proxy (CF value functions of the children's subtree shapes under X's own rows);
    * otherwise the construction of :mod:`univer_theory.plans.choose` for ``(p, q, ρ, k, process)``;
 2. evaluate ``w(S)``; if the positions' subtrees differ and the shape rule was not used, apply the slot rule
-   (``solvers.slot_rule``: same token masses per multiset class, moved to positions with larger subtrees);
+   (``solvers.slot_rule``: same token masses per multiset class, moved to positions with larger subtrees) —
+   for k ≤ :data:`SLOT_RULE_MAX_K` only: it evaluates the plan on all k! orderings of the class;
 3. hand child j the scaling ``s_j = w_j / (1 − Σ_{l<j} w_l)`` (0 when the denominator is 0), enter = 1;
 4. if every child fails, X succeeds w.p. ``f = (ρ − α)/(1 − α)`` and emits ``Y ~ norm(ρp − a)``.
 
@@ -36,6 +37,9 @@ from .verifiers import Verifier, register
 #: ~100 MB at V = 49152 (each plan and its key hold a handful of length-V rows) and is unbounded in practice
 #: on the small vocabularies of the exact oracle.
 PLAN_CACHE_ENTRIES = 2**21
+#: Widest node the slot rule re-positions (k! orderings per multiset class, each one plan evaluation); wider
+#: nodes keep their plan's own positions (EAGLE-like trees branch at most 4-wide).
+SLOT_RULE_MAX_K = 4
 
 
 def _key(arr: np.ndarray):
@@ -86,7 +90,7 @@ class UniVerRule:
         plan, key = self.plan(target_probs, draft_probs, rho, process, tuple(child_shapes))
         w = plan.select(children)
         if (self.slot_rule and plan.construction != "value_proxy" and process in ("iid", "wor")
-                and len(set(child_shapes)) > 1):
+                and len(set(child_shapes)) > 1 and len(children) <= SLOT_RULE_MAX_K):
             omega = tuple(1 + key_size(c) for c in child_shapes)
             w2 = self.slotted(plan, key, children, draft_probs, process, omega)
             if w2 is not None:

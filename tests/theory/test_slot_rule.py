@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from solvers.slot_rule import multiset_class, slot_rule_lp, tuple_probability
-from univer_theory import DirichletModel, TreeShape, enumerate_trees, evaluate, make_univer_verifier, tuple_law
+from univer_theory import (VERIFIERS, DirichletModel, TreeShape, enumerate_trees, evaluate, make_univer_verifier,
+                           tuple_law)
 from univer_theory.plans.layout import layout_plan
 from univer_theory.plans.pts import pts_plan
 
@@ -63,3 +64,17 @@ def test_slot_rule_recorded_only_on_asymmetric_nodes_and_never_hurts():
     e0 = evaluate(model, shape, "iid", without)
     assert e1.lossless and e0.lossless
     assert e1.expected_accepted >= e0.expected_accepted - 1e-12
+
+
+def test_nodes_wider_than_the_slot_rule_cap_keep_their_plan_positions():
+    """A 5-wide asymmetric root (5! orderings per class; 4⁵ tuples is beyond the shape rule too) keeps its
+    construction's own w(S): no slot rule recorded, still lossless."""
+    from univer_theory.univer import SLOT_RULE_MAX_K
+
+    model = DirichletModel(4, seed=1, similarity=0.4, concentration=0.8)
+    shape = TreeShape.parse("(.,.,.,.,(..))")
+    assert len(shape.children[0]) > SLOT_RULE_MAX_K
+    tree, _ = next(iter(enumerate_trees(model, shape, "iid")))
+    row = VERIFIERS["univer"].trace(tree, *model.node_probs(tree), "iid")[0]
+    assert row["construction"] == "layout" and row["slot_rule"] is False
+    assert evaluate(model, shape, "iid", VERIFIERS["univer"]).lossless

@@ -7,6 +7,7 @@ import pytest
 from univer_theory import (DirichletModel, DraftTree, TreeShape, apply_temperature, context_free, count_trees,
                            enumerate_trees, sample_children, sample_tree, to_fractions, tuple_law)
 from univer_theory.proofs import verify_all
+from univer_theory.tree import canonical_key, key_size, split_key
 
 from ..conftest import TEST_FAILURE_RATE
 from ..stats import g_test
@@ -18,6 +19,18 @@ def test_shape_forms_agree():
     assert s.children[0] == (1, 2) and s.subtree_size[1] == 3 and s.max_depth == 2 and not s.is_chain
     assert TreeShape.parse(str(s)) == s
     assert TreeShape.parse("1,1,1").is_chain
+
+
+def test_subtree_keys_split_and_canonical_form():
+    s = TreeShape.parse("((..),(.(..)),.)")
+    assert s.subtree_keys[0] == str(s) == "((.,.),(.,(.,.)),.)"
+    assert split_key(s.subtree_keys[0]) == tuple(s.subtree_keys[c] for c in s.children[0])
+    assert split_key(".") == () and split_key("((..),.)") == ("(..)", ".")
+    assert canonical_key("((..),(.(..)),.)") == s.subtree_keys[0]
+    assert all(key_size(s.subtree_keys[u]) == s.subtree_size[u] for u in range(s.num_nodes))
+    for bad in ("", "()", "(.x)", "(.))", "((.)"):
+        with pytest.raises(ValueError, match="split_key"):
+            split_key(bad)
 
 
 def test_tree_paths_and_children():

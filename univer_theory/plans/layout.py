@@ -52,11 +52,18 @@ Duplicated tokens keep separate copies (each gets the same share).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from .base import NodePlan
 from .node_inputs import check_node_inputs
+
+@lru_cache(maxsize=None)
+def _gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Legendre nodes and weights on [−1, 1] (cached: ``w(S)`` asks for them once per realised tuple)."""
+    return np.polynomial.legendre.leggauss(n)
+
 
 def mu_k(lo, hi, k: int):
     """``μ_k([lo, hi)) = (1−lo)^k − (1−hi)^k`` (see :func:`mu_k_width`)."""
@@ -264,7 +271,7 @@ class PrivateLayout:
         e = np.unique(np.concatenate([dens[y][0] for y in uniq]))
         el, eh = e[:-1], e[1:]
         mid = 0.5 * (el + eh)
-        nodes, weights = np.polynomial.legendre.leggauss(-(-k // 2) + 1)
+        nodes, weights = _gauss_legendre(-(-k // 2) + 1)
         half = 0.5 * (eh - el)
         u = mid[:, None] + half[:, None] * nodes[None, :]                 # [n_intervals, n_nodes]
         f, surv = {}, {}

@@ -30,7 +30,7 @@ from math import perm
 import numpy as np
 
 from ..alpha_star import alpha_star
-from ..tree import split_key
+from ..tree import canonical_key, split_key
 from .base import NodePlan
 from .lp_plan import repaired_plan
 
@@ -46,6 +46,7 @@ def applies(draft_probs, child_shapes: tuple[str, ...], process: str) -> bool:
     """True when the shape rule is used: ``iid`` / ``wor``, ≥ 2 children with different subtrees, float rows,
     and every node problem of the proxy's recursion within :data:`MAX_TUPLES` (``wor``: within the support)."""
     q = np.asarray(draft_probs)
+    child_shapes = tuple(canonical_key(c) for c in child_shapes)
     if process not in ("iid", "wor") or len(set(child_shapes)) < 2 or q.dtype == object:
         return False
     m = int(np.count_nonzero(q))
@@ -68,6 +69,7 @@ def value_proxy_plan(target_probs, draft_probs, rho, child_shapes: tuple[str, ..
 
     p = np.asarray(target_probs, dtype=np.float64)
     q = np.asarray(draft_probs, dtype=np.float64)
+    child_shapes = tuple(canonical_key(c) for c in child_shapes)
     k, rho = len(child_shapes), float(rho)
     problem = NodeProblem(p, q, k, process, lambda j, y: context_free_value(child_shapes[j], p, q, process))
     floor = float(alpha_star(p, q, k, process, rho)) - ALPHA_FLOOR_SLACK

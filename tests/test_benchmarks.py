@@ -1,0 +1,21 @@
+"""Every benchmark script runs end to end on tiny sizes (they print ratios; nothing here is timed)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = {
+    "bench_alpha_star.py": ["--repeats", "1", "--large", "2000"],
+    "bench_node_plans.py": ["--vocab", "100", "--k", "2", "--support", "4", "6"],
+    "bench_univer_plans.py": ["--vocab", "2000"],
+}
+
+
+@pytest.mark.parametrize("script", sorted(RUNS))
+def test_benchmark_runs_on_tiny_sizes(script):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *RUNS[script]], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("\n") >= 5
