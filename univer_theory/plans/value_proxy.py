@@ -71,7 +71,9 @@ def value_proxy_plan(target_probs, draft_probs, rho, child_shapes: tuple[str, ..
     q = np.asarray(draft_probs, dtype=np.float64)
     child_shapes = tuple(canonical_key(c) for c in child_shapes)
     k, rho = len(child_shapes), float(rho)
-    problem = NodeProblem(p, q, k, process, lambda j, y: context_free_value(child_shapes[j], p, q, process))
+    drafted = q > 0          # the proxy lives on the draft support: undrafted tokens never enter a node problem
+    p_s, q_s = p[drafted], q[drafted]
+    problem = NodeProblem(p, q, k, process, lambda j, y: context_free_value(child_shapes[j], p_s, q_s, process))
     floor = float(alpha_star(p, q, k, process, rho)) - ALPHA_FLOOR_SLACK
     try:
         value, _, pi, _ = problem.solve(rho, max(floor, 0.0))
