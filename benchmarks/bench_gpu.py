@@ -2,7 +2,9 @@
 
 Cells: B trees of N nodes, V = 49152 (SmolLM2's vocabulary); methods TV, RRSw (UniVer opt-in) on wor-drafted
 trees (random EAGLE-like shapes: each node's parent uniform among earlier nodes of depth < 4, so trees in a batch
-differ).
+differ).  ``--process iid --shape 2,2,2`` drafts i.i.d. children on one uniform shape instead (N = its size):
+there every UniVer node is planned in torch (:mod:`gpu.layout`); on random shapes and under wor most k ≥ 2
+nodes still go through the exact core one by one (see ``gpu/univer_rule.py``).
 Rows are float32 softmaxes of Gaussian logits (target) and noisy copies (draft).
 
 Both sides verify the same B trees with the same rows, each tree once per repeat, and neither timing includes
@@ -34,13 +36,14 @@ import torch
 from gpu import TreeBatch, verify
 from gpu.drafting import sample_children
 from gpu.verify import validate_inputs
-from univer_theory import VERIFIERS, DraftTree
+from univer_theory import VERIFIERS, DraftTree, TreeShape
 from univer_theory.engine import tree_sample
 from univer_theory.verifiers import validate_inputs as exact_validate_inputs
 
 
-def random_batch(B, N, V, device, gen):
-    """B trees of N nodes (random shapes, wor children drafted from q) with rows ``[B, N, V]``."""
+def random_batch(B, N, V, device, gen, process="wor", shape=None):
+    """B trees of N nodes (random shapes, or ``shape`` for all), children drafted from q by ``process``, with
+    rows ``[B, N, V]``."""
     p = torch.softmax(2.0 * torch.randn(B, N, V, generator=gen, device=device), -1)
     q = torch.softmax(torch.log(p) + 0.8 * torch.randn(B, N, V, generator=gen, device=device), -1)
     parent = torch.full((B, N), -1, dtype=torch.long)
@@ -49,14 +52,14 @@ def random_batch(B, N, V, device, gen):
     for b in range(B):
         depth = [0]
         for v in range(1, N):
-            u = int(rng.choice([w for w in range(v) if depth[w] < 4]))
+            u = shape.parent[v] if shape is not None else int(rng.choice([w for w in range(v) if depth[w] < 4]))
             parent[b, v] = u
             depth.append(depth[u] + 1)
         kids: dict = {}
         for v in range(1, N):
             kids.setdefault(int(parent[b, v]), []).append(v)
         for u, vs in kids.items():
-            token[b, vs] = sample_children(q[b, u:u + 1].cpu(), len(vs), "wor").view(-1)
+            token[b, vs] = sample_children(q[b, u:u + 1].cpu(), len(vs), process).view(-1)
     return TreeBatch.from_tensors(parent, token, vocab_size=V, device=device), p, q
 
 
@@ -107,6 +110,8 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--repeat", type=int, default=3, help="runs per timing (median reported)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--process", default="wor", choices=["wor", "iid"])
+    ap.add_argument("--shape", default=None, help="one TreeShape for every tree (e.g. 2,2,2); default random shapes")
     ap.add_argument("--methods", default="tv,rrsw",
                     help="comma-separated methods (tv, rrsw, univer); univer's per-node plans are not batched "
                          "yet and take seconds per batch at this V, so it is opt-in")
@@ -114,27 +119,28 @@ def main(argv=None):
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     gen = torch.Generator(device=args.device).manual_seed(0)
-    Bs, Ns = (1, 8, 64), ((8, 32, 64) if args.full else (8, 32))
+    shape = TreeShape.parse(args.shape) if args.shape else None
+    Bs, Ns = (1, 8, 64), ((shape.num_nodes,) if shape else (8, 32, 64) if args.full else (8, 32))
     V = args.vocab
-    print(f"device {args.device}, torch threads {torch.get_num_threads()}, V = {V}, float32 rows, wor trees; "
+    print(f"device {args.device}, torch threads {torch.get_num_threads()}, V = {V}, float32 rows, {args.process} trees; "
           f"median of {args.repeat} runs, ms per batch (loop: summed over the same B trees)")
     print(f"{'B':>3} {'N':>3} {'method':>6} {'batched':>9} {'loop':>9} {'loop/batched':>13}")
     checks = []
     for B in Bs:
         for N in Ns:
-            batch, p, q = random_batch(B, N, V, args.device, gen)
+            batch, p, q = random_batch(B, N, V, args.device, gen, args.process, shape)
             trees = batch.to("cpu").to_trees(V)
             rows = [(f64_rows(p[i, :t.num_nodes]), f64_rows(q[i, :t.num_nodes])) for i, t in enumerate(trees)]
             for method in args.methods.split(","):
                 g = torch.Generator(device=args.device).manual_seed(1)
-                t_b = time_batched(lambda b: verify(b, p, q, "wor", method, g, validate=False), batch, args.device,
+                t_b = time_batched(lambda b: verify(b, p, q, args.process, method, g, validate=False), batch, args.device,
                                    args.repeat)
                 rng, rule = np.random.default_rng(1), VERIFIERS[method].rule
-                t_l = time_loop(lambda t, pn, qn: tree_sample(t, pn, qn, "wor", rule, rng), trees, rows,
+                t_l = time_loop(lambda t, pn, qn: tree_sample(t, pn, qn, args.process, rule, rng), trees, rows,
                                 args.repeat)
                 print(f"{B:>3} {N:>3} {method:>6} {t_b:>9.1f} {t_l:>9.1f} {t_l / t_b:>13.1f}", flush=True)
-            v_b = time_batched(lambda b: validate_inputs("bench", b, p, q, "wor"), batch, args.device, args.repeat)
-            v_l = time_loop(lambda t, pn, qn: exact_validate_inputs("bench", t, pn, qn, "wor"), trees, rows,
+            v_b = time_batched(lambda b: validate_inputs("bench", b, p, q, args.process), batch, args.device, args.repeat)
+            v_l = time_loop(lambda t, pn, qn: exact_validate_inputs("bench", t, pn, qn, args.process), trees, rows,
                             args.repeat)
             checks.append((B, N, v_b, v_l))
             del batch, p, q, rows

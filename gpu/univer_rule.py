@@ -9,17 +9,16 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
 
 * ``k = 1`` (any process): the unique plan ``w = min(1, ρp(y)/Q_1(y))``, ``a = min(ρp, Q_1)`` (``Q_1 = q``;
   the point mass on the top draft token for ``topk``) — nothing else is needed for these nodes;
-* ``iid`` with ``k ≥ 2``: the private-position layout's closed-form targets (:func:`layout_marginal`: sort by
-  ``ρp/q``, cumsum, prefix / suffix minima) and ``a = min(b, ρp)``;
-* every node: ``f``, the residual ``[ρp − a]_+`` and the scalings ``s_j`` from ``w``; ``α = Σ a`` for k = 1
-  (for k ≥ 2 the exact plan's own α is used: ``f`` is ill-conditioned as ``α → 1`` and must match the
-  exact core's round-off there).
+* ``iid`` with ``k ≥ 2`` and the same subtree under every position (every node of a uniform tree): the whole
+  private-position layout (:mod:`gpu.layout`): closed-form targets, ``a = min(b, ρp)``, and ``w(S)`` — the
+  earliest block the tuple touches laid out with fractional densities and integrated by Gauss–Legendre;
+  for the other ``iid`` nodes (looped below) the targets / marginal (:func:`~gpu.layout.layout_marginal`);
+* every node: ``f``, the residual ``[ρp − a]_+`` and the scalings ``s_j`` from ``w``; ``α = Σ a`` (for looped
+  nodes the exact plan's own α, so ``f`` matches the exact core's round-off as ``α → 1``).
 
 **Per node, on the CPU in float64 numpy through the exact core** (one :class:`~univer_theory.univer.UniVerRule`
-per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), for the nodes with ``k ≥ 2`` only:
+per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), for the other nodes with ``k ≥ 2``:
 
-* ``iid``: ``w(S)`` of the layout plan (placing the layout blocks the realised tokens touch, then the
-  Gauss–Legendre integral);
 * ``wor``: the whole automatic choice — ``wor_pair`` (k = 2, if feasible), else the larger α of PTS and the
   iid coupling (the exact LP on supports ≤ 8) — its marginal ``a`` and ``w(S)``;
 * ``topk`` / ``greedy``: the exact LP plan (rule 1), its marginal and ``w(S)``;
@@ -39,33 +38,7 @@ import torch
 from univer_theory.univer import UniVerRule
 
 from .engine import LevelContext, LevelDecision
-
-
-def layout_marginal(c: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``a = min(b, c)`` of the i.i.d. private-position layout for rows ``c = ρp`` and ``q`` ``[R, V]`` with k
-    children each (``k [R]``), as :func:`univer_theory.plans.layout.layout_targets`.
-
-    Drafted tokens by ratio ``c/q`` descending (ties by token id), prefix sums ``X`` (of q), ``C`` (of c),
-    ``D_l = F(X_l) − C_l`` with ``F(x) = 1 − (1−x)^k``, ``n = argmin D``, ``P`` / ``S`` prefix / suffix minima:
-    ``b(y_l) = c(y_l) − (P_{l−1} − P_l)`` for ``l ≤ n``, ``c(y_l) + S_l − S_{l−1}`` beyond; b = 0 off the draft
-    support (placed last in the order with c taken as 0, so D stays flat there).
-    """
-    drafted = q > 0
-    key = torch.where(drafted, -(c / torch.where(drafted, q, 1)), torch.inf)
-    order = torch.sort(key, dim=-1, stable=True).indices
-    qo = q.gather(1, order)
-    co = torch.where(drafted.gather(1, order), c.gather(1, order), 0)
-    zero = torch.zeros_like(qo[:, :1])
-    X = torch.cat([zero, qo.cumsum(-1)], 1)
-    C = torch.cat([zero, co.cumsum(-1)], 1)
-    D = -torch.expm1(k.to(X.dtype)[:, None] * torch.log1p(-X.clamp(max=1.0))) - C
-    n = D.argmin(-1, keepdim=True)
-    P = D.cummin(-1).values
-    S = D.flip(-1).cummin(-1).values.flip(-1)
-    l = torch.arange(1, qo.shape[1] + 1, device=q.device)[None, :]
-    bo = torch.where(l <= n, co - (P[:, :-1] - P[:, 1:]), co + (S[:, 1:] - S[:, :-1])).clamp(min=0)
-    b = torch.zeros_like(q).scatter(1, order, bo)
-    return torch.minimum(b, c)
+from .layout import layout_marginal, layout_weights
 
 
 def _single_child(ctx: LevelContext, c: torch.Tensor):
@@ -135,25 +108,33 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
         w1, a1 = _single_child(LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process), c)
         w[:, 0] = torch.where(one, w1, 0)
         a = torch.where(one[:, None], a1, a)
-    many = (k >= 2).nonzero().squeeze(1)
-    if many.numel():
+    many = k >= 2
+    batched = torch.zeros_like(many)
+    if ctx.process == "iid":          # equal subtrees under every position: the layout alone, batched in torch
+        shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(ctx.children)
+        batched = many & ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
+        rows = batched.nonzero().squeeze(1)
+        if rows.numel():
+            w[rows], a[rows] = layout_weights(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
+    looped = (many & ~batched).nonzero().squeeze(1)
+    if looped.numel():
         exact_ctx = LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process, ctx.child_shapes,
                                  ctx.shape_keys)
-        w_many, alpha_many, a_many, own = _plan_nodes(exact_ctx, many, want_marginal=ctx.process != "iid")
+        w_loop, alpha_loop, a_loop, own = _plan_nodes(exact_ctx, looped, want_marginal=ctx.process != "iid")
         if ctx.process == "iid":
-            layout = layout_marginal(c[many], q[many], k[many])
-            a_many = layout if a_many is None else torch.where(own[:, None], a_many, layout)
-        w[many] = w_many
-        a[many] = a_many
+            layout = layout_marginal(c[looped], q[looped], k[looped])
+            a_loop = layout if a_loop is None else torch.where(own[:, None], a_loop, layout)
+        w[looped] = w_loop
+        a[looped] = a_loop
     alpha = a.sum(-1)
-    if many.numel():
-        alpha[many] = alpha_many      # the plan's own α: f = (ρ − α)/(1 − α) is ill-conditioned as α → 1
+    if looped.numel():
+        alpha[looped] = alpha_loop    # the plan's own α: f = (ρ − α)/(1 − α) is ill-conditioned as α → 1
     scale, used = [], torch.zeros_like(rho)
     for j in range(K):
         den = 1 - used
         scale.append(torch.where(den > 0, w[:, j] / torch.where(den > 0, den, 1), 0).clamp(0, 1))
         used = used + w[:, j]
-    stop = torch.where(alpha != 1, (rho - alpha) / torch.where(alpha != 1, 1 - alpha, 1), 0).clamp(0, 1)
+    stop = torch.where(alpha < 1, (rho - alpha) / torch.where(alpha < 1, 1 - alpha, 1), 1).clamp(0, 1)   # plans/base.py
     residual = (c - a).clamp(min=0)
     scale = torch.stack(scale, 1).to(dtype)
     return LevelDecision(torch.ones_like(scale), scale, stop.to(dtype), residual.to(dtype))

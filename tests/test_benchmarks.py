@@ -10,6 +10,7 @@ RUNS = {
     "bench_alpha_star.py": ["--repeats", "1", "--large", "2000"],
     "bench_node_plans.py": ["--vocab", "100", "--k", "2", "--support", "4", "6"],
     "bench_univer_plans.py": ["--vocab", "2000"],
+    "bench_gpu.py": ["--vocab", "200", "--process", "iid", "--shape", "2,2", "--methods", "tv,univer", "--repeat", "1"],
 }
 
 

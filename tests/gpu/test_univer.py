@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from gpu import expected_accepted_length, verify
-from gpu.univer_rule import layout_marginal
+from gpu.layout import layout_marginal, layout_weights
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
-from univer_theory.plans.layout import layout_targets
+from univer_theory.plans.layout import layout_plan, layout_targets
 
 from .helpers import padded_rows
 
@@ -38,6 +38,31 @@ def test_layout_marginal_matches_exact_targets(V, k, rho, zeros):
     for i, (p, qi) in enumerate(rows):
         want = layout_targets(p, qi, rhos[i], k).marginal
         np.testing.assert_allclose(got[i].numpy(), want, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("V,zeros", [(5, 1), (6, 0), (300, 40), (3000, 0)])
+def test_layout_weights_match_the_exact_plan(V, zeros):
+    """The batched layout's w(S) and marginal equal layout_plan(...).select(S) / .marginal (1e-12) on rows with
+    k = 2, 3, 4 mixed in one batch, several ρ, draft zeros, duplicated children and tuples spanning blocks."""
+    rng = np.random.default_rng(V)
+    K, rows, want_w, want_a, kids, mask = 4, [], [], [], [], []
+    for i in range(12):
+        p, q = llm_like(V, rng, zeros)
+        rho, k = (1.0, 0.6, 0.2)[i % 3], 2 + i % 3
+        S = tuple(int(y) for y in rng.choice(V, size=k, p=q))
+        if i % 4 == 3:
+            S = (S[0],) * k                                   # duplicates
+        plan = layout_plan(p, q, rho, k, "iid")
+        want_w.append(np.concatenate([plan.select(S), np.zeros(K - k)]))
+        want_a.append(plan.marginal)
+        rows.append((rho * p, q))
+        kids.append(list(S) + [0] * (K - k))
+        mask.append([True] * k + [False] * (K - k))
+    c, q = (torch.tensor(np.stack(x)) for x in zip(*rows))
+    w, a = layout_weights(c, q, torch.tensor(kids), torch.tensor(mask))
+    np.testing.assert_allclose(w.numpy(), np.array(want_w), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a.numpy(), np.array(want_a), rtol=0, atol=1e-15)
+    assert (w.sum(1) <= 1 + 1e-15).all() and (w[~torch.tensor(mask)] == 0).all()
 
 
 ASYMMETRIC = ["((..),.)", "((.(..)),(.),.)", "(.,(.),(..))", "((.),(.(.)))"]

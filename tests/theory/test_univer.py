@@ -197,3 +197,16 @@ def test_shape_rule_applies_only_to_small_asymmetric_float_nodes():
     assert not value_proxy.applies(q, ("(.,.,.,.,.)", "."), "wor")              # 5 distinct children from 4 tokens
     big = np.full(30, 1 / 30)                                               # 30² tuples > MAX_TUPLES
     assert 30 ** 2 > value_proxy.MAX_TUPLES and not value_proxy.applies(big, ("(..)", "."), "iid")
+
+
+def test_stop_is_one_when_the_node_accepts_everything():
+    """f = (ρ − α)/(1 − α) tends to 1 as α → 1 at ρ = 1; α ≥ 1 (exactly, or by round-off) gives 1 as well, so
+    the exact core and the torch rule agree whichever side of 1 their sums land."""
+    from univer_theory.plans.base import NodePlan
+
+    p = np.array([0.5, 0.5])
+    plan = lambda a, rho=1.0: NodePlan("test", rho, p, np.asarray(a), lambda S: None)
+    assert plan([0.5, 0.5 + 2e-16]).stop == 1 and plan([0.5, 0.5]).stop == 1
+    assert plan([0.5, 0.5 - 1e-9]).stop == pytest.approx(1.0)
+    assert plan([Fraction(1, 2), Fraction(1, 2)], Fraction(1)).stop == 1
+    assert plan([0.1, 0.2], 0.5).stop == pytest.approx((0.5 - 0.3) / 0.7)

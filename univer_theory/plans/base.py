@@ -3,7 +3,9 @@
 A node plan at node X (scaling ``ρ``, target ``p``, draft ``q``, k children from ``process``) is a map
 ``w(S) ∈ [0,1]^k``, ``Σ_j w_j(S) ≤ 1``, on ordered child tuples S, whose token marginal
 ``a(y) = Σ_S Q_k(S) Σ_{j: y_j = y} w_j(S)`` satisfies ``a(y) ≤ ρ·p(y)`` (CondOT(ρ), §4.2).
-``α = Σ_y a(y)``.  If every attempted child fails, X succeeds w.p. ``f = (ρ − α)/(1 − α)`` (0 if α = 1) and
+``α = Σ_y a(y)``.  If every attempted child fails, X succeeds w.p. ``f = (ρ − α)/(1 − α)`` (1 if α ≥ 1: then
+ρ = α = 1, every tuple's weights sum to 1 and no child fails; 1 is the limit as α → 1 at ρ = 1, so round-off
+that lands α on either side of 1 gives the same f) and
 emits ``Y ~ norm(ρp − a)``.  ``marginal`` must be the *exact* marginal of ``select`` (recomputed from the plan
 actually used, never the solver's claimed value) — losslessness rests on it.
 """
@@ -43,9 +45,9 @@ class NodePlan:
 
     @property
     def stop(self):
-        """``f = (ρ − α)/(1 − α)``, 0 when ``α = 1``."""
+        """``f = (ρ − α)/(1 − α)``, 1 when ``α ≥ 1`` (module docstring)."""
         a = self.alpha
-        return (self.rho - a) / (1 - a) if a != 1 else 0 * a
+        return (self.rho - a) / (1 - a) if a < 1 else 0 * a + 1
 
     @property
     def residual(self) -> np.ndarray:

@@ -45,8 +45,9 @@ length ``Q_g``, not differences of edges.  The round-off residual ``E_G`` of the
 the longest group.
 
 **Selection on the realised tuple.**  ``w_j(S) = t(y_j)·∫ f_j(u) Π_{l≠j} (1 − F_l(u)) du`` (f_j = θ_{y_j}/q(y_j),
-F_l its CDF): on the elementary intervals between the realised tokens' edges every f is constant, so the
-integrand is a polynomial of degree ≤ k−1, integrated exactly by Gauss–Legendre with ⌈k/2⌉+1 nodes.
+F_l its CDF): only copies in the earliest block S touches can be smallest (blocks are consecutive intervals); on
+that block's group intervals every f is constant, so the integrand is a polynomial of degree ≤ k−1, integrated
+exactly by Gauss–Legendre with ⌈k/2⌉+1 nodes.
 Duplicated tokens keep separate copies (each gets the same share).
 """
 from __future__ import annotations
@@ -259,12 +260,14 @@ class PrivateLayout:
     def min_probs(self, S) -> np.ndarray:
         """``Pr(copy j has the smallest private position | S)`` for each position j (sums to 1).
 
-        ``U_j`` has density ``f_j = θ_{y_j}/q(y_j)``; on each elementary interval of the union of the realised
-        densities' edges every ``f`` is constant and every CDF affine, so the integrand
+        Blocks are consecutive intervals of [0, 1), so only copies in the earliest block S touches can hold the
+        smallest U (the others get exactly 0).  ``U_j`` has density ``f_j = θ_{y_j}/q(y_j)``; on each group
+        interval of that block every ``f`` is constant and every CDF affine, so the integrand
         ``f_j Π_{l≠j} (1 − F_l)`` is a polynomial of degree ≤ k−1: Gauss–Legendre with ⌈k/2⌉+1 nodes is exact.
         """
         k = len(S)
-        uniq = sorted(set(int(y) for y in S))
+        first = min(int(self.block_of[y]) for y in S)          # blocks are consecutive intervals: only the
+        uniq = sorted(set(int(y) for y in S if self.block_of[y] == first))   # earliest one can hold the minimum
         mult = {y: list(S).count(y) for y in uniq}
         q = self.targets.draft
         dens = {y: self.density(y) for y in uniq}
@@ -288,7 +291,7 @@ class PrivateLayout:
             for z in uniq:
                 g = g * surv[z] ** (mult[z] - (z == y))
             share[y] = float(((g * weights[None, :]).sum(axis=1) * half).sum())
-        return np.array([share[int(y)] for y in S])
+        return np.array([share.get(int(y), 0.0) for y in S])
 
 
 def layout_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePlan | None:

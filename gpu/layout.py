@@ -1,0 +1,201 @@
+"""The i.i.d. private-position layout (UniVer's rule 2, theory.md §6.3) batched over the R nodes of a level.
+
+The batched twin of :mod:`univer_theory.plans.layout` (its docstring has the math and the proofs): for rows
+``c = ρp``, ``q`` ``[R, V]`` with ``k`` i.i.d. children each,
+
+* :func:`layout_targets` — the closed-form targets ``b`` and the block of every drafted token: sort by ratio
+  ``c/q`` descending (ties by token id), prefix sums ``X``, ``C``, ``D = F(X) − C`` with ``F(x) = 1 − (1−x)^k``,
+  ``n = argmin D``, prefix / suffix minima; a block starts where the running minimum is attained;
+* :func:`layout_weights` — ``w_j(S) = t(y_j)·Pr(copy j has the smallest private position | S)`` on the realised
+  tuples, ``t = min(1, c/b)``.  Only the *earliest* block that S touches can hold the smallest position (blocks
+  are consecutive intervals of [0, 1)), so each row lays out that one block: its tokens sorted by density
+  ``b/q`` into groups of equal density, group lengths ``Q``, μ_k-masses ``m``, prefix excesses ``E``, exchange
+  rates ``ℓ``, the subtraction-free pivots of ``A = diag(Q) + Laplacian(ℓ)`` by a doubling scan of 2×2 Möbius
+  matrices, the realised tokens' columns of ``A⁻¹`` (cumulative products outwards), and the piecewise-polynomial
+  integral by Gauss–Legendre on the group intervals.
+
+Every step is a sort, a cumulative sum / product / minimum, a gather or a doubling scan over the padded rows —
+no loop over rows or over the vocabulary (loops run over the ≤ log₂ V scan passes and the k children).
+Float64 throughout; agrees with the exact core to round-off (tests: 1e-12).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+
+def _cum_f(X: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``F(X) = 1 − (1 − X)^k`` row-wise (``k [R]``), by ``−expm1(k·log1p(−X))`` as the exact core."""
+    return -torch.expm1(k.to(X.dtype)[:, None] * torch.log1p(-X.clamp(max=1.0)))
+
+
+def layout_targets(c: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+    """``(b [R, V], order [R, V], block [R, V], X [R, V+1], bounds)`` of the layout.
+
+    ``order``: tokens by ratio ``c/q`` descending (undrafted last); ``block[r, l]``: block of the token at sorted
+    position l (−1 off the support); ``bounds[r, l]`` True where a block starts at sorted position l.
+    """
+    drafted = q > 0
+    key = torch.where(drafted, -(c / torch.where(drafted, q, 1)), torch.inf)
+    order = torch.sort(key, dim=-1, stable=True).indices
+    on = drafted.gather(1, order)
+    qo = q.gather(1, order)
+    co = torch.where(on, c.gather(1, order), 0)
+    zero = torch.zeros_like(qo[:, :1])
+    X = torch.cat([zero, qo.cumsum(-1)], 1)
+    C = torch.cat([zero, co.cumsum(-1)], 1)
+    D = _cum_f(X, k) - C
+    n = D.argmin(-1, keepdim=True)
+    P = D.cummin(-1).values
+    S = D.flip(-1).cummin(-1).values.flip(-1)
+    idx = torch.arange(D.shape[1], device=q.device)[None, :]
+    l = idx[:, 1:]
+    bo = torch.where(l <= n, co - (P[:, :-1] - P[:, 1:]), co + (S[:, 1:] - S[:, :-1])).clamp(min=0)
+    b = torch.zeros_like(q).scatter(1, order, bo)
+    m = on.sum(1, keepdim=True)
+    bounds = ((((idx <= n) & (P == D)) | ((idx >= n) & (S == D)) | (idx == 0)) & (idx < m))[:, :-1]
+    block = torch.where(on, bounds.long().cumsum(-1) - 1, -1)
+    return b, order, block, X, bounds
+
+
+def layout_marginal(c: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``a = min(b, c)`` of the layout for rows ``c = ρp``, ``q`` ``[R, V]`` with ``k [R]`` children each."""
+    return torch.minimum(layout_targets(c, q, k)[0], c)
+
+
+def _mu_k_width(lo: torch.Tensor, width: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``μ_k([lo, lo + width)) = width·Σ_i (1−lo)^i (1−lo−width)^{k−1−i}`` (no cancellation), ``k [R]``."""
+    A = 1.0 - lo
+    B = A - width
+    s = torch.zeros_like(lo)
+    for i in range(int(k.max())):
+        on = (i < k)[:, None]
+        s = s + torch.where(on, A ** i * B ** (k[:, None] - 1 - i).clamp(min=0), 0)
+    return width * s
+
+
+def _mobius_scan(Q: torch.Tensor, ell: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Row-wise ``s_0 = Q_0``, ``s_g = Q_g + (1/ℓ_{g−1} + 1/s_{g−1})^{−1}`` over the valid prefix of each row,
+    as :func:`univer_theory.plans.layout._mobius_scan` (same matrices, same doubling passes, same scaling)."""
+    R, G = Q.shape
+    lp = torch.cat([torch.zeros_like(Q[:, :1]), ell], 1)[:, :G]
+    a, b = Q + lp, Q * lp
+    c, d = torch.ones_like(Q), lp.clone()
+    a[:, 0], b[:, 0], c[:, 0], d[:, 0] = 0.0, Q[:, 0], 0.0, 1.0
+    a, b, c, d = (torch.where(valid, x, y) for x, y in ((a, 1.0), (b, 0.0), (c, 0.0), (d, 1.0)))   # pad: identity
+    step = 1
+    while step < G:
+        a2 = a[:, step:] * a[:, :-step] + b[:, step:] * c[:, :-step]
+        b2 = a[:, step:] * b[:, :-step] + b[:, step:] * d[:, :-step]
+        c2 = c[:, step:] * a[:, :-step] + d[:, step:] * c[:, :-step]
+        d2 = c[:, step:] * b[:, :-step] + d[:, step:] * d[:, :-step]
+        top = torch.maximum(torch.maximum(a2, b2), torch.maximum(c2, d2))
+        a = torch.cat([a[:, :step], a2 / top], 1)
+        b = torch.cat([b[:, :step], b2 / top], 1)
+        c = torch.cat([c[:, :step], c2 / top], 1)
+        d = torch.cat([d[:, :step], d2 / top], 1)
+        step *= 2
+    return b / d
+
+
+def _reverse_valid(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Reverse the first ``count[r]`` entries of every row (the rest stays in place)."""
+    i = torch.arange(x.shape[1], device=x.device)[None, :]
+    return x.gather(1, torch.where(i < count[:, None], count[:, None] - 1 - i, i))
+
+
+def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor):
+    """``(w [R, K], a [R, V])``: the layout plan on the realised i.i.d. tuples ``children [R, K]`` (``child_mask``
+    marks the k ≥ 2 existing children of each row; duplicates are separate copies) and its marginal
+    ``a = min(b, c)``, as ``univer_theory.plans.layout.layout_plan(...)`` (``select(S)``, ``marginal``) to
+    round-off."""
+    R, K = children.shape
+    k = child_mask.sum(1)
+    b, order, block, X, bounds = layout_targets(c, q, k)
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
+    pos = rank.gather(1, children)                                               # sorted position of each child
+    blk = torch.where(child_mask, block.gather(1, pos), torch.iinfo(torch.long).max)
+    first = blk.min(1, keepdim=True).values                                      # earliest block S touches
+    # the tokens of that block: sorted positions [start, start + size)
+    start = torch.where(bounds & (block == first), torch.arange(bounds.shape[1], device=q.device), bounds.shape[1]
+                        ).min(1).values
+    size = (block == first).sum(1)
+    n = int(size.max())
+    j = torch.arange(n, device=q.device)[None, :]
+    valid = j < size[:, None]
+    at = (start[:, None] + j).clamp(max=order.shape[1] - 1)
+    tok = order.gather(1, at)
+    lo, hi = X.gather(1, start[:, None]), X.gather(1, (start + size)[:, None])
+    qb = torch.where(valid, q.gather(1, tok), 1.0)
+    bb = torch.where(valid, b.gather(1, tok), 0.0)
+    # groups of equal density b/q, density descending (stable: ties keep the ratio order)
+    dens = torch.where(valid, bb / qb, -torch.inf)
+    o = torch.sort(-dens, dim=1, stable=True).indices
+    tok, qb, bb, dens = tok.gather(1, o), qb.gather(1, o), bb.gather(1, o), dens.gather(1, o)
+    new = torch.cat([torch.ones_like(valid[:, :1]), dens[:, 1:] != dens[:, :-1]], 1) & valid
+    group = new.long().cumsum(1) - 1                                             # [R, n], valid entries only
+    G = new.sum(1)
+    gmax = int(G.max())
+    gi = torch.where(valid, group, gmax)                                         # padding → dump column
+    Q = torch.zeros(R, gmax + 1, dtype=q.dtype, device=q.device).scatter_add_(1, gi, torch.where(valid, qb, 0))[:, :gmax]
+    B = torch.zeros(R, gmax + 1, dtype=q.dtype, device=q.device).scatter_add_(1, gi, bb)[:, :gmax]
+    d = torch.zeros(R, gmax + 1, dtype=q.dtype, device=q.device).scatter_(1, torch.where(new, group, gmax),
+                                                                           dens)[:, :gmax]
+    g_valid = torch.arange(gmax, device=q.device)[None, :] < G[:, None]
+    Q = torch.where(g_valid, Q, 1.0)                                             # padding: harmless unit groups
+    edges = torch.cat([lo, lo + Q.cumsum(1)], 1)
+    edges = edges.scatter(1, G[:, None], hi)                                     # the block's end, exactly
+    m = _mu_k_width(edges[:, :-1], Q, k)
+    E = torch.where(g_valid, m - B, 0).cumsum(1)
+    last = E.gather(1, (G - 1)[:, None])
+    longest = torch.where(g_valid, Q, -1.0).argmax(1, keepdim=True)
+    gidx = torch.arange(gmax, device=q.device)[None, :]
+    E = E - last * (gidx >= longest)                                             # round-off charged to the longest group
+    inner = gidx[:, :-1] < (G - 1)[:, None]                                      # ℓ_g for g < G−1
+    ell = torch.where(inner, E[:, :-1].clamp(min=0) / torch.where(inner, d[:, :-1] - d[:, 1:], 1.0), 0.0)
+    fwd = _mobius_scan(Q, ell, g_valid)
+    ell_rev = _reverse_valid(torch.cat([ell, torch.zeros_like(ell[:, :1])], 1), G - 1)[:, :-1]
+    bwd = _reverse_valid(_mobius_scan(_reverse_valid(Q, G), ell_rev, g_valid), G)
+    # columns of A⁻¹ for the realised tokens of the block: x_g, then products of ratios < 1 outwards
+    in_first = blk == first
+    slot = torch.full((R, q.shape[1] + 1), -1, dtype=torch.long, device=q.device)
+    slot.scatter_(1, torch.where(valid, tok, q.shape[1]), torch.where(valid, group, -1))   # padding → dump column
+    g_of = torch.where(in_first, slot.gather(1, children), 0)                   # [R, K]
+    bwd_next = torch.cat([bwd[:, 1:], torch.ones(R, 1, dtype=q.dtype, device=q.device)], 1)
+    right = torch.where(inner, ell / (bwd_next[:, :-1] + ell), 0.0)             # [R, G−1]
+    left = torch.where(inner, ell / (fwd[:, :-1] + ell), 0.0)
+    has_right = g_of + 1 < G[:, None]
+    r_g = right.gather(1, g_of.clamp(max=max(gmax - 2, 0))) if gmax > 1 else torch.zeros_like(c[:, :K])
+    x_g = 1.0 / (fwd.gather(1, g_of) + torch.where(has_right, r_g * bwd_next.gather(1, g_of), 0.0))
+    h = gidx[:, None, :]                                                         # [1, 1, G]
+    gk = g_of[:, :, None]
+    one = torch.ones(R, 1, dtype=q.dtype, device=q.device)
+    r_full = torch.cat([right, one], 1)[:, None, :].expand(R, K, gmax)
+    l_full = torch.cat([left, one], 1)[:, None, :].expand(R, K, gmax)
+    up = torch.where(h >= gk, r_full, 1.0).cumprod(-1)                          # Π_{g≤i≤h} right_i
+    up = torch.cat([torch.ones_like(up[:, :, :1]), up[:, :, :-1]], -1)          # x_h/x_g for h > g
+    down = torch.where(h < gk, l_full, 1.0).flip(-1).cumprod(-1).flip(-1)       # Π_{h≤i<g} left_i
+    x = x_g[:, :, None] * torch.where(h > gk, up, torch.where(h < gk, down, 1.0))
+    x = torch.where(g_valid[:, None, :] & in_first[:, :, None], x, 0.0)
+    qy = q.gather(1, children)[:, :, None]
+    f = (qy * x) / qy                                                            # θ_y/q_y, as the exact core
+    # Pr(copy j is the smallest): ∫ f_j Π_{l≠j}(1 − F_l) over the block's group intervals, Gauss–Legendre exact
+    width = (edges[:, 1:] - edges[:, :-1])[:, None, :]                           # [R, 1, G]
+    cdf = torch.cat([torch.zeros_like(f[:, :, :1]), (f * width).cumsum(-1)], -1)  # F_l at group starts
+    nodes, weights = (torch.as_tensor(v, dtype=q.dtype, device=q.device)
+                      for v in np.polynomial.legendre.leggauss(math.ceil(int(k.max()) / 2) + 1))
+    frac = (1 + nodes) / 2                                                       # [n_gl] position in the interval
+    F = cdf[:, :, :-1, None] + (cdf[:, :, 1:, None] - cdf[:, :, :-1, None]) * frac   # [R, K, G, n_gl]
+    surv = torch.where(child_mask[:, :, None, None], 1.0 - F, 1.0)
+    share = []
+    for jj in range(K):
+        others = torch.cat([surv[:, :jj], surv[:, jj + 1:]], 1).prod(1) if K > 1 else torch.ones_like(surv[:, 0])
+        integrand = f[:, jj, :, None] * others                                  # [R, G, n_gl]
+        share.append(((integrand * weights).sum(-1) * width[:, 0] / 2).sum(-1))
+    share = torch.stack(share, 1)
+    by = b.gather(1, children)
+    accept = torch.where(by > 0, torch.minimum(torch.ones_like(by), c.gather(1, children) / torch.where(by > 0, by, 1)), 0)
+    w = torch.where(child_mask & in_first, accept * share.clamp(min=0), 0.0)
+    return w / w.sum(1, keepdim=True).clamp(min=1.0), torch.minimum(b, c)
