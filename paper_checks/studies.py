@@ -32,9 +32,9 @@ def comparison_methods(process: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
-def univer_variant(construction: str = "auto", slot_rule: bool = True) -> Verifier:
+def univer_variant(construction: str = "auto", slot_rule: bool = True, shape_rule: bool = True) -> Verifier:
     """A UniVer variant (one instance per setting, so its plan cache is shared by every caller)."""
-    return make_univer_verifier(construction, slot_rule)
+    return make_univer_verifier(construction, slot_rule, shape_rule)
 
 
 def expected_lengths(model, shape, process: str, verifiers) -> dict[str, float]:
