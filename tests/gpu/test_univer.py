@@ -65,6 +65,34 @@ def test_layout_weights_match_the_exact_plan(V, zeros):
     assert (w.sum(1) <= 1 + 1e-15).all() and (w[~torch.tensor(mask)] == 0).all()
 
 
+def test_layout_weights_on_corner_cases():
+    """Support of one token, ρ = 0, p = q (ties in every ratio and density), a zero target entry, equal ratios,
+    and random small rows with draft zeros, all in padded batches: w(S) as the exact plan (1e-12), finite."""
+    rng = np.random.default_rng(5)
+    cases = [(np.array([0.2, 0.5, 0.3]), np.array([1.0, 0, 0]), 1.0, (0, 0)),
+             (np.array([0.2, 0.5, 0.3]), np.array([0.5, 0.5, 0]), 0.0, (0, 1)),
+             (np.array([0.0, 0.5, 0.5]), np.array([0.5, 0.25, 0.25]), 1.0, (0, 0, 1)),
+             (np.full(3, 1 / 3), np.full(3, 1 / 3), 1.0, (2, 1)),
+             (np.full(4, 0.25), np.array([0.4, 0.2, 0.2, 0.2]), 0.7, (1, 2, 3, 1))]
+    for _ in range(60):
+        V, k = int(rng.integers(2, 9)), int(rng.integers(2, 5))
+        p, q = rng.dirichlet(np.ones(V) * rng.choice([0.2, 1, 5])), rng.dirichlet(np.ones(V) * rng.choice([0.2, 1, 5]))
+        if rng.random() < 0.3:
+            q[rng.integers(V)] = 0
+            q /= q.sum()
+        cases.append((p, q, float(rng.choice([1.0, 0.5, 0.1, 0.0])), tuple(int(y) for y in rng.choice(V, size=k, p=q))))
+    V, K = max(p.size for p, *_ in cases), max(len(S) for *_, S in cases)
+    pad = lambda x: np.concatenate([x, np.zeros(V - x.size)])
+    want = [np.concatenate([layout_plan(pad(p), pad(q), rho, len(S), "iid").select(S), np.zeros(K - len(S))])
+            for p, q, rho, S in cases]
+    w, _ = layout_weights(torch.tensor(np.array([rho * pad(p) for p, _, rho, _ in cases])),
+                          torch.tensor(np.array([pad(q) for _, q, _, _ in cases])),
+                          torch.tensor([list(S) + [0] * (K - len(S)) for *_, S in cases]),
+                          torch.tensor([[True] * len(S) + [False] * (K - len(S)) for *_, S in cases]))
+    assert torch.isfinite(w).all()
+    np.testing.assert_allclose(w.numpy(), np.array(want), rtol=0, atol=1e-12)
+
+
 ASYMMETRIC = ["((..),.)", "((.(..)),(.),.)", "(.,(.),(..))", "((.),(.(.)))"]
 
 
