@@ -13,6 +13,7 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   private-position layout (:mod:`gpu.layout`): closed-form targets, ``a = min(b, ρp)``, and ``w(S)`` — the
   earliest block the tuple touches laid out with fractional densities and integrated by Gauss–Legendre;
   for the other ``iid`` nodes (looped below) the targets / marginal (:func:`~gpu.layout.layout_marginal`);
+* ``topk`` with ``k ≥ 2``: the fixed top-k list filled in drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``;
 * every node: ``f``, the residual ``[ρp − a]_+`` and the scalings ``s_j`` from ``w``; ``α = Σ a`` (for looped
   nodes the exact plan's own α, so ``f`` matches the exact core's round-off as ``α → 1``).
 
@@ -21,7 +22,7 @@ per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), for the other
 
 * ``wor``: the whole automatic choice — ``wor_pair`` (k = 2, if feasible), else the larger α of PTS and the
   iid coupling (the exact LP on supports ≤ 8) — its marginal ``a`` and ``w(S)``;
-* ``topk`` / ``greedy``: the exact LP plan (rule 1), its marginal and ``w(S)``;
+* ``greedy``: the exact LP plan (rule 1), its marginal and ``w(S)``;
 * when the positions' subtrees differ (``iid`` / ``wor``): the shape rule on small draft supports (an LP on
   the α*-face; its marginal ``a`` replaces the layout's), else the slot rule (an LP per multiset class).
   The subtrees come as shape ids (``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`).
@@ -110,7 +111,17 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
         a = torch.where(one[:, None], a1, a)
     many = k >= 2
     batched = torch.zeros_like(many)
-    if ctx.process == "iid":          # equal subtrees under every position: the layout alone, batched in torch
+    if ctx.process == "topk":         # the fixed top-k list, filled in drafting order (plans.choose.topk_fill_plan)
+        batched = many
+        used = torch.zeros_like(rho)
+        cy = c.gather(1, ctx.children)
+        for j in range(K):
+            wj = torch.where(many & ctx.child_mask[:, j], torch.minimum(cy[:, j], 1 - used).clamp(min=0), 0)
+            w[:, j] = torch.where(many, wj, w[:, j])
+            used = used + wj
+        a = torch.where(many[:, None], torch.zeros_like(a).scatter_add(1, ctx.children, torch.where(
+            ctx.child_mask, w, 0)), a)
+    elif ctx.process == "iid":          # equal subtrees under every position: the layout alone, batched in torch
         shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(ctx.children)
         batched = many & ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
         rows = batched.nonzero().squeeze(1)

@@ -5,13 +5,15 @@
 * ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible (α*-optimal); otherwise the larger exact α of rule 4
   (``pts``) and rule 5 (``iid_coupling``); on a small draft support (≤ :data:`SMALL_SUPPORT` tokens) rule 1
   (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`;
-* ``topk`` / ``greedy``: rule 1 (the tuple law has at most V tuples);
+* ``topk``: the fixed top-k list filled in drafting order (``fill``, closed form, α*-optimal, exact in Fraction
+  mode); ``greedy``: rule 1 (the tuple law has V − k + 1 tuples);
 * rule 6 (``tv``) as the last resort.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..processes import tuple_law
 from .base import NodePlan
 from .iid_coupling import iid_coupling_plan
 from .layout import layout_plan
@@ -22,6 +24,7 @@ from .wor_pair import wor_pair_plan
 
 #: Every construction by its public name, with the draft processes it handles.
 CONSTRUCTIONS = {
+    "fill": (lambda p, q, rho, k, process: topk_fill_plan(p, q, rho, k), ("topk",)),
     "layout": (layout_plan, ("iid",)),
     "lp": (lp_plan, ("iid", "wor", "topk", "greedy")),
     "tv": (tv_plan, ("iid", "wor")),
@@ -56,6 +59,28 @@ def single_child_plan(target_probs, draft_probs, rho, process) -> NodePlan:
     return NodePlan("single", rho, p, a, select)
 
 
+def topk_fill_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
+    """``topk``: the tuple is the fixed list D of the k most likely draft tokens (``Q_k(D) = 1``); fill it in
+    drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``, so ``a(y_j) = w_j ≤ ρp(y_j)`` and
+    ``α = min(1, ρp(D)) = α*(ρ)``.  Any other tuple has probability 0 and gets ``w = 0``.  Exact for Fraction rows.
+    """
+    p = np.asarray(target_probs)
+    (top, _), = tuple_law(np.asarray(draft_probs), k, "topk")
+    c = rho * p
+    w, used = [], 0 * c[0]
+    for y in top:
+        w.append(max(0 * used, min(c[y], 1 - used)))
+        used = used + w[-1]
+    w = np.array(w, dtype=p.dtype)
+    a = 0 * c
+    a[list(top)] = w
+
+    def select(S):
+        return w.copy() if tuple(int(y) for y in S) == tuple(top) else 0 * w
+
+    return NodePlan("fill", rho, p, a, select)
+
+
 def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePlan:
     """The automatic choice of the module docstring; ``plan.construction`` records the rule used."""
     if k == 1:
@@ -69,6 +94,8 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
                           iid_coupling_plan(target_probs, draft_probs, rho, k, process)])
             if np.count_nonzero(np.asarray(draft_probs, dtype=np.float64)) <= SMALL_SUPPORT:
                 plan = _best([plan, lp_plan(target_probs, draft_probs, rho, k, process)])
+    elif process == "topk":
+        plan = topk_fill_plan(target_probs, draft_probs, rho, k)
     else:
         plan = lp_plan(target_probs, draft_probs, rho, k, process)
     if plan is None:
