@@ -14,6 +14,8 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   earliest block the tuple touches laid out with fractional densities and integrated by Gauss–Legendre;
   for the other ``iid`` nodes (looped below) the targets / marginal (:func:`~gpu.layout.layout_marginal`);
 * ``topk`` with ``k ≥ 2``: the fixed top-k list filled in drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``;
+  ``greedy`` with ``k ≥ 2``: the closed form of :func:`~univer_theory.plans.choose.greedy_fill_plan` (one pass
+  over the vocabulary for the spare capacity, then the realised tuple);
 * every node: ``f``, the residual ``[ρp − a]_+`` and the scalings ``s_j`` from ``w``; ``α = Σ a`` (for looped
   nodes the exact plan's own α, so ``f`` matches the exact core's round-off as ``α → 1``).
 
@@ -22,7 +24,6 @@ per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), for the other
 
 * ``wor``: the whole automatic choice — ``wor_pair`` (k = 2, if feasible), else the larger α of PTS and the
   iid coupling (the exact LP on supports ≤ 8) — its marginal ``a`` and ``w(S)``;
-* ``greedy``: the exact LP plan (rule 1), its marginal and ``w(S)``;
 * when the positions' subtrees differ (``iid`` / ``wor``): the shape rule on small draft supports (an LP on
   the α*-face; its marginal ``a`` replaces the layout's), else the slot rule (an LP per multiset class).
   The subtrees come as shape ids (``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`).
@@ -95,6 +96,31 @@ def _plan_nodes(ctx: LevelContext, rows: torch.Tensor, want_marginal: bool):
     return w_t, alpha_t, a, own.to(dev)[inverse]
 
 
+def _greedy_fill(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor):
+    """``(w [R, K], a [R, V])`` of :func:`univer_theory.plans.choose.greedy_fill_plan` for greedy rows with k ≥ 2:
+    the fixed top-(k−1) children first, the drawn child z last (``r = q/q(V∖T)`` off the fixed list T)."""
+    R, K = children.shape
+    k = child_mask.sum(1)
+    j = torch.arange(K, device=c.device)[None, :]
+    fixed_pos = child_mask & (j < (k - 1)[:, None])
+    z = children.gather(1, (k - 1)[:, None]).squeeze(1)
+    in_t = torch.zeros_like(q, dtype=torch.bool).scatter_(1, torch.where(fixed_pos, children, z[:, None]), fixed_pos)
+    off = (q > 0) & ~in_t
+    r = torch.where(off, q, 0) / torch.where(off, q, 0).sum(1, keepdim=True)
+    m = torch.minimum(r, torch.where(off, c, 0))
+    last = torch.where(r > 0, m / torch.where(r > 0, r, 1), 0)                   # w_k(x) for every candidate x
+    spare = (r - m).sum(1)
+    share = torch.where(in_t, c, 0).sum(1)
+    phi = torch.where(spare > 0, (share / torch.where(spare > 0, spare, 1)).clamp(max=1), 0)
+    split = torch.where(share[:, None] > 0, torch.where(in_t, c, 0) / torch.where(share > 0, share, 1)[:, None], 0)
+    # marginals, then the repair of rule 1 (entries of a token with a > c scaled by c/a)
+    a = r * last + (phi * (r * (1 - last)).sum(1))[:, None] * split
+    shrink = torch.where(a > c, c / torch.where(a > c, a, 1), 1.0)
+    w_fixed = (phi * (1 - last.gather(1, z[:, None]).squeeze(1)))[:, None] * split.gather(1, children)
+    w = torch.where(fixed_pos, w_fixed, torch.where(j == (k - 1)[:, None], last.gather(1, children), 0))
+    return w * shrink.gather(1, children), a * shrink
+
+
 def univer_rule(ctx: LevelContext) -> LevelDecision:
     """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children."""
     dtype = ctx.target.dtype
@@ -121,6 +147,11 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
             used = used + wj
         a = torch.where(many[:, None], torch.zeros_like(a).scatter_add(1, ctx.children, torch.where(
             ctx.child_mask, w, 0)), a)
+    elif ctx.process == "greedy":     # closed form (plans.choose.greedy_fill_plan)
+        batched = many
+        rows = many.nonzero().squeeze(1)
+        if rows.numel():
+            w[rows], a[rows] = _greedy_fill(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
     elif ctx.process == "iid":          # equal subtrees under every position: the layout alone, batched in torch
         shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(ctx.children)
         batched = many & ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)

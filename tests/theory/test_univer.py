@@ -210,3 +210,22 @@ def test_stop_is_one_when_the_node_accepts_everything():
     assert plan([0.5, 0.5 - 1e-9]).stop == pytest.approx(1.0)
     assert plan([Fraction(1, 2), Fraction(1, 2)], Fraction(1)).stop == 1
     assert plan([0.1, 0.2], 0.5).stop == pytest.approx((0.5 - 0.3) / 0.7)
+
+
+@pytest.mark.parametrize("process", ["topk", "greedy"])
+def test_closed_form_fill_plans_attain_alpha_star(process):
+    """topk / greedy plans (closed forms) against the CondOT LP on random rows with zeros and several ρ."""
+    from univer_theory.plans.choose import choose_plan
+
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        V = int(rng.integers(3, 8))
+        k = int(rng.integers(2, V + 1))
+        p, q = rng.dirichlet(np.ones(V) * rng.choice([0.3, 1, 4])), rng.dirichlet(np.ones(V) * rng.choice([0.3, 1, 4]))
+        p[rng.integers(V)] = 0
+        p /= p.sum()
+        rho = float(rng.choice([1.0, 0.6, 0.1, 0.0]))
+        plan = choose_plan(p, q, rho, k, process)
+        assert plan.construction == ("fill" if process == "topk" else "greedy_fill")
+        assert abs(float(plan.alpha) - condot_value(p, q, rho, k, process)) <= 1e-9
+        assert (plan.marginal <= rho * p + 1e-15).all()

@@ -6,7 +6,7 @@
   (``pts``) and rule 5 (``iid_coupling``); on a small draft support (≤ :data:`SMALL_SUPPORT` tokens) rule 1
   (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`;
 * ``topk``: the fixed top-k list filled in drafting order (``fill``, closed form, α*-optimal, exact in Fraction
-  mode); ``greedy``: rule 1 (the tuple law has V − k + 1 tuples);
+  mode); ``greedy``: the closed-form ``greedy_fill`` (α*-optimal);
 * rule 6 (``tv``) as the last resort.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..processes import tuple_law
 from .base import NodePlan
 from .iid_coupling import iid_coupling_plan
 from .layout import layout_plan
-from .lp_plan import lp_plan
+from .lp_plan import lp_plan, repaired_plan
 from .pts import pts_plan
 from .tv_plan import tv_plan
 from .wor_pair import wor_pair_plan
@@ -25,6 +25,7 @@ from .wor_pair import wor_pair_plan
 #: Every construction by its public name, with the draft processes it handles.
 CONSTRUCTIONS = {
     "fill": (lambda p, q, rho, k, process: topk_fill_plan(p, q, rho, k), ("topk",)),
+    "greedy_fill": (lambda p, q, rho, k, process: greedy_fill_plan(p, q, rho, k), ("greedy",)),
     "layout": (layout_plan, ("iid",)),
     "lp": (lp_plan, ("iid", "wor", "topk", "greedy")),
     "tv": (tv_plan, ("iid", "wor")),
@@ -81,6 +82,37 @@ def topk_fill_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
     return NodePlan("fill", rho, p, a, select)
 
 
+def greedy_fill_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
+    """``greedy``, k ≥ 2: tuples ``S_z = (t_1..t_{k−1}, z)`` — the fixed top-(k−1) list T, then z drawn from q off T
+    with ``r(z) = q(z)/q(V∖T)``.  With ``c = ρp``: the last child takes what its own token allows,
+    ``w_k(z) = m_z/r(z)``, ``m_z = min(r(z), c(z))``; the fixed children share every tuple's remaining capacity
+    ``1 − w_k(z)`` in proportion to ``c(t_i)``, scaled by ``φ = min(1, c(T)/L)``, ``L = Σ_z (r(z) − m_z)``.  Then
+    ``α = Σ_z m_z + min(c(T), L) = α*(ρ)`` (moving mass from a z to the fixed list is one-for-one, so no plan
+    does better).  Float rows; repaired as rule 1 so that ``a ≤ ρp`` holds exactly.
+    """
+    p = np.asarray(target_probs, dtype=np.float64)
+    law = tuple_law(np.asarray(draft_probs, dtype=np.float64), k, "greedy")
+    tuples = [S for S, _ in law]
+    r = np.array([float(x) for _, x in law])
+    fixed = list(tuples[0][:-1])
+    c = float(rho) * p
+    z = np.array([S[-1] for S in tuples])
+    m = np.minimum(r, c[z])
+    last = np.where(r > 0, m / np.where(r > 0, r, 1), 0.0)
+    spare, share = float(np.sum(r - m)), float(c[fixed].sum())
+    phi = min(1.0, share / spare) if spare > 0 else 0.0
+    split = c[fixed] / share if share > 0 else np.zeros(len(fixed))
+    w = np.concatenate([phi * (1 - last)[:, None] * split[None, :], last[:, None]], axis=1)
+    w, a = repaired_plan(w, tuples, r, p, rho)
+    index = {S: i for i, S in enumerate(tuples)}
+
+    def select(S):
+        i = index.get(tuple(int(y) for y in S))
+        return w[i].copy() if i is not None else np.zeros(k)
+
+    return NodePlan("greedy_fill", rho, p, a, select)
+
+
 def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePlan:
     """The automatic choice of the module docstring; ``plan.construction`` records the rule used."""
     if k == 1:
@@ -97,7 +129,7 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
     elif process == "topk":
         plan = topk_fill_plan(target_probs, draft_probs, rho, k)
     else:
-        plan = lp_plan(target_probs, draft_probs, rho, k, process)
+        plan = greedy_fill_plan(target_probs, draft_probs, rho, k)
     if plan is None:
         plan = tv_plan(target_probs, draft_probs, rho, k, process)
     if plan is None:
