@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
+
+from univer_theory.plans.layout import gauss_legendre
 
 
 def _cum_f(X: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -58,11 +59,6 @@ def layout_targets(c: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
     bounds = ((((idx <= n) & (P == D)) | ((idx >= n) & (S == D)) | (idx == 0)) & (idx < m))[:, :-1]
     block = torch.where(on, bounds.long().cumsum(-1) - 1, -1)
     return b, order, block, X, bounds
-
-
-def layout_marginal(c: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``a = min(b, c)`` of the layout for rows ``c = ρp``, ``q`` ``[R, V]`` with ``k [R]`` children each."""
-    return torch.minimum(layout_targets(c, q, k)[0], c)
 
 
 def _mu_k_width(lo: torch.Tensor, width: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -185,7 +181,7 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
     width = (edges[:, 1:] - edges[:, :-1])[:, None, :]                           # [R, 1, G]
     cdf = torch.cat([torch.zeros_like(f[:, :, :1]), (f * width).cumsum(-1)], -1)  # F_l at group starts
     nodes, weights = (torch.as_tensor(v, dtype=q.dtype, device=q.device)
-                      for v in np.polynomial.legendre.leggauss(math.ceil(int(k.max()) / 2) + 1))
+                      for v in gauss_legendre(math.ceil(int(k.max()) / 2) + 1))
     frac = (1 + nodes) / 2                                                       # [n_gl] position in the interval
     F = cdf[:, :, :-1, None] + (cdf[:, :, 1:, None] - cdf[:, :, :-1, None]) * frac   # [R, K, G, n_gl]
     surv = torch.where(child_mask[:, :, None, None], 1.0 - F, 1.0)

@@ -12,7 +12,6 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
 * ``iid`` with ``k ≥ 2`` and the same subtree under every position (every node of a uniform tree): the whole
   private-position layout (:mod:`gpu.layout`): closed-form targets, ``a = min(b, ρp)``, and ``w(S)`` — the
   earliest block the tuple touches laid out with fractional densities and integrated by Gauss–Legendre;
-  for the other ``iid`` nodes (looped below) the targets / marginal (:func:`~gpu.layout.layout_marginal`);
 * ``topk`` with ``k ≥ 2``: the fixed top-k list filled in drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``;
   ``greedy`` with ``k ≥ 2``: the closed form of :func:`~univer_theory.plans.choose.greedy_fill_plan` (one pass
   over the vocabulary for the spare capacity, then the realised tuple);
@@ -40,7 +39,7 @@ import torch
 from univer_theory.univer import UniVerRule
 
 from .engine import LevelContext, LevelDecision
-from .layout import layout_marginal, layout_weights
+from .layout import layout_weights
 
 
 def _single_child(ctx: LevelContext, c: torch.Tensor):
@@ -55,11 +54,9 @@ def _single_child(ctx: LevelContext, c: torch.Tensor):
     return w, torch.minimum(c, q)
 
 
-def _plan_nodes(ctx: LevelContext, rows: torch.Tensor, want_marginal: bool):
-    """Per unique node of ``rows`` (indices into the level, all with k ≥ 2): ``w [n, K]``, the plans'
-    ``α [n]``, their marginals ``a [n, V]`` (None when no row needs one) and ``own [n]`` (bool), the rows
-    whose ``a`` was filled: all of them with ``want_marginal``, else those not planned by the layout (the
-    shape rule) — float64, on the level's device."""
+def _plan_nodes(ctx: LevelContext, rows: torch.Tensor):
+    """Per unique node of ``rows`` (indices into the level, all with k ≥ 2): ``w [n, K]``, the plans' ``α [n]``
+    and their marginals ``a [n, V]`` (float64, on the level's device)."""
     K, V = ctx.children.shape[1], ctx.target.shape[1]
     p = ctx.target[rows].double()
     q = ctx.draft[rows].double()
@@ -72,7 +69,7 @@ def _plan_nodes(ctx: LevelContext, rows: torch.Tensor, want_marginal: bool):
     host = uniq.cpu().numpy()
     w = np.zeros((host.shape[0], K))
     alpha = np.zeros(host.shape[0])
-    marginals: dict[int, np.ndarray] = {}
+    a = np.zeros((host.shape[0], V))
     for i, row in enumerate(host):
         pi, qi = row[1:1 + V], row[1 + V:1 + 2 * V]
         pi, qi = pi / pi.sum(), qi / qi.sum()           # float32 inputs: back onto the simplex in float64
@@ -82,18 +79,9 @@ def _plan_nodes(ctx: LevelContext, rows: torch.Tensor, want_marginal: bool):
         plan, wi, _ = rule.weights(pi, qi, float(row[0]), S, ctx.process, shape)
         w[i, np.flatnonzero(m)] = np.asarray(wi, dtype=np.float64)
         alpha[i] = float(plan.alpha)
-        if want_marginal or plan.construction != "layout":
-            marginals[i] = np.asarray(plan.marginal, dtype=np.float64)
+        a[i] = np.asarray(plan.marginal, dtype=np.float64)
     dev = ctx.target.device
-    w_t, alpha_t = torch.from_numpy(w).to(dev)[inverse], torch.from_numpy(alpha).to(dev)[inverse]
-    own = torch.zeros(host.shape[0], dtype=torch.bool)
-    own[list(marginals)] = True
-    a = None
-    if marginals:
-        a = torch.zeros(host.shape[0], V, dtype=torch.float64)
-        a[list(marginals)] = torch.from_numpy(np.stack(list(marginals.values())))
-        a = a.to(dev)[inverse]
-    return w_t, alpha_t, a, own.to(dev)[inverse]
+    return tuple(torch.from_numpy(x).to(dev)[inverse] for x in (w, alpha, a))
 
 
 def _greedy_fill(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor):
@@ -162,10 +150,7 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
     if looped.numel():
         exact_ctx = LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process, ctx.child_shapes,
                                  ctx.shape_keys)
-        w_loop, alpha_loop, a_loop, own = _plan_nodes(exact_ctx, looped, want_marginal=ctx.process != "iid")
-        if ctx.process == "iid":
-            layout = layout_marginal(c[looped], q[looped], k[looped])
-            a_loop = layout if a_loop is None else torch.where(own[:, None], a_loop, layout)
+        w_loop, alpha_loop, a_loop = _plan_nodes(exact_ctx, looped)
         w[looped] = w_loop
         a[looped] = a_loop
     alpha = a.sum(-1)

@@ -76,14 +76,15 @@ class NodeProblem:
 
     Columns: ``π(S, j)`` then ``t(S, j)``, tuple-major.  Rows: cumulative ``Σ_{l≤j} π(S,l) ≤ Q_k(S)``;
     marginals ``Σ_{S_j = y} π(S,j) ≤ ρ p(y)``; hypographs ``t − m_i π(S,j) + b_i Σ_{l<j} π(S,l) ≤ b_i Q_k(S)``;
-    last, the acceptance floor ``−Σ π ≤ −α_floor`` (inactive unless :meth:`solve` is given a floor).
+    last, the acceptance floor ``−Σ π ≤ −α*(ρ) + slack`` (inactive unless :meth:`solve` is asked for the α*-face).
     Maximise ``Σ t``.
     """
 
     def __init__(self, target_probs: np.ndarray, draft_probs: np.ndarray, k: int, process: str, child_value):
         law = tuple_law(draft_probs, k, process)
         self.target = np.asarray(target_probs, dtype=np.float64)
-        self.k = k
+        self.draft = np.asarray(draft_probs, dtype=np.float64)
+        self.k, self.process = k, process
         self.tuples = [S for S, _ in law]
         self.probs = np.array([float(x) for _, x in law])
         nS = len(self.tuples)
@@ -128,12 +129,13 @@ class NodeProblem:
         self.cost = np.concatenate([np.zeros(n_pi), np.ones(n_pi)])
         self.n_pi = n_pi
 
-    def solve(self, rho: float, alpha_floor: float = 0.0):
-        """``(G(ρ), supergradient dG/dρ, π [n_S, k], LPSolution)``; with ``alpha_floor > 0`` only plans with
-        ``Σ π ≥ alpha_floor`` compete (the supergradient then ignores the floor's own ρ-dependence)."""
+    def solve(self, rho: float, on_face: bool = False):
+        """``(G(ρ), supergradient dG/dρ, π [n_S, k], LPSolution)``; with ``on_face`` only α*(ρ)-optimal plans
+        compete (``Σ π ≥ α*(ρ) − ALPHA_FLOOR_SLACK``; the supergradient then ignores the floor's ρ-dependence)."""
         upper = self.upper.copy()
         upper[self.marginal_rows] = rho * self.target[self.tokens]
-        upper[-1] = -alpha_floor
+        if on_face:
+            upper[-1] = min(0.0, ALPHA_FLOOR_SLACK - float(alpha_star(self.target, self.draft, self.k, self.process, rho)))
         sol = solve_lp(self.cost, self.A, -np.inf, upper, np.concatenate([np.zeros(self.n_pi), np.full(self.n_pi, -np.inf)]),
                        np.inf, method="simplex")
         if not sol.success:
@@ -232,8 +234,7 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
     root = problem(root_key, ())
     kids = split_key(root_key)
     g_root, _, _, _ = root.solve(1.0)
-    p, q = model_rows(model, (), where)
-    g_face, _, _, _ = root.solve(1.0, float(alpha_star(p, q, len(kids), process)) - ALPHA_FLOOR_SLACK)
+    g_face, _, _, _ = root.solve(1.0, on_face=True)
     counter[0] += 2
     tolerance = len(kids) * max((d for (k_, s), d in deltas.items() if len(s) == 1), default=0.0)
     sizes = [f.rho.size for f in functions.values()] or [0]

@@ -24,6 +24,7 @@ import numpy as np
 from univer_theory.engine import NodeContext, NodeDecision
 from univer_theory.models import Model
 from univer_theory.plans.base import NodePlan
+from univer_theory.plans.lp_plan import tabulated_plan
 from univer_theory.tree import TreeShape
 from univer_theory.verifiers import Verifier
 
@@ -48,31 +49,6 @@ class ValueAwareVerifier(Verifier):
         if tree.shape != self.shape:
             raise NotImplementedError(f"{self.name}.verify: built for shape {self.shape}, got a tree of shape {tree.shape}")
         return p, q
-
-
-def feasible_plan(pi: np.ndarray, tuples: list, probs: np.ndarray, target_probs: np.ndarray, rho: float):
-    """Repair an LP plan into an exactly CondOT(ρ)-feasible ``w [n_S, k]``; return ``(w, a)``.
-
-    ``w = clip(π/Q_k, 0)``; rows with ``Σ_j w_j > 1`` are scaled to 1; a token with ``a(y) > ρ p(y)`` has all
-    its entries scaled by ``ρp(y)/a(y)``; ``a`` is recomputed from the final ``w``.
-    """
-    w = np.clip(pi / probs[:, None], 0.0, None)
-    w /= np.maximum(w.sum(axis=1, keepdims=True), 1.0)
-    tok = np.array(tuples)
-    V = target_probs.size
-
-    def marginal(w):
-        return np.bincount(tok.ravel(), weights=(w * probs[:, None]).ravel(), minlength=V)
-
-    a = marginal(w)
-    cap = rho * target_probs
-    over = a > cap
-    if over.any():
-        factor = np.ones(V)
-        factor[over] = cap[over] / a[over]
-        w = w * factor[tok]
-        a = np.minimum(marginal(w), cap)  # only round-off (≤ 1 ulp) is clipped here
-    return w, a
 
 
 def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None = None) -> ValueAwareVerifier:
@@ -107,9 +83,7 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
             problem = NodeProblem(p, np.asarray(ctx.draft, dtype=np.float64), len(keys), ctx.process,
                                   child_value(keys, ctx.prefix))
             g, _, pi, _ = problem.solve(rho)
-            w, a = feasible_plan(pi, problem.tuples, problem.probs, p, rho)
-            index = {S: i for i, S in enumerate(problem.tuples)}
-            plan = NodePlan("value-aware", rho, p, a, lambda S: w[index[tuple(S)]])
+            plan = tabulated_plan("value-aware", pi / problem.probs[:, None], problem.tuples, problem.probs, p, rho)
             cache[key] = (plan, g)
         return cache[key]
 

@@ -60,9 +60,9 @@ class UniVerRule:
 
     def plan(self, target_probs, draft_probs, rho, process: str, child_shapes: tuple[str, ...]):
         """The (cached) node plan for children with subtrees ``child_shapes`` and its cache key."""
-        shaped = self.shape_rule and value_proxy.applies(draft_probs, child_shapes, process)
-        key = (rho, _key(target_probs), _key(draft_probs), process, child_shapes if shaped else len(child_shapes))
+        key = (rho, _key(target_probs), _key(draft_probs), process, child_shapes)
         if key not in self._plans:
+            shaped = self.shape_rule and value_proxy.applies(draft_probs, child_shapes, process)
             plan = value_proxy.value_proxy_plan(target_probs, draft_probs, rho, child_shapes, process) if shaped else None
             self._plans[key] = plan or build_plan(self.construction, target_probs, draft_probs, rho,
                                                   len(child_shapes), process)
@@ -88,14 +88,13 @@ class UniVerRule:
         """Steps 1–2 of the module docstring: ``(plan, w(S), slot rule applied?)`` for the realised children S
         (``child_shapes``: nested key of each child position's subtree)."""
         plan, key = self.plan(target_probs, draft_probs, rho, process, tuple(child_shapes))
-        w = plan.select(children)
         if (self.slot_rule and plan.construction != "value_proxy" and process in ("iid", "wor")
                 and len(set(child_shapes)) > 1 and len(children) <= SLOT_RULE_MAX_K):
             omega = tuple(1 + key_size(c) for c in child_shapes)
-            w2 = self.slotted(plan, key, children, draft_probs, process, omega)
-            if w2 is not None:
-                return plan, w2, True
-        return plan, w, False
+            w = self.slotted(plan, key, children, draft_probs, process, omega)
+            if w is not None:
+                return plan, w, True
+        return plan, plan.select(children), False
 
     def __call__(self, ctx: NodeContext) -> NodeDecision:
         k = len(ctx.children)

@@ -137,6 +137,12 @@ def kseq_rule(ctx: NodeContext) -> NodeDecision:
     return NodeDecision(enter, (1.0,) * k, 1.0, resid, {"rho_star": rho})
 
 
+def tv_prefix_update(R, r):
+    """TV's prefix scaling after a rejection: ``r ← R/(R + (1 − r))`` (0 when R = 0); ``(1 − r)`` first, since
+    ``R + 1 − 1`` at r = 1 loses a tiny R."""
+    return R / (R + (1 - r)) if R != 0 else 0 * R
+
+
 def traversal_rule(ctx: NodeContext, parent_update=None, internal_residual=True) -> NodeDecision:
     """Traversal Verification at one node (§3.7), for iid or wor children.
 
@@ -154,7 +160,7 @@ def traversal_rule(ctx: NodeContext, parent_update=None, internal_residual=True)
         if parent_update is not None:
             r = parent_update(R, r, Q[y])
         else:
-            r = R / (R + (1 - r)) if R != 0 else 0 * R  # (1 − r) first: R + 1 − 1 loses a tiny R
+            r = tv_prefix_update(R, r)
         if R != 0:
             P = D / R
         if ctx.process == "wor":

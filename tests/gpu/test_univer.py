@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpu import expected_accepted_length, verify
-from gpu.layout import layout_marginal, layout_weights
+from gpu.layout import layout_targets as batched_layout_targets, layout_weights
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
 from univer_theory.plans.layout import layout_plan, layout_targets
 
@@ -27,14 +27,14 @@ def llm_like(V, rng, zeros=0):
 
 
 @pytest.mark.parametrize("V,k,rho,zeros", [(5, 2, 1.0, 1), (6, 3, 0.4, 2), (300, 2, 0.8, 40), (2000, 4, 1.0, 0)])
-def test_layout_marginal_matches_exact_targets(V, k, rho, zeros):
+def test_layout_targets_marginal_matches_exact_targets(V, k, rho, zeros):
     """``min(b, ρp)`` from torch sort / cumsum / cummin equals layout_targets' marginal (1e-15), batched rows."""
     rng = np.random.default_rng(V + k)
     rows = [llm_like(V, rng, zeros) for _ in range(3)]
     rhos = np.array([rho, 1.0, 0.25])
     c = torch.tensor(np.stack([r * p for r, (p, _) in zip(rhos, rows)]))
     q = torch.tensor(np.stack([q for _, q in rows]))
-    got = layout_marginal(c, q, torch.full((3,), k))
+    got = torch.minimum(batched_layout_targets(c, q, torch.full((3,), k))[0], c)
     for i, (p, qi) in enumerate(rows):
         want = layout_targets(p, qi, rhos[i], k).marginal
         np.testing.assert_allclose(got[i].numpy(), want, rtol=0, atol=1e-15)

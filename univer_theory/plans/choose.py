@@ -17,7 +17,7 @@ from ..processes import tuple_law
 from .base import NodePlan
 from .iid_coupling import iid_coupling_plan
 from .layout import layout_plan
-from .lp_plan import lp_plan, repaired_plan
+from .lp_plan import lp_plan, tabulated_plan
 from .pts import pts_plan
 from .tv_plan import tv_plan
 from .wor_pair import wor_pair_plan
@@ -47,7 +47,7 @@ def single_child_plan(target_probs, draft_probs, rho, process) -> NodePlan:
     """
     p, q = np.asarray(target_probs), np.asarray(draft_probs)
     if process == "topk":
-        top = sorted(range(q.size), key=lambda x: (-q[x], x))[0]
+        ((top,), _), = tuple_law(q, 1, "topk")
         q = q * 0
         q[top] = 1
     c = rho * p
@@ -103,14 +103,7 @@ def greedy_fill_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
     phi = min(1.0, share / spare) if spare > 0 else 0.0
     split = c[fixed] / share if share > 0 else np.zeros(len(fixed))
     w = np.concatenate([phi * (1 - last)[:, None] * split[None, :], last[:, None]], axis=1)
-    w, a = repaired_plan(w, tuples, r, p, rho)
-    index = {S: i for i, S in enumerate(tuples)}
-
-    def select(S):
-        i = index.get(tuple(int(y) for y in S))
-        return w[i].copy() if i is not None else np.zeros(k)
-
-    return NodePlan("greedy_fill", rho, p, a, select)
+    return tabulated_plan("greedy_fill", w, tuples, r, p, rho)
 
 
 def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePlan:

@@ -61,7 +61,7 @@ from .base import NodePlan
 from .node_inputs import check_node_inputs
 
 @lru_cache(maxsize=None)
-def _gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
+def gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Gauss–Legendre nodes and weights on [−1, 1] (cached: ``w(S)`` asks for them once per realised tuple)."""
     return np.polynomial.legendre.leggauss(n)
 
@@ -274,7 +274,7 @@ class PrivateLayout:
         e = np.unique(np.concatenate([dens[y][0] for y in uniq]))
         el, eh = e[:-1], e[1:]
         mid = 0.5 * (el + eh)
-        nodes, weights = _gauss_legendre(-(-k // 2) + 1)
+        nodes, weights = gauss_legendre(-(-k // 2) + 1)
         half = 0.5 * (eh - el)
         u = mid[:, None] + half[:, None] * nodes[None, :]                 # [n_intervals, n_nodes]
         f, surv = {}, {}

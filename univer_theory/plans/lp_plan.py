@@ -40,6 +40,22 @@ def repaired_plan(weights: np.ndarray, tuples, tuple_probs: np.ndarray, target_p
     return w, marginal(w)
 
 
+def tabulated_plan(construction: str, weights: np.ndarray, tuples, tuple_probs: np.ndarray, target_probs, rho,
+                   info: dict | None = None) -> NodePlan:
+    """A :class:`NodePlan` from a table ``weights [n_tuples, k]`` of ``w_j(S)`` over ``tuples`` (e.g. an LP's
+    ``π/Q_k``), repaired by :func:`repaired_plan` so it is exactly feasible with its exact marginal; any tuple
+    outside the table (probability 0) gets ``w = 0``."""
+    p = np.asarray(target_probs, dtype=np.float64)
+    w, a = repaired_plan(weights, tuples, tuple_probs, p, rho)
+    index = {tuple(int(y) for y in S): i for i, S in enumerate(tuples)}
+
+    def select(S):
+        i = index.get(tuple(int(y) for y in S))
+        return w[i].copy() if i is not None else np.zeros(w.shape[1])
+
+    return NodePlan(construction, rho, p, a, select, info or {})
+
+
 def lp_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
     """Rule 1 for any process: the CondOT(ρ) LP plan, repaired and with its exact marginal.
 
@@ -54,11 +70,7 @@ def lp_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
     if res.plan is None or res.status.startswith("highs"):
         return None
     probs = np.array([float(pr) for _, pr in law])
-    w, a = repaired_plan(res.plan / probs[:, None], res.tuples, probs, p, rho)
-    index = {S: i for i, S in enumerate(res.tuples)}
-
-    def select(S):
-        return w[index[tuple(int(y) for y in S)]].copy()
-
-    return NodePlan("lp", rho, p, a, select,
-                    {"lp_value": res.value, "lp_status": res.status, "repair_loss": res.value - a.sum()})
+    plan = tabulated_plan("lp", res.plan / probs[:, None], res.tuples, probs, p, rho,
+                          {"lp_value": res.value, "lp_status": res.status})
+    plan.info["repair_loss"] = res.value - plan.alpha
+    return plan

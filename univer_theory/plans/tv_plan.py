@@ -17,7 +17,7 @@ import numpy as np
 
 from ..engine import NodeContext
 from ..processes import tuple_law
-from ..verifiers import positive_part, traversal_rule
+from ..verifiers import positive_part, traversal_rule, tv_prefix_update
 from .base import NodePlan
 
 #: Largest wor tuple law enumerated for the marginal (V = 30, k = 3 is 24 360 tuples).
@@ -46,7 +46,7 @@ def _iid_marginal(p, q, rho, k):
         fail = fail * (1 - (q * s).sum())
         D = positive_part(r * P - q)
         R = D.sum()
-        r = R / (R + 1 - r) if R != 0 else 0 * R
+        r = tv_prefix_update(R, r)
         if R != 0:
             P = D / R
     return a

@@ -29,10 +29,9 @@ from math import perm
 
 import numpy as np
 
-from ..alpha_star import alpha_star
 from ..tree import canonical_key, split_key
 from .base import NodePlan
-from .lp_plan import repaired_plan
+from .lp_plan import tabulated_plan
 
 #: Largest number of ordered child tuples of any node problem the shape rule will solve.
 MAX_TUPLES = 512
@@ -65,7 +64,7 @@ def value_proxy_plan(target_probs, draft_probs, rho, child_shapes: tuple[str, ..
 
     ``info``: the proxy value of the plan (``proxy_value``) and the LP's α before repair.
     """
-    from solvers.cf_bound import ALPHA_FLOOR_SLACK, NodeProblem, context_free_value
+    from solvers.cf_bound import NodeProblem, context_free_value
 
     p = np.asarray(target_probs, dtype=np.float64)
     q = np.asarray(draft_probs, dtype=np.float64)
@@ -74,15 +73,9 @@ def value_proxy_plan(target_probs, draft_probs, rho, child_shapes: tuple[str, ..
     drafted = q > 0          # the proxy lives on the draft support: undrafted tokens never enter a node problem
     p_s, q_s = p[drafted], q[drafted]
     problem = NodeProblem(p, q, k, process, lambda j, y: context_free_value(child_shapes[j], p_s, q_s, process))
-    floor = float(alpha_star(p, q, k, process, rho)) - ALPHA_FLOOR_SLACK
     try:
-        value, _, pi, _ = problem.solve(rho, max(floor, 0.0))
+        value, _, pi, _ = problem.solve(rho, on_face=True)
     except RuntimeError:
         return None
-    w, a = repaired_plan(pi / problem.probs[:, None], problem.tuples, problem.probs, p, rho)
-    index = {S: i for i, S in enumerate(problem.tuples)}
-
-    def select(S):
-        return w[index[tuple(int(y) for y in S)]].copy()
-
-    return NodePlan("value_proxy", rho, p, a, select, {"proxy_value": value, "lp_alpha": float(pi.sum())})
+    return tabulated_plan("value_proxy", pi / problem.probs[:, None], problem.tuples, problem.probs, p, rho,
+                          {"proxy_value": value, "lp_alpha": float(pi.sum())})
