@@ -23,7 +23,6 @@ from univer_theory import VERIFIERS, DirichletModel, TreeShape, context_free, en
 from univer_theory.alpha_star import alpha_star
 
 from .base import CheckResult, markdown_table
-from .studies import node_audit
 
 NAME = "reductions"
 CLAIM = ("UniVer equals Block Verification on chains (joint law per tree) and the optimal flat multi-draft OT "
@@ -88,13 +87,14 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
         chain_rows.append([iid, n_trees, str(e_bv) if isinstance(e_bv, Fraction) else float(e_bv), e_u, worst])
     for iid, model, k, process in tqdm(list(depth1_instances(fast)), desc=f"{NAME} depth 1", disable=not progress):
         shape = TreeShape.uniform([k])
-        e_u = float(evaluate(model, shape, process, univer).expected_accepted)
+        res = evaluate(model, shape, process, univer)
+        e_u = float(res.expected_accepted)
         p, q = _as_float(model, ())
         lp = flat_ot_lp(p, q, k, process)
         if not lp.success:
             problems.append(f"{iid}: flat OT LP failed: {lp.message}")
         closed = float(alpha_star(p, q, k, process))
-        cons = ", ".join(sorted({r.construction for r in node_audit(model, shape, process, univer)}))
+        cons = ", ".join(sorted(res.plans or {}))
         gap = max(abs(e_u - lp.value), abs(e_u - closed))
         if gap > ALPHA_TOL:
             problems.append(f"{iid}: UniVer E[τ] {e_u:.12g} vs α* LP {lp.value:.12g} / closed form {closed:.12g}")

@@ -14,11 +14,10 @@ from functools import lru_cache
 
 from solvers import cf_bound, condot_lp, global_tree_lp, value_aware_verifier
 from univer_theory import VERIFIERS, Verifier, evaluate, tuple_law
+from univer_theory.verifiers import BASELINE
 from univer_theory.engine import NodeContext
 from univer_theory.univer import make_univer_verifier
 
-#: Reference method per draft process (the paper's baseline for without-replacement drafts is RRSw).
-BASELINE = {"iid": "rrs", "wor": "rrsw"}
 #: Node constructions that are α*(ρ)-optimal by construction (theory.md §6.3 rules 1–3 and k = 1); PTS,
 #: the iid coupling and TV's plan are feasible but only near-optimal.
 ALPHA_STAR_CONSTRUCTIONS = frozenset({"single", "fill", "greedy_fill", "layout", "lp", "wor_pair", "value_proxy"})

@@ -22,9 +22,11 @@ import numpy as np
 from tqdm import tqdm
 
 from univer_theory import DirichletModel, TemperedModel, TreeShape
+from univer_theory.models import resolve_draft_temperature
+from univer_theory.verifiers import BASELINE
 
 from .base import CheckResult, markdown_table, save_figure
-from .studies import BASELINE, expected_lengths, gain_interval, missing_batched, real_bench, real_prompts
+from .studies import expected_lengths, gain_interval, missing_batched, real_bench, real_prompts
 
 NAME = "temperature"
 NEEDS_REAL_MODEL = True
@@ -45,15 +47,13 @@ def toy_instances(fast: bool, process: str = "wor"):
 
 def toy_gains(fast: bool, process: str = "wor", progress: bool = False) -> dict[str, dict[float, tuple]]:
     """``{instance: {T: (E[τ] baseline, E[τ] UniVer)}}`` on the toy grid (baseline RRSw for wor, RRS for iid)."""
-    from gpu.llm.decode import default_draft_temperature
-
     base = BASELINE[process]
     out: dict = {}
     for iid, model, shape, proc in tqdm(list(toy_instances(fast, process)), desc=f"{NAME} toys {process}",
                                         disable=not progress):
         out[iid] = {}
         for T in TOY_TEMPERATURES:
-            tm = TemperedModel(model, T, default_draft_temperature(T))
+            tm = TemperedModel(model, T, resolve_draft_temperature(T))
             v = expected_lengths(tm, shape, proc, [base, "univer"])
             out[iid][T] = (v[base], v["univer"])
     return out

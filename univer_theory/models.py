@@ -175,6 +175,14 @@ def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
     return x / x.sum()
 
 
+def resolve_draft_temperature(temperature: float, override: float | None = None) -> float:
+    """The draft's temperature for a target sampled at ``temperature``: ``override`` when given, else the target's
+    own, except at ``T = 0`` where the draft stays at 1 (a one-hot q supports one child only)."""
+    if override is not None:
+        return override
+    return temperature if temperature > 0 else 1.0
+
+
 class TemperedModel(Model):
     """``base`` with temperature applied to the target (and, by default, the draft) rows."""
 

@@ -319,6 +319,8 @@ TV = Verifier("tv", traversal_rule, ("iid", "wor"), "traversal verification, any
 
 #: Every lossless baseline by its public (CLI / JSON) name.
 VERIFIERS: dict[str, Verifier] = {v.name: v for v in (NSS, SPS, RRS, RRSW, KSEQ, BV, TV)}
+#: Reference method of each draft process (the paper's baseline is RRSw for without-replacement drafts).
+BASELINE = {"iid": "rrs", "wor": "rrsw", "topk": "nss", "greedy": "nss"}
 
 
 def register(verifier: Verifier) -> Verifier:

@@ -21,17 +21,17 @@ import torch
 from tqdm import tqdm
 
 from univer_theory import TreeShape
+from univer_theory.models import resolve_draft_temperature
+from univer_theory.verifiers import BASELINE
 
 from ..probs import probs_from_logits
-from .decode import default_draft_temperature, extend, prefill
+from .decode import extend, prefill
 from .models import ModelPair
 from .prompts import Prompt, encode_prompt
 from .tree_draft import draft_tree
 from .tree_score import score_tree
 from .verifiers import expected_accepted
 
-#: Reference method of each draft process (the paper's baseline is RRSw for without-replacement drafts).
-BASELINE = {"wor": "rrsw", "iid": "rrs", "topk": "nss", "greedy": "nss"}
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: 
                     positions: int, seed: int, draft_temperature: float | None = None) -> PromptRecord:
     """Exact ``E[τ | T]`` of every method on the trees drafted along one target-sampled continuation."""
     gen = prompt_generator(seed, prompt.id, pair.device)
-    dtemp = default_draft_temperature(temperature) if draft_temperature is None else draft_temperature
+    dtemp = resolve_draft_temperature(temperature, draft_temperature)
     ids = encode_prompt(pair.tokenizer, prompt)
     cont, target_roots, t_cache = sample_continuation(pair, ids, positions, temperature, gen)
     n0, L = len(ids), len(cont)
@@ -179,6 +179,6 @@ def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, proce
     baseline = BASELINE.get(process)
     config = {"draft": pair.draft_spec, "shape": str(shape), "nodes": shape.num_nodes, "process": process,
               "temperature": temperature,
-              "draft_temperature": default_draft_temperature(temperature) if draft_temperature is None
-              else draft_temperature, "positions": positions, "seed": seed}
+              "draft_temperature": resolve_draft_temperature(temperature, draft_temperature), "positions": positions,
+              "seed": seed}
     return BenchResult(config, methods, baseline if baseline in methods else None, tuple(records))

@@ -14,6 +14,7 @@ import torch
 from tqdm import tqdm
 
 from univer_theory import TreeShape
+from univer_theory.models import resolve_draft_temperature
 
 from ..probs import probs_from_logits
 from .models import ModelPair
@@ -56,11 +57,6 @@ class DecodeResult:
                 "wall_s": self.wall_s, "tokens_per_s": self.tokens_per_s}
 
 
-def default_draft_temperature(temperature: float) -> float:
-    """Draft at the target's temperature; at ``T = 0`` draft at 1 (a one-hot q supports one child only)."""
-    return temperature if temperature > 0 else 1.0
-
-
 @torch.inference_mode()
 def prefill(model, ids: list[int]):
     """``(cache, last logits [V])`` of ``model`` after ``ids``."""
@@ -82,12 +78,12 @@ def speculative_decode(pair: ModelPair, prompt_ids: list[int], method: str, shap
                        draft_temperature: float | None = None, max_steps: int | None = None,
                        progress: bool = False) -> DecodeResult:
     """Decode up to ``max_new_tokens`` after ``prompt_ids`` in at most ``max_steps`` verification steps (stops
-    after a stop token).  ``draft_temperature`` defaults to :func:`default_draft_temperature`."""
+    after a stop token).  ``draft_temperature`` defaults to :func:`univer_theory.models.resolve_draft_temperature`."""
     if max_new_tokens < 1:
         raise ValueError(f"speculative_decode: max_new_tokens must be ≥ 1, got {max_new_tokens}")
     if not prompt_ids:
         raise ValueError("speculative_decode: prompt_ids is empty")
-    dtemp = default_draft_temperature(temperature) if draft_temperature is None else draft_temperature
+    dtemp = resolve_draft_temperature(temperature, draft_temperature)
     start = time.perf_counter()
     ctx = list(prompt_ids)
     t_cache, t_logits = prefill(pair.target, ctx)

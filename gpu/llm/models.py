@@ -106,7 +106,7 @@ def load_target(device: str | torch.device = "cpu", use_cache: bool = True):
     return model.to(device).eval(), tokenizer
 
 
-def build_draft(target: torch.nn.Module, spec: str, vocab_size: int | None = None) -> torch.nn.Module:
+def build_draft(target: torch.nn.Module, spec: str) -> torch.nn.Module:
     """The draft model named by ``spec`` (see the module docstring), on the target's device, eval mode."""
     kind, _, arg = spec.partition(":")
     device = next(target.parameters()).device
@@ -128,7 +128,7 @@ def build_draft(target: torch.nn.Module, spec: str, vocab_size: int | None = Non
         from transformers import AutoModelForCausalLM
 
         draft = AutoModelForCausalLM.from_pretrained(arg, dtype=torch.float32).to(device).eval()
-        want = vocab_size if vocab_size is not None else target.config.vocab_size
+        want = target.config.vocab_size
         if draft.config.vocab_size != want:
             raise ValueError(f"build_draft: draft {arg!r} has vocab_size {draft.config.vocab_size}, the target's "
                              f"tokenizer needs {want}")

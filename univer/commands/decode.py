@@ -35,16 +35,10 @@ def load_models(args):
     return load_pair(args.draft or DEFAULT_DRAFT, device=args.device)
 
 
-def default_method() -> str:
-    """UniVer, on the batched verifier of :mod:`gpu` (``gpu.METHODS["univer"]``)."""
-    return "univer"
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("decode", help="speculative decoding with a real LLM pair (SmolLM2-135M)")
     p.add_argument("--prompt", required=True, help="user message (the chat template is applied)")
-    p.add_argument("--method", default=None,
-                   help="verifier (default univer)")
+    p.add_argument("--method", default="univer", help="verifier (default univer)")
     p.add_argument("--tree", default="binary:3", help="tree shape: binary:D, chain:D, eagle[:W] or a TreeShape string (default binary:3)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="token budget (default 64)")
     add_llm_options(p)
@@ -59,7 +53,7 @@ def run(args) -> int:
     from gpu.llm.tree_draft import tree_shape
     from gpu.llm.verifiers import method_names
 
-    method = args.method or default_method()
+    method = args.method
     if method not in method_names():
         raise ValueError(f"unknown method {method!r}; choose from {method_names()}")
     shape = tree_shape(args.tree)
