@@ -36,10 +36,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from univer_theory.univer import UniVerRule
+from univer_theory.plans import value_proxy
+from univer_theory.plans.choose import SMALL_SUPPORT
+from univer_theory.tree import key_size
+from univer_theory.univer import SLOT_RULE_MAX_K, UniVerRule
 
 from .engine import LevelContext, LevelDecision
 from .layout import layout_weights
+from .wor_plans import wor_k2_weights
 
 
 def _single_child(ctx: LevelContext, c: torch.Tensor):
@@ -109,6 +113,78 @@ def _greedy_fill(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child
     return w * shrink.gather(1, children), a * shrink
 
 
+def _shape_rule_rows(ctx: LevelContext, rows: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """Of ``rows`` (k ≥ 2, children with different subtrees), those where the shape rule plans the node
+    (:func:`univer_theory.plans.value_proxy.within_limits`, asked once per distinct support and subtrees)."""
+    shapes = torch.where(ctx.child_mask[rows], ctx.child_shapes[rows], -1)
+    sig, inverse = torch.unique(torch.cat([support[rows, None], shapes], 1), dim=0, return_inverse=True)
+    verdict = [value_proxy.within_limits(int(r[0]), tuple(ctx.shape_keys[int(i)] for i in r[1:] if i >= 0),
+                                         ctx.process) for r in sig.tolist()]
+    return torch.tensor(verdict, dtype=torch.bool, device=rows.device)[inverse]
+
+
+def _slot_pair(w_s: torch.Tensor, w_r: torch.Tensor, children: torch.Tensor, q: torch.Tensor,
+               omega: torch.Tensor, process: str) -> torch.Tensor:
+    """The k = 2 slot rule in closed form (:func:`solvers.slot_rule.slot_rule_pair`): ``w(S) [R, 2]`` from the
+    plan on the realised S and on its reversal R, the orderings' probabilities and the position weights."""
+    q1, q2 = q.gather(1, children).unbind(1)
+    if process == "wor":
+        Q_s, Q_r = q1 * (q2 / (1 - q1)), q2 * (q1 / (1 - q2))
+    else:
+        Q_s = Q_r = q1 * q2
+    z_s, z_r = w_s * Q_s[:, None], w_r * Q_r[:, None]
+    first = (omega[:, 0] > omega[:, 1])[:, None]                          # which position is the better one
+    better = lambda z: torch.where(first, z[:, :1], z[:, 1:])               # noqa: E731
+    worse = lambda z: torch.where(first, z[:, 1:], z[:, :1])                # noqa: E731
+    mass_s, mass_r = better(z_s) + worse(z_r), better(z_r) + worse(z_s)
+    top = torch.minimum(mass_s, Q_s[:, None])
+    low = mass_r - torch.minimum(mass_r, Q_r[:, None])
+    z = torch.where(first, torch.cat([top, low], 1), torch.cat([low, top], 1))
+    same = children[:, 0] == children[:, 1]                                   # (a, a): one ordering
+    z = torch.where(same[:, None], torch.where(first, torch.cat([z_s.sum(1, keepdim=True), torch.zeros_like(top)], 1),
+                                               torch.cat([torch.zeros_like(top), z_s.sum(1, keepdim=True)], 1)), z)
+    new = z / Q_s[:, None]
+    new = new / new.sum(1, keepdim=True).clamp(min=1.0)
+    keep = (omega[:, 0] == omega[:, 1]) | ~(Q_r > 0) | ~torch.isfinite(Q_r)   # nothing to move
+    return torch.where(keep[:, None], w_s, new)
+
+
+def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> torch.Tensor:
+    """Plan the iid / wor nodes with k ≥ 2 that are batched (module docstring) into ``w``, ``a``; their mask."""
+    k = ctx.child_mask.sum(1)
+    c = rho[:, None] * p
+    shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(ctx.children)
+    equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
+    support = (q > 0).sum(1)
+    base = k >= 2
+    if ctx.process == "wor":            # two children beyond the LP's small supports (plans.choose)
+        base = base & (k == 2) & (support > SMALL_SUPPORT)
+    odd = (base & ~equal).nonzero().squeeze(1)
+    slot = torch.zeros_like(base)
+    if odd.numel():                     # asymmetric: no shape rule; the slot rule for k = 2, none beyond k = 4
+        free = ~_shape_rule_rows(ctx, odd, support)
+        slot[odd[free & (k[odd] == 2)]] = True
+        base[odd[~free | ((k[odd] > 2) & (k[odd] <= SLOT_RULE_MAX_K))]] = False
+
+    def plan(rows, children):
+        if ctx.process == "iid":
+            return layout_weights(c[rows], q[rows], children, ctx.child_mask[rows])
+        w2, a2 = wor_k2_weights(c[rows], q[rows], rho[rows], p[rows], children[:, :2])
+        return torch.cat([w2, torch.zeros_like(children[:, 2:], dtype=w2.dtype)], 1), a2
+
+    rows = base.nonzero().squeeze(1)
+    if rows.numel():
+        w[rows], a[rows] = plan(rows, ctx.children[rows])
+    rows = slot.nonzero().squeeze(1)
+    if rows.numel():
+        reverse = torch.cat([ctx.children[rows, 1:2], ctx.children[rows, :1], ctx.children[rows, 2:]], 1)
+        omega = torch.tensor([1.0 + key_size(key) for key in ctx.shape_keys], dtype=w.dtype,
+                             device=w.device)[shapes[rows, :2]]
+        w[rows, :2] = _slot_pair(w[rows, :2], plan(rows, reverse)[0][:, :2], ctx.children[rows, :2], q[rows],
+                                 omega, ctx.process)
+    return base
+
+
 def univer_rule(ctx: LevelContext) -> LevelDecision:
     """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children."""
     dtype = ctx.target.dtype
@@ -140,12 +216,8 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
         rows = many.nonzero().squeeze(1)
         if rows.numel():
             w[rows], a[rows] = _greedy_fill(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
-    elif ctx.process == "iid":          # equal subtrees under every position: the layout alone, batched in torch
-        shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(ctx.children)
-        batched = many & ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
-        rows = batched.nonzero().squeeze(1)
-        if rows.numel():
-            w[rows], a[rows] = layout_weights(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
+    else:
+        batched = _iid_wor(ctx, p, q, rho, w, a)
     looped = (many & ~batched).nonzero().squeeze(1)
     if looped.numel():
         exact_ctx = LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process, ctx.child_shapes,

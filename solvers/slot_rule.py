@@ -10,7 +10,17 @@ positions, favouring positions with larger subtrees:
     \\max_{z ≥ 0} \\sum_{S' ∈ C,\\, j} ω_j\\, z(S', j) \\quad\\text{s.t.}\\quad
     \\sum_j z(S', j) ≤ Q_k(S'),\\qquad \\sum_{(S', j):\\, S'_j = x} z(S', j) = m_x,
 
-``ω_j = 1 + |subtree at position j|``; then ``w(S') = z(S', ·)/Q_k(S')``.  Solved once per class with HiGHS
+``ω_j = 1 + |subtree at position j|``; then ``w(S') = z(S', ·)/Q_k(S')``.
+
+**k = 2 in closed form** (:func:`slot_rule_pair`, no LP): with ``ω_1 > ω_2`` every ordering's first position
+takes as much of its token's class mass as the ordering holds, ``z(S', 1) = min(m_{S'_1}, Q_k(S'))``, and the
+second position the rest of its token's mass, ``z(S', 2) = m_{S'_2} − z(S'', 1)`` (S'' the reversed
+ordering); mirrored for ``ω_2 > ω_1``.  The objective is ``ω_2 Σm + (ω_1 − ω_2) Σ_{S'} z(S', 1)`` and each
+``z(S', 1)`` is capped separately, so this optimum is the LP's unique one (feasible because
+``m_a + m_b ≤ Q(a, b) + Q(b, a)``).  A repeated token (i.i.d. ``(a, a)``) moves all its mass to the better
+position; with ``ω_1 = ω_2`` nothing can be gained and the plan's own weights are kept.
+
+For k ≥ 3 the LP is solved once per class with HiGHS
 (deterministic), then *polished*: the equalities of the solver's active set (support of z, tight rows) are
 re-solved by least squares, so the class masses hold to round-off, not to HiGHS' 1e-10 (which would leak
 1:1 into the output law).  The polished answer is rechecked (z ≥ 0, row capacity, class masses); if the
@@ -85,6 +95,8 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     w = np.asarray(weights, dtype=np.float64)
     omega = np.asarray(omega, dtype=np.float64)
     n, k = w.shape
+    if k == 2:
+        return slot_rule_pair(orderings, probs, w, omega)
     toks = np.asarray(orderings, dtype=np.int64)
     labels = sorted(set(toks.ravel().tolist()))
     col_tok = np.searchsorted(labels, toks.ravel())          # variable i·k + j carries token toks[i, j]
@@ -118,6 +130,31 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     new_w = zz / probs[:, None]
     new_w = new_w / np.maximum(1.0, new_w.sum(axis=1, keepdims=True))
     return SlotResult(tuple(orderings), new_w, float(c @ z) - before, "optimal", True, sol.message)
+
+
+def slot_rule_pair(orderings, probs, weights, omega) -> SlotResult:
+    """The k = 2 slot rule in closed form (module docstring); same contract as :func:`slot_rule_lp`."""
+    probs = np.asarray(probs, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    omega = np.asarray(omega, dtype=np.float64)
+    z0 = w * probs[:, None]
+    if omega[0] == omega[1] or len(orderings) > 2:
+        return SlotResult(tuple(orderings), w, 0.0, "optimal", True, "equal position weights: nothing to move")
+    first = 0 if omega[0] > omega[1] else 1          # the better position
+    if len(orderings) == 1 and orderings[0][0] == orderings[0][1]:      # (a, a): one token, both positions
+        z = np.zeros_like(z0)
+        z[0, first] = z0.sum()
+    elif len(orderings) == 1:                        # the reversed ordering has Q = 0: nothing can move
+        z = z0
+    else:
+        # m of each ordering's token at the better position: its own mass there plus the reversed ordering's
+        mass = z0[:, first] + z0[::-1, 1 - first]
+        z = np.zeros_like(z0)
+        z[:, first] = np.minimum(mass, probs)
+        z[:, 1 - first] = (z0[::-1, first] + z0[:, 1 - first]) - z[::-1, first]
+    new_w = z / probs[:, None]
+    new_w = new_w / np.maximum(1.0, new_w.sum(axis=1, keepdims=True))
+    return SlotResult(tuple(orderings), new_w, float(omega @ (z - z0).sum(axis=0)), "optimal", True, "closed form (k = 2)")
 
 
 def _polish(z: np.ndarray, rows: np.ndarray, probs: np.ndarray, mass: np.ndarray, n: int) -> np.ndarray:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import gpu.univer_rule as univer_rule
 from gpu import expected_accepted_length, verify
 from gpu.layout import layout_targets as batched_layout_targets, layout_weights
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
@@ -116,6 +117,29 @@ def test_asymmetric_shapes_match_exact_core(process, V, rule):
         batch, p, q = padded_rows(trees, model, dtype)
         got = expected_accepted_length(batch, p, q, process, "univer")
         np.testing.assert_allclose(got.double().numpy(), ref, rtol=0, atol=tol, err_msg=str(dtype))
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_asymmetric_pairs_are_planned_in_torch(process, monkeypatch):
+    """Two children with different subtrees beyond the shape rule's supports (V = 30): the k = 2 slot rule in
+    closed form — E[τ | T] as the exact core (1e-12) with the per-node planner disabled; the slot rule moved mass
+    on some node, equal position weights ((..) vs ((.)): sizes 2 and 2) and repeated iid tokens occur."""
+    def no_loop(*_):
+        raise AssertionError("a node was planned through the exact core")
+    monkeypatch.setattr(univer_rule, "_plan_nodes", no_loop)
+    model = DirichletModel(30, seed=3, similarity=0.5, concentration=0.1)
+    rng = np.random.default_rng(7)
+    shapes = ["((..),.)", "((..),((.)))", "(.,(.(.)))", "((.),.)"]
+    trees = [sample_tree(model, TreeShape.parse(s), process, rng) for s in shapes for _ in range(6)]
+    exact = VERIFIERS["univer"]
+    trace = [n for t in trees for n in exact.trace(t, *model.node_probs(t), process)]
+    assert any(n.get("slot_rule") for n in trace)
+    if process == "iid":
+        assert any(len(set(t.child_tokens(0))) == 1 for t in trees), "no repeated root tokens drawn"
+    ref = np.array([exact.expected_accepted_length(t, *model.node_probs(t), process) for t in trees])
+    batch, p, q = padded_rows(trees, model)
+    got = expected_accepted_length(batch, p, q, process, "univer")
+    np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("process", ["iid", "wor", "topk", "greedy"])

@@ -78,3 +78,39 @@ def test_nodes_wider_than_the_slot_rule_cap_keep_their_plan_positions():
     row = VERIFIERS["univer"].trace(tree, *model.node_probs(tree), "iid")[0]
     assert row["construction"] == "layout" and row["slot_rule"] is False
     assert evaluate(model, shape, "iid", VERIFIERS["univer"]).lossless
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_pair_closed_form_is_the_unique_lp_optimum(process):
+    """k = 2: the closed form's weights keep every class mass, fit every ordering, and reach the LP optimum
+    (scipy's HiGHS on the same LP, built here); with ω_1 ≠ ω_2 the optimal z is unique, so it is HiGHS' z too.
+    Repeated tokens (iid (a, a)) move to the better position; equal ω keep the plan."""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        V = 6
+        p, q = rng.dirichlet(np.full(V, 0.7)), rng.dirichlet(np.full(V, 0.7))
+        plan = (layout_plan if process == "iid" else pts_plan)(p, q, float(rng.choice([1.0, 0.5])), 2, process)
+        S = tuple(int(y) for y in rng.choice(V, 2, replace=(process == "iid"), p=q))
+        if process == "iid" and trial % 5 == 0:
+            S = (S[0], S[0])
+        orderings, probs = multiset_class(S, q, process)
+        w = np.array([plan.select(o) for o in orderings])
+        omega = np.array([(3.0, 1.0), (1.0, 4.0), (2.0, 2.0)][trial % 3])
+        res = slot_rule_lp(orderings, probs, w, omega)
+        z = res.weights * probs[:, None]
+        n, toks = len(orderings), np.array(orderings).ravel()
+        labels = sorted(set(toks.tolist()))
+        A_eq = np.array([[float(t == x) for t in toks] for x in labels])
+        b_eq = A_eq @ (w * probs[:, None]).ravel()
+        A_ub = np.kron(np.eye(n), np.ones((1, 2)))
+        lp = linprog(-np.tile(omega, n), A_ub=A_ub, b_ub=probs, A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+        assert lp.status == 0
+        np.testing.assert_allclose(A_eq @ z.ravel(), b_eq, rtol=0, atol=1e-16)
+        assert (z >= 0).all() and (z.sum(1) <= probs * (1 + 1e-15)).all()
+        if omega[0] == omega[1]:
+            np.testing.assert_array_equal(res.weights, w)
+        else:
+            assert np.tile(omega, n) @ z.ravel() == pytest.approx(-lp.fun, abs=1e-15)
+            np.testing.assert_allclose(z.ravel(), lp.x, rtol=0, atol=1e-12)

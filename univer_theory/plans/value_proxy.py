@@ -45,15 +45,20 @@ def applies(draft_probs, child_shapes: tuple[str, ...], process: str) -> bool:
     """True when the shape rule is used: ``iid`` / ``wor``, ≥ 2 children with different subtrees, float rows,
     and every node problem of the proxy's recursion within :data:`MAX_TUPLES` (``wor``: within the support)."""
     q = np.asarray(draft_probs)
+    return q.dtype != object and within_limits(int(np.count_nonzero(q)), child_shapes, process)
+
+
+def within_limits(support: int, child_shapes: tuple[str, ...], process: str) -> bool:
+    """:func:`applies` for a draft support of ``support`` tokens (float rows): the batched verifier asks this
+    once per distinct (support, children's subtrees) of a level."""
     child_shapes = tuple(canonical_key(c) for c in child_shapes)
-    if process not in ("iid", "wor") or len(set(child_shapes)) < 2 or q.dtype == object:
+    if process not in ("iid", "wor") or len(set(child_shapes)) < 2:
         return False
-    m = int(np.count_nonzero(q))
     stack = [f"({','.join(child_shapes)})"]
     while stack:
         kids = split_key(stack.pop())
         if kids:
-            if (process == "wor" and len(kids) > m) or _tuples(m, len(kids), process) > MAX_TUPLES:
+            if (process == "wor" and len(kids) > support) or _tuples(support, len(kids), process) > MAX_TUPLES:
                 return False
             stack += kids
     return True

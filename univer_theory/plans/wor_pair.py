@@ -41,15 +41,20 @@ from .node_inputs import check_node_inputs
 #: of O(V) sums.  Violations within it are removed by the thinning ``t = min(1, c/b)``, which keeps the plan
 #: exactly lossless and costs α at most this much.
 FEASIBILITY_TOL = 1e-13
+#: Bisection steps of the 1-D searches (each stops earlier once the midpoint leaves the open bracket).
+BISECTION_STEPS = 200
 
 
 def _bisect_increasing(f, lo: float, hi: float) -> float:
-    """Smallest root (to float resolution) of a non-decreasing ``f`` with ``f(lo) ≤ 0 ≤ f(hi)``."""
-    for _ in range(200):
+    """Smallest E (to float resolution) with ``f(E) ≥ −FEASIBILITY_TOL`` for a non-decreasing ``f`` with
+    ``f(lo) ≤ 0 ≤ f(hi)``.  The tolerance makes the answer independent of the summation order: where ``f``
+    has a plateau at 0 (e.g. the β-family at p = q, ρ = 1: every plateau point solves it) the float sign of
+    ``f`` is round-off noise, and the bisection takes the plateau's start."""
+    for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         if not lo < mid < hi:
             break
-        if f(mid) < 0:
+        if f(mid) < -FEASIBILITY_TOL:
             lo = mid
         else:
             hi = mid

@@ -1,0 +1,268 @@
+"""UniVer's without-replacement node plans (theory.md §6.3 rules 3–5, §6.5) batched over the R nodes of a level.
+
+The batched twins of :mod:`univer_theory.plans.wor_pair`, :mod:`~univer_theory.plans.pts` (k = 2) and
+:mod:`~univer_theory.plans.iid_coupling` (their docstrings have the math); rows ``c = ρp``, ``q`` ``[R, V]``,
+float64.  Each returns the plan on the realised children, ``w [R, K]``, and its token marginal ``a [R, V]``:
+
+* :func:`wor_pair_weights` (k = 2) — the optimal cut ``A*`` of CondOT(ρ) from the ratio-order prefix costs;
+  on each side the β-family (a bisection for the self-consistent E, all rows at once) and, where it misses
+  the side's bound, the yield/accept family; ``feasible [R]`` is False where both families fail on a side
+  (the caller falls back, as the exact core's ``None``);
+* :func:`pts_pair_weights` (k = 2) — the priority walk's acceptance probabilities θ.  The walk is a
+  triangular fixed point ``θ = Φ(θ)`` (θ_y reads running sums over the higher-priority tokens), and ``Φ`` is
+  monotone (larger θ before y → less availability at y → larger θ_y).  Iterating ``Φ`` from ``θ ≡ 1`` with
+  cumulative sums therefore decreases to the walk's θ; entry i is final after i + 1 steps at the latest, so
+  stopping at the first step that changes nothing returns the walk's θ exactly (measured: 9–16 steps at
+  V = 49 152 instead of a 49 152-step scalar walk);
+* :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
+  virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
+  2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities.
+
+No loop over rows or over the vocabulary: loops run over bisection / fixed-point steps (until every row has
+converged), the children and the virtual sequences.
+"""
+from __future__ import annotations
+
+import torch
+
+from univer_theory.plans.choose import ALPHA_TIE
+from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL
+
+from .layout import layout_weights
+
+def _exclusive(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
+    """``Σ_{j<i} x_j`` (or ``Σ_{j>i}`` with ``reverse``) row-wise, sequential sums of the entries."""
+    if reverse:
+        return _exclusive(x.flip(-1)).flip(-1)
+    return torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(-1)[:, :-1]], 1)
+
+
+def _leave_one_out(v: torch.Tensor) -> torch.Tensor:
+    """``Σ_{y≠x} v_y`` for every x (prefix + suffix sums, no cancellation for v ≥ 0)."""
+    return _exclusive(v) + _exclusive(v, reverse=True)
+
+
+def _safe_div(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+    return torch.where(where, a / torch.where(where, b, 1), fill)
+
+
+def _bisect_increasing(f, lo: torch.Tensor, hi: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """Per row, the smallest E with ``f(E) ≥ −FEASIBILITY_TOL`` for a non-decreasing ``f`` (``f(E) [R]`` for
+    ``E [R]``) bracketed by ``[lo, hi]``, as the exact core's scalar bisection; rows not ``active`` keep ``hi``."""
+    done = ~active
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        done = done | ~((lo < mid) & (mid < hi))
+        if bool(done.all()):
+            break
+        below = f(mid) < -FEASIBILITY_TOL
+        lo = torch.where(~done & below, mid, lo)
+        hi = torch.where(~done & ~below, mid, hi)
+    return hi
+
+
+# ----------------------------------------------------------------------------------------- wor pair (rule 3)
+def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """The optimal cut ``A*`` (bool ``[R, V]``) of CondOT(ρ) for two wor children: the ratio-order prefix
+    minimising ``ρP_j + r_j(1 + Σ_{x∈G_j} q_x/(1 − q_x))`` (first minimum), as
+    :func:`univer_theory.alpha_star.optimal_cut`."""
+    drafted = q > 0
+    key = torch.where(drafted, p / torch.where(drafted, q, 1), torch.inf)
+    order = torch.sort(key, dim=-1, stable=True).indices
+    qs, ps = q.gather(1, order), p.gather(1, order)
+    zero = torch.zeros_like(qs[:, :1])
+    r = torch.cat([qs.flip(-1).cumsum(-1).flip(-1), zero], 1)           # mass outside each prefix
+    others = torch.cat([zero, qs.cumsum(-1)[:, :-1]], 1) + r[:, 1:]      # 1 − q_x, summed from the others
+    odds = _safe_div(qs, others, qs > 0)
+    miss = r * (1.0 + torch.cat([zero, odds.cumsum(-1)], 1))
+    cost = rho[:, None] * torch.cat([zero, ps.cumsum(-1)], 1) + miss
+    j = cost.argmin(-1, keepdim=True)                                    # first minimum: the smallest cut
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
+    return rank < j
+
+
+def _side_marginal(q, rest, cross, beta, gamma, side):
+    """``b`` of the side's drafted tokens (``univer_theory.plans.wor_pair.side_marginal``), 0 off the side."""
+    qs = torch.where(side, q, 0)
+    kept = _leave_one_out(qs * (1 - gamma)) + beta * _leave_one_out(qs * gamma)
+    return torch.where(side, qs * (cross + kept / rest + gamma * _leave_one_out(_safe_div(qs * (1 - beta), rest, side))),
+                       0)
+
+
+def _beta_family(q, rest, c, cross, side):
+    """β-family (γ ≡ 1) on every row's side at once."""
+    qs = torch.where(side, q, 0)
+    lo0 = qs * (cross - _safe_div(qs, rest, side))
+    span = _safe_div(qs * qs.sum(1, keepdim=True), rest, side)
+    total = (lo0 + span).sum(1)
+
+    def beta_at(E):
+        return torch.where(side, _safe_div(c - lo0 - qs * E[:, None], span, side & (span > 0)).clamp(0, 1), 1.0)
+
+    def excess(E):
+        return (lo0 + qs * E[:, None] + span * beta_at(E)).sum(1) - total
+
+    hi = _safe_div(qs, rest, side).sum(1)
+    E = _bisect_increasing(excess, torch.zeros_like(hi), hi, side.any(1))
+    return beta_at(E), torch.ones_like(q), torch.ones_like(hi, dtype=torch.bool)
+
+
+def _yield_accept(q, rest, c, cross, side, upper: bool):
+    """Yield/accept family on every row's side at once; the third output is False where it does not exist."""
+    qs = torch.where(side, q, 0)
+    base = qs * (cross + _safe_div(_leave_one_out(qs), rest, side))
+    over = torch.where(side, (base - c).clamp(min=0), 0)
+    under = torch.where(side, (c - base).clamp(min=0), 0)
+    takers, givers = under > 0, over > 0
+    beta, gamma = torch.ones_like(q), torch.zeros_like(q)
+    ratio = _safe_div(under, qs, takers)
+    if upper:       # shed the givers' excess into the takers' room
+        D = over.sum(1)
+        act = D > 0
+        ok = ~act | (under.sum(1) >= D)
+        run = act & ok
+        E = _bisect_increasing(lambda E: torch.minimum(qs * E[:, None], under).sum(1) - D,
+                               torch.zeros_like(D), ratio.max(1).values, run)
+        G = _safe_div(D, E, run)
+        beta = torch.where(givers & run[:, None], 1 - _safe_div(over * rest, qs * G[:, None], givers), beta)
+        gamma = torch.where(takers & run[:, None], _safe_div(under, qs * E[:, None], takers).clamp(max=1), gamma)
+    else:           # cover the takers' deficit from the givers' surplus
+        D = under.sum(1)
+        act = D > 0
+        E = ratio.max(1).values                          # smallest E with γ ≤ 1
+        cap = torch.where(givers, torch.minimum(_safe_div(qs, rest, givers),
+                                                _safe_div(over * E[:, None], D[:, None].expand_as(over),
+                                                          givers & act[:, None])), 0)
+        total = cap.sum(1)
+        ok = ~act | (total >= E)
+        run = act & ok
+        share = _safe_div(E, total, run)
+        beta = torch.where(givers & run[:, None], 1 - _safe_div(cap * share[:, None] * rest, qs, givers), beta)
+        gamma = torch.where(takers & run[:, None], _safe_div(under, qs * E[:, None], takers), gamma)
+    return beta.clamp(0, 1), gamma.clamp(0, 1), ok
+
+
+def _solve_side(q, rest, c, cross, side, upper: bool):
+    """First family whose base marginal meets the side's bound, per row: ``(β, γ, b, ok [R])``."""
+    slack = FEASIBILITY_TOL * torch.where(side, c, 0).amax(1).clamp(min=1.0)[:, None]
+    beta = torch.ones_like(q)
+    gamma = torch.ones_like(q)
+    b = torch.zeros_like(q)
+    solved = ~side.any(1)                                # an empty side needs nothing
+    for family in (_beta_family, lambda *a: _yield_accept(*a, upper)):
+        fb, fg, exists = family(q, rest, c, cross, side)
+        fbm = _side_marginal(q, rest, cross, fb, fg, side)
+        meets = (fbm <= c + slack) if upper else (fbm >= c - slack)
+        good = exists & (meets | ~side).all(1) & ~solved
+        beta = torch.where(good[:, None] & side, fb, beta)
+        gamma = torch.where(good[:, None] & side, fg, gamma)
+        b = torch.where(good[:, None] & side, fbm, b)
+        solved = solved | good
+    return beta, gamma, b, solved
+
+
+def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor,
+                     children: torch.Tensor):
+    """Rule 3 on rows with two wor children ``children [R, 2]``: ``(w [R, 2], a [R, V], feasible [R])``, as
+    ``univer_theory.plans.wor_pair.wor_pair_plan(...)`` (``select``, ``marginal``; infeasible ↔ ``None``)."""
+    in_cut = wor_cut_k2(c, q, rho, p)
+    drafted = q > 0
+    rest = _leave_one_out(q)
+    on_h, on_a = drafted & ~in_cut, drafted & in_cut
+    qa = torch.where(on_a, q, 0)
+    cross_h = _safe_div(qa.sum(1, keepdim=True).expand_as(q), rest, on_h) + _safe_div(qa, rest, on_a).sum(1, keepdim=True)
+    rest = torch.where(drafted, rest, 1.0)
+    bh, gh, b_h, ok_h = _solve_side(q, rest, c, cross_h, on_h, upper=True)
+    ba, ga, b_a, ok_a = _solve_side(q, rest, c, torch.zeros_like(q), on_a, upper=False)
+    beta, gamma, b = torch.where(on_h, bh, ba), torch.where(on_h, gh, ga), b_h + b_a
+    thin = _safe_div(c, b, b > c, 1.0)
+    y1, y2 = children[:, 0], children[:, 1]
+    h1, h2 = on_h.gather(1, children).unbind(1)
+    second = (1 - beta.gather(1, y1[:, None])[:, 0]) * gamma.gather(1, y2[:, None])[:, 0]
+    w = torch.stack([torch.where(h1 == h2, 1 - second, h1.to(q.dtype)),
+                     torch.where(h1 == h2, second, h2.to(q.dtype))], 1)
+    return w * thin.gather(1, children), thin * b, ok_h & ok_a
+
+
+# ----------------------------------------------------------------------------------------- PTS, k = 2 (rule 4)
+def pts_pair_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
+    """Rule 4 (PTS) on rows with two wor children: ``(w [R, 2], a [R, V])`` as
+    ``univer_theory.plans.pts.pts_plan(...)`` with k = 2 (module docstring: the walk as a fixed point)."""
+    drafted = q > 0
+    key = torch.where(drafted, -(p / torch.where(drafted, q, 1)), torch.inf)
+    order = torch.sort(key, dim=-1, stable=True).indices                 # p/q descending, ties by token id
+    on = drafted.gather(1, order)
+    qs, cs = q.gather(1, order), c.gather(1, order)
+    rest = torch.where(on, _leave_one_out(qs), 1.0)                     # R_x = Σ_{w≠x} q_w
+    t1, t2 = _exclusive(qs, reverse=True), _exclusive(qs / rest, reverse=True)
+    theta = on.to(q.dtype)
+    for _ in range(int(on.sum(1).max()) + 1):
+        g = 1 - theta
+        avail = qs * ((_exclusive(g * qs) + t1) / rest + _exclusive(g * qs / rest) + t2)
+        new = torch.where(on & (cs > 0), torch.where(cs >= avail, 1.0, cs / torch.where(cs >= avail, 1.0, avail)), 0.0)
+        if torch.equal(new, theta):
+            break
+        theta = new
+    avail = torch.where(on, avail, 0)
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
+    th = torch.zeros_like(q).scatter(1, order, theta).gather(1, children)
+    first = rank.gather(1, children[:, :1]) < rank.gather(1, children[:, 1:])          # child 1 has priority
+    w_hi = torch.where(first[:, 0], th[:, 0], th[:, 1])
+    w_lo = (1 - w_hi) * torch.where(first[:, 0], th[:, 1], th[:, 0])
+    w = torch.stack([torch.where(first[:, 0], w_hi, w_lo), torch.where(first[:, 0], w_lo, w_hi)], 1)
+    return w, torch.zeros_like(q).scatter(1, order, theta * avail)
+
+
+# ----------------------------------------------------------------------------------------- iid coupling (rule 5)
+def growth_strings(k: int) -> list[tuple[int, ...]]:
+    """The virtual i.i.d. draw sequences of a wor k-tuple as position indices: each draw repeats a position
+    already seen or reveals the next one (``univer_theory.plans.iid_coupling.virtual_draws``' order)."""
+    out = []
+
+    def rec(x, m):
+        if len(x) == k:
+            out.append(tuple(x))
+            return
+        for j in range(min(m + 1, k)):
+            rec(x + [j], max(m, j + 1))
+    rec([], 0)
+    return out
+
+
+def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
+    """Rule 5 on rows with k wor children ``children [R, k]`` (all present): the α*_iid layout plan coupled
+    onto the wor tuple, ``(w [R, k], a [R, V])`` as ``iid_coupling_plan(...)`` (``select``, ``marginal``)."""
+    R, k = children.shape
+    qy = q.gather(1, children)
+    unseen = torch.ones_like(q, dtype=torch.bool)
+    reveal = [torch.ones_like(qy[:, 0])]                 # Π_{j≤m} q(y_j)/R_{j−1}, R summed over unseen tokens
+    for j in range(k):
+        reveal.append(reveal[-1] * qy[:, j] / torch.where(unseen, q, 0).sum(1))
+        unseen = unseen.scatter(1, children[:, j:j + 1], False)
+    strings = growth_strings(k)
+    pos = torch.tensor(strings, device=q.device)                         # [n, k]
+    n = len(strings)
+    x = children[:, pos]                                                 # [R, n, k]: tokens of every sequence
+    pr = qy[:, pos].prod(-1) / torch.stack([reveal[max(s) + 1] for s in strings], 1)
+    w_iid, a = layout_weights(c.repeat_interleave(n, 0), q.repeat_interleave(n, 0), x.reshape(R * n, k),
+                              torch.ones(R * n, k, dtype=torch.bool, device=q.device))
+    onehot = torch.nn.functional.one_hot(pos, k).to(q.dtype)            # [n, i, j]: draw i is position j
+    w = torch.einsum("rn,rni,nij->rj", pr, w_iid.reshape(R, n, k), onehot).clamp(0, 1)
+    return w / w.sum(1, keepdim=True).clamp(min=1.0), a[::n]
+
+
+# ----------------------------------------------------------------------------------------- the choice, k = 2
+def wor_k2_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
+    """UniVer's automatic choice for two wor children on draft supports above ``SMALL_SUPPORT`` (where the exact
+    LP is not consulted): rule 3 where feasible, else the larger α of PTS and the iid coupling (PTS on ties
+    within ``ALPHA_TIE``) — :func:`univer_theory.plans.choose.choose_plan`.  ``(w [R, 2], a [R, V])``."""
+    w, a, feasible = wor_pair_weights(c, q, rho, p, children)
+    rows = (~feasible).nonzero().squeeze(1)
+    if rows.numel():
+        sub = (c[rows], q[rows])
+        w_pts, a_pts = pts_pair_weights(*sub, p[rows], children[rows])
+        w_cp, a_cp = coupling_weights(*sub, children[rows])
+        take = a_cp.sum(1) > a_pts.sum(1) + ALPHA_TIE
+        w[rows] = torch.where(take[:, None], w_cp, w_pts)
+        a[rows] = torch.where(take[:, None], a_cp, a_pts)
+    return w, a

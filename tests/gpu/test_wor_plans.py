@@ -1,0 +1,114 @@
+"""The batched without-replacement plans (gpu/wor_plans.py) against the exact core's constructions
+(univer_theory.plans.wor_pair / pts / iid_coupling / choose): w(S) on the realised tuple, the marginal a and,
+for rule 3, feasibility — to 1e-12 — and UniVer's E[τ | T] on binary wor trees without any per-node planning."""
+import numpy as np
+import pytest
+import torch
+
+import gpu.univer_rule as univer_rule
+from gpu import expected_accepted_length
+from gpu.wor_plans import coupling_weights, growth_strings, pts_pair_weights, wor_k2_weights, wor_pair_weights
+from univer_theory import VERIFIERS, DirichletModel, TreeShape, sample_tree
+from univer_theory.plans.choose import choose_plan
+from univer_theory.plans.iid_coupling import iid_coupling_plan, virtual_draws
+from univer_theory.plans.pts import pts_plan
+from univer_theory.plans.wor_pair import wor_pair_plan
+
+from .helpers import padded_rows
+
+
+def rows(V, n, rng, k=2):
+    """LLM-like and Dirichlet rows (draft zeros, ρ = 0 and p = q among them) and a wor tuple per row."""
+    out = []
+    for i in range(n):
+        if i % 3 == 0:
+            p = np.exp(3.0 * rng.normal(size=V))
+            q = p * np.exp(rng.normal(size=V))
+            q[rng.choice(V, size=V // 6, replace=False)] = 0.0
+        else:
+            p, q = rng.dirichlet(np.full(V, (0.3, 2.0)[i % 2])), rng.dirichlet(np.full(V, 0.5))
+        if i % 7 == 6:
+            q = p.copy()
+        p, q = p / p.sum(), q / q.sum()
+        rho = (1.0, 0.7, 0.25, 0.0)[i % 4]
+        out.append((p, q, rho, tuple(int(y) for y in rng.choice(V, size=k, replace=False, p=q))))
+    return out
+
+
+def tensors(cases):
+    p = torch.tensor(np.stack([c[0] for c in cases]))
+    q = torch.tensor(np.stack([c[1] for c in cases]))
+    rho = torch.tensor([c[2] for c in cases], dtype=torch.float64)
+    return p, q, rho, rho[:, None] * p, torch.tensor([c[3] for c in cases])
+
+
+@pytest.mark.parametrize("V", [10, 40, 500, 4000])
+def test_wor_pair_and_pts_match_the_exact_plans(V):
+    """Rule 3 (with its feasibility) and PTS (k = 2): w(S) and a as the exact core (1e-12); both outcomes of
+    rule 3's feasibility occur."""
+    cases = rows(V, 24, np.random.default_rng(V))
+    p, q, rho, c, kids = tensors(cases)
+    w, a, ok = wor_pair_weights(c, q, rho, p, kids)
+    w_pts, a_pts = pts_pair_weights(c, q, p, kids)
+    for i, (pi, qi, r, S) in enumerate(cases):
+        plan = wor_pair_plan(pi, qi, r, 2, "wor")
+        assert (plan is not None) == bool(ok[i]), i
+        if plan is not None:
+            np.testing.assert_allclose(w[i].numpy(), plan.select(S), rtol=0, atol=1e-12)
+            np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-12)
+        pts = pts_plan(pi, qi, r, 2, "wor")
+        np.testing.assert_allclose(w_pts[i].numpy(), pts.select(S), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a_pts[i].numpy(), pts.marginal, rtol=0, atol=1e-12)
+    assert ok.any() and not ok.all()
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("V", [8, 300])
+def test_coupling_matches_the_exact_plan(V, k):
+    """Rule 5: the layout on every virtual i.i.d. sequence, mixed — w(S) and a as iid_coupling_plan (1e-12);
+    the sequences are those of virtual_draws, whose conditional probabilities sum to 1."""
+    cases = rows(V, 12, np.random.default_rng(k * V), k)
+    p, q, rho, c, kids = tensors(cases)
+    w, a = coupling_weights(c, q, kids)
+    for i, (pi, qi, r, S) in enumerate(cases):
+        plan = iid_coupling_plan(pi, qi, r, k, "wor")
+        np.testing.assert_allclose(w[i].numpy(), plan.select(S), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-12)
+        draws = virtual_draws(S, qi)
+        assert [tuple(S[j] for j in s) for s in growth_strings(k)] == [x for x, _ in draws]
+        assert abs(sum(pr for _, pr in draws) - 1) < 1e-12
+
+
+def test_the_k2_choice_matches_choose_plan():
+    """wor_k2_weights follows choose_plan beyond small supports (w(S), a to 1e-12): on Dirichlet rows of growing
+    flatness (V = 200) rule 3, PTS and the coupling all occur."""
+    V, rng, cases = 200, np.random.default_rng(0), []
+    for conc in (1.0, 5.0, 50.0):
+        for i in range(12):
+            p, q = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
+            cases.append((p, q, (1.0, 0.5)[i % 2], tuple(int(y) for y in rng.choice(V, 2, replace=False, p=q))))
+    p, q, rho, c, kids = tensors(cases)
+    w, a = wor_k2_weights(c, q, rho, p, kids)
+    used = set()
+    for i, (pi, qi, r, S) in enumerate(cases):
+        plan = choose_plan(pi, qi, r, 2, "wor")
+        used.add(plan.construction)
+        np.testing.assert_allclose(w[i].numpy(), plan.select(S), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-12)
+    assert used == {"wor_pair", "pts", "iid_coupling"}, used
+
+
+def test_binary_wor_trees_are_planned_in_torch(monkeypatch):
+    """UniVer's E[τ | T] on binary and chain-ended wor trees (V = 12: supports above the LP's) equals the exact
+    core's (1e-12 float64, 1e-6 float32) with the per-node planner disabled."""
+    def no_loop(*_):
+        raise AssertionError("a node was planned through the exact core")
+    monkeypatch.setattr(univer_rule, "_plan_nodes", no_loop)
+    model = DirichletModel(12, seed=3, similarity=0.5, concentration=0.6)
+    rng = np.random.default_rng(7)
+    trees = [sample_tree(model, TreeShape.parse(s), "wor", rng) for s in ("2,2,2", "2,1,2", "1,2") for _ in range(4)]
+    ref = [VERIFIERS["univer"].expected_accepted_length(t, *model.node_probs(t), "wor") for t in trees]
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
+        batch, p, q = padded_rows(trees, model, dtype)
+        got = expected_accepted_length(batch, p, q, "wor", "univer")
+        np.testing.assert_allclose(got.double().numpy(), ref, rtol=0, atol=tol, err_msg=str(dtype))
