@@ -48,8 +48,11 @@ def _safe_div(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor, fill: float
 
 def _bisect_increasing(f, lo: torch.Tensor, hi: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
     """Per row, the smallest E with ``f(E) ≥ −FEASIBILITY_TOL`` for a non-decreasing ``f`` (``f(E) [R]`` for
-    ``E [R]``) bracketed by ``[lo, hi]``, as the exact core's scalar bisection; rows not ``active`` keep ``hi``."""
+    ``E [R]``) bracketed by ``[lo, hi]``, as the exact core's scalar bisection (``lo`` itself when it
+    qualifies); rows not ``active`` keep ``hi``."""
     done = ~active
+    done = done | (f(lo) >= -FEASIBILITY_TOL)
+    hi = torch.where(done & active, lo, hi)
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         done = done | ~((lo < mid) & (mid < hi))
@@ -95,16 +98,18 @@ def _beta_family(q, rest, c, cross, side):
     lo0 = qs * (cross - _safe_div(qs, rest, side))
     span = _safe_div(qs * qs.sum(1, keepdim=True), rest, side)
     total = (lo0 + span).sum(1)
+    room = torch.where(side, c - lo0, 0)                 # off the side: β = 0 with span = 0, no contribution
+    inv = _safe_div(torch.ones_like(span), span, side & (span > 0))
 
     def beta_at(E):
-        return torch.where(side, _safe_div(c - lo0 - qs * E[:, None], span, side & (span > 0)).clamp(0, 1), 1.0)
+        return ((room - qs * E[:, None]) * inv).clamp(0, 1)
 
     def excess(E):
         return (lo0 + qs * E[:, None] + span * beta_at(E)).sum(1) - total
 
     hi = _safe_div(qs, rest, side).sum(1)
     E = _bisect_increasing(excess, torch.zeros_like(hi), hi, side.any(1))
-    return beta_at(E), torch.ones_like(q), torch.ones_like(hi, dtype=torch.bool)
+    return torch.where(side, beta_at(E), 1.0), torch.ones_like(q), torch.ones_like(hi, dtype=torch.bool)
 
 
 def _yield_accept(q, rest, c, cross, side, upper: bool):
@@ -172,16 +177,23 @@ def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: tor
     qa = torch.where(on_a, q, 0)
     cross_h = _safe_div(qa.sum(1, keepdim=True).expand_as(q), rest, on_h) + _safe_div(qa, rest, on_a).sum(1, keepdim=True)
     rest = torch.where(drafted, rest, 1.0)
-    bh, gh, b_h, ok_h = _solve_side(q, rest, c, cross_h, on_h, upper=True)
-    ba, ga, b_a, ok_a = _solve_side(q, rest, c, torch.zeros_like(q), on_a, upper=False)
-    beta, gamma, b = torch.where(on_h, bh, ba), torch.where(on_h, gh, ga), b_h + b_a
+    beta, gamma, b = torch.ones_like(q), torch.ones_like(q), torch.zeros_like(q)
+    feasible = torch.ones_like(rho, dtype=torch.bool)
+    for side, cross in ((on_h, cross_h), (on_a, torch.zeros_like(q))):
+        # each side on its own columns only (token-id order kept: the leave-one-out sums run as the exact core's)
+        cols = torch.sort((~side).to(torch.int8), dim=1, stable=True).indices[:, :max(1, int(side.sum(1).max()))]
+        on = side.gather(1, cols)
+        sb, sg, sm, ok = _solve_side(*(x.gather(1, cols) for x in (q, rest, c, cross)), on, upper=side is on_h)
+        beta, gamma, b = (full.scatter(1, cols, torch.where(on, x, full.gather(1, cols)))
+                          for full, x in ((beta, sb), (gamma, sg), (b, sm)))
+        feasible = feasible & ok
     thin = _safe_div(c, b, b > c, 1.0)
     y1, y2 = children[:, 0], children[:, 1]
     h1, h2 = on_h.gather(1, children).unbind(1)
     second = (1 - beta.gather(1, y1[:, None])[:, 0]) * gamma.gather(1, y2[:, None])[:, 0]
     w = torch.stack([torch.where(h1 == h2, 1 - second, h1.to(q.dtype)),
                      torch.where(h1 == h2, second, h2.to(q.dtype))], 1)
-    return w * thin.gather(1, children), thin * b, ok_h & ok_a
+    return w * thin.gather(1, children), thin * b, feasible
 
 
 # ----------------------------------------------------------------------------------------- PTS, k = 2 (rule 4)

@@ -49,7 +49,9 @@ def _bisect_increasing(f, lo: float, hi: float) -> float:
     """Smallest E (to float resolution) with ``f(E) ≥ −FEASIBILITY_TOL`` for a non-decreasing ``f`` with
     ``f(lo) ≤ 0 ≤ f(hi)``.  The tolerance makes the answer independent of the summation order: where ``f``
     has a plateau at 0 (e.g. the β-family at p = q, ρ = 1: every plateau point solves it) the float sign of
-    ``f`` is round-off noise, and the bisection takes the plateau's start."""
+    ``f`` is round-off noise, and the bisection takes the plateau's start (``lo`` itself when it qualifies)."""
+    if f(lo) >= -FEASIBILITY_TOL:
+        return lo
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         if not lo < mid < hi:
