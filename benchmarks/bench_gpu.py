@@ -2,9 +2,10 @@
 
 Cells: B trees of N nodes, V = 49152 (SmolLM2's vocabulary); methods TV, RRSw (UniVer opt-in) on wor-drafted
 trees (random EAGLE-like shapes: each node's parent uniform among earlier nodes of depth < 4, so trees in a batch
-differ).  ``--process iid --shape 2,2,2`` drafts i.i.d. children on one uniform shape instead (N = its size):
-there every UniVer node is planned in torch (:mod:`gpu.layout`); on random shapes and under wor most k ≥ 2
-nodes still go through the exact core one by one (see ``gpu/univer_rule.py``).
+differ).  ``--shape 2,2,2`` puts one uniform shape under every tree instead (N = its size): there every UniVer
+node is planned in torch — i.i.d. children by the layout (:mod:`gpu.layout`, ``--process iid``), wor pairs by
+:mod:`gpu.wor_plans`; on random shapes the k ≥ 3 wor nodes and the k = 3, 4 slot rule still go through the exact
+core one by one (see ``gpu/univer_rule.py``).
 Rows are float32 softmaxes of Gaussian logits (target) and noisy copies (draft).
 
 Both sides verify the same B trees with the same rows, each tree once per repeat, and neither timing includes

@@ -248,25 +248,6 @@ class TreeBatch:
         return out.view(B, N + 1, K)[:, :N]
 
     @cached_property
-    def levels(self) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-        """Per depth ``d < D``: ``(slots [B, W_d], kids [B, W_d, K_d])`` — the internal nodes at depth d (padded
-        with ``N``) and their children (padded with ``N``), ``K_d`` the largest branching at that depth."""
-        B, N = self.parent.shape
-        internal = (self.num_children > 0) & self.valid
-        kids_ext = torch.cat([self.children, torch.full_like(self.children[:, :1], N)], dim=1)  # [B, N+1, K]
-        out = []
-        for d in range(self.max_depth):
-            at = internal & (self.depth == d)
-            width = max(int(at.sum(1).max()), 1)
-            k_d = max(int(torch.where(at, self.num_children, 0).max()), 1)
-            # a stable sort puts the wanted slots first, in slot order
-            order = torch.sort(torch.where(at, 0, 1), dim=1, stable=True).indices[:, :width]
-            slots = torch.where(at.gather(1, order), order, N)
-            kids = kids_ext.gather(1, slots[:, :, None].expand(B, width, kids_ext.shape[2]))[:, :, :k_d]
-            out.append((slots, kids))
-        return tuple(out)
-
-    @cached_property
     def level_nodes(self) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]], ...]:
         """Per depth ``d < D``, the internal nodes at depth d of all trees packed into ``R_d`` rows (no padding
         across trees): ``(tree [R_d], slot [R_d], kids [R_d, K_d], active)``.  Rows are sorted by branching,

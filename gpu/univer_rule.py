@@ -9,9 +9,14 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
 
 * ``k = 1`` (any process): the unique plan ``w = min(1, ρp(y)/Q_1(y))``, ``a = min(ρp, Q_1)`` (``Q_1 = q``;
   the point mass on the top draft token for ``topk``) — nothing else is needed for these nodes;
-* ``iid`` with ``k ≥ 2`` and the same subtree under every position (every node of a uniform tree): the whole
-  private-position layout (:mod:`gpu.layout`): closed-form targets, ``a = min(b, ρp)``, and ``w(S)`` — the
-  earliest block the tuple touches laid out with fractional densities and integrated by Gauss–Legendre;
+* ``iid``, any k ≥ 2: the whole private-position layout (:mod:`gpu.layout`): closed-form targets,
+  ``a = min(b, ρp)``, and ``w(S)`` — the earliest block the tuple touches laid out with fractional densities and
+  integrated by Gauss–Legendre;
+* ``wor`` with k = 2 on draft supports above ``SMALL_SUPPORT``: the automatic choice of
+  :mod:`gpu.wor_plans` — rule 3 (``wor_pair``) where feasible, else the larger α of PTS and the iid coupling;
+* children with different subtrees (``iid`` / ``wor`` as above), when the shape rule does not apply (draft
+  supports too large for its LP): k = 2 — the slot rule in closed form (:func:`_slot_pair`, the plan evaluated
+  on S and on its reversal); k > ``SLOT_RULE_MAX_K`` — the plan's own weights (no slot rule);
 * ``topk`` with ``k ≥ 2``: the fixed top-k list filled in drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``;
   ``greedy`` with ``k ≥ 2``: the closed form of :func:`~univer_theory.plans.choose.greedy_fill_plan` (one pass
   over the vocabulary for the spare capacity, then the realised tuple);
@@ -19,17 +24,19 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   nodes the exact plan's own α, so ``f`` matches the exact core's round-off as ``α → 1``).
 
 **Per node, on the CPU in float64 numpy through the exact core** (one :class:`~univer_theory.univer.UniVerRule`
-per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), for the other nodes with ``k ≥ 2``:
+per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), the nodes whose plan is defined by an LP or
+by a sequential clock integral:
 
-* ``wor``: the whole automatic choice — ``wor_pair`` (k = 2, if feasible), else the larger α of PTS and the
-  iid coupling (the exact LP on supports ≤ 8) — its marginal ``a`` and ``w(S)``;
-* when the positions' subtrees differ (``iid`` / ``wor``): the shape rule on small draft supports (an LP on
-  the α*-face; its marginal ``a`` replaces the layout's), else the slot rule (an LP per multiset class).
-  The subtrees come as shape ids (``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`).
+* ``wor`` on draft supports ≤ ``SMALL_SUPPORT`` (the exact LP competes with the constructions), and ``wor``
+  with k ≥ 3 (PTS's availabilities are a clock integral walked in priority order; a doubling-scan fixed point
+  in torch was exact but ~75× slower than this loop on the CPU at V = 200, so it is not used);
+* the shape rule (an LP on the α*-face, small draft supports) and the slot rule for k = 3, 4 (an LP per
+  multiset class).  The subtrees come as shape ids (``LevelContext.child_shapes``, from
+  :attr:`TreeBatch.subtree_shapes`).
 
-Identical nodes (same ρ, rows, children and children's subtrees — e.g. one tree repeated across the batch) are
-planned once (``torch.unique`` over the level's rows).  Inputs in float32 are planned in float64 (rows
-renormalised) and the decisions cast back.
+Identical looped nodes (same ρ, rows, children and children's subtrees — e.g. one tree repeated across the
+batch) are planned once (``torch.unique`` over the level's rows).  Inputs in float32 are planned in float64
+(rows renormalised) and the decisions cast back.
 """
 from __future__ import annotations
 

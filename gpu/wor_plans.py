@@ -46,12 +46,12 @@ def _safe_div(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor, fill: float
     return torch.where(where, a / torch.where(where, b, 1), fill)
 
 
-def _bisect_increasing(f, lo: torch.Tensor, hi: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+def _bisect_increasing(f, lo: torch.Tensor, hi: torch.Tensor, active: torch.Tensor,
+                       start_tol: torch.Tensor | float = FEASIBILITY_TOL) -> torch.Tensor:
     """Per row, the smallest E with ``f(E) ≥ −FEASIBILITY_TOL`` for a non-decreasing ``f`` (``f(E) [R]`` for
-    ``E [R]``) bracketed by ``[lo, hi]``, as the exact core's scalar bisection (``lo`` itself when it
-    qualifies); rows not ``active`` keep ``hi``."""
-    done = ~active
-    done = done | (f(lo) >= -FEASIBILITY_TOL)
+    ``E [R]``) bracketed by ``[lo, hi]``, ``lo`` itself where ``f(lo) ≥ −start_tol`` — the exact core's scalar
+    bisection (its docstring: plateaus); rows not ``active`` keep ``hi``."""
+    done = ~active | (f(lo) >= -start_tol)
     hi = torch.where(done & active, lo, hi)
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
@@ -92,8 +92,9 @@ def _side_marginal(q, rest, cross, beta, gamma, side):
                        0)
 
 
-def _beta_family(q, rest, c, cross, side):
-    """β-family (γ ≡ 1) on every row's side at once."""
+def _beta_family(q, rest, c, cross, side, tol):
+    """β-family (γ ≡ 1) on every row's side at once (``tol [R]``: the side's scaled slack, for the plateau
+    test at E = 0)."""
     qs = torch.where(side, q, 0)
     lo0 = qs * (cross - _safe_div(qs, rest, side))
     span = _safe_div(qs * qs.sum(1, keepdim=True), rest, side)
@@ -108,7 +109,7 @@ def _beta_family(q, rest, c, cross, side):
         return (lo0 + qs * E[:, None] + span * beta_at(E)).sum(1) - total
 
     hi = _safe_div(qs, rest, side).sum(1)
-    E = _bisect_increasing(excess, torch.zeros_like(hi), hi, side.any(1))
+    E = _bisect_increasing(excess, torch.zeros_like(hi), hi, side.any(1), tol)
     return torch.where(side, beta_at(E), 1.0), torch.ones_like(q), torch.ones_like(hi, dtype=torch.bool)
 
 
@@ -149,12 +150,15 @@ def _yield_accept(q, rest, c, cross, side, upper: bool):
 
 def _solve_side(q, rest, c, cross, side, upper: bool):
     """First family whose base marginal meets the side's bound, per row: ``(β, γ, b, ok [R])``."""
-    slack = FEASIBILITY_TOL * torch.where(side, c, 0).amax(1).clamp(min=1.0)[:, None]
+    qs = torch.where(side, q, 0)
+    scale = torch.maximum(torch.where(side, c, 0).amax(1), _safe_div(qs * qs.sum(1, keepdim=True), rest, side).amax(1))
+    tol = FEASIBILITY_TOL * scale.clamp(min=1.0)       # univer_theory.plans.wor_pair.side_tolerance
+    slack = tol[:, None]
     beta = torch.ones_like(q)
     gamma = torch.ones_like(q)
     b = torch.zeros_like(q)
     solved = ~side.any(1)                                # an empty side needs nothing
-    for family in (_beta_family, lambda *a: _yield_accept(*a, upper)):
+    for family in (lambda *a: _beta_family(*a, tol), lambda *a: _yield_accept(*a, upper)):
         fb, fg, exists = family(q, rest, c, cross, side)
         fbm = _side_marginal(q, rest, cross, fb, fg, side)
         meets = (fbm <= c + slack) if upper else (fbm >= c - slack)

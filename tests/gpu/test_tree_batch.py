@@ -50,16 +50,20 @@ def nesting(key):
     return deepest
 
 
-def test_levels_list_internal_nodes_by_depth():
+def test_level_nodes_pack_internal_nodes_by_depth():
+    """Per depth: every internal node of every tree exactly once, largest branching first, its children in
+    drafting order (padded with N), and ``active[j]`` = the number of rows with a j-th child."""
     b = TreeBatch.from_trees(TREES)
     N = b.max_nodes
-    for d, (slots, kids) in enumerate(b.levels):
-        for i, t in enumerate(TREES):
-            want = [u for u in range(t.num_nodes) if t.depth[u] == d and t.children[u]]
-            got = [u for u in slots[i].tolist() if u < N]
-            assert got == want
-            for w, u in enumerate(got):
-                assert tuple(c for c in kids[i, w].tolist() if c < N) == t.children[u]
+    for d, (tree, slot, kids, active) in enumerate(b.level_nodes):
+        want = {(i, u) for i, t in enumerate(TREES) for u in range(t.num_nodes) if t.depth[u] == d and t.children[u]}
+        got = list(zip(tree.tolist(), slot.tolist()))
+        assert sorted(got) == sorted(want) and len(got) == len(want)
+        branching = [len(TREES[i].children[u]) for i, u in got]
+        assert branching == sorted(branching, reverse=True)
+        assert list(active) == [sum(k > j for k in branching) for j in range(max(branching))]
+        for (i, u), row in zip(got, kids.tolist()):
+            assert tuple(c for c in row if c < N) == TREES[i].children[u]
 
 
 def test_sglang_round_trip_and_semantics():

@@ -112,3 +112,29 @@ def test_binary_wor_trees_are_planned_in_torch(monkeypatch):
         batch, p, q = padded_rows(trees, model, dtype)
         got = expected_accepted_length(batch, p, q, "wor", "univer")
         np.testing.assert_allclose(got.double().numpy(), ref, rtol=0, atol=tol, err_msg=str(dtype))
+
+
+def test_ill_conditioned_rows_match_the_exact_choice():
+    """One token holding all but 1e-5 of q, p = q, zero target entries, ρ ∈ {1, 0.3, 0}: the k = 2 choice as
+    choose_plan's, w(S) and a to 1e-12 — 1e-10 on the dominant-token rows, where rule 3's self-consistency sums
+    have terms up to 1e5 and numpy's and torch's summation orders solve it to ~1e-11 (both plans exact: a is
+    each one's own marginal)."""
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        V = int(rng.integers(9, 40))
+        q = rng.dirichlet(np.full(V, 0.3))
+        if i % 2 == 0:
+            q = q * 1e-5
+            q[rng.integers(V)] += 1 - q.sum()
+        p = rng.dirichlet(np.full(V, 0.3)) if i % 3 else q.copy()
+        if i % 4 == 1:
+            p[rng.integers(V)] = 0
+            p /= p.sum()
+        rho = float(rng.choice([1.0, 0.3, 0.0]))
+        S = tuple(int(y) for y in rng.choice(V, 2, replace=False, p=q))
+        pt, qt, rt = torch.tensor(p)[None], torch.tensor(q)[None], torch.tensor([rho], dtype=torch.float64)
+        w, a = wor_k2_weights(rt[:, None] * pt, qt, rt, pt, torch.tensor([S]))
+        plan = choose_plan(p, q, rho, 2, "wor")
+        tol = 1e-10 if q.max() > 1 - 1e-4 else 1e-12
+        np.testing.assert_allclose(w[0].numpy(), plan.select(S), rtol=0, atol=tol, err_msg=str(i))
+        np.testing.assert_allclose(a[0].numpy(), plan.marginal, rtol=0, atol=tol, err_msg=str(i))

@@ -37,20 +37,26 @@ from ..alpha_star import optimal_cut
 from .base import NodePlan
 from .node_inputs import check_node_inputs
 
-#: Slack allowed on ``b ≤ c`` (H) / ``b ≥ c`` (A*) before a family is declared infeasible: float round-off
-#: of O(V) sums.  Violations within it are removed by the thinning ``t = min(1, c/b)``, which keeps the plan
-#: exactly lossless and costs α at most this much.
+#: Slack allowed on ``b ≤ c`` (H) / ``b ≥ c`` (A*) before a family is declared infeasible, relative to the
+#: side's scale ``max(1, max c, max q·q(s)/R)`` (:func:`side_tolerance`): float round-off of O(V) sums whose
+#: terms reach that scale — ~1e5 when one token holds all but 1e-5 of q, where b is known to ~1e-11 only.
+#: Violations within it are removed by the thinning ``t = min(1, c/b)``, which keeps the plan exactly lossless
+#: and costs α at most this much.  Also the (absolute) tolerance of the 1-D searches (:func:`_bisect_increasing`).
 FEASIBILITY_TOL = 1e-13
 #: Bisection steps of the 1-D searches (each stops earlier once the midpoint leaves the open bracket).
 BISECTION_STEPS = 200
 
 
-def _bisect_increasing(f, lo: float, hi: float) -> float:
+def _bisect_increasing(f, lo: float, hi: float, start_tol: float = FEASIBILITY_TOL) -> float:
     """Smallest E (to float resolution) with ``f(E) ≥ −FEASIBILITY_TOL`` for a non-decreasing ``f`` with
-    ``f(lo) ≤ 0 ≤ f(hi)``.  The tolerance makes the answer independent of the summation order: where ``f``
-    has a plateau at 0 (e.g. the β-family at p = q, ρ = 1: every plateau point solves it) the float sign of
-    ``f`` is round-off noise, and the bisection takes the plateau's start (``lo`` itself when it qualifies)."""
-    if f(lo) >= -FEASIBILITY_TOL:
+    ``f(lo) ≤ 0 ≤ f(hi)``; ``lo`` itself when ``f(lo) ≥ −start_tol``.
+
+    The tolerances make the answer independent of the summation order where ``f`` has a plateau at 0 (the
+    β-family when p = q and ρ = 1: every plateau point solves it, and the float sign of ``f`` is round-off
+    noise): the bisection takes the plateau's start.  The plateau starts at ``lo``, and the β-family passes its
+    side's scaled tolerance (:func:`side_tolerance`) as ``start_tol``, since its sums' round-off grows with
+    their terms (~1e-11 when one token holds all but 1e-5 of q)."""
+    if f(lo) >= -start_tol:
         return lo
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
@@ -81,6 +87,11 @@ class _Side:
     upper: bool
 
 
+def side_tolerance(side: _Side) -> float:
+    """``FEASIBILITY_TOL · max(1, max c, max q·q(s)/R)`` for a non-empty side."""
+    return FEASIBILITY_TOL * max(1.0, float(side.c.max()), float((side.q * side.q.sum() / side.rest).max()))
+
+
 def side_marginal(side: _Side, beta, gamma) -> np.ndarray:
     """Base marginal ``b`` of a side's drafted tokens (module docstring), from the plan's parameters.
 
@@ -104,7 +115,8 @@ def _beta_family(side: _Side):
     def beta_at(E):
         return np.clip((c - lo0 - q * E) / span, 0.0, 1.0)
 
-    E = _bisect_increasing(lambda E: (lo0 + q * E + span * beta_at(E)).sum() - total, 0.0, (q / rest).sum())
+    E = _bisect_increasing(lambda E: (lo0 + q * E + span * beta_at(E)).sum() - total, 0.0, (q / rest).sum(),
+                           side_tolerance(side))
     return beta_at(E), np.ones_like(q)
 
 
@@ -147,7 +159,7 @@ def _solve_side(side: _Side):
     """First family whose exact base marginal meets the side's bound: ``(β, γ, b, name)`` or None."""
     if side.q.size == 0:
         return np.ones(0), np.ones(0), np.zeros(0), "empty"
-    slack = FEASIBILITY_TOL * max(1.0, float(side.c.max()))
+    slack = side_tolerance(side)
     for name, family in FAMILIES.items():
         sol = family(side)
         if sol is None:
