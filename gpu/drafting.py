@@ -83,8 +83,9 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
 
     Returns
     -------
-    ``(TreeBatch, draft rows [B, N, V])``: the callable is asked at every node, leaves included, so the
-    returned rows are exactly the ``draft_probs`` a verifier of this batch needs.
+    ``(TreeBatch, draft rows [B, N, V])``: the rows a verifier of this batch needs.  A callable is asked at the
+    root and the internal nodes only — no verifier reads ``q`` at a drafted leaf (nothing is drafted from it),
+    so a leaf's row is uniform (a valid row, never used) and a real draft model skips its deepest forward.
     """
     where = "draft_tree"
     check_choice(process, PROCESSES, where, "process")
@@ -109,10 +110,12 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
     out = None
     depth = shape.depth
     for d in range(shape.max_depth + 1):
-        nodes = [u for u in range(N) if depth[u] == d]
+        nodes = [u for u in range(N) if depth[u] == d and (u == 0 or shape.children[u] or not callable(draft_probs))]
+        if not nodes:
+            break
         q = source(token, nodes)
         if out is None:
-            out = torch.zeros(B, N, q.shape[-1], dtype=q.dtype, device=q.device)
+            out = torch.full((B, N, q.shape[-1]), 1.0 / q.shape[-1], dtype=q.dtype, device=q.device)
             token = token.to(q.device)
         out[:, nodes] = q
         by_k: dict[int, list[int]] = {}

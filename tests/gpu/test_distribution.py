@@ -126,4 +126,7 @@ def test_draft_tree_follows_tree_law(process):
     law = {t.token: pr for t, pr in enumerate_trees(model, shape, process)}
     assert_fits(counts, law, f"draft_tree {process}")
     b0 = batch.to_trees()[0]
-    torch.testing.assert_close(q_nodes[0], torch.tensor(np.stack([model.draft(s) for s in b0.paths])))
+    inner = [u for u in range(b0.num_nodes) if b0.children[u]]       # leaves: uniform rows, no call
+    torch.testing.assert_close(q_nodes[0, inner], torch.tensor(np.stack([model.draft(b0.paths[u]) for u in inner])))
+    torch.testing.assert_close(q_nodes[0, [u for u in range(b0.num_nodes) if u not in inner]],
+                               torch.full((b0.num_nodes - len(inner), V), 1 / V, dtype=torch.float64))
