@@ -24,7 +24,7 @@ import time
 import numpy as np
 import torch
 
-from gpu import TreeBatch, expected_accepted_length, sample_children
+from gpu import draft_tree, expected_accepted_length, sample_children
 from univer_theory import TreeShape
 from univer_theory.plans.choose import choose_plan
 from univer_theory.plans.clocks import sequential_thinning_avail
@@ -94,14 +94,8 @@ def tree_table(V: int, gen: torch.Generator):
     for family in FAMILIES:
         for process in ("wor", "iid"):
             p, q = rows(V, family, gen, N)
-            token = [-1] * N
-            for u in range(N):
-                kids = [v for v in range(N) if shape.parent[v] == u]
-                if kids:
-                    for v, y in zip(kids, sample_children(q[u:u + 1], len(kids), process, gen)[0].tolist()):
-                        token[v] = y
-            batch = TreeBatch.from_tensors(torch.tensor([shape.parent]), torch.tensor([token]))
-            P, Q = p[None], q[None]
+            batch, Q = draft_tree(shape, q, process, 1, gen)
+            P = p[None]
             e_u, t_u = timed(lambda: expected_accepted_length(batch, P, Q, process, "univer"))
             e_t, t_t = timed(lambda: expected_accepted_length(batch, P, Q, process, "tv"))
             print(f"{family:>6} {process:>4} | {t_u:>8.3f} {float(e_u[0]):>6.3f} | {t_t:>6.3f} {float(e_t[0]):>6.3f}")
