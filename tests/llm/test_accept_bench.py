@@ -75,3 +75,27 @@ def test_chain_identities_and_full_acceptance_ordering(pair, two_prompts):
     full = {m: sum(v for k, v in VERIFIERS[m].law(tree, p.numpy(), q[0].numpy(), "wor").items() if len(k) == 4)
             for m in ("sps", "bv")}
     assert full["bv"] >= full["sps"] - 1e-12, full
+
+
+def test_batched_univer_equals_the_exact_core_on_real_trees(pair, two_prompts):
+    """On real SmolLM2 binary:2 wor trees (V = 49 152: every UniVer node is planned in torch — rule 3, PTS or the
+    iid coupling, :mod:`gpu.wor_plans`) the batched E[τ | T] equals the exact core's (1e-10; real rows hold
+    dominant-token nodes, where rule 3 is solved to ~1e-11)."""
+    from gpu import expected_accepted_length
+    from gpu.llm.decode import extend, prefill
+    from gpu.llm.prompts import encode_prompt
+
+    ids = encode_prompt(pair.tokenizer, two_prompts[1])
+    t_cache, t_root = prefill(pair.target, ids)
+    d_cache, d_root = prefill(pair.draft, ids)
+    gen = torch.Generator().manual_seed(5)
+    for step in range(2):
+        shape = tree_shape("binary:2")
+        batch, q = draft_tree(pair.draft, d_cache, len(ids), d_root, shape, "wor", 1.0, gen)
+        p = probs_from_logits(score_tree(pair.target, t_cache, batch, len(ids), t_root).double(), 1.0)[None]
+        got = float(expected_accepted_length(batch, p, q, "wor", "univer")[0])
+        want = VERIFIERS["univer"].expected_accepted_length(batch.to_trees()[0], p[0].numpy(), q[0].numpy(), "wor")
+        assert got == pytest.approx(want, abs=1e-10), step
+        y = int(batch.token[0, 1])                    # continue the context with the first drafted token
+        ids = ids + [y]
+        t_root, d_root = extend(pair.target, t_cache, [y]), extend(pair.draft, d_cache, [y])
