@@ -41,18 +41,13 @@ def log_time_grid(nodes: int = LOG_T_NODES, log_range: tuple[float, float] = LOG
     return times, weights
 
 
-def _times_linear(poly: np.ndarray, const: np.ndarray, lin: np.ndarray) -> np.ndarray:
-    """``poly(u)·(const + lin·u)`` truncated at the degree of ``poly`` (arrays [nodes, k])."""
-    out = poly * const[:, None]
-    out[:, 1:] += poly[:, :-1] * lin[:, None]
+def _pair_step(state: np.ndarray, e: np.ndarray, lin: np.ndarray, de: np.ndarray) -> np.ndarray:
+    """``(P, D) ↦ (P·(e + lin·u), D·(e + lin·u) + de·P)`` for polynomials in u truncated at their degree:
+    ``state [2, k, nodes]`` holds P and D degree-major, ``e, lin, de [nodes]``."""
+    out = state * e
+    out[:, 1:] += state[:, :-1] * lin
+    out[1] += de * state[0]
     return out
-
-
-def _coef(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-    """``[u^n](a·b)`` per quadrature node (``n < 0`` → 0)."""
-    if n < 0:
-        return np.zeros(a.shape[0])
-    return np.einsum("ti,ti->t", a[:, :n + 1], b[:, n::-1])
 
 
 def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: int,
@@ -88,26 +83,25 @@ def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: 
     m = len(order)
     T, wts = log_time_grid(nodes)
     qs = np.asarray(draft_probs, dtype=np.float64)[order]
-    one = np.zeros((T.size, k))
-    one[:, 0] = 1.0
+    one = np.zeros((2, k, T.size))                     # (P, D) = (1, 0)
+    one[0, 0] = 1.0
 
-    def clock(i):
-        """``(e^{−q_i T}, 1 − e^{−q_i T})`` on the grid (the latter by expm1: tiny q keep their precision)."""
-        x = -qs[i] * T
+    def clocks(lo, hi):
+        """``(e^{−q_i T}, 1 − e^{−q_i T})`` for tokens lo..hi−1 ``[hi − lo, nodes]`` (the latter by expm1: tiny q
+        keep their precision)."""
+        x = -qs[lo:hi, None] * T
         return np.exp(x), -np.expm1(x)
 
-    def suffix_step(suf, dsuf, i):
-        """From (Π_{j>i} f_j, D over j>i) to the same over j ≥ i (g = 1)."""
-        e, ring = clock(i)
-        return _times_linear(suf, e, ring), _times_linear(dsuf, e, ring) + (qs[i] * e)[:, None] * suf
-
     block = max(1, math.isqrt(m))
-    checkpoints = {}                                   # i -> (Π_{j>i} f_j, D_{j>i}) for i at block ends
-    suf, dsuf = one.copy(), np.zeros_like(one)
-    for i in range(m - 1, -1, -1):
-        if i % block == block - 1 or i == m - 1:
-            checkpoints[i] = (suf, dsuf)
-        suf, dsuf = suffix_step(suf, dsuf, i)
+    starts = range(0, m, block)
+    checkpoints = {}                                   # block start -> (Π_{j>end} f_j, D_{j>end}), g = 1
+    suf = one
+    for start in reversed(starts):
+        end = min(start + block, m)
+        checkpoints[start] = suf
+        E, RING = clocks(start, end)
+        for i in range(end - 1, start - 1, -1):
+            suf = _pair_step(suf, E[i - start], RING[i - start], qs[i] * E[i - start])
 
     # the piece T < e^{lo} of the grid: for k = 1 the integrand is q_y e^{−q(V) T} there (≈ q_y·e^{−30});
     # for k ≥ 2 it is O(T^{k−1}), below 1e-26
@@ -115,24 +109,23 @@ def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: 
     head = -math.expm1(-total * t_lo) / total if k == 1 else 0.0
     avail = np.zeros(draft_probs.shape[0])
     theta = np.zeros(draft_probs.shape[0])
-    pre, dpre = one.copy(), np.zeros_like(one)
-    for start in range(0, m, block):
-        end = min(start + block, m) - 1
-        sufs = [None] * (end - start + 1)
-        suf, dsuf = checkpoints[end]
-        for i in range(end, start - 1, -1):
-            sufs[i - start] = (suf, dsuf)
-            suf, dsuf = suffix_step(suf, dsuf, i)
-        for i in range(start, end + 1):
-            suf, dsuf = sufs[i - start]
+    pre = one
+    for start in starts:
+        end = min(start + block, m)
+        E, RING = clocks(start, end)
+        sufs = [None] * (end - start)                  # (Π_{j>i} f_j, D_{j>i}) for the block's tokens
+        suf = checkpoints[start]
+        for i in range(end - 1, start - 1, -1):
+            sufs[i - start] = suf
+            suf = _pair_step(suf, E[i - start], RING[i - start], qs[i] * E[i - start])
+        for i in range(start, end):
+            suf, e, ring = sufs[i - start], E[i - start], RING[i - start]
             y = order[i]
-            e, ring = clock(i)
-            first = qs[i] * e * _coef(pre, suf, k - 1)
-            later = ring * (_coef(dpre, suf, k - 2) + _coef(pre, dsuf, k - 2))
+            first = qs[i] * e * np.einsum("jt,jt->t", pre[0], suf[0, ::-1])         # [u^{k−1}] P_pre·P_suf
+            later = ring * np.einsum("sjt,sjt->t", pre[::-1, :k - 1], suf[:, k - 2::-1]) if k > 1 else 0.0
             av = max(float(wts @ (first + later)) + head * qs[i], 0.0)
             th = 0.0 if c[y] <= 0 else (1.0 if c[y] >= av else c[y] / av)
             avail[y], theta[y] = av, th
             g = 1.0 - th
-            dpre = _times_linear(dpre, e, g * ring) + (g * qs[i] * e)[:, None] * pre
-            pre = _times_linear(pre, e, g * ring)
+            pre = _pair_step(pre, e, g * ring, g * qs[i] * e)
     return avail, theta
