@@ -29,7 +29,7 @@ by a sequential clock integral:
 
 * ``wor`` on draft supports ≤ ``SMALL_SUPPORT`` (the exact LP competes with the constructions), and ``wor``
   with k ≥ 3 (PTS's availabilities are a clock integral walked in priority order; a doubling-scan fixed point
-  in torch was exact but ~75× slower than this loop on the CPU at V = 200, so it is not used);
+  in torch was exact but two orders of magnitude slower than this loop on the CPU at V = 200, so it is not used);
 * the shape rule (an LP on the α*-face, small draft supports) and the slot rule for k = 3, 4 (an LP per
   multiset class).  The subtrees come as shape ids (``LevelContext.child_shapes``, from
   :attr:`TreeBatch.subtree_shapes`).
