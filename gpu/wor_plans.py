@@ -16,7 +16,9 @@ float64.  Each returns the plan on the realised children, ``w [R, K]``, and its 
   V = 49 152 instead of a 49 152-step scalar walk);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
-  2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities.
+  2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities;
+* :func:`wor_k2_weights` — UniVer's choice among them for two children (rule 3 where feasible, else the better
+  α of PTS and the coupling), as :func:`univer_theory.plans.choose.choose_plan` above its small supports.
 
 No loop over rows or over the vocabulary: loops run over bisection / fixed-point steps (until every row has
 converged), the children and the virtual sequences.
