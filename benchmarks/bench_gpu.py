@@ -114,8 +114,8 @@ def main(argv=None):
     ap.add_argument("--process", default="wor", choices=["wor", "iid"])
     ap.add_argument("--shape", default=None, help="one TreeShape for every tree (e.g. 2,2,2); default random shapes")
     ap.add_argument("--methods", default="tv,rrsw",
-                    help="comma-separated methods (tv, rrsw, univer); univer's per-node plans are not batched "
-                         "yet and take seconds per batch at this V, so it is opt-in")
+                    help="comma-separated methods (tv, rrsw, univer); on random shapes univer's k ≥ 3 wor nodes are "
+                         "still planned one by one and take seconds per batch at this V, so it is opt-in")
     args = ap.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -103,13 +103,26 @@ def _reverse_valid(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
 
 
 def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor):
-    """``(w [R, K], a [R, V])``: the layout plan on the realised i.i.d. tuples ``children [R, K]`` (``child_mask``
+    """``(w, a [R, V])``: the layout plan on the realised i.i.d. tuples ``children [R, K]`` (``child_mask [R, K]``
     marks the k ≥ 2 existing children of each row; duplicates are separate copies) and its marginal
     ``a = min(b, c)``, as ``univer_theory.plans.layout.layout_plan(...)`` (``select(S)``, ``marginal``) to
-    round-off."""
-    R, K = children.shape
+    round-off.  ``children [R, T, K]`` evaluates T tuples per row (same mask) on targets built once per row;
+    ``w`` has the shape of ``children``."""
     k = child_mask.sum(1)
     b, order, block, X, bounds = layout_targets(c, q, k)
+    a = torch.minimum(b, c)
+    if children.dim() == 3:                     # T tuples per row: repeat the row's targets, not their sorts
+        R, T, K = children.shape
+        row = torch.arange(R, device=q.device).repeat_interleave(T)
+        w = _select(c[row], q[row], children.reshape(R * T, K), child_mask[row], k[row],
+                    b[row], order[row], block[row], X[row], bounds[row])
+        return w.view(R, T, K), a
+    return _select(c, q, children, child_mask, k, b, order, block, X, bounds), a
+
+
+def _select(c, q, children, child_mask, k, b, order, block, X, bounds) -> torch.Tensor:
+    """``w [R, K]`` of :func:`layout_weights` from the rows' targets (:func:`layout_targets`)."""
+    R, K = children.shape
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
     pos = rank.gather(1, children)                                               # sorted position of each child
     blk = torch.where(child_mask, block.gather(1, pos), torch.iinfo(torch.long).max)
@@ -194,4 +207,4 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
     by = b.gather(1, children)
     accept = torch.where(by > 0, torch.minimum(torch.ones_like(by), c.gather(1, children) / torch.where(by > 0, by, 1)), 0)
     w = torch.where(child_mask & in_first, accept * share.clamp(min=0), 0.0)
-    return w / w.sum(1, keepdim=True).clamp(min=1.0), torch.minimum(b, c)
+    return w / w.sum(1, keepdim=True).clamp(min=1.0)

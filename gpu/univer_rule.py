@@ -174,21 +174,22 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> torch.Tensor:
         base[odd[~free | ((k[odd] > 2) & (k[odd] <= SLOT_RULE_MAX_K))]] = False
 
     def plan(rows, children):
+        """The rows' plans on ``children [r, K]`` or ``[r, T, K]`` (one plan per row): ``(w, a)``."""
         if ctx.process == "iid":
             return layout_weights(c[rows], q[rows], children, ctx.child_mask[rows])
-        w2, a2 = wor_k2_weights(c[rows], q[rows], rho[rows], p[rows], children[:, :2])
-        return torch.cat([w2, torch.zeros_like(children[:, 2:], dtype=w2.dtype)], 1), a2
+        w2, a2 = wor_k2_weights(c[rows], q[rows], rho[rows], p[rows], children[..., :2])
+        return torch.cat([w2, torch.zeros_like(children[..., 2:], dtype=w2.dtype)], -1), a2
 
-    rows = base.nonzero().squeeze(1)
+    rows = (base & ~slot).nonzero().squeeze(1)
     if rows.numel():
         w[rows], a[rows] = plan(rows, ctx.children[rows])
     rows = slot.nonzero().squeeze(1)
-    if rows.numel():
-        reverse = torch.cat([ctx.children[rows, 1:2], ctx.children[rows, :1], ctx.children[rows, 2:]], 1)
+    if rows.numel():                    # the plan on S and on its reversal, then the closed-form slot rule
+        kids = ctx.children[rows]
+        both, a[rows] = plan(rows, torch.stack([kids, torch.cat([kids[:, 1:2], kids[:, :1], kids[:, 2:]], 1)], 1))
         omega = torch.tensor([1.0 + key_size(key) for key in ctx.shape_keys], dtype=w.dtype,
                              device=w.device)[shapes[rows, :2]]
-        w[rows, :2] = _slot_pair(w[rows, :2], plan(rows, reverse)[0][:, :2], ctx.children[rows, :2], q[rows],
-                                 omega, ctx.process)
+        w[rows, :2] = _slot_pair(both[:, 0, :2], both[:, 1, :2], kids[:, :2], q[rows], omega, ctx.process)
     return base
 
 

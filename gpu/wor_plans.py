@@ -44,6 +44,11 @@ def _leave_one_out(v: torch.Tensor) -> torch.Tensor:
     return _exclusive(v) + _exclusive(v, reverse=True)
 
 
+def _at(x: torch.Tensor, tuples: torch.Tensor) -> torch.Tensor:
+    """``x [R, V]`` read at the tokens of ``tuples [R, T, k]`` → ``[R, T, k]``."""
+    return x.gather(1, tuples.reshape(tuples.shape[0], -1)).view(tuples.shape)
+
+
 def _safe_div(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
     return torch.where(where, a / torch.where(where, b, 1), fill)
 
@@ -174,7 +179,8 @@ def _solve_side(q, rest, c, cross, side, upper: bool):
 
 def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor,
                      children: torch.Tensor):
-    """Rule 3 on rows with two wor children ``children [R, 2]``: ``(w [R, 2], a [R, V], feasible [R])``, as
+    """Rule 3 on rows with two wor children ``children [R, 2]`` (or ``[R, T, 2]``: T tuples per row on one plan):
+    ``(w, a [R, V], feasible [R])``, ``w`` shaped as ``children``, as
     ``univer_theory.plans.wor_pair.wor_pair_plan(...)`` (``select``, ``marginal``; infeasible ↔ ``None``)."""
     in_cut = wor_cut_k2(c, q, rho, p)
     drafted = q > 0
@@ -194,18 +200,19 @@ def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: tor
                           for full, x in ((beta, sb), (gamma, sg), (b, sm)))
         feasible = feasible & ok
     thin = _safe_div(c, b, b > c, 1.0)
-    y1, y2 = children[:, 0], children[:, 1]
-    h1, h2 = on_h.gather(1, children).unbind(1)
-    second = (1 - beta.gather(1, y1[:, None])[:, 0]) * gamma.gather(1, y2[:, None])[:, 0]
+    tuples = children.reshape(q.shape[0], -1, 2)
+    h1, h2 = _at(on_h, tuples).unbind(-1)
+    second = (1 - _at(beta, tuples[..., :1])[..., 0]) * _at(gamma, tuples[..., 1:])[..., 0]
     w = torch.stack([torch.where(h1 == h2, 1 - second, h1.to(q.dtype)),
-                     torch.where(h1 == h2, second, h2.to(q.dtype))], 1)
-    return w * thin.gather(1, children), thin * b, feasible
+                     torch.where(h1 == h2, second, h2.to(q.dtype))], -1)
+    return (w * _at(thin, tuples)).view(children.shape), thin * b, feasible
 
 
 # ----------------------------------------------------------------------------------------- PTS, k = 2 (rule 4)
 def pts_pair_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
-    """Rule 4 (PTS) on rows with two wor children: ``(w [R, 2], a [R, V])`` as
-    ``univer_theory.plans.pts.pts_plan(...)`` with k = 2 (module docstring: the walk as a fixed point)."""
+    """Rule 4 (PTS) on rows with two wor children ``children [R, 2]`` (or ``[R, T, 2]``): ``(w, a [R, V])``,
+    ``w`` shaped as ``children``, as ``univer_theory.plans.pts.pts_plan(...)`` with k = 2 (module docstring:
+    the walk as a fixed point)."""
     drafted = q > 0
     key = torch.where(drafted, -(p / torch.where(drafted, q, 1)), torch.inf)
     order = torch.sort(key, dim=-1, stable=True).indices                 # p/q descending, ties by token id
@@ -223,12 +230,14 @@ def pts_pair_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children
         theta = new
     avail = torch.where(on, avail, 0)
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
-    th = torch.zeros_like(q).scatter(1, order, theta).gather(1, children)
-    first = rank.gather(1, children[:, :1]) < rank.gather(1, children[:, 1:])          # child 1 has priority
-    w_hi = torch.where(first[:, 0], th[:, 0], th[:, 1])
-    w_lo = (1 - w_hi) * torch.where(first[:, 0], th[:, 1], th[:, 0])
-    w = torch.stack([torch.where(first[:, 0], w_hi, w_lo), torch.where(first[:, 0], w_lo, w_hi)], 1)
-    return w, torch.zeros_like(q).scatter(1, order, theta * avail)
+    tuples = children.reshape(q.shape[0], -1, 2)
+    th1, th2 = _at(torch.zeros_like(q).scatter(1, order, theta), tuples).unbind(-1)
+    r1, r2 = _at(rank, tuples).unbind(-1)
+    first = r1 < r2                                                      # child 1 has priority
+    w_hi = torch.where(first, th1, th2)
+    w_lo = (1 - w_hi) * torch.where(first, th2, th1)
+    w = torch.stack([torch.where(first, w_hi, w_lo), torch.where(first, w_lo, w_hi)], -1)
+    return w.view(children.shape), torch.zeros_like(q).scatter(1, order, theta * avail)
 
 
 # ----------------------------------------------------------------------------------------- iid coupling (rule 5)
@@ -248,32 +257,36 @@ def growth_strings(k: int) -> list[tuple[int, ...]]:
 
 
 def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
-    """Rule 5 on rows with k wor children ``children [R, k]`` (all present): the α*_iid layout plan coupled
-    onto the wor tuple, ``(w [R, k], a [R, V])`` as ``iid_coupling_plan(...)`` (``select``, ``marginal``)."""
-    R, k = children.shape
-    qy = q.gather(1, children)
-    unseen = torch.ones_like(q, dtype=torch.bool)
-    reveal = [torch.ones_like(qy[:, 0])]                 # Π_{j≤m} q(y_j)/R_{j−1}, R summed over unseen tokens
+    """Rule 5 on rows with k wor children ``children [R, k]`` (all present; or ``[R, T, k]``, T tuples per row):
+    the α*_iid layout plan coupled onto the wor tuple, ``(w, a [R, V])``, ``w`` shaped as ``children``, as
+    ``iid_coupling_plan(...)`` (``select``, ``marginal``).  One layout call evaluates every tuple's virtual
+    sequences on targets built once per row."""
+    R, k = children.shape[0], children.shape[-1]
+    tuples = children.reshape(R, -1, k)
+    T = tuples.shape[1]
+    qy = _at(q, tuples)                                                  # [R, T, k]
+    unseen = torch.ones(R, T, q.shape[1], dtype=torch.bool, device=q.device)
+    reveal = [torch.ones_like(qy[..., 0])]               # Π_{j≤m} q(y_j)/R_{j−1}, R summed over unseen tokens
     for j in range(k):
-        reveal.append(reveal[-1] * qy[:, j] / torch.where(unseen, q, 0).sum(1))
-        unseen = unseen.scatter(1, children[:, j:j + 1], False)
+        reveal.append(reveal[-1] * qy[..., j] / torch.where(unseen, q[:, None], 0).sum(-1))
+        unseen = unseen.scatter(2, tuples[..., j:j + 1], False)
     strings = growth_strings(k)
     pos = torch.tensor(strings, device=q.device)                         # [n, k]
     n = len(strings)
-    x = children[:, pos]                                                 # [R, n, k]: tokens of every sequence
-    pr = qy[:, pos].prod(-1) / torch.stack([reveal[max(s) + 1] for s in strings], 1)
-    w_iid, a = layout_weights(c.repeat_interleave(n, 0), q.repeat_interleave(n, 0), x.reshape(R * n, k),
-                              torch.ones(R * n, k, dtype=torch.bool, device=q.device))
+    x = tuples[:, :, pos]                                                # [R, T, n, k]: tokens of every sequence
+    pr = qy[:, :, pos].prod(-1) / torch.stack([reveal[max(s) + 1] for s in strings], -1)
+    w_iid, a = layout_weights(c, q, x.reshape(R, T * n, k), torch.ones(R, k, dtype=torch.bool, device=q.device))
     onehot = torch.nn.functional.one_hot(pos, k).to(q.dtype)            # [n, i, j]: draw i is position j
-    w = torch.einsum("rn,rni,nij->rj", pr, w_iid.reshape(R, n, k), onehot).clamp(0, 1)
-    return w / w.sum(1, keepdim=True).clamp(min=1.0), a[::n]
+    w = torch.einsum("rtn,rtni,nij->rtj", pr, w_iid.view(R, T, n, k), onehot).clamp(0, 1)
+    return (w / w.sum(-1, keepdim=True).clamp(min=1.0)).view(children.shape), a
 
 
 # ----------------------------------------------------------------------------------------- the choice, k = 2
 def wor_k2_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
     """UniVer's automatic choice for two wor children on draft supports above ``SMALL_SUPPORT`` (where the exact
     LP is not consulted): rule 3 where feasible, else the larger α of PTS and the iid coupling (PTS on ties
-    within ``ALPHA_TIE``) — :func:`univer_theory.plans.choose.choose_plan`.  ``(w [R, 2], a [R, V])``."""
+    within ``ALPHA_TIE``) — :func:`univer_theory.plans.choose.choose_plan`.  ``(w, a [R, V])`` for
+    ``children [R, 2]`` or ``[R, T, 2]`` (T tuples per row, on one plan per row), ``w`` shaped as ``children``."""
     w, a, feasible = wor_pair_weights(c, q, rho, p, children)
     rows = (~feasible).nonzero().squeeze(1)
     if rows.numel():
@@ -281,6 +294,6 @@ def wor_k2_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch
         w_pts, a_pts = pts_pair_weights(*sub, p[rows], children[rows])
         w_cp, a_cp = coupling_weights(*sub, children[rows])
         take = a_cp.sum(1) > a_pts.sum(1) + ALPHA_TIE
-        w[rows] = torch.where(take[:, None], w_cp, w_pts)
+        w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_cp, w_pts)
         a[rows] = torch.where(take[:, None], a_cp, a_pts)
     return w, a

@@ -138,3 +138,22 @@ def test_ill_conditioned_rows_match_the_exact_choice():
         tol = 1e-10 if q.max() > 1 - 1e-4 else 1e-12
         np.testing.assert_allclose(w[0].numpy(), plan.select(S), rtol=0, atol=tol, err_msg=str(i))
         np.testing.assert_allclose(a[0].numpy(), plan.marginal, rtol=0, atol=tol, err_msg=str(i))
+
+
+def test_several_tuples_per_row_share_one_plan():
+    """``children [R, T, k]`` (the slot rule reads the plan on S and on its reversal) gives, per tuple, exactly
+    what one call per tuple gives: the layout (targets built once per row), the coupling and the k = 2 choice."""
+    from gpu.layout import layout_weights
+
+    cases = rows(300, 12, np.random.default_rng(9))
+    p, q, rho, c, kids = tensors(cases)
+    both = torch.stack([kids, kids.flip(1)], 1)                                 # S and its reversal
+    mask = torch.ones(kids.shape, dtype=torch.bool)
+    for name, fn in (("layout", lambda ch: layout_weights(c, q, ch, mask)), ("coupling", lambda ch: coupling_weights(c, q, ch)),
+                     ("choice", lambda ch: wor_k2_weights(c, q, rho, p, ch))):
+        w, a = fn(both)
+        assert w.shape == both.shape, name
+        for t in range(2):
+            w1, a1 = fn(both[:, t])
+            torch.testing.assert_close(w[:, t], w1, rtol=0, atol=0, msg=name)
+            torch.testing.assert_close(a, a1, rtol=0, atol=0, msg=name)
