@@ -138,7 +138,7 @@ def slot_rule_pair(orderings, probs, weights, omega) -> SlotResult:
     w = np.asarray(weights, dtype=np.float64)
     omega = np.asarray(omega, dtype=np.float64)
     z0 = w * probs[:, None]
-    if omega[0] == omega[1] or len(orderings) > 2:
+    if omega[0] == omega[1]:
         return SlotResult(tuple(orderings), w, 0.0, "optimal", True, "equal position weights: nothing to move")
     first = 0 if omega[0] > omega[1] else 1          # the better position
     if len(orderings) == 1 and orderings[0][0] == orderings[0][1]:      # (a, a): one token, both positions
