@@ -3,9 +3,11 @@
 Cells: B trees of N nodes, V = 49152 (SmolLM2's vocabulary); methods TV, RRSw (UniVer opt-in) on wor-drafted
 trees (random EAGLE-like shapes: each node's parent uniform among earlier nodes of depth < 4, so trees in a batch
 differ).  ``--shape 2,2,2`` puts one uniform shape under every tree instead (N = its size): there every UniVer
-node is planned in torch — i.i.d. children by the layout (:mod:`gpu.layout`, ``--process iid``), wor pairs by
-:mod:`gpu.wor_plans`; on random shapes the k ≥ 3 wor nodes and the k = 3, 4 slot rule still go through the exact
-core one by one (see ``gpu/univer_rule.py``).
+node is planned in torch — i.i.d. children by the layout (:mod:`gpu.layout`, ``--process iid``), wor children by
+:mod:`gpu.wor_plans`; on random shapes the k = 3, 4 slot rule adds one small LP per node on the host (see
+``gpu/univer_rule.py``).  PTS's θ for k ≥ 3 wor children comes, on the CPU, from the exact core's sequential
+walk per distinct row; ``--clock-walk fixed_point`` times the batched fixed point instead (what ``--device cuda``
+runs; on the CPU each of its 10–20 passes costs about one walk).
 Rows are float32 softmaxes of Gaussian logits (target) and noisy copies (draft).
 
 Both sides verify the same B trees with the same rows, each tree once per repeat, and neither timing includes
@@ -35,6 +37,7 @@ import numpy as np
 import torch
 
 from gpu import TreeBatch, verify
+from gpu import wor_plans
 from gpu.drafting import sample_children
 from gpu.verify import validate_inputs
 from univer_theory import VERIFIERS, DraftTree, TreeShape
@@ -114,11 +117,14 @@ def main(argv=None):
     ap.add_argument("--process", default="wor", choices=["wor", "iid"])
     ap.add_argument("--shape", default=None, help="one TreeShape for every tree (e.g. 2,2,2); default random shapes")
     ap.add_argument("--methods", default="tv,rrsw",
-                    help="comma-separated methods (tv, rrsw, univer); on random shapes univer's k ≥ 3 wor nodes are "
-                         "still planned one by one and take seconds per batch at this V, so it is opt-in")
+                    help="comma-separated methods (tv, rrsw, univer); on random shapes univer's k ≥ 3 wor nodes "
+                         "take seconds per batch at this V on the CPU, so it is opt-in")
+    ap.add_argument("--clock-walk", default="auto", choices=["auto", "fixed_point", "sequential"],
+                    help="how PTS's θ is found for k ≥ 3 wor children (gpu.wor_plans.CLOCK_WALK)")
     args = ap.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    wor_plans.CLOCK_WALK = args.clock_walk
     gen = torch.Generator(device=args.device).manual_seed(0)
     shape = TreeShape.parse(args.shape) if args.shape else None
     Bs, Ns = (1, 8, 64), ((shape.num_nodes,) if shape else (8, 32, 64) if args.full else (8, 32))

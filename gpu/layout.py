@@ -106,28 +106,44 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
     """``(w, a [R, V])``: the layout plan on the realised i.i.d. tuples ``children [R, K]`` (``child_mask [R, K]``
     marks the k ≥ 2 existing children of each row; duplicates are separate copies) and its marginal
     ``a = min(b, c)``, as ``univer_theory.plans.layout.layout_plan(...)`` (``select(S)``, ``marginal``) to
-    round-off.  ``children [R, T, K]`` evaluates T tuples per row (same mask) on targets built once per row;
-    ``w`` has the shape of ``children``."""
+    round-off.  ``children [R, T, K]`` evaluates T tuples per row (same mask) on targets built once per row and
+    lays out each distinct (row, earliest block) once; ``w`` has the shape of ``children``."""
     k = child_mask.sum(1)
     b, order, block, X, bounds = layout_targets(c, q, k)
     a = torch.minimum(b, c)
-    if children.dim() == 3:                     # T tuples per row: repeat the row's targets, not their sorts
-        R, T, K = children.shape
-        row = torch.arange(R, device=q.device).repeat_interleave(T)
-        w = _select(c[row], q[row], children.reshape(R * T, K), child_mask[row], k[row],
-                    b[row], order[row], block[row], X[row], bounds[row])
-        return w.view(R, T, K), a
-    return _select(c, q, children, child_mask, k, b, order, block, X, bounds), a
-
-
-def _select(c, q, children, child_mask, k, b, order, block, X, bounds) -> torch.Tensor:
-    """``w [R, K]`` of :func:`layout_weights` from the rows' targets (:func:`layout_targets`)."""
-    R, K = children.shape
+    R, K = children.shape[0], children.shape[-1]
+    tuples = children.reshape(R, -1, K)
+    T = tuples.shape[1]
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
-    pos = rank.gather(1, children)                                               # sorted position of each child
-    blk = torch.where(child_mask, block.gather(1, pos), torch.iinfo(torch.long).max)
-    first = blk.min(1, keepdim=True).values                                      # earliest block S touches
-    # the tokens of that block: sorted positions [start, start + size)
+    mask = child_mask[:, None, :].expand(R, T, K)
+    blk = torch.where(mask, block.gather(1, rank.gather(1, tuples.reshape(R, -1))).view(R, T, K),
+                      torch.iinfo(torch.long).max)
+    first = blk.min(-1).values                                                   # earliest block each tuple touches
+    tr = torch.arange(R, device=q.device).repeat_interleave(T)                   # the row of every tuple
+    if T == 1:
+        at = tr
+        lay = _block_layout(q, k, b, order, block, X, bounds, first[:, 0])
+    else:                               # one layout per distinct (row, block)
+        pairs, at = torch.unique(torch.stack([tr, first.view(-1)], -1), dim=0, return_inverse=True)
+        row = pairs[:, 0]
+        lay = _block_layout(q[row], k[row], b[row], order[row], block[row], X[row], bounds[row], pairs[:, 1])
+    flat = tuples.reshape(R * T, K)
+    in_first = (blk == first[..., None]).reshape(R * T, K)
+    g_of = torch.where(in_first, lay.pop("slot")[at[:, None], flat], 0)         # group of each child in its block
+    val = [x.gather(1, tuples.reshape(R, -1)).view(R * T, K) for x in (c, q, b)]
+    if T > 1:
+        lay = {n: x[at] for n, x in lay.items()}
+    w = _tuple_weights(*val, child_mask[tr], k[tr], in_first, g_of, lay)
+    return w.view(children.shape), a
+
+
+def _block_layout(q, k, b, order, block, X, bounds, first) -> dict:
+    """Per row, the layout of its block ``first [U]`` (module docstring): the block's tokens grouped by density
+    ``b/q``, the group edges, the pivots of ``A`` from both ends (Möbius scans) and the ratios that give the
+    columns of ``A⁻¹``; ``slot [U, V+1]`` maps a token to its group (−1 outside the block)."""
+    U = q.shape[0]
+    first = first[:, None]
+    # the tokens of the block: sorted positions [start, start + size)
     start = torch.where(bounds & (block == first), torch.arange(bounds.shape[1], device=q.device), bounds.shape[1]
                         ).min(1).values
     size = (block == first).sum(1)
@@ -144,13 +160,13 @@ def _select(c, q, children, child_mask, k, b, order, block, X, bounds) -> torch.
     o = torch.sort(-dens, dim=1, stable=True).indices
     tok, qb, bb, dens = tok.gather(1, o), qb.gather(1, o), bb.gather(1, o), dens.gather(1, o)
     new = torch.cat([torch.ones_like(valid[:, :1]), dens[:, 1:] != dens[:, :-1]], 1) & valid
-    group = new.long().cumsum(1) - 1                                             # [R, n], valid entries only
+    group = new.long().cumsum(1) - 1                                             # [U, n], valid entries only
     G = new.sum(1)
     gmax = int(G.max())
     gi = torch.where(valid, group, gmax)                                         # padding → dump column
-    Q = torch.zeros(R, gmax + 1, dtype=q.dtype, device=q.device).scatter_add_(1, gi, torch.where(valid, qb, 0))[:, :gmax]
-    B = torch.zeros(R, gmax + 1, dtype=q.dtype, device=q.device).scatter_add_(1, gi, bb)[:, :gmax]
-    d = torch.zeros(R, gmax + 1, dtype=q.dtype, device=q.device).scatter_(1, torch.where(new, group, gmax),
+    Q = torch.zeros(U, gmax + 1, dtype=q.dtype, device=q.device).scatter_add_(1, gi, torch.where(valid, qb, 0))[:, :gmax]
+    B = torch.zeros(U, gmax + 1, dtype=q.dtype, device=q.device).scatter_add_(1, gi, bb)[:, :gmax]
+    d = torch.zeros(U, gmax + 1, dtype=q.dtype, device=q.device).scatter_(1, torch.where(new, group, gmax),
                                                                            dens)[:, :gmax]
     g_valid = torch.arange(gmax, device=q.device)[None, :] < G[:, None]
     Q = torch.where(g_valid, Q, 1.0)                                             # padding: harmless unit groups
@@ -167,20 +183,30 @@ def _select(c, q, children, child_mask, k, b, order, block, X, bounds) -> torch.
     fwd = _mobius_scan(Q, ell, g_valid)
     ell_rev = _reverse_valid(torch.cat([ell, torch.zeros_like(ell[:, :1])], 1), G - 1)[:, :-1]
     bwd = _reverse_valid(_mobius_scan(_reverse_valid(Q, G), ell_rev, g_valid), G)
-    # columns of A⁻¹ for the realised tokens of the block: x_g, then products of ratios < 1 outwards
-    in_first = blk == first
-    slot = torch.full((R, q.shape[1] + 1), -1, dtype=torch.long, device=q.device)
+    slot = torch.full((U, q.shape[1] + 1), -1, dtype=torch.long, device=q.device)
     slot.scatter_(1, torch.where(valid, tok, q.shape[1]), torch.where(valid, group, -1))   # padding → dump column
-    g_of = torch.where(in_first, slot.gather(1, children), 0)                   # [R, K]
-    bwd_next = torch.cat([bwd[:, 1:], torch.ones(R, 1, dtype=q.dtype, device=q.device)], 1)
-    right = torch.where(inner, ell / (bwd_next[:, :-1] + ell), 0.0)             # [R, G−1]
-    left = torch.where(inner, ell / (fwd[:, :-1] + ell), 0.0)
+    bwd_next = torch.cat([bwd[:, 1:], torch.ones(U, 1, dtype=q.dtype, device=q.device)], 1)
+    return {"G": G, "g_valid": g_valid, "edges": edges, "fwd": fwd, "bwd_next": bwd_next, "slot": slot,
+            "right": torch.where(inner, ell / (bwd_next[:, :-1] + ell), 0.0),   # [U, G−1]
+            "left": torch.where(inner, ell / (fwd[:, :-1] + ell), 0.0)}
+
+
+def _tuple_weights(cy, qy, by, child_mask, k, in_first, g_of, lay) -> torch.Tensor:
+    """``w [R, K]`` of :func:`layout_weights` for tuples with values ``c, q, b`` at their children ``[R, K]``,
+    on their earliest block's layout (``lay``, :func:`_block_layout` per tuple; ``in_first`` marks the children
+    in that block and ``g_of`` their groups)."""
+    R, K = g_of.shape
+    G, g_valid, edges, fwd, bwd_next = lay["G"], lay["g_valid"], lay["edges"], lay["fwd"], lay["bwd_next"]
+    right, left = lay["right"], lay["left"]
+    gmax = g_valid.shape[1]
+    gidx = torch.arange(gmax, device=qy.device)[None, :]
+    # columns of A⁻¹ for the realised tokens of the block: x_g, then products of ratios < 1 outwards
     has_right = g_of + 1 < G[:, None]
-    r_g = right.gather(1, g_of.clamp(max=max(gmax - 2, 0))) if gmax > 1 else torch.zeros_like(c[:, :K])
+    r_g = right.gather(1, g_of.clamp(max=max(gmax - 2, 0))) if gmax > 1 else torch.zeros_like(qy)
     x_g = 1.0 / (fwd.gather(1, g_of) + torch.where(has_right, r_g * bwd_next.gather(1, g_of), 0.0))
     h = gidx[:, None, :]                                                         # [1, 1, G]
     gk = g_of[:, :, None]
-    one = torch.ones(R, 1, dtype=q.dtype, device=q.device)
+    one = torch.ones(R, 1, dtype=qy.dtype, device=qy.device)
     r_full = torch.cat([right, one], 1)[:, None, :].expand(R, K, gmax)
     l_full = torch.cat([left, one], 1)[:, None, :].expand(R, K, gmax)
     up = torch.where(h >= gk, r_full, 1.0).cumprod(-1)                          # Π_{g≤i≤h} right_i
@@ -188,12 +214,11 @@ def _select(c, q, children, child_mask, k, b, order, block, X, bounds) -> torch.
     down = torch.where(h < gk, l_full, 1.0).flip(-1).cumprod(-1).flip(-1)       # Π_{h≤i<g} left_i
     x = x_g[:, :, None] * torch.where(h > gk, up, torch.where(h < gk, down, 1.0))
     x = torch.where(g_valid[:, None, :] & in_first[:, :, None], x, 0.0)
-    qy = q.gather(1, children)[:, :, None]
-    f = (qy * x) / qy                                                            # θ_y/q_y, as the exact core
+    f = (qy[:, :, None] * x) / qy[:, :, None]                                    # θ_y/q_y, as the exact core
     # Pr(copy j is the smallest): ∫ f_j Π_{l≠j}(1 − F_l) over the block's group intervals, Gauss–Legendre exact
     width = (edges[:, 1:] - edges[:, :-1])[:, None, :]                           # [R, 1, G]
     cdf = torch.cat([torch.zeros_like(f[:, :, :1]), (f * width).cumsum(-1)], -1)  # F_l at group starts
-    nodes, weights = (torch.as_tensor(v, dtype=q.dtype, device=q.device)
+    nodes, weights = (torch.as_tensor(v, dtype=qy.dtype, device=qy.device)
                       for v in gauss_legendre(math.ceil(int(k.max()) / 2) + 1))
     frac = (1 + nodes) / 2                                                       # [n_gl] position in the interval
     F = cdf[:, :, :-1, None] + (cdf[:, :, 1:, None] - cdf[:, :, :-1, None]) * frac   # [R, K, G, n_gl]
@@ -204,7 +229,6 @@ def _select(c, q, children, child_mask, k, b, order, block, X, bounds) -> torch.
         integrand = f[:, jj, :, None] * others                                  # [R, G, n_gl]
         share.append(((integrand * weights).sum(-1) * width[:, 0] / 2).sum(-1))
     share = torch.stack(share, 1)
-    by = b.gather(1, children)
-    accept = torch.where(by > 0, torch.minimum(torch.ones_like(by), c.gather(1, children) / torch.where(by > 0, by, 1)), 0)
+    accept = torch.where(by > 0, torch.minimum(torch.ones_like(by), cy / torch.where(by > 0, by, 1)), 0)
     w = torch.where(child_mask & in_first, accept * share.clamp(min=0), 0.0)
     return w / w.sum(1, keepdim=True).clamp(min=1.0)

@@ -12,11 +12,14 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
 * ``iid``, any k ≥ 2: the whole private-position layout (:mod:`gpu.layout`): closed-form targets,
   ``a = min(b, ρp)``, and ``w(S)`` — the earliest block the tuple touches laid out with fractional densities and
   integrated by Gauss–Legendre;
-* ``wor`` with k = 2 on draft supports above ``SMALL_SUPPORT``: the automatic choice of
-  :mod:`gpu.wor_plans` — rule 3 (``wor_pair``) where feasible, else the larger α of PTS and the iid coupling;
+* ``wor`` on draft supports above ``SMALL_SUPPORT``: the automatic choice of :mod:`gpu.wor_plans` — for k = 2
+  rule 3 (``wor_pair``) where feasible; else the larger α of PTS and the iid coupling (PTS's θ for k ≥ 3: a
+  fixed point of batched clock integrals on an accelerator, the exact core's sequential walk per distinct row
+  on the CPU, where it is cheaper — ``gpu.wor_plans.CLOCK_WALK``);
 * children with different subtrees (``iid`` / ``wor`` as above), when the shape rule does not apply (draft
-  supports too large for its LP): k = 2 — the slot rule in closed form (:func:`_slot_pair`, the plan evaluated
-  on S and on its reversal); k > ``SLOT_RULE_MAX_K`` — the plan's own weights (no slot rule);
+  supports too large for its LP): the plan evaluated on every ordering of S (batched), then the slot rule —
+  k = 2 in closed form (:func:`_slot_pair`); k = 3, 4 one small LP per node on the host (:func:`_slot_lp`,
+  ≤ 24 orderings); k > ``SLOT_RULE_MAX_K`` — the plan's own weights (no slot rule);
 * ``topk`` with ``k ≥ 2``: the fixed top-k list filled in drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``;
   ``greedy`` with ``k ≥ 2``: the closed form of :func:`~univer_theory.plans.choose.greedy_fill_plan` (one pass
   over the vocabulary for the spare capacity, then the realised tuple);
@@ -24,21 +27,18 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   nodes the exact plan's own α, so ``f`` matches the exact core's round-off as ``α → 1``).
 
 **Per node, on the CPU in float64 numpy through the exact core** (one :class:`~univer_theory.univer.UniVerRule`
-per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), the nodes whose plan is defined by an LP or
-by a sequential clock integral:
-
-* ``wor`` on draft supports ≤ ``SMALL_SUPPORT`` (the exact LP competes with the constructions), and ``wor``
-  with k ≥ 3 (PTS's availabilities are a clock integral walked in priority order; a doubling-scan fixed point
-  in torch was exact but two orders of magnitude slower than this loop on the CPU at V = 200, so it is not used);
-* the shape rule (an LP on the α*-face, small draft supports) and the slot rule for k = 3, 4 (an LP per
-  multiset class).  The subtrees come as shape ids (``LevelContext.child_shapes``, from
-  :attr:`TreeBatch.subtree_shapes`).
+per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), the nodes whose plan is defined by an LP
+over the vocabulary: ``wor`` on draft supports ≤ ``SMALL_SUPPORT`` (the exact LP competes with the
+constructions) and the shape rule (an LP on the α*-face, small draft supports; the subtrees come as shape
+ids, ``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`).
 
 Identical looped nodes (same ρ, rows, children and children's subtrees — e.g. one tree repeated across the
 batch) are planned once (``torch.unique`` over the level's rows).  Inputs in float32 are planned in float64
 (rows renormalised) and the decisions cast back.
 """
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ from univer_theory.univer import SLOT_RULE_MAX_K, UniVerRule
 
 from .engine import LevelContext, LevelDecision
 from .layout import layout_weights
-from .wor_plans import wor_k2_weights
+from .wor_plans import wor_weights
 
 
 def _single_child(ctx: LevelContext, c: torch.Tensor):
@@ -156,6 +156,24 @@ def _slot_pair(w_s: torch.Tensor, w_r: torch.Tensor, children: torch.Tensor, q: 
     return torch.where(keep[:, None], w_s, new)
 
 
+def _slot_lp(w_all: torch.Tensor, kids: torch.Tensor, q: torch.Tensor, omega: torch.Tensor, process: str,
+             perms: list) -> torch.Tensor:
+    """The slot rule for k = 3, 4 (:func:`solvers.slot_rule.slot_rule_lp`, HiGHS): ``w(S) [r, k]`` from the plan
+    evaluated on every permutation of each row's tuple (``w_all [r, k!, k]``, ``perms[0]`` the identity) — one
+    small LP per node on the host (≤ 24 orderings × k positions; the plan itself was batched)."""
+    from solvers.slot_rule import multiset_class, slot_rule_lp
+
+    out = w_all[:, 0].clone()
+    host_w, host_q = w_all.cpu().numpy(), q.cpu().numpy()
+    for i, (S, om) in enumerate(zip(kids.tolist(), omega.tolist())):
+        orderings, probs = multiset_class(S, host_q[i], process)
+        at = {tuple(S[j] for j in perm): n for n, perm in enumerate(perms)}
+        res = slot_rule_lp(orderings, probs, host_w[i][[at[o] for o in orderings]], om)
+        if res.success:
+            out[i] = torch.from_numpy(res.weights[orderings.index(tuple(S))])
+    return out
+
+
 def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> torch.Tensor:
     """Plan the iid / wor nodes with k ≥ 2 that are batched (module docstring) into ``w``, ``a``; their mask."""
     k = ctx.child_mask.sum(1)
@@ -164,32 +182,34 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> torch.Tensor:
     equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
     support = (q > 0).sum(1)
     base = k >= 2
-    if ctx.process == "wor":            # two children beyond the LP's small supports (plans.choose)
-        base = base & (k == 2) & (support > SMALL_SUPPORT)
+    if ctx.process == "wor":            # beyond the LP's small supports (plans.choose)
+        base = base & (support > SMALL_SUPPORT)
     odd = (base & ~equal).nonzero().squeeze(1)
     slot = torch.zeros_like(base)
-    if odd.numel():                     # asymmetric: no shape rule; the slot rule for k = 2, none beyond k = 4
+    if odd.numel():                     # asymmetric: the shape rule (looped) or the slot rule up to k = 4
         free = ~_shape_rule_rows(ctx, odd, support)
-        slot[odd[free & (k[odd] == 2)]] = True
-        base[odd[~free | ((k[odd] > 2) & (k[odd] <= SLOT_RULE_MAX_K))]] = False
+        slot[odd[free & (k[odd] <= SLOT_RULE_MAX_K)]] = True
+        base[odd[~free]] = False
 
-    def plan(rows, children):
-        """The rows' plans on ``children [r, K]`` or ``[r, T, K]`` (one plan per row): ``(w, a)``."""
+    def plan(rows, n, children):
+        """The plans of ``rows`` (all with n children) on ``children [r, n]`` or ``[r, T, n]``: ``(w, a)``."""
         if ctx.process == "iid":
-            return layout_weights(c[rows], q[rows], children, ctx.child_mask[rows])
-        w2, a2 = wor_k2_weights(c[rows], q[rows], rho[rows], p[rows], children[..., :2])
-        return torch.cat([w2, torch.zeros_like(children[..., 2:], dtype=w2.dtype)], -1), a2
+            return layout_weights(c[rows], q[rows], children, ctx.child_mask[rows, :n])
+        return wor_weights(c[rows], q[rows], rho[rows], p[rows], children)
 
-    rows = (base & ~slot).nonzero().squeeze(1)
-    if rows.numel():
-        w[rows], a[rows] = plan(rows, ctx.children[rows])
-    rows = slot.nonzero().squeeze(1)
-    if rows.numel():                    # the plan on S and on its reversal, then the closed-form slot rule
-        kids = ctx.children[rows]
-        both, a[rows] = plan(rows, torch.stack([kids, torch.cat([kids[:, 1:2], kids[:, :1], kids[:, 2:]], 1)], 1))
-        omega = torch.tensor([1.0 + key_size(key) for key in ctx.shape_keys], dtype=w.dtype,
-                             device=w.device)[shapes[rows, :2]]
-        w[rows, :2] = _slot_pair(both[:, 0, :2], both[:, 1, :2], kids[:, :2], q[rows], omega, ctx.process)
+    for n in k[base].unique().tolist():
+        rows = (base & ~slot & (k == n)).nonzero().squeeze(1)
+        if rows.numel():
+            w[rows, :n], a[rows] = plan(rows, n, ctx.children[rows, :n])
+        rows = (slot & (k == n)).nonzero().squeeze(1)
+        if rows.numel():                # the plan on every ordering of S (S first), then the slot rule
+            perms = list(itertools.permutations(range(n)))
+            kids = ctx.children[rows, :n]
+            w_all, a[rows] = plan(rows, n, kids[:, perms])
+            omega = torch.tensor([1.0 + key_size(key) for key in ctx.shape_keys], dtype=w.dtype,
+                                 device=w.device)[shapes[rows, :n]]
+            w[rows, :n] = (_slot_pair(w_all[:, 0], w_all[:, 1], kids, q[rows], omega, ctx.process) if n == 2
+                           else _slot_lp(w_all, kids, q[rows], omega, ctx.process, perms))
     return base
 
 

@@ -1,6 +1,6 @@
 """UniVer's without-replacement node plans (theory.md §6.3 rules 3–5, §6.5) batched over the R nodes of a level.
 
-The batched twins of :mod:`univer_theory.plans.wor_pair`, :mod:`~univer_theory.plans.pts` (k = 2) and
+The batched twins of :mod:`univer_theory.plans.wor_pair`, :mod:`~univer_theory.plans.pts` and
 :mod:`~univer_theory.plans.iid_coupling` (their docstrings have the math); rows ``c = ρp``, ``q`` ``[R, V]``,
 float64.  Each returns the plan on the realised children, ``w [R, K]``, and its token marginal ``a [R, V]``:
 
@@ -8,35 +8,42 @@ float64.  Each returns the plan on the realised children, ``w [R, K]``, and its 
   on each side the β-family (a bisection for the self-consistent E, all rows at once) and, where it misses
   the side's bound, the yield/accept family; ``feasible [R]`` is False where both families fail on a side
   (the caller falls back, as the exact core's ``None``);
-* :func:`pts_pair_weights` (k = 2) — the priority walk's acceptance probabilities θ.  The walk is a
-  triangular fixed point ``θ = Φ(θ)`` (θ_y reads running sums over the higher-priority tokens), and ``Φ`` is
-  monotone (larger θ before y → less availability at y → larger θ_y).  Iterating ``Φ`` from ``θ ≡ 1`` with
-  cumulative sums therefore decreases to the walk's θ; entry i is final after i + 1 steps at the latest, so
-  stopping at the first step that changes nothing returns the walk's θ exactly (measured: 9–16 steps at
-  V = 49 152 instead of a 49 152-step scalar walk);
+* :func:`pts_weights` (any k) — the priority walk's acceptance probabilities θ.  The walk is a triangular
+  fixed point ``θ = Φ(θ)`` (θ_y reads sums over the higher-priority tokens), and ``Φ`` is monotone (larger θ
+  before y → less availability at y → larger θ_y).  Iterating ``Φ`` from ``θ ≡ 1`` therefore decreases to the
+  walk's θ; entry i is final after i + 1 steps at the latest, so stopping at the first step that changes
+  nothing returns the walk's θ exactly (measured: 9–16 steps at V = 49 152 instead of a 49 152-step walk).
+  k = 2: ``Φ`` by cumulative sums (closed form); k ≥ 3: the exponential-clock integral on the exact core's
+  quadrature grid, the polynomial products over the tokens before / after y as elementary symmetric sums —
+  nested cumulative sums of non-negative terms (:func:`_clock_avail`).  Each pass costs about one sequential
+  walk, so on the CPU the walk itself (once per distinct row, through the exact core) is used for k ≥ 3
+  (:data:`CLOCK_WALK`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities;
-* :func:`wor_k2_weights` — UniVer's choice among them for two children (rule 3 where feasible, else the better
-  α of PTS and the coupling), as :func:`univer_theory.plans.choose.choose_plan` above its small supports.
+* :func:`wor_weights` — UniVer's choice among them (for k = 2 rule 3 where feasible; else the better α of PTS
+  and the coupling), as :func:`univer_theory.plans.choose.choose_plan` above its small supports.
 
 No loop over rows or over the vocabulary: loops run over bisection / fixed-point steps (until every row has
-converged), the children and the virtual sequences.
+converged), quadrature chunks, the children and the virtual sequences — except the k ≥ 3 walk on the CPU.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 from univer_theory.plans.choose import ALPHA_TIE
+from univer_theory.plans.clocks import log_time_grid, sequential_thinning_avail
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL
 
 from .layout import layout_weights
 
 def _exclusive(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
-    """``Σ_{j<i} x_j`` (or ``Σ_{j>i}`` with ``reverse``) row-wise, sequential sums of the entries."""
+    """``Σ_{j<i} x_j`` (or ``Σ_{j>i}`` with ``reverse``) along dim 1 (the tokens), sequential sums of the entries."""
     if reverse:
-        return _exclusive(x.flip(-1)).flip(-1)
-    return torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(-1)[:, :-1]], 1)
+        return _exclusive(x.flip(1)).flip(1)
+    return torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(1)[:, :-1]], 1)
 
 
 def _leave_one_out(v: torch.Tensor) -> torch.Tensor:
@@ -209,34 +216,126 @@ def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: tor
 
 
 # ----------------------------------------------------------------------------------------- PTS, k = 2 (rule 4)
-def pts_pair_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
-    """Rule 4 (PTS) on rows with two wor children ``children [R, 2]`` (or ``[R, T, 2]``): ``(w, a [R, V])``,
-    ``w`` shaped as ``children``, as ``univer_theory.plans.pts.pts_plan(...)`` with k = 2 (module docstring:
-    the walk as a fixed point)."""
+def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor):
+    """The priority order (``p/q`` descending, ties by token id, undrafted last): ``order [R, V]``, ``rank``,
+    ``on`` (drafted, in order) and ``q``, ``c`` in that order."""
     drafted = q > 0
     key = torch.where(drafted, -(p / torch.where(drafted, q, 1)), torch.inf)
-    order = torch.sort(key, dim=-1, stable=True).indices                 # p/q descending, ties by token id
-    on = drafted.gather(1, order)
-    qs, cs = q.gather(1, order), c.gather(1, order)
+    order = torch.sort(key, dim=-1, stable=True).indices
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
+    return order, rank, drafted.gather(1, order), q.gather(1, order), c.gather(1, order)
+
+
+def _pair_avail(qs: torch.Tensor, on: torch.Tensor):
+    """k = 2: ``g ↦ avail`` in closed form (``univer_theory.plans.pts.pair_thinning_avail``)."""
     rest = torch.where(on, _leave_one_out(qs), 1.0)                     # R_x = Σ_{w≠x} q_w
     t1, t2 = _exclusive(qs, reverse=True), _exclusive(qs / rest, reverse=True)
-    theta = on.to(q.dtype)
-    for _ in range(int(on.sum(1).max()) + 1):
-        g = 1 - theta
-        avail = qs * ((_exclusive(g * qs) + t1) / rest + _exclusive(g * qs / rest) + t2)
-        new = torch.where(on & (cs > 0), torch.where(cs >= avail, 1.0, cs / torch.where(cs >= avail, 1.0, avail)), 0.0)
-        if torch.equal(new, theta):
-            break
-        theta = new
-    avail = torch.where(on, avail, 0)
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
-    tuples = children.reshape(q.shape[0], -1, 2)
-    th1, th2 = _at(torch.zeros_like(q).scatter(1, order, theta), tuples).unbind(-1)
-    r1, r2 = _at(rank, tuples).unbind(-1)
-    first = r1 < r2                                                      # child 1 has priority
-    w_hi = torch.where(first, th1, th2)
-    w_lo = (1 - w_hi) * torch.where(first, th2, th1)
-    w = torch.stack([torch.where(first, w_hi, w_lo), torch.where(first, w_lo, w_hi)], -1)
+    return lambda g: qs * ((_exclusive(g * qs) + t1) / rest + _exclusive(g * qs / rest) + t2)
+
+
+def _symmetric_sums(r: torch.Tensor, h: torch.Tensor, k: int, reverse: bool):
+    """Over the tokens before each i (after it with ``reverse``), ``r, h [R, m, t]``: the elementary symmetric
+    sums ``P_n = e_n(r)`` for n < k and ``D_n = Σ_j h_j e_n(r without j)`` for n < k − 1 — nested exclusive
+    cumulative sums of non-negative terms, ``P_n(i) = Σ_{j<i} r_j P_{n−1}(j)``,
+    ``D_n(i) = Σ_{j<i} h_j P_n(j) + r_j D_{n−1}(j)``."""
+    P = [torch.ones_like(r)]
+    D = [_exclusive(h, reverse)]
+    for n in range(1, k):
+        P.append(_exclusive(r * P[-1], reverse))
+        if n < k - 1:
+            D.append(_exclusive(h * P[n] + r * D[-1], reverse))
+    return P, D
+
+
+#: Element budget of one quadrature chunk of the clock integral (rows × tokens × times per array).
+CLOCK_CHUNK = 2**20
+
+
+def _clock_avail(qs: torch.Tensor, k: int):
+    """k ≥ 3: ``g ↦ avail`` by the exponential-clock integral of
+    :func:`univer_theory.plans.clocks.sequential_thinning_avail` on the same Gauss–Legendre grid, all tokens at
+    once.  With ``e_z = e^{−q_z T}``, ``f_z = e_z + g_z(1 − e_z)u`` the products over the tokens before y
+    (with their ``g``) and after it (``g = 1``) are written ``Π_z ẽ_z · Σ_n e_n(r) u^n`` with
+    ``ẽ_z = max(e_z, δ)``, ``r_z = g_z(1 − e_z)/ẽ_z`` and ``D = Π ẽ · Σ_n (Σ_j h_j e_n(r without j)) u^n``,
+    ``h_z = g_z q_z e_z/ẽ_z`` (:func:`_symmetric_sums`); ``Π ẽ`` is taken as ``exp`` of a sum of logs.
+    ``δ = e^{−λ}`` with ``(k − 1)(λ + log m) ≤ 690`` keeps every ``e_n(r)`` finite in float64; it changes each
+    polynomial coefficient by at most ``m·δ`` (``λ ≥ 60`` is required: k ≤ :data:`PTS_MAX_K`)."""
+    R, m = qs.shape
+    times, weights = (torch.tensor(x, dtype=qs.dtype, device=qs.device) for x in log_time_grid())
+    lam = 690.0 / (k - 1) - math.log(m)
+    if lam < 60:
+        raise ValueError(f"_clock_avail: k = {k} children over {m} tokens is beyond the float64 range of the "
+                         f"scaled clock products (k ≤ {PTS_MAX_K} at V ≤ 2^16)")
+    step = max(1, CLOCK_CHUNK // (R * m))
+    chunks = [(times[i:i + step], weights[i:i + step]) for i in range(0, times.numel(), step)]
+
+    def avail(g):
+        out = torch.zeros_like(qs)
+        for T, W in chunks:
+            x = -qs[..., None] * T                                          # [R, m, t]
+            e, ring = torch.exp(x), -torch.expm1(x)
+            log_e = x.clamp(min=-lam)
+            e_clamped = torch.exp(log_e)
+            r, h = ring / e_clamped, qs[..., None] * e / e_clamped
+            Pp, Dp = _symmetric_sums(g[..., None] * r, g[..., None] * h, k, reverse=False)   # before y: its g
+            Ps, Ds = _symmetric_sums(r, h, k, reverse=True)                                  # after y: g = 1
+            scale = torch.exp(_exclusive(log_e) + _exclusive(log_e, reverse=True))   # Π_{z≠y} ẽ_z
+            first = qs[..., None] * e * sum(Pp[n] * Ps[k - 1 - n] for n in range(k))
+            later = ring * sum(Dp[n] * Ps[k - 2 - n] + Pp[n] * Ds[k - 2 - n] for n in range(k - 1))
+            out = out + ((scale * (first + later)) @ W[:, None]).squeeze(-1)
+        return out.clamp(min=0)
+    return avail
+
+
+#: Widest wor node whose PTS θ may come from the fixed point (:func:`_clock_avail`'s float64 range); wider
+#: nodes take the walk.
+PTS_MAX_K = 8
+
+
+#: How PTS's θ is found for k ≥ 3: ``"fixed_point"`` (batched, :func:`_clock_avail`), ``"sequential"`` (the
+#: exact core's priority walk per distinct row, numpy) or ``"auto"`` — the walk on the CPU, where one
+#: sequential pass is ~10× cheaper than the fixed point's 10–20 passes, the fixed point on an accelerator.
+CLOCK_WALK = "auto"
+
+
+def _walked_theta(qs: torch.Tensor, cs: torch.Tensor, k: int):
+    """``(θ, avail)`` in priority order by :func:`univer_theory.plans.clocks.sequential_thinning_avail`, once per
+    distinct row (float64 numpy on the host)."""
+    uniq, inverse = torch.unique(torch.cat([qs, cs], 1), dim=0, return_inverse=True)
+    m = qs.shape[1]
+    theta, avail = torch.zeros(2, uniq.shape[0], m, dtype=qs.dtype)
+    for i, row in enumerate(uniq.cpu().numpy()):
+        n = int((row[:m] > 0).sum())                      # drafted tokens come first in priority order
+        av, th = sequential_thinning_avail(row[:m], list(range(n)), row[m:], k)
+        avail[i], theta[i] = torch.from_numpy(av), torch.from_numpy(th)
+    return theta.to(qs.device)[inverse], avail.to(qs.device)[inverse]
+
+
+def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
+    """Rule 4 (PTS) on rows with k wor children ``children [R, k]`` (or ``[R, T, k]``): ``(w, a [R, V])``,
+    ``w`` shaped as ``children``, as ``univer_theory.plans.pts.pts_plan(...)`` (module docstring: the walk as a
+    fixed point; k = 2 in closed form, k ≥ 3 by the clock integral or, per :data:`CLOCK_WALK`, the walk)."""
+    k = children.shape[-1]
+    order, rank, on, qs, cs = _priority(c, q, p)
+    walk = CLOCK_WALK if CLOCK_WALK != "auto" else ("sequential" if q.device.type == "cpu" else "fixed_point")
+    if k > PTS_MAX_K or (k >= 3 and walk == "sequential"):
+        theta, avail = _walked_theta(qs, cs, k)
+    else:
+        avail_of = _pair_avail(qs, on) if k == 2 else _clock_avail(qs, k)
+        theta = on.to(q.dtype)
+        for _ in range(int(on.sum(1).max()) + 1):
+            avail = avail_of(1 - theta)
+            new = torch.where(on & (cs > 0), torch.where(cs >= avail, 1.0, cs / torch.where(cs >= avail, 1.0, avail)),
+                              0.0)
+            if torch.equal(new, theta):
+                break
+            theta = new
+        avail = torch.where(on, avail, 0)
+    tuples = children.reshape(q.shape[0], -1, k)
+    th = _at(torch.zeros_like(q).scatter(1, order, theta), tuples)       # [R, T, k]
+    rk = _at(rank, tuples)
+    before = rk[..., None, :] < rk[..., :, None]                         # [.., j, l]: l walked before j
+    w = th * torch.where(before, (1 - th)[..., None, :], 1.0).prod(-1)
     return w.view(children.shape), torch.zeros_like(q).scatter(1, order, theta * avail)
 
 
@@ -273,25 +372,46 @@ def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
     strings = growth_strings(k)
     pos = torch.tensor(strings, device=q.device)                         # [n, k]
     n = len(strings)
-    x = tuples[:, :, pos]                                                # [R, T, n, k]: tokens of every sequence
     pr = qy[:, :, pos].prod(-1) / torch.stack([reveal[max(s) + 1] for s in strings], -1)
-    w_iid, a = layout_weights(c, q, x.reshape(R, T * n, k), torch.ones(R, k, dtype=torch.bool, device=q.device))
+    w_iid, a = _symmetric_layout(c, q, tuples[:, :, pos].reshape(R, T * n, k))
     onehot = torch.nn.functional.one_hot(pos, k).to(q.dtype)            # [n, i, j]: draw i is position j
     w = torch.einsum("rtn,rtni,nij->rtj", pr, w_iid.view(R, T, n, k), onehot).clamp(0, 1)
     return (w / w.sum(-1, keepdim=True).clamp(min=1.0)).view(children.shape), a
 
 
-# ----------------------------------------------------------------------------------------- the choice, k = 2
-def wor_k2_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
-    """UniVer's automatic choice for two wor children on draft supports above ``SMALL_SUPPORT`` (where the exact
-    LP is not consulted): rule 3 where feasible, else the larger α of PTS and the iid coupling (PTS on ties
-    within ``ALPHA_TIE``) — :func:`univer_theory.plans.choose.choose_plan`.  ``(w, a [R, V])`` for
-    ``children [R, 2]`` or ``[R, T, 2]`` (T tuples per row, on one plan per row), ``w`` shaped as ``children``."""
-    w, a, feasible = wor_pair_weights(c, q, rho, p, children)
+def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):
+    """:func:`gpu.layout.layout_weights` on i.i.d. sequences ``seqs [R, n, k]`` (all k present), evaluated once
+    per distinct multiset of each row: the layout is symmetric in the positions (``w_j`` is copy j's share), so
+    the sequences are sorted, de-duplicated, laid out and the weights put back in place — the slot rule's k!
+    orderings of one wor tuple share their 15·k! virtual sequences' 35 multisets at k = 4."""
+    R, n, k = seqs.shape
+    canon, perm = seqs.sort(dim=-1, stable=True)
+    rows = torch.arange(R, device=q.device)[:, None, None].expand(R, n, 1)
+    uniq, inverse = torch.unique(torch.cat([rows, canon], -1).reshape(-1, k + 1), dim=0, return_inverse=True)
+    count = torch.bincount(uniq[:, 0], minlength=R)
+    start = count.cumsum(0) - count
+    at = start[:, None] + torch.minimum(torch.arange(int(count.max()), device=q.device)[None, :], count[:, None] - 1)
+    w_uniq, a = layout_weights(c, q, uniq[at, 1:], torch.ones(R, k, dtype=torch.bool, device=q.device))
+    slot = (torch.arange(uniq.shape[0], device=q.device) - start[uniq[:, 0]])[inverse].view(R, n)
+    w_canon = w_uniq.gather(1, slot[..., None].expand(R, n, k))
+    return torch.zeros_like(w_canon).scatter(-1, perm, w_canon), a
+
+
+# ----------------------------------------------------------------------------------------- the choice
+def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
+    """UniVer's automatic choice for k ≥ 2 wor children on draft supports above ``SMALL_SUPPORT`` (where the
+    exact LP is not consulted): for k = 2 rule 3 where feasible; else the larger α of PTS and the iid coupling
+    (PTS on ties within ``ALPHA_TIE``) — :func:`univer_theory.plans.choose.choose_plan`.  ``(w, a [R, V])`` for
+    ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w`` shaped as ``children``."""
+    if children.shape[-1] == 2:
+        w, a, feasible = wor_pair_weights(c, q, rho, p, children)
+    else:
+        w, a = torch.zeros_like(children, dtype=c.dtype), torch.zeros_like(c)
+        feasible = torch.zeros_like(rho, dtype=torch.bool)
     rows = (~feasible).nonzero().squeeze(1)
     if rows.numel():
         sub = (c[rows], q[rows])
-        w_pts, a_pts = pts_pair_weights(*sub, p[rows], children[rows])
+        w_pts, a_pts = pts_weights(*sub, p[rows], children[rows])
         w_cp, a_cp = coupling_weights(*sub, children[rows])
         take = a_cp.sum(1) > a_pts.sum(1) + ALPHA_TIE
         w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_cp, w_pts)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import gpu.univer_rule as univer_rule
+import gpu.wor_plans as wor_plans
 from gpu import expected_accepted_length, verify
 from gpu.layout import layout_targets as batched_layout_targets, layout_weights
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
@@ -119,23 +120,31 @@ def test_asymmetric_shapes_match_exact_core(process, V, rule):
         np.testing.assert_allclose(got.double().numpy(), ref, rtol=0, atol=tol, err_msg=str(dtype))
 
 
-@pytest.mark.parametrize("process", ["iid", "wor"])
-def test_asymmetric_pairs_are_planned_in_torch(process, monkeypatch):
-    """Two children with different subtrees beyond the shape rule's supports (V = 30): the k = 2 slot rule in
-    closed form — E[τ | T] as the exact core (1e-12) with the per-node planner disabled; the slot rule moved mass
-    on some node, equal position weights ((..) vs ((.)): sizes 2 and 2) and repeated iid tokens occur."""
+@pytest.mark.parametrize("process,walk", [("iid", "auto"), ("wor", "sequential"), ("wor", "fixed_point")])
+def test_wide_and_asymmetric_nodes_are_planned_in_torch(process, walk, monkeypatch):
+    """Beyond the LP's supports (V = 30) every node is planned without the exact core's per-node planner (which
+    is disabled): two to four children with equal subtrees (wor: PTS for k ≥ 3 by either walk, and the
+    coupling) and with different ones (the slot rule — closed form for k = 2, one small LP per node for
+    k = 3, 4).  E[τ | T] as the exact core (1e-12); the slot rule moved mass on some node, PTS and the coupling
+    both won some wor node with k ≥ 3, equal position weights ((..) vs ((.)): sizes 2 and 2) and repeated iid
+    tokens occur."""
     def no_loop(*_):
         raise AssertionError("a node was planned through the exact core")
     monkeypatch.setattr(univer_rule, "_plan_nodes", no_loop)
+    monkeypatch.setattr(wor_plans, "CLOCK_WALK", walk)
     model = DirichletModel(30, seed=3, similarity=0.5, concentration=0.1)
     rng = np.random.default_rng(7)
-    shapes = ["((..),.)", "((..),((.)))", "(.,(.(.)))", "((.),.)"]
-    trees = [sample_tree(model, TreeShape.parse(s), process, rng) for s in shapes for _ in range(6)]
+    shapes = ["((..),.)", "((..),((.)))", "(.,(.(.)))", "((.),.)", "(.,(.),(..))", "((..),.,(.),.)", "1,3,1", "2,4"]
+    trees = [sample_tree(model, TreeShape.parse(s), process, rng) for s in shapes for _ in range(4)]
     exact = VERIFIERS["univer"]
-    trace = [n for t in trees for n in exact.trace(t, *model.node_probs(t), process)]
-    assert any(n.get("slot_rule") for n in trace)
+    trace = [{**n, "k": len(t.child_tokens(n["node"]))} for t in trees
+             for n in exact.trace(t, *model.node_probs(t), process)]
+    assert any(n.get("slot_rule") and n["k"] == 2 for n in trace)
+    assert any(n.get("slot_rule") and n["k"] >= 3 for n in trace)
     if process == "iid":
         assert any(len(set(t.child_tokens(0))) == 1 for t in trees), "no repeated root tokens drawn"
+    else:
+        assert {n["construction"] for n in trace if n["k"] >= 3} == {"pts", "iid_coupling"}
     ref = np.array([exact.expected_accepted_length(t, *model.node_probs(t), process) for t in trees])
     batch, p, q = padded_rows(trees, model)
     got = expected_accepted_length(batch, p, q, process, "univer")

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import gpu.univer_rule as univer_rule
+import gpu.wor_plans as wor_plans
 from gpu import expected_accepted_length
-from gpu.wor_plans import coupling_weights, growth_strings, pts_pair_weights, wor_k2_weights, wor_pair_weights
+from gpu.wor_plans import coupling_weights, growth_strings, pts_weights, wor_weights, wor_pair_weights
 from univer_theory import VERIFIERS, DirichletModel, TreeShape, sample_tree
 from univer_theory.plans.choose import choose_plan
 from univer_theory.plans.iid_coupling import iid_coupling_plan, virtual_draws
@@ -49,7 +50,7 @@ def test_wor_pair_and_pts_match_the_exact_plans(V):
     cases = rows(V, 24, np.random.default_rng(V))
     p, q, rho, c, kids = tensors(cases)
     w, a, ok = wor_pair_weights(c, q, rho, p, kids)
-    w_pts, a_pts = pts_pair_weights(c, q, p, kids)
+    w_pts, a_pts = pts_weights(c, q, p, kids)
     for i, (pi, qi, r, S) in enumerate(cases):
         plan = wor_pair_plan(pi, qi, r, 2, "wor")
         assert (plan is not None) == bool(ok[i]), i
@@ -60,6 +61,43 @@ def test_wor_pair_and_pts_match_the_exact_plans(V):
         np.testing.assert_allclose(w_pts[i].numpy(), pts.select(S), rtol=0, atol=1e-12)
         np.testing.assert_allclose(a_pts[i].numpy(), pts.marginal, rtol=0, atol=1e-12)
     assert ok.any() and not ok.all()
+
+
+@pytest.mark.parametrize("walk", ["fixed_point", "sequential"])
+@pytest.mark.parametrize("k", [3, 4, 5])
+def test_pts_matches_the_exact_plan_for_any_k(k, walk, monkeypatch):
+    """PTS with k ≥ 3 children, θ by the batched fixed point of clock integrals or by the walk: w(S) and a as
+    pts_plan (1e-12) on LLM-like, Dirichlet and ill-conditioned rows (one token holding all but 1e-5 of q;
+    draft probabilities down to 1e-15; p = q; zero targets; ρ ∈ {1, 0.3, 0})."""
+    monkeypatch.setattr(wor_plans, "CLOCK_WALK", walk)
+    rng = np.random.default_rng(k)
+    cases = rows(120, 9, rng, k)
+    for i in range(9):
+        V = int(rng.integers(9, 60))
+        q = rng.dirichlet(np.full(V, 0.3))
+        if i % 2 == 0:
+            q = q * 1e-5
+            q[rng.integers(V)] += 1 - q.sum()
+        if i % 3 == 0:
+            q[rng.choice(V, 3, replace=False)] = [1e-15, 1e-12, 1e-9]
+            q /= q.sum()
+        p = rng.dirichlet(np.full(V, 0.3)) if i % 3 else q.copy()
+        if i % 4 == 1:
+            p[rng.integers(V)] = 0
+            p /= p.sum()
+        cases.append((p, q, float(rng.choice([1.0, 0.3, 0.0])),
+                      tuple(int(y) for y in rng.choice(V, k, replace=False, p=q))))
+    for pi, qi, r, S in cases:
+        pt, qt = torch.tensor(pi)[None], torch.tensor(qi)[None]
+        w, a = pts_weights(r * pt, qt, pt, torch.tensor([S]))
+        plan = pts_plan(pi, qi, r, k, "wor")
+        np.testing.assert_allclose(w[0].numpy(), plan.select(S), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a[0].numpy(), plan.marginal, rtol=0, atol=1e-12)
+    kids = torch.tensor([c[3] for c in cases[:9]])                   # and the V = 120 rows as one batch
+    p, q, _, c, _ = tensors(cases[:9])
+    w, a = pts_weights(c, q, p, kids)
+    for i, (pi, qi, r, S) in enumerate(cases[:9]):
+        np.testing.assert_allclose(w[i].numpy(), pts_plan(pi, qi, r, k, "wor").select(S), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
@@ -80,7 +118,7 @@ def test_coupling_matches_the_exact_plan(V, k):
 
 
 def test_the_k2_choice_matches_choose_plan():
-    """wor_k2_weights follows choose_plan beyond small supports (w(S), a to 1e-12): on Dirichlet rows of growing
+    """wor_weights follows choose_plan beyond small supports (w(S), a to 1e-12): on Dirichlet rows of growing
     flatness (V = 200) rule 3, PTS and the coupling all occur."""
     V, rng, cases = 200, np.random.default_rng(0), []
     for conc in (1.0, 5.0, 50.0):
@@ -88,7 +126,7 @@ def test_the_k2_choice_matches_choose_plan():
             p, q = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
             cases.append((p, q, (1.0, 0.5)[i % 2], tuple(int(y) for y in rng.choice(V, 2, replace=False, p=q))))
     p, q, rho, c, kids = tensors(cases)
-    w, a = wor_k2_weights(c, q, rho, p, kids)
+    w, a = wor_weights(c, q, rho, p, kids)
     used = set()
     for i, (pi, qi, r, S) in enumerate(cases):
         plan = choose_plan(pi, qi, r, 2, "wor")
@@ -133,7 +171,7 @@ def test_ill_conditioned_rows_match_the_exact_choice():
         rho = float(rng.choice([1.0, 0.3, 0.0]))
         S = tuple(int(y) for y in rng.choice(V, 2, replace=False, p=q))
         pt, qt, rt = torch.tensor(p)[None], torch.tensor(q)[None], torch.tensor([rho], dtype=torch.float64)
-        w, a = wor_k2_weights(rt[:, None] * pt, qt, rt, pt, torch.tensor([S]))
+        w, a = wor_weights(rt[:, None] * pt, qt, rt, pt, torch.tensor([S]))
         plan = choose_plan(p, q, rho, 2, "wor")
         tol = 1e-10 if q.max() > 1 - 1e-4 else 1e-12
         np.testing.assert_allclose(w[0].numpy(), plan.select(S), rtol=0, atol=tol, err_msg=str(i))
@@ -150,7 +188,7 @@ def test_several_tuples_per_row_share_one_plan():
     both = torch.stack([kids, kids.flip(1)], 1)                                 # S and its reversal
     mask = torch.ones(kids.shape, dtype=torch.bool)
     for name, fn in (("layout", lambda ch: layout_weights(c, q, ch, mask)), ("coupling", lambda ch: coupling_weights(c, q, ch)),
-                     ("choice", lambda ch: wor_k2_weights(c, q, rho, p, ch))):
+                     ("choice", lambda ch: wor_weights(c, q, rho, p, ch))):
         w, a = fn(both)
         assert w.shape == both.shape, name
         for t in range(2):
