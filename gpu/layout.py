@@ -27,6 +27,12 @@ import torch
 from univer_theory.plans.layout import gauss_legendre
 
 
+def inverse_permutation(order: torch.Tensor) -> torch.Tensor:
+    """Row-wise inverse of a permutation ``order [R, V]`` (e.g. a sort's indices): the rank of every entry."""
+    return torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device)
+                                            .expand_as(order))
+
+
 def _cum_f(X: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """``F(X) = 1 − (1 − X)^k`` row-wise (``k [R]``), by ``−expm1(k·log1p(−X))`` as the exact core."""
     return -torch.expm1(k.to(X.dtype)[:, None] * torch.log1p(-X.clamp(max=1.0)))
@@ -114,7 +120,7 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
     R, K = children.shape[0], children.shape[-1]
     tuples = children.reshape(R, -1, K)
     T = tuples.shape[1]
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
+    rank = inverse_permutation(order)
     mask = child_mask[:, None, :].expand(R, T, K)
     blk = torch.where(mask, block.gather(1, rank.gather(1, tuples.reshape(R, -1))).view(R, T, K),
                       torch.iinfo(torch.long).max)

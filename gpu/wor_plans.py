@@ -37,7 +37,7 @@ from univer_theory.plans.choose import ALPHA_TIE
 from univer_theory.plans.clocks import log_time_grid, sequential_thinning_avail
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL
 
-from .layout import layout_weights
+from .layout import inverse_permutation, layout_weights
 
 def _exclusive(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
     """``Σ_{j<i} x_j`` (or ``Σ_{j>i}`` with ``reverse``) along dim 1 (the tokens), sequential sums of the entries."""
@@ -94,7 +94,7 @@ def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Ten
     miss = r * (1.0 + torch.cat([zero, odds.cumsum(-1)], 1))
     cost = rho[:, None] * torch.cat([zero, ps.cumsum(-1)], 1) + miss
     j = cost.argmin(-1, keepdim=True)                                    # first minimum: the smallest cut
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
+    rank = inverse_permutation(order)
     return rank < j
 
 
@@ -222,7 +222,7 @@ def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor):
     drafted = q > 0
     key = torch.where(drafted, -(p / torch.where(drafted, q, 1)), torch.inf)
     order = torch.sort(key, dim=-1, stable=True).indices
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=q.device).expand_as(order))
+    rank = inverse_permutation(order)
     return order, rank, drafted.gather(1, order), q.gather(1, order), c.gather(1, order)
 
 
