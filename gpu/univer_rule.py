@@ -170,7 +170,7 @@ def _slot_lp(w_all: torch.Tensor, kids: torch.Tensor, q: torch.Tensor, omega: to
         at = {tuple(S[j] for j in perm): n for n, perm in enumerate(perms)}
         res = slot_rule_lp(orderings, probs, host_w[i][[at[o] for o in orderings]], om)
         if res.success:
-            out[i] = torch.from_numpy(res.weights[orderings.index(tuple(S))])
+            out[i] = torch.from_numpy(res.weights[orderings.index(tuple(S))]).to(out.device)
     return out
 
 

@@ -247,8 +247,9 @@ def _symmetric_sums(r: torch.Tensor, h: torch.Tensor, k: int, reverse: bool):
     return P, D
 
 
-#: Element budget of one quadrature chunk of the clock integral (rows × tokens × times per array).
-CLOCK_CHUNK = 2**20
+#: Element budget of one quadrature chunk of the clock integral (rows × tokens × times per array; about 25
+#: such arrays are live at once): cache-sized on the CPU, large on an accelerator (fewer kernel launches).
+CLOCK_CHUNK = {"cpu": 2**20, "accelerator": 2**25}
 
 
 def _clock_avail(qs: torch.Tensor, k: int):
@@ -266,7 +267,7 @@ def _clock_avail(qs: torch.Tensor, k: int):
     if lam < 60:
         raise ValueError(f"_clock_avail: k = {k} children over {m} tokens is beyond the float64 range of the "
                          f"scaled clock products (k ≤ {PTS_MAX_K} at V ≤ 2^16)")
-    step = max(1, CLOCK_CHUNK // (R * m))
+    step = max(1, CLOCK_CHUNK["cpu" if qs.device.type == "cpu" else "accelerator"] // (R * m))
     chunks = [(times[i:i + step], weights[i:i + step]) for i in range(0, times.numel(), step)]
 
     def avail(g):

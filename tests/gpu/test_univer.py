@@ -120,6 +120,16 @@ def test_asymmetric_shapes_match_exact_core(process, V, rule):
         np.testing.assert_allclose(got.double().numpy(), ref, rtol=0, atol=tol, err_msg=str(dtype))
 
 
+def wide_trees(process):
+    """V = 30 trees (supports above the LP's) with two to four children per node, equal and different subtrees."""
+    model = DirichletModel(30, seed=3, similarity=0.5, concentration=0.1)
+    rng = np.random.default_rng(7)
+    shapes = ["((..),.)", "((..),((.)))", "(.,(.(.)))", "((.),.)", "(.,(.),(..))", "((..),.,(.),.)", "1,3,1", "2,4"]
+    trees = [sample_tree(model, TreeShape.parse(s), process, rng) for s in shapes for _ in range(4)]
+    exact = VERIFIERS["univer"]
+    return trees, model, np.array([exact.expected_accepted_length(t, *model.node_probs(t), process) for t in trees])
+
+
 @pytest.mark.parametrize("process,walk", [("iid", "auto"), ("wor", "sequential"), ("wor", "fixed_point")])
 def test_wide_and_asymmetric_nodes_are_planned_in_torch(process, walk, monkeypatch):
     """Beyond the LP's supports (V = 30) every node is planned without the exact core's per-node planner (which
@@ -132,23 +142,28 @@ def test_wide_and_asymmetric_nodes_are_planned_in_torch(process, walk, monkeypat
         raise AssertionError("a node was planned through the exact core")
     monkeypatch.setattr(univer_rule, "_plan_nodes", no_loop)
     monkeypatch.setattr(wor_plans, "CLOCK_WALK", walk)
-    model = DirichletModel(30, seed=3, similarity=0.5, concentration=0.1)
-    rng = np.random.default_rng(7)
-    shapes = ["((..),.)", "((..),((.)))", "(.,(.(.)))", "((.),.)", "(.,(.),(..))", "((..),.,(.),.)", "1,3,1", "2,4"]
-    trees = [sample_tree(model, TreeShape.parse(s), process, rng) for s in shapes for _ in range(4)]
-    exact = VERIFIERS["univer"]
+    trees, model, ref = wide_trees(process)
     trace = [{**n, "k": len(t.child_tokens(n["node"]))} for t in trees
-             for n in exact.trace(t, *model.node_probs(t), process)]
+             for n in VERIFIERS["univer"].trace(t, *model.node_probs(t), process)]
     assert any(n.get("slot_rule") and n["k"] == 2 for n in trace)
     assert any(n.get("slot_rule") and n["k"] >= 3 for n in trace)
     if process == "iid":
         assert any(len(set(t.child_tokens(0))) == 1 for t in trees), "no repeated root tokens drawn"
     else:
         assert {n["construction"] for n in trace if n["k"] >= 3} == {"pts", "iid_coupling"}
-    ref = np.array([exact.expected_accepted_length(t, *model.node_probs(t), process) for t in trees])
     batch, p, q = padded_rows(trees, model)
     got = expected_accepted_length(batch, p, q, process, "univer")
     np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA twin of the CPU test")
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_cuda_univer_on_wide_and_asymmetric_nodes(process):
+    """On CUDA (PTS's θ for k ≥ 3 by the batched fixed point) E[τ | T] of the V = 30 trees as the exact core."""
+    trees, model, ref = wide_trees(process)
+    batch, p, q = padded_rows(trees, model)
+    got = expected_accepted_length(batch.to("cuda"), p.cuda(), q.cuda(), process, "univer")
+    np.testing.assert_allclose(got.cpu().numpy(), ref, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("process", ["iid", "wor", "topk", "greedy"])
