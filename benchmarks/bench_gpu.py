@@ -7,7 +7,7 @@ node is planned in torch — i.i.d. children by the layout (:mod:`gpu.layout`, `
 :mod:`gpu.wor_plans`; on random shapes the k = 3, 4 slot rule adds one small LP per node on the host (see
 ``gpu/univer_rule.py``).  PTS's θ for k ≥ 3 wor children comes, on the CPU, from the exact core's sequential
 walk per distinct row; ``--clock-walk fixed_point`` times the batched fixed point instead (what ``--device cuda``
-runs; on the CPU each of its 10–20 passes costs about one walk).
+runs; on the CPU its 24–29 passes at this V cost ~40× the walk).
 Rows are float32 softmaxes of Gaussian logits (target) and noisy copies (draft).
 
 Both sides verify the same B trees with the same rows, each tree once per repeat, and neither timing includes

@@ -15,9 +15,9 @@ float64.  Each returns the plan on the realised children, ``w [R, K]``, and its 
   nothing returns the walk's θ exactly (measured: 9–16 steps at V = 49 152 instead of a 49 152-step walk).
   k = 2: ``Φ`` by cumulative sums (closed form); k ≥ 3: the exponential-clock integral on the exact core's
   quadrature grid, the polynomial products over the tokens before / after y as elementary symmetric sums —
-  nested cumulative sums of non-negative terms (:func:`_clock_avail`).  Each pass costs about one sequential
-  walk, so on the CPU the walk itself (once per distinct row, through the exact core) is used for k ≥ 3
-  (:data:`CLOCK_WALK`);
+  nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29 passes at V = 49 152).  Each pass
+  costs more than one sequential walk on the CPU, so there the walk itself (once per distinct row, through the
+  exact core) is used for k ≥ 3 (:data:`CLOCK_WALK`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities;
@@ -250,6 +250,9 @@ def _symmetric_sums(r: torch.Tensor, h: torch.Tensor, k: int, reverse: bool):
 #: Element budget of one quadrature chunk of the clock integral (rows × tokens × times per array; about 25
 #: such arrays are live at once): cache-sized on the CPU, large on an accelerator (fewer kernel launches).
 CLOCK_CHUNK = {"cpu": 2**20, "accelerator": 2**25}
+#: Elements of the g-independent parts of every chunk kept across the fixed point's passes (else recomputed
+#: each pass): 0.5 GB of float64 on the CPU, 8 GB on an accelerator.
+CLOCK_CACHE = {"cpu": 2**26, "accelerator": 2**30}
 
 
 def _clock_avail(qs: torch.Tensor, k: int):
@@ -267,20 +270,27 @@ def _clock_avail(qs: torch.Tensor, k: int):
     if lam < 60:
         raise ValueError(f"_clock_avail: k = {k} children over {m} tokens is beyond the float64 range of the "
                          f"scaled clock products (k ≤ {PTS_MAX_K} at V ≤ 2^16)")
-    step = max(1, CLOCK_CHUNK["cpu" if qs.device.type == "cpu" else "accelerator"] // (R * m))
+    device = "cpu" if qs.device.type == "cpu" else "accelerator"
+    step = max(1, CLOCK_CHUNK[device] // (R * m))
     chunks = [(times[i:i + step], weights[i:i + step]) for i in range(0, times.numel(), step)]
+
+    def fixed(T):
+        """The parts of one chunk that do not depend on g: clocks, ratios, sums after y (g = 1), Π_{z≠y} ẽ_z."""
+        x = -qs[..., None] * T                                          # [R, m, t]
+        e, ring = torch.exp(x), -torch.expm1(x)
+        log_e = x.clamp(min=-lam)
+        e_clamped = torch.exp(log_e)
+        r, h = ring / e_clamped, qs[..., None] * e / e_clamped
+        Ps, Ds = _symmetric_sums(r, h, k, reverse=True)
+        return e, ring, r, h, Ps, Ds, torch.exp(_exclusive(log_e) + _exclusive(log_e, reverse=True))
+
+    cache = [fixed(T) for T, _ in chunks] if R * m * times.numel() * (2 * k + 4) <= CLOCK_CACHE[device] else None
 
     def avail(g):
         out = torch.zeros_like(qs)
-        for T, W in chunks:
-            x = -qs[..., None] * T                                          # [R, m, t]
-            e, ring = torch.exp(x), -torch.expm1(x)
-            log_e = x.clamp(min=-lam)
-            e_clamped = torch.exp(log_e)
-            r, h = ring / e_clamped, qs[..., None] * e / e_clamped
+        for i, (T, W) in enumerate(chunks):
+            e, ring, r, h, Ps, Ds, scale = cache[i] if cache else fixed(T)
             Pp, Dp = _symmetric_sums(g[..., None] * r, g[..., None] * h, k, reverse=False)   # before y: its g
-            Ps, Ds = _symmetric_sums(r, h, k, reverse=True)                                  # after y: g = 1
-            scale = torch.exp(_exclusive(log_e) + _exclusive(log_e, reverse=True))   # Π_{z≠y} ẽ_z
             first = qs[..., None] * e * sum(Pp[n] * Ps[k - 1 - n] for n in range(k))
             later = ring * sum(Dp[n] * Ps[k - 2 - n] + Pp[n] * Ds[k - 2 - n] for n in range(k - 1))
             out = out + ((scale * (first + later)) @ W[:, None]).squeeze(-1)
@@ -294,8 +304,9 @@ PTS_MAX_K = 8
 
 
 #: How PTS's θ is found for k ≥ 3: ``"fixed_point"`` (batched, :func:`_clock_avail`), ``"sequential"`` (the
-#: exact core's priority walk per distinct row, numpy) or ``"auto"`` — the walk on the CPU, where one
-#: sequential pass is ~10× cheaper than the fixed point's 10–20 passes, the fixed point on an accelerator.
+#: exact core's priority walk per distinct row, numpy) or ``"auto"`` — the walk on the CPU, the fixed point on
+#: an accelerator.  At V = 49 152 (k = 3, 4) the fixed point takes 24–29 passes, each ~1.5× one walk on the CPU
+#: (~40× the walk in all) and one pass over ``[R, V, 400]`` arrays on a GPU.
 CLOCK_WALK = "auto"
 
 
