@@ -215,7 +215,7 @@ def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: tor
     return (w * _at(thin, tuples)).view(children.shape), thin * b, feasible
 
 
-# ----------------------------------------------------------------------------------------- PTS, k = 2 (rule 4)
+# ----------------------------------------------------------------------------------------- PTS (rule 4)
 def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor):
     """The priority order (``p/q`` descending, ties by token id, undrafted last): ``order [R, V]``, ``rank``,
     ``on`` (drafted, in order) and ``q``, ``c`` in that order."""
@@ -394,8 +394,8 @@ def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
 def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):
     """:func:`gpu.layout.layout_weights` on i.i.d. sequences ``seqs [R, n, k]`` (all k present), evaluated once
     per distinct multiset of each row: the layout is symmetric in the positions (``w_j`` is copy j's share), so
-    the sequences are sorted, de-duplicated, laid out and the weights put back in place — the slot rule's k!
-    orderings of one wor tuple share their 15·k! virtual sequences' 35 multisets at k = 4."""
+    the sequences are sorted, de-duplicated, laid out and the weights put back in place (the slot rule's 24
+    orderings of a wor 4-tuple have 24·15 virtual sequences, in 35 multisets)."""
     R, n, k = seqs.shape
     canon, perm = seqs.sort(dim=-1, stable=True)
     rows = torch.arange(R, device=q.device)[:, None, None].expand(R, n, 1)
