@@ -8,7 +8,7 @@ holds on a tree shape when the 95% confidence interval of the gain pooled over b
 The per-set gains and TV's gain are reported beside the paper's range.
 
 Full: binary tree of depth 4 (30 nodes) and the EAGLE-like tree (24 nodes), 6 prompts per set × 6 positions
-(on 2 CPU cores about 45 s per prompt for the EAGLE-like tree, a few seconds for binary:4).
+(on 2 CPU cores about 40 s per prompt for the EAGLE-like tree, ~6 s for binary:4).
 ``fast``: binary depth 2, 4 prompts per set × 3 positions (a CI-sized run: its interval rests on 8 prompts).
 """
 from __future__ import annotations
