@@ -36,6 +36,25 @@ def rows(V, n, rng, k=2):
     return out
 
 
+def ill_conditioned(rng, i, v_max, tiny=False):
+    """Row i of a family of hard rows ``(p, q)``, V ∈ [9, v_max): every other q has one token holding all but
+    1e-5; with ``tiny`` three draft entries are 1e-15, 1e-12, 1e-9; every third p equals q; every fourth
+    (from i = 1) p has a zero entry."""
+    V = int(rng.integers(9, v_max))
+    q = rng.dirichlet(np.full(V, 0.3))
+    if i % 2 == 0:
+        q = q * 1e-5
+        q[rng.integers(V)] += 1 - q.sum()
+    if tiny:
+        q[rng.choice(V, 3, replace=False)] = [1e-15, 1e-12, 1e-9]
+        q /= q.sum()
+    p = rng.dirichlet(np.full(V, 0.3)) if i % 3 else q.copy()
+    if i % 4 == 1:
+        p[rng.integers(V)] = 0
+        p /= p.sum()
+    return p, q
+
+
 def tensors(cases):
     p = torch.tensor(np.stack([c[0] for c in cases]))
     q = torch.tensor(np.stack([c[1] for c in cases]))
@@ -73,20 +92,9 @@ def test_pts_matches_the_exact_plan_for_any_k(k, walk, monkeypatch):
     rng = np.random.default_rng(k)
     cases = rows(120, 9, rng, k)
     for i in range(9):
-        V = int(rng.integers(9, 60))
-        q = rng.dirichlet(np.full(V, 0.3))
-        if i % 2 == 0:
-            q = q * 1e-5
-            q[rng.integers(V)] += 1 - q.sum()
-        if i % 3 == 0:
-            q[rng.choice(V, 3, replace=False)] = [1e-15, 1e-12, 1e-9]
-            q /= q.sum()
-        p = rng.dirichlet(np.full(V, 0.3)) if i % 3 else q.copy()
-        if i % 4 == 1:
-            p[rng.integers(V)] = 0
-            p /= p.sum()
+        p, q = ill_conditioned(rng, i, 60, tiny=i % 3 == 0)
         cases.append((p, q, float(rng.choice([1.0, 0.3, 0.0])),
-                      tuple(int(y) for y in rng.choice(V, k, replace=False, p=q))))
+                      tuple(int(y) for y in rng.choice(q.size, k, replace=False, p=q))))
     for pi, qi, r, S in cases:
         pt, qt = torch.tensor(pi)[None], torch.tensor(qi)[None]
         w, a = pts_weights(r * pt, qt, pt, torch.tensor([S]))
@@ -159,17 +167,9 @@ def test_ill_conditioned_rows_match_the_exact_choice():
     each one's own marginal)."""
     rng = np.random.default_rng(0)
     for i in range(40):
-        V = int(rng.integers(9, 40))
-        q = rng.dirichlet(np.full(V, 0.3))
-        if i % 2 == 0:
-            q = q * 1e-5
-            q[rng.integers(V)] += 1 - q.sum()
-        p = rng.dirichlet(np.full(V, 0.3)) if i % 3 else q.copy()
-        if i % 4 == 1:
-            p[rng.integers(V)] = 0
-            p /= p.sum()
+        p, q = ill_conditioned(rng, i, 40)
         rho = float(rng.choice([1.0, 0.3, 0.0]))
-        S = tuple(int(y) for y in rng.choice(V, 2, replace=False, p=q))
+        S = tuple(int(y) for y in rng.choice(q.size, 2, replace=False, p=q))
         pt, qt, rt = torch.tensor(p)[None], torch.tensor(q)[None], torch.tensor([rho], dtype=torch.float64)
         w, a = wor_weights(rt[:, None] * pt, qt, rt, pt, torch.tensor([S]))
         plan = choose_plan(p, q, rho, 2, "wor")
