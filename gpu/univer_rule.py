@@ -12,14 +12,15 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
 * ``iid``, any k ≥ 2: the whole private-position layout (:mod:`gpu.layout`): closed-form targets,
   ``a = min(b, ρp)``, and ``w(S)`` — the earliest block the tuple touches laid out with fractional densities and
   integrated by Gauss–Legendre;
-* ``wor`` on draft supports above ``SMALL_SUPPORT``: the automatic choice of :mod:`gpu.wor_plans` — for k = 2
-  rule 3 (``wor_pair``) where feasible; else the larger α of PTS and the iid coupling (PTS's θ for k ≥ 3: a
-  fixed point of batched clock integrals on an accelerator, the exact core's sequential walk per distinct row
-  on the CPU, where it is cheaper — ``gpu.wor_plans.CLOCK_WALK``);
-* children with different subtrees (``iid`` / ``wor`` as above), when the shape rule does not apply (draft
-  supports too large for its LP): the plan evaluated on every ordering of S (batched), then the slot rule —
-  k = 2 in closed form (:func:`_slot_pair`); k = 3, 4 one small LP per node on the host (:func:`_slot_lp`,
-  ≤ 24 orderings); k > ``SLOT_RULE_MAX_K`` — the plan's own weights (no slot rule);
+* ``wor``, any k ≥ 2: the automatic choice of :mod:`gpu.wor_plans` — for k = 2 rule 3 (``wor_pair``) where
+  feasible; else the larger α of PTS and the iid coupling (PTS's θ for k ≥ 3: a fixed point of batched clock
+  integrals on an accelerator, the exact core's sequential walk per distinct row on the CPU, where it is
+  cheaper — ``gpu.wor_plans.CLOCK_WALK``), and on draft supports of at most ``SMALL_SUPPORT`` tokens rule 1
+  where it is better: the CondOT(ρ) LP's one tie-broken optimum, every node's LP at once (:mod:`gpu.condot`);
+* children with different subtrees (``iid`` / ``wor`` as above), when the shape rule does not apply (its LPs
+  would be too large): the plan evaluated on every ordering of S (batched), then the slot rule of
+  :mod:`gpu.slot_rule` — k = 2 in closed form; k = 3, 4 the class LP's one tie-broken optimum, every node's
+  LP at once; k > ``SLOT_RULE_MAX_K`` — the plan's own weights (no slot rule);
 * ``topk`` with ``k ≥ 2``: the fixed top-k list filled in drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``;
   ``greedy`` with ``k ≥ 2``: the closed form of :func:`~univer_theory.plans.choose.greedy_fill_plan` (one pass
   over the vocabulary for the spare capacity, then the realised tuple);
@@ -27,10 +28,10 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   nodes the exact plan's own α, so ``f`` matches the exact core's round-off as ``α → 1``).
 
 **Per node, on the CPU in float64 numpy through the exact core** (one :class:`~univer_theory.univer.UniVerRule`
-per level call, :meth:`~univer_theory.univer.UniVerRule.weights`), the nodes whose plan is defined by an LP
-over the vocabulary: ``wor`` on draft supports ≤ ``SMALL_SUPPORT`` (the exact LP competes with the
-constructions) and the shape rule (an LP on the α*-face, small draft supports; the subtrees come as shape
-ids, ``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`).
+per level call, :meth:`~univer_theory.univer.UniVerRule.weights`): the shape rule's nodes — asymmetric
+children on small draft supports, whose plan is an LP on the α*-face against value functions that are
+themselves found by a breakpoint search over LPs (:mod:`univer_theory.plans.value_proxy`); the subtrees come
+as shape ids, ``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`.
 
 Identical looped nodes (same ρ, rows, children and children's subtrees — e.g. one tree repeated across the
 batch) are planned once (``torch.unique`` over the level's rows).  Inputs in float32 are planned in float64
@@ -44,12 +45,12 @@ import numpy as np
 import torch
 
 from univer_theory.plans import value_proxy
-from univer_theory.plans.choose import SMALL_SUPPORT
 from univer_theory.tree import key_size
 from univer_theory.univer import SLOT_RULE_MAX_K, UniVerRule
 
 from .engine import LevelContext, LevelDecision
 from .layout import layout_weights
+from .slot_rule import slot_lp, slot_pair
 from .wor_plans import wor_weights
 
 
@@ -130,50 +131,6 @@ def _shape_rule_rows(ctx: LevelContext, rows: torch.Tensor, support: torch.Tenso
     return torch.tensor(verdict, dtype=torch.bool, device=rows.device)[inverse]
 
 
-def _slot_pair(w_s: torch.Tensor, w_r: torch.Tensor, children: torch.Tensor, q: torch.Tensor,
-               omega: torch.Tensor, process: str) -> torch.Tensor:
-    """The k = 2 slot rule in closed form (:func:`solvers.slot_rule.slot_rule_pair`): ``w(S) [R, 2]`` from the
-    plan on the realised S and on its reversal R, the orderings' probabilities and the position weights."""
-    q1, q2 = q.gather(1, children).unbind(1)
-    if process == "wor":
-        Q_s, Q_r = q1 * (q2 / (1 - q1)), q2 * (q1 / (1 - q2))
-    else:
-        Q_s = Q_r = q1 * q2
-    z_s, z_r = w_s * Q_s[:, None], w_r * Q_r[:, None]
-    first = (omega[:, 0] > omega[:, 1])[:, None]                          # which position is the better one
-    better = lambda z: torch.where(first, z[:, :1], z[:, 1:])               # noqa: E731
-    worse = lambda z: torch.where(first, z[:, 1:], z[:, :1])                # noqa: E731
-    mass_s, mass_r = better(z_s) + worse(z_r), better(z_r) + worse(z_s)
-    top = torch.minimum(mass_s, Q_s[:, None])
-    low = mass_r - torch.minimum(mass_r, Q_r[:, None])
-    z = torch.where(first, torch.cat([top, low], 1), torch.cat([low, top], 1))
-    same = children[:, 0] == children[:, 1]                                   # (a, a): one ordering
-    z = torch.where(same[:, None], torch.where(first, torch.cat([z_s.sum(1, keepdim=True), torch.zeros_like(top)], 1),
-                                               torch.cat([torch.zeros_like(top), z_s.sum(1, keepdim=True)], 1)), z)
-    new = z / Q_s[:, None]
-    new = new / new.sum(1, keepdim=True).clamp(min=1.0)
-    keep = (omega[:, 0] == omega[:, 1]) | ~(Q_r > 0) | ~torch.isfinite(Q_r)   # nothing to move
-    return torch.where(keep[:, None], w_s, new)
-
-
-def _slot_lp(w_all: torch.Tensor, kids: torch.Tensor, q: torch.Tensor, omega: torch.Tensor, process: str,
-             perms: list) -> torch.Tensor:
-    """The slot rule for k = 3, 4 (:func:`solvers.slot_rule.slot_rule_lp`, HiGHS): ``w(S) [r, k]`` from the plan
-    evaluated on every permutation of each row's tuple (``w_all [r, k!, k]``, ``perms[0]`` the identity) — one
-    small LP per node on the host (≤ 24 orderings × k positions; the plan itself was batched)."""
-    from solvers.slot_rule import multiset_class, slot_rule_lp
-
-    out = w_all[:, 0].clone()
-    host_w, host_q = w_all.cpu().numpy(), q.cpu().numpy()
-    for i, (S, om) in enumerate(zip(kids.tolist(), omega.tolist())):
-        orderings, probs = multiset_class(S, host_q[i], process)
-        at = {tuple(S[j] for j in perm): n for n, perm in enumerate(perms)}
-        res = slot_rule_lp(orderings, probs, host_w[i][[at[o] for o in orderings]], om)
-        if res.success:
-            out[i] = torch.from_numpy(res.weights[orderings.index(tuple(S))]).to(out.device)
-    return out
-
-
 def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> torch.Tensor:
     """Plan the iid / wor nodes with k ≥ 2 that are batched (module docstring) into ``w``, ``a``; their mask."""
     k = ctx.child_mask.sum(1)
@@ -182,8 +139,6 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> torch.Tensor:
     equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
     support = (q > 0).sum(1)
     base = k >= 2
-    if ctx.process == "wor":            # beyond the LP's small supports (plans.choose)
-        base = base & (support > SMALL_SUPPORT)
     odd = (base & ~equal).nonzero().squeeze(1)
     slot = torch.zeros_like(base)
     if odd.numel():                     # asymmetric: the shape rule (looped) or the slot rule up to k = 4
@@ -208,8 +163,8 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> torch.Tensor:
             w_all, a[rows] = plan(rows, n, kids[:, perms])
             omega = torch.tensor([1.0 + key_size(key) for key in ctx.shape_keys], dtype=w.dtype,
                                  device=w.device)[shapes[rows, :n]]
-            w[rows, :n] = (_slot_pair(w_all[:, 0], w_all[:, 1], kids, q[rows], omega, ctx.process) if n == 2
-                           else _slot_lp(w_all, kids, q[rows], omega, ctx.process, perms))
+            w[rows, :n] = (slot_pair(w_all[:, 0], w_all[:, 1], kids, q[rows], omega, ctx.process) if n == 2
+                           else slot_lp(w_all, kids, q[rows], omega, ctx.process, perms))
     return base
 
 

@@ -22,7 +22,8 @@ float64.  Each returns the plan on the realised children, ``w [R, K]``, and its 
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities;
 * :func:`wor_weights` — UniVer's choice among them (for k = 2 rule 3 where feasible; else the better α of PTS
-  and the coupling), as :func:`univer_theory.plans.choose.choose_plan` above its small supports.
+  and the coupling, and on small supports rule 1 when better, :mod:`gpu.condot`), as
+  :func:`univer_theory.plans.choose.choose_plan`.
 
 No loop over rows or over the vocabulary: loops run over bisection / fixed-point steps (until every row has
 converged), quadrature chunks, the children and the virtual sequences — except the k ≥ 3 walk on the CPU.
@@ -33,10 +34,11 @@ import math
 
 import torch
 
-from univer_theory.plans.choose import ALPHA_TIE
+from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import log_time_grid, sequential_thinning_avail
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL
 
+from .condot import condot_weights
 from .layout import inverse_permutation, layout_weights
 
 def _exclusive(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
@@ -411,10 +413,11 @@ def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):
 
 # ----------------------------------------------------------------------------------------- the choice
 def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
-    """UniVer's automatic choice for k ≥ 2 wor children on draft supports above ``SMALL_SUPPORT`` (where the
-    exact LP is not consulted): for k = 2 rule 3 where feasible; else the larger α of PTS and the iid coupling
-    (PTS on ties within ``ALPHA_TIE``) — :func:`univer_theory.plans.choose.choose_plan`.  ``(w, a [R, V])`` for
-    ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w`` shaped as ``children``."""
+    """UniVer's automatic choice for k ≥ 2 wor children: for k = 2 rule 3 where feasible; else the larger α of
+    PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``), replaced on draft supports of at most
+    ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`) where its α is larger by more than
+    ``ALPHA_TIE`` — :func:`univer_theory.plans.choose.choose_plan`.  ``(w, a [R, V])`` for ``children [R, k]`` or
+    ``[R, T, k]`` (T tuples per row, on one plan per row), ``w`` shaped as ``children``."""
     if children.shape[-1] == 2:
         w, a, feasible = wor_pair_weights(c, q, rho, p, children)
     else:
@@ -428,4 +431,10 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
         take = a_cp.sum(1) > a_pts.sum(1) + ALPHA_TIE
         w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_cp, w_pts)
         a[rows] = torch.where(take[:, None], a_cp, a_pts)
+    rows = (~feasible & ((q > 0).sum(1) <= SMALL_SUPPORT)).nonzero().squeeze(1)
+    if rows.numel():                    # rule 1 on small supports, where it beats them by more than ALPHA_TIE
+        w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows])
+        take = solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE)
+        w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_lp, w[rows])
+        a[rows] = torch.where(take[:, None], a_lp, a[rows])
     return w, a

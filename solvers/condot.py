@@ -21,7 +21,9 @@ from scipy.sparse import csr_array, vstack
 from univer_theory.alpha_star import check_node_inputs
 from univer_theory.processes import tuple_law
 
+from .highs_lp import solve_lp
 from .result import OTResult
+from .tie_break import prime_roots, tie_eps
 
 #: Tolerance of our recheck of a solver's plan: nonnegativity, ``Σ_j π(S,j) ≤ Q_k(S)``, ``a(y) ≤ ρ p(y)``.
 #: HiGHS runs with feasibility tolerances 1e-10 (:data:`HIGHS_OPTIONS`); its errors show up 1:1 in the plan.
@@ -129,6 +131,31 @@ def condot_lp(target_probs, draft_probs, rho, k: int, process: str, *, support=N
     return plan_result(x, tuples, probs, p, rho, solver_ok=ok, status="optimal" if ok else f"highs:{res.status}",
                        message=res.message, solver="highs", seconds=seconds,
                        claimed_value=-res.fun if ok else np.nan)
+
+
+def condot_plan(target_probs, draft_probs, rho, k: int, process: str, *, support=None) -> OTResult:
+    """The CondOT(ρ) plan of UniVer's rule 1: the LP's *one* optimum under the tie-break of
+    :mod:`solvers.tie_break` — ``r(S_t, j) = frac(√P_{t·k + j})`` for the t-th tuple of ``tuple_law``'s order
+    (lexicographic in the draft support's ranks, the order :mod:`gpu.condot` rebuilds), ``ε = 1/(2(m + 1))``
+    with m = tuples + support tokens — taken as the exact basic solution of HiGHS' optimal basis
+    (``solve_lp(vertex=True)``).  Same contract as :func:`condot_lp`; ``value`` = the plan's ``Σ π = α*(ρ)``."""
+    where = "condot_plan"
+    p, q, k, rho_arr = check_node_inputs(where, target_probs, draft_probs, k, process, rho)
+    rho = float(rho_arr)
+    tuples, probs = tuple_support(where, q, k, process, support)
+    start = time.perf_counter()
+    by_tuple, by_token = condot_constraints(tuples, p.size)
+    tokens = np.flatnonzero(q > 0)                      # the other token rows are empty
+    A = vstack([by_tuple, by_token[tokens]]).tocsc()
+    n = len(tuples) * k
+    cost = 1.0 + tie_eps(A.shape[0]) * prime_roots(n)
+    sol = solve_lp(cost, A, -np.inf, np.concatenate([probs, rho * p[tokens]]), 0.0, np.inf, method="simplex",
+                   vertex=True)
+    seconds = time.perf_counter() - start
+    x = sol.x if sol.success else np.zeros(n)
+    return plan_result(x, tuples, probs, p, rho, solver_ok=sol.success,
+                       status="optimal" if sol.success else "highs:failed", message=sol.message, solver="highs",
+                       seconds=seconds, claimed_value=float(np.sum(x)))
 
 
 def flat_ot_lp(target_probs, draft_probs, k: int, process: str, *, support=None) -> OTResult:

@@ -35,12 +35,17 @@ class LPSolution:
 
 
 def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = "choose",
-             tolerance: float = 1e-10, threads: int = 1) -> LPSolution:
+             tolerance: float = 1e-10, threads: int = 1, vertex: bool = False) -> LPSolution:
     """Maximise ``c·x`` over ``{x : row_lower ≤ A x ≤ row_upper, col_lower ≤ x ≤ col_upper}`` with HiGHS.
 
     ``±inf`` bounds mean "no bound".  ``tolerance`` is HiGHS' primal and dual feasibility tolerance
-    (1e-10 is its floor).  ``method``: one of :data:`LP_METHODS`.
+    (1e-10 is its floor).  ``method``: one of :data:`LP_METHODS`.  ``vertex`` (simplex only): ``x`` is the
+    basic solution of HiGHS' optimal basis recomputed by one dense solve — nonbasic columns and rows at the
+    bound HiGHS left them on, the basic columns from the square system that leaves — so it carries round-off
+    only, not HiGHS' feasibility tolerance.
     """
+    if vertex and method != "simplex":
+        raise ValueError("solve_lp: vertex=True needs method='simplex' (a basis)")
     check_choice(method, LP_METHODS, "solve_lp", "method")
     A = sp.csc_matrix(A)
     n_rows, n_cols = A.shape
@@ -74,8 +79,29 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     model_status = h.getModelStatus()
     sol = h.getSolution()
     ok = model_status == highspy.HighsModelStatus.kOptimal
-    return LPSolution(np.array(sol.col_value), np.array(sol.row_dual), float(h.getInfo().objective_function_value),
+    x = np.array(sol.col_value)
+    if vertex and ok:
+        x = _basic_solution(A, h.getBasis(), lp)
+    return LPSolution(x, np.array(sol.row_dual), float(h.getInfo().objective_function_value),
                       0 if ok else 1, ok, h.modelStatusToString(model_status))
+
+
+def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:
+    """``x`` of a HiGHS basis (:func:`solve_lp`'s ``vertex``): ``x_N`` at its bounds, then
+    ``A[nonbasic rows, basic] x_B = bound − A[nonbasic rows, nonbasic] x_N``."""
+    status = highspy.HighsBasisStatus
+    col, row = list(basis.col_status), list(basis.row_status)
+    at_upper = lambda s: s == status.kUpper                          # noqa: E731  (kLower, kZero: lower bound)
+    x = np.where([at_upper(s) for s in col], lp.col_upper_, lp.col_lower_)
+    basic = np.array([s == status.kBasic for s in col])
+    tight = np.array([s != status.kBasic for s in row])
+    x[basic] = 0.0
+    x[np.abs(x) >= highspy.kHighsInf] = 0.0                           # free nonbasic columns sit at 0
+    bound = np.where([at_upper(s) for s in row], lp.row_upper_, lp.row_lower_)[tight]
+    A = A.tocsr()
+    system = A[tight][:, basic].toarray()
+    x[basic] = np.linalg.solve(system, bound - A[tight] @ x) if basic.any() else x[basic]
+    return x
 
 
 def _finite_or_inf(values, n: int) -> np.ndarray:

@@ -20,11 +20,16 @@ ordering); mirrored for ``ω_2 > ω_1``.  The objective is ``ω_2 Σm + (ω_1 �
 ``m_a + m_b ≤ Q(a, b) + Q(b, a)``).  A repeated token (i.i.d. ``(a, a)``) moves all its mass to the better
 position; with ``ω_1 = ω_2`` nothing can be gained and the plan's own weights are kept.
 
-For k ≥ 3 the LP is solved once per class with HiGHS
-(deterministic), then *polished*: the equalities of the solver's active set (support of z, tight rows) are
-re-solved by least squares, so the class masses hold to round-off, not to HiGHS' 1e-10 (which would leak
-1:1 into the output law).  The polished answer is rechecked (z ≥ 0, row capacity, class masses); if the
-recheck fails the result says so and the caller keeps the plan's own weights.
+**k ≥ 3: one LP per class, with one optimum.**  ω is constant across orderings, so the LP's optimum is a
+face.  The LP solved adds the tie-break of :mod:`solvers.tie_break` (ω is integer: UniVer's ``1 + |subtree|``):
+``r(S', j) = frac(√P_{code(S')·k + j})``, ``code(S') = Σ_i d_i k^{k−1−i}`` with ``d_i`` the rank of ``S'_i``
+among the class's distinct tokens (:func:`tie_break`), so it is an ω-optimum and every exact solver finds the
+same one (:mod:`gpu.slot_rule` too).  HiGHS solves it on the class's own scale ``Q/ΣQ`` (on a real
+vocabulary ΣQ ~ 1e-11, below HiGHS' absolute tolerances), then the answer is *polished*: the equalities of
+the solver's active set (support of z, tight rows) are re-solved by least squares, so the class masses hold
+to round-off, not to HiGHS' 1e-10 (which would leak 1:1 into the output law).  The polished answer is
+rechecked (z ≥ 0, row capacity, class masses); if the recheck fails the result says so and the caller keeps
+the plan's own weights.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import numpy as np
 from univer_theory.validation import check_choice
 
 from .highs_lp import solve_lp
+from .tie_break import prime_roots, tie_eps
 
 #: Recheck tolerance of the polished slot plan, relative to the class probability Σ Q_k(S').
 SLOT_TOL = 1e-13
@@ -97,9 +103,17 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     n, k = w.shape
     if k == 2:
         return slot_rule_pair(orderings, probs, w, omega)
+    if not np.array_equal(omega, np.round(omega)):
+        raise ValueError(f"slot_rule_lp: position weights ω must be integers (1 + subtree size) for the unique "
+                         f"tie-break of the module docstring, got {omega.tolist()}")
+    unit = probs.sum()
+    if not unit > 0:
+        return SlotResult(tuple(orderings), w, 0.0, "optimal", True, "class probability 0: nothing to move")
+    probs = probs / unit                 # the LP on the class's own scale: HiGHS' tolerances are absolute
     toks = np.asarray(orderings, dtype=np.int64)
     labels = sorted(set(toks.ravel().tolist()))
-    col_tok = np.searchsorted(labels, toks.ravel())          # variable i·k + j carries token toks[i, j]
+    ranks = np.searchsorted(labels, toks)                    # d_i of every ordering's tokens
+    col_tok = ranks.ravel()                                  # variable i·k + j carries token toks[i, j]
     z0 = w * probs[:, None]
     mass = np.bincount(col_tok, weights=z0.ravel(), minlength=len(labels))
     rows = np.zeros((n + len(labels), n * k))
@@ -109,27 +123,36 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     upper = np.concatenate([probs, mass])
     c = np.tile(omega, n)
     before = float(c @ z0.ravel())
-    sol = solve_lp(c, rows, lower, upper, 0.0, np.inf, method="simplex")
+    c_tied = c + tie_eps(rows.shape[0]) * tie_break(ranks).ravel()
+    sol = solve_lp(c_tied, rows, lower, upper, 0.0, np.inf, method="simplex")
     if not sol.success:
         return SlotResult(tuple(orderings), w, 0.0, "solver_failed", False, f"HiGHS: {sol.message}")
     z = _polish(np.maximum(sol.x, 0.0), rows, probs, mass, n)
-    scale = probs.sum()
     zz = z.reshape(n, k)
     problems = []
     if z.min(initial=0.0) < 0:
         problems.append(f"negative entry {z.min():.3g}")
     over = (zz.sum(axis=1) - probs).max(initial=0.0)
-    if over > SLOT_TOL * scale:
-        problems.append(f"Σ_j z(S', j) exceeds Q_k(S') by {over:.3g}")
+    if over > SLOT_TOL:
+        problems.append(f"Σ_j z(S', j) exceeds Q_k(S') by {over:.3g}·ΣQ")
     drift = np.abs(np.bincount(col_tok, weights=z, minlength=len(labels)) - mass).max(initial=0.0)
-    if drift > SLOT_TOL * scale:
-        problems.append(f"class mass m_x moved by {drift:.3g}")
+    if drift > SLOT_TOL:
+        problems.append(f"class mass m_x moved by {drift:.3g}·ΣQ")
     if problems:
         return SlotResult(tuple(orderings), w, 0.0, "recheck_failed", False,
                           "; ".join(problems) + f" (tolerance {SLOT_TOL:g}·ΣQ)")
     new_w = zz / probs[:, None]
     new_w = new_w / np.maximum(1.0, new_w.sum(axis=1, keepdims=True))
-    return SlotResult(tuple(orderings), new_w, float(c @ z) - before, "optimal", True, sol.message)
+    return SlotResult(tuple(orderings), new_w, unit * (float(c @ z) - before), "optimal", True, sol.message)
+
+
+def tie_break(ranks) -> np.ndarray:
+    """``r(S', j) = frac(√P_{code(S')·k + j})`` ``[n, k]`` (module docstring) from the orderings' token ranks
+    ``d [n, k]`` (each token's rank among the class's distinct tokens, ``0 ≤ d < k``)."""
+    d = np.asarray(ranks, dtype=np.int64)
+    k = d.shape[-1]
+    code = d @ (k ** np.arange(k - 1, -1, -1))
+    return prime_roots(k ** k * k).reshape(k ** k, k)[code]
 
 
 def slot_rule_pair(orderings, probs, weights, omega) -> SlotResult:
@@ -158,15 +181,15 @@ def slot_rule_pair(orderings, probs, weights, omega) -> SlotResult:
 
 
 def _polish(z: np.ndarray, rows: np.ndarray, probs: np.ndarray, mass: np.ndarray, n: int) -> np.ndarray:
-    """Re-solve the active equalities (support of z; class masses; tight capacity rows) by least squares."""
-    scale = max(probs.sum(), 1e-300)
-    support = z > 1e-13 * scale
+    """Re-solve the active equalities (support of z; class masses; tight capacity rows) by least squares
+    (``ΣQ = 1``: the LP is on the class's scale)."""
+    support = z > 1e-13
     if not support.any():
         return np.zeros_like(z)
-    tight = np.flatnonzero(probs - rows[:n] @ z <= 1e-9 * scale)
+    tight = np.flatnonzero(probs - rows[:n] @ z <= 1e-9)
     A = np.vstack([rows[n:], rows[tight]])[:, support]
     b = np.concatenate([mass, probs[tight]])
     out = np.zeros_like(z)
     out[support] = np.linalg.lstsq(A, b, rcond=None)[0]
-    out[(out < 0) & (out > -1e-15 * scale)] = 0.0
+    out[(out < 0) & (out > -1e-15)] = 0.0
     return out

@@ -1,6 +1,7 @@
 """The slot rule (theory.md §6.3 layer ii): class masses kept exactly, mass moved to deeper positions."""
 import numpy as np
 import pytest
+from scipy.optimize import linprog
 
 from solvers.slot_rule import multiset_class, slot_rule_lp, tuple_probability
 from univer_theory import (VERIFIERS, DirichletModel, TreeShape, enumerate_trees, evaluate, make_univer_verifier,
@@ -85,8 +86,6 @@ def test_pair_closed_form_is_the_unique_lp_optimum(process):
     """k = 2: the closed form's weights keep every class mass, fit every ordering, and reach the LP optimum
     (scipy's HiGHS on the same LP, built here); with ω_1 ≠ ω_2 the optimal z is unique, so it is HiGHS' z too.
     Repeated tokens (iid (a, a)) move to the better position; equal ω keep the plan."""
-    from scipy.optimize import linprog
-
     rng = np.random.default_rng(11)
     for trial in range(40):
         V = 6
@@ -114,3 +113,50 @@ def test_pair_closed_form_is_the_unique_lp_optimum(process):
         else:
             assert np.tile(omega, n) @ z.ravel() == pytest.approx(-lp.fun, abs=1e-15)
             np.testing.assert_allclose(z.ravel(), lp.x, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("process,k", [("iid", 3), ("wor", 3), ("wor", 4)])
+def test_tie_broken_lp_keeps_the_omega_optimum(process, k):
+    """k ≥ 3: the tie-break ε·r (module docstring) only chooses among ω-optima — the answer's ω·z equals the
+    plain LP's optimum (scipy's HiGHS without the tie-break) to 1e-12 — and it does choose: across instances
+    it differs from that LP's own vertex."""
+    rng = np.random.default_rng(23)
+    differs = 0
+    for trial in range(20):
+        p, q = rng.dirichlet(np.full(6, 0.7)), rng.dirichlet(np.full(6, 0.7))
+        plan = (layout_plan if process == "iid" else pts_plan)(p, q, 0.9, k, process)
+        S = tuple(int(y) for y in rng.choice(6, k, replace=(process == "iid"), p=q))
+        orderings, probs = multiset_class(S, q, process)
+        w = np.array([plan.select(o) for o in orderings])
+        omega = rng.permutation([1, 2, 5, 3][:k])
+        res = slot_rule_lp(orderings, probs, w, omega)
+        assert res.success, res.message
+        n, toks = len(orderings), np.array(orderings).ravel()
+        A_eq = np.array([[float(t == x) for t in toks] for x in sorted(set(toks.tolist()))])
+        lp = linprog(-np.tile(omega, n), A_ub=np.kron(np.eye(n), np.ones((1, k))), b_ub=probs, A_eq=A_eq,
+                     b_eq=A_eq @ (w * probs[:, None]).ravel(), bounds=(0, None), method="highs")
+        z = (res.weights * probs[:, None]).ravel()
+        assert np.tile(omega, n) @ z == pytest.approx(-lp.fun, abs=1e-12)
+        differs += not np.allclose(z, lp.x, atol=1e-9)
+    assert differs >= 1
+
+
+def test_slot_lp_needs_integer_position_weights():
+    orderings, probs = multiset_class((0, 1, 2), np.array([0.2, 0.3, 0.5]), "wor")
+    with pytest.raises(ValueError, match="must be integers"):
+        slot_rule_lp(orderings, probs, np.full((6, 3), 0.1), (1.5, 1.0, 2.0))
+
+
+def test_slot_lp_is_scale_free():
+    """A real-vocabulary class has ΣQ ~ 1e-11, below HiGHS' absolute tolerances: the LP is solved on the class's
+    own scale, so the answer is the same as for the class scaled to ΣQ = 1 (and the gain scales with ΣQ)."""
+    rng = np.random.default_rng(4)
+    q = rng.dirichlet(np.full(6, 0.6))
+    plan = pts_plan(rng.dirichlet(np.ones(6)), q, 0.8, 4, "wor")
+    orderings, probs = multiset_class((0, 1, 2, 3), q, "wor")
+    w = np.array([plan.select(o) for o in orderings])
+    big = slot_rule_lp(orderings, probs / probs.sum(), w, (10, 9, 6, 2))
+    tiny = slot_rule_lp(orderings, probs / probs.sum() * 1e-11, w, (10, 9, 6, 2))
+    assert big.success and tiny.success, tiny.message
+    np.testing.assert_allclose(tiny.weights, big.weights, rtol=0, atol=1e-13)
+    assert tiny.gain == pytest.approx(1e-11 * big.gain, rel=1e-9) and big.gain > 0

@@ -1,9 +1,11 @@
 """Rule 1: the exact CondOT(ρ) LP on the draft support as a node plan (theory.md §4.2, §6.3 item 1).
 
-Any process.  The LP (``solvers.condot.condot_lp``, HiGHS) gives ``π(S, j)`` over every ordered tuple with
-``Q_k(S) > 0``; the plan is ``w_j(S) = π(S, j)/Q_k(S)``.  HiGHS' tolerance (1e-10) would leak 1:1 into the
-output law, so the plan actually used is repaired to be *exactly* feasible in floats and its marginal is
-recomputed from it:
+Any process.  The LP (``solvers.condot.condot_plan``, HiGHS) gives ``π(S, j)`` over every ordered tuple with
+``Q_k(S) > 0``; the plan is ``w_j(S) = π(S, j)/Q_k(S)``.  The LP's optimum is usually a face; the plan is its
+one point under the tie-break of ``solvers.tie_break`` (every exact solver finds it: the batched twin,
+``gpu.condot``, does), recomputed from HiGHS' optimal basis, so it carries round-off, not HiGHS' tolerance.
+Round-off would still leak 1:1 into the output law, so the plan actually used is repaired to be *exactly*
+feasible in floats and its marginal is recomputed from it:
 
 1. clip negative entries to 0;
 2. scale each row so ``Σ_j w_j(S) ≤ 1``;
@@ -60,13 +62,13 @@ def lp_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
     """Rule 1 for any process: the CondOT(ρ) LP plan, repaired and with its exact marginal.
 
     Returns None when HiGHS fails (the LP is always feasible: π = 0).  ``info`` carries the LP value, the
-    solver status and the repair's change of α (``lp_value − α``, ~1e-10 at most).
+    solver status and the repair's change of α (``lp_value − α``, round-off).
     """
-    from solvers.condot import condot_lp
+    from solvers.condot import condot_plan
 
     p, q, rho = check_node_inputs("lp_plan", target_probs, draft_probs, rho, k, process)
     law = tuple_law(q, k, process)
-    res = condot_lp(p, q, rho, k, process, support=law)
+    res = condot_plan(p, q, rho, k, process, support=law)
     if res.plan is None or res.status.startswith("highs"):
         return None
     probs = np.array([float(pr) for _, pr in law])

@@ -1,0 +1,98 @@
+"""The slot rule of UniVer, batched (the twin of :mod:`solvers.slot_rule`; theory.md §6.3 layer ii).
+
+Input: the node plan evaluated on every ordering of each row's realised tuple S (``w_all [R, k!, k]``,
+ordering 0 = S itself), the draft rows and the position weights ``ω [R, k]`` (integers ``1 + |subtree|``).
+Output: ``w(S) [R, k]`` after the slot rule, equal to what :func:`solvers.slot_rule.slot_rule_lp` gives.
+
+* k = 2: the closed form (:func:`slot_pair`);
+* k ≥ 3: the class LP with the tie-break of :mod:`solvers.tie_break` (one optimum), every row's LP solved at
+  once by :func:`gpu.simplex.lex_simplex` (phase 1, then ``ω + ε r``).  Each LP has one capacity row per
+  ordering and one mass row per token rank; orderings that repeat an earlier one (i.i.d. repeated tokens) or
+  have ``Q_k = 0`` get capacity 0 and no columns, so the LP is the exact core's class LP.  A row whose LP is
+  not solved keeps the plan's own weights, as the exact core does when its LP fails.
+"""
+from __future__ import annotations
+
+import torch
+
+from solvers.tie_break import prime_roots
+
+from .simplex import lex_simplex
+
+
+def tuple_probs(q: torch.Tensor, tuples: torch.Tensor, process: str) -> torch.Tensor:
+    """``Q_k(S)`` of ordered tuples ``tuples [R, T, k]`` under draft rows ``q [R, V]`` (iid: ``∏ q``; wor:
+    ``∏_i q(S_i)/(1 − Σ_{l<i} q(S_l))``, 0 once the drawn mass reaches 1) — in the order of
+    :func:`solvers.slot_rule.tuple_probability`, so equal to it bitwise."""
+    qs = q.gather(1, tuples.flatten(1)).view(tuples.shape)
+    prob, used = torch.ones_like(qs[..., 0]), torch.zeros_like(qs[..., 0])
+    for i in range(tuples.shape[-1]):
+        if process == "wor":
+            prob = torch.where(used >= 1, 0, prob * (qs[..., i] / (1 - used)))
+            used = used + qs[..., i]
+        else:
+            prob = prob * qs[..., i]
+    return prob
+
+
+def slot_pair(w_s: torch.Tensor, w_r: torch.Tensor, children: torch.Tensor, q: torch.Tensor,
+              omega: torch.Tensor, process: str) -> torch.Tensor:
+    """The k = 2 slot rule in closed form (:func:`solvers.slot_rule.slot_rule_pair`): ``w(S) [R, 2]`` from the
+    plan on the realised S and on its reversal R, the orderings' probabilities and the position weights."""
+    Q_s, Q_r = tuple_probs(q, torch.stack([children, children.flip(1)], 1), process).unbind(1)
+    z_s, z_r = w_s * Q_s[:, None], w_r * Q_r[:, None]
+    first = (omega[:, 0] > omega[:, 1])[:, None]                          # which position is the better one
+    better = lambda z: torch.where(first, z[:, :1], z[:, 1:])               # noqa: E731
+    worse = lambda z: torch.where(first, z[:, 1:], z[:, :1])                # noqa: E731
+    mass_s, mass_r = better(z_s) + worse(z_r), better(z_r) + worse(z_s)
+    top = torch.minimum(mass_s, Q_s[:, None])
+    low = mass_r - torch.minimum(mass_r, Q_r[:, None])
+    z = torch.where(first, torch.cat([top, low], 1), torch.cat([low, top], 1))
+    same = children[:, 0] == children[:, 1]                                   # (a, a): one ordering
+    z = torch.where(same[:, None], torch.where(first, torch.cat([z_s.sum(1, keepdim=True), torch.zeros_like(top)], 1),
+                                               torch.cat([torch.zeros_like(top), z_s.sum(1, keepdim=True)], 1)), z)
+    new = z / Q_s[:, None]
+    new = new / new.sum(1, keepdim=True).clamp(min=1.0)
+    keep = (omega[:, 0] == omega[:, 1]) | ~(Q_r > 0) | ~torch.isfinite(Q_r)   # nothing to move
+    return torch.where(keep[:, None], w_s, new)
+
+
+def slot_lp(w_all: torch.Tensor, children: torch.Tensor, q: torch.Tensor, omega: torch.Tensor, process: str,
+            perms: list) -> torch.Tensor:
+    """The slot rule for k ≥ 3 (module docstring): ``w(S) [R, k]`` from ``w_all [R, P, k]``, the plan on the
+    orderings ``children[:, perms[p]]`` (``perms[0]`` the identity, P = k!)."""
+    R, P, k = w_all.shape
+    dev, dt = w_all.device, w_all.dtype
+    perm = torch.tensor(perms, device=dev)
+    # d_i: rank of S_i among S's distinct tokens; an ordering's code Σ d_i k^{k−1−i} names it within the class
+    first = ~torch.tril(children[:, :, None] == children[:, None, :], -1).any(2)          # [R, k] first occurrences
+    rank = ((children[:, None, :] < children[:, :, None]) & first[:, None, :]).sum(2)    # [R, k]
+    ranks = rank[:, perm]                                                                  # [R, P, k]
+    code = (ranks * k ** torch.arange(k - 1, -1, -1, device=dev)).sum(2)                   # [R, P]
+    repeat = torch.tril(code[:, :, None] == code[:, None, :], -1).any(2)                   # an earlier ordering
+    probs = tuple_probs(q, children[:, perm], process)
+    keep = ~repeat & (probs > 0)                                                           # the class C(S)
+    z0 = torch.where(keep[..., None], w_all * probs[..., None], 0)
+    mass = torch.zeros(R, k, dtype=dt, device=dev).scatter_add(1, ranks.flatten(1), z0.flatten(1))
+    # columns: z(p, i) at p·k + i, then one slack per ordering, one artificial per token rank
+    n_z = P * k
+    cols = torch.arange(n_z, device=dev)
+    A = torch.zeros(R, P + k, n_z + P + k, dtype=dt, device=dev)
+    on = keep.repeat_interleave(k, 1).to(dt)                                               # [R, P·k]
+    A[:, cols // k, cols] = on
+    A.scatter_add_(1, (P + ranks.flatten(1))[:, None, :], on[:, None, :])
+    A[:, torch.arange(P + k), n_z + torch.arange(P + k)] = 1
+    b = torch.cat([torch.where(keep, probs, 0), mass], 1)
+    phase1 = torch.zeros(R, n_z + P + k, dtype=dt, device=dev)
+    phase1[:, n_z + P:] = -1
+    phase1[:, :n_z] = on - 1                                                               # columns not in the class
+    rows = keep.sum(1) + first.sum(1)                                                      # the exact core's m
+    tie = torch.tensor(prime_roots(k ** k * k), dtype=dt, device=dev).view(k ** k, k)[code]   # r(S', i) [R, P, k]
+    objective = torch.zeros_like(phase1)
+    objective[:, :n_z] = (omega[:, None, :] + tie * 0.5 / (rows + 1)[:, None, None]).flatten(1) * on
+    basis = (n_z + torch.arange(P + k, device=dev)).expand(R, -1)
+    x, optimal = lex_simplex(A, b, torch.stack([phase1, objective], 1), basis)
+    z = x[:, :k]                                                                           # ordering 0 = S
+    new = z / probs[:, :1]
+    new = new / new.sum(1, keepdim=True).clamp(min=1.0)
+    return torch.where(optimal[:, None], new, w_all[:, 0])

@@ -1,0 +1,124 @@
+"""The batched simplex (gpu/simplex.py) against scipy's HiGHS, and the batched slot rule (gpu/slot_rule.py)
+against the exact core's :func:`solvers.slot_rule.slot_rule_lp` — the same w(S) to 1e-13, which needs the
+LP's unique-optimum tie-break (without it the two solvers pick different optimal vertices)."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import linprog
+
+from gpu.simplex import lex_simplex
+from gpu.slot_rule import slot_lp, tuple_probs
+from solvers.slot_rule import multiset_class, slot_rule_lp, tuple_probability
+
+
+def slack_lps(rng, B, m, n, integer):
+    """B LPs ``max c·x, A x ≤ b, x ≥ 0`` as ``[A | I] (x, s) = b`` with the slack basis; A in {0, 1} (``integer``:
+    c in {0..3} too, so optima are often not unique) or uniform."""
+    A = (rng.random((B, m, n)) < 0.4).astype(float) if integer else rng.random((B, m, n))
+    b = rng.random((B, m)) * (rng.random((B, m)) < 0.8)            # some zero rows: degenerate vertices
+    c = rng.integers(0, 4, (B, n)).astype(float) if integer else rng.normal(size=(B, n))
+    full = np.concatenate([A, np.broadcast_to(np.eye(m), (B, m, m))], 2)
+    costs = np.concatenate([c, np.zeros((B, m))], 1)
+    return A, b, c, full, costs
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_simplex_reaches_highs_optimum(integer):
+    rng = np.random.default_rng(3)
+    A, b, c, full, costs = slack_lps(rng, 40, 7, 12, integer)
+    # bounded: every column has an entry (integer A might leave one empty); give those a row-0 entry
+    full[:, 0, :12] = np.where(A.sum(1) == 0, 1.0, full[:, 0, :12])
+    basis = torch.arange(12, 19).expand(40, -1)
+    x, ok = lex_simplex(torch.tensor(full), torch.tensor(b), torch.tensor(costs)[:, None, :], basis)
+    assert ok.all()
+    x = x.numpy()
+    for i in range(40):
+        ref = linprog(-c[i], A_ub=full[i, :, :12], b_ub=b[i], bounds=(0, None), method="highs")
+        assert np.abs(full[i] @ x[i] - b[i]).max() <= 1e-12 and x[i].min() >= 0
+        assert c[i] @ x[i, :12] == pytest.approx(-ref.fun, abs=1e-10)
+
+
+def test_simplex_second_level_optimises_on_the_first_levels_face():
+    """``lexmax (c1·x, c2·x)`` equals HiGHS on ``max c2·x s.t. c1·x ≥ c1*`` (integer c1: wide optimal faces)."""
+    rng = np.random.default_rng(8)
+    A, b, c1, full, costs = slack_lps(rng, 30, 6, 10, True)
+    full[:, 0, :10] = np.where(A.sum(1) == 0, 1.0, full[:, 0, :10])
+    c2 = rng.normal(size=(30, 10))
+    costs2 = np.concatenate([c2, np.zeros((30, 6))], 1)
+    x, ok = lex_simplex(torch.tensor(full), torch.tensor(b), torch.tensor(np.stack([costs, costs2], 1)),
+                        torch.arange(10, 16).expand(30, -1))
+    assert ok.all()
+    for i in range(30):
+        top = -linprog(-c1[i], A_ub=full[i, :, :10], b_ub=b[i], bounds=(0, None), method="highs").fun
+        ref = linprog(-c2[i], A_ub=np.vstack([full[i, :, :10], -c1[i]]), b_ub=np.append(b[i], -top + 1e-12),
+                      bounds=(0, None), method="highs")
+        assert c1[i] @ x[i, :10].numpy() == pytest.approx(top, abs=1e-10)
+        assert c2[i] @ x[i, :10].numpy() == pytest.approx(-ref.fun, abs=1e-9)
+
+
+def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
+    A = torch.tensor([[[1.0, -1.0, 1.0]], [[1.0, 1.0, 1.0]]])         # LP 0: x_1 grows without bound
+    b = torch.tensor([[1.0], [1.0]])
+    costs = torch.tensor([[[0.0, 1.0, 0.0]], [[2.0, 1.0, 0.0]]])
+    basis = torch.tensor([[2], [2]])
+    x, ok = lex_simplex(A, b, costs, basis)
+    assert ok.tolist() == [False, True] and x[1].tolist() == [1.0, 0.0, 0.0]
+    _, ok = lex_simplex(A[1:], b[1:], costs[1:], basis[1:], max_pivots=0)
+    assert ok.tolist() == [False]
+    with pytest.raises(ValueError, match="b must be ≥ 0"):
+        lex_simplex(A, -b, costs, basis)
+    with pytest.raises(ValueError, match="shapes disagree"):
+        lex_simplex(A, b[:1], costs, basis)
+
+
+def classes(rng, process, k, count):
+    """Random (q, S, plan weights on every ordering of S, integer ω) with tokens repeated under iid."""
+    V = 6
+    for i in range(count):
+        q = rng.dirichlet(np.full(V, 0.6))
+        S = tuple(int(y) for y in rng.choice(V, k, replace=(process == "iid"), p=q))
+        if process == "iid" and i % 3 == 0:
+            S = (S[0],) + S[:-1]                                       # a repeated token
+        perms = list(itertools.permutations(range(k)))
+        w = rng.dirichlet(np.ones(k + 1), size=len(perms))[:, :k] * rng.random((len(perms), 1))
+        table = {}
+        for perm, wp in zip(perms, w):                                 # one plan: a repeated ordering, one w
+            table.setdefault(tuple(S[j] for j in perm), wp)
+        w = np.array([table[tuple(S[j] for j in perm)] for perm in perms])
+        omega = rng.permutation([1 + 3 * (i % 2), 1, 2, 5][:k]).astype(float)
+        yield q, S, perms, w, omega
+
+
+@pytest.mark.parametrize("process,k", [("iid", 3), ("iid", 4), ("wor", 3), ("wor", 4)])
+def test_batched_slot_rule_is_the_exact_cores(process, k):
+    rng = np.random.default_rng(17 + k)
+    cases = list(classes(rng, process, k, 24))
+    perms = cases[0][2]
+    got = slot_lp(torch.tensor(np.stack([c[3] for c in cases])), torch.tensor([c[1] for c in cases]),
+                  torch.tensor(np.stack([c[0] for c in cases])), torch.tensor(np.stack([c[4] for c in cases])),
+                  process, perms).numpy()
+    moved = 0
+    for (q, S, _, w, omega), row in zip(cases, got):
+        orderings, probs = multiset_class(S, q, process)
+        res = slot_rule_lp(orderings, probs, np.array([w[perms.index(p)] for p in (
+            next(p for p in perms if tuple(S[j] for j in p) == o) for o in orderings)]), omega)
+        assert res.success, res.message
+        want = res.weights[orderings.index(S)]
+        np.testing.assert_allclose(row, want, rtol=0, atol=1e-13)
+        moved += not np.allclose(want, w[0], atol=1e-9)
+    assert moved >= 12                      # the rule did move mass on most classes
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_tuple_probs_are_the_exact_cores_bitwise(process):
+    rng = np.random.default_rng(2)
+    q = rng.dirichlet(np.full(5, 0.4), size=8)
+    q[0] = [0.5, 0.5, 0, 0, 0]                                         # wor: the third draw has nothing left
+    tuples = rng.integers(0, 5, (8, 6, 3)) if process == "iid" else np.stack(
+        [[rng.permutation(5)[:3] for _ in range(6)] for _ in range(8)])
+    tuples[0, 0] = (0, 1, 2)
+    got = tuple_probs(torch.tensor(q), torch.tensor(tuples), process).numpy()
+    want = np.array([[tuple_probability(S, q[r], process) for S in tuples[r]] for r in range(8)])
+    assert np.array_equal(got, want) and got[0, 0] == 0
