@@ -4,8 +4,8 @@ Cells: B trees of N nodes, V = 49152 (SmolLM2's vocabulary); methods TV, RRSw (U
 trees (random EAGLE-like shapes: each node's parent uniform among earlier nodes of depth < 4, so trees in a batch
 differ).  ``--shape 2,2,2`` puts one uniform shape under every tree instead (N = its size): there every UniVer
 node is planned in torch — i.i.d. children by the layout (:mod:`gpu.layout`, ``--process iid``), wor children by
-:mod:`gpu.wor_plans`; on random shapes the k = 3, 4 slot rule adds one small LP per node on the host (see
-``gpu/univer_rule.py``).  PTS's θ for k ≥ 3 wor children comes, on the CPU, from the exact core's sequential
+:mod:`gpu.wor_plans`; on random shapes the slot rule too (:mod:`gpu.slot_rule`, k = 3, 4 by a batched
+simplex).  PTS's θ for k ≥ 3 wor children comes, on the CPU, from the exact core's sequential
 walk per distinct row; ``--clock-walk fixed_point`` times the batched fixed point instead (what ``--device cuda``
 runs; on the CPU its 24–29 passes at this V cost ~40× the walk).
 Rows are float32 softmaxes of Gaussian logits (target) and noisy copies (draft).

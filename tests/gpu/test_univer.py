@@ -134,7 +134,7 @@ def wide_trees(process):
 def test_wide_and_asymmetric_nodes_are_planned_in_torch(process, walk, monkeypatch):
     """Beyond the LP's supports (V = 30) every node is planned without the exact core's per-node planner (which
     is disabled): two to four children with equal subtrees (wor: PTS for k ≥ 3 by either walk, and the
-    coupling) and with different ones (the slot rule — closed form for k = 2, one small LP per node for
+    coupling) and with different ones (the slot rule — closed form for k = 2, the batched class LP for
     k = 3, 4).  E[τ | T] as the exact core (1e-12); the slot rule moved mass on some node, PTS and the coupling
     both won some wor node with k ≥ 3, equal position weights ((..) vs ((.)): sizes 2 and 2) and repeated iid
     tokens occur."""
