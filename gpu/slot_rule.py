@@ -5,11 +5,14 @@ ordering 0 = S itself), the draft rows and the position weights ``ω [R, k]`` (i
 Output: ``w(S) [R, k]`` after the slot rule, equal to what :func:`solvers.slot_rule.slot_rule_lp` gives.
 
 * k = 2: the closed form (:func:`slot_pair`);
-* k ≥ 3: the class LP with the tie-break of :mod:`solvers.tie_break` (one optimum), every row's LP solved at
-  once by :func:`gpu.simplex.lex_simplex` (phase 1, then ``ω + ε r``).  Each LP has one capacity row per
-  ordering and one mass row per token rank; orderings that repeat an earlier one (i.i.d. repeated tokens) or
-  have ``Q_k = 0`` get capacity 0 and no columns, so the LP is the exact core's class LP.  A row whose LP is
-  not solved keeps the plan's own weights, as the exact core does when its LP fails.
+* k ≥ 3: the class LP of :func:`solvers.slot_rule.slot_rule_lp` — among the ω-optima the one that changes the
+  plan least, then the tie-break of :mod:`solvers.tie_break` — in ``z = z_0 + u − v``, every row's LP solved
+  at once by :func:`gpu.simplex.lex_simplex` with its four levels exactly (phase 1, ``ω·z``, ``−Σ(u + v)``,
+  ``r·z``; the exact core folds them into one objective with ε, the same optimum by total unimodularity).
+  Each LP has a capacity row per ordering, a mass row per token rank and a ``z ≥ 0`` row per variable;
+  orderings that repeat an earlier one (i.i.d. repeated tokens) or have ``Q_k = 0`` get capacity 0 and no
+  columns, so the LP is the exact core's class LP.  A row whose LP is not solved keeps the plan's own weights,
+  as the exact core does when its LP fails.
 """
 from __future__ import annotations
 
@@ -72,27 +75,32 @@ def slot_lp(w_all: torch.Tensor, children: torch.Tensor, q: torch.Tensor, omega:
     repeat = torch.tril(code[:, :, None] == code[:, None, :], -1).any(2)                   # an earlier ordering
     probs = tuple_probs(q, children[:, perm], process)
     keep = ~repeat & (probs > 0)                                                           # the class C(S)
-    z0 = torch.where(keep[..., None], w_all * probs[..., None], 0)
-    mass = torch.zeros(R, k, dtype=dt, device=dev).scatter_add(1, ranks.flatten(1), z0.flatten(1))
-    # columns: z(p, i) at p·k + i, then one slack per ordering, one artificial per token rank
+    z0 = torch.where(keep[..., None], w_all * probs[..., None], 0).flatten(1)                  # [R, P·k]
+    # z = z0 + u − v; columns u, v (P·k each), capacity slacks (P), z ≥ 0 slacks (P·k), mass artificials (k)
     n_z = P * k
     cols = torch.arange(n_z, device=dev)
-    A = torch.zeros(R, P + k, n_z + P + k, dtype=dt, device=dev)
     on = keep.repeat_interleave(k, 1).to(dt)                                               # [R, P·k]
-    A[:, cols // k, cols] = on
-    A.scatter_add_(1, (P + ranks.flatten(1))[:, None, :], on[:, None, :])
-    A[:, torch.arange(P + k), n_z + torch.arange(P + k)] = 1
-    b = torch.cat([torch.where(keep, probs, 0), mass], 1)
-    phase1 = torch.zeros(R, n_z + P + k, dtype=dt, device=dev)
-    phase1[:, n_z + P:] = -1
-    phase1[:, :n_z] = on - 1                                                               # columns not in the class
-    rows = keep.sum(1) + first.sum(1)                                                      # the exact core's m
-    tie = torch.tensor(prime_roots(k ** k * k), dtype=dt, device=dev).view(k ** k, k)[code]   # r(S', i) [R, P, k]
-    objective = torch.zeros_like(phase1)
-    objective[:, :n_z] = (omega[:, None, :] + tie * 0.5 / (rows + 1)[:, None, None]).flatten(1) * on
-    basis = (n_z + torch.arange(P + k, device=dev)).expand(R, -1)
-    x, optimal = lex_simplex(A, b, torch.stack([phase1, objective], 1), basis)
-    z = x[:, :k]                                                                           # ordering 0 = S
-    new = z / probs[:, :1]
+    A = torch.zeros(R, P + k + n_z, 3 * n_z + P + k, dtype=dt, device=dev)
+    for sign, at in ((1, cols), (-1, n_z + cols)):
+        A[:, cols // k, at] = sign * on                                                    # Σ_j (u − v) ≤ spare
+        A[torch.arange(R, device=dev)[:, None], P + ranks.flatten(1), at] = sign * on     # Σ (u − v) = 0 per token
+        A[:, P + k + cols, at] = -sign * on                                                # v − u ≤ z0
+    slack = torch.cat([torch.arange(P), P + k + torch.arange(n_z), P + torch.arange(k)]).to(dev)
+    A[:, slack, 2 * n_z + torch.arange(P + k + n_z, device=dev)] = 1
+    spare = (torch.where(keep, probs, 0) - z0.view(R, P, k).sum(2)).clamp(min=0)
+    b = torch.cat([spare, torch.zeros(R, k, dtype=dt, device=dev), z0], 1)
+    tie = torch.tensor(prime_roots(k ** k * k), dtype=dt, device=dev).view(k ** k, k)[code].flatten(1)   # r [R, P·k]
+    costs = torch.zeros(R, 4, A.shape[2], dtype=dt, device=dev)
+    costs[:, 0, :2 * n_z] = (on - 1).repeat(1, 2)                                          # columns not in the class
+    costs[:, 0, 2 * n_z + P + n_z:] = -1                                                   # phase 1
+    for sign, at in ((1, slice(0, n_z)), (-1, slice(n_z, 2 * n_z))):
+        costs[:, 1, at] = sign * omega.repeat(1, P) * on                                   # ω·z
+        costs[:, 2, at] = -on                                                              # −|z − z0|
+        costs[:, 3, at] = sign * tie * on                                                  # the tie-break
+    basis = torch.empty(P + k + n_z, dtype=torch.long, device=dev)
+    basis[slack] = 2 * n_z + torch.arange(P + k + n_z, device=dev)
+    x, optimal = lex_simplex(A, b, costs, basis.expand(R, -1))
+    z = z0[:, :k] + x[:, :k] - x[:, n_z:n_z + k]                                           # ordering 0 = S
+    new = z.clamp(min=0) / probs[:, :1]
     new = new / new.sum(1, keepdim=True).clamp(min=1.0)
     return torch.where(optimal[:, None], new, w_all[:, 0])

@@ -1,8 +1,10 @@
 """One optimum for the node LPs whose *plan* UniVer uses: the slot rule's LP and rule 1's CondOT(ρ) LP.
 
-Both LPs maximise an integer objective ``c·z`` (ω for the slot rule, all ones for CondOT) over a totally
-unimodular constraint matrix: each variable ``z(S, j)`` sits in exactly one row of its tuple S and one row
-of its token ``S_j`` (plus slacks), the incidence matrix of a bipartite graph.  Their optimum is usually a
+Both LPs maximise an integer objective ``c·z`` (all ones for CondOT; for the slot rule ω, then the least
+change of the plan, :mod:`solvers.slot_rule`) over a totally unimodular constraint matrix: each variable
+``z(S, j)`` sits in exactly one row of its tuple S and one row of its token ``S_j`` (plus slacks), the
+incidence matrix of a bipartite graph (the slot rule's ``[R, −R; −I, I]`` in ``z = z_0 + u − v`` stays
+totally unimodular).  Their optimum is usually a
 face, and which point of it is used changes the output law.  Solving instead
 
 .. math::
