@@ -17,9 +17,9 @@ largest reduced cost at the lowest level that has an improving column) until an 
 :data:`STALL` degenerate pivots in a row; from then on that LP uses Bland's rule (lowest improving column;
 among rows tied in the ratio test, the lowest basic column), which cannot cycle.  The answer is a basic
 solution ``x_B = B⁻¹b``.  A pivot rewrites only the tableau rows with an entry in the entering column (on
-the node LPs' network matrices, the few rows of one path of the basis forest).  When the LP's optimum is unique (the node LPs' are, by :mod:`solvers.tie_break`) it
-is the point any exact solver returns, whatever the pivots.  On a totally unimodular A the tableau stays in
-{−1, 0, 1}, so the pivots themselves are exact.
+the node LPs' network matrices, the few rows of one path of the basis forest).  When the LP's optimum is
+unique (the node LPs' are, by :mod:`solvers.tie_break`) it is the point any exact solver returns, whatever the
+pivots.  On a totally unimodular A the tableau stays in {−1, 0, 1}, so the pivots themselves are exact.
 """
 from __future__ import annotations
 
