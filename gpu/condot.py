@@ -23,7 +23,7 @@ import itertools
 
 import torch
 
-from solvers.tie_break import prime_roots
+from solvers.tie_break import prime_roots, tie_eps
 
 from .simplex import lex_simplex
 
@@ -103,7 +103,7 @@ def _solve(c, q, sup, s, tup):
     tie = torch.tensor(prime_roots(n * k), dtype=dt, device=dev)[(t[..., None] * k + torch.arange(k, device=dev))
                                                                   .clamp(max=n * k - 1)].flatten(1)
     cost = torch.zeros(r, A.shape[2], dtype=dt, device=dev)
-    cost[:, :n * k] = torch.where(on > 0, 1 + tie * (0.5 / (m + 1))[:, None], -1)
+    cost[:, :n * k] = torch.where(on > 0, 1 + tie * tie_eps(m)[:, None], -1)
     x, solved = lex_simplex(A, b, cost[:, None, :], (n * k + torch.arange(n + s_max, device=dev)).expand(r, -1))
     # the exact core's repair (lp_plan.repaired_plan)
     w = torch.where(valid[..., None], x[:, :n * k].view(r, n, k) / torch.where(valid, prob, 1)[..., None], 0)

@@ -94,6 +94,15 @@ def plan_result(x: np.ndarray, tuples: tuple, tuple_probs: np.ndarray, p: np.nda
                     "; ".join([message] + problems), solver, seconds)
 
 
+def _node_lp_inputs(where: str, target_probs, draft_probs, rho, k: int, process: str, support):
+    """Checked ``(p, q, k, ρ, tuples, Q_k(tuples))`` of one node's CondOT(ρ) LP (one row of each)."""
+    p, q, k, rho_arr = check_node_inputs(where, target_probs, draft_probs, k, process, rho)
+    if p.ndim != 1:
+        raise ValueError(f"{where}: target_probs must be one row [V], got shape {p.shape}")
+    tuples, probs = tuple_support(where, q, k, process, support)
+    return p, q, k, float(rho_arr), tuples, probs
+
+
 def condot_lp(target_probs, draft_probs, rho, k: int, process: str, *, support=None) -> OTResult:
     """Solve the CondOT(ρ) node LP with HiGHS.
 
@@ -114,12 +123,7 @@ def condot_lp(target_probs, draft_probs, rho, k: int, process: str, *, support=N
     OTResult with ``plan [n_tuples, k]``, ``marginal [V]`` (recomputed from the plan), ``tuples``; ``value``
     is the plan's sum (α*(ρ) up to HiGHS' tolerance).
     """
-    where = "condot_lp"
-    p, q, k, rho_arr = check_node_inputs(where, target_probs, draft_probs, k, process, rho)
-    if p.ndim != 1:
-        raise ValueError(f"{where}: target_probs must be one row [V], got shape {p.shape}")
-    rho = float(rho_arr)
-    tuples, probs = tuple_support(where, q, k, process, support)
+    p, q, k, rho, tuples, probs = _node_lp_inputs("condot_lp", target_probs, draft_probs, rho, k, process, support)
     start = time.perf_counter()
     by_tuple, by_token = condot_constraints(tuples, p.size)
     res = linprog(-np.ones(len(tuples) * k), A_ub=vstack([by_tuple, by_token]).tocsr(),
@@ -139,10 +143,7 @@ def condot_plan(target_probs, draft_probs, rho, k: int, process: str, *, support
     (lexicographic in the draft support's ranks, the order :mod:`gpu.condot` rebuilds), ``ε = 1/(2(m + 1))``
     with m = tuples + support tokens — taken as the exact basic solution of HiGHS' optimal basis
     (``solve_lp(vertex=True)``).  Same contract as :func:`condot_lp`; ``value`` = the plan's ``Σ π = α*(ρ)``."""
-    where = "condot_plan"
-    p, q, k, rho_arr = check_node_inputs(where, target_probs, draft_probs, k, process, rho)
-    rho = float(rho_arr)
-    tuples, probs = tuple_support(where, q, k, process, support)
+    p, q, k, rho, tuples, probs = _node_lp_inputs("condot_plan", target_probs, draft_probs, rho, k, process, support)
     start = time.perf_counter()
     by_tuple, by_token = condot_constraints(tuples, p.size)
     tokens = np.flatnonzero(q > 0)                      # the other token rows are empty

@@ -100,7 +100,8 @@ def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:
     bound = np.where([at_upper(s) for s in row], lp.row_upper_, lp.row_lower_)[tight]
     A = A.tocsr()
     system = A[tight][:, basic].toarray()
-    x[basic] = np.linalg.solve(system, bound - A[tight] @ x) if basic.any() else x[basic]
+    if basic.any():
+        x[basic] = np.linalg.solve(system, bound - A[tight] @ x)
     return x
 
 

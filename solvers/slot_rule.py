@@ -137,9 +137,8 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     spare = np.maximum(probs - z0.reshape(n, k).sum(1), 0.0)
     lower = np.concatenate([np.full(n, -np.inf), np.zeros(len(labels)), np.full(N, -np.inf)])
     upper = np.concatenate([spare, np.zeros(len(labels)), z0])
-    eps = tie_eps(A.shape[0])
-    level = np.tile(omega, n) + eps * (-1.0 + eps * tie_break(ranks).ravel())   # ω, then −|z − z0|, then r
-    cost = np.concatenate([level, -np.tile(omega, n) + eps * (-1.0 - eps * tie_break(ranks).ravel())])
+    eps, om, r = tie_eps(A.shape[0]), np.tile(omega, n), tie_break(ranks).ravel()
+    cost = np.concatenate([om - eps + eps ** 2 * r, -om - eps - eps ** 2 * r])    # on u, v: ω, −|z − z0|, then r
     sol = solve_lp(cost, A, lower, upper, 0.0, np.inf, method="simplex", vertex=True)
     if not sol.success:
         return SlotResult(tuple(orderings), w, 0.0, "solver_failed", False, f"HiGHS: {sol.message}")

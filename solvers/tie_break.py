@@ -31,8 +31,8 @@ import numpy as np
 _roots = np.zeros(0)
 
 
-def tie_eps(rows: int) -> float:
-    """``ε = 1/(2(m + 1))`` for an LP with m rows."""
+def tie_eps(rows):
+    """``ε = 1/(2(m + 1))`` for an LP with m rows (a number, or an array / tensor of row counts)."""
     return 0.5 / (rows + 1)
 
 
