@@ -7,10 +7,9 @@ Layout (rule 2) columns:
   full      placing every block (the whole layout: fractional densities, one tridiagonal scan per block);
   max block the largest block (tokens): its scan is O(n log n) array work, then O(G) per realised token.
 wor-2 (rule 3) and PTS (rule 4) build their plans for wor children at the same (p, q).
-The shape rule (``univer_theory.plans.value_proxy``) is timed beside the LP for a root with children
-``((..),.)`` (k = 2): ``proxy`` builds the context-free value functions of its children's shapes (a sandwich of
-small LPs, once per node's rows), ``face LP`` the α*-face LP at one ρ.  It applies only up to
-``value_proxy.MAX_TUPLES`` tuples per node problem.
+The shape rule (``univer_theory.plans.shape_lp``: rule 1's LP with position weights) for a root with children
+``((..),.)`` (k = 2), per node: ``exact`` HiGHS one node at a time, ``batched`` :func:`gpu.condot.condot_weights`
+on ``--batch`` nodes at once (this CPU), and their ratio.  It applies only up to ``shape_lp.MAX_TUPLES`` tuples.
 
 Run: ``python benchmarks/bench_node_plans.py [--vocab 100 1000 10000 130000] [--k 2 3] [--seed 0]``
 """
@@ -22,8 +21,10 @@ import time
 import numpy as np
 
 from univer_theory.plans.layout import PrivateLayout, layout_plan
-from solvers.cf_bound import context_free_value
-from univer_theory.plans import value_proxy
+import torch
+
+from gpu.condot import condot_weights
+from univer_theory.plans import shape_lp
 from univer_theory.plans.lp_plan import lp_plan
 from univer_theory.plans.pts import pts_plan
 from univer_theory.plans.wor_pair import wor_pair_plan
@@ -59,6 +60,7 @@ def main(argv=None):
     ap.add_argument("--k", type=int, nargs="+", default=[2, 3])
     ap.add_argument("--rho", type=float, default=1.0)
     ap.add_argument("--support", type=int, nargs="+", default=[4, 6, 8, 10, 12, 14])
+    ap.add_argument("--batch", type=int, default=16, help="nodes per batched shape-rule call")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
@@ -89,19 +91,24 @@ def main(argv=None):
                 n = m ** k if process == "iid" else int(np.prod(np.arange(m - k + 1, m + 1)))
                 print(f"{m:>3} {k:>2} {process:>7} | {n:>7} {t:8.3f}")
 
-    print(f"\nShape rule vs draft support m, children ((..),.) (k = 2, MAX_TUPLES = {value_proxy.MAX_TUPLES}); seconds")
-    print(f"{'m':>3} {'process':>7} | {'tuples':>7} {'proxy':>8} {'face LP':>8} {'LP (rule 1)':>11}")
+    print(f"\nShape rule vs draft support m, children ((..),.) (k = 2, MAX_TUPLES = {shape_lp.MAX_TUPLES}); "
+          f"seconds per node, batched over {args.batch} nodes")
+    print(f"{'m':>3} {'process':>7} | {'tuples':>7} {'exact':>8} {'batched':>8} {'exact/batched':>13}")
     shapes = ("(.,.)", ".")
+    omega = shape_lp.position_weights(shapes)
     for m in args.support:
-        p, q = rng.dirichlet(np.ones(m)), rng.dirichlet(np.ones(m))
+        rows = [(rng.dirichlet(np.ones(m)), rng.dirichlet(np.ones(m))) for _ in range(args.batch)]
         for process in ("iid", "wor"):
-            if not value_proxy.applies(q, shapes, process):
+            if not shape_lp.applies(rows[0][1], shapes, process):
                 continue
-            _, t_proxy = timed(lambda: context_free_value(shapes[0], p, q, process))
-            _, t_face = timed(lambda: value_proxy.value_proxy_plan(p, q, args.rho, shapes, process))
-            _, t_lp = timed(lambda: lp_plan(p, q, args.rho, 2, process))
+            _, t_exact = timed(lambda: [lp_plan(p, q, args.rho, 2, process, omega) for p, q in rows])
+            c, q = (torch.tensor(np.array(x)) for x in zip(*rows))
+            kids = torch.tensor([[0, 1]] * args.batch)
+            _, t_batch = timed(lambda: condot_weights(args.rho * c, q, kids, process,
+                                                      torch.tensor([omega] * args.batch, dtype=torch.float64)))
             n = m ** 2 if process == "iid" else m * (m - 1)
-            print(f"{m:>3} {process:>7} | {n:>7} {t_proxy:8.3f} {t_face:8.3f} {t_lp:11.3f}")
+            print(f"{m:>3} {process:>7} | {n:>7} {t_exact / args.batch:8.4f} {t_batch / args.batch:8.4f}"
+                  f" {t_exact / t_batch:13.2f}")
 
 
 if __name__ == "__main__":

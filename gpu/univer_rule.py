@@ -17,37 +17,30 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   integrals on an accelerator, the exact core's sequential walk per distinct row on the CPU, where it is
   cheaper — ``gpu.wor_plans.CLOCK_WALK``), and on draft supports of at most ``SMALL_SUPPORT`` tokens rule 1
   where it is better: the CondOT(ρ) LP's one tie-broken optimum, every node's LP at once (:mod:`gpu.condot`);
-* children with different subtrees (``iid`` / ``wor`` as above), when the shape rule does not apply (its LPs
-  would be too large): the plan evaluated on every ordering of S (batched), then the slot rule of
-  :mod:`gpu.slot_rule` — k = 2 in closed form; k = 3, 4 the class LP's one tie-broken optimum, every node's
-  LP at once; k > ``SLOT_RULE_MAX_K`` — the plan's own weights (no slot rule);
+* children with different subtrees (``iid`` / ``wor``) on supports small enough for its LP: the shape rule
+  (:mod:`univer_theory.plans.shape_lp`) — rule 1's LP with the position weights ``ω_j = 1 + |subtree at j|`` as
+  a second level, every node's LP at once (:mod:`gpu.condot`); where it does not apply: the plan above
+  evaluated on every ordering of S (batched), then the slot rule of :mod:`gpu.slot_rule` — k = 2 in closed
+  form; k = 3, 4 the class LP's one tie-broken optimum, every node's LP at once; k > ``SLOT_RULE_MAX_K`` —
+  the plan's own weights (no slot rule);
 * ``topk`` with ``k ≥ 2``: the fixed top-k list filled in drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``;
   ``greedy`` with ``k ≥ 2``: the closed form of :func:`~univer_theory.plans.choose.greedy_fill_plan` (one pass
   over the vocabulary for the spare capacity, then the realised tuple);
-* every node: ``f``, the residual ``[ρp − a]_+`` and the scalings ``s_j`` from ``w``; ``α = Σ a`` (for looped
-  nodes the exact plan's own α, so ``f`` matches the exact core's round-off as ``α → 1``).
+* every node: ``f``, the residual ``[ρp − a]_+`` and the scalings ``s_j`` from ``w``; ``α = Σ a``.
 
-**Per node, on the CPU in float64 numpy through the exact core** (one :class:`~univer_theory.univer.UniVerRule`
-per level call, :meth:`~univer_theory.univer.UniVerRule.weights`): the shape rule's nodes — asymmetric
-children on small draft supports, whose plan is an LP on the α*-face against value functions that are
-themselves found by a breakpoint search over LPs (:mod:`univer_theory.plans.value_proxy`); the subtrees come
-as shape ids, ``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`.
-
-Identical looped nodes (same ρ, rows, children and children's subtrees — e.g. one tree repeated across the
-batch) are planned once (``torch.unique`` over the level's rows).  Inputs in float32 are planned in float64
-(rows renormalised) and the decisions cast back.
+The children's subtrees come as shape ids, ``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`.
+Inputs in float32 are planned in float64 (rows renormalised) and the decisions cast back.
 """
 from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import torch
 
-from univer_theory.plans import value_proxy
-from univer_theory.tree import key_size
-from univer_theory.univer import SLOT_RULE_MAX_K, UniVerRule
+from univer_theory.plans import shape_lp
+from univer_theory.univer import SLOT_RULE_MAX_K
 
+from .condot import condot_weights
 from .engine import LevelContext, LevelDecision
 from .layout import layout_weights
 from .slot_rule import slot_lp, slot_pair
@@ -64,36 +57,6 @@ def _single_child(ctx: LevelContext, c: torch.Tensor):
     cy = c.gather(1, y[:, None]).squeeze(1)
     w = torch.where(qy > 0, (cy / torch.where(qy > 0, qy, 1)).clamp(max=1), 0)
     return w, torch.minimum(c, q)
-
-
-def _plan_nodes(ctx: LevelContext, rows: torch.Tensor):
-    """Per unique node of ``rows`` (indices into the level, all with k ≥ 2): ``w [n, K]``, the plans' ``α [n]``
-    and their marginals ``a [n, V]`` (float64, on the level's device)."""
-    K, V = ctx.children.shape[1], ctx.target.shape[1]
-    p = ctx.target[rows].double()
-    q = ctx.draft[rows].double()
-    rho = ctx.rho[rows].double()
-    kids, mask = ctx.children[rows], ctx.child_mask[rows]
-    shapes = ctx.child_shapes[rows] if ctx.child_shapes is not None else torch.zeros_like(kids)   # 0: a leaf
-    key = torch.cat([rho[:, None], p, q, kids.double(), mask.double(), shapes.double()], 1)
-    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
-    rule = UniVerRule()
-    host = uniq.cpu().numpy()
-    w = np.zeros((host.shape[0], K))
-    alpha = np.zeros(host.shape[0])
-    a = np.zeros((host.shape[0], V))
-    for i, row in enumerate(host):
-        pi, qi = row[1:1 + V], row[1 + V:1 + 2 * V]
-        pi, qi = pi / pi.sum(), qi / qi.sum()           # float32 inputs: back onto the simplex in float64
-        m = row[1 + 2 * V + K:1 + 2 * V + 2 * K] > 0
-        S = tuple(int(y) for y in row[1 + 2 * V:1 + 2 * V + K][m])
-        shape = tuple(ctx.shape_keys[int(s)] for s in row[1 + 2 * V + 2 * K:][m])
-        plan, wi, _ = rule.weights(pi, qi, float(row[0]), S, ctx.process, shape)
-        w[i, np.flatnonzero(m)] = np.asarray(wi, dtype=np.float64)
-        alpha[i] = float(plan.alpha)
-        a[i] = np.asarray(plan.marginal, dtype=np.float64)
-    dev = ctx.target.device
-    return tuple(torch.from_numpy(x).to(dev)[inverse] for x in (w, alpha, a))
 
 
 def _greedy_fill(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor):
@@ -121,30 +84,24 @@ def _greedy_fill(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child
     return w * shrink.gather(1, children), a * shrink
 
 
-def _shape_rule_rows(ctx: LevelContext, rows: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
-    """Of ``rows`` (k ≥ 2, children with different subtrees), those where the shape rule plans the node
-    (:func:`univer_theory.plans.value_proxy.within_limits`, asked once per distinct support and subtrees)."""
-    shapes = torch.where(ctx.child_mask[rows], ctx.child_shapes[rows], -1)
-    sig, inverse = torch.unique(torch.cat([support[rows, None], shapes], 1), dim=0, return_inverse=True)
-    verdict = [value_proxy.within_limits(int(r[0]), tuple(ctx.shape_keys[int(i)] for i in r[1:] if i >= 0),
-                                         ctx.process) for r in sig.tolist()]
-    return torch.tensor(verdict, dtype=torch.bool, device=rows.device)[inverse]
+def _shape_rule_rows(ctx: LevelContext, k: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """``[R]``: nodes small enough for the shape rule's LP (:func:`univer_theory.plans.shape_lp.within_limits`,
+    asked once per distinct (support, k) of the level)."""
+    sig, inverse = torch.unique(torch.stack([support, k], 1), dim=0, return_inverse=True)
+    verdict = [shape_lp.within_limits(s, n, ctx.process) for s, n in sig.tolist()]
+    return torch.tensor(verdict, dtype=torch.bool, device=k.device)[inverse]
 
 
-def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> torch.Tensor:
-    """Plan the iid / wor nodes with k ≥ 2 that are batched (module docstring) into ``w``, ``a``; their mask."""
+def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> None:
+    """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a``."""
     k = ctx.child_mask.sum(1)
     c = rho[:, None] * p
     shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(ctx.children)
+    omega = torch.tensor(shape_lp.position_weights(ctx.shape_keys), dtype=w.dtype, device=w.device)[shapes]
     equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
-    support = (q > 0).sum(1)
     base = k >= 2
-    odd = (base & ~equal).nonzero().squeeze(1)
-    slot = torch.zeros_like(base)
-    if odd.numel():                     # asymmetric: the shape rule (looped) or the slot rule up to k = 4
-        free = ~_shape_rule_rows(ctx, odd, support)
-        slot[odd[free & (k[odd] <= SLOT_RULE_MAX_K)]] = True
-        base[odd[~free]] = False
+    shaped = base & ~equal & _shape_rule_rows(ctx, k, (q > 0).sum(1))
+    slot = base & ~equal & (k <= SLOT_RULE_MAX_K)
 
     def plan(rows, n, children):
         """The plans of ``rows`` (all with n children) on ``children [r, n]`` or ``[r, T, n]``: ``(w, a)``."""
@@ -153,25 +110,29 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> torch.Tensor:
         return wor_weights(c[rows], q[rows], rho[rows], p[rows], children)
 
     for n in k[base].unique().tolist():
-        rows = (base & ~slot & (k == n)).nonzero().squeeze(1)
+        rows = (shaped & (k == n)).nonzero().squeeze(1)
+        if rows.numel():                # the shape rule; a row whose simplex did not finish keeps the slot rule
+            w_s, a_s, solved = condot_weights(c[rows], q[rows], ctx.children[rows, :n], ctx.process, omega[rows, :n])
+            w[rows[solved], :n], a[rows[solved]] = w_s[solved], a_s[solved]
+            shaped[rows[~solved]] = False
+        rows = (base & ~shaped & ~slot & (k == n)).nonzero().squeeze(1)
         if rows.numel():
             w[rows, :n], a[rows] = plan(rows, n, ctx.children[rows, :n])
-        rows = (slot & (k == n)).nonzero().squeeze(1)
+        rows = (slot & ~shaped & (k == n)).nonzero().squeeze(1)
         if rows.numel():                # the plan on every ordering of S (S first), then the slot rule
             perms = list(itertools.permutations(range(n)))
             kids = ctx.children[rows, :n]
             w_all, a[rows] = plan(rows, n, kids[:, perms])
-            omega = torch.tensor([1.0 + key_size(key) for key in ctx.shape_keys], dtype=w.dtype,
-                                 device=w.device)[shapes[rows, :n]]
-            w[rows, :n] = (slot_pair(w_all[:, 0], w_all[:, 1], kids, q[rows], omega, ctx.process) if n == 2
-                           else slot_lp(w_all, kids, q[rows], omega, ctx.process, perms))
-    return base
+            w[rows, :n] = (slot_pair(w_all[:, 0], w_all[:, 1], kids, q[rows], omega[rows, :n], ctx.process) if n == 2
+                           else slot_lp(w_all, kids, q[rows], omega[rows, :n], ctx.process, perms))
 
 
 def univer_rule(ctx: LevelContext) -> LevelDecision:
     """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children."""
     dtype = ctx.target.dtype
     p, q, rho = ctx.target.double(), ctx.draft.double(), ctx.rho.double()
+    if dtype != torch.float64:        # float32 rows back onto the simplex (float64 ones are planned as given)
+        p, q = (x / torch.where(x.sum(1, keepdim=True) > 0, x.sum(1, keepdim=True), 1) for x in (p, q))
     c = rho[:, None] * p
     k = ctx.child_mask.sum(1)
     R, K = ctx.children.shape
@@ -183,9 +144,7 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
         w[:, 0] = torch.where(one, w1, 0)
         a = torch.where(one[:, None], a1, a)
     many = k >= 2
-    batched = torch.zeros_like(many)
     if ctx.process == "topk":         # the fixed top-k list, filled in drafting order (plans.choose.topk_fill_plan)
-        batched = many
         used = torch.zeros_like(rho)
         cy = c.gather(1, ctx.children)
         for j in range(K):
@@ -195,22 +154,12 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
         a = torch.where(many[:, None], torch.zeros_like(a).scatter_add(1, ctx.children, torch.where(
             ctx.child_mask, w, 0)), a)
     elif ctx.process == "greedy":     # closed form (plans.choose.greedy_fill_plan)
-        batched = many
         rows = many.nonzero().squeeze(1)
         if rows.numel():
             w[rows], a[rows] = _greedy_fill(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
     else:
-        batched = _iid_wor(ctx, p, q, rho, w, a)
-    looped = (many & ~batched).nonzero().squeeze(1)
-    if looped.numel():
-        exact_ctx = LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process, ctx.child_shapes,
-                                 ctx.shape_keys)
-        w_loop, alpha_loop, a_loop = _plan_nodes(exact_ctx, looped)
-        w[looped] = w_loop
-        a[looped] = a_loop
+        _iid_wor(ctx, p, q, rho, w, a)
     alpha = a.sum(-1)
-    if looped.numel():
-        alpha[looped] = alpha_loop    # the plan's own α: f = (ρ − α)/(1 − α) is ill-conditioned as α → 1
     scale, used = [], torch.zeros_like(rho)
     for j in range(K):
         den = 1 - used

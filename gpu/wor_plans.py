@@ -433,7 +433,7 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
         a[rows] = torch.where(take[:, None], a_cp, a_pts)
     rows = (~feasible & ((q > 0).sum(1) <= SMALL_SUPPORT)).nonzero().squeeze(1)
     if rows.numel():                    # rule 1 on small supports, where it beats them by more than ALPHA_TIE
-        w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows])
+        w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         take = solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE)
         w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_lp, w[rows])
         a[rows] = torch.where(take[:, None], a_lp, a[rows])

