@@ -68,7 +68,7 @@ def condot_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, pro
     R, V = q.shape
     k = children.shape[-1]
     dev = q.device
-    omega = position_weights if position_weights is not None else torch.ones(R, k, dtype=q.dtype, device=dev)
+    omega = position_weights if position_weights is not None else q.new_zeros(R, 0)    # [R, 0]: no ω level
     # identical rows (one tree repeated across a batch, say) are solved once
     uniq, inverse = torch.unique(torch.cat([c, q, omega.to(q.dtype)], 1), dim=0, return_inverse=True)
     c, q, omega = uniq[:, :V], uniq[:, V:2 * V], uniq[:, 2 * V:]
@@ -80,8 +80,7 @@ def condot_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, pro
     n = tup.shape[0]
     rows, cols = n + s_max, n * (k + 1) + s_max
     chunk = max(1, CONDOT_CHUNK // (rows * cols))
-    parts = [_solve(c[i:i + chunk], q[i:i + chunk], sup[i:i + chunk], s[i:i + chunk], tup, process,
-                    omega[i:i + chunk] if position_weights is not None else None)
+    parts = [_solve(c[i:i + chunk], q[i:i + chunk], sup[i:i + chunk], s[i:i + chunk], tup, process, omega[i:i + chunk])
              for i in range(0, uniq.shape[0], chunk)]
     w_all, a_sup, solved = (torch.cat(x) for x in zip(*parts))
     sup, a_sup = sup[inverse], a_sup[inverse]
@@ -94,7 +93,8 @@ def condot_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, pro
 
 
 def _solve(c, q, sup, s, tup, process, omega):
-    """The LPs of one chunk: ``(w [r, n, k] repaired, a on the support [r, s_max], solved [r])``."""
+    """The LPs of one chunk (``omega [r, k]``, or ``[r, 0]`` for rule 1): ``(w [r, n, k] repaired, a on the
+    support [r, s_max], solved [r])``."""
     r, s_max = sup.shape
     n, k = tup.shape
     dev, dt = q.device, q.dtype
@@ -122,7 +122,7 @@ def _solve(c, q, sup, s, tup, process, omega):
     tie = torch.tensor(prime_roots(n * k), dtype=dt, device=dev)[(t[..., None] * k + torch.arange(k, device=dev))
                                                                   .clamp(max=n * k - 1)].flatten(1)
     levels = [torch.where(on > 0, 1.0, -1.0).to(dt)]
-    if omega is not None:
+    if omega.shape[1]:
         levels.append(omega.to(dt).repeat(1, n) * on)
     levels.append(tie * on)
     cost = torch.zeros(r, len(levels), A.shape[2], dtype=dt, device=dev)

@@ -33,7 +33,7 @@ def supports(k, process):
     """Draft support sizes k…8 (wor) within the shape rule's 512 tuples (iid: s^k ≤ 512)."""
     if process == "wor":
         return range(k, 9) if k < 4 else (4, 5, 6, 7)
-    return [s for s in range(max(k, 2), 9) if s ** k <= 512] or [k]
+    return [s for s in range(k, 9) if s ** k <= 512]
 
 
 @pytest.mark.parametrize("weighted", [False, True])

@@ -36,7 +36,7 @@ MAX_TUPLES = 512
 
 def position_weights(child_shapes) -> tuple[int, ...]:
     """``ω_j = 1 + |c_j|`` (the subtree at position j counted in nodes): the shape and slot rules' weights."""
-    return tuple(1 + key_size(canonical_key(c)) for c in child_shapes)
+    return tuple(1 + key_size(c) for c in child_shapes)
 
 
 def within_limits(support: int, k: int, process: str) -> bool:
