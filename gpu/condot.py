@@ -129,7 +129,8 @@ def _solve(c, q, sup, s, tup, process, omega):
     cost[:, :, :n * k] = torch.stack(levels, 1)
     x, solved = lex_simplex(A, b, cost, (n * k + torch.arange(n + s_max, device=dev)).expand(r, -1))
     # the exact core's repair (lp_plan.repaired_plan)
-    w = torch.where(valid[..., None], x[:, :n * k].view(r, n, k) / torch.where(valid, prob, 1)[..., None], 0)
+    carried = valid & (prob > 0)                          # a tuple whose probability underflows carries no mass
+    w = torch.where(carried[..., None], x[:, :n * k].view(r, n, k) / torch.where(carried, prob, 1)[..., None], 0)
     w = w.clamp(min=0)
     w = w / w.sum(2, keepdim=True).clamp(min=1.0)
     marginal = lambda w: torch.zeros(r, s_max, dtype=dt, device=dev).scatter_add(      # noqa: E731

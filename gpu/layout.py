@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from univer_theory.alpha_star import ratio_key
 from univer_theory.plans.layout import gauss_legendre
 
 
@@ -45,7 +46,7 @@ def layout_targets(c: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
     position l (−1 off the support); ``bounds[r, l]`` True where a block starts at sorted position l.
     """
     drafted = q > 0
-    key = torch.where(drafted, -(c / torch.where(drafted, q, 1)), torch.inf)
+    key = torch.where(drafted, -ratio_key(c, q), torch.inf)
     order = torch.sort(key, dim=-1, stable=True).indices
     on = drafted.gather(1, order)
     qo = q.gather(1, order)

@@ -34,9 +34,10 @@ import math
 
 import torch
 
+from univer_theory.alpha_star import ratio_key
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
-from univer_theory.plans.clocks import log_time_grid, sequential_thinning_avail
-from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL
+from univer_theory.plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, log_time_grid, log_time_upper, sequential_thinning_avail
+from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
 
 from .condot import condot_weights
 from .layout import inverse_permutation, layout_weights
@@ -81,13 +82,12 @@ def _bisect_increasing(f, lo: torch.Tensor, hi: torch.Tensor, active: torch.Tens
 
 
 # ----------------------------------------------------------------------------------------- wor pair (rule 3)
-def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """The optimal cut ``A*`` (bool ``[R, V]``) of CondOT(ρ) for two wor children: the ratio-order prefix
-    minimising ``ρP_j + r_j(1 + Σ_{x∈G_j} q_x/(1 − q_x))`` (first minimum), as
-    :func:`univer_theory.alpha_star.optimal_cut`."""
+def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor):
+    """α*(ρ) ``[R]`` and the optimal cut ``A*`` (bool ``[R, V]``) of CondOT(ρ) for two wor children: the
+    ratio-order prefix minimising ``ρP_j + r_j(1 + Σ_{x∈G_j} q_x/(1 − q_x))`` (first minimum), as
+    :func:`univer_theory.alpha_star.alpha_star_and_cut`."""
     drafted = q > 0
-    key = torch.where(drafted, p / torch.where(drafted, q, 1), torch.inf)
-    order = torch.sort(key, dim=-1, stable=True).indices
+    order = torch.sort(ratio_key(p, q), dim=-1, stable=True).indices
     qs, ps = q.gather(1, order), p.gather(1, order)
     zero = torch.zeros_like(qs[:, :1])
     r = torch.cat([qs.flip(-1).cumsum(-1).flip(-1), zero], 1)           # mass outside each prefix
@@ -95,9 +95,9 @@ def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Ten
     odds = _safe_div(qs, others, qs > 0)
     miss = r * (1.0 + torch.cat([zero, odds.cumsum(-1)], 1))
     cost = rho[:, None] * torch.cat([zero, ps.cumsum(-1)], 1) + miss
-    j = cost.argmin(-1, keepdim=True)                                    # first minimum: the smallest cut
+    value, j = cost.min(-1, keepdim=True)                                # first minimum: the smallest cut
     rank = inverse_permutation(order)
-    return rank < j
+    return value.squeeze(1), rank < j
 
 
 def _side_marginal(q, rest, cross, beta, gamma, side):
@@ -191,7 +191,7 @@ def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: tor
     """Rule 3 on rows with two wor children ``children [R, 2]`` (or ``[R, T, 2]``: T tuples per row on one plan):
     ``(w, a [R, V], feasible [R])``, ``w`` shaped as ``children``, as
     ``univer_theory.plans.wor_pair.wor_pair_plan(...)`` (``select``, ``marginal``; infeasible ↔ ``None``)."""
-    in_cut = wor_cut_k2(c, q, rho, p)
+    alpha_star, in_cut = wor_cut_k2(c, q, rho, p)
     drafted = q > 0
     rest = _leave_one_out(q)
     on_h, on_a = drafted & ~in_cut, drafted & in_cut
@@ -209,6 +209,7 @@ def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: tor
                           for full, x in ((beta, sb), (gamma, sg), (b, sm)))
         feasible = feasible & ok
     thin = _safe_div(c, b, b > c, 1.0)
+    feasible = feasible & ((thin * b).sum(1) >= alpha_star - OPTIMALITY_TOL)  # the result is α*-optimal
     tuples = children.reshape(q.shape[0], -1, 2)
     h1, h2 = _at(on_h, tuples).unbind(-1)
     second = (1 - _at(beta, tuples[..., :1])[..., 0]) * _at(gamma, tuples[..., 1:])[..., 0]
@@ -222,7 +223,7 @@ def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor):
     """The priority order (``p/q`` descending, ties by token id, undrafted last): ``order [R, V]``, ``rank``,
     ``on`` (drafted, in order) and ``q``, ``c`` in that order."""
     drafted = q > 0
-    key = torch.where(drafted, -(p / torch.where(drafted, q, 1)), torch.inf)
+    key = torch.where(drafted, -ratio_key(p, q), torch.inf)
     order = torch.sort(key, dim=-1, stable=True).indices
     rank = inverse_permutation(order)
     return order, rank, drafted.gather(1, order), q.gather(1, order), c.gather(1, order)
@@ -267,33 +268,36 @@ def _clock_avail(qs: torch.Tensor, k: int):
     ``δ = e^{−λ}`` with ``(k − 1)(λ + log m) ≤ 690`` keeps every ``e_n(r)`` finite in float64; it changes each
     polynomial coefficient by at most ``m·δ`` (``λ ≥ 60`` is required: k ≤ :data:`PTS_MAX_K`)."""
     R, m = qs.shape
-    times, weights = (torch.tensor(x, dtype=qs.dtype, device=qs.device) for x in log_time_grid())
+    slowest = float(qs.topk(k, dim=1).values[:, -1].min())              # the grid's range (clocks docstring)
+    s, weights = (torch.tensor(x, dtype=qs.dtype, device=qs.device)
+                  for x in log_time_grid(LOG_T_NODES, log_time_upper(slowest)))
     lam = 690.0 / (k - 1) - math.log(m)
     if lam < 60:
         raise ValueError(f"_clock_avail: k = {k} children over {m} tokens is beyond the float64 range of the "
                          f"scaled clock products (k ≤ {PTS_MAX_K} at V ≤ 2^16)")
     device = "cpu" if qs.device.type == "cpu" else "accelerator"
     step = max(1, CLOCK_CHUNK[device] // (R * m))
-    chunks = [(times[i:i + step], weights[i:i + step]) for i in range(0, times.numel(), step)]
+    chunks = [(s[i:i + step], weights[i:i + step]) for i in range(0, s.numel(), step)]
 
-    def fixed(T):
-        """The parts of one chunk that do not depend on g: clocks, ratios, sums after y (g = 1), Π_{z≠y} ẽ_z."""
-        x = -qs[..., None] * T                                          # [R, m, t]
-        e, ring = torch.exp(x), -torch.expm1(x)
-        log_e = x.clamp(min=-lam)
+    def fixed(S):
+        """The parts of one chunk that do not depend on g: clocks, ratios, sums after y (g = 1), Π_{z≠y} ẽ_z.
+        Rates enter as ``q·T = exp(log q + log T)`` with the Jacobian T in them (``plans.clocks``)."""
+        qt = torch.exp((torch.log(qs)[..., None] + S).clamp(max=LOG_RATE_TIME_CAP))  # q·T [R, m, t]
+        e, ring = torch.exp(-qt), -torch.expm1(-qt)
+        log_e = (-qt).clamp(min=-lam)
         e_clamped = torch.exp(log_e)
-        r, h = ring / e_clamped, qs[..., None] * e / e_clamped
+        r, h = ring / e_clamped, qt * e / e_clamped
         Ps, Ds = _symmetric_sums(r, h, k, reverse=True)
-        return e, ring, r, h, Ps, Ds, torch.exp(_exclusive(log_e) + _exclusive(log_e, reverse=True))
+        return qt, e, ring, r, h, Ps, Ds, torch.exp(_exclusive(log_e) + _exclusive(log_e, reverse=True))
 
-    cache = [fixed(T) for T, _ in chunks] if R * m * times.numel() * (2 * k + 4) <= CLOCK_CACHE[device] else None
+    cache = [fixed(S) for S, _ in chunks] if R * m * s.numel() * (2 * k + 4) <= CLOCK_CACHE[device] else None
 
     def avail(g):
         out = torch.zeros_like(qs)
-        for i, (T, W) in enumerate(chunks):
-            e, ring, r, h, Ps, Ds, scale = cache[i] if cache else fixed(T)
+        for i, (S, W) in enumerate(chunks):
+            qt, e, ring, r, h, Ps, Ds, scale = cache[i] if cache else fixed(S)
             Pp, Dp = _symmetric_sums(g[..., None] * r, g[..., None] * h, k, reverse=False)   # before y: its g
-            first = qs[..., None] * e * sum(Pp[n] * Ps[k - 1 - n] for n in range(k))
+            first = qt * e * sum(Pp[n] * Ps[k - 1 - n] for n in range(k))
             later = ring * sum(Dp[n] * Ps[k - 2 - n] + Pp[n] * Ds[k - 2 - n] for n in range(k - 1))
             out = out + ((scale * (first + later)) @ W[:, None]).squeeze(-1)
         return out.clamp(min=0)
@@ -336,6 +340,14 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
         theta, avail = _walked_theta(qs, cs, k)
     else:
         avail_of = _pair_avail(qs, on) if k == 2 else _clock_avail(qs, k)
+        if k == 2:      # rows where the closed form overflows take the clock integral (pts.pair_form_is_finite)
+            rest = torch.where(on, _leave_one_out(qs), 1.0)
+            bad = (~torch.isfinite((qs / rest).sum(1))).nonzero().squeeze(1)
+            if bad.numel():
+                pair_of, clock_of = avail_of, _clock_avail(qs[bad], 2)
+
+                def avail_of(g):
+                    return pair_of(g).index_copy(0, bad, clock_of(g[bad]))
         theta = on.to(q.dtype)
         for _ in range(int(on.sum(1).max()) + 1):
             avail = avail_of(1 - theta)
@@ -413,11 +425,12 @@ def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):
 
 # ----------------------------------------------------------------------------------------- the choice
 def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
-    """UniVer's automatic choice for k ≥ 2 wor children: for k = 2 rule 3 where feasible; else the larger α of
-    PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``), replaced on draft supports of at most
-    ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`) where its α is larger by more than
-    ``ALPHA_TIE`` — :func:`univer_theory.plans.choose.choose_plan`.  ``(w, a [R, V])`` for ``children [R, k]`` or
-    ``[R, T, k]`` (T tuples per row, on one plan per row), ``w`` shaped as ``children``."""
+    """UniVer's automatic choice for k ≥ 2 wor children: for k = 2 rule 3 where feasible (its α within
+    ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``),
+    replaced on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
+    where its α is larger by more than ``ALPHA_TIE`` — :func:`univer_theory.plans.choose.choose_plan`.
+    ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
+    shaped as ``children``."""
     if children.shape[-1] == 2:
         w, a, feasible = wor_pair_weights(c, q, rho, p, children)
     else:

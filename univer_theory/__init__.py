@@ -17,7 +17,7 @@ through-probability ``ρ``
 lossless
     Path, Y, then fresh target sampling has exactly the target's law (oracle distance 0).
 """
-from .models import DirichletModel, Model, TableModel, TemperedModel, apply_temperature, context_free, to_fractions
+from .models import ConfidentModel, DirichletModel, Model, TableModel, TemperedModel, apply_temperature, context_free, to_fractions
 from .oracle import (LOSSLESS_TOL, MethodResult, distance_to_target, enumerated_output_law, evaluate,
                      expected_accepted, mass_balance_violation, output_law)
 from .processes import PROCESSES, count_trees, enumerate_trees, sample_children, sample_tree, tuple_law
@@ -26,7 +26,7 @@ from .verifiers import VERIFIERS, Verifier, get_verifier, kseq_rho_star, registe
 from .zoo import BUG_ZOO
 
 __all__ = [
-    "BUG_ZOO", "DirichletModel", "DraftTree", "LOSSLESS_TOL", "MethodResult", "Model", "PROCESSES",
+    "BUG_ZOO", "ConfidentModel", "DirichletModel", "DraftTree", "LOSSLESS_TOL", "MethodResult", "Model", "PROCESSES",
     "TableModel", "TemperedModel", "TreeShape", "VERIFIERS", "Verifier", "apply_temperature", "context_free",
     "count_trees", "distance_to_target", "enumerate_trees", "enumerated_output_law", "evaluate",
     "expected_accepted", "get_verifier", "kseq_rho_star", "mass_balance_violation", "output_law", "register",

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .plans.clocks import LOG_T_NODES, LOG_T_RANGE, log_time_grid
+from .plans.clocks import LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper, rate_times
 from .processes import PROCESSES
 from .validation import check_choice, check_simplex
 
 # Exponential-clock integrals (§4.1) use the shared Gauss–Legendre grid of plans.clocks (400 nodes on
 # log t ∈ [−30, 30]).  The upper end grows to log(50/r) for a complement mass r < 50·e^{−30} (more panels of
-# the same rule), so the neglected tail ``∫_{t_hi}^∞ r e^{−rt} dt = e^{−50}`` stays below 2e-22.
+# the same rule), so the neglected tail ``∫_{t_hi}^∞ r e^{−rt} dt = e^{−50}`` stays below 2e-22; rates enter as
+# ``r·t = exp(log r + log t)`` (no t is formed, so denormal masses stay finite).
 
 
 # ----------------------------------------------------------------------------------------- validation
@@ -83,10 +84,23 @@ def _out(values: np.ndarray):
 
 
 # ----------------------------------------------------------------------------------------- orders
+#: The ratio keys are ``2^-51·p/q``: scaling by a power of 2 is exact, so the order and the ties are those of
+#: ``p/q``, and the key stays finite for every q > 0 (``p/q`` itself overflows once q is subnormal).
+RATIO_SCALE = 2.0 ** -51
+
+
+def ratio_key(num, den):
+    """``RATIO_SCALE·num/den`` where ``den > 0``, ``+inf`` where ``den = 0`` — numpy arrays or torch tensors
+    (the one key of every ratio order: the cut of α*, the layout's blocks, PTS's priority, their torch twins)."""
+    drafted = den > 0
+    where = np.where if isinstance(den, np.ndarray) else type(den).where    # torch.Tensor.where(cond, other)
+    if where is np.where:
+        return np.where(drafted, (num * RATIO_SCALE) / np.where(drafted, den, 1.0), np.inf)
+    return ((num * RATIO_SCALE) / den.where(drafted, 1.0)).where(drafted, float("inf"))
+
+
 def _ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
-    return np.argsort(ratio, axis=-1, kind="stable")
+    return np.argsort(ratio_key(p, q), axis=-1, kind="stable")
 
 
 def ratio_order(target_probs, draft_probs) -> np.ndarray:
@@ -121,13 +135,21 @@ def _prefix(x_sorted: np.ndarray) -> np.ndarray:
 def _wor_miss_k2(q_sorted: np.ndarray) -> np.ndarray:
     """``Pr_wor(S ⊄ G_j) = r_j (1 + Σ_{x∈G_j} q_x/(1 − q_x))`` for k = 2, all prefixes ``[..., V+1]``.
 
-    ``1 − q_x`` is summed from the other tokens, so a dominant token keeps the tail's precision."""
+    ``1 − q_x`` is summed from the other tokens, so a dominant token keeps the tail's precision.  Its odds
+    ``q_x/(1 − q_x)`` overflow when the rest is subnormal; since ``r_j ≤ 1 − q_x`` whenever x ∈ G_j, that one
+    term is taken as ``q_x·(r_j/(1 − q_x))`` (≤ q_x) instead."""
     r = _suffix_mass(q_sorted)
     before = _prefix(q_sorted)[..., :-1]
     others = before + r[..., 1:]
+    top = np.argmax(q_sorted, axis=-1)[..., None]                           # the only x with 1 − q_x < 1/2
+    is_top = np.arange(q_sorted.shape[-1]) == top
     with np.errstate(divide="ignore", invalid="ignore"):
-        odds = np.where(q_sorted > 0, q_sorted / others, 0.0)
-    return r * (1.0 + _prefix(odds))
+        odds = np.where((q_sorted > 0) & ~is_top, q_sorted / others, 0.0)
+        top_others = np.take_along_axis(others, top, axis=-1)
+        top_q = np.take_along_axis(q_sorted, top, axis=-1)
+        top_term = np.where(top_q > 0, top_q * (r / top_others), 0.0)
+    in_prefix = np.arange(q_sorted.shape[-1] + 1) > top                   # G_j holds the top token
+    return r * (1.0 + _prefix(odds)) + np.where(in_prefix, top_term, 0.0)
 
 
 def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = 1024) -> np.ndarray:
@@ -143,15 +165,14 @@ def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = 1024) -> np.ndar
     """
     B, V = q_sorted.shape
     r = _suffix_mass(q_sorted)                                              # [B, V+1]
-    r_min = r[r > 0].min(initial=1.0)
-    t, wt = log_time_grid(LOG_T_NODES, (LOG_T_RANGE[0], max(LOG_T_RANGE[1], float(np.ceil(np.log(50.0 / r_min))))))
+    s, wt = log_time_grid(LOG_T_NODES, log_time_upper(r[r > 0].min(initial=1.0)))
     n_pos = _prefix((q_sorted > 0).astype(np.float64))                      # [B, V+1]
     miss = np.empty((B, V + 1))
     miss[:, 0] = 1.0
-    state = np.zeros((k, B, t.size))                                        # Pr[N_G(t) = m], m < k
+    state = np.zeros((k, B, s.size))                                        # Pr[N_G(t) = m], m < k
     state[0] = 1.0
     for start in range(0, V, chunk):
-        qc = q_sorted[:, start:start + chunk].T[:, :, None] * t             # [c, B, n], token-major
+        qc = rate_times(q_sorted[:, start:start + chunk].T[:, :, None], s)  # q·t [c, B, n], token-major
         stay, ring = np.exp(-qc), -np.expm1(-qc)
         below = np.empty_like(qc)                                           # Pr[N_{G_j}(t) < k]
         for i in range(qc.shape[0]):
@@ -159,8 +180,8 @@ def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = 1024) -> np.ndar
             state *= stay[i]
             state[1:] += arrived
             np.sum(state, axis=0, out=below[i])
-        rc = r[:, start + 1:start + 1 + qc.shape[0]].T[:, :, None]          # [c, B, 1]
-        miss[:, start + 1:start + 1 + qc.shape[0]] = np.einsum("jbn,jbn,n->bj", below, rc * np.exp(-rc * t), wt)
+        rt = rate_times(r[:, start + 1:start + 1 + qc.shape[0]].T[:, :, None], s)  # r·t [c, B, n]
+        miss[:, start + 1:start + 1 + qc.shape[0]] = np.einsum("jbn,jbn,n->bj", below, rt * np.exp(-rt), wt)
     miss -= np.expm1(-r * np.exp(LOG_T_RANGE[0]))                    # the piece t < e^{−30}
     miss = np.where(n_pos < k, 1.0, np.where(r == 0, 0.0, miss))
     return np.clip(miss, 0.0, 1.0)

@@ -196,3 +196,70 @@ class TemperedModel(Model):
 
     def draft(self, prefix):
         return apply_temperature(self.base.draft(prefix), self.draft_temperature)
+
+
+#: Target families of :class:`ConfidentModel`.
+CONFIDENT_TARGETS = ("dirichlet", "ties", "zero_top", "same")
+
+
+class ConfidentModel(Model):
+    """Context-dependent *confident* draft rows: near-deterministic drafts whose tail is at round-off scale.
+
+    For each prefix s (its own random stream from ``seed`` and s): a top token ``x_0(s)`` takes ``1 − d`` of the
+    draft and the rest takes ``d·t``, ``t ~ Dir(concentration·1)`` (``d`` = ``tail``; 1e-8 … 1e-310, the last a
+    denormal scale — a logit gap of ~30 nats gives d ≈ 1e-13).  The target is
+
+    * ``"dirichlet"``: ``p(·|s) ~ Dir(concentration·1)`` (no relation to the draft);
+    * ``"ties"``: ``p(x_0) = top_target`` and the rest flat, with the draft's tail flat too (every tail token has
+      the same ratio p/q: exact ties);
+    * ``"zero_top"``: Dirichlet with ``p(x_0) = 0`` (the draft's favourite is impossible for the target);
+    * ``"same"``: ``p = q``.
+
+    Such rows defeat formulas that subtract from 1 or integrate over a fixed range of clock times; the grids of
+    the lossless, optimality and reductions checks include them.  Float rows only (a Fraction row of a 1e-300
+    tail is of no use).
+    """
+
+    def __init__(self, vocab_size: int, seed: int = 0, tail: float = 1e-14, target: str = "dirichlet",
+                 concentration: float = 1.0, top_target: float = 1e-6):
+        if vocab_size < 2:
+            raise ValueError(f"ConfidentModel: vocab_size must be ≥ 2, got {vocab_size}")
+        if not 0.0 < tail < 0.5:
+            raise ValueError(f"ConfidentModel: tail must lie in (0, 0.5), got {tail}")
+        if target not in CONFIDENT_TARGETS:
+            raise ValueError(f"ConfidentModel: unknown target {target!r}; choose one of {list(CONFIDENT_TARGETS)}")
+        if not concentration > 0:
+            raise ValueError(f"ConfidentModel: concentration must be > 0, got {concentration}")
+        if not 0.0 <= top_target <= 1.0:
+            raise ValueError(f"ConfidentModel: top_target must lie in [0, 1], got {top_target}")
+        self.vocab_size, self.seed, self.tail, self.kind = int(vocab_size), int(seed), float(tail), target
+        self.concentration, self.top_target = float(concentration), float(top_target)
+        self._rows = lru_cache(maxsize=None)(self._make_rows)
+
+    def _make_rows(self, prefix: Prefix):
+        V = self.vocab_size
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, len(prefix), *prefix]))
+        top = int(rng.integers(V))
+        rest = np.arange(V) != top
+        flat = self.kind == "ties"
+        shape = np.full(V - 1, 1.0 / (V - 1)) if flat else rng.dirichlet(np.full(V - 1, self.concentration))
+        q = np.zeros(V)
+        q[rest] = self.tail * shape
+        q[top] = 1.0 - q[rest].sum()
+        if self.kind == "same":
+            return q, q
+        if flat:
+            p = np.full(V, (1.0 - self.top_target) / (V - 1))
+            p[top] = self.top_target
+            return p, q
+        p = rng.dirichlet(np.full(V, self.concentration))
+        p = np.maximum(p, 1e-12)                       # full support (as DirichletModel)
+        if self.kind == "zero_top":
+            p[top] = 0.0
+        return p / p.sum(), q
+
+    def target(self, prefix):
+        return self._rows(tuple(prefix))[0]
+
+    def draft(self, prefix):
+        return self._rows(tuple(prefix))[1]

@@ -2,9 +2,10 @@
 
 * ``k = 1``: the unique plan ``w = min(1, ρp(y)/Q_1(y))`` (``single``; UniVer == BV on chains);
 * ``iid``: rule 2, the private-position layout (α*-optimal, any V);
-* ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible (α*-optimal); otherwise the larger exact α of rule 4
-  (``pts``) and rule 5 (``iid_coupling``); on a small draft support (≤ :data:`SMALL_SUPPORT` tokens) rule 1
-  (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`;
+* ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible, which it is only when its exact α is within
+  ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
+  exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``); on a small draft support (≤ :data:`SMALL_SUPPORT`
+  tokens) rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`;
 * ``topk``: the fixed top-k list filled in drafting order (``fill``, closed form, α*-optimal, exact in Fraction
   mode); ``greedy``: the closed-form ``greedy_fill`` (α*-optimal);
 * rule 6 (``tv``) as the last resort.

@@ -4,9 +4,16 @@ A wor tuple of size k is the arrival order of the first k of independent clocks 
 Probabilities of events "y is among the first k arrivals, and the other arrivals carry weights g" are
 integrals over the arrival time ``T`` of a generating polynomial in a marker ``u`` (one ``u`` per arrival
 before T); the coefficient of ``u^{k−1}`` selects "exactly k−1 arrivals before T".  ``T`` is integrated by
-Gauss–Legendre in ``log T`` (the integrands decay double-exponentially for large T and like a power of T
-for small T): with 400 nodes on ``log T ∈ [−30, 30]`` the relative error is ~3e-14 (measured against exact
-enumeration, also for tokens with q down to 1e-15: ``1 − e^{−qT}`` is taken by expm1).
+Gauss–Legendre in ``s = log T`` (the integrands decay double-exponentially for large T and like a power of T
+for small T), 400 nodes per panel of width 60.
+
+**The range follows the row.**  The grid starts at ``s = −30`` and ends at ``s_hi = max(30, log(50/q_(k)))``
+with ``q_(k)`` the k-th largest clock rate: the k-th arrival comes after ``T`` with probability at most
+``Σ_{j≤k} e^{−q_(j) T} ≤ k·e^{−50}`` there.  A fixed ``[−30, 30]`` misses the arrivals of a tail whose rates
+are below ~1e-12 (a confident draft row), which made PTS's availabilities — and with them its residual — wrong
+by up to the whole tail mass.  **No time is ever formed**: every rate enters as ``q·T = exp(log q + s)``, and
+the Jacobian ``dT = T ds`` is carried by the one rate factor of each integrand (``q_y e_y dT = (q_y T) e_y ds``),
+so rates down to the smallest denormal stay finite.  ``1 − e^{−qT}`` is taken by expm1.
 """
 from __future__ import annotations
 
@@ -15,30 +22,56 @@ from functools import lru_cache
 
 import numpy as np
 
-#: Default quadrature: 400 Gauss–Legendre nodes on log T ∈ [−30, 30] (theory.md §4.1).
+#: Gauss–Legendre nodes per panel of width 60 in log T (theory.md §4.1: 400 nodes on log t ∈ [−30, 30]).
 LOG_T_NODES = 400
 LOG_T_RANGE = (-30.0, 30.0)
+#: The upper end covers ``q_(k)·T ≤ TAIL_RATE_TIME`` (neglected mass ≤ k·e^{−50}).
+TAIL_RATE_TIME = 50.0
+#: ``log`` of the largest ``q·T`` formed: ``e^{−q·T}`` and ``q·T·e^{−q·T}`` are exactly 0 in float64 beyond ~745,
+#: and the cap keeps ``q·T`` finite (an infinite one would give ``∞·0``).
+LOG_RATE_TIME_CAP = math.log(1e4)
 
 
-@lru_cache(maxsize=8)
-def log_time_grid(nodes: int = LOG_T_NODES, log_range: tuple[float, float] = LOG_T_RANGE):
-    """Times ``T`` and weights with ``∫_0^∞ h(T) dT ≈ Σ weights·h(T)`` (read-only, cached: the Legendre nodes
-    cost an eigenvalue problem of size ``nodes``).
+def log_time_upper(slowest_rate: float) -> float:
+    """Upper end of the grid in ``s = log T`` for a slowest relevant clock rate (module docstring), on a
+    whole-panel boundary so that nearby rows share a grid (and its cache)."""
+    if not slowest_rate > 0:
+        raise ValueError(f"log_time_upper: the slowest clock rate must be positive, got {slowest_rate!r}")
+    width = LOG_T_RANGE[1] - LOG_T_RANGE[0]
+    need = math.log(TAIL_RATE_TIME) - math.log(slowest_rate)
+    return LOG_T_RANGE[1] + width * max(0, math.ceil((need - LOG_T_RANGE[1]) / width))
 
-    Gauss–Legendre in ``s = log T`` (``dT = T ds``, so each weight carries the Jacobian ``T``) on equal panels
-    of width ≤ 60 with ``nodes`` nodes each: one panel for the default range; a wider range (the wor α* of
-    :mod:`univer_theory.alpha_star` widens the upper end when the complement mass is tiny) adds panels.
+
+def kth_largest(rates: np.ndarray, k: int) -> float:
+    """The k-th largest entry of a non-negative rate vector (the ``q_(k)`` of the module docstring)."""
+    rates = np.asarray(rates, dtype=np.float64).ravel()
+    return float(np.partition(rates, rates.size - k)[rates.size - k])
+
+
+@lru_cache(maxsize=16)
+def log_time_grid(nodes: int = LOG_T_NODES, upper: float = LOG_T_RANGE[1]):
+    """Nodes ``s = log T`` and weights with ``∫_0^∞ h(T) dT ≈ Σ weights·T·h(T)`` on ``[−30, upper]`` (read-only,
+    cached: the Legendre nodes cost an eigenvalue problem of size ``nodes``).  The weights are in ``ds``: the
+    Jacobian ``T`` is the caller's, folded into a rate (module docstring).
+
+    Equal panels of width 60 with ``nodes`` nodes each (one panel for the default range).
     """
     x, w = np.polynomial.legendre.leggauss(nodes)
-    lo, hi = log_range
-    panels = max(1, int(np.ceil((hi - lo) / (LOG_T_RANGE[1] - LOG_T_RANGE[0]))))
-    edges = np.linspace(lo, hi, panels + 1)
+    lo = LOG_T_RANGE[0]
+    panels = max(1, int(np.ceil((upper - lo) / (LOG_T_RANGE[1] - LOG_T_RANGE[0]))))
+    edges = np.linspace(lo, upper, panels + 1)
     half = 0.5 * np.diff(edges)[:, None]
     s = (half * x + 0.5 * (edges[:-1] + edges[1:])[:, None]).ravel()
-    times = np.exp(s)
-    weights = (half * w).ravel() * times
-    times.flags.writeable = weights.flags.writeable = False
-    return times, weights
+    weights = (half * w).ravel()
+    s.flags.writeable = weights.flags.writeable = False
+    return s, weights
+
+
+def rate_times(rates: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``q·T = exp(log q + s)`` for rates ``[..., 1]`` against nodes ``s [t]`` (0 where q = 0), never forming T;
+    capped at ``e^{LOG_RATE_TIME_CAP}``, where every clock term is exactly 0 or 1."""
+    with np.errstate(divide="ignore"):
+        return np.exp(np.minimum(np.log(rates) + s, LOG_RATE_TIME_CAP))
 
 
 def _pair_step(state: np.ndarray, e: np.ndarray, lin: np.ndarray, de: np.ndarray) -> np.ndarray:
@@ -81,16 +114,17 @@ def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: 
     """
     order = [int(x) for x in order]
     m = len(order)
-    T, wts = log_time_grid(nodes)
     qs = np.asarray(draft_probs, dtype=np.float64)[order]
-    one = np.zeros((2, k, T.size))                     # (P, D) = (1, 0)
+    s, wts = log_time_grid(nodes, log_time_upper(kth_largest(qs, k)))
+    one = np.zeros((2, k, s.size))                     # (P, D) = (1, 0)
     one[0, 0] = 1.0
 
     def clocks(lo, hi):
-        """``(e^{−q_i T}, 1 − e^{−q_i T})`` for tokens lo..hi−1 ``[hi − lo, nodes]`` (the latter by expm1: tiny q
-        keep their precision)."""
-        x = -qs[lo:hi, None] * T
-        return np.exp(x), -np.expm1(x)
+        """``(e^{−q_i T}, 1 − e^{−q_i T}, q_i T e^{−q_i T})`` for tokens lo..hi−1 ``[hi − lo, nodes]`` (the second
+        by expm1: tiny q keep their precision; the third carries the Jacobian, module docstring)."""
+        x = rate_times(qs[lo:hi, None], s)
+        e = np.exp(-x)
+        return e, -np.expm1(-x), x * e
 
     block = max(1, math.isqrt(m))
     starts = range(0, m, block)
@@ -99,9 +133,9 @@ def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: 
     for start in reversed(starts):
         end = min(start + block, m)
         checkpoints[start] = suf
-        E, RING = clocks(start, end)
+        E, RING, QE = clocks(start, end)
         for i in range(end - 1, start - 1, -1):
-            suf = _pair_step(suf, E[i - start], RING[i - start], qs[i] * E[i - start])
+            suf = _pair_step(suf, E[i - start], RING[i - start], QE[i - start])
 
     # the piece T < e^{lo} of the grid: for k = 1 the integrand is q_y e^{−q(V) T} there (≈ q_y·e^{−30});
     # for k ≥ 2 it is O(T^{k−1}), below 1e-26
@@ -112,20 +146,20 @@ def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: 
     pre = one
     for start in starts:
         end = min(start + block, m)
-        E, RING = clocks(start, end)
+        E, RING, QE = clocks(start, end)
         sufs = [None] * (end - start)                  # (Π_{j>i} f_j, D_{j>i}) for the block's tokens
         suf = checkpoints[start]
         for i in range(end - 1, start - 1, -1):
             sufs[i - start] = suf
-            suf = _pair_step(suf, E[i - start], RING[i - start], qs[i] * E[i - start])
+            suf = _pair_step(suf, E[i - start], RING[i - start], QE[i - start])
         for i in range(start, end):
-            suf, e, ring = sufs[i - start], E[i - start], RING[i - start]
+            suf, e, ring, qe = sufs[i - start], E[i - start], RING[i - start], QE[i - start]
             y = order[i]
-            first = qs[i] * e * np.einsum("jt,jt->t", pre[0], suf[0, ::-1])         # [u^{k−1}] P_pre·P_suf
+            first = qe * np.einsum("jt,jt->t", pre[0], suf[0, ::-1])         # [u^{k−1}] P_pre·P_suf
             later = ring * np.einsum("sjt,sjt->t", pre[::-1, :k - 1], suf[:, k - 2::-1]) if k > 1 else 0.0
             av = max(float(wts @ (first + later)) + head * qs[i], 0.0)
             th = 0.0 if c[y] <= 0 else (1.0 if c[y] >= av else c[y] / av)
             avail[y], theta[y] = av, th
             g = 1.0 - th
-            pre = _pair_step(pre, e, g * ring, g * qs[i] * e)
+            pre = _pair_step(pre, e, g * ring, g * qe)
     return avail, theta

@@ -32,24 +32,27 @@ from .node_inputs import check_node_inputs
 
 
 def virtual_draws(S, draft_probs: np.ndarray):
-    """``[(x, Pr(X_{1:k} = x | S))]``: the first k i.i.d. draws given the wor tuple S (module docstring)."""
+    """``[(x, Pr(X_{1:k} = x | S))]``: the first k i.i.d. draws given the wor tuple S (module docstring).
+
+    Products are summed as logs: on a confident row (tail masses near the smallest denormal) both
+    ``q^k(x)`` and the reveal product underflow while their ratio is an ordinary number."""
     k = len(S)
-    q = draft_probs
-    # Π_{j≤m} q(y_j)/R_{j−1} for m = 0..k; R is summed over the unseen tokens, as in the wor tuple law
-    unseen = np.ones(q.size, dtype=bool)
-    reveal = [1.0]
-    for y in S:
-        reveal.append(reveal[-1] * q[y] / q[unseen].sum())
+    log_q = np.log(np.asarray(draft_probs, dtype=np.float64)[list(S)])     # drafted: q > 0
+    # log Π_{j≤m} q(y_j)/R_{j−1} for m = 0..k; R is summed over the unseen tokens, as in the wor tuple law
+    unseen = np.ones(draft_probs.size, dtype=bool)
+    log_reveal = [0.0]
+    for j, y in enumerate(S):
+        log_reveal.append(log_reveal[-1] + log_q[j] - np.log(draft_probs[unseen].sum()))
         unseen[y] = False
     out = []
 
-    def rec(x, m, pr):
+    def rec(x, m, log_pr):
         if len(x) == k:
-            out.append((tuple(x), pr / reveal[m]))
+            out.append((tuple(x), float(np.exp(log_pr - log_reveal[m]))))
             return
         for j in range(min(m + 1, k)):                  # repeat y_1..y_m, or reveal y_{m+1}
-            rec(x + [S[j]], max(m, j + 1), pr * q[S[j]])
-    rec([], 0, 1.0)
+            rec(x + [S[j]], max(m, j + 1), log_pr + log_q[j])
+    rec([], 0, 0.0)
     return out
 
 

@@ -57,6 +57,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..alpha_star import ratio_key
 from .base import NodePlan
 from .node_inputs import check_node_inputs
 
@@ -109,7 +110,7 @@ def layout_targets(target_probs, draft_probs, rho, k: int) -> LayoutTargets:
     q = np.asarray(draft_probs, dtype=np.float64)
     c = float(rho) * p
     drafted = np.flatnonzero(q > 0)
-    order = drafted[np.argsort(-(c[drafted] / q[drafted]), kind="stable")]
+    order = drafted[np.argsort(-ratio_key(c[drafted], q[drafted]), kind="stable")]
     X = np.concatenate([[0.0], np.cumsum(q[order])])
     C = np.concatenate([[0.0], np.cumsum(c[order])])
     with np.errstate(divide="ignore"):                          # X = 1: log1p(−1) = −inf, F = 1 exactly
@@ -309,7 +310,10 @@ def layout_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
         accept = np.where(targets.b > 0, np.minimum(1.0, c / targets.b), 0.0)
 
     def select(S):
-        w = accept[list(S)] * np.maximum(layout.min_probs(S), 0.0)     # round-off: keep w a valid plan
+        # round-off: keep w a valid plan; a tuple of copies whose windows are all of subnormal width has
+        # min-probabilities 0/0 — it carries no representable mass (< 1e-300) and gets w = 0
+        with np.errstate(invalid="ignore"):
+            w = accept[list(S)] * np.nan_to_num(np.maximum(layout.min_probs(S), 0.0), nan=0.0)
         return w / max(1.0, w.sum())
 
     return NodePlan("layout", rho, p, targets.marginal, select,

@@ -74,7 +74,9 @@ def lp_plan(target_probs, draft_probs, rho, k, process, position_weights=None) -
     if res.plan is None or res.status.startswith("highs"):
         return None
     probs = np.array([float(pr) for _, pr in law])
-    plan = tabulated_plan("lp" if position_weights is None else "shape_lp", res.plan / probs[:, None], res.tuples,
+    # a tuple whose float probability underflows to 0 carries no mass: w = 0 there (π/Q_k would be 0/0)
+    weights = np.divide(res.plan, probs[:, None], out=np.zeros_like(res.plan), where=probs[:, None] > 0)
+    plan = tabulated_plan("lp" if position_weights is None else "shape_lp", weights, res.tuples,
                           probs, p, rho, {"lp_value": res.value, "lp_status": res.status})
     plan.info["repair_loss"] = res.value - plan.alpha
     return plan

@@ -19,12 +19,15 @@ q_y q_z (1/R_y + 1/R_z)`` (``R_x = Σ_{w≠x} q_w``, the wor law's ``1 − q_x``
 
 two running sums over the higher-priority tokens plus two suffix sums, all of non-negative terms — O(m) for
 m drafted tokens, exact (no quadrature), instead of the clock integral's O(m·k·nodes)
-(:func:`pair_thinning_avail`; at V = 49 152 about 100× faster).
+(:func:`pair_thinning_avail`; at V = 49 152 about 100× faster).  The closed form divides by ``R_x``; when one
+token holds all but a subnormal mass, ``q_x/R_x`` overflows and the row takes the clock integral instead
+(:func:`pair_form_is_finite`; the integral forms no such ratio).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..alpha_star import ratio_key
 from .base import NodePlan
 from .clocks import LOG_T_NODES, sequential_thinning_avail
 from .node_inputs import check_node_inputs
@@ -33,8 +36,17 @@ from .node_inputs import check_node_inputs
 def priority_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> list[int]:
     """Drafted tokens (q > 0) by ``p/q`` descending, ties by token id."""
     drafted = np.flatnonzero(draft_probs > 0)
-    ratio = target_probs[drafted] / draft_probs[drafted]
+    ratio = ratio_key(target_probs[drafted], draft_probs[drafted])
     return [int(x) for x in drafted[np.lexsort((drafted, -ratio))]]
+
+
+def pair_form_is_finite(draft_probs_sorted: np.ndarray) -> bool:
+    """Whether the k = 2 closed form is finite on the drafted ``q`` (in priority order): ``Σ_x q_x/R_x < ∞``."""
+    qs = np.asarray(draft_probs_sorted, dtype=np.float64)
+    zero = np.zeros(1)
+    rest = np.concatenate((zero, np.cumsum(qs)[:-1])) + np.concatenate((np.cumsum(qs[::-1])[::-1][1:], zero))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.sum(qs / rest)))
 
 
 def pair_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray):
@@ -90,7 +102,7 @@ def pts_plan(target_probs, draft_probs, rho, k, process, nodes: int = LOG_T_NODE
         return None
     order = priority_order(p, q)
     c = rho * p
-    if k == 2:
+    if k == 2 and pair_form_is_finite(q[order]):
         avail, theta = pair_thinning_avail(q, order, c)
     else:
         avail, theta = sequential_thinning_avail(q, order, c, k, nodes)

@@ -1,0 +1,119 @@
+"""Confident without-replacement rows (one draft token holds all but d of q, d = 1e-8 … 1e-310): every wor node
+plan's marginal is the one its own ``select`` realises (losslessness by construction), the α*-constructions
+either reach α*(ρ) or decline, and UniVer is exactly lossless through the exact oracle.
+
+The invariant checked node by node: ``plan.marginal`` (from which the residual ``norm(ρp − a)`` and the stop
+probability are built) equals ``Σ_S Q_k(S) Σ_j w_j(S) e_{y_j}`` with ``w = plan.select`` over the enumerated
+tuple law, to 1e-12, and ``a ≤ ρp``.  By theory.md §6.1 that is exactly what makes the node lossless.  On a
+subnormal tail the row itself is only known to relative ``2^-1074/min q`` (~4e-12 at 1e-312), and the oracle's
+enumeration carries that error: the tolerance grows by 100 times it (:func:`tolerance`).
+"""
+import numpy as np
+import pytest
+
+from univer_theory import VERIFIERS, ConfidentModel, TreeShape, alpha_star, evaluate
+from univer_theory.models import CONFIDENT_TARGETS
+from univer_theory.plans.choose import SMALL_SUPPORT, build_plan
+from univer_theory.plans.wor_pair import OPTIMALITY_TOL
+from univer_theory.processes import tuple_law
+
+TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-310)
+CONSTRUCTIONS = ("auto", "wor_pair", "pts", "iid_coupling", "lp")
+
+
+def tolerance(q):
+    """1e-12, plus 100 × the relative precision of the smallest drafted entry when it is subnormal."""
+    return 1e-12 + 100 * 2.0 ** -1074 / q[q > 0].min()
+
+
+def realised_marginal(plan, q, k):
+    """``Σ_S Q_k(S) Σ_j w_j(S) e_{y_j}`` by enumeration of the wor tuple law."""
+    a = np.zeros(q.size)
+    for S, pr in tuple_law(q, k, "wor"):
+        np.add.at(a, list(S), float(pr) * plan.select(S))
+    return a
+
+
+def node_cases(vocabs_and_ks):
+    """Every tail for every (V, k); the target families rotate with the tail and k, so each (V, k) sees all four."""
+    for V, ks in vocabs_and_ks:
+        for k in ks:
+            for seed, tail in enumerate(TAILS):
+                yield V, k, CONFIDENT_TARGETS[(seed + k) % len(CONFIDENT_TARGETS)], tail, seed
+
+
+def plans(p, q, rho, k, names=CONSTRUCTIONS):
+    for name in names:
+        try:
+            yield name, build_plan(name, p, q, rho, k, "wor")
+        except NotImplementedError:          # wor_pair at k ≠ 2 or infeasible; lp above its support
+            continue
+
+
+@pytest.mark.parametrize("V, k, target, tail, seed",
+                         list(node_cases([(6, (2, 3, 4)), (7, (5,)), (9, (2, 3)), (8, (7, 8))])))
+def test_every_wor_plan_realises_its_marginal(V, k, target, tail, seed):
+    """k ≥ 5: PTS only (the coupling's select enumerates k^k virtual draws; rule 1 and rule 3 do not apply)."""
+    model = ConfidentModel(V, seed=seed, tail=tail, target=target)
+    p, q = model.target(()), model.draft(())
+    for rho in (1.0, 0.37):
+        for name, plan in plans(p, q, rho, k, CONSTRUCTIONS if k <= 4 else ("pts",)):
+            a = plan.marginal
+            assert np.all(np.isfinite(a)), name
+            assert np.all(a <= rho * p + 1e-15), (name, rho)
+            np.testing.assert_allclose(realised_marginal(plan, q, k), a, rtol=0, atol=tolerance(q),
+                                       err_msg=f"{name} rho={rho}")
+
+
+@pytest.mark.parametrize("V, k, target, tail, seed",
+                         list(node_cases([(6, (2, 3, 4)), (12, (2, 3))])))
+def test_alpha_star_constructions_reach_alpha_star_or_decline(V, k, target, tail, seed):
+    """Rule 3 (k = 2) returns a plan only when its exact α is within OPTIMALITY_TOL of α*(ρ); on a draft support of
+    at most SMALL_SUPPORT tokens rule 1 (the LP) reaches α*(ρ); at k = 2 the automatic choice reaches α*(ρ)
+    (rule 3 where feasible, else PTS's closed form on these rows).  The automatic choice is never below any of
+    candidates (rule 3, PTS, the coupling; rule 1 on small supports)."""
+    model = ConfidentModel(V, seed=seed, tail=tail, target=target)
+    p, q = model.target(()), model.draft(())
+    for rho in (1.0, 0.37):
+        best = alpha_star(p, q, k, "wor", rho)
+        got = {name: float(plan.alpha) for name, plan in plans(p, q, rho, k)}
+        for name in ("wor_pair", "lp"):
+            if name in got:
+                assert got[name] >= best - OPTIMALITY_TOL, (name, got[name], best)
+        if V <= SMALL_SUPPORT:
+            assert "lp" in got
+        if k == 2 or V <= SMALL_SUPPORT:
+            assert got["auto"] >= best - OPTIMALITY_TOL, (got, best)
+        considered = [a for name, a in got.items() if name != "lp" or V <= SMALL_SUPPORT]
+        assert got["auto"] >= max(considered) - 1e-12
+
+
+@pytest.mark.parametrize("seed, tail", list(enumerate(TAILS)))
+@pytest.mark.parametrize("shape, V", [("3", 7), ("4", 6), ("2,2", 5), ("((..),.)", 4)])
+def test_univer_is_exactly_lossless_on_confident_trees(shape, V, seed, tail):
+    """The exact oracle's distance to the target law is within :func:`tolerance` (1e-12 unless the tail is
+    subnormal) on confident context-dependent trees (before the clock range followed the row, V = 12 k = 3
+    d = 1e-16 gave 0.27); the target family rotates with the tail."""
+    model = ConfidentModel(V, seed=seed, tail=tail, target=CONFIDENT_TARGETS[(seed + V) % len(CONFIDENT_TARGETS)])
+    result = evaluate(model, TreeShape.parse(shape), "wor", VERIFIERS["univer"])
+    assert float(result.distance) <= tolerance(model.draft(())), float(result.distance)
+
+
+def test_the_audit_instance():
+    """The audit's row: V = 12, k = 3, q = (1 − 11e, e, …, e) with e = 1e-16, p(top) = 1e-6 and the rest flat —
+    PTS claimed α = 6.2e-5, realised 1, and the oracle reported distance 0.273.  Now lossless, with rule 3 at
+    k = 2 declining instead of returning a plan of α = 1e-6 (α* = 1)."""
+    V, e = 12, 1e-16
+    q = np.full(V, e)
+    q[0] = 1 - (V - 1) * e
+    p = np.full(V, (1 - 1e-6) / (V - 1))
+    p[0] = 1e-6
+    model = ConfidentModel(V)                     # only for its interface: rows replaced below
+    model.target, model.draft = (lambda s: p), (lambda s: q)
+    for k in (2, 3, 4):
+        result = evaluate(model, TreeShape.parse(str(k)), "wor", VERIFIERS["univer"])
+        assert float(result.distance) <= 1e-12, k
+    assert alpha_star(p, q, 2, "wor") == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(NotImplementedError):
+        build_plan("wor_pair", p, q, 1.0, 2, "wor")
+    assert float(build_plan("auto", p, q, 1.0, 2, "wor").alpha) >= 1 - 1e-9
