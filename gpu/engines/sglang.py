@@ -54,8 +54,13 @@ def uniform_draft_rows(target_probs: torch.Tensor) -> torch.Tensor:
 
 
 def _by_order(rows: torch.Tensor, order: torch.Tensor, identity: bool) -> torch.Tensor:
-    """Rows ``[B, N, V]`` moved from storage slots to the batch's slots (a no-op when the order is the identity)."""
-    return rows if identity else rows.gather(1, order[:, :, None].expand(rows.shape))
+    """Rows ``[B, N, V]`` moved from storage slots to the batch's slots (a no-op when the order is the identity;
+    otherwise one row copy)."""
+    if identity:
+        return rows
+    B, N, V = rows.shape
+    flat = (torch.arange(B, device=order.device)[:, None] * N + order).reshape(-1)
+    return rows.reshape(B * N, V).index_select(0, flat).view(B, N, V)
 
 
 def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_probs, draft_probs=None,
