@@ -46,45 +46,36 @@ class SGLangOutputs(NamedTuple):
 
 
 def uniform_draft_rows(target_probs: torch.Tensor) -> torch.Tensor:
-    """A uniform ``q`` as a stride-0 view shaped like ``target_probs`` (no ``[B, N, V]`` allocation): stands in
-    for the draft rows of a verifier that never reads them (target-only), with every token draftable."""
+    """A uniform ``q`` as a stride-0 view shaped like ``target_probs`` (no allocation of its size): stands in for
+    the draft rows of a verifier that never reads them (target-only), with every token draftable."""
     V = target_probs.shape[-1]
     return torch.full((1,) * (target_probs.ndim - 1) + (V,), 1.0 / V, dtype=target_probs.dtype,
                       device=target_probs.device).expand(target_probs.shape)
 
 
-def _by_order(rows: torch.Tensor, order: torch.Tensor, identity: bool) -> torch.Tensor:
-    """Rows ``[B, N, V]`` moved from storage slots to the batch's slots (a no-op when the order is the identity;
-    otherwise one row copy)."""
-    if identity:
-        return rows
-    B, N, V = rows.shape
-    flat = (torch.arange(B, device=order.device)[:, None] * N + order).reshape(-1)
-    return rows.reshape(B * N, V).index_select(0, flat).view(B, N, V)
-
-
 def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_probs, draft_probs=None,
                 where: str = "sglang.tree_inputs"):
-    """SGLang's tensors → ``(batch, target_probs, draft_probs, order)`` for :func:`gpu.verify`: the trees in
-    topological slot order (:meth:`gpu.TreeBatch.from_sglang`), the rows moved along, ``order[b, v]`` = storage
-    slot of slot v.  ``draft_probs=None`` gives :func:`uniform_draft_rows` (for target-only)."""
+    """SGLang's tensors → ``(batch, target_rows, draft_rows, row_index, order)`` for :func:`gpu.verify`: the
+    trees in topological slot order (:meth:`gpu.TreeBatch.from_sglang`, ``order[b, v]`` = storage slot of slot
+    v), the rows left where they are (``[B·N, V]`` views) and ``row_index[b, v] = b·N + order[b, v]``.
+    ``draft_probs=None`` gives :func:`uniform_draft_rows` (for target-only)."""
     if not torch.is_tensor(target_probs) or target_probs.ndim != 3:
         raise ValueError(f"{where}: target_probs must be a [B, N, V] tensor, got "
                          f"{list(target_probs.shape) if torch.is_tensor(target_probs) else type(target_probs).__name__}")
+    B, N, V = target_probs.shape
     token = _as_long(candidates, where, "candidates", target_probs.device)
-    if token.shape != target_probs.shape[:2]:
-        raise ValueError(f"{where}: candidates must be [B, N] = {list(target_probs.shape[:2])}, got {list(token.shape)}")
+    if token.shape != (B, N):
+        raise ValueError(f"{where}: candidates must be [B, N] = {[B, N]}, got {list(token.shape)}")
     token = torch.cat([torch.full_like(token[:, :1], -1), token[:, 1:]], 1)
     batch, order = TreeBatch.from_sglang(torch.as_tensor(retrive_next_token, device=target_probs.device),
                                          torch.as_tensor(retrive_next_sibling, device=target_probs.device),
-                                         token, vocab_size=target_probs.shape[2], return_order=True)
-    identity = bool((order == torch.arange(order.shape[1], device=order.device)).all())
+                                         token, vocab_size=V, return_order=True)
     q = uniform_draft_rows(target_probs) if draft_probs is None else draft_probs
     if not torch.is_tensor(q) or q.shape != target_probs.shape:
         raise ValueError(f"{where}: draft_probs must be [B, N, V] = {list(target_probs.shape)}, got "
                          f"{list(q.shape) if torch.is_tensor(q) else type(q).__name__}")
-    q = q if draft_probs is None else _by_order(q, order, identity)
-    return batch, _by_order(target_probs, order, identity), q, order
+    row_index = torch.arange(B, device=order.device)[:, None] * N + order
+    return batch, target_probs.reshape(B * N, V), q.reshape(B * N, V), row_index, order
 
 
 def fill_outputs(result: VerifyResult, order: torch.Tensor, candidates, retrive_index,
@@ -187,8 +178,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     where = "sglang.verify_tree"
     check_choice(method, METHODS, where, "method")
     method = "nss" if method == "target-only" else method
-    batch, p, q, order = tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_probs,
-                                     draft_probs, where)
+    batch, p, q, row_index, order = tree_inputs(candidates, retrive_next_token, retrive_next_sibling,
+                                                target_probs, draft_probs, where)
     B, N, V = target_probs.shape
     dev = target_probs.device
     if accept_index is not None:
@@ -223,6 +214,6 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     else:
         if process is None or (method == "nss" and draft_probs is None):
             process = "wor" if method == "rrsw" else "iid"
-        result = verify(batch, p, q, process, method, generator, validate)
+        result = verify(batch, p, q, process, method, generator, validate, row_index)
         fill_outputs(result, order, candidates, ridx, predicts, accept_index, accept_token_num)
     return SGLangOutputs(predicts, accept_index, accept_token_num)

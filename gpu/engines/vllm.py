@@ -37,18 +37,19 @@ METHODS = {"sps": "rrs", "bv": "tv", "rrs": "rrs", "rrsw": "rrsw", "tv": "tv", "
 
 def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
                 num_drafts: int = 1, where: str = "vllm.tree_inputs"):
-    """vLLM's tensors → ``(batch, target_probs [B, N, V], draft_probs [B, N, V], lengths [B])``, ``N = 1 + max
-    draft count``, ``lengths`` the chain length L of each request.
+    """vLLM's tensors → ``(batch, target_rows, draft_rows, row_index, lengths, bonus)`` for :func:`gpu.verify`
+    (the rows read in place), ``N = 1 +`` the largest draft count, ``lengths [B]`` the chain length L of each
+    request, ``bonus [B, num_drafts]``.
 
-    Request b's tree: slot 0 the root, chain c's i-th token at slot ``1 + c·L + i``.  Slot s holds the rows of
-    the draft token drafted *from* it (a chain's first token: the root's rows); each chain's last slot gets a
-    one-hot target row on its bonus token, so the engine's bonus draw returns vLLM's bonus sample.  With
-    ``draft_probs=None`` the draft rows are :func:`gpu.engines.sglang.uniform_draft_rows` (read only by
-    target-only, which is vLLM's rule for argmax drafts).
+    Request b's tree: slot 0 the root, chain c's i-th token at slot ``1 + c·L + i``.  Slot s reads the rows of
+    the draft token drafted *from* it (a chain's first token: the root's rows, chain 0's copy).  A chain's
+    last slot (and the root of a request without drafts) reads any row of its request: the engine's draw there
+    is replaced by the chain's bonus token (:func:`output_tokens`).  ``draft_probs=None`` gives
+    :func:`gpu.engines.sglang.uniform_draft_rows` (read only by target-only, vLLM's rule for argmax drafts).
     """
     if not torch.is_tensor(target_probs) or target_probs.ndim != 2:
         raise ValueError(f"{where}: target_probs must be a [T, V] tensor")
-    dev, dtype = target_probs.device, target_probs.dtype
+    dev = target_probs.device
     T, V = target_probs.shape
     tok = _as_long(draft_token_ids, where, "draft_token_ids", dev).reshape(-1)
     cu = _as_long(cu_num_draft_tokens, where, "cu_num_draft_tokens", dev).reshape(-1)
@@ -71,47 +72,42 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
         raise ValueError(f"{where}: bonus_token_ids must lie in [0, {V})")
     L = counts // m
     N = 1 + int(counts.max())
-    # every draft token: request, chain, position → its slot and the slot its rows belong to (the dump B·N for
-    # the repeated root rows of chains c ≥ 1)
-    req = torch.searchsorted(cu, torch.arange(T, device=dev), right=True)
-    j = torch.arange(T, device=dev) - (cu - counts)[req]
-    Lr = L[req].clamp(min=1)
-    c, i = j // Lr, j % Lr
-    slot = 1 + j
-    row_at = torch.where(i == 0, torch.where(c == 0, req * N, B * N), req * N + slot - 1)
+    # every draft token t: request, chain c, position i → its slot and the slot whose rows it carries
+    t = torch.arange(T, device=dev)
+    req = torch.searchsorted(cu, t, right=True)
+    start = cu - counts
+    j = t - start[req]
+    c, i = j // L[req].clamp(min=1), j % L[req].clamp(min=1)
     parent = torch.full((B * N,), -1, dtype=torch.long, device=dev)
     token = torch.full((B * N,), -1, dtype=torch.long, device=dev)
-    parent[req * N + slot] = torch.where(i == 0, 0, slot - 1)
-    token[req * N + slot] = tok
+    parent[req * N + 1 + j] = torch.where(i == 0, 0, j)
+    token[req * N + 1 + j] = tok
     batch = TreeBatch.from_tensors(parent.view(B, N), token.view(B, N), counts + 1, vocab_size=V)
-    # leaves: last slot of every chain (the root when L = 0)
-    chain = torch.arange(m, device=dev)
-    leaf = torch.where(L[:, None] > 0, (torch.arange(B, device=dev) * N)[:, None] + (chain + 1) * L[:, None],
-                       torch.where(chain == 0, (torch.arange(B, device=dev) * N)[:, None], B * N))
-    p = target_probs.new_empty(B * N + 1, V)
-    p.index_copy_(0, row_at, target_probs)
-    p[leaf.reshape(-1)] = 0
-    p[leaf.reshape(-1), bonus.reshape(-1)] = 1
-    pad = (~batch.valid).reshape(-1).nonzero().squeeze(1)
-    p[pad] = 1.0 / V
-    if draft_probs is None:
-        q = uniform_draft_rows(p[:B * N].view(B, N, V))
-    else:
-        q = draft_probs.new_empty(B * N + 1, V)
-        q.index_copy_(0, row_at, draft_probs.to(dtype))
-        q[torch.cat([leaf.reshape(-1), pad])] = 1.0 / V
-        q = q[:B * N].view(B, N, V)
-    return batch, p[:B * N].view(B, N, V), q, L
+    # rows: a slot reads its child's row; leaves (and padding) read the request's first row (row 0 if it has none)
+    row_index = torch.where(counts > 0, start, 0)[:, None].expand(B, N + 1).contiguous()
+    carries = (i > 0) | (c == 0)
+    at = torch.where(carries, req * (N + 1) + torch.where(i == 0, 0, j), B * (N + 1))
+    flat = torch.cat([row_index.view(-1), row_index.new_zeros(1)])
+    flat[at] = t
+    row_index = flat[:-1].view(B, N + 1)[:, :N]
+    q = uniform_draft_rows(target_probs) if draft_probs is None else draft_probs
+    return batch, target_probs, q, row_index, L, bonus
 
 
-def output_tokens(batch: TreeBatch, result: VerifyResult, width: int) -> torch.Tensor:
-    """``[B, width]`` int32: accepted tokens, then ``Y``, then :data:`PLACEHOLDER_TOKEN_ID`."""
+def output_tokens(batch: TreeBatch, result: VerifyResult, lengths: torch.Tensor, bonus: torch.Tensor,
+                  width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(output_token_ids [B, width] int32, chain [B])``: accepted tokens, then ``Y`` — the bonus token of the
+    accepted chain when the whole chain is accepted — then :data:`PLACEHOLDER_TOKEN_ID`; ``chain`` the index of
+    the accepted chain (−1 when no token is accepted)."""
     B = batch.batch_size
+    tau = result.num_accepted
+    first = result.accepted_nodes[:, min(1, batch.max_depth)]
+    chain = torch.where(tau > 0, (first - 1) // lengths.clamp(min=1), -1)
+    y = torch.where(tau == lengths, bonus.gather(1, chain.clamp(min=0)[:, None]).squeeze(1), result.next_token)
     out = torch.full((B, width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=batch.device)
-    D = batch.max_depth
-    out[:, :D] = result.accepted_tokens(batch).to(torch.int32)
-    out.scatter_(1, result.num_accepted[:, None], result.next_token[:, None].to(torch.int32))
-    return out
+    out[:, :batch.max_depth] = result.accepted_tokens(batch).to(torch.int32)
+    out.scatter_(1, tau[:, None], y[:, None].to(torch.int32))
+    return out, chain
 
 
 def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
@@ -137,20 +133,23 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     if method in ("sps", "bv") and num_drafts != 1:
         raise ValueError(f"{where}: method {method!r} verifies one chain; use rrs, rrsw, tv or univer for "
                          f"num_drafts = {num_drafts}")
-    batch, p, q, L = tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
-                                 bonus_token_ids, num_drafts, where)
+    if draft_probs is None and method != "sps":
+        raise ValueError(f"{where}: argmax drafts (draft_probs=None) are verified by 'sps' (target-only); "
+                         f"{method!r} needs draft_probs")
+    batch, p, q, row_index, L, bonus = tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
+                                                   bonus_token_ids, num_drafts, where)
     width = batch.max_depth if max_spec_len is None else int(max_spec_len)
     if width < batch.max_depth:
         raise ValueError(f"{where}: max_spec_len = {width} is shorter than a chain ({batch.max_depth} tokens)")
-    gpu_method = METHODS[method]
-    if draft_probs is None:
-        if method != "sps":
-            raise ValueError(f"{where}: argmax drafts (draft_probs=None) are verified by 'sps' (target-only); "
-                             f"{method!r} needs draft_probs")
-        gpu_method = "nss"
-    result = verify(batch, p, q, process, gpu_method, generator, validate)
+    B = batch.batch_size
+    if p.shape[0] == 0:                     # no drafts at all: every request emits its bonus token
+        out = torch.full((B, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=p.device)
+        out[:, 0] = bonus[:, 0].to(torch.int32)
+        chain = torch.full((B,), -1, dtype=torch.long, device=p.device)
+    else:
+        gpu_method = "nss" if draft_probs is None else METHODS[method]
+        result = verify(batch, p, q, process, gpu_method, generator, validate, row_index)
+        out, chain = output_tokens(batch, result, L, bonus, width + 1)
     if accepted_draft is not None:
-        first = result.accepted_nodes[:, min(1, batch.max_depth)]
-        chain = torch.where((result.num_accepted > 0) & (first > 0), (first - 1) // L.clamp(min=1), -1)
         accepted_draft.copy_(chain)
-    return output_tokens(batch, result, width + 1)
+    return out

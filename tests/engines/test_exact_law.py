@@ -8,7 +8,8 @@
 * Every lossless method through each adapter: every outcome (end node, Y) of the method's exact per-tree law on
   the batch the adapter builds (the law :func:`gpu.verify` samples, checked in tests/gpu) is written out by the
   adapter's output step and read back the way the engine reads it; averaged over all drafted trees (and vLLM's
-  bonus draws) this is the target's law (``distance_to_target`` ≤ 1e-12).  The same test fails for a mis-wired
+  bonus draws) this is the target's law (``distance_to_target`` ≤ 1e-12).  (The vLLM adapter's leaf rows are
+  stand-ins whose draw it replaces by the bonus token, so there the law's Y is replaced the same way.)  The same test fails for a mis-wired
   slot order and for swapped bonus tokens.
 """
 import itertools
@@ -141,21 +142,21 @@ def sglang_adapter_law(method, process, shape, break_order=False):
     for i, (tree, weight) in enumerate(enumerate_trees(MODEL, shape, process)):
         p, q = MODEL.node_probs(tree)
         ints, perm = scrambled(tree, i)
-        batch, pb, qb, order = sglang.tree_inputs(ints["candidates"], ints["retrive_next_token"],
-                                                  ints["retrive_next_sibling"], storage_rows(p, perm),
-                                                  storage_rows(q, perm))
+        batch, pr, qr, rows, order = sglang.tree_inputs(ints["candidates"], ints["retrive_next_token"],
+                                                        ints["retrive_next_sibling"], storage_rows(p, perm),
+                                                        storage_rows(q, perm))
         conv = batch.to_trees(3)[0]
-        law = VERIFIERS[method].law(conv, pb[0].numpy(), qb[0].numpy(), process)
+        law = VERIFIERS[method].law(conv, pr[rows[0]].numpy(), qr[rows[0]].numpy(), process)
         if break_order:
             order = torch.arange(tree.num_nodes)[None]
-        for u, y, pr in cells_of(conv, law):
+        for u, y, prob in cells_of(conv, law):
             out = sglang.SGLangOutputs(torch.full((tree.num_nodes,), -1, dtype=torch.int32),
                                        torch.full((1, shape.max_depth + 1), -1, dtype=torch.int32),
                                        torch.zeros(1, dtype=torch.int32))
             sglang.fill_outputs(one_result(conv, u, y, batch.max_depth), order, ints["candidates"],
                                 ints["retrive_index"], *out)
             emitted = tuple(out.predicts[out.accept_index[0, :int(out.accept_token_num[0]) + 1].long()].tolist())
-            total[emitted] = total.get(emitted, 0) + weight * pr
+            total[emitted] = total.get(emitted, 0) + weight * prob
     return distance_to_target(MODEL, total, shape.max_depth + 1)
 
 
@@ -197,14 +198,16 @@ def vllm_adapter_law(method, process, m, L, swap_bonus=False):
             if wb == 0:
                 continue
             given = bonus[::-1] if swap_bonus else bonus
-            batch, pb, qb, _ = vllm.tree_inputs(ids, torch.tensor([len(ids)]), dp, tp, torch.tensor([given]), m)
+            batch, pr, qr, rows, lengths, bon = vllm.tree_inputs(ids, torch.tensor([len(ids)]), dp, tp,
+                                                                 torch.tensor([given]), m)
             conv = batch.to_trees(3)[0]
             name = "nss" if argmax else vllm.METHODS[method]
-            law = VERIFIERS[name].law(conv, pb[0].numpy(), qb[0].numpy(), "iid" if argmax else process)
-            for u, y, pr in cells_of(conv, law):
-                out = vllm.output_tokens(batch, one_result(conv, u, y, batch.max_depth), L + 1)[0].tolist()
+            law = VERIFIERS[name].law(conv, pr[rows[0]].numpy(), qr[rows[0]].numpy(), "iid" if argmax else process)
+            for u, y, prob in cells_of(conv, law):
+                res = one_result(conv, u, y, batch.max_depth)
+                out = vllm.output_tokens(batch, res, lengths, bon, L + 1)[0][0].tolist()
                 emitted = tuple(out[:out.index(vllm.PLACEHOLDER_TOKEN_ID)] if vllm.PLACEHOLDER_TOKEN_ID in out else out)
-                total[emitted] = total.get(emitted, 0) + weight * wb * pr
+                total[emitted] = total.get(emitted, 0) + weight * wb * prob
     return distance_to_target(MODEL, total, L + 1)
 
 

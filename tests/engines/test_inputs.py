@@ -93,7 +93,7 @@ def test_sglang_adapter_input_errors():
         sglang_verify_tree(**ints, target_probs=p, method="bv")
     bad = p.clone()
     bad[0, 0, 0] = float("nan")
-    with pytest.raises(ValueError, match=r"target_probs row \[0, 0\] contains NaN"):
+    with pytest.raises(ValueError, match=r"target_probs row \[0\] contains NaN"):
         sglang_verify_tree(**ints, target_probs=bad)
     q = p.clone()
     q[0, 0] = torch.tensor([0.5, 0.5, 0.0, 0.0])          # token 2 drafted with q = 0
