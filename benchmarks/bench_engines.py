@@ -13,7 +13,10 @@ Cells (default B = 64 requests, N = 16 slots, V = 49152, float32 rows; one torch
 Both sides validate their inputs and draw with the same seeded generator; each side gets fresh tensors of
 indices (derived tree structure is computed inside the timing, as in a decode step).  The two sides alternate
 within every repeat; per cell the min and median ms of each side and the ratio adapter / verify of both are
-printed, and written as JSON with ``--json``.
+printed.  On a shared machine the difference of two ~100 ms timings is noise-dominated, so the adapter's own
+steps (input conversion and output writing, everything it does besides ``gpu.verify``) are also timed alone,
+alternating with the others, and reported as ``own`` ms and ``own / verify`` (min over min).  ``--json`` writes
+the cells.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import torch
 
 from gpu import TreeBatch, verify
 from gpu.drafting import sample_children
-from gpu.engines import sglang_verify_tree, vllm_rejection_sample
+from gpu.engines import sglang, sglang_verify_tree, vllm, vllm_rejection_sample
 from gpu.engines.sglang import uniform_draft_rows
 
 
@@ -67,15 +70,16 @@ def sglang_tensors(batch, perm):
             "retrive_next_token": move(first), "retrive_next_sibling": move(nxt)}
 
 
-def interleaved(a, b, repeat):
-    """``(times_a, times_b)`` in ms, a and b alternating (which goes first alternates too)."""
-    ta, tb = [], []
+def interleaved(fns, repeat):
+    """ms per call of each of ``fns``, called in turn (the order rotates every repeat)."""
+    times = [[] for _ in fns]
     for r in range(repeat):
-        for fn, out in ((a, ta), (b, tb)) if r % 2 == 0 else ((b, tb), (a, ta)):
+        for k in range(len(fns)):
+            i = (k + r) % len(fns)
             t = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t) * 1e3)
-    return ta, tb
+            fns[i]()
+            times[i].append((time.perf_counter() - t) * 1e3)
+    return times
 
 
 def main(argv=None):
@@ -97,18 +101,22 @@ def main(argv=None):
     fresh = lambda b: TreeBatch(b.parent.clone(), b.token.clone(), b.num_nodes.clone())
     cells = []
 
-    def report(name, ta, tb):
+    def report(name, ta, tb, tc):
         cell = {"cell": name, "B": B, "N": N, "V": V, "verify_min_ms": min(ta), "verify_median_ms": statistics.median(ta),
-                "adapter_min_ms": min(tb), "adapter_median_ms": statistics.median(tb)}
+                "adapter_min_ms": min(tb), "adapter_median_ms": statistics.median(tb),
+                "own_min_ms": min(tc), "own_median_ms": statistics.median(tc)}
         cell["ratio_min"] = cell["adapter_min_ms"] / cell["verify_min_ms"]
         cell["ratio_median"] = cell["adapter_median_ms"] / cell["verify_median_ms"]
+        cell["own_over_verify"] = cell["own_min_ms"] / cell["verify_min_ms"]
         cells.append(cell)
         print(f"{name:>24} {cell['verify_min_ms']:>9.1f} {cell['verify_median_ms']:>9.1f} {cell['adapter_min_ms']:>9.1f} "
-              f"{cell['adapter_median_ms']:>9.1f} {cell['ratio_min']:>8.3f} {cell['ratio_median']:>8.3f}", flush=True)
+              f"{cell['adapter_median_ms']:>9.1f} {cell['ratio_min']:>8.3f} {cell['ratio_median']:>8.3f} "
+              f"{cell['own_min_ms']:>7.2f} {cell['own_over_verify']:>8.4f}", flush=True)
 
     print(f"torch threads {torch.get_num_threads()}, B = {B}, N = {N}, V = {V}, float32 rows; ms over {args.repeat} "
           f"interleaved runs per side")
-    print(f"{'cell':>24} {'verify min':>9} {'median':>9} {'adapter min':>9} {'median':>9} {'min/min':>8} {'med/med':>8}")
+    print(f"{'cell':>24} {'verify min':>9} {'median':>9} {'adapter min':>9} {'median':>9} {'min/min':>8} {'med/med':>8} "
+          f"{'own min':>7} {'own/verify':>8}")
     rng = np.random.default_rng(1)
     scrambled = torch.tensor(np.stack([np.concatenate([[0], 1 + rng.permutation(N - 1)]) for _ in range(B)]))
     for method in args.methods.split(","):
@@ -120,12 +128,24 @@ def main(argv=None):
             p_in = torch.empty_like(p).scatter_(1, perm[:, :, None].expand(B, N, V), p)
             q_st = None if q_in is None else torch.empty_like(q).scatter_(1, perm[:, :, None].expand(B, N, V), q)
             g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
-            ta, tb = interleaved(
+            b_in, p_r, q_r, r_i, order = sglang.tree_inputs(ints["candidates"], ints["retrive_next_token"],
+                                                            ints["retrive_next_sibling"], p_in, q_st)
+            res = verify(b_in, p_r, q_r, process, method, g1, row_index=r_i)
+            outs = sglang.SGLangOutputs(torch.full((B * N,), -1, dtype=torch.int32),
+                                        torch.full((B, b_in.max_depth + 1), -1, dtype=torch.int32),
+                                        torch.zeros(B, dtype=torch.int32))
+
+            def own():
+                sglang.tree_inputs(ints["candidates"], ints["retrive_next_token"], ints["retrive_next_sibling"],
+                                   p_in, q_st)
+                sglang.fill_outputs(res, order, ints["candidates"], ints["retrive_index"], *outs)
+
+            ta, tb, tc = interleaved([
                 lambda: verify(fresh(batch), p, q_ref, process, method, g1),
                 lambda: sglang_verify_tree(**ints, target_probs=p_in, draft_probs=q_st, method=method,
                                            process=process, generator=g2),
-                args.repeat)
-            report(f"sglang-{method}{tag}", ta, tb)
+                own], args.repeat)
+            report(f"sglang-{method}{tag}", ta, tb, tc)
             del p_in, q_st
     # vLLM: chains of N − 1 draft tokens per request
     chain = TreeBatch.from_tensors(torch.arange(-1, N - 1).expand(B, N), torch.cat(
@@ -139,11 +159,18 @@ def main(argv=None):
     for method in args.vllm_methods.split(","):
         gpu_method = {"sps": "rrs", "bv": "tv"}[method]
         g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
-        ta, tb = interleaved(
+        b_in, p_r, q_r, r_i, lengths, bon = vllm.tree_inputs(ids, cu, q_flat, p_flat, bonus)
+        res = verify(b_in, p_r, q_r, "iid", gpu_method, g1, row_index=r_i)
+
+        def own():
+            vllm.tree_inputs(ids, cu, q_flat, p_flat, bonus)
+            vllm.output_tokens(b_in, res, lengths, bon, N)
+
+        ta, tb, tc = interleaved([
             lambda: verify(fresh(chain), p_chain, q, "iid", gpu_method, g1),
             lambda: vllm_rejection_sample(ids, cu, q_flat, p_flat, bonus, g2, method=method),
-            args.repeat)
-        report(f"vllm-{method}", ta, tb)
+            own], args.repeat)
+        report(f"vllm-{method}", ta, tb, tc)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(cells, f, indent=1)
