@@ -43,11 +43,6 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
     if row_index is not None:
         if not torch.is_tensor(row_index) or row_index.shape != batch.parent.shape or row_index.dtype != torch.long:
             raise ValueError(f"{where}: row_index must be a long tensor [B, N] = {list(batch.parent.shape)}")
-        R = target_probs.shape[0] if torch.is_tensor(target_probs) else 0
-        bad = batch.valid & ((row_index < 0) | (row_index >= R))
-        if bad.any():
-            b, v = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"{where}: row_index[{b}, {v}] = {int(row_index[b, v])} is outside the {R} rows")
     for name, x in (("target_probs", target_probs), ("draft_probs", draft_probs)):
         if row_index is not None:
             if not torch.is_tensor(x) or x.ndim != 2 or x.shape[0] != target_probs.shape[0]:
@@ -58,6 +53,12 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
                              f"{list(x.shape) if torch.is_tensor(x) else type(x).__name__}")
         if x.device != batch.device:
             raise ValueError(f"{where}: {name} is on {x.device} but the batch is on {batch.device}")
+    if row_index is not None:
+        R = target_probs.shape[0]
+        bad = batch.valid & ((row_index < 0) | (row_index >= R))
+        if bad.any():
+            b, v = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{where}: row_index[{b}, {v}] = {int(row_index[b, v])} is outside the {R} rows")
     if target_probs.shape != draft_probs.shape or target_probs.dtype != draft_probs.dtype:
         raise ValueError(f"{where}: target_probs {list(target_probs.shape)} {target_probs.dtype} and draft_probs "
                          f"{list(draft_probs.shape)} {draft_probs.dtype} disagree (vocab, nodes or dtype)")
@@ -148,9 +149,10 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
 
 
 def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,
-                             process: str, method: str, validate: bool = True) -> torch.Tensor:
+                             process: str, method: str, validate: bool = True,
+                             row_index: torch.Tensor | None = None) -> torch.Tensor:
     """``E[τ | T_b]`` per tree ``[B]`` (analytic, no sampling; dtype of the inputs); arguments as :func:`verify`."""
     rule = _rule("expected_accepted_length", method, process)
     if validate:
-        validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process)
-    return engine.expected_accepted(batch, target_probs, draft_probs, process, rule)
+        validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process, row_index)
+    return engine.expected_accepted(batch, target_probs, draft_probs, process, rule, row_index)
