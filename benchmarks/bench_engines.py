@@ -3,12 +3,12 @@
 Cells (default B = 64 requests, N = 16 slots, V = 49152, float32 rows; one torch thread unless ``--threads``):
 
 * ``sglang-<method>``: :func:`gpu.engines.sglang_verify_tree` on SGLang's tensors (links stored in topological
-  slot order, as SGLang's tree builder stores them) vs :func:`gpu.verify` on the same trees and rows;
-* ``sglang-<method>-scrambled``: the links stored in a random slot order, so the adapter also moves the
-  ``[B, N, V]`` rows into topological order (the reference gets them already moved);
+  slot order, as SGLang's tree builder stores them) vs :func:`gpu.verify` on the same trees and rows (random
+  shapes, wor children: ``bench_gpu.random_batch``);
+* ``sglang-<method>-scrambled``: the links stored in a random slot order (the adapter reorders the tree and
+  reads the rows where they are; the reference gets them in topological order);
 * ``vllm-<method>``: :func:`gpu.engines.vllm_rejection_sample` on flattened chains of N − 1 draft tokens per
-  request vs :func:`gpu.verify` on the chain batch with its rows already laid out ``[B, N, V]`` (the adapter
-  assembles them, bonus row included).
+  request vs :func:`gpu.verify` on the chain batch with its rows laid out ``[B, N, V]`` (bonus row included).
 
 Both sides validate their inputs and draw with the same seeded generator; each side gets fresh tensors of
 indices (derived tree structure is computed inside the timing, as in a decode step).  The two sides alternate
@@ -28,35 +28,10 @@ import time
 import numpy as np
 import torch
 
+from bench_gpu import random_batch
 from gpu import TreeBatch, verify
-from gpu.drafting import sample_children
 from gpu.engines import sglang, sglang_verify_tree, vllm, vllm_rejection_sample
 from gpu.engines.sglang import uniform_draft_rows
-
-
-def rows(B, N, V, gen):
-    p = torch.softmax(2.0 * torch.randn(B, N, V, generator=gen), -1)
-    q = torch.softmax(torch.log(p) + 0.8 * torch.randn(B, N, V, generator=gen), -1)
-    return p, q
-
-
-def random_trees(B, N, V, q, seed):
-    """B random trees of N nodes (parent uniform among earlier nodes of depth < 4), wor children from q."""
-    rng = np.random.default_rng(seed)
-    parent = torch.full((B, N), -1, dtype=torch.long)
-    token = torch.full((B, N), -1, dtype=torch.long)
-    for b in range(B):
-        depth = [0]
-        for v in range(1, N):
-            u = int(rng.choice([w for w in range(v) if depth[w] < 4]))
-            parent[b, v] = u
-            depth.append(depth[u] + 1)
-        kids: dict = {}
-        for v in range(1, N):
-            kids.setdefault(int(parent[b, v]), []).append(v)
-        for u, vs in kids.items():
-            token[b, vs] = sample_children(q[b, u:u + 1], len(vs), "wor").view(-1)
-    return TreeBatch.from_tensors(parent, token, vocab_size=V)
 
 
 def sglang_tensors(batch, perm):
@@ -96,8 +71,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     B, N, V = args.batch, args.nodes, args.vocab
     gen = torch.Generator().manual_seed(0)
-    p, q = rows(B, N, V, gen)
-    batch = random_trees(B, N, V, q, 0)
+    batch, p, q = random_batch(B, N, V, "cpu", gen)
     fresh = lambda b: TreeBatch(b.parent.clone(), b.token.clone(), b.num_nodes.clone())
     cells = []
 
