@@ -16,6 +16,9 @@ import torch
 from gpu.engines import PLACEHOLDER_TOKEN_ID as PH
 from gpu.engines import sglang_verify_tree, vllm_rejection_sample
 
+#: The adapters run on the inputs' device: every available one is checked.
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
 # ---------------------------------------------------------------------------------------------------------
 # SGLang
 # ---------------------------------------------------------------------------------------------------------
@@ -51,6 +54,7 @@ def outputs(S):
 
 
 def check_sglang(out):
+    out = type(out)(*(x.cpu() for x in out))
     assert out.predicts.tolist() == SGL["predicts"]
     assert out.accept_index.tolist() == SGL["accept_index"]
     assert out.accept_token_num.tolist() == SGL["accept_token_num"]
@@ -68,14 +72,17 @@ def test_sglang_target_only_on_its_coins(dtype, seed):
     check_sglang(out)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("method, process", [("nss", None), ("rrs", "iid"), ("rrsw", "wor"), ("tv", "iid"),
                                              ("tv", "wor"), ("univer", "iid"), ("univer", "wor")])
-def test_sglang_case_every_method(method, process):
+def test_sglang_case_every_method(method, process, device):
     ints, p = sglang_inputs()
+    ints, p = {k: v.to(device) for k, v in ints.items()}, p.to(device)
     q = None if method == "nss" else torch.full_like(p, 1 / p.shape[-1])
     for seed in range(3):
         out = sglang_verify_tree(**ints, target_probs=p, draft_probs=q, method=method, process=process,
-                                 generator=torch.Generator().manual_seed(seed), num_speculative_tokens=4)
+                                 generator=torch.Generator(device).manual_seed(seed), num_speculative_tokens=4)
+        assert out.predicts.device == p.device
         check_sglang(out)
 
 
@@ -113,12 +120,13 @@ def vllm_inputs(spec, target, vocab=100):
     return ids, cu, p, bonus
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", sorted(VLLM))
-def test_vllm_greedy_cases(case):
+def test_vllm_greedy_cases(case, device):
     spec, target, expected = VLLM[case]
-    ids, cu, p, bonus = vllm_inputs(spec, target)
-    out = vllm_rejection_sample(ids, cu, None, p, bonus, torch.Generator().manual_seed(0))
-    assert out.dtype == torch.int32 and out.tolist() == expected
+    ids, cu, p, bonus = (x.to(device) for x in vllm_inputs(spec, target))
+    out = vllm_rejection_sample(ids, cu, None, p, bonus, torch.Generator(device).manual_seed(0))
+    assert out.dtype == torch.int32 and out.device == p.device and out.tolist() == expected
 
 
 @pytest.mark.parametrize("method", ["sps", "bv"])
