@@ -165,9 +165,10 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     Parameters
     ----------
     method : ``nss`` (= ``target-only``, SGLang's own verifier), ``rrs`` (i.i.d. children), ``rrsw`` (children
-        without replacement), ``tv``, ``univer`` (either).  All but ``nss`` read ``draft_probs``.
+        without replacement), ``tv``, ``univer`` (either).  All but ``nss`` read ``draft_probs``; ``nss``
+        ignores them (SGLang passes a zero placeholder) and ``process``: it is lossless on any tree.
     process : how each node's children were drafted (``iid``, ``wor``, ``topk``, ``greedy``); default ``wor``
-        for ``rrsw``, ``iid`` otherwise.  Ignored by ``nss`` without ``draft_probs``.
+        for ``rrsw``, ``iid`` otherwise.
     uniform_samples [B, N], uniform_samples_for_final_sampling [B] : SGLang's coins; only for ``nss``, which then
         runs :func:`target_only_coins` (the kernel's procedure).  Otherwise the randomness comes from
         ``generator`` (a torch.Generator on the inputs' device; None: torch's default).
@@ -178,6 +179,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     where = "sglang.verify_tree"
     check_choice(method, METHODS, where, "method")
     method = "nss" if method == "target-only" else method
+    if method == "nss":
+        draft_probs, process = None, "iid"
     batch, p, q, row_index, order = tree_inputs(candidates, retrive_next_token, retrive_next_sibling,
                                                 target_probs, draft_probs, where)
     B, N, V = target_probs.shape
@@ -212,7 +215,7 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
         path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, target_probs, U, Uf, S)
         _write(path, tau, y, candidates, ridx, predicts, accept_index, accept_token_num)
     else:
-        if process is None or (method == "nss" and draft_probs is None):
+        if process is None:
             process = "wor" if method == "rrsw" else "iid"
         result = verify(batch, p, q, process, method, generator, validate, row_index)
         fill_outputs(result, order, candidates, ridx, predicts, accept_index, accept_token_num)

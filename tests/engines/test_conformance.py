@@ -87,8 +87,10 @@ def test_sglang_case_every_method(method, process, device):
 
 
 def test_sglang_outputs_created_with_sglang_shapes():
+    """Outputs allocated as SGLang does; target-only ignores SGLang's zero draft_probs placeholder."""
     ints, p = sglang_inputs()
-    out = sglang_verify_tree(**ints, target_probs=p, generator=torch.Generator().manual_seed(0))
+    out = sglang_verify_tree(**ints, target_probs=p, draft_probs=torch.zeros_like(p),
+                             generator=torch.Generator().manual_seed(0))
     assert out.predicts.shape == (12,) and out.accept_index.shape == (2, 4)    # S = deepest tree + 1
     check_sglang(out)
 
