@@ -65,7 +65,6 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
     valid = batch.valid if row_index is None else None
     check_rows(where, "target_probs", target_probs, valid)
     check_rows(where, "draft_probs", draft_probs, valid)
-    B, N = batch.parent.shape
     V = target_probs.shape[-1]
     q_flat = draft_probs.reshape(-1, V)
     rows = engine.row_numbers(batch, row_index).clamp(min=0)

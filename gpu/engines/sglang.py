@@ -90,7 +90,7 @@ def fill_outputs(result: VerifyResult, order: torch.Tensor, candidates, retrive_
 
 def _write(path, tau, y, candidates, retrive_index, predicts, accept_index, accept_token_num) -> None:
     """``path [B, W]`` storage slots (−1 padded), τ, Y → the three outputs in place."""
-    B, W = path.shape
+    W = path.shape[1]
     ridx = torch.as_tensor(retrive_index, device=path.device).long()
     cand = torch.as_tensor(candidates, device=path.device).long()
     here = path >= 0
@@ -183,7 +183,7 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
         draft_probs, process = None, "iid"
     batch, p, q, row_index, order = tree_inputs(candidates, retrive_next_token, retrive_next_sibling,
                                                 target_probs, draft_probs, where)
-    B, N, V = target_probs.shape
+    B, N = target_probs.shape[:2]
     dev = target_probs.device
     if accept_index is not None:
         S = accept_index.shape[1]
