@@ -17,7 +17,8 @@ scaling ``ρ``
 
 Modules: :mod:`gpu.tree_batch` (padded trees, SGLang converters, attention mask), :mod:`gpu.probs` (logits →
 probs, input check, row sampling), :mod:`gpu.drafting` (batched draft processes), :mod:`gpu.engine` (the
-two-pass engine), :mod:`gpu.rules` (level rules), :mod:`gpu.verify` (public wrappers); UniVer's node plans in
+two-pass engine), :mod:`gpu.rules` (level rules), :mod:`gpu.verify` (public wrappers), :mod:`gpu.engines`
+(SGLang's and vLLM's verification contracts); UniVer's node plans in
 :mod:`gpu.univer_rule` with :mod:`gpu.layout`, :mod:`gpu.wor_plans`, :mod:`gpu.condot`, :mod:`gpu.slot_rule`
 and the batched simplex of :mod:`gpu.simplex`.
 """

@@ -120,11 +120,22 @@ def _row_blocks(batch: TreeBatch, row_bytes: int):
             yield tree[lo:hi], slots[lo:hi], kids[lo:hi, :k], sub[:k]
 
 
+def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tensor:
+    """``[B, N]`` long: the row of ``target_probs.reshape(-1, V)`` (and of the draft rows) holding slot v of tree
+    b — ``b·N + v`` for ``[B, N, V]`` rows, ``row_index`` when the rows come flat (``[R, V]``, any order)."""
+    if row_index is not None:
+        return row_index
+    B, N = batch.parent.shape
+    return torch.arange(B * N, device=batch.device).view(B, N)
+
+
 def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
              rule: LevelRule, generator: torch.Generator | None = None, sample: bool = False,
-             keep_residuals: bool = False) -> Allocation:
-    """Pass 1 from the root down (inputs assumed valid; see :func:`gpu.verify.verify`)."""
-    B, N, V = target_probs.shape
+             keep_residuals: bool = False, row_index: torch.Tensor | None = None) -> Allocation:
+    """Pass 1 from the root down (inputs assumed valid; see :func:`gpu.verify.verify`; ``row_index``:
+    :func:`row_numbers`)."""
+    B, N = batch.parent.shape
+    V = target_probs.shape[-1]
     dtype, dev = target_probs.dtype, target_probs.device
     rho = torch.ones(B, N + 1, dtype=dtype, device=dev)
     enter = torch.ones(B, N + 1, dtype=dtype, device=dev)
@@ -136,15 +147,17 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     shape_ids, shape_keys = batch.subtree_shapes
     shape_ext = torch.cat([shape_ids, torch.full_like(shape_ids[:, :1], -1)], dim=1).view(-1)
     flat = lambda x: x.view(-1)                      # [B, N+1] state ↔ flat index tree·(N+1) + slot
-    p_rows, q_rows = target_probs.flatten(0, 1), draft_probs.flatten(0, 1)      # [B·N, V] (views if contiguous)
+    p_rows, q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)    # [B·N, V] (views if contiguous)
+    rows_of = row_numbers(batch, row_index).reshape(-1)
     blocks = list(_row_blocks(batch, V * target_probs.element_size()))
     width = max(tree.shape[0] for tree, *_ in blocks) if blocks else 0
     p_buf, q_buf = p_rows.new_empty(width, V), q_rows.new_empty(width, V)      # row gathers, reused by every block
     for tree, slots, kids, active in blocks:
         at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
         R = tree.shape[0]
-        ctx = LevelContext(flat(rho)[at], torch.index_select(p_rows, 0, tree * N + slots, out=p_buf[:R]),
-                           torch.index_select(q_rows, 0, tree * N + slots, out=q_buf[:R]), token_ext[kid_at],
+        src = rows_of[tree * N + slots]
+        ctx = LevelContext(flat(rho)[at], torch.index_select(p_rows, 0, src, out=p_buf[:R]),
+                           torch.index_select(q_rows, 0, src, out=q_buf[:R]), token_ext[kid_at],
                            kids < N, process, shape_ext[kid_at], shape_keys, active)
         dec = rule(ctx)
         flat(rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
@@ -170,11 +183,13 @@ def _ext(x: torch.Tensor, fill) -> torch.Tensor:
 
 
 def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
-           rule: LevelRule, generator: torch.Generator | None = None) -> VerifyResult:
+           rule: LevelRule, generator: torch.Generator | None = None,
+           row_index: torch.Tensor | None = None) -> VerifyResult:
     """Pass 1 + pass 2 with independent coins: one verification per tree."""
-    B, N, V = target_probs.shape
+    B, N = batch.parent.shape
+    V = target_probs.shape[-1]
     dev = target_probs.device
-    alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True)
+    alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True, row_index=row_index)
     entered = _ext(uniform((B, N), dev, generator) < alloc.enter.to(torch.float64), False)
     stops = uniform((B, N), dev, generator) < alloc.stop.to(torch.float64)
     kids = batch.children                                    # [B, N, K], dump N
@@ -192,7 +207,7 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
         succ = _ext((any_win | stops) & batch.valid, False)
         end = _ext(torch.where(any_win, end.gather(1, winner), slot[:, :N]), N)
     u = end[:, 0]                                            # the root's stop is 1: always an endpoint
-    leaf_rows = target_probs[torch.arange(B, device=dev), u]
+    leaf_rows = target_probs.reshape(-1, V)[row_numbers(batch, row_index).gather(1, u[:, None]).squeeze(1)]
     leaf_y = sample_rows(leaf_rows, generator)
     is_leaf = batch.num_children.gather(1, u[:, None]).squeeze(1) == 0
     y = torch.where(is_leaf, leaf_y, alloc.candidate.gather(1, u[:, None]).squeeze(1))
@@ -210,11 +225,11 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
 
 
 def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
-                      rule: LevelRule) -> torch.Tensor:
+                      rule: LevelRule, row_index: torch.Tensor | None = None) -> torch.Tensor:
     """``E[τ | T]`` per tree ``[B]``: post-order ``(σ, e)`` of :func:`univer_theory.engine.tree_expected_accepted`,
     ``σ_u = Σ_j F_j a_j σ_j + F_K f_u``, ``e_u = Σ_j F_j a_j (σ_j + e_j)``, ``F_j = Π_{l<j}(1 − a_l σ_l)``."""
-    B, N, _ = target_probs.shape
-    alloc = allocate(batch, target_probs, draft_probs, process, rule)
+    B, N = batch.parent.shape
+    alloc = allocate(batch, target_probs, draft_probs, process, rule, row_index=row_index)
     kids = batch.children
     K = kids.shape[2]
     enter = _ext(alloc.enter, 0)

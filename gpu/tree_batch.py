@@ -112,36 +112,24 @@ class TreeBatch:
 
     @classmethod
     def from_sglang(cls, retrive_next_token, retrive_next_sibling, token, num_nodes=None,
-                    vocab_size: int | None = None) -> "TreeBatch":
+                    vocab_size: int | None = None, return_order: bool = False):
         """Build from SGLang-style linked lists: ``retrive_next_token[b, u]`` = first child of u,
         ``retrive_next_sibling[b, u]`` = next sibling of u (−1 for none), ``token [B, N]`` (root −1).
 
-        The sibling lists must run in slot order (our drafting order); the result is validated like
-        :meth:`from_tensors`.
+        The lists may be stored in any slot order (a child or a next sibling may sit in an earlier slot); the
+        batch is laid out in the topological order of :func:`sglang_slot_order` (the storage order itself when
+        that is already topological), each sibling list in list order.  With ``return_order`` the result is
+        ``(batch, order)``, ``order[b, v]`` = storage slot of the batch's slot v (rows indexed by storage slot
+        are moved with ``rows.gather(1, order)``).  Malformed links raise ValueError naming the array and slot;
+        the result is validated like :meth:`from_tensors`.
         """
         where = "TreeBatch.from_sglang"
-        first = _as_long(retrive_next_token, where, "retrive_next_token", None)
-        nxt = _as_long(retrive_next_sibling, where, "retrive_next_sibling", first.device)
-        token = _as_long(token, where, "token", first.device)
-        if first.ndim != 2 or first.shape != nxt.shape or first.shape != token.shape:
-            raise ValueError(f"{where}: retrive_next_token, retrive_next_sibling and token must all be [B, N], "
-                             f"got {tuple(first.shape)}, {tuple(nxt.shape)}, {tuple(token.shape)}")
-        B, N = first.shape
-        for name, arr in (("retrive_next_token", first), ("retrive_next_sibling", nxt)):
-            if ((arr < -1) | (arr >= N)).any():
-                raise ValueError(f"{where}: {name} entries must lie in [−1, {N}), got {arr.min()}..{arr.max()}")
-        slot = torch.arange(N, device=first.device).expand(B, N)
-        if ((first != -1) & (first <= slot)).any() or ((nxt != -1) & (nxt <= slot)).any():
-            raise ValueError(f"{where}: every first child and next sibling must come after its node in slot "
-                             f"order (parents precede children, siblings in drafting order)")
-        parent = torch.full((B, N + 1), -1, dtype=torch.long, device=first.device)
-        dump = torch.where(first >= 0, first, N)
-        parent.scatter_(1, dump, torch.where(first >= 0, slot, -1))
-        # a sibling's parent is its predecessor's: walk the lists (each step fixes one more sibling)
-        for _ in range(N):
-            src = torch.where(nxt >= 0, nxt, N)
-            parent.scatter_(1, src, torch.where(nxt >= 0, parent[:, :N], -1))
-        return cls.from_tensors(parent[:, :N].contiguous(), token, num_nodes, vocab_size)
+        parent, order = sglang_slot_order(retrive_next_token, retrive_next_sibling, num_nodes)
+        token = _as_long(token, where, "token", parent.device)
+        if token.shape != parent.shape:
+            raise ValueError(f"{where}: token must be [B, N] = {list(parent.shape)}, got {list(token.shape)}")
+        batch = cls.from_tensors(parent, token.gather(1, order), num_nodes, vocab_size)
+        return (batch, order) if return_order else batch
 
     # ---------------------------------------------------------------------------------------------------
     # Basic properties
@@ -303,3 +291,99 @@ def tree_attention_mask(batch: TreeBatch) -> torch.Tensor:
         cur = torch.where(cur >= 0, up, -1)
         mask |= (cur[:, :, None] == torch.arange(N, device=batch.device)[None, None, :])
     return mask & (batch.valid[:, :, None] | eye)
+
+
+def sglang_slot_order(retrive_next_token, retrive_next_sibling, num_nodes=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check SGLang's first-child / next-sibling links ``[B, N]`` and lay the trees out topologically.
+
+    Returns ``(parent, order)`` ``[B, N]`` long: ``order[b, v]`` is the storage slot placed at slot v,
+    ``parent[b, v]`` the (new) slot of its parent (−1 for the root and for padding).  The order is Kahn's
+    topological order taking the lowest storage slot among the nodes whose parent and previous sibling are
+    placed — the identity whenever the storage order already has parents before children and every sibling
+    list in increasing slot order.
+
+    Rules, each a ValueError naming the array and slot: entries lie in ``[−1, N)`` and point at valid slots
+    (``< num_nodes``); slot 0 is the root (no link reaches it, it has no sibling); every other valid slot is
+    reached by exactly one link (a first-child or a next-sibling entry) and from the root (no cycles);
+    padded slots (``≥ num_nodes``) have no links.
+    """
+    where = "TreeBatch.from_sglang"
+    first = _as_long(retrive_next_token, where, "retrive_next_token", None)
+    nxt = _as_long(retrive_next_sibling, where, "retrive_next_sibling", first.device)
+    if first.ndim != 2 or first.shape != nxt.shape or first.shape[1] == 0:
+        raise ValueError(f"{where}: retrive_next_token and retrive_next_sibling must both be [B, N] with N ≥ 1, "
+                         f"got {tuple(first.shape)} and {tuple(nxt.shape)}")
+    B, N = first.shape
+    dev = first.device
+    n = torch.full((B,), N, dtype=torch.long, device=dev) if num_nodes is None else \
+        _as_long(num_nodes, where, "num_nodes", dev).reshape(-1)
+    if n.shape != (B,) or ((n < 1) | (n > N)).any():
+        raise ValueError(f"{where}: num_nodes must be [B] = [{B}] with entries in [1, {N}], got {n.tolist()}")
+    slot = torch.arange(N, device=dev).expand(B, N)
+    valid = slot < n[:, None]
+
+    def fail(mask, name, arr, rule):
+        if mask.any():
+            b, u = (int(i) for i in mask.nonzero()[0])
+            raise ValueError(f"{where}: {name}[{b}, {u}] = {int(arr[b, u])} breaks the rule: {rule}")
+
+    for name, arr in (("retrive_next_token", first), ("retrive_next_sibling", nxt)):
+        fail((arr < -1) | (arr >= N), name, arr, f"entries must lie in [-1, {N})")
+        fail((arr >= 0) & ~valid, name, arr, "padded slots (≥ num_nodes) have no links")
+        fail((arr >= 0) & (arr >= n[:, None]), name, arr, "links must point at valid slots (< num_nodes)")
+        fail(arr == 0, name, arr, "slot 0 is the root: no link may reach it")
+    fail((slot == 0) & (nxt >= 0), "retrive_next_sibling", nxt, "the root has no siblings")
+    # in-degree: every valid non-root slot is reached by exactly one link
+    hits = torch.zeros(B, N + 1, dtype=torch.long, device=dev)
+    for arr in (first, nxt):
+        hits.scatter_add_(1, torch.where(arr >= 0, arr, N), torch.ones_like(arr))
+    hits = hits[:, :N]
+    for name, arr in (("retrive_next_token", first), ("retrive_next_sibling", nxt)):
+        fail((arr >= 0) & (hits.gather(1, arr.clamp(min=0)) > 1), name, arr,
+             "a slot is reached by more than one link (a node reached twice)")
+    # pred[v] = the slot whose link reaches v (root and padding: themselves); kind: reached as first child
+    pred = slot.clone()
+    as_child = torch.zeros(B, N + 1, dtype=torch.bool, device=dev)
+    for arr, child in ((first, True), (nxt, False)):
+        dump = torch.where(arr >= 0, arr, N)
+        ext = torch.cat([pred, slot[:, :1]], 1)
+        ext.scatter_(1, dump, torch.where(arr >= 0, slot, 0))
+        pred = ext[:, :N]
+        if child:
+            as_child.scatter_(1, dump, arr >= 0)
+    as_child = as_child[:, :N]
+    unreached = valid & (slot > 0) & (hits == 0)
+    if unreached.any():
+        b, u = (int(i) for i in unreached.nonzero()[0])
+        raise ValueError(f"{where}: slot [{b}, {u}] is reached by no link in retrive_next_token or "
+                         f"retrive_next_sibling (every valid slot must hang under the root)")
+    # reachability from the root by pointer jumping on pred (a cycle never reaches slot 0)
+    anc = pred
+    for _ in range(max(1, (N - 1).bit_length()) + 1):
+        anc = anc.gather(1, anc)
+    cyc = valid & (anc != 0)
+    if cyc.any():
+        b, u = (int(i) for i in cyc.nonzero()[0])
+        arr, name = (first, "retrive_next_token") if bool(as_child[b, u]) else (nxt, "retrive_next_sibling")
+        v = int(pred[b, u])
+        raise ValueError(f"{where}: {name}[{b}, {v}] = {u} breaks the rule: links must form a tree under "
+                         f"slot 0 (slot {u} lies on a cycle)")
+    # parent in storage slots: a first child's parent is its pred; a later sibling's is its list head's pred
+    head = torch.where(as_child | (slot == 0) | ~valid, slot, pred)
+    for _ in range(max(1, (N - 1).bit_length()) + 1):
+        head = head.gather(1, head)
+    par = torch.where(valid & (slot > 0), pred.gather(1, head), -1)
+    prev = torch.where(valid & (slot > 0) & ~as_child, pred, -1)
+    # Kahn's order, lowest storage slot first among the ready nodes
+    placed = torch.zeros(B, N + 1, dtype=torch.bool, device=dev)
+    placed[:, N] = True                                   # dump: "no parent / no previous sibling"
+    par_ext, prev_ext = torch.where(par >= 0, par, N), torch.where(prev >= 0, prev, N)
+    order = slot.clone()
+    for v in range(N):
+        ready = ~placed[:, :N] & placed.gather(1, par_ext) & placed.gather(1, prev_ext) & valid
+        pick = torch.where(ready.any(1), ready.to(torch.int8).argmax(1), v)
+        order[:, v] = pick
+        placed.scatter_(1, pick[:, None], True)
+    inv = torch.empty_like(order).scatter_(1, order, slot)
+    parent = torch.where(par >= 0, inv.gather(1, par.clamp(min=0)), -1).gather(1, order)
+    return parent.contiguous(), order.contiguous()

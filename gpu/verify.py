@@ -27,10 +27,12 @@ METHODS = {"nss": nss_rule, "rrs": rrs_rule, "rrsw": rrsw_rule, "kseq": kseq_rul
            "univer": univer_rule}
 
 
-def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, process: str) -> None:
+def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, process: str,
+                    row_index: torch.Tensor | None = None) -> None:
     """Every per-batch input rule, each with its own ValueError (function, argument, rule, value).
 
-    Shapes ``[B, N, V]`` agreeing with the batch; float32 / float64, same dtype and device; valid rows on the
+    Shapes ``[B, N, V]`` agreeing with the batch (or ``[R, V]`` with ``row_index [B, N]`` in ``[0, R)`` on valid
+    slots, every row then checked); float32 / float64, same dtype and device; valid rows on the
     simplex (:data:`gpu.probs.SIMPLEX_TOL`); token ids in ``[0, V)``; ``q(parent)[token] > 0`` for every drafted
     node; no duplicate siblings unless iid; topk / greedy children are the top-k / top-(k−1) draft tokens (ties
     to the lower id).  Padded slots' rows are ignored.
@@ -38,30 +40,47 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
     if not isinstance(batch, TreeBatch):
         raise ValueError(f"{where}: batch must be a TreeBatch, got {type(batch).__name__}")
     check_choice(process, PROCESSES, where, "process")
+    if row_index is not None:
+        if not torch.is_tensor(row_index) or row_index.shape != batch.parent.shape or row_index.dtype != torch.long:
+            raise ValueError(f"{where}: row_index must be a long tensor [B, N] = {list(batch.parent.shape)}")
     for name, x in (("target_probs", target_probs), ("draft_probs", draft_probs)):
-        if not torch.is_tensor(x) or x.ndim != 3 or x.shape[:2] != batch.parent.shape:
+        if row_index is not None:
+            if not torch.is_tensor(x) or x.ndim != 2 or x.shape[0] != target_probs.shape[0]:
+                raise ValueError(f"{where}: with row_index, {name} must be [R, V] rows, got "
+                                 f"{list(x.shape) if torch.is_tensor(x) else type(x).__name__}")
+        elif not torch.is_tensor(x) or x.ndim != 3 or x.shape[:2] != batch.parent.shape:
             raise ValueError(f"{where}: {name} must be [B, N, V] with [B, N] = {list(batch.parent.shape)}, got "
                              f"{list(x.shape) if torch.is_tensor(x) else type(x).__name__}")
         if x.device != batch.device:
             raise ValueError(f"{where}: {name} is on {x.device} but the batch is on {batch.device}")
+    if row_index is not None:
+        R = target_probs.shape[0]
+        bad = batch.valid & ((row_index < 0) | (row_index >= R))
+        if bad.any():
+            b, v = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{where}: row_index[{b}, {v}] = {int(row_index[b, v])} is outside the {R} rows")
     if target_probs.shape != draft_probs.shape or target_probs.dtype != draft_probs.dtype:
         raise ValueError(f"{where}: target_probs {list(target_probs.shape)} {target_probs.dtype} and draft_probs "
                          f"{list(draft_probs.shape)} {draft_probs.dtype} disagree (vocab, nodes or dtype)")
-    check_rows(where, "target_probs", target_probs, batch.valid)
-    check_rows(where, "draft_probs", draft_probs, batch.valid)
-    B, N, V = target_probs.shape
+    valid = batch.valid if row_index is None else None
+    check_rows(where, "target_probs", target_probs, valid)
+    check_rows(where, "draft_probs", draft_probs, valid)
+    V = target_probs.shape[-1]
+    q_flat = draft_probs.reshape(-1, V)
+    rows = engine.row_numbers(batch, row_index).clamp(min=0)
     drafted = batch.parent >= 0
     bad = drafted & (batch.token >= V)
     if bad.any():
         b, v = (int(i) for i in bad.nonzero()[0])
         raise ValueError(f"{where}: tree {b} node {v} has token {int(batch.token[b, v])}, outside [0, {V})")
     par, tok = batch.parent.clamp(min=0), batch.token.clamp(min=0)
-    q_tok = draft_probs[torch.arange(B, device=batch.device)[:, None], par, tok]     # q(token | s(parent)) [B, N]
+    q_tok = q_flat[rows.gather(1, par), tok]                                   # q(token | s(parent)) [B, N]
     bad = drafted & (q_tok == 0)
     if bad.any():
         b, v = (int(i) for i in bad.nonzero()[0])
+        at = (f"{b}, {int(batch.parent[b, v])}" if row_index is None else f"{int(rows[b, batch.parent[b, v]])}")
         raise ValueError(f"{where}: tree {b} node {v} drafts token {int(batch.token[b, v])} but its parent's "
-                         f"draft_probs[{b}, {int(batch.parent[b, v])}, {int(batch.token[b, v])}] = 0")
+                         f"draft_probs[{at}, {int(batch.token[b, v])}] = 0")
     if process != "iid":
         same = (batch.parent[:, :, None] == batch.parent[:, None, :]) & (batch.token[:, :, None] == batch.token[:, None, :])
         dup = (same & drafted[:, :, None]).triu(1).any(-1)
@@ -74,7 +93,7 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
         m = k if process == "topk" else k - 1
         # rank of y in q (descending, ties to the lower id) must be < m for the first m children
         ids = torch.arange(V, device=batch.device)
-        q_rows = draft_probs.gather(1, par[:, :, None].expand(B, N, V))      # q(·|s(parent)) per node
+        q_rows = q_flat[rows.gather(1, par)]                                 # q(·|s(parent)) per node
         rank = ((q_rows > q_tok[:, :, None]) | ((q_rows == q_tok[:, :, None]) & (ids < tok[:, :, None]))).sum(-1)
         bad = drafted & (batch.sibling_rank < m) & (rank >= m)
         if bad.any():
@@ -94,7 +113,8 @@ def _rule(where: str, method: str, process: str):
 
 
 def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
-           method: str, generator: torch.Generator | None = None, validate: bool = True) -> VerifyResult:
+           method: str, generator: torch.Generator | None = None, validate: bool = True,
+           row_index: torch.Tensor | None = None) -> VerifyResult:
     """One verification of every tree of ``batch``.
 
     Parameters
@@ -106,6 +126,9 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     method : one of :data:`METHODS`; its processes are those of the exact twin in ``univer_theory``.
     generator : torch.Generator on the inputs' device (None: torch's default generator).
     validate : run :func:`validate_inputs` (skip only for inputs already checked).
+    row_index : optional ``[B, N]`` long; then ``target_probs`` / ``draft_probs`` are ``[R, V]`` rows in any
+        order and slot v of tree b reads row ``row_index[b, v]`` (so rows stored in another layout, e.g. a
+        serving engine's, are read in place instead of copied into ``[B, N, V]``).
 
     Returns
     -------
@@ -120,14 +143,15 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     """
     rule = _rule("verify", method, process)
     if validate:
-        validate_inputs("verify", batch, target_probs, draft_probs, process)
-    return engine.sample(batch, target_probs, draft_probs, process, rule, generator)
+        validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
+    return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index)
 
 
 def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,
-                             process: str, method: str, validate: bool = True) -> torch.Tensor:
+                             process: str, method: str, validate: bool = True,
+                             row_index: torch.Tensor | None = None) -> torch.Tensor:
     """``E[τ | T_b]`` per tree ``[B]`` (analytic, no sampling; dtype of the inputs); arguments as :func:`verify`."""
     rule = _rule("expected_accepted_length", method, process)
     if validate:
-        validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process)
-    return engine.expected_accepted(batch, target_probs, draft_probs, process, rule)
+        validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process, row_index)
+    return engine.expected_accepted(batch, target_probs, draft_probs, process, rule, row_index)

@@ -1,4 +1,5 @@
 """Every benchmark script runs end to end on tiny sizes (they print ratios; nothing here is timed)."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +12,14 @@ RUNS = {
     "bench_node_plans.py": ["--vocab", "100", "--k", "2", "--support", "4", "6"],
     "bench_univer_plans.py": ["--vocab", "2000"],
     "bench_gpu.py": ["--vocab", "200", "--process", "iid", "--shape", "2,2", "--methods", "tv,univer", "--repeat", "1"],
+    "bench_engines.py": ["--batch", "4", "--nodes", "6", "--vocab", "300", "--repeat", "2"],
 }
 
 
 @pytest.mark.parametrize("script", sorted(RUNS))
 def test_benchmark_runs_on_tiny_sizes(script):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *RUNS[script]], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("\n") >= 5

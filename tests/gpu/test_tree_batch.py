@@ -80,12 +80,14 @@ def test_sglang_round_trip_and_semantics():
     assert torch.equal(back.parent, b.parent) and torch.equal(back.token, b.token)
 
 
-def test_sglang_sibling_list_out_of_slot_order_is_rejected():
-    t = DraftTree((-1, 0, 0), (-1, 1, 2))
+def test_sglang_lists_in_any_slot_order_are_laid_out_topologically():
+    """Storage order need not be topological (a child or next sibling in an earlier slot): the batch is the
+    same tree in topological slots, and ``order`` maps each slot back to its storage slot."""
     first = torch.tensor([[2, -1, -1]])
-    sib = torch.tensor([[-1, -1, 1]])       # 2 → 1: against slot order
-    with pytest.raises(ValueError, match="from_sglang"):
-        TreeBatch.from_sglang(first, sib, torch.tensor([t.token]))
+    sib = torch.tensor([[-1, -1, 1]])       # root's children: 2 then 1
+    batch, order = TreeBatch.from_sglang(first, sib, torch.tensor([[-1, 7, 5]]), return_order=True)
+    assert order.tolist() == [[0, 2, 1]]
+    assert batch.to_trees() == [DraftTree((-1, 0, 0), (-1, 5, 7))]
 
 
 def test_tree_attention_mask_is_ancestor_or_self():

@@ -1,0 +1,222 @@
+"""SGLang's tree-verification contract (sgl-kernel ``tree_speculative_sampling_target_only``) for every method.
+
+Inputs, as SGLang's EAGLE worker holds them (``B`` requests, ``N`` draft-tree slots, vocabulary ``V``; integer
+tensors int32 or int64, probabilities float32 / float64, all on one device)::
+
+    candidates [B, N]            token of every slot; slot 0 is the root (the last verified token, not verified)
+    retrive_index [B, N]         flat position of slot u in ``predicts`` (SGLang: b·N + u)
+    retrive_next_token [B, N]    first child of u, −1 for none
+    retrive_next_sibling [B, N]  next sibling of u, −1 for none (lists in drafting order; any slot order)
+    target_probs [B, N, V]       p(·|s(u)): the target's next-token law after slot u
+    draft_probs [B, N, V]        q(·|s(u)): the law u's children were drafted from (None: target-only only)
+
+Outputs, filled exactly where the kernel fills them (path = accepted slots root first, τ = its drafted length,
+Y = the correction or bonus token)::
+
+    predicts [B·N] int32         predicts[retrive_index[b, path_i]] = candidates[b, path_{i+1}] (i < τ),
+                                 predicts[retrive_index[b, path_τ]] = Y; every other entry untouched
+    accept_index [B, S] int32    retrive_index[b, path_i] for i ≤ τ; entries beyond τ untouched
+    accept_token_num [B] int32   τ
+
+``S`` (``num_speculative_tokens``) is the width of ``accept_index``: a path holds at most ``S − 1`` drafted
+tokens (the tree's depth must not exceed it).  Outputs created here start at −1, −1 and 0, as SGLang allocates
+them.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from univer_theory.validation import check_choice
+
+from ..engine import VerifyResult
+from ..probs import check_rows
+from ..tree_batch import TreeBatch, _as_long
+from ..verify import verify
+
+#: Method names; ``target-only`` is SGLang's name for ``nss``.
+METHODS = ("nss", "target-only", "rrs", "rrsw", "tv", "univer")
+
+
+class SGLangOutputs(NamedTuple):
+    predicts: torch.Tensor
+    accept_index: torch.Tensor
+    accept_token_num: torch.Tensor
+
+
+def uniform_draft_rows(target_probs: torch.Tensor) -> torch.Tensor:
+    """A uniform ``q`` as a stride-0 view shaped like ``target_probs`` (no allocation of its size): stands in for
+    the draft rows of a verifier that never reads them (target-only), with every token draftable."""
+    V = target_probs.shape[-1]
+    return torch.full((1,) * (target_probs.ndim - 1) + (V,), 1.0 / V, dtype=target_probs.dtype,
+                      device=target_probs.device).expand(target_probs.shape)
+
+
+def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_probs, draft_probs=None,
+                where: str = "sglang.tree_inputs"):
+    """SGLang's tensors → ``(batch, target_rows, draft_rows, row_index, order)`` for :func:`gpu.verify`: the
+    trees in topological slot order (:meth:`gpu.TreeBatch.from_sglang`, ``order[b, v]`` = storage slot of slot
+    v), the rows left where they are (``[B·N, V]`` views) and ``row_index[b, v] = b·N + order[b, v]``.
+    ``draft_probs=None`` gives :func:`uniform_draft_rows` (for target-only)."""
+    if not torch.is_tensor(target_probs) or target_probs.ndim != 3:
+        raise ValueError(f"{where}: target_probs must be a [B, N, V] tensor, got "
+                         f"{list(target_probs.shape) if torch.is_tensor(target_probs) else type(target_probs).__name__}")
+    B, N, V = target_probs.shape
+    token = _as_long(candidates, where, "candidates", target_probs.device)
+    if token.shape != (B, N):
+        raise ValueError(f"{where}: candidates must be [B, N] = {[B, N]}, got {list(token.shape)}")
+    token = torch.cat([torch.full_like(token[:, :1], -1), token[:, 1:]], 1)
+    batch, order = TreeBatch.from_sglang(torch.as_tensor(retrive_next_token, device=target_probs.device),
+                                         torch.as_tensor(retrive_next_sibling, device=target_probs.device),
+                                         token, vocab_size=V, return_order=True)
+    q = uniform_draft_rows(target_probs) if draft_probs is None else draft_probs
+    if not torch.is_tensor(q) or q.shape != target_probs.shape:
+        raise ValueError(f"{where}: draft_probs must be [B, N, V] = {list(target_probs.shape)}, got "
+                         f"{list(q.shape) if torch.is_tensor(q) else type(q).__name__}")
+    row_index = torch.arange(B, device=order.device)[:, None] * N + order
+    return batch, target_probs.reshape(B * N, V), q.reshape(B * N, V), row_index, order
+
+
+def fill_outputs(result: VerifyResult, order: torch.Tensor, candidates, retrive_index,
+                 predicts: torch.Tensor, accept_index: torch.Tensor, accept_token_num: torch.Tensor) -> None:
+    """Write a verification (in the batch's slots; ``order`` maps them to storage slots) into SGLang's outputs
+    in place, as the kernel does (see the module docstring)."""
+    path = result.accepted_nodes
+    path = torch.where(path >= 0, order.gather(1, path.clamp(min=0)), -1)
+    _write(path, result.num_accepted, result.next_token, candidates, retrive_index, predicts, accept_index,
+           accept_token_num)
+
+
+def _write(path, tau, y, candidates, retrive_index, predicts, accept_index, accept_token_num) -> None:
+    """``path [B, W]`` storage slots (−1 padded), τ, Y → the three outputs in place."""
+    W = path.shape[1]
+    ridx = torch.as_tensor(retrive_index, device=path.device).long()
+    cand = torch.as_tensor(candidates, device=path.device).long()
+    here = path >= 0
+    accept_index[:, :W] = torch.where(here, ridx.gather(1, path.clamp(min=0)), accept_index[:, :W])
+    # position i writes the token after path_i (i < τ) or Y (i = τ); positions past τ repeat position τ's write
+    i = torch.arange(W, device=path.device)
+    at = path.gather(1, torch.minimum(i[None, :], tau[:, None]))
+    after = torch.cat([path[:, 1:], path[:, :1]], 1).clamp(min=0)
+    val = torch.where(i[None, :] < tau[:, None], cand.gather(1, after), y[:, None])
+    predicts.view(-1).scatter_(0, ridx.gather(1, at).reshape(-1), val.reshape(-1).to(predicts.dtype))
+    accept_token_num.copy_(tau)
+
+
+def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, target_probs, uniform_samples,
+                      uniform_samples_for_final_sampling, num_speculative_tokens: int):
+    """SGLang's target-only procedure (thresholds 1, 1) on its own coins, in storage slots:
+    ``(path [B, S], τ [B], Y [B])``.
+
+    At node u with coin ``c = uniform_samples[b, u]`` the children y_1, y_2, … are tried in list order with
+    running sum ``A_j = Σ_{l≤j} P(y_l)`` and y_j is accepted iff ``c ≤ A_j`` (or ``P(y_j) ≥ 1``); a rejected
+    token's mass leaves ``P``.  The stop node's ``Y`` is the inverse CDF of ``P`` (its rejected tokens zeroed)
+    at ``uniform_samples_for_final_sampling[b]·ΣP``.  With distinct siblings this is the kernel coin for coin;
+    a duplicate sibling has ``P(y) = 0`` here (never accepted), which keeps the law target-only's (§3.1).
+    """
+    p = target_probs
+    B, N, V = p.shape
+    dev = p.device
+    first, nxt = (torch.as_tensor(x, device=dev).long() for x in (retrive_next_token, retrive_next_sibling))
+    cand = torch.as_tensor(candidates, device=dev).long()
+    U = uniform_samples.to(torch.float64)
+    rows = torch.arange(B, device=dev)
+    S = num_speculative_tokens
+    path = torch.full((B, S), -1, dtype=torch.long, device=dev)
+    path[:, 0] = 0
+    cur, tau = torch.zeros(B, dtype=torch.long, device=dev), torch.zeros(B, dtype=torch.long, device=dev)
+    child, coin = first[:, 0], U[:, 0]
+    acc = torch.zeros(B, dtype=torch.float64, device=dev)
+    tried = torch.zeros(B, V, dtype=torch.bool, device=dev)
+    live = (child >= 0) & (tau < S - 1)
+    for _ in range(N - 1):          # every try is a distinct node
+        c = child.clamp(min=0)
+        y = cand.gather(1, c[:, None]).squeeze(1)
+        p_y = torch.where(tried[rows, y], 0, p[rows, cur, y].to(torch.float64))
+        acc_y = acc + p_y
+        take = live & ((coin <= acc_y) | (p_y >= 1))
+        drop = live & ~take
+        tried[rows, y] |= drop
+        tried &= ~take[:, None]
+        tau = tau + take
+        path[rows, tau] = torch.where(take, c, path[rows, tau])
+        cur = torch.where(take, c, cur)
+        coin = torch.where(take, U[rows, c], coin)
+        acc = torch.where(take, 0, torch.where(drop, acc_y, acc))
+        child = torch.where(take, first[rows, c], torch.where(drop, nxt[rows, c], child))
+        live = live & (child >= 0) & (tau < S - 1)
+    rest = torch.where(tried, 0, p[rows, cur].to(torch.float64))
+    cdf = rest.cumsum(-1)
+    u = uniform_samples_for_final_sampling.to(torch.float64)[:, None] * cdf[:, -1:]
+    y = torch.searchsorted(cdf, u, right=True).squeeze(1)
+    last = torch.where(rest > 0, torch.arange(V, device=dev), -1).amax(-1)
+    y = torch.where(y < V, y, torch.where(last >= 0, last, V - 1))
+    return path, tau, y
+
+
+def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibling, target_probs,
+                draft_probs=None, *, method: str = "nss", process: str | None = None, uniform_samples=None,
+                uniform_samples_for_final_sampling=None, generator: torch.Generator | None = None,
+                num_speculative_tokens: int | None = None, predicts=None, accept_index=None,
+                accept_token_num=None, validate: bool = True) -> SGLangOutputs:
+    """One verification of every draft tree, with SGLang's tensors in and out (module docstring).
+
+    Parameters
+    ----------
+    method : ``nss`` (= ``target-only``, SGLang's own verifier), ``rrs`` (i.i.d. children), ``rrsw`` (children
+        without replacement), ``tv``, ``univer`` (either).  All but ``nss`` read ``draft_probs``; ``nss``
+        ignores them (SGLang passes a zero placeholder) and ``process``: it is lossless on any tree.
+    process : how each node's children were drafted (``iid``, ``wor``, ``topk``, ``greedy``); default ``wor``
+        for ``rrsw``, ``iid`` otherwise.
+    uniform_samples [B, N], uniform_samples_for_final_sampling [B] : SGLang's coins; only for ``nss``, which then
+        runs :func:`target_only_coins` (the kernel's procedure).  Otherwise the randomness comes from
+        ``generator`` (a torch.Generator on the inputs' device; None: torch's default).
+    num_speculative_tokens : ``S``; default ``accept_index``'s width if given, else the deepest tree + 1.
+    predicts, accept_index, accept_token_num : output tensors filled in place (created if None).
+    validate : check the probability rows (:func:`gpu.validate_inputs`); the links are always checked.
+    """
+    where = "sglang.verify_tree"
+    check_choice(method, METHODS, where, "method")
+    method = "nss" if method == "target-only" else method
+    if method == "nss":
+        draft_probs, process = None, "iid"
+    batch, p, q, row_index, order = tree_inputs(candidates, retrive_next_token, retrive_next_sibling,
+                                                target_probs, draft_probs, where)
+    B, N = target_probs.shape[:2]
+    dev = target_probs.device
+    if accept_index is not None:
+        S = accept_index.shape[1]
+    else:
+        S = batch.max_depth + 1 if num_speculative_tokens is None else int(num_speculative_tokens)
+    if batch.max_depth > S - 1:
+        raise ValueError(f"{where}: a tree has depth {batch.max_depth} but num_speculative_tokens = {S} leaves "
+                         f"room for {S - 1} drafted tokens")
+    predicts = torch.full((B * N,), -1, dtype=torch.int32, device=dev) if predicts is None else predicts
+    accept_index = torch.full((B, S), -1, dtype=torch.int32, device=dev) if accept_index is None else accept_index
+    accept_token_num = torch.zeros(B, dtype=torch.int32, device=dev) if accept_token_num is None else accept_token_num
+    ridx = torch.as_tensor(retrive_index, device=dev)
+    if accept_index.shape != (B, S) or accept_token_num.shape != (B,) or ridx.shape != (B, N):
+        raise ValueError(f"{where}: accept_index must be [B, S] = [{B}, {S}], accept_token_num [B] and "
+                         f"retrive_index [B, N] = [{B}, {N}], got {list(accept_index.shape)}, "
+                         f"{list(accept_token_num.shape)}, {list(ridx.shape)}")
+    if ((ridx < 0) | (ridx >= predicts.numel())).any():
+        raise ValueError(f"{where}: retrive_index entries must lie in [0, {predicts.numel()}) (predicts' size)")
+    if uniform_samples is not None:
+        if method != "nss":
+            raise ValueError(f"{where}: uniform_samples drive only the target-only procedure (method 'nss'); "
+                             f"pass a torch.Generator for method {method!r}")
+        U, Uf = uniform_samples, uniform_samples_for_final_sampling
+        if not torch.is_tensor(Uf) or U.shape != (B, N) or Uf.shape != (B,):
+            raise ValueError(f"{where}: uniform_samples must be [B, N] = [{B}, {N}] and "
+                             f"uniform_samples_for_final_sampling [B] = [{B}]")
+        if validate:
+            check_rows(where, "target_probs", target_probs, batch.valid)
+        path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, target_probs, U, Uf, S)
+        _write(path, tau, y, candidates, ridx, predicts, accept_index, accept_token_num)
+    else:
+        if process is None:
+            process = "wor" if method == "rrsw" else "iid"
+        result = verify(batch, p, q, process, method, generator, validate, row_index)
+        fill_outputs(result, order, candidates, ridx, predicts, accept_index, accept_token_num)
+    return SGLangOutputs(predicts, accept_index, accept_token_num)

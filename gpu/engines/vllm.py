@@ -1,0 +1,155 @@
+"""vLLM's rejection-sampler contract (``vllm.v1.sample.rejection_sampler.RejectionSampler``) for chain and
+multi-draft verification.
+
+Inputs, as vLLM's spec-decode path holds them (``B`` requests, ``T`` draft tokens in all, vocabulary ``V``)::
+
+    draft_token_ids [T]          the requests' draft tokens, concatenated
+    cu_num_draft_tokens [B]      cumulative draft counts (request b owns tokens cu[b−1]..cu[b]−1)
+    draft_probs [T, V] or None   q(·) each draft token was drawn from; None: argmax (greedy) drafts
+    target_probs [T, V]          p(·) at each draft token's position (the law it is verified against)
+    bonus_token_ids [B, m]       a token drawn from p after the whole draft (vLLM's bonus sample; one per chain)
+
+Output ``output_token_ids [B, max_spec_len + 1]`` int32: the accepted draft tokens, then the correction (or, all
+accepted, the bonus) token, then :data:`PLACEHOLDER_TOKEN_ID`.
+
+With ``num_drafts = m > 1`` each request's slice holds ``m`` chains of equal length ``L`` one after the other
+(``m·L`` tokens; every chain's first row is the same ``p``/``q`` of the request's position); they form a tree
+whose root has ``m`` children, each heading its chain, and ``max_spec_len`` counts one chain.  The bonus row of
+chain c is ``bonus_token_ids[:, c]``.
+"""
+from __future__ import annotations
+
+import torch
+
+from univer_theory.validation import check_choice
+
+from ..engine import VerifyResult
+from ..tree_batch import TreeBatch, _as_long
+from ..verify import verify
+from .sglang import uniform_draft_rows
+
+#: vLLM's marker for rejected output slots.
+PLACEHOLDER_TOKEN_ID = -1
+#: Method → gpu method: ``sps`` is vLLM's token-level rule (RRS with one child per node), ``bv`` block
+#: verification (TV on a chain); ``sps`` and ``bv`` need ``num_drafts = 1``.
+METHODS = {"sps": "rrs", "bv": "tv", "rrs": "rrs", "rrsw": "rrsw", "tv": "tv", "univer": "univer"}
+
+
+def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
+                num_drafts: int = 1, where: str = "vllm.tree_inputs"):
+    """vLLM's tensors → ``(batch, target_rows, draft_rows, row_index, lengths, bonus)`` for :func:`gpu.verify`
+    (the rows read in place), ``N = 1 +`` the largest draft count, ``lengths [B]`` the chain length L of each
+    request, ``bonus [B, num_drafts]``.
+
+    Request b's tree: slot 0 the root, chain c's i-th token at slot ``1 + c·L + i``.  Slot s reads the rows of
+    the draft token drafted *from* it (a chain's first token: the root's rows, chain 0's copy).  A chain's
+    last slot (and the root of a request without drafts) reads any row of its request: the engine's draw there
+    is replaced by the chain's bonus token (:func:`output_tokens`).  ``draft_probs=None`` gives
+    :func:`gpu.engines.sglang.uniform_draft_rows` (read only by target-only, vLLM's rule for argmax drafts).
+    """
+    if not torch.is_tensor(target_probs) or target_probs.ndim != 2:
+        raise ValueError(f"{where}: target_probs must be a [T, V] tensor")
+    dev = target_probs.device
+    T, V = target_probs.shape
+    tok = _as_long(draft_token_ids, where, "draft_token_ids", dev).reshape(-1)
+    cu = _as_long(cu_num_draft_tokens, where, "cu_num_draft_tokens", dev).reshape(-1)
+    bonus = _as_long(bonus_token_ids, where, "bonus_token_ids", dev)
+    B, m = cu.shape[0], int(num_drafts)
+    bonus = bonus.reshape(B, -1) if bonus.numel() == B * m else bonus
+    if tok.shape != (T,) or B == 0 or bonus.shape != (B, m) or m < 1:
+        raise ValueError(f"{where}: need draft_token_ids [T] = [{T}], cu_num_draft_tokens [B ≥ 1] and "
+                         f"bonus_token_ids [B, num_drafts] = [{B}, {m}], got {list(tok.shape)}, {list(cu.shape)}, "
+                         f"{list(bonus.shape)}")
+    counts = torch.diff(cu, prepend=cu.new_zeros(1))
+    if (counts < 0).any() or int(cu[-1]) != T or (counts % m != 0).any():
+        raise ValueError(f"{where}: cu_num_draft_tokens {cu.tolist()} must be non-decreasing, end at T = {T} and "
+                         f"give each request a multiple of num_drafts = {m} tokens")
+    if draft_probs is not None and (not torch.is_tensor(draft_probs) or draft_probs.shape != (T, V)):
+        raise ValueError(f"{where}: draft_probs must be None or [T, V] = [{T}, {V}]")
+    if draft_probs is None and m > 1:
+        raise ValueError(f"{where}: argmax drafts (draft_probs=None) give one chain; num_drafts must be 1")
+    if ((bonus < 0) | (bonus >= V)).any():
+        raise ValueError(f"{where}: bonus_token_ids must lie in [0, {V})")
+    L = counts // m
+    N = 1 + int(counts.max())
+    # every draft token t: request, chain c, position i → its slot and the slot whose rows it carries
+    t = torch.arange(T, device=dev)
+    req = torch.searchsorted(cu, t, right=True)
+    start = cu - counts
+    j = t - start[req]
+    c, i = j // L[req].clamp(min=1), j % L[req].clamp(min=1)
+    parent = torch.full((B * N,), -1, dtype=torch.long, device=dev)
+    token = torch.full((B * N,), -1, dtype=torch.long, device=dev)
+    parent[req * N + 1 + j] = torch.where(i == 0, 0, j)
+    token[req * N + 1 + j] = tok
+    batch = TreeBatch.from_tensors(parent.view(B, N), token.view(B, N), counts + 1, vocab_size=V)
+    # rows: a slot reads its child's row; leaves (and padding) read the request's first row (row 0 if it has none)
+    row_index = torch.where(counts > 0, start, 0)[:, None].expand(B, N + 1).contiguous()
+    carries = (i > 0) | (c == 0)
+    at = torch.where(carries, req * (N + 1) + torch.where(i == 0, 0, j), B * (N + 1))
+    flat = torch.cat([row_index.view(-1), row_index.new_zeros(1)])
+    flat[at] = t
+    row_index = flat[:-1].view(B, N + 1)[:, :N]
+    q = uniform_draft_rows(target_probs) if draft_probs is None else draft_probs
+    return batch, target_probs, q, row_index, L, bonus
+
+
+def output_tokens(batch: TreeBatch, result: VerifyResult, lengths: torch.Tensor, bonus: torch.Tensor,
+                  width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(output_token_ids [B, width] int32, chain [B])``: accepted tokens, then ``Y`` — the bonus token of the
+    accepted chain when the whole chain is accepted — then :data:`PLACEHOLDER_TOKEN_ID`; ``chain`` the index of
+    the accepted chain (−1 when no token is accepted)."""
+    B = batch.batch_size
+    tau = result.num_accepted
+    first = result.accepted_nodes[:, min(1, batch.max_depth)]
+    chain = torch.where(tau > 0, (first - 1) // lengths.clamp(min=1), -1)
+    y = torch.where(tau == lengths, bonus.gather(1, chain.clamp(min=0)[:, None]).squeeze(1), result.next_token)
+    out = torch.full((B, width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=batch.device)
+    out[:, :batch.max_depth] = result.accepted_tokens(batch).to(torch.int32)
+    out.scatter_(1, tau[:, None], y[:, None].to(torch.int32))
+    return out, chain
+
+
+def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
+                     generator: torch.Generator | None = None, *, method: str = "sps", num_drafts: int = 1,
+                     process: str = "iid", max_spec_len: int | None = None, accepted_draft=None,
+                     validate: bool = True) -> torch.Tensor:
+    """``output_token_ids [B, max_spec_len + 1]`` int32 as vLLM's ``RejectionSampler`` returns them
+    (module docstring for the inputs).
+
+    Parameters
+    ----------
+    method : ``sps`` (vLLM's own rule; target-only for argmax drafts), ``bv`` (block verification), and for
+        ``num_drafts > 1`` ``rrs`` (``process`` iid), ``rrsw`` (wor), ``tv`` or ``univer`` (either).
+    process : how the ``num_drafts`` chains' first tokens were drawn (``iid`` or ``wor``); chains below the root
+        have one child per node.
+    max_spec_len : output width − 1 (default: the longest chain).
+    accepted_draft : optional ``[B]`` integer tensor, filled in place with the chain index of the accepted path
+        (−1 when no draft token is accepted).
+    validate : check the probability rows (:func:`gpu.validate_inputs`).
+    """
+    where = "vllm.rejection_sample"
+    check_choice(method, METHODS, where, "method")
+    if method in ("sps", "bv") and num_drafts != 1:
+        raise ValueError(f"{where}: method {method!r} verifies one chain; use rrs, rrsw, tv or univer for "
+                         f"num_drafts = {num_drafts}")
+    if draft_probs is None and method != "sps":
+        raise ValueError(f"{where}: argmax drafts (draft_probs=None) are verified by 'sps' (target-only); "
+                         f"{method!r} needs draft_probs")
+    batch, p, q, row_index, L, bonus = tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
+                                                   bonus_token_ids, num_drafts, where)
+    width = batch.max_depth if max_spec_len is None else int(max_spec_len)
+    if width < batch.max_depth:
+        raise ValueError(f"{where}: max_spec_len = {width} is shorter than a chain ({batch.max_depth} tokens)")
+    B = batch.batch_size
+    if p.shape[0] == 0:                     # no drafts at all: every request emits its bonus token
+        out = torch.full((B, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=p.device)
+        out[:, 0] = bonus[:, 0].to(torch.int32)
+        chain = torch.full((B,), -1, dtype=torch.long, device=p.device)
+    else:
+        gpu_method = "nss" if draft_probs is None else METHODS[method]
+        result = verify(batch, p, q, process, gpu_method, generator, validate, row_index)
+        out, chain = output_tokens(batch, result, L, bonus, width + 1)
+    if accepted_draft is not None:
+        accepted_draft.copy_(chain)
+    return out

@@ -1,0 +1,123 @@
+"""SGLang links in any slot order, malformed links and bad adapter inputs (each a ValueError naming what is
+wrong)."""
+import numpy as np
+import pytest
+import torch
+
+from gpu import TreeBatch
+from gpu.engines import sglang_verify_tree, vllm_rejection_sample
+from univer_theory import DraftTree
+
+
+def random_tree(rng, N):
+    parent = [-1] + [int(rng.integers(0, v)) for v in range(1, N)]
+    return DraftTree(tuple(parent), (-1,) + tuple(int(x) for x in rng.integers(0, 5, N - 1)))
+
+
+def nested(tree, u=0):
+    """The ordered tree under u as nested (token, children…) tuples: equal iff same tree up to slot layout."""
+    return (tree.token[u],) + tuple(nested(tree, c) for c in tree.children[u])
+
+
+def links(tree, perm, N):
+    """SGLang storage of ``tree`` (node v at slot perm[v]), padded to N slots."""
+    first, nxt, tok = [-1] * N, [-1] * N, [-1] * N
+    for v in range(tree.num_nodes):
+        tok[perm[v]] = tree.token[v]
+        kids = tree.children[v]
+        if kids:
+            first[perm[v]] = perm[kids[0]]
+        for a, b in zip(kids, kids[1:]):
+            nxt[perm[a]] = perm[b]
+    return first, nxt, tok
+
+
+def test_any_slot_order_gives_the_same_trees():
+    """Random trees in random storage orders (ragged batch): the batch holds the original trees, ``order``
+    maps its slots to storage, and a storage order that is already topological is kept as is."""
+    rng = np.random.default_rng(0)
+    trees = [random_tree(rng, n) for n in (1, 2, 5, 7, 8, 8)]
+    N = 8
+    rows = [links(t, [0] + list(1 + rng.permutation(t.num_nodes - 1)), N) for t in trees]
+    first, nxt, tok = (torch.tensor([r[i] for r in rows]) for i in range(3))
+    n = torch.tensor([t.num_nodes for t in trees])
+    batch, order = TreeBatch.from_sglang(first, nxt, tok, n, return_order=True)
+    assert [nested(t) for t in batch.to_trees()] == [nested(t) for t in trees]
+    assert torch.equal(tok.gather(1, order), batch.token)
+    same, same_order = TreeBatch.from_sglang(*TreeBatch.from_trees(trees).to_sglang(),
+                                             TreeBatch.from_trees(trees).token, n, return_order=True)
+    assert same.to_trees() == trees and torch.equal(same_order, torch.arange(N).expand(len(trees), N))
+
+
+BAD = [
+    ("out of range", [[1, -1, 3]], [[-1, -1, -1]], r"retrive_next_token\[0, 2\] = 3 .*\[-1, 3\)"),
+    ("below -1", [[1, -1, -1]], [[-1, -2, -1]], r"retrive_next_sibling\[0, 1\] = -2"),
+    ("reached twice", [[1, 2, -1]], [[-1, 2, -1]], r"retrive_next_token\[0, 1\] = 2 .*reached by more than one"),
+    ("root targeted", [[1, 0, -1]], [[-1, 2, -1]], r"retrive_next_token\[0, 1\] = 0 .*root"),
+    ("root sibling", [[1, -1, -1]], [[2, -1, -1]], r"retrive_next_sibling\[0, 0\] = 2 .*no siblings"),
+    ("cycle", [[1, -1, -1, -1]], [[-1, -1, 3, 2]], r"retrive_next_sibling\[0, (2|3)\] = (3|2) .*cycle"),
+    ("self loop", [[1, -1, 2]], [[-1, -1, -1]], r"retrive_next_token\[0, 2\] = 2 .*cycle"),
+    ("unreached", [[1, -1, -1]], [[-1, -1, -1]], r"slot \[0, 2\] is reached by no link"),
+]
+
+
+@pytest.mark.parametrize("name, first, nxt, match", BAD, ids=[b[0] for b in BAD])
+def test_malformed_links_name_array_and_slot(name, first, nxt, match):
+    N = len(first[0])
+    with pytest.raises(ValueError, match=match):
+        TreeBatch.from_sglang(torch.tensor(first), torch.tensor(nxt), torch.tensor([[-1] + [0] * (N - 1)]))
+
+
+def test_links_into_padding_are_rejected():
+    with pytest.raises(ValueError, match=r"retrive_next_sibling\[0, 1\] = 2 .*valid slots"):
+        TreeBatch.from_sglang(torch.tensor([[1, -1, -1]]), torch.tensor([[-1, 2, -1]]),
+                              torch.tensor([[-1, 0, -1]]), torch.tensor([2]))
+
+
+def sglang_case(N=3, V=4):
+    ints = dict(candidates=torch.tensor([[9, 1, 2]]), retrive_index=torch.tensor([[0, 1, 2]]),
+                retrive_next_token=torch.tensor([[2, -1, -1]]), retrive_next_sibling=torch.tensor([[-1, -1, 1]]))
+    return ints, torch.full((1, N, V), 1 / V)
+
+
+def test_sglang_adapter_input_errors():
+    ints, p = sglang_case()
+    with pytest.raises(ValueError, match="uniform_samples drive only"):
+        sglang_verify_tree(**ints, target_probs=p, draft_probs=p, method="tv", uniform_samples=torch.rand(1, 3),
+                           uniform_samples_for_final_sampling=torch.rand(1))
+    with pytest.raises(ValueError, match="depth 1 but num_speculative_tokens = 1"):
+        sglang_verify_tree(**ints, target_probs=p, num_speculative_tokens=1)
+    with pytest.raises(ValueError, match="draft_probs must be"):
+        sglang_verify_tree(**ints, target_probs=p, draft_probs=p[:, :2], method="tv")
+    with pytest.raises(ValueError, match="unknown method"):
+        sglang_verify_tree(**ints, target_probs=p, method="bv")
+    bad = p.clone()
+    bad[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"target_probs row \[0\] contains NaN"):
+        sglang_verify_tree(**ints, target_probs=bad)
+    q = p.clone()
+    q[0, 0] = torch.tensor([0.5, 0.5, 0.0, 0.0])          # token 2 drafted with q = 0
+    with pytest.raises(ValueError, match="draft_probs"):
+        sglang_verify_tree(**ints, target_probs=p, draft_probs=q, method="rrs")
+    with pytest.raises(ValueError, match="retrive_index"):
+        sglang_verify_tree(**{**ints, "retrive_index": torch.tensor([[0, 1, 7]])}, target_probs=p)
+
+
+def test_vllm_adapter_input_errors():
+    ids, cu, p = torch.tensor([1, 2]), torch.tensor([2]), torch.full((2, 4), 0.25)
+    bonus = torch.tensor([[3]])
+    with pytest.raises(ValueError, match="cu_num_draft_tokens"):
+        vllm_rejection_sample(ids, torch.tensor([3]), None, p, bonus)
+    with pytest.raises(ValueError, match="bonus_token_ids must lie"):
+        vllm_rejection_sample(ids, cu, None, p, torch.tensor([[4]]))
+    with pytest.raises(ValueError, match="'bv' needs draft_probs"):
+        vllm_rejection_sample(ids, cu, None, p, bonus, method="bv")
+    with pytest.raises(ValueError, match="verifies one chain"):
+        vllm_rejection_sample(ids, cu, p, p, torch.tensor([[3, 3]]), method="sps", num_drafts=2)
+    with pytest.raises(ValueError, match="multiple of num_drafts"):
+        vllm_rejection_sample(torch.tensor([1, 2, 3]), torch.tensor([3]), torch.full((3, 4), 0.25),
+                              torch.full((3, 4), 0.25), torch.tensor([[3, 3]]), method="rrs", num_drafts=2)
+    with pytest.raises(ValueError, match="token ids must lie"):
+        vllm_rejection_sample(torch.tensor([1, 9]), cu, None, p, bonus)
+    with pytest.raises(ValueError, match="max_spec_len"):
+        vllm_rejection_sample(ids, cu, None, p, bonus, max_spec_len=1)
