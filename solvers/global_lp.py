@@ -47,6 +47,8 @@ from .highs_lp import LP_METHODS, solve_lp
 
 #: Feasibility tolerance of the recheck of a returned solution (HiGHS runs at 1e-10).
 RECHECK_TOL = 1e-9
+#: Largest drop of E[τ] accepted from repairing HiGHS' point into a feasible one (:func:`_repair`).
+REPAIR_TOL = 1e-5
 
 
 def as_shape(shape, where: str) -> TreeShape:
@@ -288,10 +290,50 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     sol = solve_lp(np.concatenate([np.zeros(n_x), np.ones(P)]), A, row_lower, row_upper, 0.0,
                    np.concatenate([np.ones(n_x), np.full(P, np.inf)]), method=method)
     x = np.clip(sol.x[:n_x], 0.0, 1.0)
+    status, message = sol.status, sol.message
+    if status == 0 and not merge_duplicates:
+        x, lost = _repair(shape, table, weights, x.reshape(n, m))
+        x = x.ravel()
+        if lost > REPAIR_TOL:
+            status, message = 4, (f"repairing HiGHS' point lost {lost:.1e} > {REPAIR_TOL:g} of its objective "
+                                  f"{sol.objective:.12f}")
+        elif lost > 1e-12:
+            message += (f"; HiGHS' point was off the unscaled LP and was repaired to a feasible one "
+                        f"(HiGHS objective {sol.objective:.12f}, repaired value lower by {lost:.1e})")
     tree_viol = float(np.max(A[:n_tree_rows, :n_x] @ x - np.concatenate(upper), initial=0.0))
     a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)  # recomputed from x
-    status, message = sol.status, sol.message
     if status == 0 and tree_viol > RECHECK_TOL:
         status, message = 4, f"the solution violates a tree constraint by {tree_viol:.2e} > {RECHECK_TOL:g}"
     return a, status, message
+
+
+def _repair(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float]:
+    """A feasible point near HiGHS' ``x [classes, N−1]`` (HiGHS meets its tolerance on the *scaled* LP, so the
+    unscaled rows can be off by ~1e-7 when ``Q(T)`` spans many decades); returns ``(x', value(x) − value(x'))``.
+
+    1. Tree rows, top-down: where ``Σ_children x > x_u`` (1 at the root) the children are scaled by
+       ``x_u / Σ``; later rows see the scaled parents, so every tree row holds after one pass.
+    2. Edge rows: with ``a`` recomputed from step 1, every string gets ``f(s·y) = min(1, p(y|s)·a(s)/a(s·y))``
+       and every node spelling ``w`` is scaled by ``F(w) = Π f`` over the non-empty prefixes of ``w``.  A node
+       and its child scale by ``F(w)`` and ``F(w)·f(w·y) ≤ F(w)``, so tree rows stay valid; ``a(w)`` scales by
+       ``F(w)`` (every node spelling ``w·y`` lies under one spelling ``w``), so the edge row becomes
+       ``f(s·y)·a(s·y) ≤ p(y|s)·a(s)``, true by the choice of f.  Feasible points only lower the objective.
+    """
+    x = x.copy()
+    before = float(weights @ x.sum(axis=1))
+    for u, kids in enumerate(shape.children):
+        if not kids:
+            continue
+        cap = np.ones(x.shape[0]) if u == 0 else x[:, u - 1]
+        total = x[:, [c - 1 for c in kids]].sum(axis=1)
+        scale = np.where(total > cap, cap / np.where(total > 0, total, 1.0), 1.0)
+        x[:, [c - 1 for c in kids]] *= scale[:, None]
+    a = np.bincount(table.pid.ravel(), weights=(weights[:, None] * x).ravel(), minlength=table.size)
+    allowed = table.p_edge * np.where(table.parent >= 0, a[table.parent], 1.0)
+    f = np.where(a > allowed, allowed / np.where(a > 0, a, 1.0), 1.0)
+    F = np.ones(table.size)
+    for i in range(table.size):  # parents precede children: codes are sorted and code(s·y) > code(s)
+        F[i] = f[i] * (F[table.parent[i]] if table.parent[i] >= 0 else 1.0)
+    x *= F[table.pid]
+    return x, before - float(weights @ x.sum(axis=1))
 

@@ -20,6 +20,9 @@ from univer_theory.validation import check_choice
 
 #: HiGHS' algorithm choices exposed to callers.
 LP_METHODS = ("simplex", "ipm", "choose")
+#: Re-solves tried in turn when a run does not end Optimal (``retry``): interior point with crossover, then
+#: simplex without presolve (presolve's reductions are where tiny coefficients, e.g. Q(S) ~ 1e-10, go wrong).
+RETRIES = (("ipm", "choose"), ("simplex", "off"))
 
 
 @dataclass(frozen=True)
@@ -35,14 +38,15 @@ class LPSolution:
 
 
 def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = "choose",
-             tolerance: float = 1e-10, threads: int = 1, vertex: bool = False) -> LPSolution:
+             tolerance: float = 1e-10, threads: int = 1, vertex: bool = False, retry: bool = True) -> LPSolution:
     """Maximise ``c·x`` over ``{x : row_lower ≤ A x ≤ row_upper, col_lower ≤ x ≤ col_upper}`` with HiGHS.
 
     ``±inf`` bounds mean "no bound".  ``tolerance`` is HiGHS' primal and dual feasibility tolerance
     (1e-10 is its floor).  ``method``: one of :data:`LP_METHODS`.  ``vertex`` (simplex only): ``x`` is the
     basic solution of HiGHS' optimal basis recomputed by one dense solve — nonbasic columns and rows at the
     bound HiGHS left them on, the basic columns from the square system that leaves — so it carries round-off
-    only, not HiGHS' feasibility tolerance.
+    only, not HiGHS' feasibility tolerance.  ``retry``: when the run does not end Optimal, re-solve with each of
+    :data:`RETRIES` in turn (simplex ones only with ``vertex``); ``message`` then lists every attempt.
     """
     if vertex and method != "simplex":
         raise ValueError("solve_lp: vertex=True needs method='simplex' (a basis)")
@@ -63,11 +67,36 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     lp.a_matrix_.value_ = A.data.astype(np.float64)
     lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_cols, n_rows
     _silence_banner()
+    attempts = [(method, "choose")]
+    if retry:
+        attempts += [a for a in RETRIES if a != (method, "choose") and (not vertex or a[0] == "simplex")]
+    tried = []
+    for solver, presolve in attempts:
+        h = _run(lp, solver, presolve, tolerance, threads)
+        model_status = h.getModelStatus()
+        tried.append(f"{solver} (presolve {presolve}): {h.modelStatusToString(model_status)}")
+        if model_status == highspy.HighsModelStatus.kOptimal:
+            break
+    sol = h.getSolution()
+    ok = model_status == highspy.HighsModelStatus.kOptimal
+    x = np.array(sol.col_value)
+    if vertex and ok:
+        x = _basic_solution(A, h.getBasis(), lp)
+    message = h.modelStatusToString(model_status)
+    if len(tried) > 1:
+        message += " after re-solving: " + "; ".join(tried)
+    return LPSolution(x, np.array(sol.row_dual), float(h.getInfo().objective_function_value),
+                      0 if ok else 1, ok, message)
+
+
+def _run(lp, solver: str, presolve: str, tolerance: float, threads: int):
+    """One HiGHS run of ``lp``; returns the solved ``Highs`` object."""
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("threads", int(threads))
-    h.setOptionValue("solver", method)
+    h.setOptionValue("solver", solver)
+    h.setOptionValue("presolve", presolve)
     h.setOptionValue("primal_feasibility_tolerance", float(tolerance))
     h.setOptionValue("dual_feasibility_tolerance", float(tolerance))
     h.passModel(lp)
@@ -76,14 +105,7 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
         # with a different thread count, run() refuses to start; reset it and run once more
         highspy.Highs.resetGlobalScheduler(True)
         h.run()
-    model_status = h.getModelStatus()
-    sol = h.getSolution()
-    ok = model_status == highspy.HighsModelStatus.kOptimal
-    x = np.array(sol.col_value)
-    if vertex and ok:
-        x = _basic_solution(A, h.getBasis(), lp)
-    return LPSolution(x, np.array(sol.row_dual), float(h.getInfo().objective_function_value),
-                      0 if ok else 1, ok, h.modelStatusToString(model_status))
+    return h
 
 
 def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:

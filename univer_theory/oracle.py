@@ -24,10 +24,9 @@ def output_law(model: Model, shape: TreeShape, process: str, verifier: Verifier,
     """Exact law ``{(path tokens…, Y): prob}`` averaged over drafted trees and the verifier's coins.
 
     ``on_node(info)`` sees each distinct internal node's rule info (rule-based verifiers only)."""
-    if not verifier.supports(shape, process):
-        raise NotImplementedError(f"output_law: {verifier.name} does not support shape {shape} with process {process!r}")
-    if model.exact and not verifier.rational:
-        raise NotImplementedError(f"output_law: {verifier.name} has no exact rational form")
+    why = verifier.unsupported(shape, process, model.exact)
+    if why:
+        raise NotImplementedError(f"output_law: shape {shape}: {why}")
     if verifier.rule is not None:
         return engine.expected_law(model, shape, process, verifier.rule, tuple_law, on_node)
     return enumerated_output_law(model, shape, process, verifier)
