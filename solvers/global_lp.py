@@ -191,7 +191,9 @@ class GlobalLPResult:
     ``value``: E[τ] of the rechecked optimal solution (``Σ_s a(s)`` recomputed from the node columns);
     ``trees``: enumerated trees; ``classes``: trees left after merging equal string sets (the LP's blocks);
     ``variables`` / ``constraints``: LP size; ``seconds``: enumeration + build + solve (``solve_seconds``:
-    HiGHS alone); ``acceptance``: ``a(s)`` per drafted string; ``status`` 0 optimal and rechecked,
+    HiGHS alone); ``acceptance``: ``a(s)`` per drafted string; ``lp_objective``: HiGHS' own objective (its point
+    may break unscaled rows by ~1e-7; ``value`` is that of the repaired feasible point, at most
+    :data:`REPAIR_TOL` lower, see :func:`_repair`); ``status`` 0 optimal and rechecked,
     1 HiGHS not optimal, 4 recheck failed.
     """
 
@@ -206,6 +208,7 @@ class GlobalLPResult:
     status: int
     success: bool
     message: str
+    lp_objective: float = float("nan")
 
 
 def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, merge_duplicates: bool = False,
@@ -237,7 +240,7 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     table = _prefix_table(model, trees, codes, where)
     n, m, P = codes.shape[0], shape.num_nodes - 1, table.size
     t0 = time.perf_counter()
-    a, status, message = _solve(shape, table, weights, merge_duplicates, method)
+    a, status, message, objective = _solve(shape, table, weights, merge_duplicates, method)
     solve_seconds = time.perf_counter() - t0
     viol = float(np.max(a - table.p_edge * np.where(table.parent >= 0, a[table.parent], 1.0), initial=0.0))
     if status == 0 and viol > RECHECK_TOL:
@@ -247,7 +250,8 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     n_tree_rows = n * sum(1 for u in range(shape.num_nodes) if shape.children[u])
     return GlobalLPResult(float(a.sum()), trees.num_trees, n, n * m + P, n_tree_rows + 2 * P,
                           time.perf_counter() - start, solve_seconds,
-                          {trees.prefix(c): float(v) for c, v in zip(table.codes, a)}, status, status == 0, message)
+                          {trees.prefix(c): float(v) for c, v in zip(table.codes, a)}, status, status == 0, message,
+                          objective)
 
 
 def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_duplicates: bool, method: str):
@@ -304,7 +308,7 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)  # recomputed from x
     if status == 0 and tree_viol > RECHECK_TOL:
         status, message = 4, f"the solution violates a tree constraint by {tree_viol:.2e} > {RECHECK_TOL:g}"
-    return a, status, message
+    return a, status, message, sol.objective
 
 
 def _repair(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float]:
