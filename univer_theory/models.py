@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .tree import DraftTree
+from .tree import DraftTree, as_int_tuple
 from .validation import check_simplex
 
 Prefix = tuple[int, ...]
@@ -56,6 +56,27 @@ class Model:
         return self.target(()).dtype == object
 
 
+def parse_prefix(key, vocab_size: int, where: str) -> Prefix:
+    """A table key as a prefix tuple: a tuple / list of token ids, or a string of comma-joined token ids
+    (``""`` the root, ``"1,0"`` tokens 1 then 0; ``"10"`` is the one token 10, never (1, 0)).  Every token must
+    lie in ``[0, vocab_size)``; anything else raises ValueError naming the key and the rule."""
+    if isinstance(key, str):
+        parts = key.split(",") if key.strip() else []
+        if not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"{where}: prefix key {key!r} is not comma-joined token ids like '' or '1,0'")
+        prefix = tuple(int(p) for p in parts)
+    elif isinstance(key, (tuple, list)):
+        prefix = as_int_tuple(key, where, f"prefix key {key!r}")
+    else:
+        raise ValueError(f"{where}: prefix key {key!r} must be a tuple of token ids or a comma-joined string, "
+                         f"got {type(key).__name__}")
+    bad = [t for t in prefix if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"{where}: prefix key {key!r} has token {bad[0]}, outside [0, {vocab_size}) "
+                         f"(keys are comma-joined token ids, e.g. '1,0')")
+    return prefix
+
+
 class TableModel(Model):
     """Explicit tables ``{prefix: row}`` for target and draft; a missing prefix falls back to the root row.
 
@@ -63,17 +84,26 @@ class TableModel(Model):
     """
 
     def __init__(self, vocab_size: int, target: dict, draft: dict):
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
+            raise ValueError(f"TableModel: vocab_size must be a positive integer, got {vocab_size!r}")
         self.vocab_size = int(vocab_size)
         self._tables = {}
         for name, table in (("target", target), ("draft", draft)):
-            if () not in table:
-                raise ValueError(f"TableModel: the {name} table needs a root row (prefix \"\")")
+            if not isinstance(table, dict):
+                raise ValueError(f"TableModel: {name} must be a dict {{prefix: row}}, got {type(table).__name__}")
             rows = {}
-            for prefix, row in table.items():
+            for key, row in table.items():
+                prefix = parse_prefix(key, self.vocab_size, f"TableModel: {name} table")
+                if prefix in rows:
+                    raise ValueError(f"TableModel: {name} table has two keys for prefix {prefix} (the second is "
+                                     f"{key!r}); give each prefix once")
                 arr = check_simplex(row, "TableModel", f"{name} row for prefix {prefix}")
                 if arr.shape != (self.vocab_size,):
-                    raise ValueError(f"TableModel: {name} row for prefix {prefix} has length {arr.size}, expected vocab {self.vocab_size}")
-                rows[tuple(int(t) for t in prefix)] = arr
+                    raise ValueError(f"TableModel: {name} row for prefix {prefix} has shape {arr.shape}, "
+                                     f"expected ({self.vocab_size},) (one entry per token of the vocabulary)")
+                rows[prefix] = arr
+            if () not in rows:
+                raise ValueError(f"TableModel: the {name} table needs a root row (prefix \"\" or ())")
             self._tables[name] = rows
 
     def _row(self, name: str, prefix: Prefix) -> np.ndarray:
@@ -90,27 +120,36 @@ class TableModel(Model):
     def from_json(cls, path: str | Path, exact: bool = False) -> "TableModel":
         """Read ``{"vocab": V, "target": {"": [...], "0,2": [...]}, "draft": {...}}``.
 
-        Keys are prefixes as comma-joined token ids (``""`` is the root).  Entries may be numbers or strings
-        like ``"1/3"``; with ``exact=True`` every entry becomes a ``Fraction``.
+        Keys are prefixes as comma-joined token ids (``""`` is the root, ``"1,0"`` tokens 1 then 0, ``"10"`` the
+        single token 10; see :func:`parse_prefix`).  Entries may be numbers or strings like ``"1/3"``; with
+        ``exact=True`` every entry becomes a ``Fraction``.
         """
-        data = json.loads(Path(path).read_text())
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"TableModel.from_json: cannot read {path} as JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"TableModel.from_json: {path} must hold one JSON object, got {type(data).__name__}")
         for key in ("vocab", "target", "draft"):
             if key not in data:
                 raise ValueError(f"TableModel.from_json: {path} has no {key!r} field")
 
-        def parse_prefix(key: str) -> Prefix:
+        def parse_row(name: str, key: str, row):
+            if not isinstance(row, list):
+                raise ValueError(f"TableModel.from_json: {path}: the {name} row for prefix {key!r} must be a list "
+                                 f"of {data['vocab']} probabilities, got {row!r}")
             try:
-                return tuple(int(t) for t in key.split(",")) if key.strip() else ()
-            except ValueError:
-                raise ValueError(f"TableModel.from_json: prefix key {key!r} is not comma-joined token ids") from None
+                values = [Fraction(str(x)) for x in row]
+            except (ValueError, ZeroDivisionError):
+                raise ValueError(f"TableModel.from_json: {path}: the {name} row for prefix {key!r} has an entry "
+                                 f"that is not a number or a fraction like '1/3': {row!r}") from None
+            return np.array(values, dtype=object) if exact else np.array([float(x) for x in values])
 
-        def parse_row(row):
-            if exact:
-                return np.array([Fraction(str(x)) for x in row], dtype=object)
-            return np.array([float(Fraction(str(x))) for x in row])
-
-        tables = {name: {parse_prefix(k): parse_row(v) for k, v in data[name].items()} for name in ("target", "draft")}
-        return cls(int(data["vocab"]), tables["target"], tables["draft"])
+        for name in ("target", "draft"):
+            if not isinstance(data[name], dict):
+                raise ValueError(f"TableModel.from_json: {path}: {name!r} must be an object {{prefix: row}}")
+        tables = {name: {k: parse_row(name, k, v) for k, v in data[name].items()} for name in ("target", "draft")}
+        return cls(data["vocab"], tables["target"], tables["draft"])
 
 
 def context_free(target_probs, draft_probs) -> TableModel:
