@@ -38,10 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from univer_theory.models import Model
+from univer_theory.models import Model, checked_rows
 from univer_theory.processes import PROCESSES, tuple_law
 from univer_theory.tree import TreeShape
-from univer_theory.validation import check_choice, check_simplex
+from univer_theory.validation import check_choice
 
 from .highs_lp import LP_METHODS, solve_lp
 
@@ -62,14 +62,8 @@ def as_shape(shape, where: str) -> TreeShape:
 
 def model_rows(model: Model, prefix: tuple, where: str) -> tuple[np.ndarray, np.ndarray]:
     """``(p(·|s), q(·|s))`` as validated float64 rows of length ``model.vocab_size``."""
-    out = []
-    for name, row in (("target", model.target(prefix)), ("draft", model.draft(prefix))):
-        arr = np.asarray(check_simplex(row, where, f"{name} row at prefix {prefix}"), dtype=np.float64)
-        if arr.shape != (model.vocab_size,):
-            raise ValueError(f"{where}: {name} row at prefix {prefix} has shape {arr.shape}, "
-                             f"expected ({model.vocab_size},)")
-        out.append(arr)
-    return out[0], out[1]
+    p, q = checked_rows(model, prefix, where)
+    return np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
-"""A thin, deterministic HiGHS call for the ground-truth LPs (global tree LP, CF node LPs).
+"""A thin, deterministic HiGHS call for the ground-truth LPs (global tree LP, CF node LPs) and the exact core's
+LP plans.
 
-``maximise c·x  s.t.  row_lower ≤ A x ≤ row_upper,  col_lower ≤ x ≤ col_upper`` through ``highspy`` directly
-(no scipy re-packing: the CF bound solves thousands of tiny LPs, the global LP one LP with ~10⁶ columns).
+``maximise c·x  s.t.  row_lower ≤ A x ≤ row_upper,  col_lower ≤ x ≤ col_upper`` through HiGHS' own bindings
+(no scipy re-packing: the CF bound solves thousands of tiny LPs, the global LP one LP with ~10⁶ columns):
+``highspy`` from the ``solvers`` extra, else the identical bindings bundled in scipy ≥ 1.15, so the exact
+core needs no extra.
 Row duals are returned as *supergradients of the optimal value*: ``V(b') ≤ V(b) + row_dual·(b' − b)`` for a
 change of the binding bounds, which is what the CF breakpoint search needs.
 """
@@ -12,11 +15,28 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
-import highspy
 import numpy as np
 import scipy.sparse as sp
 
 from univer_theory.validation import check_choice
+
+
+@lru_cache(maxsize=1)
+def bindings():
+    """``(module, Highs class)`` of HiGHS' Python bindings, imported on first use (``import solvers`` stays light):
+    ``highspy`` (the ``solvers`` extra), else the same bindings bundled in scipy ≥ 1.15."""
+    try:
+        import highspy
+        return highspy, highspy.Highs
+    except ImportError:
+        pass
+    try:
+        from scipy.optimize._highspy import _core
+    except ImportError as err:
+        raise ImportError("solvers.highs_lp needs HiGHS: pip install 'univer[solvers]' (highspy), or scipy ≥ 1.15, "
+                          "which bundles it") from err
+    return _core, _core._Highs
+
 
 #: HiGHS' algorithm choices exposed to callers.
 LP_METHODS = ("simplex", "ipm", "choose")
@@ -51,6 +71,7 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     if vertex and method != "simplex":
         raise ValueError("solve_lp: vertex=True needs method='simplex' (a basis)")
     check_choice(method, LP_METHODS, "solve_lp", "method")
+    highspy, _ = bindings()
     A = sp.csc_matrix(A)
     n_rows, n_cols = A.shape
     lp = highspy.HighsLp()
@@ -91,7 +112,8 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
 
 def _run(lp, solver: str, presolve: str, tolerance: float, threads: int):
     """One HiGHS run of ``lp``; returns the solved ``Highs`` object."""
-    h = highspy.Highs()
+    highspy, Highs = bindings()
+    h = Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("threads", int(threads))
@@ -103,7 +125,7 @@ def _run(lp, solver: str, presolve: str, tolerance: float, threads: int):
     if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
         # HiGHS' thread scheduler is process-wide: if another user (cvxpy's HIGHS backend, say) started it
         # with a different thread count, run() refuses to start; reset it and run once more
-        highspy.Highs.resetGlobalScheduler(True)
+        Highs.resetGlobalScheduler(True)
         h.run()
     return h
 
@@ -111,6 +133,7 @@ def _run(lp, solver: str, presolve: str, tolerance: float, threads: int):
 def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:
     """``x`` of a HiGHS basis (:func:`solve_lp`'s ``vertex``): ``x_N`` at its bounds, then
     ``A[nonbasic rows, basic] x_B = bound − A[nonbasic rows, nonbasic] x_N``."""
+    highspy, _ = bindings()
     status = highspy.HighsBasisStatus
     col, row = list(basis.col_status), list(basis.row_status)
     at_upper = lambda s: s == status.kUpper                          # noqa: E731  (kLower, kZero: lower bound)
@@ -128,9 +151,10 @@ def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:
 
 
 def _finite_or_inf(values, n: int) -> np.ndarray:
+    inf = bindings()[0].kHighsInf
     arr = np.broadcast_to(np.asarray(values, dtype=np.float64), (n,)).copy()
-    arr[arr == np.inf] = highspy.kHighsInf
-    arr[arr == -np.inf] = -highspy.kHighsInf
+    arr[arr == np.inf] = inf
+    arr[arr == -np.inf] = -inf
     return arr
 
 
@@ -143,7 +167,7 @@ def _silence_banner() -> None:
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 1)
-            highspy.Highs()
+            bindings()[1]()
     finally:
         os.dup2(saved, 1)
         os.close(saved)

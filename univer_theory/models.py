@@ -19,6 +19,19 @@ from .validation import check_simplex
 Prefix = tuple[int, ...]
 
 
+def checked_rows(model: "Model", prefix: Prefix, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(p(·|s), q(·|s))`` of ``model`` at ``prefix``, each checked to be a probability row of length
+    ``model.vocab_size`` (float64, or exact ``object`` rows kept exact); ValueError naming the row otherwise."""
+    out = []
+    for name, row in (("target", model.target(prefix)), ("draft", model.draft(prefix))):
+        arr = check_simplex(row, where, f"{name} row at prefix {prefix}")
+        if arr.shape != (model.vocab_size,):
+            raise ValueError(f"{where}: {name} row at prefix {prefix} has shape {arr.shape}, "
+                             f"expected ({model.vocab_size},) = (vocab_size,)")
+        out.append(arr)
+    return out[0], out[1]
+
+
 def to_fractions(row, denominator: int = 1000) -> np.ndarray:
     """Round a float probability row to an exact ``Fraction`` row with the given denominator.
 
@@ -99,8 +112,9 @@ class TableModel(Model):
                                      f"{key!r}); give each prefix once")
                 arr = check_simplex(row, "TableModel", f"{name} row for prefix {prefix}")
                 if arr.shape != (self.vocab_size,):
-                    raise ValueError(f"TableModel: {name} row for prefix {prefix} has shape {arr.shape}, "
-                                     f"expected ({self.vocab_size},) (one entry per token of the vocabulary)")
+                    got = f"length {arr.size}" if arr.ndim == 1 else f"shape {arr.shape}"
+                    raise ValueError(f"TableModel: {name} row for prefix {prefix} has {got}, expected vocab "
+                                     f"{self.vocab_size} (one entry per token)")
                 rows[prefix] = arr
             if () not in rows:
                 raise ValueError(f"TableModel: the {name} table needs a root row (prefix \"\" or ())")
@@ -150,6 +164,41 @@ class TableModel(Model):
                 raise ValueError(f"TableModel.from_json: {path}: {name!r} must be an object {{prefix: row}}")
         tables = {name: {k: parse_row(name, k, v) for k, v in data[name].items()} for name in ("target", "draft")}
         return cls(data["vocab"], tables["target"], tables["draft"])
+
+
+class CheckedModel(Model):
+    """``base`` seen through :func:`checked_rows`: every row is checked once, on first use.  The exact core's
+    entry points wrap the caller's model with :func:`checked_model`, so a custom :class:`Model` with a bad row
+    is a ValueError naming the prefix, not a wrong number."""
+
+    def __init__(self, base: Model, where: str):
+        self.base, self.vocab_size, self.where, self._rows = base, base.vocab_size, where, {}
+
+    def _checked(self, prefix) -> tuple[np.ndarray, np.ndarray]:
+        prefix = tuple(prefix)
+        if prefix not in self._rows:
+            self._rows[prefix] = checked_rows(self.base, prefix, self.where)
+        return self._rows[prefix]
+
+    def target(self, prefix):
+        return self._checked(prefix)[0]
+
+    def draft(self, prefix):
+        return self._checked(prefix)[1]
+
+
+def checked_model(model, where: str) -> Model:
+    """``model`` wrapped in :class:`CheckedModel` (once); ValueError unless it is a :class:`Model` with a positive
+    integer ``vocab_size``."""
+    if isinstance(model, CheckedModel):
+        return model
+    if not isinstance(model, Model):
+        raise ValueError(f"{where}: model must be a univer_theory Model (target/draft rows per prefix), got "
+                         f"{type(model).__name__}")
+    V = getattr(model, "vocab_size", None)
+    if isinstance(V, bool) or not isinstance(V, (int, np.integer)) or V < 1:
+        raise ValueError(f"{where}: model.vocab_size must be a positive integer, got {V!r}")
+    return CheckedModel(model, where)
 
 
 def context_free(target_probs, draft_probs) -> TableModel:

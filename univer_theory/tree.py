@@ -181,7 +181,7 @@ class TreeShape(_Skeleton):
             if ch == "," and not (0 < i < len(text) - 1 and text[i - 1] in ".)" and text[i + 1] in ".("):
                 raise ValueError(f"TreeShape.parse: the comma at position {i} of {text!r} does not separate two "
                                  f"children (write a leaf as '.', e.g. '(.,.)')")
-            if ch == ")" and text[i - 1] == "(":
+            if ch == ")" and text[i - 1] == "(" and i > 1:  # "()" alone is the empty tree, refused below
                 raise ValueError(f"TreeShape.parse: empty '()' at position {i - 1} of {text!r} (a node with "
                                  f"children needs at least one; write a leaf as '.')")
             if ch == "(":
