@@ -135,7 +135,7 @@ def test_exact_command_marks_a_method_whose_solver_fails(monkeypatch, capsys):
             raise RuntimeError("slot_rule_lp: HiGHS returned Infeasible")
         return real(model, shape, process, verifier, *args, **kwargs)
 
-    monkeypatch.setattr("univer_theory.evaluate", evaluate)
+    monkeypatch.setattr("univer.commands.exact.evaluate", evaluate)
     assert cli_main(["exact", "--vocab", "3", "--shape", "2", "--process", "iid"]) == 1
     text = capsys.readouterr().out
     assert "univer    FAILED: slot_rule_lp: HiGHS returned Infeasible" in text and "tv " in text

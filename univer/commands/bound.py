@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
+from univer_theory import TreeShape, evaluate
+from univer_theory.alpha_star import alpha_star
+
 from .common import add_model_options, build_model, print_json
+from .exact import exact_results
 
 VALUE_AWARE = "univer-va"
 
@@ -27,16 +33,11 @@ def bound_results(args, progress: bool = True) -> dict:
     A bound whose LP fails even after the solvers' re-solves and repair is reported as ``{"error": reason}``
     under its key (and in ``errors``); every other number is still computed.
     """
-    import numpy as np
-
+    TreeShape.parse(args.shape)  # a bad --shape is reported before the solvers are imported
     from solvers.cf_bound import cf_bound
     from solvers.condot import condot_lp
     from solvers.global_lp import global_tree_lp
     from solvers.value_aware import value_aware_verifier
-    from univer_theory import TreeShape, evaluate
-    from univer_theory.alpha_star import alpha_star
-
-    from .exact import exact_results
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)

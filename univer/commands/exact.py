@@ -1,6 +1,10 @@
 """``univer exact``: every verifier's exact E[τ] and distance to the target law on one model/shape/process."""
 from __future__ import annotations
 
+from tqdm import tqdm
+
+from univer_theory import TreeShape, evaluate
+
 from .common import add_model_options, build_model, print_json, selected_methods
 
 
@@ -13,10 +17,6 @@ def add_parser(sub) -> None:
 def exact_results(args, progress: bool = True):
     """``(model, shape, {name: MethodResult}, {name: reason})`` for the options in ``args``; a method whose
     solver fails (RuntimeError, e.g. an LP HiGHS cannot solve) is left out of the results with its reason."""
-    from tqdm import tqdm
-
-    from univer_theory import TreeShape, evaluate
-
     shape = TreeShape.parse(args.shape)
     model = build_model(args)
     methods = selected_methods(args, shape, model.exact)
