@@ -212,3 +212,31 @@ def test_probs_from_logits_rejects_rows_without_a_law():
         probs_from_logits(torch.tensor([[float("nan"), 0.0]]))
     # −inf entries with a finite maximum are a valid (masked) row
     assert probs_from_logits(torch.tensor([[0.0, -inf]])).tolist() == [[1.0, 0.0]]
+
+
+def test_table_model_keys_are_comma_joined_token_ids():
+    from univer_theory import TableModel
+
+    row, other = [0.5, 0.5], [0.25, 0.75]
+    with pytest.raises(ValueError, match=r"prefix key '10' has token 10, outside \[0, 2\)"):
+        TableModel(2, {"": row, "10": other}, {(): row})          # once read as tokens (1, 0)
+    with pytest.raises(ValueError, match=r"prefix key \(7,\) has token 7"):
+        TableModel(2, {(): row, (7,): other}, {(): row})
+    with pytest.raises(ValueError, match="two keys for prefix \\(1, 0\\)"):
+        TableModel(2, {(): row, "1,0": other, (1, 0): row}, {(): row})
+    with pytest.raises(ValueError, match="must be an integer, got True"):
+        TableModel(2, {(): row, (True,): other}, {(): row})
+    with pytest.raises(ValueError, match="vocab_size must be a positive integer"):
+        TableModel(True, {(): row}, {(): row})
+    m = TableModel(11, {"": np.full(11, 1 / 11), "10": np.eye(11)[10], "1,0": np.eye(11)[3]}, {(): np.full(11, 1 / 11)})
+    assert m.target((10,))[10] == 1 and m.target((1, 0))[3] == 1 and m.target((0, 1))[0] == 1 / 11
+
+
+def test_build_plan_checks_its_node_inputs():
+    from univer_theory.plans.choose import build_plan
+
+    for construction, process in (("greedy_fill", "greedy"), ("tv", "iid"), ("auto", "wor")):
+        with pytest.raises(ValueError, match=r"build_plan: target_probs row 0 sums to 1.2"):
+            build_plan(construction, np.array([0.5, 0.7]), np.array([0.5, 0.5]), 1.0, 2, process)
+        with pytest.raises(ValueError, match="NaN"):
+            build_plan(construction, np.array([np.nan, 1.0]), np.array([0.5, 0.5]), 1.0, 2, process)
