@@ -236,7 +236,7 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     t0 = time.perf_counter()
     a, status, message, objective = _solve(shape, table, weights, merge_duplicates, method)
     solve_seconds = time.perf_counter() - t0
-    viol = float(np.max(a - table.p_edge * np.where(table.parent >= 0, a[table.parent], 1.0), initial=0.0))
+    viol = float(np.max(a - _edge_bound(table, a), initial=0.0))
     if status == 0 and viol > RECHECK_TOL:
         status, message = 4, f"the solution violates a(s·y) ≤ p(y|s)·a(s) by {viol:.2e} > {RECHECK_TOL:g}"
     elif status == 0:
@@ -285,17 +285,26 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     A = sp.csc_matrix((np.concatenate(rv), (np.concatenate(ri), np.concatenate(rj))), shape=(row + P, n_x + P))
     row_lower = np.concatenate([np.full(n_tree_rows, -np.inf), np.zeros(P), np.full(P, -np.inf)])
     row_upper = np.concatenate([np.concatenate(upper), np.zeros(P), rhs])
-    sol = solve_lp(np.concatenate([np.zeros(n_x), np.ones(P)]), A, row_lower, row_upper, 0.0,
-                   np.concatenate([np.ones(n_x), np.full(P, np.inf)]), method=method)
-    x = np.clip(sol.x[:n_x], 0.0, 1.0)
-    status, message = sol.status, sol.message
-    if status == 0 and not merge_duplicates:
+
+    def violation(x):  # largest excess of a tree row or an edge row at x
+        a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)
+        return max(float(np.max(A[:n_tree_rows, :n_x] @ x - np.concatenate(upper), initial=0.0)),
+                   float(np.max(a - _edge_bound(table, a), initial=0.0)))
+
+    for presolve in ("choose", "off"):  # HiGHS' presolve is where the unscaled rows drift (docs/deviations.md 23)
+        sol = solve_lp(np.concatenate([np.zeros(n_x), np.ones(P)]), A, row_lower, row_upper, 0.0,
+                       np.concatenate([np.ones(n_x), np.full(P, np.inf)]), method=method, presolve=presolve)
+        x = np.clip(sol.x[:n_x], 0.0, 1.0)
+        if sol.status != 0 or merge_duplicates or violation(x) <= RECHECK_TOL:
+            break
+    status, message = sol.status, sol.message + ("" if presolve == "choose" else " (re-solved without presolve)")
+    if status == 0 and not merge_duplicates and violation(x) > RECHECK_TOL:
         x, lost = _repair(shape, table, weights, x.reshape(n, m))
         x = x.ravel()
         if lost > REPAIR_TOL:
             status, message = 4, (f"repairing HiGHS' point lost {lost:.1e} > {REPAIR_TOL:g} of its objective "
                                   f"{sol.objective:.12f}")
-        elif lost > 1e-12:
+        else:
             message += (f"; HiGHS' point was off the unscaled LP and was repaired to a feasible one "
                         f"(HiGHS objective {sol.objective:.12f}, repaired value lower by {lost:.1e})")
     tree_viol = float(np.max(A[:n_tree_rows, :n_x] @ x - np.concatenate(upper), initial=0.0))
@@ -303,6 +312,11 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     if status == 0 and tree_viol > RECHECK_TOL:
         status, message = 4, f"the solution violates a tree constraint by {tree_viol:.2e} > {RECHECK_TOL:g}"
     return a, status, message, sol.objective
+
+
+def _edge_bound(table: _PrefixTable, a: np.ndarray) -> np.ndarray:
+    """``p(y|s)·a(s)`` for every drafted string ``s·y`` (``a(()) = 1``): the edge rows' right-hand side."""
+    return table.p_edge * np.where(table.parent >= 0, a[table.parent], 1.0)
 
 
 def _repair(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float]:
@@ -327,7 +341,7 @@ def _repair(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, x: np.nd
         scale = np.where(total > cap, cap / np.where(total > 0, total, 1.0), 1.0)
         x[:, [c - 1 for c in kids]] *= scale[:, None]
     a = np.bincount(table.pid.ravel(), weights=(weights[:, None] * x).ravel(), minlength=table.size)
-    allowed = table.p_edge * np.where(table.parent >= 0, a[table.parent], 1.0)
+    allowed = _edge_bound(table, a)
     f = np.where(a > allowed, allowed / np.where(a > 0, a, 1.0), 1.0)
     F = np.ones(table.size)
     for i in range(table.size):  # parents precede children: codes are sorted and code(s·y) > code(s)

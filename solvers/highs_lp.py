@@ -58,15 +58,17 @@ class LPSolution:
 
 
 def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = "choose",
-             tolerance: float = 1e-10, threads: int = 1, vertex: bool = False, retry: bool = True) -> LPSolution:
+             tolerance: float = 1e-10, threads: int = 1, vertex: bool = False, retry: bool = True,
+             presolve: str = "choose") -> LPSolution:
     """Maximise ``c·x`` over ``{x : row_lower ≤ A x ≤ row_upper, col_lower ≤ x ≤ col_upper}`` with HiGHS.
 
     ``±inf`` bounds mean "no bound".  ``tolerance`` is HiGHS' primal and dual feasibility tolerance
     (1e-10 is its floor).  ``method``: one of :data:`LP_METHODS`.  ``vertex`` (simplex only): ``x`` is the
     basic solution of HiGHS' optimal basis recomputed by one dense solve — nonbasic columns and rows at the
     bound HiGHS left them on, the basic columns from the square system that leaves — so it carries round-off
-    only, not HiGHS' feasibility tolerance.  ``retry``: when the run does not end Optimal, re-solve with each of
-    :data:`RETRIES` in turn (simplex ones only with ``vertex``); ``message`` then lists every attempt.
+    only, not HiGHS' feasibility tolerance.  ``presolve``: HiGHS' option (``"choose"`` or ``"off"``).  ``retry``:
+    when the run does not end Optimal, re-solve with each of :data:`RETRIES` in turn (simplex ones only with
+    ``vertex``); ``message`` then lists every attempt.
     """
     if vertex and method != "simplex":
         raise ValueError("solve_lp: vertex=True needs method='simplex' (a basis)")
@@ -88,14 +90,15 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     lp.a_matrix_.value_ = A.data.astype(np.float64)
     lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_cols, n_rows
     _silence_banner()
-    attempts = [(method, "choose")]
+    check_choice(presolve, ("choose", "off"), "solve_lp", "presolve")
+    attempts = [(method, presolve)]
     if retry:
-        attempts += [a for a in RETRIES if a != (method, "choose") and (not vertex or a[0] == "simplex")]
+        attempts += [a for a in RETRIES if a != (method, presolve) and (not vertex or a[0] == "simplex")]
     tried = []
-    for solver, presolve in attempts:
-        h = _run(lp, solver, presolve, tolerance, threads)
+    for solver, pre in attempts:
+        h = _run(lp, solver, pre, tolerance, threads)
         model_status = h.getModelStatus()
-        tried.append(f"{solver} (presolve {presolve}): {h.modelStatusToString(model_status)}")
+        tried.append(f"{solver} (presolve {pre}): {h.modelStatusToString(model_status)}")
         if model_status == highspy.HighsModelStatus.kOptimal:
             break
     sol = h.getSolution()
