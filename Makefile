@@ -13,3 +13,4 @@ main: install
 
 test: install
 	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m extras

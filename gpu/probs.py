@@ -39,8 +39,12 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.T
         raise ValueError(f"probs_from_logits: temperature must be ≥ 0, got {temperature}")
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(dtype)
-    if torch.isnan(x).any():
-        raise ValueError("probs_from_logits: logits contain NaN")
+    for mask, rule in ((torch.isnan(x).any(-1), "contains NaN"),
+                       ((x == float("inf")).any(-1), "contains +inf (a logit must be finite or −inf)"),
+                       ((x == float("-inf")).all(-1), "is −inf everywhere (no token has positive probability)")):
+        if mask.any():
+            i = [int(v) for v in mask.nonzero()[0]]
+            raise ValueError(f"probs_from_logits: logits row {i} {rule}")
     if temperature == 0:
         return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(dtype)
     return torch.softmax(x / temperature, dim=-1)

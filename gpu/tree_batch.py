@@ -53,9 +53,9 @@ class TreeBatch:
                      device=None) -> "TreeBatch":
         """Validate and wrap ``parent [B, N]``, ``token [B, N]`` (``num_nodes [B]``, default: all ``N``).
 
-        Rules (each broken rule raises ValueError naming the tree and slot): slot 0 is the only root
-        (parent = token = −1); a valid node ``v ≥ 1`` has ``0 ≤ parent < v`` and ``0 ≤ token < vocab_size``;
-        padded slots have parent = token = −1.
+        Rules (checked by the constructor itself, see :meth:`__post_init__`; each broken rule raises ValueError
+        naming the tree and slot): slot 0 is the only root (parent = token = −1); a valid node ``v ≥ 1`` has
+        ``0 ≤ parent < v`` and ``0 ≤ token`` (``< vocab_size`` when given); padded slots have parent = token = −1.
         """
         where = "TreeBatch.from_tensors"
         parent = _as_long(parent, where, "parent", device)
@@ -67,37 +67,62 @@ class TreeBatch:
         if num_nodes is None:
             num_nodes = torch.full((B,), N, dtype=torch.long, device=parent.device)
         num_nodes = _as_long(num_nodes, where, "num_nodes", parent.device)
+        batch = cls(parent.contiguous(), token.contiguous(), num_nodes.contiguous())  # the layout rules
+        if vocab_size is not None:
+            bad = batch.valid & (batch.token >= vocab_size)
+            if bad.any():
+                b, v = (int(i) for i in bad.nonzero()[0])
+                raise ValueError(f"{where}: tree {b} slot {v} has token {int(token[b, v])}: token ids must lie in "
+                                 f"[0, {vocab_size}) (the vocabulary)")
+        return batch
+
+    def __post_init__(self):
+        """The layout rules, checked on every construction (raw ``TreeBatch(...)`` included); each broken rule
+        raises ValueError naming the tree, the slot and the rule."""
+        where = "TreeBatch"
+        for name in ("parent", "token", "num_nodes"):
+            t = getattr(self, name)
+            if not torch.is_tensor(t) or t.dtype != torch.long:
+                raise ValueError(f"{where}: {name} must be a torch.long tensor, got "
+                                 f"{getattr(t, 'dtype', type(t).__name__)} (TreeBatch.from_tensors converts)")
+        parent, token, num_nodes = self.parent, self.token, self.num_nodes
+        if parent.ndim != 2 or parent.shape != token.shape or parent.shape[1] == 0:
+            raise ValueError(f"{where}: parent and token must both be [B, N] with N ≥ 1, got "
+                             f"{tuple(parent.shape)} and {tuple(token.shape)}")
+        B, N = parent.shape
+        if B == 0:
+            raise ValueError(f"{where}: the batch is empty (B = 0 trees)")
         if num_nodes.shape != (B,):
             raise ValueError(f"{where}: num_nodes must be [B] = [{B}], got {tuple(num_nodes.shape)}")
+        if not (token.device == parent.device == num_nodes.device):
+            raise ValueError(f"{where}: parent, token and num_nodes must share one device, got {parent.device}, "
+                             f"{token.device}, {num_nodes.device}")
         bad = (num_nodes < 1) | (num_nodes > N)
         if bad.any():
             b = int(bad.nonzero()[0, 0])
-            raise ValueError(f"{where}: tree {b} has num_nodes {int(num_nodes[b])}, outside [1, {N}]")
+            raise ValueError(f"{where}: tree {b} has num_nodes {int(num_nodes[b])}, outside [1, N = {N}]")
         slot = torch.arange(N, device=parent.device)
         valid = slot[None, :] < num_nodes[:, None]
         checks = [
             ((parent[:, 0] != -1) | (token[:, 0] != -1))[:, None] & (slot[None, :] == 0),
             "slot 0 must be the root with parent −1 and token −1",
             valid & (slot[None, :] > 0) & ((parent < 0) | (parent >= slot[None, :])),
-            "parents must precede their children (0 ≤ parent < slot) and only slot 0 may be a root",
+            "parents must precede their children (0 ≤ parent < slot; this also excludes cycles and parents out "
+            "of range) and only slot 0 may be a root",
             valid & (slot[None, :] > 0) & (token < 0),
             "drafted tokens must be ≥ 0",
             ~valid & ((parent != -1) | (token != -1)),
             "padded slots (≥ num_nodes) must have parent −1 and token −1",
         ]
-        if vocab_size is not None:
-            checks += [valid & (slot[None, :] > 0) & (token >= vocab_size),
-                       f"token ids must lie in [0, {vocab_size})"]
         for mask, rule in zip(checks[::2], checks[1::2]):
             if mask.any():
                 b, v = (int(i) for i in mask.nonzero()[0])
                 raise ValueError(f"{where}: tree {b} slot {v} (parent {int(parent[b, v])}, token "
                                  f"{int(token[b, v])}) breaks the rule: {rule}")
-        return cls(parent.contiguous(), token.contiguous(), num_nodes.contiguous())
 
     @classmethod
     def from_trees(cls, trees, device=None) -> "TreeBatch":
-        """Pad a list of :class:`univer_theory.DraftTree` into one batch (already valid: no re-check)."""
+        """Pad a list of :class:`univer_theory.DraftTree` into one batch."""
         trees = list(trees)
         if not trees or not all(isinstance(t, DraftTree) for t in trees):
             raise ValueError("TreeBatch.from_trees: trees must be a non-empty list of DraftTree")

@@ -50,6 +50,9 @@ SANDWICH_TOL = 1e-11
 MAX_EVALUATIONS = 400
 #: The α*-face is imposed as ``Σ π ≥ α* − slack`` (HiGHS' feasibility tolerance is 1e-10 below it).
 ALPHA_FLOOR_SLACK = 1e-10
+#: Slacks tried in turn when HiGHS calls the face LP infeasible (tuple probabilities ~1e-10 make ``α*`` itself
+#: reachable only within round-off).  A looser floor admits more plans, so the value stays an upper bound.
+FACE_SLACKS = (ALPHA_FLOOR_SLACK, 1e-9, 1e-8)
 
 
 @dataclass(frozen=True)
@@ -131,15 +134,21 @@ class NodeProblem:
 
     def solve(self, rho: float, on_face: bool = False):
         """``(G(ρ), supergradient dG/dρ, π [n_S, k], LPSolution)``; with ``on_face`` only α*(ρ)-optimal plans
-        compete (``Σ π ≥ α*(ρ) − ALPHA_FLOOR_SLACK``; the supergradient then ignores the floor's ρ-dependence)."""
+        compete (``Σ π ≥ α*(ρ) − slack``, the first slack of :data:`FACE_SLACKS` HiGHS solves; the supergradient then
+        ignores the floor's ρ-dependence).  Raises RuntimeError when HiGHS solves none (after its re-solves)."""
         upper = self.upper.copy()
         upper[self.marginal_rows] = rho * self.target[self.tokens]
-        if on_face:
-            upper[-1] = min(0.0, ALPHA_FLOOR_SLACK - float(alpha_star(self.target, self.draft, self.k, self.process, rho)))
-        sol = solve_lp(self.cost, self.A, -np.inf, upper, np.concatenate([np.zeros(self.n_pi), np.full(self.n_pi, -np.inf)]),
-                       np.inf, method="simplex")
+        face = float(alpha_star(self.target, self.draft, self.k, self.process, rho)) if on_face else None
+        for slack in FACE_SLACKS if on_face else (None,):
+            if on_face:
+                upper[-1] = min(0.0, slack - face)
+            sol = solve_lp(self.cost, self.A, -np.inf, upper,
+                           np.concatenate([np.zeros(self.n_pi), np.full(self.n_pi, -np.inf)]), np.inf, method="simplex")
+            if sol.success:
+                break
         if not sol.success:
-            raise RuntimeError(f"cf node LP at ρ={rho}: HiGHS returned {sol.message}")
+            what = f"the α*-face LP (floor relaxed down to α* − {FACE_SLACKS[-1]:g})" if on_face else "the node LP"
+            raise RuntimeError(f"cf_bound: {what} at ρ={rho}: HiGHS returned {sol.message}")
         slope = 1.0 + float(sol.row_dual[self.marginal_rows] @ self.target[self.tokens])
         pi = np.clip(sol.x[:self.n_pi], 0.0, None).reshape(len(self.tuples), self.k)
         return rho + sol.objective, slope, pi, sol

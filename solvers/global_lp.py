@@ -38,15 +38,17 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from univer_theory.models import Model
+from univer_theory.models import Model, checked_rows
 from univer_theory.processes import PROCESSES, tuple_law
 from univer_theory.tree import TreeShape
-from univer_theory.validation import check_choice, check_simplex
+from univer_theory.validation import check_choice
 
 from .highs_lp import LP_METHODS, solve_lp
 
 #: Feasibility tolerance of the recheck of a returned solution (HiGHS runs at 1e-10).
 RECHECK_TOL = 1e-9
+#: Largest drop of E[τ] accepted from repairing HiGHS' point into a feasible one (:func:`_repair`).
+REPAIR_TOL = 1e-5
 
 
 def as_shape(shape, where: str) -> TreeShape:
@@ -60,14 +62,8 @@ def as_shape(shape, where: str) -> TreeShape:
 
 def model_rows(model: Model, prefix: tuple, where: str) -> tuple[np.ndarray, np.ndarray]:
     """``(p(·|s), q(·|s))`` as validated float64 rows of length ``model.vocab_size``."""
-    out = []
-    for name, row in (("target", model.target(prefix)), ("draft", model.draft(prefix))):
-        arr = np.asarray(check_simplex(row, where, f"{name} row at prefix {prefix}"), dtype=np.float64)
-        if arr.shape != (model.vocab_size,):
-            raise ValueError(f"{where}: {name} row at prefix {prefix} has shape {arr.shape}, "
-                             f"expected ({model.vocab_size},)")
-        out.append(arr)
-    return out[0], out[1]
+    p, q = checked_rows(model, prefix, where)
+    return np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -189,7 +185,9 @@ class GlobalLPResult:
     ``value``: E[τ] of the rechecked optimal solution (``Σ_s a(s)`` recomputed from the node columns);
     ``trees``: enumerated trees; ``classes``: trees left after merging equal string sets (the LP's blocks);
     ``variables`` / ``constraints``: LP size; ``seconds``: enumeration + build + solve (``solve_seconds``:
-    HiGHS alone); ``acceptance``: ``a(s)`` per drafted string; ``status`` 0 optimal and rechecked,
+    HiGHS alone); ``acceptance``: ``a(s)`` per drafted string; ``lp_objective``: HiGHS' own objective (its point
+    may break unscaled rows by ~1e-7; ``value`` is that of the repaired feasible point, at most
+    :data:`REPAIR_TOL` lower, see :func:`_repair`); ``status`` 0 optimal and rechecked,
     1 HiGHS not optimal, 4 recheck failed.
     """
 
@@ -204,6 +202,7 @@ class GlobalLPResult:
     status: int
     success: bool
     message: str
+    lp_objective: float = float("nan")
 
 
 def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, merge_duplicates: bool = False,
@@ -235,9 +234,9 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     table = _prefix_table(model, trees, codes, where)
     n, m, P = codes.shape[0], shape.num_nodes - 1, table.size
     t0 = time.perf_counter()
-    a, status, message = _solve(shape, table, weights, merge_duplicates, method)
+    a, status, message, objective = _solve(shape, table, weights, merge_duplicates, method)
     solve_seconds = time.perf_counter() - t0
-    viol = float(np.max(a - table.p_edge * np.where(table.parent >= 0, a[table.parent], 1.0), initial=0.0))
+    viol = float(np.max(a - _edge_bound(table, a), initial=0.0))
     if status == 0 and viol > RECHECK_TOL:
         status, message = 4, f"the solution violates a(s·y) ≤ p(y|s)·a(s) by {viol:.2e} > {RECHECK_TOL:g}"
     elif status == 0:
@@ -245,7 +244,8 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     n_tree_rows = n * sum(1 for u in range(shape.num_nodes) if shape.children[u])
     return GlobalLPResult(float(a.sum()), trees.num_trees, n, n * m + P, n_tree_rows + 2 * P,
                           time.perf_counter() - start, solve_seconds,
-                          {trees.prefix(c): float(v) for c, v in zip(table.codes, a)}, status, status == 0, message)
+                          {trees.prefix(c): float(v) for c, v in zip(table.codes, a)}, status, status == 0, message,
+                          objective)
 
 
 def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_duplicates: bool, method: str):
@@ -285,13 +285,67 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     A = sp.csc_matrix((np.concatenate(rv), (np.concatenate(ri), np.concatenate(rj))), shape=(row + P, n_x + P))
     row_lower = np.concatenate([np.full(n_tree_rows, -np.inf), np.zeros(P), np.full(P, -np.inf)])
     row_upper = np.concatenate([np.concatenate(upper), np.zeros(P), rhs])
-    sol = solve_lp(np.concatenate([np.zeros(n_x), np.ones(P)]), A, row_lower, row_upper, 0.0,
-                   np.concatenate([np.ones(n_x), np.full(P, np.inf)]), method=method)
-    x = np.clip(sol.x[:n_x], 0.0, 1.0)
+
+    def violation(x):  # largest excess of a tree row or an edge row at x
+        a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)
+        return max(float(np.max(A[:n_tree_rows, :n_x] @ x - np.concatenate(upper), initial=0.0)),
+                   float(np.max(a - _edge_bound(table, a), initial=0.0)))
+
+    for presolve in ("choose", "off"):  # HiGHS' presolve is where the unscaled rows drift (docs/deviations.md 23)
+        sol = solve_lp(np.concatenate([np.zeros(n_x), np.ones(P)]), A, row_lower, row_upper, 0.0,
+                       np.concatenate([np.ones(n_x), np.full(P, np.inf)]), method=method, presolve=presolve)
+        x = np.clip(sol.x[:n_x], 0.0, 1.0)
+        if sol.status != 0 or merge_duplicates or violation(x) <= RECHECK_TOL:
+            break
+    status, message = sol.status, sol.message + ("" if presolve == "choose" else " (re-solved without presolve)")
+    if status == 0 and not merge_duplicates and violation(x) > RECHECK_TOL:
+        x, lost = _repair(shape, table, weights, x.reshape(n, m))
+        x = x.ravel()
+        if lost > REPAIR_TOL:
+            status, message = 4, (f"repairing HiGHS' point lost {lost:.1e} > {REPAIR_TOL:g} of its objective "
+                                  f"{sol.objective:.12f}")
+        else:
+            message += (f"; HiGHS' point was off the unscaled LP and was repaired to a feasible one "
+                        f"(HiGHS objective {sol.objective:.12f}, repaired value lower by {lost:.1e})")
     tree_viol = float(np.max(A[:n_tree_rows, :n_x] @ x - np.concatenate(upper), initial=0.0))
     a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)  # recomputed from x
-    status, message = sol.status, sol.message
     if status == 0 and tree_viol > RECHECK_TOL:
         status, message = 4, f"the solution violates a tree constraint by {tree_viol:.2e} > {RECHECK_TOL:g}"
-    return a, status, message
+    return a, status, message, sol.objective
+
+
+def _edge_bound(table: _PrefixTable, a: np.ndarray) -> np.ndarray:
+    """``p(y|s)·a(s)`` for every drafted string ``s·y`` (``a(()) = 1``): the edge rows' right-hand side."""
+    return table.p_edge * np.where(table.parent >= 0, a[table.parent], 1.0)
+
+
+def _repair(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float]:
+    """A feasible point near HiGHS' ``x [classes, N−1]`` (HiGHS meets its tolerance on the *scaled* LP, so the
+    unscaled rows can be off by ~1e-7 when ``Q(T)`` spans many decades); returns ``(x', value(x) − value(x'))``.
+
+    1. Tree rows, top-down: where ``Σ_children x > x_u`` (1 at the root) the children are scaled by
+       ``x_u / Σ``; later rows see the scaled parents, so every tree row holds after one pass.
+    2. Edge rows: with ``a`` recomputed from step 1, every string gets ``f(s·y) = min(1, p(y|s)·a(s)/a(s·y))``
+       and every node spelling ``w`` is scaled by ``F(w) = Π f`` over the non-empty prefixes of ``w``.  A node
+       and its child scale by ``F(w)`` and ``F(w)·f(w·y) ≤ F(w)``, so tree rows stay valid; ``a(w)`` scales by
+       ``F(w)`` (every node spelling ``w·y`` lies under one spelling ``w``), so the edge row becomes
+       ``f(s·y)·a(s·y) ≤ p(y|s)·a(s)``, true by the choice of f.  Feasible points only lower the objective.
+    """
+    x = x.copy()
+    before = float(weights @ x.sum(axis=1))
+    for u, kids in enumerate(shape.children):
+        if not kids:
+            continue
+        cap = np.ones(x.shape[0]) if u == 0 else x[:, u - 1]
+        total = x[:, [c - 1 for c in kids]].sum(axis=1)
+        scale = np.where(total > cap, cap / np.where(total > 0, total, 1.0), 1.0)
+        x[:, [c - 1 for c in kids]] *= scale[:, None]
+    a = np.bincount(table.pid.ravel(), weights=(weights[:, None] * x).ravel(), minlength=table.size)
+    allowed = _edge_bound(table, a)
+    f = np.where(a > allowed, allowed / np.where(a > 0, a, 1.0), 1.0)
+    F = np.ones(table.size)
+    for i in range(table.size):  # parents precede children: codes are sorted and code(s·y) > code(s)
+        F[i] = f[i] * (F[table.parent[i]] if table.parent[i] >= 0 else 1.0)
+    x *= F[table.pid]
+    return x, before - float(weights @ x.sum(axis=1))
 

@@ -1,7 +1,10 @@
-"""A thin, deterministic HiGHS call for the ground-truth LPs (global tree LP, CF node LPs).
+"""A thin, deterministic HiGHS call for the ground-truth LPs (global tree LP, CF node LPs) and the exact core's
+LP plans.
 
-``maximise c·x  s.t.  row_lower ≤ A x ≤ row_upper,  col_lower ≤ x ≤ col_upper`` through ``highspy`` directly
-(no scipy re-packing: the CF bound solves thousands of tiny LPs, the global LP one LP with ~10⁶ columns).
+``maximise c·x  s.t.  row_lower ≤ A x ≤ row_upper,  col_lower ≤ x ≤ col_upper`` through HiGHS' own bindings
+(no scipy re-packing: the CF bound solves thousands of tiny LPs, the global LP one LP with ~10⁶ columns):
+``highspy`` from the ``solvers`` extra, else the identical bindings bundled in scipy ≥ 1.15, so the exact
+core needs no extra.
 Row duals are returned as *supergradients of the optimal value*: ``V(b') ≤ V(b) + row_dual·(b' − b)`` for a
 change of the binding bounds, which is what the CF breakpoint search needs.
 """
@@ -12,14 +15,34 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
-import highspy
 import numpy as np
 import scipy.sparse as sp
 
 from univer_theory.validation import check_choice
 
+
+@lru_cache(maxsize=1)
+def bindings():
+    """``(module, Highs class)`` of HiGHS' Python bindings, imported on first use (``import solvers`` stays light):
+    ``highspy`` (the ``solvers`` extra), else the same bindings bundled in scipy ≥ 1.15."""
+    try:
+        import highspy
+        return highspy, highspy.Highs
+    except ImportError:
+        pass
+    try:
+        from scipy.optimize._highspy import _core
+    except ImportError as err:
+        raise ImportError("solvers.highs_lp needs HiGHS: pip install 'univer[solvers]' (highspy), or scipy ≥ 1.15, "
+                          "which bundles it") from err
+    return _core, _core._Highs
+
+
 #: HiGHS' algorithm choices exposed to callers.
 LP_METHODS = ("simplex", "ipm", "choose")
+#: Re-solves tried in turn when a run does not end Optimal (``retry``): interior point with crossover, then
+#: simplex without presolve (presolve's reductions are where tiny coefficients, e.g. Q(S) ~ 1e-10, go wrong).
+RETRIES = (("ipm", "choose"), ("simplex", "off"))
 
 
 @dataclass(frozen=True)
@@ -35,18 +58,22 @@ class LPSolution:
 
 
 def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = "choose",
-             tolerance: float = 1e-10, threads: int = 1, vertex: bool = False) -> LPSolution:
+             tolerance: float = 1e-10, threads: int = 1, vertex: bool = False, retry: bool = True,
+             presolve: str = "choose") -> LPSolution:
     """Maximise ``c·x`` over ``{x : row_lower ≤ A x ≤ row_upper, col_lower ≤ x ≤ col_upper}`` with HiGHS.
 
     ``±inf`` bounds mean "no bound".  ``tolerance`` is HiGHS' primal and dual feasibility tolerance
     (1e-10 is its floor).  ``method``: one of :data:`LP_METHODS`.  ``vertex`` (simplex only): ``x`` is the
     basic solution of HiGHS' optimal basis recomputed by one dense solve — nonbasic columns and rows at the
     bound HiGHS left them on, the basic columns from the square system that leaves — so it carries round-off
-    only, not HiGHS' feasibility tolerance.
+    only, not HiGHS' feasibility tolerance.  ``presolve``: HiGHS' option (``"choose"`` or ``"off"``).  ``retry``:
+    when the run does not end Optimal, re-solve with each of :data:`RETRIES` in turn (simplex ones only with
+    ``vertex``); ``message`` then lists every attempt.
     """
     if vertex and method != "simplex":
         raise ValueError("solve_lp: vertex=True needs method='simplex' (a basis)")
     check_choice(method, LP_METHODS, "solve_lp", "method")
+    highspy, _ = bindings()
     A = sp.csc_matrix(A)
     n_rows, n_cols = A.shape
     lp = highspy.HighsLp()
@@ -63,32 +90,53 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     lp.a_matrix_.value_ = A.data.astype(np.float64)
     lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_cols, n_rows
     _silence_banner()
-    h = highspy.Highs()
+    check_choice(presolve, ("choose", "off"), "solve_lp", "presolve")
+    attempts = [(method, presolve)]
+    if retry:
+        attempts += [a for a in RETRIES if a != (method, presolve) and (not vertex or a[0] == "simplex")]
+    tried = []
+    for solver, pre in attempts:
+        h = _run(lp, solver, pre, tolerance, threads)
+        model_status = h.getModelStatus()
+        tried.append(f"{solver} (presolve {pre}): {h.modelStatusToString(model_status)}")
+        if model_status == highspy.HighsModelStatus.kOptimal:
+            break
+    sol = h.getSolution()
+    ok = model_status == highspy.HighsModelStatus.kOptimal
+    x = np.array(sol.col_value)
+    if vertex and ok:
+        x = _basic_solution(A, h.getBasis(), lp)
+    message = h.modelStatusToString(model_status)
+    if len(tried) > 1:
+        message += " after re-solving: " + "; ".join(tried)
+    return LPSolution(x, np.array(sol.row_dual), float(h.getInfo().objective_function_value),
+                      0 if ok else 1, ok, message)
+
+
+def _run(lp, solver: str, presolve: str, tolerance: float, threads: int):
+    """One HiGHS run of ``lp``; returns the solved ``Highs`` object."""
+    highspy, Highs = bindings()
+    h = Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("threads", int(threads))
-    h.setOptionValue("solver", method)
+    h.setOptionValue("solver", solver)
+    h.setOptionValue("presolve", presolve)
     h.setOptionValue("primal_feasibility_tolerance", float(tolerance))
     h.setOptionValue("dual_feasibility_tolerance", float(tolerance))
     h.passModel(lp)
     if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
         # HiGHS' thread scheduler is process-wide: if another user (cvxpy's HIGHS backend, say) started it
         # with a different thread count, run() refuses to start; reset it and run once more
-        highspy.Highs.resetGlobalScheduler(True)
+        Highs.resetGlobalScheduler(True)
         h.run()
-    model_status = h.getModelStatus()
-    sol = h.getSolution()
-    ok = model_status == highspy.HighsModelStatus.kOptimal
-    x = np.array(sol.col_value)
-    if vertex and ok:
-        x = _basic_solution(A, h.getBasis(), lp)
-    return LPSolution(x, np.array(sol.row_dual), float(h.getInfo().objective_function_value),
-                      0 if ok else 1, ok, h.modelStatusToString(model_status))
+    return h
 
 
 def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:
     """``x`` of a HiGHS basis (:func:`solve_lp`'s ``vertex``): ``x_N`` at its bounds, then
     ``A[nonbasic rows, basic] x_B = bound − A[nonbasic rows, nonbasic] x_N``."""
+    highspy, _ = bindings()
     status = highspy.HighsBasisStatus
     col, row = list(basis.col_status), list(basis.row_status)
     at_upper = lambda s: s == status.kUpper                          # noqa: E731  (kLower, kZero: lower bound)
@@ -106,9 +154,10 @@ def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:
 
 
 def _finite_or_inf(values, n: int) -> np.ndarray:
+    inf = bindings()[0].kHighsInf
     arr = np.broadcast_to(np.asarray(values, dtype=np.float64), (n,)).copy()
-    arr[arr == np.inf] = highspy.kHighsInf
-    arr[arr == -np.inf] = -highspy.kHighsInf
+    arr[arr == np.inf] = inf
+    arr[arr == -np.inf] = -inf
     return arr
 
 
@@ -121,7 +170,7 @@ def _silence_banner() -> None:
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 1)
-            highspy.Highs()
+            bindings()[1]()
     finally:
         os.dup2(saved, 1)
         os.close(saved)

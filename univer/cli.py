@@ -10,7 +10,8 @@ import argparse
 import importlib
 import sys
 
-#: Subcommand modules under ``univer.commands``, in help order.
+#: Subcommand modules under ``univer.commands``, in help order.  They import only the exact core at module level
+#: (solvers, torch, transformers inside ``run``), so a bad argument is reported before any heavy import.
 COMMANDS = ("exact", "bound", "decode", "accept_bench", "check")
 
 
@@ -35,6 +36,12 @@ def main(argv=None) -> int:
     except ValueError as err:
         print(f"univer {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except NotImplementedError as err:
+        print(f"univer {args.command}: error: unsupported method/shape/process combination: {err}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:  # a solver that failed after its re-solves; commands with several results
+        print(f"univer {args.command}: failed: {err}", file=sys.stderr)  # report it per result instead
+        return 1
 
 
 if __name__ == "__main__":

@@ -13,10 +13,23 @@ from pathlib import Path
 
 import numpy as np
 
-from .tree import DraftTree
+from .tree import DraftTree, as_int_tuple
 from .validation import check_simplex
 
 Prefix = tuple[int, ...]
+
+
+def checked_rows(model: "Model", prefix: Prefix, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(p(·|s), q(·|s))`` of ``model`` at ``prefix``, each checked to be a probability row of length
+    ``model.vocab_size`` (float64, or exact ``object`` rows kept exact); ValueError naming the row otherwise."""
+    out = []
+    for name, row in (("target", model.target(prefix)), ("draft", model.draft(prefix))):
+        arr = check_simplex(row, where, f"{name} row at prefix {prefix}")
+        if arr.shape != (model.vocab_size,):
+            raise ValueError(f"{where}: {name} row at prefix {prefix} has shape {arr.shape}, "
+                             f"expected ({model.vocab_size},) = (vocab_size,)")
+        out.append(arr)
+    return out[0], out[1]
 
 
 def to_fractions(row, denominator: int = 1000) -> np.ndarray:
@@ -56,6 +69,27 @@ class Model:
         return self.target(()).dtype == object
 
 
+def parse_prefix(key, vocab_size: int, where: str) -> Prefix:
+    """A table key as a prefix tuple: a tuple / list of token ids, or a string of comma-joined token ids
+    (``""`` the root, ``"1,0"`` tokens 1 then 0; ``"10"`` is the one token 10, never (1, 0)).  Every token must
+    lie in ``[0, vocab_size)``; anything else raises ValueError naming the key and the rule."""
+    if isinstance(key, str):
+        parts = key.split(",") if key.strip() else []
+        if not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"{where}: prefix key {key!r} is not comma-joined token ids like '' or '1,0'")
+        prefix = tuple(int(p) for p in parts)
+    elif isinstance(key, (tuple, list)):
+        prefix = as_int_tuple(key, where, f"prefix key {key!r}")
+    else:
+        raise ValueError(f"{where}: prefix key {key!r} must be a tuple of token ids or a comma-joined string, "
+                         f"got {type(key).__name__}")
+    bad = [t for t in prefix if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"{where}: prefix key {key!r} has token {bad[0]}, outside [0, {vocab_size}) "
+                         f"(keys are comma-joined token ids, e.g. '1,0')")
+    return prefix
+
+
 class TableModel(Model):
     """Explicit tables ``{prefix: row}`` for target and draft; a missing prefix falls back to the root row.
 
@@ -63,17 +97,27 @@ class TableModel(Model):
     """
 
     def __init__(self, vocab_size: int, target: dict, draft: dict):
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
+            raise ValueError(f"TableModel: vocab_size must be a positive integer, got {vocab_size!r}")
         self.vocab_size = int(vocab_size)
         self._tables = {}
         for name, table in (("target", target), ("draft", draft)):
-            if () not in table:
-                raise ValueError(f"TableModel: the {name} table needs a root row (prefix \"\")")
+            if not isinstance(table, dict):
+                raise ValueError(f"TableModel: {name} must be a dict {{prefix: row}}, got {type(table).__name__}")
             rows = {}
-            for prefix, row in table.items():
+            for key, row in table.items():
+                prefix = parse_prefix(key, self.vocab_size, f"TableModel: {name} table")
+                if prefix in rows:
+                    raise ValueError(f"TableModel: {name} table has two keys for prefix {prefix} (the second is "
+                                     f"{key!r}); give each prefix once")
                 arr = check_simplex(row, "TableModel", f"{name} row for prefix {prefix}")
                 if arr.shape != (self.vocab_size,):
-                    raise ValueError(f"TableModel: {name} row for prefix {prefix} has length {arr.size}, expected vocab {self.vocab_size}")
-                rows[tuple(int(t) for t in prefix)] = arr
+                    got = f"length {arr.size}" if arr.ndim == 1 else f"shape {arr.shape}"
+                    raise ValueError(f"TableModel: {name} row for prefix {prefix} has {got}, expected vocab "
+                                     f"{self.vocab_size} (one entry per token)")
+                rows[prefix] = arr
+            if () not in rows:
+                raise ValueError(f"TableModel: the {name} table needs a root row (prefix \"\" or ())")
             self._tables[name] = rows
 
     def _row(self, name: str, prefix: Prefix) -> np.ndarray:
@@ -90,27 +134,71 @@ class TableModel(Model):
     def from_json(cls, path: str | Path, exact: bool = False) -> "TableModel":
         """Read ``{"vocab": V, "target": {"": [...], "0,2": [...]}, "draft": {...}}``.
 
-        Keys are prefixes as comma-joined token ids (``""`` is the root).  Entries may be numbers or strings
-        like ``"1/3"``; with ``exact=True`` every entry becomes a ``Fraction``.
+        Keys are prefixes as comma-joined token ids (``""`` is the root, ``"1,0"`` tokens 1 then 0, ``"10"`` the
+        single token 10; see :func:`parse_prefix`).  Entries may be numbers or strings like ``"1/3"``; with
+        ``exact=True`` every entry becomes a ``Fraction``.
         """
-        data = json.loads(Path(path).read_text())
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"TableModel.from_json: cannot read {path} as JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"TableModel.from_json: {path} must hold one JSON object, got {type(data).__name__}")
         for key in ("vocab", "target", "draft"):
             if key not in data:
                 raise ValueError(f"TableModel.from_json: {path} has no {key!r} field")
 
-        def parse_prefix(key: str) -> Prefix:
+        def parse_row(name: str, key: str, row):
+            if not isinstance(row, list):
+                raise ValueError(f"TableModel.from_json: {path}: the {name} row for prefix {key!r} must be a list "
+                                 f"of {data['vocab']} probabilities, got {row!r}")
             try:
-                return tuple(int(t) for t in key.split(",")) if key.strip() else ()
-            except ValueError:
-                raise ValueError(f"TableModel.from_json: prefix key {key!r} is not comma-joined token ids") from None
+                values = [Fraction(str(x)) for x in row]
+            except (ValueError, ZeroDivisionError):
+                raise ValueError(f"TableModel.from_json: {path}: the {name} row for prefix {key!r} has an entry "
+                                 f"that is not a number or a fraction like '1/3': {row!r}") from None
+            return np.array(values, dtype=object) if exact else np.array([float(x) for x in values])
 
-        def parse_row(row):
-            if exact:
-                return np.array([Fraction(str(x)) for x in row], dtype=object)
-            return np.array([float(Fraction(str(x))) for x in row])
+        for name in ("target", "draft"):
+            if not isinstance(data[name], dict):
+                raise ValueError(f"TableModel.from_json: {path}: {name!r} must be an object {{prefix: row}}")
+        tables = {name: {k: parse_row(name, k, v) for k, v in data[name].items()} for name in ("target", "draft")}
+        return cls(data["vocab"], tables["target"], tables["draft"])
 
-        tables = {name: {parse_prefix(k): parse_row(v) for k, v in data[name].items()} for name in ("target", "draft")}
-        return cls(int(data["vocab"]), tables["target"], tables["draft"])
+
+class CheckedModel(Model):
+    """``base`` seen through :func:`checked_rows`: every row is checked once, on first use.  The exact core's
+    entry points wrap the caller's model with :func:`checked_model`, so a custom :class:`Model` with a bad row
+    is a ValueError naming the prefix, not a wrong number."""
+
+    def __init__(self, base: Model, where: str):
+        self.base, self.vocab_size, self.where, self._rows = base, base.vocab_size, where, {}
+
+    def _checked(self, prefix) -> tuple[np.ndarray, np.ndarray]:
+        prefix = tuple(prefix)
+        if prefix not in self._rows:
+            self._rows[prefix] = checked_rows(self.base, prefix, self.where)
+        return self._rows[prefix]
+
+    def target(self, prefix):
+        return self._checked(prefix)[0]
+
+    def draft(self, prefix):
+        return self._checked(prefix)[1]
+
+
+def checked_model(model, where: str) -> Model:
+    """``model`` wrapped in :class:`CheckedModel` (once); ValueError unless it is a :class:`Model` with a positive
+    integer ``vocab_size``."""
+    if isinstance(model, CheckedModel):
+        return model
+    if not isinstance(model, Model):
+        raise ValueError(f"{where}: model must be a univer_theory Model (target/draft rows per prefix), got "
+                         f"{type(model).__name__}")
+    V = getattr(model, "vocab_size", None)
+    if isinstance(V, bool) or not isinstance(V, (int, np.integer)) or V < 1:
+        raise ValueError(f"{where}: model.vocab_size must be a positive integer, got {V!r}")
+    return CheckedModel(model, where)
 
 
 def context_free(target_probs, draft_probs) -> TableModel:

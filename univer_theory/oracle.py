@@ -11,23 +11,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import engine
-from .models import Model
-from .processes import enumerate_trees, tuple_law
+from .models import Model, checked_model
+from .processes import PROCESSES, enumerate_trees, tuple_law
 from .tree import TreeShape
+from .validation import check_choice
 from .verifiers import Verifier
 
 #: A float distance at or below this counts as lossless (the Standards' enumeration tolerance).
 LOSSLESS_TOL = 1e-12
 
 
+def check_inputs(where: str, model, shape, process: str, verifier) -> tuple[Model, TreeShape]:
+    """The entry checks of :func:`output_law` / :func:`evaluate`: ``(model with every row checked on use, shape)``
+    (a shape may be given as its text, ``"2,2"``); ValueError naming the argument and the rule otherwise."""
+    model = checked_model(model, where)
+    if isinstance(shape, str):
+        shape = TreeShape.parse(shape)
+    if not isinstance(shape, TreeShape):
+        raise ValueError(f"{where}: shape must be a TreeShape or its text like '2,2', got {type(shape).__name__}")
+    check_choice(process, PROCESSES, where, "process")
+    if not isinstance(verifier, Verifier):
+        raise ValueError(f"{where}: verifier must be a Verifier (e.g. VERIFIERS['tv']), got {type(verifier).__name__}")
+    return model, shape
+
+
 def output_law(model: Model, shape: TreeShape, process: str, verifier: Verifier, on_node=None) -> dict:
     """Exact law ``{(path tokens…, Y): prob}`` averaged over drafted trees and the verifier's coins.
 
     ``on_node(info)`` sees each distinct internal node's rule info (rule-based verifiers only)."""
-    if not verifier.supports(shape, process):
-        raise NotImplementedError(f"output_law: {verifier.name} does not support shape {shape} with process {process!r}")
-    if model.exact and not verifier.rational:
-        raise NotImplementedError(f"output_law: {verifier.name} has no exact rational form")
+    model, shape = check_inputs("output_law", model, shape, process, verifier)
+    why = verifier.unsupported(shape, process, model.exact)
+    if why:
+        raise NotImplementedError(f"output_law: shape {shape}: {why}")
     if verifier.rule is not None:
         return engine.expected_law(model, shape, process, verifier.rule, tuple_law, on_node)
     return enumerated_output_law(model, shape, process, verifier)
@@ -129,5 +144,6 @@ def evaluate(model: Model, shape: TreeShape, process: str, verifier: Verifier) -
         if "construction" in info:
             plans[info["construction"]] = plans.get(info["construction"], 0) + 1
 
+    model, shape = check_inputs("evaluate", model, shape, process, verifier)
     law = output_law(model, shape, process, verifier, count)
     return MethodResult(expected_accepted(law), distance_to_target(model, law, shape.max_depth + 1), plans or None)

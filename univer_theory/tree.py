@@ -8,10 +8,24 @@ form ``TreeShape.parse("((..),.)")`` for irregular (EAGLE-like) trees.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+
+
+def as_int_tuple(values, where: str, name: str) -> tuple[int, ...]:
+    """``values`` as a tuple of Python ints; ValueError for bools, floats and anything else that is not an
+    integer (``int(0.5)`` would silently read a float parent as node 0, ``True`` as token 1)."""
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise ValueError(f"{where}: {name} must be a sequence of integers, got {type(values).__name__}") from None
+    for i, v in enumerate(items):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer)):
+            raise ValueError(f"{where}: {name}[{i}] must be an integer, got {v!r} ({type(v).__name__})")
+    return tuple(int(v) for v in items)
 
 
 def _check_parents(parent: tuple[int, ...], where: str) -> None:
@@ -127,7 +141,7 @@ class TreeShape(_Skeleton):
     parent: tuple[int, ...]
 
     def __post_init__(self):
-        object.__setattr__(self, "parent", tuple(int(x) for x in self.parent))
+        object.__setattr__(self, "parent", as_int_tuple(self.parent, "TreeShape", "parent"))
         _check_parents(self.parent, "TreeShape")
         if len(self.parent) < 2:
             raise ValueError("TreeShape: the shape has no drafted node (empty tree)")
@@ -163,7 +177,13 @@ class TreeShape(_Skeleton):
                 raise ValueError(f"TreeShape.parse: cannot read shape {text!r} ({err})") from None
         parent: list[int] = []
         stack: list[int] = []
-        for ch in text:
+        for i, ch in enumerate(text):
+            if ch == "," and not (0 < i < len(text) - 1 and text[i - 1] in ".)" and text[i + 1] in ".("):
+                raise ValueError(f"TreeShape.parse: the comma at position {i} of {text!r} does not separate two "
+                                 f"children (write a leaf as '.', e.g. '(.,.)')")
+            if ch == ")" and text[i - 1] == "(" and i > 1:  # "()" alone is the empty tree, refused below
+                raise ValueError(f"TreeShape.parse: empty '()' at position {i - 1} of {text!r} (a node with "
+                                 f"children needs at least one; write a leaf as '.')")
             if ch == "(":
                 parent.append(stack[-1] if stack else -1)
                 stack.append(len(parent) - 1)
@@ -209,8 +229,10 @@ class DraftTree(_Skeleton):
     vocab_size: int | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "parent", tuple(int(x) for x in self.parent))
-        object.__setattr__(self, "token", tuple(int(x) for x in self.token))
+        object.__setattr__(self, "parent", as_int_tuple(self.parent, "DraftTree", "parent"))
+        object.__setattr__(self, "token", as_int_tuple(self.token, "DraftTree", "token"))
+        if self.vocab_size is not None:
+            object.__setattr__(self, "vocab_size", as_int_tuple([self.vocab_size], "DraftTree", "vocab_size")[0])
         _check_parents(self.parent, "DraftTree")
         if len(self.token) != len(self.parent):
             raise ValueError(f"DraftTree: token has {len(self.token)} entries but parent has {len(self.parent)}")

@@ -222,17 +222,25 @@ class Verifier:
     lossless: bool = True
 
     def supports(self, shape, process: str) -> bool:
-        return process in self.processes and (shape.is_chain or not self.chain_only)
+        return self.unsupported(shape, process) is None
+
+    def unsupported(self, shape, process: str, exact: bool = False) -> str | None:
+        """Why this verifier cannot run on ``shape`` (a shape or tree) with ``process`` (and Fraction rows when
+        ``exact``), or None when it can."""
+        if process not in self.processes:
+            return f"{self.name} is defined for processes {', '.join(self.processes)} only, got {process!r}"
+        if self.chain_only and not shape.is_chain:
+            return f"{self.name} is defined on chains only (every node ≤ 1 child)"
+        if exact and not self.rational:
+            return f"{self.name} has no exact rational form; pass float64 rows"
+        return None
 
     def _check(self, tree, target_probs, draft_probs, process):
         where = f"{self.name}.verify"
         p, q = validate_inputs(where, tree, target_probs, draft_probs, process)
-        if process not in self.processes:
-            raise NotImplementedError(f"{where}: {self.name} is defined for processes {self.processes}, got {process!r}")
-        if self.chain_only and not tree.is_chain:
-            raise NotImplementedError(f"{where}: {self.name} is defined on chains only (every node ≤ 1 child)")
-        if p.dtype == object and not self.rational:
-            raise NotImplementedError(f"{where}: {self.name} has no exact rational form; pass float64 rows")
+        why = self.unsupported(tree, process, p.dtype == object)
+        if why:
+            raise NotImplementedError(f"{where}: {why}")
         return p, q
 
     def law(self, tree, target_probs, draft_probs, process) -> dict:

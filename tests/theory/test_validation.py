@@ -40,13 +40,19 @@ def test_token_out_of_vocab():
     ((-1, 0, -1), (-1, 0, 1), "node 2 has parent -1"),
     ((-1, 0), (-1,), "token has 1 entries"),
     ((-1, 0), (-1, 7), "outside"),
+    ((-1, 0.5), (-1, 1), r"parent\[1\] must be an integer, got 0.5"),
+    ((-1, 0), (-1, True), r"token\[1\] must be an integer, got True"),
+    ((-1, 0), (-1, np.bool_(True)), r"token\[1\] must be an integer"),
+    ((-1, 0), (-1, 1.0), r"token\[1\] must be an integer, got 1.0"),
 ])
 def test_malformed_tree(parent, token, match):
     with pytest.raises(ValueError, match=match):
         DraftTree(parent=parent, token=token, vocab_size=3)
 
 
-@pytest.mark.parametrize("text,match", [("(()", "balanced"), ("2,x", "cannot read"), ("0", "positive")])
+@pytest.mark.parametrize("text,match", [
+    ("((.)", "balanced"), ("2,x", "cannot read"), ("0", "positive"), ("(,,.)", "comma at position 1"),
+    ("(.,)", "does not separate two children"), ("(.,,.)", "comma at position 2"), ("((),.)", "empty '\\(\\)'")])
 def test_bad_shape(text, match):
     with pytest.raises(ValueError, match=match):
         TreeShape.parse(text)

@@ -12,10 +12,6 @@ import argparse
 
 import numpy as np
 
-from solvers.cf_bound import cf_bound
-from solvers.condot import condot_lp
-from solvers.global_lp import global_tree_lp
-from solvers.value_aware import value_aware_verifier
 from univer_theory import TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 
@@ -32,54 +28,107 @@ def add_parser(sub) -> None:
 
 
 def bound_results(args, progress: bool = True) -> dict:
-    """The JSON object of ``univer bound`` for the options in ``args``."""
+    """The JSON object of ``univer bound`` for the options in ``args``.
+
+    A bound whose LP fails even after the solvers' re-solves and repair is reported as ``{"error": reason}``
+    under its key (and in ``errors``); every other number is still computed.
+    """
+    TreeShape.parse(args.shape)  # a bad --shape is reported before the solvers are imported
+    from solvers.cf_bound import cf_bound
+    from solvers.condot import condot_lp
+    from solvers.global_lp import global_tree_lp
+    from solvers.value_aware import value_aware_verifier
+
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if others == "":  # only univer-va asked for
-        model, shape, results = build_model(args), TreeShape.parse(args.shape), {}
+        model, shape, results, errors = build_model(args), TreeShape.parse(args.shape), {}, {}
     else:
-        model, shape, results = exact_results(argparse.Namespace(**{**vars(args), "methods": others}), progress)
+        model, shape, results, errors = exact_results(
+            argparse.Namespace(**{**vars(args), "methods": others}), progress)
     out = {"methods": {k: r.as_json() for k, r in results.items()}}
-    glob = global_tree_lp(model, shape, args.process)
-    cf = cf_bound(model, shape, args.process)
-    for name, res in (("global_bound", glob), ("cf_bound", cf)):
-        if not res.success:
-            raise RuntimeError(f"univer bound: {name} failed: {res.message}")
+    glob = _attempt(errors, "global_bound", lambda: _checked(global_tree_lp(model, shape, args.process)))
+    cf = _attempt(errors, "cf_bound", lambda: _checked(cf_bound(model, shape, args.process)))
     if (names is None or VALUE_AWARE in names) and not model.exact:
-        va = evaluate(model, shape, args.process, value_aware_verifier(model, shape, args.process, cf))
-        out["methods"][VALUE_AWARE] = va.as_json()
-    out["global_bound"] = {"value": glob.value, "trees": glob.trees, "classes": glob.classes,
-                           "variables": glob.variables, "constraints": glob.constraints, "seconds": glob.seconds}
-    out["cf_bound"] = {"value": cf.value, "alpha_root_value": cf.alpha_root_value, "breakpoints": cf.breakpoints,
-                       "lp_solves": cf.lp_solves, "tolerance": cf.tolerance, "seconds": cf.seconds}
+        if cf is None:
+            errors[VALUE_AWARE] = "needs the CF value functions, and cf_bound failed"
+        else:
+            va = _attempt(errors, VALUE_AWARE, lambda: evaluate(
+                model, shape, args.process, value_aware_verifier(model, shape, args.process, cf)))
+            if va is not None:
+                out["methods"][VALUE_AWARE] = va.as_json()
+    out["global_bound"] = {"error": errors["global_bound"]} if glob is None else {
+        "value": glob.value, "trees": glob.trees, "classes": glob.classes, "variables": glob.variables,
+        "constraints": glob.constraints, "seconds": glob.seconds, "lp_objective": glob.lp_objective}
+    out["cf_bound"] = {"error": errors["cf_bound"]} if cf is None else {
+        "value": cf.value, "alpha_root_value": cf.alpha_root_value, "breakpoints": cf.breakpoints,
+        "lp_solves": cf.lp_solves, "tolerance": cf.tolerance, "seconds": cf.seconds}
     if shape.max_depth == 1:
         k = len(shape.children[0])
         p, q = (np.asarray(row, dtype=np.float64) for row in (model.target(()), model.draft(())))
-        out["alpha_star"] = {"lp": float(condot_lp(p, q, 1.0, k, args.process).value),
-                             "fast": float(alpha_star(p, q, k, args.process, rho=1.0))}
+        lp = _attempt(errors, "alpha_star", lambda: _checked(condot_lp(p, q, 1.0, k, args.process)))
+        out["alpha_star"] = {"error": errors["alpha_star"]} if lp is None else {
+            "lp": float(lp.value), "fast": float(alpha_star(p, q, k, args.process, rho=1.0))}
+    if errors:
+        out["errors"] = errors
     return out
 
 
+def _checked(result):
+    """``result`` if its solver reports success, else RuntimeError with the solver's message."""
+    if not result.success:
+        raise RuntimeError(result.message)
+    return result
+
+
+def _attempt(errors: dict, name: str, compute):
+    """``compute()``, or None with ``errors[name]`` set to the reason when its LP fails (RuntimeError)."""
+    try:
+        return compute()
+    except RuntimeError as err:
+        errors[name] = str(err)
+        return None
+
+
 def run(args) -> int:
+    """Print the bounds and every method's gap to them; exit status 1 when some bound failed."""
     out = bound_results(args, progress=not args.json)
+    errors = out.get("errors", {})
     if args.json:
         print_json(out)
-        return 0
+        return 1 if errors else 0
     glob, cf = out["global_bound"], out["cf_bound"]
     print(f"shape {args.shape}  process {args.process}  V {args.vocab if not args.model_file else 'from file'}")
-    print(f"global tree LP  E[tau] ≤ {glob['value']:.9f}   ({glob['trees']} trees, {glob['classes']} classes, "
-          f"{glob['variables']} variables, {glob['seconds']:.2f} s)")
-    print(f"CF optimum      E[tau] = {cf['value']:.9f}   ({cf['breakpoints']} breakpoints, {cf['seconds']:.2f} s)")
-    print(f"CF, α* root     E[tau] ≤ {cf['alpha_root_value']:.9f}   (bound on every verifier whose root attains α*)")
+    if "error" in glob:
+        print(f"global tree LP  FAILED: {glob['error']}")
+    else:
+        print(f"global tree LP  E[tau] ≤ {glob['value']:.9f}   ({glob['trees']} trees, {glob['classes']} classes, "
+              f"{glob['variables']} variables, {glob['seconds']:.2f} s)")
+        if glob["lp_objective"] - glob["value"] > 1e-9:
+            print(f"                (HiGHS' objective {glob['lp_objective']:.9f}; its point was repaired to a feasible one)")
+    if "error" in cf:
+        print(f"CF optimum      FAILED: {cf['error']}")
+    else:
+        print(f"CF optimum      E[tau] = {cf['value']:.9f}   ({cf['breakpoints']} breakpoints, {cf['seconds']:.2f} s)")
+        print(f"CF, α* root     E[tau] ≤ {cf['alpha_root_value']:.9f}   (bound on every verifier whose root attains α*)")
     if "alpha_star" in out:
-        print(f"alpha*          LP {out['alpha_star']['lp']:.9f}   closed form {out['alpha_star']['fast']:.9f}")
+        a = out["alpha_star"]
+        print(f"alpha*          FAILED: {a['error']}" if "error" in a else
+              f"alpha*          LP {a['lp']:.9f}   closed form {a['fast']:.9f}")
     print(f"{'method':<11}{'E[tau]':>12}{'distance':>12}  lossless{'gap→global':>12}{'gap→CF':>10}")
+
     def gap(bound, e):  # relative; |gap| ≤ 1e-12 is LP round-off and printed as 0
-        g = (bound - e) / bound
-        return g if abs(g) > 1e-12 else 0.0
+        if "error" in bound:
+            return "—"
+        g = (bound["value"] - e) / bound["value"]
+        return f"{g if abs(g) > 1e-12 else 0.0:.2%}"
 
     for name, r in out["methods"].items():
         e = r["expected_accepted"]
         print(f"{name:<11}{e:>12.6f}{r['distance']:>12.2e}  {'✓' if r['lossless'] else '✗':^8}"
-              f"{gap(glob['value'], e):>11.2%}{gap(cf['value'], e):>10.2%}")
-    return 0
+              f"{gap(glob, e):>11}{gap(cf, e):>10}")
+    for name, reason in errors.items():
+        if name in out["methods"] or name in ("global_bound", "cf_bound", "alpha_star"):
+            continue
+        print(f"{name:<11}FAILED: {reason}")
+    return 1 if errors else 0

@@ -42,6 +42,12 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
         unknown = [m for m in names if m not in VERIFIERS]
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; choose from {sorted(VERIFIERS)}")
+        for v in (VERIFIERS[m] for m in names):
+            why = v.unsupported(shape, args.process, exact)
+            if why:
+                raise ValueError(f"unsupported method/shape/process combination: --methods {v.name} with "
+                                 f"--shape {args.shape} --process {args.process}"
+                                 f"{' --rational' if exact else ''}: {why}")
         return [VERIFIERS[m] for m in names]
     out = []
     for v in VERIFIERS.values():

@@ -15,26 +15,36 @@ def add_parser(sub) -> None:
 
 
 def exact_results(args, progress: bool = True):
-    """``(model, shape, {name: MethodResult})`` for the options in ``args``."""
-    model = build_model(args)
+    """``(model, shape, {name: MethodResult}, {name: reason})`` for the options in ``args``; a method whose
+    solver fails (RuntimeError, e.g. an LP HiGHS cannot solve) is left out of the results with its reason."""
     shape = TreeShape.parse(args.shape)
+    model = build_model(args)
     methods = selected_methods(args, shape, model.exact)
-    results = {}
+    results, errors = {}, {}
     for v in tqdm(methods, desc="enumerating", unit="method", disable=not progress, leave=False):
-        results[v.name] = evaluate(model, shape, args.process, v)
-    return model, shape, results
+        try:
+            results[v.name] = evaluate(model, shape, args.process, v)
+        except RuntimeError as err:
+            errors[v.name] = str(err)
+    return model, shape, results, errors
 
 
 def run(args) -> int:
-    _, shape, results = exact_results(args, progress=not args.json)
+    """Print (or ``--json``) every method's result; exit status 1 when some method failed."""
+    _, shape, results, errors = exact_results(args, progress=not args.json)
     if args.json:
-        print_json({"methods": {k: r.as_json() for k, r in results.items()}})
-        return 0
+        out = {"methods": {k: r.as_json() for k, r in results.items()}}
+        if errors:
+            out["errors"] = errors
+        print_json(out)
+        return 1 if errors else 0
     print(f"shape {shape}  process {args.process}  ({'rational' if args.rational else 'float64'})")
     print(f"{'method':<10}{'E[tau]':>12}{'distance':>14}  lossless")
     for name, r in results.items():
         print(f"{name:<10}{float(r.expected_accepted):>12.6f}{float(r.distance):>14.3e}  {'✓' if r.lossless else '✗'}")
+    for name, reason in errors.items():
+        print(f"{name:<10}FAILED: {reason}")
     for name, r in results.items():
         if r.plans:
             print(f"{name} node plans: " + ", ".join(f"{c} ×{n}" for c, n in sorted(r.plans.items())))
-    return 0
+    return 1 if errors else 0

@@ -19,6 +19,7 @@ from .base import NodePlan
 from .iid_coupling import iid_coupling_plan
 from .layout import layout_plan
 from .lp_plan import lp_plan, tabulated_plan
+from .node_inputs import check_node_inputs
 from .pts import pts_plan
 from .tv_plan import tv_plan
 from .wor_pair import wor_pair_plan
@@ -135,8 +136,9 @@ def build_plan(construction: str, target_probs, draft_probs, rho, k: int, proces
     """A forced construction (``"auto"`` = :func:`choose_plan`); k = 1 always uses :func:`single_child_plan`.
 
     Raises NotImplementedError when the construction does not handle ``process`` or returns no plan here
-    (e.g. ``wor_pair`` infeasible on this node).
+    (e.g. ``wor_pair`` infeasible on this node), ValueError on bad node inputs (:func:`check_node_inputs`).
     """
+    check_node_inputs("build_plan", target_probs, draft_probs, rho, k, process)
     if construction == "auto":
         return choose_plan(target_probs, draft_probs, rho, k, process)
     if k == 1:

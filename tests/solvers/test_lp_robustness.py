@@ -1,0 +1,147 @@
+"""The ground-truth LPs never crash a command: HiGHS' re-solves, the global LP's repair into a feasible point,
+the α*-face floor, and ``univer bound`` / ``univer exact`` reporting a failed LP beside every other result."""
+import importlib
+import json
+from functools import partial
+
+import numpy as np
+import pytest
+
+from solvers.cf_bound import cf_bound
+from solvers.global_lp import (REPAIR_TOL, _prefix_table, _repair, enumerate_tree_arrays, global_tree_lp,
+                               trie_classes)
+from univer.cli import main as cli_main
+from univer_theory import VERIFIERS, DirichletModel, TreeShape, context_free, evaluate
+
+# V = 5, shape (((..),.),.), context-independent rows (DirichletModel(5, seed=11, similarity=0.5,
+# concentration=0.3) at the root): HiGHS' dual simplex answer breaks a(s·y) ≤ p(y|s)·a(s) by 1.9e-7 (scaled
+# tolerance, Q(T) spanning 12 decades); before the repair `univer bound` died with a RuntimeError traceback.
+ISSUE_SHAPE = "(((..),.),.)"
+ISSUE_TARGET = [0.0005309815593422848, 0.0008474112325153265, 7.138554108607107e-05, 0.9807125053570699,
+                0.017837716309986467]
+ISSUE_DRAFT = [0.10305019507484349, 0.000973020889139919, 0.10675784690423445, 0.7238643498632272,
+               0.06535458726855498]
+# p = q, near-deterministic (DirichletModel(3, seed=13, similarity=1, concentration=0.05)): HiGHS' simplex calls
+# the root's α*-face LP of cf_bound (Σ π ≥ α* − 1e-10) infeasible although π = the identity coupling is on it.
+PEAKY = [0.2071492383217562, 0.7928507615617841, 1.16459779945658e-10]
+
+cf_module = importlib.import_module("solvers.cf_bound")
+highs_solve = importlib.import_module("solvers.highs_lp").solve_lp
+global_module = importlib.import_module("solvers.global_lp")
+
+
+def issue_model():
+    return context_free(np.array(ISSUE_TARGET), np.array(ISSUE_DRAFT))
+
+
+def edge_violation(model, acceptance: dict) -> float:
+    """max over drafted strings of a(s·y) − p(y|s)·a(s) (a(()) = 1), from the result's own a(s)."""
+    worst = -np.inf
+    for s, a in acceptance.items():
+        parent = acceptance.get(s[:-1], 1.0) if s[:-1] else 1.0
+        worst = max(worst, a - model.target(s[:-1])[s[-1]] * parent)
+    return worst
+
+
+def test_global_lp_resolves_then_repairs_on_the_issue_instance(monkeypatch):
+    m = issue_model()
+    tv = float(evaluate(m, TreeShape.parse(ISSUE_SHAPE), "iid", VERIFIERS["tv"]).expected_accepted)
+    r = global_tree_lp(m, ISSUE_SHAPE, "iid")
+    assert r.success, r.message
+    assert "re-solved without presolve" in r.message      # the first answer broke a row; the re-solve is clean
+    assert abs(r.lp_objective - r.value) <= 1e-9 and edge_violation(m, r.acceptance) <= 1e-12
+    assert r.value >= tv
+    # when the re-solve does not help either, the point is repaired: feasible, and at most REPAIR_TOL lower
+    monkeypatch.setattr(global_module, "solve_lp", lambda *a, presolve, **k: highs_solve(*a, **k))
+    fixed = global_tree_lp(m, ISSUE_SHAPE, "iid")
+    assert fixed.success and "repaired" in fixed.message, fixed.message
+    assert 0 < fixed.lp_objective - fixed.value <= REPAIR_TOL and edge_violation(m, fixed.acceptance) <= 1e-12
+    assert fixed.value >= tv and abs(fixed.value - r.value) <= REPAIR_TOL
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_repair_turns_any_point_into_a_feasible_one(process):
+    """A random point of [0,1]^{classes × (N−1)} breaks most rows; the repair must satisfy every one exactly
+    (round-off) and only ever lower entries."""
+    m = DirichletModel(3, seed=4, concentration=0.5)
+    shape = TreeShape.parse("((..),.)")
+    trees = enumerate_tree_arrays(m, shape, process)
+    rows, weights = trie_classes(trees)
+    table = _prefix_table(m, trees, trees.codes[rows], "test")
+    x = np.random.default_rng(0).uniform(0, 1, (rows.size, shape.num_nodes - 1))
+    y, lost = _repair(shape, table, weights, x)
+    assert np.all(y <= x) and np.all(y >= 0) and lost > 0.1
+    for u, kids in enumerate(shape.children):
+        if kids:
+            cap = 1.0 if u == 0 else y[:, u - 1]
+            assert np.all(y[:, [c - 1 for c in kids]].sum(axis=1) <= cap + 1e-15)
+    a = np.bincount(table.pid.ravel(), weights=(weights[:, None] * y).ravel(), minlength=table.size)
+    allowed = table.p_edge * np.where(table.parent >= 0, a[table.parent], 1.0)
+    assert np.all(a <= allowed + 1e-15)
+    assert lost == pytest.approx(weights @ x.sum(axis=1) - weights @ y.sum(axis=1), abs=1e-12)
+
+
+def test_cf_face_lp_is_resolved_on_a_peaky_p_equals_q_model(monkeypatch):
+    p = np.array(PEAKY) / sum(PEAKY)
+    m = context_free(p, p)
+    r = cf_bound(m, "2", "iid")
+    assert r.success
+    assert r.value == pytest.approx(1.0, abs=1e-9) and r.alpha_root_value == pytest.approx(1.0, abs=1e-9)
+    # without HiGHS' re-solves and the relaxed floors, the instance reproduces the old failure
+    monkeypatch.setattr(cf_module, "solve_lp", partial(cf_module.solve_lp, retry=False))
+    monkeypatch.setattr(cf_module, "FACE_SLACKS", (cf_module.ALPHA_FLOOR_SLACK,))
+    with pytest.raises(RuntimeError, match="α\\*-face LP .* Infeasible"):
+        cf_bound(m, "2", "iid")
+
+
+def test_bound_command_on_the_issue_instance(tmp_path, capsys):
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps({"vocab": 5, "target": {"": ISSUE_TARGET}, "draft": {"": ISSUE_DRAFT}}))
+    assert cli_main(["bound", "--model-file", str(path), "--shape", ISSUE_SHAPE, "--process", "iid", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "errors" not in out
+    for name, r in out["methods"].items():
+        assert r["expected_accepted"] <= out["global_bound"]["value"] + 1e-9, name
+        assert r["expected_accepted"] <= out["cf_bound"]["value"] + 1e-9, name
+
+
+def failing(message):
+    def solve(*args, **kwargs):
+        raise RuntimeError(message)
+    return solve
+
+
+def test_bound_command_reports_a_failed_lp_beside_the_other_results(monkeypatch, capsys):
+    argv = ["bound", "--vocab", "3", "--shape", "2", "--process", "iid"]
+    monkeypatch.setattr(global_module, "global_tree_lp", failing("HiGHS returned Infeasible after re-solving"))
+    assert cli_main(argv) == 1
+    text = capsys.readouterr().out
+    assert "global tree LP  FAILED: HiGHS returned Infeasible after re-solving" in text
+    assert "CF optimum      E[tau] =" in text and "univer-va" in text
+    assert cli_main(argv + ["--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["global_bound"] == {"error": "HiGHS returned Infeasible after re-solving"}
+    assert out["errors"] == {"global_bound": "HiGHS returned Infeasible after re-solving"}
+    assert out["cf_bound"]["value"] > 0 and out["alpha_star"]["lp"] > 0 and "univer-va" in out["methods"]
+    # a failed CF leaves univer-va without its value functions: both are marked, the rest is printed
+    monkeypatch.setattr(cf_module.NodeProblem, "solve", failing("cf_bound: the node LP failed"))
+    assert cli_main(argv) == 1
+    text = capsys.readouterr().out
+    assert "CF optimum      FAILED: cf_bound: the node LP failed" in text
+    assert "univer-va  FAILED: needs the CF value functions" in text
+    assert "tv " in text
+
+
+def test_exact_command_marks_a_method_whose_solver_fails(monkeypatch, capsys):
+    oracle = importlib.import_module("univer_theory.oracle")
+    real = oracle.evaluate
+
+    def evaluate(model, shape, process, verifier, *args, **kwargs):
+        if verifier.name == "univer":
+            raise RuntimeError("slot_rule_lp: HiGHS returned Infeasible")
+        return real(model, shape, process, verifier, *args, **kwargs)
+
+    monkeypatch.setattr("univer.commands.exact.evaluate", evaluate)
+    assert cli_main(["exact", "--vocab", "3", "--shape", "2", "--process", "iid"]) == 1
+    text = capsys.readouterr().out
+    assert "univer    FAILED: slot_rule_lp: HiGHS returned Infeasible" in text and "tv " in text

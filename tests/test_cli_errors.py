@@ -1,0 +1,53 @@
+"""Every bad command line ends in one clear message and exit status 2 — no traceback: unsupported
+method/shape/process combinations, malformed model files, malformed shapes."""
+import json
+
+import pytest
+
+from univer.cli import main
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--methods", "kseq", "--rational", "--process", "iid"],
+     "unsupported method/shape/process combination: --methods kseq with --shape 2,2 --process iid --rational: "
+     "kseq has no exact rational form"),
+    (["--methods", "bv", "--shape", "2,2"], "bv is defined on chains only"),
+    (["--methods", "kseq", "--process", "wor"], "kseq is defined for processes iid only, got 'wor'"),
+    (["--shape", "(,,.)"], "the comma at position 1 of '(,,.)' does not separate two children"),
+    (["--shape", "((),.)"], "empty '()'"),
+])
+def test_bad_combination_or_shape(argv, message, capsys):
+    assert main(["exact", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("tables, message", [
+    ({"target": {"": 0.5}, "draft": {"": [0.5, 0.5]}},
+     "the target row for prefix '' must be a list of 2 probabilities, got 0.5"),
+    ({"target": {"": [0.5, 0.5000001]}, "draft": {"": [0.5, 0.5]}},
+     "target row for prefix () row 0 sums to 1.0000001, expected 1 (off by +1e-07, tolerance 1e-09)"),
+    ({"target": {"": [0.5, 0.5], "10": [0.5, 0.5]}, "draft": {"": [0.5, 0.5]}},
+     "prefix key '10' has token 10, outside [0, 2)"),
+    ({"target": {"": [0.5, 0.5]}, "draft": {"": [0.5, 0.5], "1,7": [0.5, 0.5]}},
+     "prefix key '1,7' has token 7, outside [0, 2)"),
+    ({"target": {"": [0.5, 0.5], "1;0": [0.5, 0.5]}, "draft": {"": [0.5, 0.5]}},
+     "prefix key '1;0' is not comma-joined token ids"),
+    ({"target": {"": [0.5, "x"]}, "draft": {"": [0.5, 0.5]}}, "has an entry that is not a number"),
+    ({"target": [[0.5, 0.5]], "draft": {"": [0.5, 0.5]}}, "'target' must be an object"),
+])
+def test_bad_model_file(tables, message, tmp_path, capsys):
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps({"vocab": 2, **tables}))
+    assert main(["exact", "--model-file", str(path), "--shape", "1"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_unreadable_model_file(tmp_path, capsys):
+    path = tmp_path / "model.json"
+    path.write_text("{not json")
+    assert main(["exact", "--model-file", str(path)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["exact", "--model-file", str(tmp_path / "missing.json")]) == 2
+    assert "No such file" in capsys.readouterr().err
