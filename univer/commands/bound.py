@@ -18,6 +18,7 @@ from solvers.global_lp import global_tree_lp
 from solvers.value_aware import value_aware_verifier
 from univer_theory import TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
+from univer_theory.processes import PROCESSES
 
 from .common import add_model_options, build_model, print_json
 from .exact import exact_results
@@ -33,6 +34,9 @@ def add_parser(sub) -> None:
 
 def bound_results(args, progress: bool = True) -> dict:
     """The JSON object of ``univer bound`` for the options in ``args``."""
+    if args.process not in PROCESSES:
+        raise NotImplementedError(f"univer bound: the global tree LP and CF are defined for processes {PROCESSES}; "
+                                  f"process {args.process!r} is supported by `univer exact` only")
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if others == "":  # only univer-va asked for
