@@ -30,7 +30,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .engine import NodeContext, NodeDecision
-from .plans.base import NodePlan
+from .plans.base import NodePlan, sequential_shares
 from .plans.layout import layout_plan
 from .processes import HUB, hub_token, tuple_law
 from .verifiers import Verifier, register
@@ -43,16 +43,8 @@ def flat_plan_decision(plan: NodePlan, children) -> NodeDecision:
     """The RRS-style node decision of a flat plan (module docstring): enter child j w.p.
     ``w_j/(1 − Σ_{l<j} w_l)`` (0 when nothing is left), scaling 1, stop 1, ``Y ~ norm(p − a)``."""
     w = plan.select(tuple(children))
-    exact = np.asarray(w).dtype == object
-    one = 1 if exact else 1.0
-    enter, used = [], 0 * one
-    for wj in w:
-        left = one - used
-        e = wj / left if left > 0 else 0 * wj
-        enter.append(e if exact else min(1.0, max(0.0, float(e))))
-        used = used + wj
-    k = len(enter)
-    return NodeDecision(tuple(enter), (one,) * k, one, plan.residual,
+    one = 1 if np.asarray(w).dtype == object else 1.0
+    return NodeDecision(sequential_shares(w), (one,) * len(w), one, plan.residual,
                         {"alpha": plan.alpha, "construction": plan.construction})
 
 
