@@ -1,18 +1,19 @@
 """Claim 4 — the global tree LP ≥ CF ≥ every method: what on-tree information costs.
 
 For every instance of the grid (theory.md §4.3, §6.4): E[τ] of RRS / RRSw, K-SEQ (iid), TV, UniVer (automatic
-plans with the shape rule, and ``univer-slot``: the slot rule alone), the value-aware oracle ``univer-va``, the conditional-framework optimum
-CF (``solvers.cf_bound``) and the global tree LP (``solvers.global_tree_lp``).  Every method here realises its
-plans in the conditional framework of §6.1 (RRS-type rules are plans whose children are entered with
-their acceptance probability), so the claim checked is ``method ≤ CF ≤ global`` on every instance (slack:
-CF's stated tolerance + 1e-9).  Reported, not required: the relative gaps ``1 − E[τ]/global`` (histogram),
-``1 − CF/global`` (the price of forbidding look-ahead) and the instances where UniVer falls below TV.
+plans with the shape rule, and ``univer-slot``: the slot rule alone), the value-aware oracle ``univer-va``, the
+conditional-framework optimum CF (``solvers.cf_bound``) and the global tree LP (``solvers.global_tree_lp``).
+Every method here realises its plans in the conditional framework of §6.1 (RRS-type rules are plans whose
+children are entered with their acceptance probability), so the claim checked is ``method ≤ CF ≤ global`` on
+every instance (slack: CF's stated tolerance + 1e-9; CF ≤ global up to :data:`LP_SLACK`).  Reported, not
+required: the relative gaps ``1 − E[τ]/global`` (histogram, worst instance), ``1 − CF/global`` (the price of
+forbidding look-ahead) and the instances where UniVer falls below TV.
 
 Grid: seeded random instances (:func:`paper_checks.instances.random_instances`, another seed than the
 optimality check's): V ∈ {3, 4, 5}; shapes [2,2], [3,1] and the asymmetric ((..),.), ((.),(..)), ((..),(.),.),
 (((..),.),.), plus [2,1,2] at V = 3 (its iid global LP takes ~30 s at V = 4); Dirichlet, peaky and sparse rows,
-context-dependent or context-free; iid and wor.  ``fast``: fewer instances, V ≤ 4.  The worst instance of each
-gap is reported.
+context-dependent or context-free; iid and wor; 120 instances.  ``fast``: 10 instances with V ≤ 4.  The worst
+instance of each gap is reported.
 """
 from __future__ import annotations
 
@@ -31,13 +32,16 @@ NAME = "global_gap"
 CLAIM = ("On every instance, including asymmetric shapes, the global tree LP ≥ CF ≥ every method's E[τ]; the "
          "relative gaps measure the price of on-tree information.")
 VALUE_TOL = 1e-9
+#: Slack of ``CF ≤ global``: two HiGHS optima (the CF node LPs and the global LP, each within HiGHS' 1e-10
+#: tolerances per row) — the random grid met CF above the global LP by 3.8e-9 (peaky V = 3 [2,1,2] wor).
+LP_SLACK = 1e-8
 ASYMMETRIC = ("((..),.)", "((.),(..))", "((..),(.),.)", "(((..),.),.)")
 
 
 #: Shape → largest V it is drawn with (the global LP grows as the number of trees).
 SHAPES = {"2,2": 5, "3,1": 5, **{s: 5 for s in ASYMMETRIC}, "2,1,2": 3}
 #: (instances, generator seed) of the full and the fast grid.
-GRID = {False: (120, 1), True: (6, 1)}
+GRID = {False: (120, 1), True: (10, 1)}
 
 
 def instances(fast: bool):
@@ -57,7 +61,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
         over = [m for m, v in values.items() if v > cf_cap]
         if over:
             problems.append(f"{iid}: {', '.join(f'{m} {values[m]:.6f}' for m in over)} above CF {b['cf']:.6f}")
-        if b["cf"] > b["global"] + VALUE_TOL or b["univer-va"] > b["global"] + VALUE_TOL:
+        if b["cf"] > b["global"] + LP_SLACK or b["univer-va"] > b["global"] + LP_SLACK:
             problems.append(f"{iid}: CF {b['cf']:.6f} / univer-va {b['univer-va']:.6f} above the global LP "
                             f"{b['global']:.6f}")
         if "global_note" in b:

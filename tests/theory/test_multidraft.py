@@ -77,8 +77,8 @@ def test_spechub_is_exactly_lossless_in_fraction_mode(shape):
 
 @pytest.mark.parametrize("V,seed,conc", [(V, s, c) for V in (3, 4, 6, 9) for s in range(4) for c in (0.2, 1.0)])
 def test_spechub_acceptance_equals_its_lp(V, seed, conc):
-    """α of SpecHub's plan == the flat OT LP on its pair law == ``min(1, p(a) + Σ_{i≠a} min(p(i), q(i)/(1 − q(a))))``
-    (every pair contains the hub a), and at depth 1 E[τ] = α."""
+    """α of SpecHub's plan == the flat OT LP on its pair law
+    == ``min(1, p(a) + Σ_{i≠a} min(p(i), q(i)/(1 − q(a))))`` (every pair contains the hub a); depth 1: E[τ] = α."""
     p, q = _rows(V, seed, conc)
     plan = spechub_plan(p, q, 2)
     a = hub_token(q)
@@ -87,7 +87,8 @@ def test_spechub_acceptance_equals_its_lp(V, seed, conc):
     assert abs(plan.alpha - closed) < 1e-12
     assert np.all(plan.marginal <= p + 1e-15)
     model = DirichletModel(V, seed=seed, similarity=0.5, concentration=conc)
-    assert abs(evaluate(model, TreeShape.parse("2"), "hub", VERIFIERS["spechub"]).expected_accepted - plan.alpha) < 1e-12
+    depth1 = evaluate(model, TreeShape.parse("2"), "hub", VERIFIERS["spechub"]).expected_accepted
+    assert abs(depth1 - plan.alpha) < 1e-12
 
 
 def test_spechub_plan_is_exact_for_fractions():
