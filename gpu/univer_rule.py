@@ -47,7 +47,7 @@ from .slot_rule import slot_lp, slot_pair
 from .wor_plans import wor_weights
 
 
-def _single_child(ctx: LevelContext, c: torch.Tensor):
+def single_child(ctx: LevelContext, c: torch.Tensor):
     """``k = 1``: ``(w [R], a [R, V])`` with ``Q_1 = q`` (one-hot top draft token for topk)."""
     y = ctx.children[:, 0]
     q = ctx.draft
@@ -127,12 +127,29 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> None:
                            else slot_lp(w_all, kids, q[rows], omega[rows, :n], ctx.process, perms))
 
 
+def planning_rows(ctx: LevelContext):
+    """``(p, q, ρ)`` in float64; float32 rows are put back onto the simplex (float64 ones are planned as given)."""
+    p, q, rho = ctx.target.double(), ctx.draft.double(), ctx.rho.double()
+    if ctx.target.dtype != torch.float64:
+        p, q = (x / torch.where(x.sum(1, keepdim=True) > 0, x.sum(1, keepdim=True), 1) for x in (p, q))
+    return p, q, rho
+
+
+def sequential_shares(w: torch.Tensor) -> torch.Tensor:
+    """``[R, K]``: ``w_j/(1 − Σ_{l<j} w_l)`` (0 when nothing is left), clamped to [0, 1] — the batched twin of
+    :func:`univer_theory.plans.base.sequential_shares`."""
+    out, used = [], torch.zeros_like(w[:, 0])
+    for j in range(w.shape[1]):
+        den = 1 - used
+        out.append(torch.where(den > 0, w[:, j] / torch.where(den > 0, den, 1), 0).clamp(0, 1))
+        used = used + w[:, j]
+    return torch.stack(out, 1)
+
+
 def univer_rule(ctx: LevelContext) -> LevelDecision:
     """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children."""
     dtype = ctx.target.dtype
-    p, q, rho = ctx.target.double(), ctx.draft.double(), ctx.rho.double()
-    if dtype != torch.float64:        # float32 rows back onto the simplex (float64 ones are planned as given)
-        p, q = (x / torch.where(x.sum(1, keepdim=True) > 0, x.sum(1, keepdim=True), 1) for x in (p, q))
+    p, q, rho = planning_rows(ctx)
     c = rho[:, None] * p
     k = ctx.child_mask.sum(1)
     R, K = ctx.children.shape
@@ -140,7 +157,7 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
     a = torch.zeros_like(p)
     one = k == 1
     if one.any():
-        w1, a1 = _single_child(LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process), c)
+        w1, a1 = single_child(LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process), c)
         w[:, 0] = torch.where(one, w1, 0)
         a = torch.where(one[:, None], a1, a)
     many = k >= 2
@@ -160,12 +177,8 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
     else:
         _iid_wor(ctx, p, q, rho, w, a)
     alpha = a.sum(-1)
-    scale, used = [], torch.zeros_like(rho)
-    for j in range(K):
-        den = 1 - used
-        scale.append(torch.where(den > 0, w[:, j] / torch.where(den > 0, den, 1), 0).clamp(0, 1))
-        used = used + w[:, j]
+    scale = sequential_shares(w)
     stop = torch.where(alpha < 1, (rho - alpha) / torch.where(alpha < 1, 1 - alpha, 1), 1).clamp(0, 1)   # plans/base.py
     residual = (c - a).clamp(min=0)
-    scale = torch.stack(scale, 1).to(dtype)
+    scale = scale.to(dtype)
     return LevelDecision(torch.ones_like(scale), scale, stop.to(dtype), residual.to(dtype))

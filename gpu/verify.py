@@ -17,6 +17,7 @@ from univer_theory.validation import check_choice
 from . import engine
 from .engine import VerifyResult
 from .probs import check_rows
+from .multidraft_rule import gr_rule
 from .rules import kseq_rule, nss_rule, rrs_rule, rrsw_rule, tv_rule
 from .tree_batch import TreeBatch
 from .univer_rule import univer_rule
@@ -24,7 +25,7 @@ from .univer_rule import univer_rule
 #: Method name → level rule; the draft processes each supports are those of the exact twin in
 #: :data:`univer_theory.VERIFIERS`.
 METHODS = {"nss": nss_rule, "rrs": rrs_rule, "rrsw": rrsw_rule, "kseq": kseq_rule, "tv": tv_rule,
-           "univer": univer_rule}
+           "univer": univer_rule, "gr": gr_rule}
 
 
 def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, process: str,

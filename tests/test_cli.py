@@ -65,3 +65,27 @@ def test_table_output_and_console_script():
 def test_unknown_method(capsys):
     assert main(["exact", "--methods", "nope", "--shape", "1"]) == 2
     assert "unknown method" in capsys.readouterr().err
+
+
+def test_exact_lists_gr_on_iid_and_spechub_on_its_hub_process(capsys):
+    iid = run_json(capsys, "exact", "--vocab", "3", "--shape", "2", "--process", "iid")["methods"]
+    assert "gr" in iid and "spechub" not in iid
+    assert abs(iid["gr"]["expected_accepted"] - iid["univer"]["expected_accepted"]) < 1e-12    # both α* at depth 1
+    hub = run_json(capsys, "exact", "--vocab", "4", "--shape", "2,2", "--process", "hub")["methods"]
+    assert set(hub) == {"spechub"} and hub["spechub"]["lossless"] is True
+
+
+def test_exact_with_no_applicable_method_is_an_error(capsys):
+    assert main(["exact", "--vocab", "4", "--shape", "3", "--process", "hub"]) == 2
+    assert "no method applies" in capsys.readouterr().err
+
+
+def test_bound_refuses_the_hub_process():
+    import pytest
+
+    from univer.cli import build_parser
+    from univer.commands.bound import bound_results
+
+    args = build_parser().parse_args(["bound", "--vocab", "3", "--shape", "2", "--process", "hub"])
+    with pytest.raises(NotImplementedError, match="`univer exact` only"):
+        bound_results(args, progress=False)

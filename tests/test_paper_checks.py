@@ -47,6 +47,22 @@ def test_optimality_fails_when_a_node_misses_alpha_star(monkeypatch, tmp_path):
     assert "(layout) α =" in res.table and "≠ α*(ρ)" in res.table
 
 
+def test_optimality_fails_when_univer_is_too_far_below_tv(monkeypatch, tmp_path):
+    """The per-instance claim UniVer ≥ (1 − x)·TV is enforced: TV's plan handing its children half their
+    scalings (fewer accepted tokens) fails it, with the shortfall named."""
+    tv_plan = make_univer_verifier("tv", slot_rule=False)
+
+    def halved(ctx):
+        d = tv_plan.rule(ctx)
+        return replace(d, scale=tuple(s / 2 for s in d.scale))
+
+    monkeypatch.setitem(VERIFIERS, "univer", replace(tv_plan, name="univer", rule=halved))
+    monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 2))
+    res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed
+    assert f"is more than {100 * optimality.TV_SHORTFALL:g}% below TV" in res.table
+
+
 def test_reductions_fail_when_depth_one_is_not_optimal(monkeypatch, tmp_path):
     """TV's own plan is Block Verification on chains but only RRS / RRSw at depth 1 (below α*)."""
     monkeypatch.setitem(VERIFIERS, "univer", make_univer_verifier("tv", slot_rule=False))
@@ -61,7 +77,7 @@ def test_global_gap_fails_with_an_underestimated_global_bound(monkeypatch, tmp_p
     from solvers import global_tree_lp
 
     monkeypatch.setattr(studies, "global_tree_lp", partial(global_tree_lp, merge_duplicates=True))
-    monkeypatch.setattr(global_gap, "instances", _first(global_gap.instances, 1))     # V4 [2,2] iid
+    monkeypatch.setattr(global_gap, "instances", _first(global_gap.instances, 2))     # the 2nd: V = 3 [3,1] iid
     res = global_gap.run(fast=True, out_dir=tmp_path, progress=False)
     assert not res.passed
     assert "above the global LP" in res.table

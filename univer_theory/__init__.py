@@ -34,4 +34,5 @@ __all__ = [
 ]
 from .univer import UNIVER, UniVerRule, make_univer_verifier  # noqa: E402  (registers "univer")
 from .alpha_star import alpha_star, optimal_cut  # noqa: E402
-__all__ += ["UNIVER", "UniVerRule", "alpha_star", "make_univer_verifier", "optimal_cut"]
+from .multidraft import GR, SPECHUB  # noqa: E402  (registers "spechub" and "gr")
+__all__ += ["GR", "SPECHUB", "UNIVER", "UniVerRule", "alpha_star", "make_univer_verifier", "optimal_cut"]

@@ -3,7 +3,10 @@
 * ``iid``: k independent draws (duplicates kept as separate children);
 * ``wor``: sequential draws without replacement, ``Pr(x_1..x_k) = Π_j q(x_j)/(1 − Σ_{l<j} q(x_l))``;
 * ``topk``: the k most likely tokens of q (point mass; ties broken by lower token id);
-* ``greedy``: top-(k−1) of q plus one draw from q restricted to the other tokens.
+* ``greedy``: top-(k−1) of q plus one draw from q restricted to the other tokens;
+* ``hub`` (SpecHub's two-draft law, k = 2 only; exact core only, not in :data:`PROCESSES`): with the hub
+  ``a = argmax q`` (lower id on ties), ``x_1 ~ q``; ``x_2 = a`` if ``x_1 ≠ a``, else ``x_2 ~ norm(q·1[≠a])``.
+  So ``Q(i, a) = q(i)`` and ``Q(a, i) = q(a)·q(i)/(1 − q(a))`` for i ≠ a; every pair contains the hub.
 
 Each child's subtree is then drafted independently given its own prefix.  This module gives the exact
 ordered-tuple law ``Q_k(S)`` (float or Fraction), samplers, and enumeration of all trees of a shape.
@@ -20,6 +23,10 @@ from .tree import DraftTree, TreeShape
 from .validation import check_choice
 
 PROCESSES = ("iid", "wor", "topk", "greedy")
+#: SpecHub's draft law (module docstring); the exact oracle enumerates it, the batched layer does not.
+HUB = "hub"
+#: Every process the exact core (tuple laws, enumeration, exact verifiers) accepts.
+EXACT_PROCESSES = PROCESSES + (HUB,)
 
 
 def _top_tokens(q: np.ndarray, m: int) -> list[int]:
@@ -27,11 +34,18 @@ def _top_tokens(q: np.ndarray, m: int) -> list[int]:
     return order[:m]
 
 
+def hub_token(draft_row) -> int:
+    """SpecHub's hub ``a = argmax q`` (lower id on ties), the token every ``hub`` pair contains."""
+    return _top_tokens(np.asarray(draft_row), 1)[0]
+
+
 def _check_k(q: np.ndarray, k: int, process: str, where: str) -> None:
-    check_choice(process, PROCESSES, where, "process")
+    check_choice(process, EXACT_PROCESSES, where, "process")
     support = int(np.count_nonzero(q))
     if k < 1:
         raise ValueError(f"{where}: number of children k must be ≥ 1, got {k}")
+    if process == HUB and k != 2:
+        raise ValueError(f"{where}: process 'hub' (SpecHub) drafts exactly 2 children, got k = {k}")
     if process != "iid" and k > support:
         raise ValueError(f"{where}: process {process!r} drafts {k} distinct tokens but q has only {support} "
                          f"tokens with positive probability")
@@ -69,6 +83,9 @@ def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...]
         return [(tuple(top), q.dtype.type(1) if q.dtype != object else 1)]
     rest = [x for x in support if x not in top]
     rest_mass = sum(q[x] for x in rest)
+    if process == HUB:
+        (a,) = top
+        return [((x, a), q[x]) for x in rest] + [((a, x), q[a] * q[x] / rest_mass) for x in rest]
     return [(tuple(top) + (x,), q[x] / rest_mass) for x in rest]
 
 
@@ -87,6 +104,9 @@ def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generato
         return tuple(top)
     rest = qf.copy()
     rest[top] = 0.0
+    if process == HUB:
+        first = int(rng.choice(qf.size, p=qf))
+        return (first, top[0]) if first != top[0] else (first, int(rng.choice(qf.size, p=rest / rest.sum())))
     return tuple(top) + (int(rng.choice(qf.size, p=rest / rest.sum())),)
 
 

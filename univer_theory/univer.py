@@ -22,12 +22,12 @@ shape rule) and ``slot_rule``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from fractions import Fraction
 
 import numpy as np
 
 from .engine import NodeContext, NodeDecision
 from .plans import shape_lp
+from .plans.base import sequential_shares
 from .plans.choose import CONSTRUCTIONS, build_plan
 from .plans.lp_plan import lp_plan
 from .validation import check_choice
@@ -102,12 +102,7 @@ class UniVerRule:
         plan, w, slotted = self.weights(ctx.target, ctx.draft, ctx.rho, ctx.children, ctx.process,
                                         ctx.child_shapes)
         exact = np.asarray(w).dtype == object
-        scale, used = [], Fraction(0) if exact else 0.0     # Fraction: 1/1 must not become 1.0
-        for wj in w:
-            den = 1 - used
-            s = wj / den if den > 0 else 0 * wj
-            scale.append(s if exact else min(1.0, max(0.0, float(s))))
-            used = used + wj
+        scale = sequential_shares(w)
         stop = plan.stop if exact else min(1.0, max(0.0, float(plan.stop)))
         info = {"alpha": plan.alpha, "construction": plan.construction, "slot_rule": slotted}
         return NodeDecision((1,) * k, tuple(scale), stop, plan.residual, info)

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import engine
 from .engine import NodeContext, NodeDecision, NodeRule
+from .processes import EXACT_PROCESSES, HUB, hub_token
 from .tree import DraftTree
 from .validation import check_choice, check_simplex
 
@@ -177,7 +178,7 @@ def validate_inputs(where: str, tree: DraftTree, target_probs, draft_probs, proc
     """Shared input checks; returns ``(target_probs, draft_probs)`` as float64 or exact arrays."""
     if not isinstance(tree, DraftTree):
         raise ValueError(f"{where}: tree must be a DraftTree, got {type(tree).__name__}")
-    check_choice(process, _ALL, where, "process")
+    check_choice(process, EXACT_PROCESSES, where, "process")
     p = check_simplex(target_probs, where, "target_probs")
     q = check_simplex(draft_probs, where, "draft_probs")
     if p.ndim != 2 or q.ndim != 2:
@@ -196,6 +197,9 @@ def validate_inputs(where: str, tree: DraftTree, target_probs, draft_probs, proc
                 raise ValueError(f"{where}: node {c} drafts token {y} but its parent's draft_probs[{u}, {y}] = 0")
         if process != "iid" and len(set(S)) != len(S):
             raise ValueError(f"{where}: node {u} has duplicate children {S}, impossible under process {process!r}")
+        if process == HUB and S and (len(S) != 2 or S[0] == S[1] or hub_token(q[u]) not in S):
+            raise ValueError(f"{where}: node {u} children {S} are not a pair of distinct tokens containing the hub "
+                             f"{hub_token(q[u])} (argmax of its draft row), as process 'hub' requires")
         if process in ("topk", "greedy") and S:
             order = sorted(range(q.shape[1]), key=lambda x: (-q[u, x], x))
             m = len(S) if process == "topk" else len(S) - 1
@@ -210,7 +214,8 @@ class Verifier:
     """A verifier given by a node rule (see :mod:`univer_theory.engine`).
 
     ``processes``: draft processes for which it is lossless; ``chain_only``: defined on chains only;
-    ``rational``: exact in Fraction mode; ``lossless``: False only for the bug zoo.
+    ``widths``: the numbers of children an internal node may have (None: any); ``rational``: exact in Fraction
+    mode; ``lossless``: False only for the bug zoo.
     """
 
     name: str
@@ -220,6 +225,10 @@ class Verifier:
     chain_only: bool = False
     rational: bool = True
     lossless: bool = True
+    widths: tuple[int, ...] | None = None
+
+    def _widths_ok(self, children) -> bool:
+        return self.widths is None or all(len(c) in self.widths for c in children if c)
 
     def supports(self, shape, process: str) -> bool:
         return self.unsupported(shape, process) is None
@@ -231,6 +240,8 @@ class Verifier:
             return f"{self.name} is defined for processes {', '.join(self.processes)} only, got {process!r}"
         if self.chain_only and not shape.is_chain:
             return f"{self.name} is defined on chains only (every node ≤ 1 child)"
+        if not self._widths_ok(shape.children):
+            return f"{self.name} is defined for internal nodes with {self.widths} children only"
         if exact and not self.rational:
             return f"{self.name} has no exact rational form; pass float64 rows"
         return None

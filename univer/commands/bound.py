@@ -14,6 +14,7 @@ import numpy as np
 
 from univer_theory import TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
+from univer_theory.processes import PROCESSES
 
 from .common import add_model_options, build_model, print_json
 from .exact import exact_results
@@ -34,6 +35,9 @@ def bound_results(args, progress: bool = True) -> dict:
     under its key (and in ``errors``); every other number is still computed.
     """
     TreeShape.parse(args.shape)  # a bad --shape is reported before the solvers are imported
+    if args.process not in PROCESSES:
+        raise NotImplementedError(f"univer bound: the global tree LP and CF are defined for processes {PROCESSES}; "
+                                  f"process {args.process!r} is supported by `univer exact` only")
     from solvers.cf_bound import cf_bound
     from solvers.condot import condot_lp
     from solvers.global_lp import global_tree_lp

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import json
 
-from univer_theory import PROCESSES, DirichletModel, TableModel, TemperedModel, TreeShape, VERIFIERS
+from univer_theory import DirichletModel, TableModel, TemperedModel, TreeShape, VERIFIERS
+from univer_theory.processes import EXACT_PROCESSES
 
 
 def add_model_options(p) -> None:
     p.add_argument("--vocab", type=int, default=4, help="vocabulary size V of the synthetic model (default 4)")
     p.add_argument("--shape", default="2,2",
                    help="tree shape: branching per depth '2,2' or nested '((..),.)' (default 2,2)")
-    p.add_argument("--process", default="wor", choices=PROCESSES, help="draft process (default wor)")
+    p.add_argument("--process", default="wor", choices=EXACT_PROCESSES,
+                   help="draft process (default wor); 'hub' is SpecHub's two-draft law (exact only)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Dirichlet model family")
     p.add_argument("--similarity", type=float, default=0.5, help="draft–target similarity in [0,1] (default 0.5)")
     p.add_argument("--concentration", type=float, default=1.0, help="Dirichlet concentration; small = peaky")
@@ -56,6 +58,9 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
         if v.name == "nss" and args.process != "topk":
             continue
         out.append(v)
+    if not out:
+        raise ValueError(f"no method applies to shape {shape} with process {args.process!r}"
+                         + (" in rational mode" if exact else ""))
     return out
 
 

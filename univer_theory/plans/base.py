@@ -12,6 +12,7 @@ actually used, never the solver's claimed value) — losslessness rests on it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Callable
 
 import numpy as np
@@ -55,3 +56,17 @@ class NodePlan:
         d = np.maximum(self.rho * self.target - self.marginal, 0)
         s = d.sum()
         return d / s if s != 0 else d
+
+
+def sequential_shares(w) -> tuple:
+    """``w_j / (1 − Σ_{l<j} w_l)`` for each j (0 when nothing is left): the probability that child j is taken once
+    children ``1..j−1`` were not, for a tuple whose children are taken w.p. ``w_j`` (theory.md §6.1).  Exact for
+    Fraction entries; floats are clamped to [0, 1] against round-off."""
+    exact = np.asarray(w).dtype == object
+    out, used = [], Fraction(0) if exact else 0.0      # Fraction: an int entry 1/1 must not become 1.0
+    for wj in w:
+        den = 1 - used
+        s = wj / den if den > 0 else 0 * wj
+        out.append(s if exact else min(1.0, max(0.0, float(s))))
+        used = used + wj
+    return tuple(out)
