@@ -123,17 +123,6 @@ def g_test_power(true_law: dict, alt_law: dict, n: int, alpha: float, min_expect
     return 1.0 - (1.0 - outside) ** n * float(stats.ncx2.cdf(stats.chi2.isf(alpha, df), df, lam))
 
 
-def detectable_distance(probs, n: int, alpha: float, power: float = 0.99, min_expected: float = 5.0) -> float:
-    """Smallest χ²-distance ``Σ (a − t)²/t`` that the G-test with ``n`` samples detects w.p. ``power``."""
-    (expected,) = _pool(np.asarray(probs, dtype=float) * n, min_expected=min_expected)
-    df = expected.size - 1
-    crit = stats.chi2.isf(alpha, df)
-    lam = 1.0
-    while stats.ncx2.sf(crit, df, lam) < power:
-        lam *= 1.05
-    return lam / n
-
-
 def law_distance(a: dict, b: dict) -> float:
     """``max_k |a(k) − b(k)|`` of two laws given as ``{outcome: probability}``."""
     return max(abs(float(a.get(k, 0)) - float(b.get(k, 0))) for k in a.keys() | b.keys())
