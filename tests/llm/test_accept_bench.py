@@ -1,4 +1,5 @@
 """Paired offline evaluation on real trees: reproducibility and the orderings theory guarantees per tree."""
+import json
 import math
 
 import pytest
@@ -101,3 +102,17 @@ def test_batched_univer_equals_the_exact_core_on_real_trees(pair, two_prompts, s
         y = int(batch.token[0, 1])                    # continue the context with the first drafted token
         ids = ids + [y]
         t_root, d_root = extend(pair.target, t_cache, [y]), extend(pair.draft, d_cache, [y])
+
+
+def test_log_reading_ignores_only_a_torn_last_line(tmp_path):
+    """A run killed while appending leaves a torn last line, which is dropped; a bad line elsewhere is an error."""
+    from gpu.llm.accept_bench import PromptRecord, read_log
+
+    rec = PromptRecord("p1", "writing", 12, {"rrsw": (0.5, 0.25), "tv": (0.75, 1.0)})
+    header = {"config": {"positions": 2}, "methods": ["rrsw", "tv"]}
+    log = tmp_path / "accept_bench.jsonl"
+    log.write_text("\n".join([json.dumps(header), json.dumps(rec.as_json()), '{"id": "p2", "cat']))
+    assert read_log(log) == (header, [rec])
+    log.write_text("\n".join([json.dumps(header), "{torn", json.dumps(rec.as_json())]))
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        read_log(log)
