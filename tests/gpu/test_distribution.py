@@ -1,7 +1,7 @@
 """Monte Carlo: batched samplers follow the exact per-tree laws, and the same test rejects the bug zoo.
 
 Statistic: G-test (``tests.stats.g_test``) of (path tokens, Y) counts from ``N_SAMPLES`` = 2·10⁵ verifications
-of one fixed tree (the tree repeated B = 2·10⁵ times in one batch) against ``Verifier.law``; cells with
+of one fixed tree per process (``tests.gof_instances``, shared with the exact-core sampler tests) (the tree repeated B = 2·10⁵ times in one batch) against ``Verifier.law``; cells with
 expected count < 5 pooled.  Level ``tests.stats.LEVEL`` (the suite's false-alarm budget split over its
 accepting tests), fixed seeds.  Zero-probability cells are checked separately: any count there fails.  Every
 accepting test first computes, from the exact laws, the power of this very G-test at its sample size against
@@ -17,35 +17,20 @@ import torch
 
 from gpu import TreeBatch, draft_tree, sample_children, verify
 from gpu.engine import sample
-from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TableModel, TreeShape
+from univer_theory import BUG_ZOO, VERIFIERS, TableModel, TreeShape
 from univer_theory.processes import enumerate_trees, tuple_law
 
+from ..gof_instances import instance
 from ..stats import assert_accepts, assert_power, assert_rejects, g_test
 from .helpers import TORCH_ZOO, cell_counts
 
 N_SAMPLES = 200_000
-# A dissimilar, peaky pair: internal nodes end the path often enough that every zoo bug changes the law
-# (the power check below is what certifies this choice).
-MODEL = DirichletModel(3, seed=4, similarity=0.2, concentration=0.5)
-TREES = {
-    "iid": DraftTree((-1, 0, 0, 0, 1, 1, 2), (-1, 1, 1, 0, 2, 0, 1), vocab_size=3),   # duplicate 1 at the root
-    "wor": DraftTree((-1, 0, 0, 1, 1, 2), (-1, 1, 0, 2, 0, 1), vocab_size=3),
-}
 
 
-def tree_for(process):
-    """The fixed tree; for topk / greedy the root's children are the model's top-2 / top-1 + one other."""
-    if process in TREES:
-        return TREES[process]
-    top = lambda s: sorted(range(3), key=lambda x: (-MODEL.draft(s)[x], x))
-    a, b, c = top(())
-    return DraftTree((-1, 0, 0, 1, 1), (-1, a, b if process == "topk" else c, *top((a,))[:2]), vocab_size=3)
-
-
-def repeated(tree, n, dtype=torch.float64):
+def repeated(model, tree, n, dtype=torch.float64):
     """One tree repeated n times: ``(batch, target_probs, draft_probs)``."""
     one = TreeBatch.from_trees([tree])
-    pn, qn = MODEL.node_probs(tree)
+    pn, qn = model.node_probs(tree)
     rows = lambda x: torch.tensor(x, dtype=dtype).expand(n, *x.shape).contiguous()
     batch = TreeBatch(one.parent.expand(n, -1).contiguous(), one.token.expand(n, -1).contiguous(),
                       one.num_nodes.expand(n).contiguous())
@@ -60,9 +45,9 @@ def assert_fits(counts, law, alternatives, what):
     assert_accepts(g_test(counts, law), what)
 
 
-def zoo_laws(tree, process) -> dict:
+def zoo_laws(model, tree, process) -> dict:
     """Exact laws on ``tree`` of the bug-zoo variants that apply to ``process``."""
-    pn, qn = MODEL.node_probs(tree)
+    pn, qn = model.node_probs(tree)
     return {z: v.law(tree, pn, qn, process) for z, v in BUG_ZOO.items() if process in v.processes}
 
 
@@ -77,23 +62,23 @@ CASES = [("nss", "iid"), ("nss", "topk"), ("nss", "greedy"), ("rrs", "iid"), ("r
 
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
 def test_sampler_follows_exact_per_tree_law(method, process):
-    tree = tree_for(process)
-    batch, p, q = repeated(tree, N_SAMPLES)
+    model, tree = instance(process)
+    batch, p, q = repeated(model, tree, N_SAMPLES)
     result = verify(batch, p, q, process, method, torch.Generator().manual_seed(1))
-    law = VERIFIERS[method].law(tree, *MODEL.node_probs(tree), process)
-    assert_fits(cell_counts(result, tree), law, zoo_laws(tree, process), f"{method}-{process}")
+    law = VERIFIERS[method].law(tree, *model.node_probs(tree), process)
+    assert_fits(cell_counts(result, tree), law, zoo_laws(model, tree, process), f"{method}-{process}")
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_ZOO))
 def test_same_test_rejects_bug_zoo(name):
     process = "iid"
-    tree = tree_for(process)
-    pn, qn = MODEL.node_probs(tree)
+    model, tree = instance(process)
+    pn, qn = model.node_probs(tree)
     reference = "rrs" if name.startswith("rrs") else "tv"
     correct = VERIFIERS[reference].law(tree, pn, qn, process)
     lossy = BUG_ZOO[name].law(tree, pn, qn, process)
     assert_power(correct, {name: lossy}, N_SAMPLES)
-    batch, p, q = repeated(tree, N_SAMPLES)
+    batch, p, q = repeated(model, tree, N_SAMPLES)
     counts = cell_counts(sample(batch, p, q, process, TORCH_ZOO[name], torch.Generator().manual_seed(2)), tree)
     assert_rejects(g_test(counts, correct), name)
     assert_fits(counts, lossy, {reference: correct}, f"{name} vs its own exact law")

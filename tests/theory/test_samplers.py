@@ -4,38 +4,18 @@ Statistic: G-test of (path tokens, Y) frequencies against ``Verifier.law``; cell
 pooled; any outcome outside the law's support fails.  Fixed seeds; level ``tests.stats.LEVEL`` (the suite's
 false-alarm budget split over its accepting tests).  Power: each accepting test first requires power ≥
 ``tests.stats.POWER`` at ``N_SAMPLES`` against the exact law of every bug-zoo variant of its process that differs
-from the tested law on its tree (the trees are chosen so that each TV / RRS variant differs from its lossless
-original there).
+from the tested law on its tree (``tests.gof_instances``: each TV / RRS variant differs from its lossless original
+there).
 """
 import numpy as np
 import pytest
 
-from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree
+from univer_theory import BUG_ZOO, VERIFIERS
 
+from ..gof_instances import CHAIN, MODELS, instance
 from ..stats import assert_accepts, assert_power, assert_rejects, g_test
 
 N_SAMPLES = 6000
-
-#: Model and tree per process, found by a search for instances where every bug-zoo variant's law is far (in
-#: χ²-distance) from every lossless method's: the powers asserted below certify the choice.
-MODELS = {"iid": DirichletModel(3, seed=7, similarity=0.3, concentration=0.5),
-          "wor": DirichletModel(3, seed=21, similarity=0.3), "topk": DirichletModel(3, seed=21, similarity=0.3)}
-TREES = {
-    "iid": DraftTree(parent=(-1, 0, 0, 0, 1, 1, 2), token=(-1, 1, 0, 1, 2, 2, 0), vocab_size=3),
-    "wor": DraftTree(parent=(-1, 0, 0, 1, 1, 2), token=(-1, 0, 2, 2, 1, 1), vocab_size=3),
-}
-#: A chain (iid model of wor: a chain has one child per node); TV-deepest-first equals TV on every chain.
-CHAIN = DraftTree.chain((2, 0, 2), vocab_size=3)
-
-
-def _instance(process):
-    """``(model, tree)`` of a process; for topk the children must be the model's top-2 draft tokens."""
-    model = MODELS[process]
-    if process != "topk":
-        return model, TREES[process]
-    top = lambda s: sorted(range(3), key=lambda x: (-model.draft(s)[x], x))[:2]
-    a, b = top(())
-    return model, DraftTree(parent=(-1, 0, 0, 1, 1), token=(-1, a, b, *top((a,))), vocab_size=3)
 
 
 def _zoo_laws(tree, p, q, process) -> dict:
@@ -58,7 +38,7 @@ CASES = [(n, pr) for n, v in VERIFIERS.items() for pr in ("iid", "wor", "topk")
 
 @pytest.mark.parametrize("name,process", CASES)
 def test_sampler_matches_exact_law(name, process):
-    model, tree = _instance(process)
+    model, tree = instance(process)
     p, q = model.node_probs(tree)
     law = VERIFIERS[name].law(tree, p, q, process)
     assert_power(law, _zoo_laws(tree, p, q, process), N_SAMPLES)
@@ -81,7 +61,7 @@ LOSSY = [("tv-deepest-first", "tv", "iid"), ("tv-original-p", "tv", "wor"), ("tv
 @pytest.mark.parametrize("bug,reference,process", LOSSY)
 def test_g_test_rejects_lossy_sampler(bug, reference, process):
     """Power check: samples of a lossy variant are rejected against the lossless verifier's exact law."""
-    model, tree = _instance(process)
+    model, tree = instance(process)
     p, q = model.node_probs(tree)
     law = VERIFIERS[reference].law(tree, p, q, process)
     assert_power(law, {bug: BUG_ZOO[bug].law(tree, p, q, process)}, N_SAMPLES)
