@@ -90,10 +90,10 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
                             f"per forward vs paper's {_pct(PAPER_RANGE[0])} … {_pct(PAPER_RANGE[1])}"], rows)
     table += ("\n\nAcceptance length = tokens per target forward, E[τ] + 1 (the paper's convention: its 3.29 vs 3.06 "
               "on a depth-5 binary tree is +7.5%); the gain on E[τ] (accepted drafted tokens only) is exactly "
-              "(1 + RRSw E[τ])/RRSw E[τ] times larger.  Paired design: all methods are scored on the same drafted trees; the "
-              "interval is gain ± 1.96·se with a delta-method se clustered by prompt.  A gain outside the paper's "
-              "range is reported as measured (our draft is the target re-quantised to 4 bits, not the paper's "
-              "drafter).")
+              "(1 + RRSw E[τ])/RRSw E[τ] times larger.  Paired design: all methods are scored on the same drafted "
+              "trees; the interval is gain ± 1.96·se with a delta-method se clustered by prompt.  A gain outside the "
+              "paper's range is reported as measured (our draft is the target re-quantised to 4 bits, not the "
+              "paper's drafter).")
     if problems:
         table += "\n\n**Violations**\n\n" + "\n".join(f"- {p}" for p in problems)
     return CheckResult(NAME, CLAIM, passed, table, summary)

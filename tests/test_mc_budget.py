@@ -110,9 +110,9 @@ def test_lossless_properties_under_the_slow_profile():
     import sys
 
     env = {**os.environ, "HYPOTHESIS_PROFILE": "slow"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics",
-                          *(f"tests/{k}" for k in LOSSLESS_PROPERTIES)], cwd=TESTS.parent, env=env,
-                         capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics",
+           *(f"tests/{k}" for k in LOSSLESS_PROPERTIES)]
+    run = subprocess.run(cmd, cwd=TESTS.parent, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:]
     passing = [int(n) for n in re.findall(r"- (\d+) passing examples", run.stdout)]
     assert len(passing) == len(LOSSLESS_PROPERTIES) and min(passing) >= 200, passing

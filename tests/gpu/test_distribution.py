@@ -1,12 +1,13 @@
 """Monte Carlo: batched samplers follow the exact per-tree laws, and the same test rejects the bug zoo.
 
 Statistic: G-test (``tests.stats.g_test``) of (path tokens, Y) counts from ``N_SAMPLES`` = 2·10⁵ verifications
-of one fixed tree per process (``tests.gof_instances``, shared with the exact-core sampler tests) (the tree repeated B = 2·10⁵ times in one batch) against ``Verifier.law``; cells with
+of one fixed tree per process (``tests.gof_instances``, shared with the exact-core sampler tests; the tree
+repeated B = 2·10⁵ times in one batch) against ``Verifier.law``; cells with
 expected count < 5 pooled.  Level ``tests.stats.LEVEL`` (the suite's false-alarm budget split over its
 accepting tests), fixed seeds.  Zero-probability cells are checked separately: any count there fails.  Every
 accepting test first computes, from the exact laws, the power of this very G-test at its sample size against
 its lossy alternatives and requires ≥ ``tests.stats.POWER`` (it refuses an underpowered instance): for the
-verifiers, every bug-zoo variant of the process whose law differs on the tree; for a bug-zoo variant checked
+verifiers, every bug-zoo variant of the process (each differs on ``tests.gof_instances``); for a variant checked
 against its own law, its lossless original; for the draft processes, the other processes' laws.  Each torch
 zoo variant must be rejected against the correct law and accepted against its own exact law (the torch zoo is
 the intended bug).
