@@ -224,16 +224,14 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     return VerifyResult(path, tau, y)
 
 
-def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
-                      rule: LevelRule, row_index: torch.Tensor | None = None) -> torch.Tensor:
-    """``E[τ | T]`` per tree ``[B]``: post-order ``(σ, e)`` of :func:`univer_theory.engine.tree_expected_accepted`,
+def _success_sweeps(batch: TreeBatch, alloc: Allocation) -> tuple[torch.Tensor, torch.Tensor]:
+    """Post-order ``(σ, e)`` ``[B, N+1]`` of :func:`univer_theory.engine.tree_expected_accepted`:
     ``σ_u = Σ_j F_j a_j σ_j + F_K f_u``, ``e_u = Σ_j F_j a_j (σ_j + e_j)``, ``F_j = Π_{l<j}(1 − a_l σ_l)``."""
-    B, N = batch.parent.shape
-    alloc = allocate(batch, target_probs, draft_probs, process, rule, row_index=row_index)
+    B, N = alloc.stop.shape
     kids = batch.children
     K = kids.shape[2]
     enter = _ext(alloc.enter, 0)
-    sigma = torch.zeros(B, N + 1, dtype=target_probs.dtype, device=target_probs.device)
+    sigma = torch.zeros(B, N + 1, dtype=alloc.stop.dtype, device=alloc.stop.device)
     e = torch.zeros_like(sigma)
     a = [enter.gather(1, kids[:, :, j]) for j in range(K)]
     for _ in range(batch.max_depth + 1):
@@ -245,4 +243,33 @@ def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs:
             e_u = e_u + fail * a[j] * (s_c + e_c)
             fail = fail * (1 - a[j] * s_c)
         sigma, e = _ext(s_u + fail * alloc.stop, 0), _ext(e_u, 0)
-    return e[:, 0]
+    return sigma, e
+
+
+def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
+                      rule: LevelRule, row_index: torch.Tensor | None = None) -> torch.Tensor:
+    """``E[τ | T]`` per tree ``[B]``: ``e`` at the root of :func:`_success_sweeps`."""
+    alloc = allocate(batch, target_probs, draft_probs, process, rule, row_index=row_index)
+    return _success_sweeps(batch, alloc)[1][:, 0]
+
+
+def first_token_law(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
+                    rule: LevelRule) -> torch.Tensor:
+    """Exact law ``[B, V]`` of the first output token (the first accepted token, or Y when τ = 0) per tree:
+    root child j (drafting order) wins w.p. ``F_j a_j σ_j`` and otherwise ``Y ~ norm(residual at the root)``
+    w.p. ``F_K`` (the root's ``f = 1``).  A lossless rule gives ``p(·|root)`` in expectation over the draft."""
+    alloc = allocate(batch, target_probs, draft_probs, process, rule, keep_residuals=True)
+    sigma, _ = _success_sweeps(batch, alloc)
+    kids = batch.children[:, 0]                                   # [B, K] root's children (dump N)
+    enter = _ext(alloc.enter, 0)
+    win = torch.zeros_like(enter[:, :kids.shape[1]])
+    fail = torch.ones_like(alloc.stop[:, 0])
+    for j in range(kids.shape[1]):
+        succ = enter.gather(1, kids[:, j:j + 1]).squeeze(1) * sigma.gather(1, kids[:, j:j + 1]).squeeze(1)
+        win[:, j] = fail * succ
+        fail = fail * (1 - succ)
+    residual = alloc.residual[:, 0]
+    mass = residual.sum(-1, keepdim=True)                        # 0 only where the children never all fail
+    law = fail[:, None] * torch.where(mass > 0, residual / mass.clamp_min(torch.finfo(mass.dtype).tiny), 0)
+    tokens = _ext(batch.token, 0).gather(1, kids).clamp(min=0)
+    return law.scatter_add(1, tokens, win.to(law.dtype))

@@ -160,10 +160,11 @@ def subset_stats(result, keep) -> dict:
     return replace(result, records=tuple(r for r in result.records if keep(r.category))).summary()["all"]
 
 
-def gain_interval(stats: dict, z: float = Z95) -> tuple[float, float, float]:
-    """``(gain, low, high)`` of one method's accept-bench statistics: ``gain ± z·gain_se`` (NaN bounds when
-    the standard error is undefined, e.g. a single prompt)."""
-    g, se = stats["gain"], stats.get("gain_se")
+def gain_interval(stats: dict, z: float = Z95, key: str = "gain") -> tuple[float, float, float]:
+    """``(gain, low, high)`` of one method's accept-bench statistics: ``key ± z·<key>_se`` (``gain``: on E[τ];
+    ``gain_per_forward``: on tokens per forward E[τ] + 1); NaN bounds when the standard error is undefined,
+    e.g. a single prompt."""
+    g, se = stats[key], stats.get(f"{key}_se")
     if se is None or not math.isfinite(se):
         return g, math.nan, math.nan
     return g, g - z * se, g + z * se

@@ -1,14 +1,78 @@
-"""Goodness-of-fit helpers for sampler tests: the G-test against an exact law, and its power.
+"""Goodness-of-fit helpers for sampler tests: the G-test against an exact law, its power, and the suite's
+false-alarm budget.
 
 Cells whose expected count is below ``min_expected`` are pooled into one cell; an outcome outside the law's
 support fails the test outright (p = 0), since the G statistic would otherwise ignore it.
+
+Budget (Bonferroni): the suite's *accepting* G-tests (a lossless sampler must pass) share one family-wise
+false-alarm budget :data:`FAMILY_FALSE_ALARM`; each runs at ``LEVEL = FAMILY_FALSE_ALARM / Σ ACCEPTING``, so
+the probability that any of them fails on a correct sampler is at most the budget.  Every accepting test is
+registered in :data:`ACCEPTING` with its number of parametrised cases (one accepting G-test per case);
+``tests/test_mc_budget.py`` checks the registry against the cases pytest collects and the calls in the source,
+and :func:`assert_accepts` refuses an unregistered caller or a second accepting G-test in one case, so the level
+cannot drift silently.  Each accepting test also asserts its power (:func:`assert_power`): ≥ :data:`POWER` at
+``LEVEL`` against the exact law of each of its lossy alternatives on its instance.
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import numpy as np
 from scipy import stats
+
+#: Family-wise false-alarm budget of all accepting goodness-of-fit tests together (Standards: ≤ 1e-3).
+FAMILY_FALSE_ALARM = 1e-3
+#: Accepting G-tests: ``"<file under tests/>::<test function>"`` → its number of parametrised cases, each of
+#: which runs exactly one accepting G-test.
+ACCEPTING = {
+    "theory/test_samplers.py::test_sampler_matches_exact_law": 11,
+    "theory/test_samplers.py::test_chain_sampler_matches_exact_law": 2,
+    "theory/test_structures.py::test_sampler_matches_tuple_law": 3,
+    "theory/test_layout.py::test_monte_carlo_selection_rule": 1,
+    "gpu/test_distribution.py::test_sampler_follows_exact_per_tree_law": 10,
+    "gpu/test_distribution.py::test_same_test_rejects_bug_zoo": 3,
+    "gpu/test_distribution.py::test_sample_children_follows_tuple_law": 3,
+    "gpu/test_distribution.py::test_draft_tree_follows_tree_law": 2,
+    "gpu/test_lossless_large.py::test_first_token_marginal_is_target": 6,
+}
+#: Level of each accepting (and rejecting) G-test.
+LEVEL = FAMILY_FALSE_ALARM / sum(ACCEPTING.values())
+#: Power every accepting test must have against its lossy alternatives, at ``LEVEL`` and its sample size.
+POWER = 0.99
+
+_CALLED: set[str] = set()
+
+
+def registry_key(node: str) -> str:
+    """Key in :data:`ACCEPTING` of a pytest node id (``tests/<file>::<function>[<case>]``)."""
+    return node.removeprefix("tests/").split("[", 1)[0]
+
+
+def _current_case() -> tuple[str, str]:
+    """``(registry key, node id)`` of the running test, from pytest's ``PYTEST_CURRENT_TEST``."""
+    node = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    return registry_key(node), node
+
+
+def assert_accepts(pval: float, what: str) -> None:
+    """The accepting side: a lossless sampler's G-test p-value must be ≥ :data:`LEVEL` (registered tests only,
+    one accepting G-test per parametrised case)."""
+    key, node = _current_case()
+    assert key in ACCEPTING, f"accepting G-test in unregistered test {node!r}: add it to tests.stats.ACCEPTING"
+    assert node not in _CALLED, f"{node}: a second accepting G-test in one case; register it"
+    _CALLED.add(node)
+    assert pval >= LEVEL, f"{what}: G-test p = {pval:.3g} < level {LEVEL:.3g}"
+
+
+def assert_rejects(pval: float, what: str) -> None:
+    """The power side: a lossy sampler's G-test p-value must be < :data:`LEVEL`."""
+    assert pval < LEVEL, f"{what}: lossy sampler not detected, G-test p = {pval:.3g} ≥ level {LEVEL:.3g}"
+
+
+def accepting_calls(node: str) -> int:
+    """Number of accepting G-tests the case ``node`` ran (0 or 1)."""
+    return int(node in _CALLED)
 
 
 def _pool(expected: np.ndarray, *others: np.ndarray, min_expected: float):
@@ -59,12 +123,21 @@ def g_test_power(true_law: dict, alt_law: dict, n: int, alpha: float, min_expect
     return 1.0 - (1.0 - outside) ** n * float(stats.ncx2.cdf(stats.chi2.isf(alpha, df), df, lam))
 
 
-def detectable_distance(probs, n: int, alpha: float, power: float = 0.99, min_expected: float = 5.0) -> float:
-    """Smallest χ²-distance ``Σ (a − t)²/t`` that the G-test with ``n`` samples detects w.p. ``power``."""
-    (expected,) = _pool(np.asarray(probs, dtype=float) * n, min_expected=min_expected)
-    df = expected.size - 1
-    crit = stats.chi2.isf(alpha, df)
-    lam = 1.0
-    while stats.ncx2.sf(crit, df, lam) < power:
-        lam *= 1.05
-    return lam / n
+def law_distance(a: dict, b: dict) -> float:
+    """``max_k |a(k) − b(k)|`` of two laws given as ``{outcome: probability}``."""
+    return max(abs(float(a.get(k, 0)) - float(b.get(k, 0))) for k in a.keys() | b.keys())
+
+
+def assert_power(law: dict, alternatives: dict, n: int, may_coincide=(), min_expected: float = 5.0) -> dict:
+    """Power of the accepting G-test of ``law`` with ``n`` samples at :data:`LEVEL` against each alternative law
+    (``{name: law}``): every power must be ≥ :data:`POWER`.  An alternative equal to ``law`` (max-abs ≤ 1e-9)
+    fails the check unless named in ``may_coincide`` (a variant that cannot differ on this instance); at least
+    one must differ.  Returns ``{name: power}`` of the differing alternatives."""
+    same = sorted(name for name, alt in alternatives.items() if law_distance(law, alt) <= 1e-9)
+    assert set(same) <= set(may_coincide), f"alternatives {same} equal the tested law here: the test has no power"
+    powers = {name: g_test_power(law, alt, n, LEVEL, min_expected) for name, alt in alternatives.items()
+              if name not in same}
+    assert powers, f"no alternative differs from the tested law (of {sorted(alternatives)}): the test has no power"
+    weak = {k: round(v, 4) for k, v in powers.items() if v < POWER}
+    assert not weak, f"underpowered at n = {n}, level {LEVEL:.2g}: {weak} < {POWER}"
+    return powers

@@ -4,18 +4,25 @@ For each prompt, a continuation ``c_0 … c_{L−1}`` is sampled from the target
 position i (context = prompt · c_{<i}) one tree is drafted and scored, and every method's exact
 ``E[τ | T]`` is computed on that same tree (:func:`.verifiers.expected_accepted`) — a paired design: the
 methods differ only by their verification rule, never by the draft.  ``E[τ]`` averaged over positions estimates
-the method's acceptance length along the target's own trajectories; tokens per step = ``E[τ] + 1``.
+the number of accepted drafted tokens along the target's own trajectories; the paper's *acceptance length* is
+tokens per target forward, ``E[τ] + 1`` (the correction / bonus token included), reported first.
 
 Statistics are clustered by prompt (positions of one prompt are correlated): a method's score on a prompt is
 its mean over positions; the reported mean and standard error are across prompts, and the gain of method m
 over the baseline b is the ratio of sums ``Σ_p m_p / Σ_p b_p − 1`` with a delta-method standard error
-``sd(m_p − (1+g) b_p) / (√n · mean b_p)``.
+``sd(m_p − (1+g) b_p) / (√n · mean b_p)`` — on ``E[τ]`` (``gain``) and on ``E[τ] + 1`` (``gain_per_forward``).
+
+A run can log each prompt's record as it finishes (JSON lines: a header with the settings, then one record per
+prompt) and resume from that log: prompts already recorded are read back instead of recomputed (the settings
+must match), so a stopped long run loses at most the prompt in progress.
 """
 from __future__ import annotations
 
+import json
 import math
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -51,6 +58,15 @@ class PromptRecord:
         vals = self.expected[method]
         return sum(vals) / len(vals)
 
+    def as_json(self) -> dict:
+        return {"id": self.id, "category": self.category, "prompt_tokens": self.prompt_tokens,
+                "positions": self.positions, "expected_accepted": {m: list(v) for m, v in self.expected.items()}}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "PromptRecord":
+        return cls(obj["id"], obj["category"], obj["prompt_tokens"],
+                   {m: tuple(float(x) for x in v) for m, v in obj["expected_accepted"].items()})
+
 
 def _mean_se(xs: list[float]) -> tuple[float, float | None]:
     n = len(xs)
@@ -81,8 +97,10 @@ class BenchResult:
     records: tuple[PromptRecord, ...] = field(default_factory=tuple)
 
     def summary(self) -> dict:
-        """``{category or "all": {method: {expected_accepted, se, tokens_per_step, gain, gain_se}, "prompts",
-        "positions"}}``; ``gain`` is relative to :attr:`baseline` (None when the baseline was not run)."""
+        """``{category or "all": {method: {tokens_per_step, expected_accepted, se, gain, gain_se,
+        gain_per_forward, gain_per_forward_se}, "prompts", "positions"}}``: ``tokens_per_step = E[τ] + 1`` (the
+        paper's acceptance length; its standard error is ``se``), ``gain`` on ``E[τ]`` and ``gain_per_forward``
+        on ``E[τ] + 1``, relative to :attr:`baseline` (absent when the baseline was not run)."""
         groups: dict[str, list[PromptRecord]] = {}
         for r in self.records:
             if r.positions:
@@ -100,6 +118,8 @@ class BenchResult:
                 stats = {"expected_accepted": mean, "se": se, "tokens_per_step": mean + 1.0}
                 if base is not None:
                     stats["gain"], stats["gain_se"] = _ratio_gain(vals, base)
+                    stats["gain_per_forward"], stats["gain_per_forward_se"] = _ratio_gain(
+                        [v + 1.0 for v in vals], [b + 1.0 for b in base])
                 entry[m] = stats
             out[cat] = entry
         return out
@@ -112,9 +132,7 @@ class BenchResult:
             "baseline": self.baseline,
             "methods": {m: overall[m] for m in self.methods if m in overall},
             "categories": {c: v for c, v in summary.items() if c != "all"},
-            "prompts": [{"id": r.id, "category": r.category, "prompt_tokens": r.prompt_tokens,
-                         "positions": r.positions, "expected_accepted": {m: list(v) for m, v in r.expected.items()}}
-                        for r in self.records],
+            "prompts": [r.as_json() for r in self.records],
         }
 
 
@@ -145,8 +163,10 @@ def sample_continuation(pair: ModelPair, ids: list[int], length: int, temperatur
 
 @torch.inference_mode()
 def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: str, methods, temperature: float,
-                    positions: int, seed: int, draft_temperature: float | None = None) -> PromptRecord:
-    """Exact ``E[τ | T]`` of every method on the trees drafted along one target-sampled continuation."""
+                    positions: int, seed: int, draft_temperature: float | None = None,
+                    progress: bool = False) -> PromptRecord:
+    """Exact ``E[τ | T]`` of every method on the trees drafted along one target-sampled continuation
+    (``progress``: a bar over the positions)."""
     gen = prompt_generator(seed, prompt.id, pair.device)
     dtemp = resolve_draft_temperature(temperature, draft_temperature)
     ids = encode_prompt(pair.tokenizer, prompt)
@@ -156,7 +176,7 @@ def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: 
     d_out = pair.draft(torch.tensor([ids + cont[:-1]], device=device), use_cache=True, logits_to_keep=L)
     d_cache, draft_roots = d_out.past_key_values, d_out.logits[0]
     expected: dict[str, list[float]] = {m: [] for m in methods}
-    for i in range(L):
+    for i in tqdm(range(L), desc=prompt.id, unit="position", leave=False, disable=not progress):
         batch, draft_probs = draft_tree(pair.draft, d_cache, n0 + i, draft_roots[i], shape, process, dtemp, gen)
         logits = score_tree(pair.target, t_cache, batch, n0 + i, target_roots[i])
         target_probs = probs_from_logits(logits.double(), temperature)[None]
@@ -165,20 +185,72 @@ def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: 
     return PromptRecord(prompt.id, prompt.category, n0, {m: tuple(v) for m, v in expected.items()})
 
 
+def read_log(path: Path) -> tuple[dict, list[PromptRecord]]:
+    """``(header, records)`` of an accept-bench log (JSON lines; a torn last line of a killed run is ignored)."""
+    lines = Path(path).read_text().splitlines()
+    if not lines:
+        raise ValueError(f"accept_bench: log {path} is empty")
+    header, records = json.loads(lines[0]), []
+    for i, line in enumerate(lines[1:], 2):
+        try:
+            records.append(PromptRecord.from_json(json.loads(line)))
+        except json.JSONDecodeError:
+            if i != len(lines):
+                raise ValueError(f"accept_bench: log {path} line {i} is not JSON") from None
+    return header, records
+
+
+def _append(path: Path, obj: dict) -> None:
+    with Path(path).open("a") as fh:
+        fh.write(json.dumps(obj) + "\n")
+
+
 def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, process: str, methods,
                  temperature: float = 1.0, positions: int = 32, seed: int = 0,
-                 draft_temperature: float | None = None, progress: bool = True) -> BenchResult:
-    """Run :func:`evaluate_prompt` on every prompt; ``methods`` are names (see :mod:`.verifiers`)."""
+                 draft_temperature: float | None = None, progress: bool = True, log: Path | None = None,
+                 resume: bool = False) -> BenchResult:
+    """Run :func:`evaluate_prompt` on every prompt; ``methods`` are names (see :mod:`.verifiers`).
+
+    ``log``: append each prompt's record to this JSON-lines file as it finishes (a new run starts the file
+    afresh with a header of the settings); ``resume``: read the records already in ``log`` instead of
+    recomputing them — the header must match this run's settings and every recorded prompt must be among
+    ``prompts`` (ValueError otherwise).  Records are per-prompt deterministic, so a resumed run gives the
+    result of an uninterrupted one."""
     methods = tuple(methods)
     if not methods:
         raise ValueError("accept_bench: methods is empty")
     if positions < 1:
         raise ValueError(f"accept_bench: positions must be ≥ 1, got {positions}")
-    records = [evaluate_prompt(pair, p, shape, process, methods, temperature, positions, seed, draft_temperature)
-               for p in tqdm(prompts, desc="accept-bench", unit="prompt", disable=not progress)]
+    if resume and log is None:
+        raise ValueError("accept_bench: resume needs a log")
     baseline = BASELINE.get(process)
     config = {"draft": pair.draft_spec, "shape": str(shape), "nodes": shape.num_nodes, "process": process,
               "temperature": temperature,
               "draft_temperature": resolve_draft_temperature(temperature, draft_temperature), "positions": positions,
               "seed": seed}
+    header = {"config": config, "methods": list(methods)}
+    done: dict[str, PromptRecord] = {}
+    if resume and Path(log).is_file():
+        old, recs = read_log(log)
+        if old != header:
+            was = old.get("config", {})
+            diff = sorted(k for k in {**was, **config} if was.get(k) != config.get(k))
+            raise ValueError(f"accept_bench: cannot resume {log}: its settings differ from this run's "
+                             f"({', '.join(diff) or 'methods'}: {old} vs {header})")
+        done = {r.id: r for r in recs}
+        unknown = sorted(set(done) - {p.id for p in prompts})
+        if unknown:
+            raise ValueError(f"accept_bench: cannot resume {log}: recorded prompts {unknown} are not in this run")
+    elif log is not None:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text(json.dumps(header) + "\n")
+    records = []
+    bar = tqdm(prompts, desc="accept-bench", unit="prompt", disable=not progress)
+    for p in bar:
+        if p.id not in done:
+            done[p.id] = evaluate_prompt(pair, p, shape, process, methods, temperature, positions, seed,
+                                         draft_temperature, progress)
+            if log is not None:
+                _append(log, done[p.id].as_json())
+        records.append(done[p.id])
     return BenchResult(config, methods, baseline if baseline in methods else None, tuple(records))

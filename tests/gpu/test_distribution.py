@@ -1,13 +1,16 @@
 """Monte Carlo: batched samplers follow the exact per-tree laws, and the same test rejects the bug zoo.
 
 Statistic: G-test (``tests.stats.g_test``) of (path tokens, Y) counts from ``N_SAMPLES`` = 2·10⁵ verifications
-of one fixed tree (the tree repeated B = 2·10⁵ times in one batch) against ``Verifier.law``; cells with
-expected count < 5 pooled.  False alarm ``TEST_FAILURE_RATE`` = 1e-3 per test, fixed seeds.  Zero-probability
-cells are checked separately: any count there fails.  For each bug-zoo variant the test first computes, from
-the exact laws, the power of this very G-test at n = 2·10⁵ and requires ≥ 0.999 (it refuses an underpowered
-instance), then requires rejection (p < 1e-3) against the correct law and acceptance against the variant's
-own exact law (the torch zoo is the intended bug).
-The draft processes are checked the same way against ``tuple_law`` / ``enumerate_trees``.
+of one fixed tree per process (``tests.gof_instances``, shared with the exact-core sampler tests; the tree
+repeated B = 2·10⁵ times in one batch) against ``Verifier.law``; cells with
+expected count < 5 pooled.  Level ``tests.stats.LEVEL`` (the suite's false-alarm budget split over its
+accepting tests), fixed seeds.  Zero-probability cells are checked separately: any count there fails.  Every
+accepting test first computes, from the exact laws, the power of this very G-test at its sample size against
+its lossy alternatives and requires ≥ ``tests.stats.POWER`` (it refuses an underpowered instance): for the
+verifiers, every bug-zoo variant of the process (each differs on ``tests.gof_instances``); for a variant checked
+against its own law, its lossless original; for the draft processes, the other processes' laws.  Each torch
+zoo variant must be rejected against the correct law and accepted against its own exact law (the torch zoo is
+the intended bug).
 """
 import numpy as np
 import pytest
@@ -15,47 +18,43 @@ import torch
 
 from gpu import TreeBatch, draft_tree, sample_children, verify
 from gpu.engine import sample
-from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TableModel, TreeShape
+from univer_theory import BUG_ZOO, VERIFIERS, TableModel, TreeShape
 from univer_theory.processes import enumerate_trees, tuple_law
 
-from ..conftest import TEST_FAILURE_RATE
-from ..stats import g_test, g_test_power
+from ..gof_instances import instance
+from ..stats import assert_accepts, assert_power, assert_rejects, g_test
 from .helpers import TORCH_ZOO, cell_counts
 
 N_SAMPLES = 200_000
-# A dissimilar, peaky pair: internal nodes end the path often enough that every zoo bug changes the law
-# (the power check below is what certifies this choice).
-MODEL = DirichletModel(3, seed=4, similarity=0.2, concentration=0.5)
-TREES = {
-    "iid": DraftTree((-1, 0, 0, 0, 1, 1, 2), (-1, 1, 1, 0, 2, 0, 1), vocab_size=3),   # duplicate 1 at the root
-    "wor": DraftTree((-1, 0, 0, 1, 1, 2), (-1, 1, 0, 2, 0, 1), vocab_size=3),
-}
 
 
-def tree_for(process):
-    """The fixed tree; for topk / greedy the root's children are the model's top-2 / top-1 + one other."""
-    if process in TREES:
-        return TREES[process]
-    top = lambda s: sorted(range(3), key=lambda x: (-MODEL.draft(s)[x], x))
-    a, b, c = top(())
-    return DraftTree((-1, 0, 0, 1, 1), (-1, a, b if process == "topk" else c, *top((a,))[:2]), vocab_size=3)
-
-
-def repeated(tree, n, dtype=torch.float64):
+def repeated(model, tree, n, dtype=torch.float64):
     """One tree repeated n times: ``(batch, target_probs, draft_probs)``."""
     one = TreeBatch.from_trees([tree])
-    pn, qn = MODEL.node_probs(tree)
+    pn, qn = model.node_probs(tree)
     rows = lambda x: torch.tensor(x, dtype=dtype).expand(n, *x.shape).contiguous()
     batch = TreeBatch(one.parent.expand(n, -1).contiguous(), one.token.expand(n, -1).contiguous(),
                       one.num_nodes.expand(n).contiguous())
     return batch, rows(pn), rows(qn)
 
 
-def assert_fits(counts, law, what):
+def assert_fits(counts, law, alternatives, what):
+    """``counts`` (``{cell: count}``) pass the G-test against ``law``, which has power against ``alternatives``."""
+    assert_power(law, alternatives, sum(counts.values()))
     outside = {k: c for k, c in counts.items() if float(law.get(k, 0)) == 0}
     assert not outside, f"{what}: samples in zero-probability cells {outside}"
-    p = g_test(counts, law)
-    assert p >= TEST_FAILURE_RATE, f"{what}: G-test p = {p:.3g}"
+    assert_accepts(g_test(counts, law), what)
+
+
+def zoo_laws(model, tree, process) -> dict:
+    """Exact laws on ``tree`` of the bug-zoo variants that apply to ``process``."""
+    pn, qn = model.node_probs(tree)
+    return {z: v.law(tree, pn, qn, process) for z, v in BUG_ZOO.items() if process in v.processes}
+
+
+def other_processes(law_of, process, processes=("iid", "wor", "greedy")) -> dict:
+    """``{other process: law_of(other)}``: the alternatives of a draft-process test."""
+    return {pr: law_of(pr) for pr in processes if pr != process}
 
 
 CASES = [("nss", "iid"), ("nss", "topk"), ("nss", "greedy"), ("rrs", "iid"), ("rrsw", "wor"), ("kseq", "iid"),
@@ -64,26 +63,26 @@ CASES = [("nss", "iid"), ("nss", "topk"), ("nss", "greedy"), ("rrs", "iid"), ("r
 
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
 def test_sampler_follows_exact_per_tree_law(method, process):
-    tree = tree_for(process)
-    batch, p, q = repeated(tree, N_SAMPLES)
+    model, tree = instance(process)
+    batch, p, q = repeated(model, tree, N_SAMPLES)
     result = verify(batch, p, q, process, method, torch.Generator().manual_seed(1))
-    law = VERIFIERS[method].law(tree, *MODEL.node_probs(tree), process)
-    assert_fits(cell_counts(result, tree), law, f"{method}-{process}")
+    law = VERIFIERS[method].law(tree, *model.node_probs(tree), process)
+    assert_fits(cell_counts(result, tree), law, zoo_laws(model, tree, process), f"{method}-{process}")
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_ZOO))
 def test_same_test_rejects_bug_zoo(name):
     process = "iid"
-    tree = tree_for(process)
-    pn, qn = MODEL.node_probs(tree)
-    correct = VERIFIERS["rrs" if name.startswith("rrs") else "tv"].law(tree, pn, qn, process)
+    model, tree = instance(process)
+    pn, qn = model.node_probs(tree)
+    reference = "rrs" if name.startswith("rrs") else "tv"
+    correct = VERIFIERS[reference].law(tree, pn, qn, process)
     lossy = BUG_ZOO[name].law(tree, pn, qn, process)
-    power = g_test_power(correct, lossy, N_SAMPLES, TEST_FAILURE_RATE)
-    assert power >= 0.999, f"{name}: instance too weak, power {power:.4f} at n = {N_SAMPLES}"
-    batch, p, q = repeated(tree, N_SAMPLES)
+    assert_power(correct, {name: lossy}, N_SAMPLES)
+    batch, p, q = repeated(model, tree, N_SAMPLES)
     counts = cell_counts(sample(batch, p, q, process, TORCH_ZOO[name], torch.Generator().manual_seed(2)), tree)
-    assert g_test(counts, correct) < TEST_FAILURE_RATE, f"{name} not detected (power {power:.4f})"
-    assert_fits(counts, lossy, f"{name} vs its own exact law")
+    assert_rejects(g_test(counts, correct), name)
+    assert_fits(counts, lossy, {reference: correct}, f"{name} vs its own exact law")
 
 
 @pytest.mark.parametrize("process", ["iid", "wor", "greedy"])
@@ -94,7 +93,8 @@ def test_sample_children_follows_tuple_law(process):
     counts: dict = {}
     for row in got.tolist():
         counts[tuple(row)] = counts.get(tuple(row), 0) + 1
-    assert_fits(counts, dict(tuple_law(q.numpy(), k, process)), f"sample_children {process}")
+    law_of = lambda pr: dict(tuple_law(q.numpy(), k, pr))
+    assert_fits(counts, law_of(process), other_processes(law_of, process), f"sample_children {process}")
 
 
 def test_sample_children_topk_is_deterministic_with_low_id_ties():
@@ -123,8 +123,8 @@ def test_draft_tree_follows_tree_law(process):
     counts: dict = {}
     for row in batch.token.tolist():
         counts[tuple(row)] = counts.get(tuple(row), 0) + 1
-    law = {t.token: pr for t, pr in enumerate_trees(model, shape, process)}
-    assert_fits(counts, law, f"draft_tree {process}")
+    law_of = lambda pr: {t.token: p for t, p in enumerate_trees(model, shape, pr)}
+    assert_fits(counts, law_of(process), other_processes(law_of, process, ("iid", "wor")), f"draft_tree {process}")
     b0 = batch.to_trees()[0]
     inner = [u for u in range(b0.num_nodes) if b0.children[u]]       # leaves: uniform rows, no call
     torch.testing.assert_close(q_nodes[0, inner], torch.tensor(np.stack([model.draft(b0.paths[u]) for u in inner])))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gpu import METHODS, expected_accepted_length, probs_from_logits
-from gpu.engine import allocate
+from gpu.engine import allocate, first_token_law
 from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, TreeShape, sample_tree
 from univer_theory.engine import allocate as exact_allocate
 
@@ -76,6 +76,21 @@ def test_torch_bug_zoo_matches_exact_zoo(name):
     assert decision_gap(trees, model, "iid", TORCH_ZOO[name], BUG_ZOO[name].rule) < 1e-12
     correct = VERIFIERS["rrs" if name.startswith("rrs") else "tv"].rule
     assert decision_gap(trees, model, "iid", TORCH_ZOO[name], correct) > 1e-3
+
+
+@pytest.mark.parametrize("name, process", [("tv", "iid"), ("rrsw", "wor"), ("tv-original-p", "wor")])
+def test_first_token_law_matches_exact_core(name, process):
+    """Per tree, ``first_token_law`` equals the exact law's first-output-token marginal (lossless or not)."""
+    model, trees = random_batch(process, 3, seed=11)
+    verifier = VERIFIERS.get(name) or BUG_ZOO[name]
+    rule = TORCH_ZOO[name] if name in TORCH_ZOO else METHODS[name]
+    batch, p, q = padded_rows(trees, model)
+    got = first_token_law(batch, p, q, process, rule).numpy()
+    for b, tree in enumerate(trees):
+        want = np.zeros(3)
+        for key, pr in verifier.law(tree, *model.node_probs(tree), process).items():
+            want[key[0]] += pr
+        np.testing.assert_allclose(got[b], want, rtol=0, atol=1e-12, err_msg=f"{name} tree {b}")
 
 
 def test_probs_from_logits():

@@ -1,4 +1,5 @@
 """Paired offline evaluation on real trees: reproducibility and the orderings theory guarantees per tree."""
+import json
 import math
 
 import pytest
@@ -46,6 +47,8 @@ def test_summary_statistics_are_prompt_clustered(binary_run):
     assert summary["tv"]["gain"] == pytest.approx(sum(tv) / sum(rrsw) - 1, abs=1e-12)
     assert summary["rrsw"]["gain"] == 0.0 and summary["rrsw"]["gain_se"] == 0.0
     assert summary["tv"]["tokens_per_step"] == pytest.approx(summary["tv"]["expected_accepted"] + 1)
+    n = len(recs)                                  # the paper's convention: gain on tokens per forward E[τ] + 1
+    assert summary["tv"]["gain_per_forward"] == pytest.approx((sum(tv) + n) / (sum(rrsw) + n) - 1, abs=1e-12)
     assert binary_run.baseline == "rrsw" and summary["positions"] == sum(r.positions for r in recs)
     assert math.isfinite(summary["tv"]["se"])
 
@@ -101,3 +104,17 @@ def test_batched_univer_equals_the_exact_core_on_real_trees(pair, two_prompts, s
         y = int(batch.token[0, 1])                    # continue the context with the first drafted token
         ids = ids + [y]
         t_root, d_root = extend(pair.target, t_cache, [y]), extend(pair.draft, d_cache, [y])
+
+
+def test_log_reading_ignores_only_a_torn_last_line(tmp_path):
+    """A run killed while appending leaves a torn last line, which is dropped; a bad line elsewhere is an error."""
+    from gpu.llm.accept_bench import PromptRecord, read_log
+
+    rec = PromptRecord("p1", "writing", 12, {"rrsw": (0.5, 0.25), "tv": (0.75, 1.0)})
+    header = {"config": {"positions": 2}, "methods": ["rrsw", "tv"]}
+    log = tmp_path / "accept_bench.jsonl"
+    log.write_text("\n".join([json.dumps(header), json.dumps(rec.as_json()), '{"id": "p2", "cat']))
+    assert read_log(log) == (header, [rec])
+    log.write_text("\n".join([json.dumps(header), "{torn", json.dumps(rec.as_json())]))
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        read_log(log)

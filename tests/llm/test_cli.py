@@ -37,3 +37,43 @@ def test_decode_cli_json(pair, monkeypatch, capsys):
 def test_decode_cli_rejects_unsupported_method(capsys):
     assert cli.main(["decode", "--prompt", "x", "--method", "rrsw", "--process", "iid"]) == 2
     assert "does not apply" in capsys.readouterr().err
+
+
+def test_accept_bench_resume_gives_the_uninterrupted_result(pair, tmp_path, monkeypatch, capsys):
+    """Each prompt's record is logged as it finishes; a run stopped after one prompt, then resumed with
+    ``--resume``, computes only the other prompt and writes the same JSON (up to wall time) and CSV."""
+    import importlib
+
+    bench = importlib.import_module("gpu.llm.accept_bench")        # the module (gpu.llm exports the function)
+
+    monkeypatch.setattr(accept_bench_cmd, "load_models", lambda args: pair)
+    argv = lambda out, *extra: ["accept-bench", "--fast", "--limit", "2", "--positions", "2", "--out", str(out),
+                                "--methods", "rrsw,tv", "--json", *extra]
+    assert cli.main(argv(tmp_path / "whole")) == 0
+    evaluate, calls = bench.evaluate_prompt, []
+
+    def stop_after_one(*args, **kwargs):
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        calls.append(args[1].id)
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "evaluate_prompt", stop_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(argv(tmp_path / "parts"))
+    log = (tmp_path / "parts" / "accept_bench.jsonl").read_text().splitlines()
+    assert len(log) == 2 and json.loads(log[1])["id"] == calls[0]          # header + the finished prompt
+    assert not (tmp_path / "parts" / "accept_bench.json").exists()
+    monkeypatch.setattr(bench, "evaluate_prompt", lambda *a, **k: calls.append(a[1].id) or evaluate(*a, **k))
+    assert cli.main(argv(tmp_path / "parts", "--resume")) == 0
+    assert len(calls) == 2 and calls[0] != calls[1]                        # the recorded prompt is not recomputed
+    whole, parts = (json.loads((tmp_path / d / "accept_bench.json").read_text()) for d in ("whole", "parts"))
+    for obj in (whole, parts):
+        del obj["config"]["wall_s"]
+    assert parts == whole
+    assert ((tmp_path / "parts" / "accept_bench.csv").read_text()
+            == (tmp_path / "whole" / "accept_bench.csv").read_text())
+    capsys.readouterr()
+    assert cli.main([*argv(tmp_path / "parts", "--resume")[:5], "3", *argv(tmp_path / "parts", "--resume")[6:]]) == 2
+    err = capsys.readouterr().err
+    assert "settings differ" in err and "positions" in err

@@ -10,8 +10,7 @@ from solvers.condot import condot_value
 from univer_theory.alpha_star import alpha_star_iid
 from univer_theory.plans.layout import PrivateLayout, layout_plan, layout_targets, mu_k, mu_k_width
 
-from ..conftest import TEST_FAILURE_RATE
-from ..stats import g_test
+from ..stats import assert_accepts, assert_power, assert_rejects, g_test
 
 
 @st.composite
@@ -153,7 +152,9 @@ def test_blocks_tile_the_unit_interval():
 
 def test_monte_carlo_selection_rule():
     """Draw U_j ~ θ_{y_j}/q(y_j), select the smallest, thin by t(y): the frequencies of
-    (selected position | none) match w(S).  G-test, fixed seed, false alarm TEST_FAILURE_RATE."""
+    (selected position | none) match w(S).  G-test, fixed seed, level ``tests.stats.LEVEL``; power ≥
+    ``tests.stats.POWER`` against the untinned selection (t ≡ 1), whose law is exact: the thinning coin is
+    independent of the race, so ``Pr(first = j) = w_j / t(y_j)``."""
     rng = np.random.default_rng(2024)
     p, q = synthetic("zipf", 40, rng)
     k, rho = 3, 0.8
@@ -166,7 +167,10 @@ def test_monte_carlo_selection_rule():
     S = (int(block[0]), int(block[1]), int(block[-1]))
     w = plan.select(S)
     law = {j: w[j] for j in range(k)} | {"none": 1 - w.sum()}
+    untinned = {j: w[j] / accept[S[j]] for j in range(k)}
+    assert abs(sum(untinned.values()) - 1) < 1e-12
     n = 20_000
+    assert_power(law, {"untinned": untinned}, n)
     U = np.empty((n, k))
     for j, y in enumerate(S):                                    # U_j ~ θ_{y_j}/q(y_j): piece, then uniform in it
         e, theta = layout.density(y)
@@ -176,9 +180,9 @@ def test_monte_carlo_selection_rule():
     first = U.argmin(axis=1)
     keep = rng.random(n) < accept[np.array(S)[first]]
     samples = [int(j) if ok else "none" for j, ok in zip(first, keep)]
-    assert g_test(samples, law) > TEST_FAILURE_RATE
+    assert_accepts(g_test(samples, law), "selection rule")
     # the same test sees a wrong law: the untinned selection (t ≡ 1) is rejected
-    assert g_test([int(j) for j in first], law) < TEST_FAILURE_RATE
+    assert_rejects(g_test([int(j) for j in first], law), "untinned selection")
 
 
 def test_wrong_process_and_bad_input():

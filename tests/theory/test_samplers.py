@@ -1,32 +1,26 @@
 """Each sampler agrees with its exact per-tree law (G-test), and the same test rejects a lossy sampler.
 
 Statistic: G-test of (path tokens, Y) frequencies against ``Verifier.law``; cells with expected count < 5
-pooled; any outcome outside the law's support fails.  Fixed seeds; false alarm ``TEST_FAILURE_RATE`` = 1e-3
-per test.
+pooled; any outcome outside the law's support fails.  Fixed seeds; level ``tests.stats.LEVEL`` (the suite's
+false-alarm budget split over its accepting tests).  Power: each accepting test first requires power ≥
+``tests.stats.POWER`` at ``N_SAMPLES`` against the exact law of every bug-zoo variant of its process on its tree
+(``tests.gof_instances``, where every variant's law differs from every lossless method's; on the chain,
+deepest-first and skip-duplicates cannot differ and are exempt).
 """
 import numpy as np
 import pytest
 
-from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree
+from univer_theory import BUG_ZOO, VERIFIERS
 
-from ..conftest import TEST_FAILURE_RATE
-from ..stats import g_test
+from ..gof_instances import CHAIN, MODELS, instance
+from ..stats import assert_accepts, assert_power, assert_rejects, g_test
 
 N_SAMPLES = 6000
 
-TREES = {
-    "iid": DraftTree(parent=(-1, 0, 0, 0, 1, 1, 2), token=(-1, 1, 1, 0, 2, 0, 1), vocab_size=3),
-    "wor": DraftTree(parent=(-1, 0, 0, 1, 1, 2), token=(-1, 1, 0, 2, 0, 1), vocab_size=3),
-}
 
-
-def _tree(model, process):
-    """A fixed tree per process; for topk the children must be the model's top-2 draft tokens."""
-    if process != "topk":
-        return TREES[process]
-    top = lambda s: sorted(range(3), key=lambda x: (-model.draft(s)[x], x))[:2]
-    a, b = top(())
-    return DraftTree(parent=(-1, 0, 0, 1, 1), token=(-1, a, b, *top((a,))), vocab_size=3)
+def _zoo_laws(tree, p, q, process) -> dict:
+    """Exact per-tree laws of the bug-zoo variants that apply to ``process`` (the alternatives of the power)."""
+    return {z: v.law(tree, p, q, process) for z, v in BUG_ZOO.items() if process in v.processes}
 
 
 def _samples(verifier, tree, p, q, process, seed):
@@ -44,37 +38,33 @@ CASES = [(n, pr) for n, v in VERIFIERS.items() for pr in ("iid", "wor", "topk")
 
 @pytest.mark.parametrize("name,process", CASES)
 def test_sampler_matches_exact_law(name, process):
-    model = DirichletModel(3, seed=21, similarity=0.3)
-    tree = _tree(model, process)
+    model, tree = instance(process)
     p, q = model.node_probs(tree)
     law = VERIFIERS[name].law(tree, p, q, process)
-    pval = g_test(_samples(VERIFIERS[name], tree, p, q, process, seed=1), law)
-    assert pval > TEST_FAILURE_RATE, f"{name}/{process}: p = {pval:.2e}"
+    assert_power(law, _zoo_laws(tree, p, q, process), N_SAMPLES)
+    assert_accepts(g_test(_samples(VERIFIERS[name], tree, p, q, process, seed=1), law), f"{name}/{process}")
 
 
 @pytest.mark.parametrize("name", ["sps", "bv"])
 def test_chain_sampler_matches_exact_law(name):
-    model = DirichletModel(3, seed=21, similarity=0.3)
-    tree = DraftTree.chain((1, 0, 2), vocab_size=3)
-    p, q = model.node_probs(tree)
-    law = VERIFIERS[name].law(tree, p, q, "iid")
-    assert g_test(_samples(VERIFIERS[name], tree, p, q, "iid", seed=2), law) > TEST_FAILURE_RATE
+    p, q = MODELS["wor"].node_probs(CHAIN)
+    law = VERIFIERS[name].law(CHAIN, p, q, "iid")
+    # on a chain the deepest-first order is post-order, and there are no duplicate children to skip
+    assert_power(law, _zoo_laws(CHAIN, p, q, "iid"), N_SAMPLES,
+                 may_coincide=("tv-deepest-first", "rrs-skip-duplicates"))
+    assert_accepts(g_test(_samples(VERIFIERS[name], CHAIN, p, q, "iid", seed=2), law), name)
 
 
-#: (bug, lossless reference, process, tree tokens under parents (-1, 0, 0, 0, 1, 1)): trees on which the two
-#: per-tree laws differ by > 0.01 somewhere (asserted below, so the power claim is checked, not assumed).
-LOSSY = [("tv-wrong-update", "tv", "iid", (0, 1, 0, 2, 1)),
-         ("tv-original-p", "tv", "wor", (0, 1, 2, 2, 1)),
-         ("rrs-skip-duplicates", "rrs", "iid", (1, 1, 1, 0, 0))]
+#: (bug, its lossless original, process): each variant of the bug zoo, sampled on the accepting tests' instance.
+LOSSY = [("tv-deepest-first", "tv", "iid"), ("tv-original-p", "tv", "wor"), ("tv-wrong-update", "tv", "iid"),
+         ("rrs-skip-duplicates", "rrs", "iid"), ("typical", "nss", "topk")]
 
 
-@pytest.mark.parametrize("bug,reference,process,tokens", LOSSY)
-def test_g_test_rejects_lossy_sampler(bug, reference, process, tokens):
+@pytest.mark.parametrize("bug,reference,process", LOSSY)
+def test_g_test_rejects_lossy_sampler(bug, reference, process):
     """Power check: samples of a lossy variant are rejected against the lossless verifier's exact law."""
-    model = DirichletModel(3, seed=21, similarity=0.3)
-    tree = DraftTree(parent=(-1, 0, 0, 0, 1, 1), token=(-1, *tokens), vocab_size=3)
+    model, tree = instance(process)
     p, q = model.node_probs(tree)
     law = VERIFIERS[reference].law(tree, p, q, process)
-    bug_law = BUG_ZOO[bug].law(tree, p, q, process)
-    assert max(abs(law.get(k, 0) - bug_law.get(k, 0)) for k in law.keys() | bug_law.keys()) > 0.01
-    assert g_test(_samples(BUG_ZOO[bug], tree, p, q, process, seed=3), law) < TEST_FAILURE_RATE
+    assert_power(law, {bug: BUG_ZOO[bug].law(tree, p, q, process)}, N_SAMPLES)
+    assert_rejects(g_test(_samples(BUG_ZOO[bug], tree, p, q, process, seed=3), law), bug)

@@ -9,8 +9,7 @@ from univer_theory import (DirichletModel, DraftTree, TreeShape, apply_temperatu
 from univer_theory.proofs import verify_all
 from univer_theory.tree import canonical_key, key_size, split_key
 
-from ..conftest import TEST_FAILURE_RATE
-from ..stats import g_test
+from ..stats import assert_accepts, assert_power, assert_rejects, g_test
 
 
 def test_shape_forms_agree():
@@ -58,11 +57,15 @@ def test_wor_tuple_law_formula():
 
 @pytest.mark.parametrize("process", ["iid", "wor", "greedy"])
 def test_sampler_matches_tuple_law(process):
-    """G-test (false alarm 1e-3) of 20 000 sampled tuples against the exact tuple law; Gumbel-top-k for wor."""
+    """G-test (level ``tests.stats.LEVEL``) of 20 000 sampled tuples against the exact tuple law (Gumbel-top-k
+    for wor), with power ≥ ``tests.stats.POWER`` against the other processes' tuple laws."""
     q = np.array([0.05, 0.15, 0.3, 0.5])
     rng = np.random.default_rng(0)
-    samples = [sample_children(q, 2, process, rng) for _ in range(20000)]
-    assert g_test(samples, dict(tuple_law(q, 2, process))) > TEST_FAILURE_RATE
+    n = 20000
+    samples = [sample_children(q, 2, process, rng) for _ in range(n)]
+    law = dict(tuple_law(q, 2, process))
+    assert_power(law, {pr: dict(tuple_law(q, 2, pr)) for pr in ("iid", "wor", "greedy") if pr != process}, n)
+    assert_accepts(g_test(samples, law), f"sample_children {process}")
 
 
 def test_g_test_rejects_iid_samples_as_wor():
@@ -70,7 +73,7 @@ def test_g_test_rejects_iid_samples_as_wor():
     q = np.array([0.05, 0.15, 0.3, 0.5])
     rng = np.random.default_rng(0)
     samples = [sample_children(q, 2, "iid", rng) for _ in range(20000)]
-    assert g_test(samples, dict(tuple_law(q, 2, "wor"))) < TEST_FAILURE_RATE
+    assert_rejects(g_test(samples, dict(tuple_law(q, 2, "wor"))), "iid tuples as wor")
 
 
 def test_topk_ties_lowest_id():

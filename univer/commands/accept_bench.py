@@ -2,7 +2,9 @@
 
 Writes ``accept_bench.json`` (configuration, per-method and per-category statistics, per-position values),
 ``accept_bench.csv`` (one row per prompt position, one column per method) and ``accept_bench.png`` (bars of
-``E[τ]`` by category and method, ± one standard error) into ``--out``.
+tokens per target forward ``E[τ] + 1`` — the paper's acceptance length — by category and method, ± one standard
+error) into ``--out``.  ``accept_bench.jsonl`` there receives each prompt's record as it finishes; ``--resume``
+continues a stopped run from it (same settings required).
 """
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ def add_parser(sub) -> None:
                         "chain-only sps / bv)")
     p.add_argument("--out", default="results/accept_bench", help="output folder (default results/accept_bench)")
     p.add_argument("--fast", action="store_true", help="short run for CI")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a stopped run: reuse the prompts recorded in --out's accept_bench.jsonl (same "
+                        "settings required) and compute only the others")
     add_llm_options(p)
     p.set_defaults(func=run)
 
@@ -76,13 +81,13 @@ def plot(result, path: Path) -> None:
     width = 0.8 / len(result.methods)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cats) * max(1, len(result.methods) / 2)), 4.0))
     for j, m in enumerate(result.methods):
-        means = [summary[c][m]["expected_accepted"] for c in cats]
+        means = [summary[c][m]["tokens_per_step"] for c in cats]
         errs = [summary[c][m]["se"] or 0.0 for c in cats]
         ax.bar([i + (j - (len(result.methods) - 1) / 2) * width for i in range(len(cats))], means, width,
                yerr=errs, capsize=2, label=m)
     cfg = result.config
     ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
-    ax.set_ylabel("acceptance length E[τ]")
+    ax.set_ylabel("tokens per target forward E[τ] + 1")
     ax.set_title(f"tree {cfg['shape']} ({cfg['nodes']} nodes), {cfg['process']}, T={cfg['temperature']}, "
                  f"draft {cfg['draft']}", fontsize=9)
     ax.legend(fontsize=8)
@@ -106,10 +111,11 @@ def run(args) -> int:
     prompts = load_prompts(args.prompts, limit)
     pair = load_models(args)
     start = time.perf_counter()
-    result = accept_bench(pair, prompts, shape, args.process, methods, args.temperature, positions, args.seed,
-                          args.draft_temperature, progress=not args.json)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    result = accept_bench(pair, prompts, shape, args.process, methods, args.temperature, positions, args.seed,
+                          args.draft_temperature, progress=not args.json, log=out / "accept_bench.jsonl",
+                          resume=args.resume)
     obj = result.as_json()
     obj["config"].update(prompts=args.prompts, limit=limit, wall_s=time.perf_counter() - start)
     (out / "accept_bench.json").write_text(json.dumps(obj, indent=1))
@@ -122,17 +128,20 @@ def run(args) -> int:
     base = result.baseline
     print(f"tree {shape} ({shape.num_nodes} nodes)  process {args.process}  T={args.temperature}  draft {pair.draft_spec}"
           f"  {summary['all']['prompts']} prompts, {summary['all']['positions']} positions")
-    header = f"{'category':<12}{'method':<8}{'E[tau]':>9}{'± se':>8}"
-    print(header + (f"{'gain vs ' + base:>16}" if base else ""))
+    print("acceptance length = tokens per target forward E[tau] + 1 (the paper's convention); E[tau] = accepted "
+          "drafted tokens")
+    header = f"{'category':<12}{'method':<8}{'tok/fwd':>9}{'E[tau]':>9}{'± se':>8}"
+    print(header + (f"{'gain/fwd vs ' + base:>22}{'gain E[tau]':>20}" if base else ""))
     def se(x, scale=1.0):                      # one prompt: no standard error
         return f"{scale * x:.4f}" if x is not None else "-"
 
     for cat, entry in summary.items():
         for m in result.methods:
             s = entry[m]
-            line = f"{cat:<12}{m:<8}{s['expected_accepted']:>9.4f}{se(s['se']):>8}"
+            line = f"{cat:<12}{m:<8}{s['tokens_per_step']:>9.4f}{s['expected_accepted']:>9.4f}{se(s['se']):>8}"
             if base:
-                line += f"{100 * s['gain']:>+10.2f}% ± {se(s['gain_se'], 100)}"
+                line += (f"{100 * s['gain_per_forward']:>+12.2f}% ± {se(s['gain_per_forward_se'], 100)}"
+                         f"{100 * s['gain']:>+10.2f}% ± {se(s['gain_se'], 100)}")
             print(line)
-    print(f"wrote {out / 'accept_bench.json'}, .csv, .png")
+    print(f"wrote {out / 'accept_bench.json'}, .csv, .png, .jsonl")
     return 0
