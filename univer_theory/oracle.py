@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from . import engine
 from .models import Model, checked_model
-from .processes import PROCESSES, enumerate_trees, tuple_law
+from .processes import EXACT_PROCESSES, enumerate_trees, tuple_law
 from .tree import TreeShape
 from .validation import check_choice
 from .verifiers import Verifier
@@ -29,7 +29,7 @@ def check_inputs(where: str, model, shape, process: str, verifier) -> tuple[Mode
         shape = TreeShape.parse(shape)
     if not isinstance(shape, TreeShape):
         raise ValueError(f"{where}: shape must be a TreeShape or its text like '2,2', got {type(shape).__name__}")
-    check_choice(process, PROCESSES, where, "process")
+    check_choice(process, EXACT_PROCESSES, where, "process")
     if not isinstance(verifier, Verifier):
         raise ValueError(f"{where}: verifier must be a Verifier (e.g. VERIFIERS['tv']), got {type(verifier).__name__}")
     return model, shape

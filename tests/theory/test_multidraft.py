@@ -13,8 +13,7 @@ from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, DraftTree, T
 from univer_theory.multidraft import gr_plan, spechub_plan
 from univer_theory.processes import hub_token
 
-from ..conftest import TEST_FAILURE_RATE
-from ..stats import g_test, g_test_counts
+from ..stats import LEVEL, assert_accepts, assert_power, g_test
 
 HUB_SHAPES = ["2", "2,2", "((..),(..))", "2,2,2"]
 
@@ -47,15 +46,14 @@ def test_hub_tuple_law_pairs_contain_the_hub():
 
 
 def test_hub_sampler_matches_tuple_law():
-    """G-test of 6000 draws of ``sample_children(·, 2, 'hub')`` against ``tuple_law`` (false alarm 1e-3)."""
+    """G-test of 6000 draws of ``sample_children(·, 2, 'hub')`` against ``tuple_law`` (level ``tests.stats.LEVEL``;
+    power ≥ POWER against the iid and wor pair laws)."""
     q = np.array([0.15, 0.4, 0.25, 0.2])
-    law = tuple_law(q, 2, "hub")
+    law = dict(tuple_law(q, 2, "hub"))
+    assert_power(law, {proc: dict(tuple_law(q, 2, proc)) for proc in ("iid", "wor")}, 6000)
     rng = np.random.default_rng(5)
-    index = {S: i for i, (S, _) in enumerate(law)}
-    counts = np.zeros(len(law))
-    for _ in range(6000):
-        counts[index[sample_children(q, 2, "hub", rng)]] += 1
-    assert g_test_counts(counts, np.array([x for _, x in law])) > TEST_FAILURE_RATE
+    samples = [sample_children(q, 2, "hub", rng) for _ in range(6000)]
+    assert_accepts(g_test(samples, law), f"hub tuples (level {LEVEL:.2g})")
 
 
 @pytest.mark.parametrize("V,shape", [(V, s) for V in (3, 4, 5) for s in HUB_SHAPES if s != "2,2,2" or V == 3])
@@ -159,7 +157,9 @@ def test_hub_tree_without_the_hub_is_a_value_error():
 
 
 def test_spechub_sampler_matches_its_law():
-    """G-test (false alarm 1e-3) of 6000 SpecHub verifications of one hub tree against its exact law."""
+    """G-test (level ``tests.stats.LEVEL``) of 6000 SpecHub verifications of one hub tree against its exact law;
+    power ≥ POWER against NSS's law on the same tree (another verifier: the test tells them apart; RRS's and RRSw's
+    laws coincide with SpecHub's on this tree)."""
     model = DirichletModel(3, seed=21, similarity=0.3)
     a = hub_token(model.draft(()))
     b = next(x for x in range(3) if x != a)
@@ -168,9 +168,11 @@ def test_spechub_sampler_matches_its_law():
     tree = DraftTree(parent=(-1, 0, 0, 1, 1), token=(-1, b, a, top, c), vocab_size=3)
     p, q = model.node_probs(tree)
     law = VERIFIERS["spechub"].law(tree, p, q, "hub")
+    assert_power(law, {"nss": VERIFIERS["nss"].law(tree, p, q, "iid")},
+                 6000)
     rng = np.random.default_rng(7)
     samples = []
     for _ in range(6000):
         nodes, y = VERIFIERS["spechub"].sample(tree, p, q, "hub", rng)
         samples.append(tuple(tree.token[u] for u in nodes) + (y,))
-    assert g_test(samples, law) > TEST_FAILURE_RATE
+    assert_accepts(g_test(samples, law), "spechub sampler")
