@@ -10,6 +10,11 @@ on the next seeds of the same families.  Here every instance is drawn from one s
   rows with target and draft zeros) — each drawn per prefix (context-dependent) or once for all prefixes
   (context-free), with a draft–target similarity uniform on [0.2, 0.8];
 * the draft process, ``iid`` or ``wor``.
+
+:func:`confident_instances` draws, from its own stream, instances of near-deterministic drafts
+(:class:`univer_theory.ConfidentModel`: one token holds all but d of q, d ∈ :data:`CONFIDENT_TAILS`, down to a
+subnormal 1e-310; Dirichlet, tied, zero-on-top and p = q targets) — the rows that broke UniVer's float path
+before its clock integrals followed the row.
 """
 from __future__ import annotations
 
@@ -18,12 +23,15 @@ from functools import lru_cache
 
 import numpy as np
 
-from univer_theory import Model, TreeShape
+from univer_theory import ConfidentModel, Model, TreeShape
+from univer_theory.models import CONFIDENT_TARGETS
 
 #: Row families: name → Dirichlet concentration (``sparse`` also zeroes entries, see :class:`RandomRowsModel`).
 FAMILIES = {"dirichlet": 0.8, "peaky": 0.2, "sparse": 1.0}
 #: Vocabulary sizes drawn from.
 VOCAB_SIZES = (3, 4, 5)
+#: Draft tail masses d of the confident instances.
+CONFIDENT_TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-310)
 #: Smallest entry kept in a Dirichlet row (small concentrations underflow to exact zeros).
 FLOOR = 1e-12
 
@@ -80,12 +88,9 @@ def random_instances(count: int, seed: int, shapes: dict[str, int]) -> list[Inst
     """``count`` instances from the generator of the module docstring; ``shapes`` maps each shape (as
     :meth:`TreeShape.parse` reads it) to the largest ``V`` it is drawn with."""
     rng = np.random.default_rng(seed)
-    names = list(shapes)
     out = []
     for _ in range(count):
-        text = names[rng.integers(len(names))]
-        shape = TreeShape.parse(text)
-        V = int(rng.choice([v for v in VOCAB_SIZES if v <= shapes[text]]))
+        text, shape, V = _shape_and_vocab(rng, shapes)
         family = list(FAMILIES)[rng.integers(len(FAMILIES))]
         context_free = bool(rng.integers(2))
         process = ("iid", "wor")[rng.integers(2)]
@@ -95,4 +100,25 @@ def random_instances(count: int, seed: int, shapes: dict[str, int]) -> list[Inst
         model = RandomRowsModel(V, family, model_seed, similarity, context_free, min_support=width)
         name = (f"{family}{'-cf' if context_free else ''}/V{V}/sim{similarity:g}/s{model_seed}/{text}/{process}")
         out.append(Instance(name, model, shape, process))
+    return out
+
+
+def _shape_and_vocab(rng, shapes: dict[str, int]) -> tuple[str, TreeShape, int]:
+    names = list(shapes)
+    text = names[rng.integers(len(names))]
+    return text, TreeShape.parse(text), int(rng.choice([v for v in VOCAB_SIZES if v <= shapes[text]]))
+
+
+def confident_instances(count: int, seed: int, shapes: dict[str, int]) -> list[Instance]:
+    """``count`` confident instances (module docstring) over ``shapes`` (shape → largest V), iid and wor."""
+    rng = np.random.default_rng([seed, 1])
+    out = []
+    for _ in range(count):
+        text, shape, V = _shape_and_vocab(rng, shapes)
+        tail = CONFIDENT_TAILS[rng.integers(len(CONFIDENT_TAILS))]
+        target = CONFIDENT_TARGETS[rng.integers(len(CONFIDENT_TARGETS))]
+        process = ("iid", "wor")[rng.integers(2)]
+        model_seed = int(rng.integers(2**31))
+        out.append(Instance(f"confident-{target}/d{tail:g}/V{V}/s{model_seed}/{text}/{process}",
+                            ConfidentModel(V, seed=model_seed, tail=tail, target=target), shape, process))
     return out

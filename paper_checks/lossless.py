@@ -2,7 +2,9 @@
 
 Grid: V ∈ {3, 4}, shapes [1,1,1], [2,2], [3,1], [2,1,2] and the asymmetric ((..),.), processes iid / wor,
 Dirichlet family (similarity 0.4, concentration 0.8) and a peaky family (concentration 0.2), seeds 0–1
-(``fast``: V = 3, seed 0, the Dirichlet family).  Float distance must be ≤ 1e-12; in Fraction mode (rational
+(``fast``: V = 3, seed 0, the Dirichlet family), plus confident instances
+(:func:`paper_checks.instances.confident_instances`: near-deterministic drafts with tails 1e-8 … 1e-310 on the
+same shapes, V ≤ 4; 12, ``fast`` 4).  Float distance must be ≤ 1e-12; in Fraction mode (rational
 methods, V = 3) it must be exactly 0.  Lossy variants must show distance > 1e-6 on at least one instance.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ from tqdm import tqdm
 from univer_theory import BUG_ZOO, LOSSLESS_TOL, VERIFIERS, DirichletModel, TreeShape, evaluate
 
 from .base import CheckResult, markdown_table
+from .instances import confident_instances
 
 NAME = "lossless"
 CLAIM = ("Every lossless verifier reproduces the target law exactly (distance ≤ 1e-12 in float, = 0 in "
@@ -20,13 +23,18 @@ SHAPES = ["1,1,1", "2,2", "3,1", "2,1,2", "((..),.)"]
 
 
 def instances(fast: bool):
+    """``(name, float model, Fraction model or None, shape, process)`` of the grid."""
     families = [("dirichlet", 0.8)] if fast else [("dirichlet", 0.8), ("peaky", 0.2)]
     for V in ((3,) if fast else (3, 4)):
         for seed in ((0,) if fast else (0, 1)):
             for fam, conc in families:
+                fmodel = DirichletModel(V, seed=seed, similarity=0.4, concentration=conc)
+                emodel = DirichletModel(V, seed=seed, similarity=0.4, concentration=conc, exact=True) if V == 3 else None
                 for shape in SHAPES:
                     for process in ("iid", "wor"):
-                        yield f"{fam}/V{V}/s{seed}/{shape}/{process}", V, seed, conc, TreeShape.parse(shape), process
+                        yield f"{fam}/V{V}/s{seed}/{shape}/{process}", fmodel, emodel, TreeShape.parse(shape), process
+    for inst in confident_instances(4 if fast else 12, 0, {shape: 4 for shape in SHAPES}):
+        yield inst.name, inst.model, None, inst.shape, inst.process
 
 
 def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
@@ -34,9 +42,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
     cells: dict[str, dict[str, str]] = {m: {} for m in methods}
     ok, flagged = True, {name: False for name in BUG_ZOO}
     worst = 0.0
-    for iid, V, seed, conc, shape, process in tqdm(list(instances(fast)), desc="lossless", disable=not progress):
-        fmodel = DirichletModel(V, seed=seed, similarity=0.4, concentration=conc)
-        emodel = DirichletModel(V, seed=seed, similarity=0.4, concentration=conc, exact=True) if V == 3 else None
+    for iid, fmodel, emodel, shape, process in tqdm(list(instances(fast)), desc="lossless", disable=not progress):
         for name, v in methods.items():
             if not v.supports(shape, process):
                 continue

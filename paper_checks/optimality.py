@@ -15,8 +15,9 @@ below TV is listed with its bound; the worst instance against TV and against CF 
 
 Grid: seeded random instances (:func:`paper_checks.instances.random_instances`): V ∈ {3, 4, 5}; shapes [2,2],
 [3,1], ((..),.), the depth-3 asymmetric (((..),.),.), ((.),(..)), and [2,1,2], (.,(.),(..)) at V ≤ 4;
-Dirichlet, peaky and sparse rows, context-dependent or context-free; iid and wor; 160 instances.  ``fast``: 20
-instances with V = 3.
+Dirichlet, peaky and sparse rows, context-dependent or context-free; iid and wor; 160 instances, plus 24
+confident instances (:func:`paper_checks.instances.confident_instances`: draft tails 1e-8 … 1e-310).  ``fast``:
+20 + 4 instances with V = 3.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tqdm import tqdm
 from univer_theory import VERIFIERS
 
 from .base import CheckResult, markdown_table, save_figure
-from .instances import random_instances
+from .instances import confident_instances, random_instances
 from .studies import (ALPHA_STAR_CONSTRUCTIONS, alpha_star_lp, bounds, comparison_methods, expected_lengths,
                       node_audit)
 
@@ -46,14 +47,14 @@ CLAIM = ("At every internal node UniVer's acceptance equals α*(ρ) of the CondO
          f"α*-root bound ≤ CF and ≥ (1 − {100 * TV_SHORTFALL:g}%)·TV.")
 #: Shape → largest V it is drawn with (the exact oracle grows as V^nodes).
 SHAPES = {"2,2": 5, "3,1": 5, "((..),.)": 5, "(((..),.),.)": 5, "((.),(..))": 5, "2,1,2": 4, "(.,(.),(..))": 4}
-#: (instances, generator seed, largest V) of the full and the fast grid.
-GRID = {False: (160, 0, 5), True: (20, 0, 3)}
+#: (instances, confident instances, generator seed, largest V) of the full and the fast grid.
+GRID = {False: (160, 24, 0, 5), True: (20, 4, 0, 3)}
 
 
 def instances(fast: bool):
-    count, seed, vmax = GRID[fast]
+    count, confident, seed, vmax = GRID[fast]
     shapes = {s: min(v, vmax) for s, v in SHAPES.items()}
-    for inst in random_instances(count, seed, shapes):
+    for inst in random_instances(count, seed, shapes) + confident_instances(confident, seed, shapes):
         yield inst.name, inst.model, inst.shape, inst.process
 
 

@@ -10,7 +10,9 @@ Depth 1 (§4.1): UniVer's E[τ] on a single node with k children must equal α* 
 Grid: chains of 2 and 3 drafted tokens, V ∈ {3, 4, 5}, Dirichlet (similarity 0.5, concentration 0.8) and peaky
 (concentration 0.2), seeds 0–1; depth 1: k ∈ {2, 3, 4} (k < V), V ∈ {3, 4, 5, 6}, a dissimilar family
 (similarity 0.1, concentration 0.5) and the two above, seeds 0–1.  ``fast``: chains of 3 with V ∈ {3, 4},
-depth 1 with V ∈ {4, 5} and k ∈ {2, 3}, the first family, seed 0.
+depth 1 with V ∈ {4, 5} and k ∈ {2, 3}, the first family, seed 0.  Both grids add confident models
+(:data:`CONFIDENT`: near-deterministic drafts, tails 1e-16 … 1e-310; ``fast`` the first) on the same V.  Every
+depth-1 support is at most 6 tokens, so a wor node that is neither rule 3's nor PTS's α* is rule 1's (the LP).
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from fractions import Fraction
 import numpy as np
 from tqdm import tqdm
 
-from univer_theory import VERIFIERS, DirichletModel, TreeShape, context_free, enumerate_trees, evaluate
+from univer_theory import (VERIFIERS, ConfidentModel, DirichletModel, TreeShape, context_free, enumerate_trees,
+                           evaluate)
 from univer_theory.alpha_star import alpha_star
 
 from .base import CheckResult, markdown_table
@@ -31,6 +34,8 @@ CLAIM = ("UniVer equals Block Verification on chains (joint law per tree) and th
 LAW_TOL, ALPHA_TOL = 1e-12, 1e-9
 #: (similarity, concentration) of the Dirichlet families; the dissimilar one keeps α* well below 1 at depth 1.
 FAMILIES = {"dirichlet": (0.5, 0.8), "peaky": (0.5, 0.2), "dissimilar": (0.1, 0.5)}
+#: Confident models (``ConfidentModel``: draft tail d, target family) added to every grid; ``fast`` the first.
+CONFIDENT = [(1e-16, "ties"), (1e-310, "dirichlet"), (1e-12, "zero_top"), (1e-300, "same")]
 
 
 def _models(fast: bool, vocab_sizes, families):
@@ -39,6 +44,10 @@ def _models(fast: bool, vocab_sizes, families):
         for V in vocab_sizes:
             for seed in ((0,) if fast else (0, 1)):
                 yield f"{fam}/V{V}/s{seed}", DirichletModel(V, seed=seed, similarity=sim, concentration=conc)
+    for seed, (tail, target) in enumerate(CONFIDENT[:1] if fast else CONFIDENT):
+        for V in vocab_sizes:
+            yield (f"confident-{target}/d{tail:g}/V{V}/s{seed}",
+                   ConfidentModel(V, seed=seed, tail=tail, target=target))
 
 
 def chain_instances(fast: bool):

@@ -6,9 +6,21 @@ from univer_theory import (LOSSLESS_TOL, VERIFIERS, TableModel, TreeShape, evalu
                            sample_tree)
 
 
+#: Tail masses of confident rows (one token holds all but d), down to a subnormal scale.
+CONFIDENT_TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-310)
+
+
 @st.composite
 def simplex(draw, V, min_support=1):
-    """A probability vector with some exact zeros and some tiny entries, at least ``min_support`` positive."""
+    """A probability vector with some exact zeros and some tiny entries, at least ``min_support`` positive; or
+    (one draw in four) a confident row: one token holds ``1 − d``, the others share d (``CONFIDENT_TAILS``)."""
+    if draw(st.integers(0, 3)) == 0:
+        top, d = draw(st.integers(0, V - 1)), draw(st.sampled_from(CONFIDENT_TAILS))
+        shares = np.array([draw(st.floats(0.05, 1.0)) for _ in range(V - 1)])
+        row = np.zeros(V)
+        row[np.arange(V) != top] = d * shares / shares.sum()
+        row[top] = 1.0 - row.sum()
+        return row
     kinds = draw(st.lists(st.sampled_from(["zero", "tiny", "normal"]), min_size=V, max_size=V))
     raw = np.array([0.0 if k == "zero" else (1e-9 if k == "tiny" else draw(st.floats(0.05, 1.0)))
                     for k in kinds])
