@@ -15,17 +15,17 @@ HumanEval, chat template), :mod:`.tree_draft` (shapes, drafting with the draft's
 :mod:`.decode` (online loop), :mod:`.accept_bench` (paired offline E[τ]).
 """
 from .accept_bench import BenchResult, accept_bench, evaluate_prompt
-from .decode import DecodeResult, speculative_decode
+from .decode import DecodeResult, speculative_decode, speculative_decode_batch
 from .models import DEFAULT_DRAFT, ModelPair, build_draft, load_pair, load_target
 from .prompts import Prompt, encode_prompt, load_prompts
 from .quantize import quantize_linear_layers, rtn_quantize
 from .tree_draft import draft_tree, eagle_like_shape, tree_shape
 from .tree_score import score_tree
-from .verifiers import expected_accepted, method_names, verify_one
+from .verifiers import expected_accepted, method_names, verify_batch
 
 __all__ = [
     "BenchResult", "DEFAULT_DRAFT", "DecodeResult", "ModelPair", "Prompt", "accept_bench", "build_draft",
     "draft_tree", "eagle_like_shape", "encode_prompt", "evaluate_prompt", "expected_accepted", "load_pair",
     "load_prompts", "load_target", "method_names", "quantize_linear_layers", "rtn_quantize", "score_tree",
-    "speculative_decode", "tree_shape", "verify_one",
+    "speculative_decode", "speculative_decode_batch", "tree_shape", "verify_batch",
 ]
