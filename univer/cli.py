@@ -11,7 +11,7 @@ import importlib
 import sys
 
 #: Subcommand modules under ``univer.commands``, in help order.
-COMMANDS = ("exact", "bound", "decode", "accept_bench", "check")
+COMMANDS = ("exact", "bound", "decode", "speed", "accept_bench", "check")
 
 
 def build_parser() -> argparse.ArgumentParser:

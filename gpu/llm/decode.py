@@ -26,7 +26,7 @@ from tqdm import tqdm
 from univer_theory import TreeShape
 from univer_theory.models import resolve_draft_temperature
 
-from ..probs import probs_from_logits
+from ..probs import probs_from_logits, sample_rows
 from .models import ModelPair
 from .ragged_cache import RaggedCache
 from .tree_draft import ancestors, draft_tree_cached
@@ -218,3 +218,27 @@ def speculative_decode(pair: ModelPair, prompt_ids: list[int], method: str, shap
     """:func:`speculative_decode_batch` for one prompt."""
     return speculative_decode_batch(pair, [prompt_ids], method, shape, process, temperature, max_new_tokens,
                                     generator, draft_temperature, max_steps, progress, record_logits)[0]
+
+
+@torch.inference_mode()
+def sample_plain(pair: ModelPair, prompt_ids: list[int], temperature: float, max_new_tokens: int,
+                 generator: torch.Generator | None = None) -> DecodeResult:
+    """Plain target sampling, one token per forward (the baseline speculation must beat): phases ``target``
+    (the forwards) and ``verify`` (drawing ``Y ~ p``); τ = 0 at every step."""
+    if max_new_tokens < 1:
+        raise ValueError(f"sample_plain: max_new_tokens must be ≥ 1, got {max_new_tokens}")
+    timer = PhaseTimer()
+    start = time.perf_counter()
+    with timer("target"):
+        cache, logits = prefill(pair.target, prompt_ids)
+    new: list[int] = []
+    while True:
+        with timer("verify"):
+            new.append(int(sample_rows(probs_from_logits(logits[None].double(), temperature), generator)[0]))
+        if new[-1] in pair.stop_ids or len(new) == max_new_tokens:
+            break
+        with timer("target"):
+            logits = extend(pair.target, cache, [new[-1]])
+    wall = time.perf_counter() - start
+    return DecodeResult(tuple(new), (0,) * len(new), wall, pair.tokenizer.decode(new, skip_special_tokens=True),
+                        dict(timer.seconds))

@@ -11,7 +11,7 @@ def add_llm_options(p) -> None:
     """Options shared by ``decode`` and ``accept-bench`` (model pair, tree, process, temperature, device)."""
     p.add_argument("--draft", default=None,
                    help="draft spec: rtn:BITS:GROUP (RTN re-quantised target), early:L (first L layers) or "
-                        "hf:DIR (local HF causal LM with the same vocabulary); default rtn:4:128")
+                        "hf:DIR (local HF causal LM with the same vocabulary); default rtn:4:32")
     p.add_argument("--process", default="wor", choices=PROCESSES, help="draft process (default wor)")
     p.add_argument("--temperature", type=float, default=1.0, help="target temperature T (default 1.0)")
     p.add_argument("--draft-temperature", type=float, default=None,
