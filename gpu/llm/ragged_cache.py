@@ -58,6 +58,7 @@ class RaggedCache:
                          logits_to_keep=logits_to_keep)
         return out.logits.float()
 
+    @torch.inference_mode()
     def commit(self, slots: list[list[int]]) -> None:
         """Append the tokens at scratch ``slots[b]`` (ascending, each ``≥ L_b``) to request b's committed
         sequence, in that order; then crop the cache to ``max_b L_b``."""
@@ -82,6 +83,7 @@ class RaggedCache:
                     t[r, :, c] = t[r, :, a]
         self.cache.crop(int(self.lengths.max()))
 
+    @torch.inference_mode()
     def select(self, keep: list[int]) -> None:
         """Keep only the requests ``keep`` (in that order), e.g. once the others are finished."""
         idx = torch.tensor(keep, dtype=torch.long)

@@ -18,6 +18,8 @@ from .decode import add_llm_options, load_models
 
 #: Methods in the order they are reported; ``sps`` runs on ``--chain``, the tree verifiers on ``--tree``.
 ALL_METHODS = ("plain", "hf-assisted", "sps", "rrsw", "tv", "univer")
+#: Tree of the tree verifiers unless ``--tree`` is given.
+DEFAULT_TREE = "binary:2"
 
 
 def positive_int(text: str) -> int:
@@ -38,9 +40,10 @@ def add_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="token budget per prompt (default 64)")
     p.add_argument("--methods", default=",".join(ALL_METHODS),
                    help=f"comma-separated subset of {','.join(ALL_METHODS)} (default all)")
-    p.add_argument("--tree", default="binary:2",
-                   help="tree(s) of rrsw / tv / univer, comma-separated: binary:D, eagle[:W], chain:D or a "
-                        "TreeShape string (default binary:2); with several trees a method is named METHOD@TREE")
+    p.add_argument("--tree", action="append", default=None,
+                   help="tree of rrsw / tv / univer: binary:D, eagle[:W], chain:D or a TreeShape string (default "
+                        f"{DEFAULT_TREE}); repeat the option to run several trees, each method then named "
+                        "METHOD@TREE")
     p.add_argument("--chain", default="chain:3", help="chain of sps (default chain:3)")
     p.add_argument("--out", default="results/speed", help="output folder (default results/speed)")
     add_llm_options(p)
@@ -56,9 +59,7 @@ def speed_methods(args) -> list:
     unknown = [m for m in names if m not in ALL_METHODS]
     if unknown or not names:
         raise ValueError(f"--methods: unknown or no method(s) {unknown}; choose from {list(ALL_METHODS)}")
-    trees = [t.strip() for t in args.tree.split(",") if t.strip()]
-    if not trees:
-        raise ValueError("--tree is empty")
+    trees = args.tree or [DEFAULT_TREE]
     out = []
     for name in ALL_METHODS:
         if name not in names:
@@ -141,7 +142,7 @@ def run(args) -> int:
 
     report = {"methods": report["methods"], "per_prompt_tokens_per_s": report["per_prompt"],
               "config": {"prompts": args.prompts, "n": len(prompts), "max_new_tokens": args.max_new_tokens,
-                         "draft": args.draft or DEFAULT_DRAFT, "tree": args.tree, "chain": args.chain,
+                         "draft": args.draft or DEFAULT_DRAFT, "trees": args.tree or [DEFAULT_TREE], "chain": args.chain,
                          "process": args.process, "temperature": args.temperature, "seed": args.seed,
                          "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
                          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}}
