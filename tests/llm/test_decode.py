@@ -64,15 +64,6 @@ def test_greedy_target_is_reproduced_exactly(pair, prompt_ids):
 LOGIT_ATOL = 1e-3
 
 
-@pytest.fixture(scope="module")
-def fp32_pair(pair):
-    """The target with an fp32 early-exit draft: both models' cache handling is then checked to fp32 round-off
-    (the packed int4 draft rounds its activations to bf16, which turns fp32 round-off into bf16 ulps)."""
-    from gpu.llm.models import ModelPair, build_draft
-
-    return ModelPair(pair.target, build_draft(pair.target, "early:4"), pair.tokenizer, "early:4")
-
-
 @torch.inference_mode()
 def _sequential(model, prompt, tokens):
     """Logits ``[len(tokens), V]`` after ``prompt · tokens[:i]``, from one causal forward."""

@@ -72,5 +72,6 @@ def run(args) -> int:
     print(res.text)
     print(f"\n[{method}, tree {shape} ({shape.num_nodes} nodes), {args.process}, T={args.temperature}] "
           f"{len(res.tokens)} tokens in {res.steps} steps: acceptance length {res.acceptance_length:.3f}, "
-          f"tokens/step {res.tokens_per_step:.3f}, {res.wall_s:.2f} s, {res.tokens_per_s:.2f} tokens/s")
+          f"tokens/step {res.tokens_per_step:.3f}, {res.wall_s:.2f} s, {res.tokens_per_s:.2f} tokens/s "
+          f"(draft {res.share['draft']:.0%}, target {res.share['target']:.0%}, verify {res.share['verify']:.0%})")
     return 0
