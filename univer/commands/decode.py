@@ -7,8 +7,9 @@ from univer_theory import PROCESSES, VERIFIERS
 from .common import print_json
 
 
-def add_llm_options(p) -> None:
-    """Options shared by ``decode`` and ``accept-bench`` (model pair, tree, process, temperature, device)."""
+def add_llm_options(p, threads: int | None = None) -> None:
+    """Options shared by ``decode``, ``speed`` and ``accept-bench`` (model pair, process, temperature, device);
+    ``threads`` is the default of ``--threads`` (None: torch's choice)."""
     p.add_argument("--draft", default=None,
                    help="draft spec: rtn:BITS:GROUP (RTN re-quantised target), early:L (first L layers) or "
                         "hf:DIR (local HF causal LM with the same vocabulary); default rtn:4:32")
@@ -18,7 +19,8 @@ def add_llm_options(p) -> None:
                    help="draft temperature (default: T, or 1.0 when T = 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of drafting, sampling and verification coins")
     p.add_argument("--device", default="cpu", help="torch device of both models (default cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=threads,
+                   help=f"torch CPU threads (default: {threads or 'torch' + chr(39) + 's choice'})")
     p.add_argument("--json", action="store_true", help="print the JSON object instead of the table")
 
 

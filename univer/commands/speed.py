@@ -46,8 +46,8 @@ def add_parser(sub) -> None:
                         "METHOD@TREE")
     p.add_argument("--chain", default="chain:3", help="chain of sps (default chain:3)")
     p.add_argument("--out", default="results/speed", help="output folder (default results/speed)")
-    add_llm_options(p)
-    p.set_defaults(func=run, threads=1)
+    add_llm_options(p, threads=1)
+    p.set_defaults(func=run)
 
 
 def speed_methods(args) -> list:
