@@ -11,6 +11,8 @@ RUNS = {
     "bench_alpha_star.py": ["--repeats", "1", "--large", "2000"],
     "bench_node_plans.py": ["--vocab", "100", "--k", "2", "--support", "4", "6"],
     "bench_univer_plans.py": ["--vocab", "2000"],
+    "bench_drafts.py": ["--drafts", "early:2", "rtn:4:32", "--prompts", "1", "--tokens", "2", "--repeat", "1",
+                        "--q", "1"],
     "bench_gpu.py": ["--vocab", "200", "--process", "iid", "--shape", "2,2", "--methods", "tv,univer", "--repeat", "1"],
     "bench_engines.py": ["--batch", "4", "--nodes", "6", "--vocab", "300", "--repeat", "2"],
 }

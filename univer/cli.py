@@ -12,7 +12,7 @@ import sys
 
 #: Subcommand modules under ``univer.commands``, in help order.  They import only the exact core at module level
 #: (solvers, torch, transformers inside ``run``), so a bad argument is reported before any heavy import.
-COMMANDS = ("exact", "bound", "decode", "accept_bench", "check")
+COMMANDS = ("exact", "bound", "decode", "speed", "accept_bench", "check")
 
 
 def build_parser() -> argparse.ArgumentParser:

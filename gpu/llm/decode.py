@@ -1,14 +1,24 @@
-"""Online speculative decoding with a real target / draft pair and any verifier.
+"""Online speculative decoding of ``B`` requests at once with a real target / draft pair and any verifier.
 
-One step: draft a tree after the context (:func:`.tree_draft.draft_tree`), score it with the target in one
-forward (:func:`.tree_score.score_tree`), verify (:func:`.verifiers.verify_one`) → accepted path ``x^τ`` plus
-``Y``; the ``τ + 1`` new tokens are appended and fed to both models, whose KV caches always hold exactly the
-context.  A lossless verifier makes the output law that of sampling the target at ``temperature``.
+Each request's target cache holds its context except the last token ``r`` (the previous step's ``Y``); its draft
+cache holds the context except the tokens in ``pending`` (``Y``, preceded by an accepted leaf the draft never
+fed).  One step, for all requests together (:class:`.ragged_cache.RaggedCache`):
+
+1. **draft** — feed ``pending`` to the draft (its last logits are the root row ``q(·|context)``), commit it, then
+   draft the tree depth by depth (:func:`.tree_draft.draft_tree_cached`);
+2. **target** — one forward of ``r`` and the tree nodes under tree attention: the rows ``p(·|s(u))`` of every
+   node (root included), theory.md §3's inputs;
+3. **verify** — :func:`.verifiers.verify_batch` → accepted path ``x^τ`` and ``Y`` per request;
+
+then the cache entries of ``r`` and of the accepted path are moved into place in the target cache (those of the
+accepted internal nodes in the draft cache) — nothing is fed twice: one target forward per step.  A lossless
+verifier makes every request's output law that of sampling the target at ``temperature``, whatever ``B``.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 from tqdm import tqdm
@@ -16,22 +26,32 @@ from tqdm import tqdm
 from univer_theory import TreeShape
 from univer_theory.models import resolve_draft_temperature
 
-from ..probs import probs_from_logits
+from ..probs import probs_from_logits, sample_rows
 from .models import ModelPair
-from .tree_draft import draft_tree
-from .tree_score import score_tree
-from .verifiers import verify_one
+from .ragged_cache import RaggedCache
+from .tree_draft import ancestors, draft_tree_cached
+from .verifiers import verify_batch
+
+#: Phases of a step whose wall time :class:`DecodeResult` reports.
+PHASES = ("draft", "target", "verify")
 
 
 @dataclass(frozen=True)
 class DecodeResult:
     """``tokens``: new token ids (stop token included if one was emitted); ``accepted``: τ per step;
-    ``wall_s``: seconds for the whole loop (prefill included)."""
+    ``wall_s``: seconds for the whole loop (prefill included; shared by the requests of one batch);
+    ``phase_s``: seconds spent in each of :data:`PHASES` (the batch's); ``target_logits`` / ``draft_logits``
+    (only when recorded): ``[len(tokens), V]`` logits the step used for each emitted token's position — the
+    target's after ``context · tokens[:i]``, the draft's likewise (NaN where the draft had no row: an accepted
+    leaf)."""
 
     tokens: tuple[int, ...]
     accepted: tuple[int, ...]
     wall_s: float
     text: str
+    phase_s: dict = field(default_factory=dict)
+    target_logits: torch.Tensor | None = None
+    draft_logits: torch.Tensor | None = None
 
     @property
     def steps(self) -> int:
@@ -51,10 +71,30 @@ class DecodeResult:
     def tokens_per_s(self) -> float:
         return len(self.tokens) / self.wall_s if self.wall_s > 0 else float("inf")
 
+    @property
+    def share(self) -> dict[str, float]:
+        """Fraction of the wall time spent in each phase (the rest is bookkeeping)."""
+        return {k: self.phase_s.get(k, 0.0) / self.wall_s if self.wall_s > 0 else 0.0 for k in PHASES}
+
     def as_json(self) -> dict:
         return {"text": self.text, "new_tokens": len(self.tokens), "steps": self.steps,
-                "acceptance_length": self.acceptance_length, "tokens_per_step": self.tokens_per_step,
-                "wall_s": self.wall_s, "tokens_per_s": self.tokens_per_s}
+                "tokens_per_step": self.tokens_per_step, "acceptance_length": self.acceptance_length,
+                "wall_s": self.wall_s, "tokens_per_s": self.tokens_per_s, "share": self.share}
+
+
+class PhaseTimer:
+    """Accumulates wall seconds per phase: ``with timer("draft"): …``."""
+
+    def __init__(self):
+        self.seconds = {k: 0.0 for k in PHASES}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - start
 
 
 @torch.inference_mode()
@@ -73,41 +113,132 @@ def extend(model, cache, ids: list[int]) -> torch.Tensor:
                  logits_to_keep=1).logits[0, -1]
 
 
+def feed_sequences(cache: RaggedCache, seqs: list[list[int]], logits_to_keep: int = 0) -> torch.Tensor:
+    """Feed one token sequence per request (ragged, possibly empty; right-aligned, the padding masked out)
+    causally after each request's committed prefix, and commit them.  Returns the logits of the last
+    ``logits_to_keep`` columns (``[B, k, V]``; column −1 is every non-empty sequence's last token), or None
+    when every sequence is empty."""
+    B, width = len(seqs), max(len(s) for s in seqs)
+    if width == 0:
+        return None
+    tokens = torch.zeros(B, width, dtype=torch.long)
+    positions = torch.zeros(B, width, dtype=torch.long)
+    visible = torch.eye(width, dtype=torch.bool).repeat(B, 1, 1)        # padding sees itself only
+    start, slots = cache.size, []
+    for b, s in enumerate(seqs):
+        pad = width - len(s)
+        tokens[b, pad:] = torch.tensor(s, dtype=torch.long).reshape(-1)
+        positions[b, pad:] = cache.lengths[b] + torch.arange(len(s))
+        visible[b, pad:, pad:] = torch.ones(len(s), len(s), dtype=torch.bool).tril()
+        slots.append(list(range(start + pad, start + width)))
+    logits = cache.feed(tokens, positions, visible, logits_to_keep)
+    cache.commit(slots)
+    return logits
+
+
+@torch.inference_mode()
+def speculative_decode_batch(pair: ModelPair, prompts: list[list[int]], method: str, shape: TreeShape, process: str,
+                             temperature: float, max_new_tokens: int, generator: torch.Generator | None = None,
+                             draft_temperature: float | None = None, max_steps: int | None = None,
+                             progress: bool = False, record_logits: bool = False) -> list[DecodeResult]:
+    """Decode up to ``max_new_tokens`` after every prompt of ``prompts`` in at most ``max_steps`` verification
+    steps (a request stops after a stop token), all requests in the same forwards (see the module docstring).
+    ``draft_temperature`` defaults to :func:`univer_theory.models.resolve_draft_temperature`."""
+    if max_new_tokens < 1:
+        raise ValueError(f"speculative_decode: max_new_tokens must be ≥ 1, got {max_new_tokens}")
+    if not prompts or any(not p for p in prompts):
+        raise ValueError("speculative_decode: need at least one prompt, and no prompt may be empty")
+    dtemp = resolve_draft_temperature(temperature, draft_temperature)
+    timer = PhaseTimer()
+    start = time.perf_counter()
+    B = len(prompts)
+    t_cache, d_cache = RaggedCache(pair.target, B), RaggedCache(pair.draft, B)
+    with timer("target"):
+        feed_sequences(t_cache, [p[:-1] for p in prompts], 1)
+    rows = list(range(B))                      # request of each cache row
+    root = [p[-1] for p in prompts]            # target: the one uncommitted context token
+    pending = [list(p) for p in prompts]       # draft: the context tokens it has not fed (all, at first)
+    new: list[list[int]] = [[] for _ in prompts]
+    accepted: list[list[int]] = [[] for _ in prompts]
+    t_rec: list[list[torch.Tensor]] = [[] for _ in prompts]
+    d_rec: list[list[torch.Tensor]] = [[] for _ in prompts]
+    bar = tqdm(total=max_new_tokens * B, desc=f"decode {method}", unit="tok", disable=not progress, leave=False)
+    while rows:
+        with timer("draft"):
+            d_root = feed_sequences(d_cache, pending, 1)[:, -1]
+            batch, draft_probs, node_slot, d_logits = draft_tree_cached(d_cache, d_root, shape, process, dtemp,
+                                                                        generator, record_logits)
+        with timer("target"):
+            t_start = t_cache.size
+            tokens = batch.token.clone()
+            tokens[:, 0] = torch.tensor(root)
+            depth = torch.tensor(shape.depth)
+            logits = t_cache.feed(tokens, t_cache.lengths[:, None] + depth[None], ancestors(shape).expand(len(rows), -1, -1))
+        with timer("verify"):
+            target_probs = probs_from_logits(logits.to(draft_probs.device).double(), temperature)
+            results = verify_batch(method, batch, target_probs, draft_probs, process, generator)
+        keep, t_slots, d_slots = [], [], []
+        for r, (b, (path, y)) in enumerate(zip(rows, results)):
+            accepted[b].append(len(path))
+            emitted = ([int(batch.token[r, u]) for u in path] + [y])[: max_new_tokens - len(new[b])]
+            stop = next((i for i, t in enumerate(emitted) if t in pair.stop_ids), None)
+            if stop is not None:
+                emitted = emitted[: stop + 1]
+            new[b] += emitted
+            bar.update(len(emitted))
+            if record_logits:
+                t_rec[b].append(logits[r, [0] + path][: len(emitted)].cpu())
+                d_rec[b].append(d_logits[r, [0] + path][: len(emitted)].cpu())
+            t_slots.append([t_start] + [t_start + u for u in path])
+            d_slots.append([int(node_slot[u]) for u in path if node_slot[u] >= 0])
+            if stop is None and len(new[b]) < max_new_tokens and len(accepted[b]) != max_steps:
+                keep.append(r)
+                root[r] = y
+                pending[r] = [int(batch.token[r, u]) for u in path if node_slot[u] < 0] + [y]
+        with timer("target"):
+            t_cache.commit(t_slots)
+        with timer("draft"):
+            d_cache.commit(d_slots)
+        if len(keep) < len(rows):
+            for cache in (t_cache, d_cache):
+                cache.select(keep)
+            rows, root, pending = [rows[r] for r in keep], [root[r] for r in keep], [pending[r] for r in keep]
+    bar.close()
+    wall = time.perf_counter() - start
+    return [DecodeResult(tuple(new[b]), tuple(accepted[b]), wall,
+                         pair.tokenizer.decode(new[b], skip_special_tokens=True), dict(timer.seconds),
+                         torch.cat(t_rec[b]) if record_logits else None,
+                         torch.cat(d_rec[b]) if record_logits else None) for b in range(B)]
+
+
 def speculative_decode(pair: ModelPair, prompt_ids: list[int], method: str, shape: TreeShape, process: str,
                        temperature: float, max_new_tokens: int, generator: torch.Generator | None = None,
                        draft_temperature: float | None = None, max_steps: int | None = None,
-                       progress: bool = False) -> DecodeResult:
-    """Decode up to ``max_new_tokens`` after ``prompt_ids`` in at most ``max_steps`` verification steps (stops
-    after a stop token).  ``draft_temperature`` defaults to :func:`univer_theory.models.resolve_draft_temperature`."""
+                       progress: bool = False, record_logits: bool = False) -> DecodeResult:
+    """:func:`speculative_decode_batch` for one prompt."""
+    return speculative_decode_batch(pair, [prompt_ids], method, shape, process, temperature, max_new_tokens,
+                                    generator, draft_temperature, max_steps, progress, record_logits)[0]
+
+
+@torch.inference_mode()
+def sample_plain(pair: ModelPair, prompt_ids: list[int], temperature: float, max_new_tokens: int,
+                 generator: torch.Generator | None = None) -> DecodeResult:
+    """Plain target sampling, one token per forward (the baseline speculation must beat): phases ``target``
+    (the forwards) and ``verify`` (drawing ``Y ~ p``); τ = 0 at every step."""
     if max_new_tokens < 1:
-        raise ValueError(f"speculative_decode: max_new_tokens must be ≥ 1, got {max_new_tokens}")
-    if not prompt_ids:
-        raise ValueError("speculative_decode: prompt_ids is empty")
-    dtemp = resolve_draft_temperature(temperature, draft_temperature)
+        raise ValueError(f"sample_plain: max_new_tokens must be ≥ 1, got {max_new_tokens}")
+    timer = PhaseTimer()
     start = time.perf_counter()
-    ctx = list(prompt_ids)
-    t_cache, t_logits = prefill(pair.target, ctx)
-    d_cache, d_logits = prefill(pair.draft, ctx)
+    with timer("target"):
+        cache, logits = prefill(pair.target, prompt_ids)
     new: list[int] = []
-    accepted: list[int] = []
-    bar = tqdm(total=max_new_tokens, desc=f"decode {method}", unit="tok", disable=not progress, leave=False)
-    while len(new) < max_new_tokens:
-        batch, draft_probs = draft_tree(pair.draft, d_cache, len(ctx), d_logits, shape, process, dtemp, generator)
-        logits = score_tree(pair.target, t_cache, batch, len(ctx), t_logits)
-        target_probs = probs_from_logits(logits.double(), temperature)[None]
-        path, y = verify_one(method, batch, target_probs, draft_probs, process, generator)
-        accepted.append(len(path))
-        emitted = (path + [y])[: max_new_tokens - len(new)]
-        stop = next((i for i, t in enumerate(emitted) if t in pair.stop_ids), None)
-        if stop is not None:
-            emitted = emitted[: stop + 1]
-        new += emitted
-        ctx += emitted
-        bar.update(len(emitted))
-        if stop is not None or len(new) >= max_new_tokens or len(accepted) == max_steps:
+    while True:
+        with timer("verify"):
+            new.append(int(sample_rows(probs_from_logits(logits[None].double(), temperature), generator)[0]))
+        if new[-1] in pair.stop_ids or len(new) == max_new_tokens:
             break
-        t_logits = extend(pair.target, t_cache, emitted)
-        d_logits = extend(pair.draft, d_cache, emitted)
-    bar.close()
+        with timer("target"):
+            logits = extend(pair.target, cache, [new[-1]])
     wall = time.perf_counter() - start
-    return DecodeResult(tuple(new), tuple(accepted), wall, pair.tokenizer.decode(new, skip_special_tokens=True))
+    return DecodeResult(tuple(new), (0,) * len(new), wall, pair.tokenizer.decode(new, skip_special_tokens=True),
+                        dict(timer.seconds))

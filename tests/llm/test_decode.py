@@ -58,3 +58,72 @@ def test_greedy_target_is_reproduced_exactly(pair, prompt_ids):
     res = speculative_decode(pair, prompt_ids, "tv", tree_shape("binary:2"), "wor", 0.0, 6,
                              torch.Generator().manual_seed(0))
     assert list(res.tokens) == greedy[: len(res.tokens)] and (len(res.tokens) == 6 or res.tokens[-1] in pair.stop_ids)
+
+
+#: fp32 tolerance on logits, step forwards vs one sequential forward of the same tokens (see test_tree_models).
+LOGIT_ATOL = 1e-3
+
+
+@torch.inference_mode()
+def _sequential(model, prompt, tokens):
+    """Logits ``[len(tokens), V]`` after ``prompt · tokens[:i]``, from one causal forward."""
+    seq = list(prompt) + list(tokens)
+    return model(torch.tensor([seq])).logits[0, len(prompt) - 1: len(seq) - 1].float()
+
+
+def _check_against_sequential(pair, prompt, res):
+    t_err = float((res.target_logits - _sequential(pair.target, prompt, res.tokens)).abs().max())
+    assert t_err <= LOGIT_ATOL, f"target logits of the accepted path differ from sequential decoding by {t_err:.2e}"
+    fed = ~res.draft_logits[:, 0].isnan()          # an accepted leaf has no draft row
+    d_err = float((res.draft_logits[fed] - _sequential(pair.draft, prompt, res.tokens)[fed]).abs().max())
+    assert fed.sum() >= len(res.tokens) // 2 and d_err <= LOGIT_ATOL, (int(fed.sum()), d_err)
+
+
+@pytest.mark.parametrize("method,spec", [("tv", "binary:2"), ("sps", "chain:3"),
+                                         pytest.param("rrsw", "eagle:3", marks=pytest.mark.slow)])
+def test_one_forward_per_step_uses_the_sequential_logits(fp32_pair, prompt_ids, method, spec):
+    """The target runs once per step (root + tree; the accepted entries are moved into place, never re-fed), and
+    the logits a step uses at the root and along the accepted path — the rows that decide every emitted token —
+    equal sequential decoding's to fp32 round-off, for the target and the draft."""
+    res = speculative_decode(fp32_pair, prompt_ids, method, tree_shape(spec), "wor", 1.0, 8,
+                             torch.Generator().manual_seed(4), record_logits=True)
+    assert res.target_logits.shape == (len(res.tokens), fp32_pair.vocab_size)
+    assert max(res.accepted) >= 1, "no drafted token was accepted: the path part of the check did not run"
+    _check_against_sequential(fp32_pair, prompt_ids, res)
+
+
+@pytest.mark.slow
+def test_batch_of_four_gives_every_request_its_own_target_law(fp32_pair):
+    """B = 4 ragged prompts in one set of forwards: each request's step rows (target and draft) are those of
+    its own context, to fp32 round-off — the verifier, a function of these rows and the coins, then has the
+    same per-step law as at B = 1; requests finish at different steps (budget, stop token).  The CI version
+    runs on a tiny random Llama (tests/llm/test_ragged_cache.py)."""
+    from gpu.llm.decode import speculative_decode_batch
+    from gpu.llm.prompts import Prompt, encode_prompt
+
+    texts = ["Name three colours of the sea.", "Hi", "Write a haiku about autumn leaves falling slowly.", "2+2?"]
+    prompts = [encode_prompt(fp32_pair.tokenizer, Prompt(str(i), "t", t)) for i, t in enumerate(texts)]
+    assert len({len(p) for p in prompts}) == 4
+    results = speculative_decode_batch(fp32_pair, prompts, "tv", tree_shape("binary:2"), "wor", 1.0, 6,
+                                       torch.Generator().manual_seed(2), record_logits=True)
+    for prompt, res in zip(prompts, results):
+        assert 1 <= len(res.tokens) <= 6
+        _check_against_sequential(fp32_pair, prompt, res)
+
+
+def test_batched_greedy_reproduces_each_requests_greedy_continuation(pair):
+    """T = 0, B = 3: every request must get exactly its own greedy continuation (a point-mass law)."""
+    from gpu.llm.decode import speculative_decode_batch
+    from gpu.llm.prompts import Prompt, encode_prompt
+
+    prompts = [encode_prompt(pair.tokenizer, Prompt(str(i), "t", t)) for i, t in
+               enumerate(["Say hi.", "List two fruits.", "What is a tree?"])]
+    results = speculative_decode_batch(pair, prompts, "tv", tree_shape("binary:2"), "wor", 0.0, 4,
+                                       torch.Generator().manual_seed(1))
+    for prompt, res in zip(prompts, results):
+        cache, logits = prefill(pair.target, prompt)
+        want = []
+        for _ in range(len(res.tokens)):
+            want.append(int(logits.argmax()))
+            logits = extend(pair.target, cache, [want[-1]])
+        assert list(res.tokens) == want

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gpu.llm.quantize import quantize_linear_layers, rtn_quantize
+from gpu.llm.quantize import PackedLinear, quantize_linear_layers, rtn_levels, rtn_quantize
 
 
 def _weights(seed, shape=(6, 24)):
@@ -67,3 +67,33 @@ def test_quantize_linear_layers_copies_and_touches_only_decoder_linears():
     assert torch.equal(lin_q.bias, lin.bias) and torch.equal(draft.model.embed.weight, model.model.embed.weight)
     with pytest.raises(ValueError, match="model.layers"):
         quantize_linear_layers(torch.nn.Linear(2, 2), 4, 2)
+
+
+@pytest.mark.parametrize("bits,group,in_f", [(4, 128, 576), (3, 64, 192), (2, 32, 96), (4, 256, 512)])
+def test_packed_linear_matches_dequantised_rtn(bits, group, in_f):
+    """The int4 kernel computes ``x Ŵᵀ + b`` with ``ŵ = (level − 8)·bf16(scale) + bf16(lo + 8·scale)`` and bf16
+    ``x`` (ragged last RTN group included: 576 = 4·128 + 64), which is rtn_quantize's ``lo + level·scale`` up to
+    the bf16 rounding of scale and zero."""
+    gen = torch.Generator().manual_seed(bits)
+    w = torch.randn(48, in_f, generator=gen) * 0.05
+    b = torch.randn(48, generator=gen)
+    x = torch.randn(2, 3, in_f, generator=gen)
+    levels, lo, scale = rtn_levels(w, bits, group)
+    bf = lambda t: t.to(torch.bfloat16).float()   # noqa: E731
+    w_kernel = ((levels - 8) * bf(scale) + bf(lo + 8 * scale)).reshape(48, -1)[:, :in_f]
+    ref = bf(x) @ w_kernel.t() + b
+    out = PackedLinear(w, b, bits, group)(x)
+    assert out.shape == ref.shape and out.dtype == torch.float32
+    assert (out - ref).abs().max() <= 1e-2 * ref.abs().max()      # the kernel's bf16 output rounding
+    w_rtn = rtn_quantize(w, bits, group)
+    assert (w_kernel - w_rtn).abs().max() <= 2 ** -7 * 9 * scale.max()    # |level − 8| ≤ 8, zero ≤ lo + 8·scale
+    wrong = PackedLinear(w, b, bits, 32 if group != 32 else 64)(x)
+    assert (wrong - ref).abs().max() > 10 * (out - ref).abs().max(), "the check cannot tell the group size apart"
+
+
+@pytest.mark.parametrize("args,match", [((5, 128, 576), "at most 4 bits"), ((4, 48, 576), "multiples of 32"),
+                                        ((4, 128, 80), "multiples of 32")])
+def test_packed_linear_rejects_what_the_kernel_cannot_hold(args, match):
+    bits, group, in_f = args
+    with pytest.raises(ValueError, match=match):
+        PackedLinear(torch.randn(16, in_f), None, bits, group)

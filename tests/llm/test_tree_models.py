@@ -26,7 +26,8 @@ def _sequential_logits(model, ids):
 
 
 @pytest.mark.parametrize("spec,process", [("binary:2", "wor"), ("((..),.)", "iid")])
-def test_tree_logits_match_sequential_decoding(pair, prompt_ids, spec, process):
+def test_tree_logits_match_sequential_decoding(fp32_pair, prompt_ids, spec, process):
+    pair = fp32_pair
     shape = tree_shape(spec)
     n = len(prompt_ids)
     t_cache, t_root = prefill(pair.target, prompt_ids)
@@ -62,10 +63,23 @@ def test_early_exit_draft_is_first_layers_norm_head(pair, prompt_ids):
 
 
 def test_rtn_draft_quantises_decoder_projections_only(pair):
+    """rtn:4:128 runs its decoder projections and its head as packed int4 (PackedLinear) computing x Ŵᵀ with
+    Ŵ = rtn_quantize(W) up to bf16 rounding; the embedding and norms are the target's own."""
+    from gpu.llm.quantize import PackedLinear
+
     t_layer, d_layer = pair.target.model.layers[7], pair.draft.model.layers[7]
+    x = torch.randn(3, 1536, generator=torch.Generator().manual_seed(0))
     for name in ("self_attn.q_proj", "mlp.down_proj"):
-        w_t, w_d = t_layer.get_submodule(name).weight, d_layer.get_submodule(name).weight
-        assert torch.equal(w_d, rtn_quantize(w_t, 4, 128)) and not torch.equal(w_d, w_t)
+        lin, packed = t_layer.get_submodule(name), d_layer.get_submodule(name)
+        assert isinstance(packed, PackedLinear)
+        xi = x[:, :lin.in_features]
+        ref = xi @ rtn_quantize(lin.weight, 4, 128).t()
+        with torch.inference_mode():
+            out = packed(xi)
+        err = float((out - ref).abs().max())
+        assert err <= 2e-2 * float(ref.abs().max())
+        assert float((out - xi @ lin.weight.detach().t()).abs().max()) > err, "the draft is not the quantised weight"
+    assert isinstance(pair.draft.lm_head, PackedLinear)
     assert torch.equal(pair.draft.model.embed_tokens.weight, pair.target.model.embed_tokens.weight)
     assert torch.equal(pair.draft.model.norm.weight, pair.target.model.norm.weight)
 

@@ -7,18 +7,20 @@ from univer_theory import PROCESSES, VERIFIERS
 from .common import print_json
 
 
-def add_llm_options(p) -> None:
-    """Options shared by ``decode`` and ``accept-bench`` (model pair, tree, process, temperature, device)."""
+def add_llm_options(p, threads: int | None = None) -> None:
+    """Options shared by ``decode``, ``speed`` and ``accept-bench`` (model pair, process, temperature, device);
+    ``threads`` is the default of ``--threads`` (None: torch's choice)."""
     p.add_argument("--draft", default=None,
                    help="draft spec: rtn:BITS:GROUP (RTN re-quantised target), early:L (first L layers) or "
-                        "hf:DIR (local HF causal LM with the same vocabulary); default rtn:4:128")
+                        "hf:DIR (local HF causal LM with the same vocabulary); default rtn:4:32")
     p.add_argument("--process", default="wor", choices=PROCESSES, help="draft process (default wor)")
     p.add_argument("--temperature", type=float, default=1.0, help="target temperature T (default 1.0)")
     p.add_argument("--draft-temperature", type=float, default=None,
                    help="draft temperature (default: T, or 1.0 when T = 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of drafting, sampling and verification coins")
     p.add_argument("--device", default="cpu", help="torch device of both models (default cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=threads,
+                   help=f"torch CPU threads (default: {threads or 'torch' + chr(39) + 's choice'})")
     p.add_argument("--json", action="store_true", help="print the JSON object instead of the table")
 
 
@@ -72,5 +74,6 @@ def run(args) -> int:
     print(res.text)
     print(f"\n[{method}, tree {shape} ({shape.num_nodes} nodes), {args.process}, T={args.temperature}] "
           f"{len(res.tokens)} tokens in {res.steps} steps: acceptance length {res.acceptance_length:.3f}, "
-          f"tokens/step {res.tokens_per_step:.3f}, {res.wall_s:.2f} s, {res.tokens_per_s:.2f} tokens/s")
+          f"tokens/step {res.tokens_per_step:.3f}, {res.wall_s:.2f} s, {res.tokens_per_s:.2f} tokens/s "
+          f"(draft {res.share['draft']:.0%}, target {res.share['target']:.0%}, verify {res.share['verify']:.0%})")
     return 0

@@ -1,0 +1,159 @@
+"""``univer speed``: wall-clock tokens/s of plain sampling, Hugging Face assisted generation and speculative
+decoding with each verifier, on the same prompts, seeds and (target, draft) pair.
+
+Prints ``{"methods": {NAME: {"tokens_per_s", "tokens_per_step", "share": {"draft", "target", "verify"}, …}}}``
+(with ``--json``; a table otherwise) and writes ``speed.json``, ``speed.csv`` (one row per method) and
+``speed.png`` (tokens/s bars and the phase split) into ``--out``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from univer_theory import VERIFIERS
+
+from .common import print_json
+from .decode import add_llm_options, load_models
+
+#: Methods in the order they are reported; ``sps`` runs on ``--chain``, the tree verifiers on ``--tree``.
+ALL_METHODS = ("plain", "hf-assisted", "sps", "rrsw", "tv", "univer")
+#: Tree of the tree verifiers unless ``--tree`` is given.
+DEFAULT_TREE = "binary:2"
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("speed", help="tokens/s: plain sampling vs HF assisted generation vs speculative decoding")
+    p.add_argument("--prompts", default="mtbench", choices=("mtbench", "humaneval", "all"),
+                   help="prompt set (default mtbench)")
+    p.add_argument("--n", type=positive_int, default=8, help="number of prompts, round-robin over categories "
+                                                            "(default 8)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="token budget per prompt (default 64)")
+    p.add_argument("--methods", default=",".join(ALL_METHODS),
+                   help=f"comma-separated subset of {','.join(ALL_METHODS)} (default all)")
+    p.add_argument("--tree", action="append", default=None,
+                   help="tree of rrsw / tv / univer: binary:D, eagle[:W], chain:D or a TreeShape string (default "
+                        f"{DEFAULT_TREE}); repeat the option to run several trees, each method then named "
+                        "METHOD@TREE")
+    p.add_argument("--chain", default="chain:3", help="chain of sps (default chain:3)")
+    p.add_argument("--out", default="results/speed", help="output folder (default results/speed)")
+    add_llm_options(p, threads=1)
+    p.set_defaults(func=run)
+
+
+def speed_methods(args) -> list:
+    """The :class:`gpu.llm.speed.SpeedMethod` list the options name (checked before any model is loaded)."""
+    from gpu.llm.speed import SpeedMethod
+    from gpu.llm.tree_draft import tree_shape
+
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in names if m not in ALL_METHODS]
+    if unknown or not names:
+        raise ValueError(f"--methods: unknown or no method(s) {unknown}; choose from {list(ALL_METHODS)}")
+    trees = args.tree or [DEFAULT_TREE]
+    out = []
+    for name in ALL_METHODS:
+        if name not in names:
+            continue
+        if name in ("plain", "hf-assisted"):
+            out.append(SpeedMethod(name, name))
+            continue
+        for spec in ([args.chain] if name == "sps" else trees):
+            shape = tree_shape(spec)
+            if not VERIFIERS[name].supports(shape, args.process):
+                raise ValueError(f"method {name!r} does not apply to tree {spec} with process {args.process!r} "
+                                 f"(processes {VERIFIERS[name].processes}"
+                                 f"{', chains only' if VERIFIERS[name].chain_only else ''})")
+            label = name if name == "sps" or len(trees) == 1 else f"{name}@{spec}"
+            out.append(SpeedMethod(label, name, shape))
+    return out
+
+
+def write_outputs(report: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "speed.json").write_text(json.dumps(report, indent=2))
+    with (out / "speed.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["method", "tokens_per_s", "speedup_vs_plain", "tokens_per_s_min", "tokens_per_s_median",
+                    "tokens_per_step", "share_draft", "share_target", "share_verify", "new_tokens", "wall_s"])
+        for name, m in report["methods"].items():
+            w.writerow([name, f"{m['tokens_per_s']:.4f}", f"{m.get('speedup_vs_plain', float('nan')):.4f}",
+                        f"{m['tokens_per_s_min']:.4f}", f"{m['tokens_per_s_median']:.4f}",
+                        f"{m['tokens_per_step']:.4f}", *(f"{m['share'][k]:.4f}" for k in ("draft", "target", "verify")),
+                        m["new_tokens"], f"{m['wall_s']:.3f}"])
+    plot(report, out / "speed.png")
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["methods"])
+    ms = [report["methods"][n] for n in names]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(8.0, 1.6 * len(names)), 4.0))
+    ax1.bar(names, [m["tokens_per_s"] for m in ms], color="tab:blue")
+    ax1.set_ylabel("tokens / s (higher is better)")
+    ax1.set_title("decoding speed")
+    bottom = [0.0] * len(ms)
+    for k, colour in (("draft", "tab:orange"), ("target", "tab:green"), ("verify", "tab:red")):
+        vals = [m["share"][k] for m in ms]
+        ax2.bar(names, vals, bottom=bottom, label=k, color=colour)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax2.set_ylabel("share of wall time")
+    ax2.set_title("where a step's time goes")
+    ax2.legend(fontsize="small")
+    for ax in (ax1, ax2):
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args) -> int:
+    import datetime
+    import platform
+
+    from gpu.llm.models import DEFAULT_DRAFT
+    from gpu.llm.prompts import encode_prompt, load_prompts
+    from gpu.llm.speed import speed_compare
+
+    methods = speed_methods(args)
+    prompts = load_prompts(args.prompts, args.n)
+    pair = load_models(args)
+    ids = [encode_prompt(pair.tokenizer, p) for p in prompts]
+    report = speed_compare(pair, ids, methods, args.process, args.temperature, args.max_new_tokens, args.seed,
+                           progress=not args.json)
+    plain = report["methods"].get("plain")
+    for m in report["methods"].values():
+        if plain:
+            m["speedup_vs_plain"] = m["tokens_per_s"] / plain["tokens_per_s"]
+    import torch
+
+    report = {"methods": report["methods"], "per_prompt_tokens_per_s": report["per_prompt"],
+              "config": {"prompts": args.prompts, "n": len(prompts), "max_new_tokens": args.max_new_tokens,
+                         "draft": args.draft or DEFAULT_DRAFT, "trees": args.tree or [DEFAULT_TREE], "chain": args.chain,
+                         "process": args.process, "temperature": args.temperature, "seed": args.seed,
+                         "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
+                         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}}
+    write_outputs(report, Path(args.out))
+    if args.json:
+        print_json(report)
+        return 0
+    print(f"{'method':18s} {'tokens/s':>9s} {'× plain':>8s} {'tok/step':>9s} {'draft':>6s} {'target':>7s} {'verify':>7s}")
+    for name, m in report["methods"].items():
+        print(f"{name:18s} {m['tokens_per_s']:9.2f} {m.get('speedup_vs_plain', float('nan')):8.2f} "
+              f"{m['tokens_per_step']:9.2f} {m['share']['draft']:6.1%} {m['share']['target']:7.1%} "
+              f"{m['share']['verify']:7.1%}")
+    print(f"wrote {args.out}/speed.json, speed.csv, speed.png")
+    return 0
