@@ -28,6 +28,16 @@ def _as_long(x, where: str, name: str, device) -> torch.Tensor:
     return t.to(torch.long)
 
 
+def _long_pair(where: str, a, a_name: str, b, b_name: str, device):
+    """Two integer arrays of one ``[B, N]`` shape (N ≥ 1) as long tensors on one device."""
+    a = _as_long(a, where, a_name, device)
+    b = _as_long(b, where, b_name, a.device)
+    if a.ndim != 2 or a.shape != b.shape or a.shape[1] == 0:
+        raise ValueError(f"{where}: {a_name} and {b_name} must both be [B, N] with N ≥ 1, got "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    return a, b
+
+
 @dataclass(frozen=True)
 class TreeBatch:
     """``B`` draft trees padded to ``N`` slots (see the module docstring for the layout).
@@ -58,11 +68,7 @@ class TreeBatch:
         ``0 ≤ parent < v`` and ``0 ≤ token`` (``< vocab_size`` when given); padded slots have parent = token = −1.
         """
         where = "TreeBatch.from_tensors"
-        parent = _as_long(parent, where, "parent", device)
-        token = _as_long(token, where, "token", parent.device)
-        if parent.ndim != 2 or parent.shape != token.shape or parent.shape[1] == 0:
-            raise ValueError(f"{where}: parent and token must both be [B, N] with N ≥ 1, got "
-                             f"{tuple(parent.shape)} and {tuple(token.shape)}")
+        parent, token = _long_pair(where, parent, "parent", token, "token", device)
         B, N = parent.shape
         if num_nodes is None:
             num_nodes = torch.full((B,), N, dtype=torch.long, device=parent.device)
@@ -333,11 +339,8 @@ def sglang_slot_order(retrive_next_token, retrive_next_sibling, num_nodes=None) 
     padded slots (``≥ num_nodes``) have no links.
     """
     where = "TreeBatch.from_sglang"
-    first = _as_long(retrive_next_token, where, "retrive_next_token", None)
-    nxt = _as_long(retrive_next_sibling, where, "retrive_next_sibling", first.device)
-    if first.ndim != 2 or first.shape != nxt.shape or first.shape[1] == 0:
-        raise ValueError(f"{where}: retrive_next_token and retrive_next_sibling must both be [B, N] with N ≥ 1, "
-                         f"got {tuple(first.shape)} and {tuple(nxt.shape)}")
+    first, nxt = _long_pair(where, retrive_next_token, "retrive_next_token", retrive_next_sibling,
+                            "retrive_next_sibling", None)
     B, N = first.shape
     dev = first.device
     n = torch.full((B,), N, dtype=torch.long, device=dev) if num_nodes is None else \
