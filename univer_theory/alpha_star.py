@@ -22,9 +22,11 @@ broadcasts to the batch shape.  Ties of the minimum are resolved towards the sma
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .plans.clocks import LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper, rate_times
+from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper
 from .processes import PROCESSES
 from .validation import check_choice, check_simplex
 
@@ -152,36 +154,67 @@ def _wor_miss_k2(q_sorted: np.ndarray) -> np.ndarray:
     return r * (1.0 + _prefix(odds)) + np.where(in_prefix, top_term, 0.0)
 
 
-def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = 1024) -> np.ndarray:
+#: Elements of one time chunk of the clock integral (rows × tokens × nodes per array, ~8 such arrays live).
+CLOCK_CHUNK = 2**20
+#: ``log`` of the largest value an elementary symmetric sum of the clock odds may reach (float64 max ≈ e^{709}).
+LOG_SUM_RANGE = 700.0
+#: The clamp ``δ = e^{−λ}`` of :func:`_wor_miss_clocks` must keep its error ``V·δ`` below ``e^{−CLAMP_MARGIN}``.
+CLAMP_MARGIN = 37.0
+
+
+def _clock_clamp(V: int, k: int) -> float:
+    """``λ`` with ``(k − 1)(λ + log V) ≤`` :data:`LOG_SUM_RANGE`: the clamped odds ``r_x ≤ e^{λ}`` keep every
+    ``e_n(r) ≤ (V e^{λ})^n``, n < k, finite.  Raises ValueError when ``V·e^{−λ}`` cannot stay below
+    ``e^{−37}`` (about k ≤ 12 at V = 128 000, k ≤ 17 at V = 10)."""
+    lam = LOG_SUM_RANGE / max(k - 1, 1) - math.log(V)
+    if lam < math.log(V) + CLAMP_MARGIN:
+        raise ValueError(f"_wor_miss_clocks: k = {k} children over V = {V} tokens is beyond the float64 range of "
+                         f"the clock integral's elementary symmetric sums")
+    return lam
+
+
+def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = CLOCK_CHUNK) -> np.ndarray:
     """``Pr_wor(S ⊄ G_j)`` for every prefix ``G_j`` of ``q_sorted [B, V]`` by exponential clocks.
 
     Token x rings at ``E_x ~ Exp(q_x)``; S is the first k rings, so ``S ⊄ G`` iff fewer than k tokens of G
     ring before the first ring outside G, ``T ~ Exp(r)``, ``r = q(V∖G)``:
-    ``Pr(S ⊄ G) = ∫_0^∞ r e^{−rt} Pr[N_G(t) < k] dt``, ``N_G(t) = Σ_{x∈G} Bern(1 − e^{−q_x t})``.
-    The Poisson-binomial law of ``N_G(t)`` truncated at k is updated token by token (probabilities only, no
-    cancellation), for all Gauss–Legendre nodes at once.  The piece ``t < e^{−30}`` is added in closed form
-    (``N = 0`` there up to ``O(e^{−30})``); the upper end covers ``r t ≤ 50`` for the smallest positive r.
+    ``Pr(S ⊄ G) = ∫_0^∞ r e^{−rt} Pr[N_G(t) < k] dt``, ``N_G(t) = Σ_{x∈G} Bern(1 − e_x)``, ``e_x = e^{−q_x t}``.
+    The Poisson-binomial law of every prefix at once: ``Pr[N_{G_j}(t) = n] = Π_{x∈G_j} e_x · e_n(r_x: x∈G_j)``
+    with the odds ``r_x = (1 − e_x)/e_x`` — the elementary symmetric sums of prefixes are nested cumulative sums
+    of non-negative terms, ``e_n(G_{j+1}) = e_n(G_j) + r_j e_{n−1}(G_j)``, so
+    ``Pr[N_{G_j} < k] = Σ_{n<k} e_n · exp(Σ_{x∈G_j} log e_x + log(r t e^{−rt}))`` — the product of the e_x
+    enters one exponential with the integrand's weight, so it underflows only where the term is below e^{−40}.
+    ``e_x`` is clamped at ``δ = e^{−λ}`` (:func:`_clock_clamp`) to keep the sums finite: each factor
+    ``e_x + (1 − e_x)u`` moves by at most δ, every probability by at most ``V·δ < e^{−37}``.
+    Time nodes are processed in chunks of ~:data:`CLOCK_CHUNK` elements per array.  The piece ``t < e^{−30}``
+    is added in closed form (``N = 0`` there up to ``O(e^{−30})``); the upper end covers ``r t ≤ 50`` for the
+    smallest positive r; rates enter as ``exp(log q + log t)`` (``plans.clocks``).
     Exact values where the integral is degenerate: 1 when G has fewer than k drafted tokens, 0 when r = 0.
     """
     B, V = q_sorted.shape
     r = _suffix_mass(q_sorted)                                              # [B, V+1]
     s, wt = log_time_grid(LOG_T_NODES, log_time_upper(r[r > 0].min(initial=1.0)))
+    lam = _clock_clamp(V, k)
     n_pos = _prefix((q_sorted > 0).astype(np.float64))                      # [B, V+1]
-    miss = np.empty((B, V + 1))
+    miss = np.zeros((B, V + 1))
+    step = max(1, chunk // (B * V))
+    with np.errstate(divide="ignore"):
+        log_q, log_r = np.log(q_sorted)[:, None, :], np.log(r[:, 1:])[:, None, :]
+    for lo in range(0, s.size, step):
+        S, W = s[lo:lo + step, None], wt[lo:lo + step]
+        neg_log_e = np.exp(np.minimum(log_q + S, LOG_RATE_TIME_CAP))       # q·t [B, c, V], time-major
+        np.minimum(neg_log_e, lam, out=neg_log_e)                          # −log max(e, δ)
+        odds = np.expm1(neg_log_e)                                         # (1 − e)/max(e, δ)
+        total, e_n = np.ones_like(odds), odds[..., :0]                     # Σ_{n<k} e_n(odds over G_{j+1})
+        for n in range(1, k):                                              # e_n at j = n−1..V−1 (tail)
+            e_n = np.cumsum(odds[..., V - e_n.shape[-1] + 1:] * e_n[..., :-1] if n > 1 else odds, axis=-1)
+            total[..., V - e_n.shape[-1]:] += e_n
+        log_rt = np.minimum(log_r + S, LOG_RATE_TIME_CAP)                  # log(r·t)
+        log_rt -= np.exp(log_rt)                                           # log(r t e^{−r t})
+        log_rt -= np.cumsum(neg_log_e, axis=-1)                            # + log Π_{x∈G_{j+1}} max(e_x, δ)
+        total *= np.exp(log_rt)                                            # r t e^{−rt} Pr[N_{G_{j+1}}(t) < k]
+        miss[:, 1:] += np.einsum("bcv,c->bv", total, W)
     miss[:, 0] = 1.0
-    state = np.zeros((k, B, s.size))                                        # Pr[N_G(t) = m], m < k
-    state[0] = 1.0
-    for start in range(0, V, chunk):
-        qc = rate_times(q_sorted[:, start:start + chunk].T[:, :, None], s)  # q·t [c, B, n], token-major
-        stay, ring = np.exp(-qc), -np.expm1(-qc)
-        below = np.empty_like(qc)                                           # Pr[N_{G_j}(t) < k]
-        for i in range(qc.shape[0]):
-            arrived = ring[i] * state[:-1]
-            state *= stay[i]
-            state[1:] += arrived
-            np.sum(state, axis=0, out=below[i])
-        rt = rate_times(r[:, start + 1:start + 1 + qc.shape[0]].T[:, :, None], s)  # r·t [c, B, n]
-        miss[:, start + 1:start + 1 + qc.shape[0]] = np.einsum("jbn,jbn,n->bj", below, rt * np.exp(-rt), wt)
     miss -= np.expm1(-r * np.exp(LOG_T_RANGE[0]))                    # the piece t < e^{−30}
     miss = np.where(n_pos < k, 1.0, np.where(r == 0, 0.0, miss))
     return np.clip(miss, 0.0, 1.0)
@@ -315,7 +348,7 @@ def alpha_star_wor(target_probs, draft_probs, k: int, rho=1.0):
     """Without replacement: ``α*(ρ) = min_j [ρ P_j + 1 − Pr_wor(S ⊆ G_j)]`` over ratio-order prefixes.
 
     ``Pr_wor`` is exact in closed form for k ≤ 2 (O(V log V)) and by exponential clocks for k ≥ 3
-    (O(k·V·nodes)).  The minimising cut is :func:`optimal_cut` with ``process="wor"``.
+    (O(k·V·nodes), vectorised: k cumulative sums per time node).  The minimising cut is :func:`optimal_cut` with ``process="wor"``.
     """
     return alpha_star(target_probs, draft_probs, k, "wor", rho)
 
