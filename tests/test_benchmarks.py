@@ -13,6 +13,8 @@ RUNS = {
     "bench_univer_plans.py": ["--vocab", "2000"],
     "bench_gpu.py": ["--vocab", "200", "--process", "iid", "--shape", "2,2", "--methods", "tv,univer", "--repeat", "1"],
     "bench_engines.py": ["--batch", "4", "--nodes", "6", "--vocab", "300", "--repeat", "2"],
+    "bench_verify.py": ["--vocab", "200", "--alpha-vocab", "500", "--batches", "1,2", "--repeat", "1",
+                        "--shapes", "binary:2", "--no-model"],
 }
 
 
