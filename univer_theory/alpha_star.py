@@ -163,6 +163,9 @@ CLAMP_MARGIN = 37.0
 #: A clock with ``q·t ≥ SURE_RING`` has rung by t except with probability ``e^{−50}``: a prefix holding k such
 #: clocks has ``Pr[N_G(t) < k] ≤ k·e^{−50}``, and its term is dropped.
 SURE_RING = 50.0
+#: A prefix whose ``r·t`` lies outside ``[e^{−46}, e^{6.7}]`` at node t adds below ``1e-20·w_t`` there
+#: (``r t e^{−r t} ≤ r t``, resp. ``≤ e^{−800}``): those prefixes are not computed, nodes without others skipped.
+LOG_RATE_TIME_SPAN = (-46.0, 6.7)
 
 
 def _clock_clamp(V: int, k: int) -> float:
@@ -197,6 +200,15 @@ def _sure_extent(log_q: np.ndarray, s: float, k: int) -> int:
     return int(np.where(hits[:, -1] >= k, np.argmax(hits >= k, axis=-1) + 1, log_q.shape[-1]).max())
 
 
+def _live_prefixes(log_r: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per node ``s = log t``: whether any prefix has ``log(r t)`` in :data:`LOG_RATE_TIME_SPAN`, and the number
+    of prefixes up to the last with ``log(r t)`` above its lower end (``log_r [B, V]`` non-increasing)."""
+    lo, hi = LOG_RATE_TIME_SPAN
+    above_hi = np.stack([np.searchsorted(-row, s - hi, side="left") for row in log_r])   # log r > hi − s
+    above_lo = np.stack([np.searchsorted(-row, s - lo, side="right") for row in log_r])  # log r ≥ lo − s
+    return (above_lo > above_hi).any(axis=0), above_lo.max(axis=0)
+
+
 def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = CLOCK_CHUNK) -> np.ndarray:
     """``Pr_wor(S ⊄ G_j)`` for every prefix ``G_j`` of ``q_sorted [B, V]`` by exponential clocks.
 
@@ -213,7 +225,8 @@ def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = CLOCK_CHUNK) -> 
       t ≳ 745, are skipped: their terms are below e^{−40});
     * clamped (large t; rates enter as ``exp(log q + log t)``, ``plans.clocks``, so subnormal tails stay finite):
       ``exp(log(r t) − r t − Σ_{x∈G_j} min(q_x t, λ)) · Σ_{n<k} e_n``, over the prefixes up to the k-th sure
-      ring (:func:`_sure_extent`; the later ones are below ``k e^{−50}``).
+      ring (:func:`_sure_extent`; the later ones are below ``k e^{−50}``) and the last with ``r t ≥ e^{−46}``,
+      at the nodes where some prefix has ``r t`` in ``[e^{−46}, e^{6.7}]`` (:func:`_live_prefixes`).
 
     Nodes are processed in chunks of ~:data:`CLOCK_CHUNK` elements per array.  The piece ``t < e^{−30}`` is
     added in closed form (``N = 0`` there up to ``O(e^{−30})``); the upper end covers ``r t ≤ 50`` for the
@@ -238,11 +251,14 @@ def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = CLOCK_CHUNK) -> 
     miss = np.concatenate([np.ones((B, 1)), r[:, 1:] * sums], axis=1)
     with np.errstate(divide="ignore"):
         log_q, log_r = np.log(q_sorted), np.log(r[:, 1:])
-    s, wt = s[~plain], wt[~plain]
+    live, extent = _live_prefixes(log_r, s[~plain])
+    s, wt, extent = s[~plain][live], wt[~plain][live], extent[live]
     lo = 0
     while lo < s.size:
-        J = _sure_extent(log_q, s[lo], k)
-        S, W = s[lo:lo + max(1, chunk // (B * J)), None], wt[lo:lo + max(1, chunk // (B * J))]
+        sure = _sure_extent(log_q, s[lo], k)
+        step = max(1, chunk // (B * max(1, min(sure, extent[lo]))))
+        S, W = s[lo:lo + step, None], wt[lo:lo + step]
+        J = max(1, min(sure, int(extent[lo:lo + step].max())))
         lo += S.shape[0]
         neg_log_e = np.minimum(np.exp(np.minimum(log_q[:, None, :J] + S, LOG_RATE_TIME_CAP)), lam)
         below = _symmetric_below(np.expm1(neg_log_e), k)                   # [B, c, J]
