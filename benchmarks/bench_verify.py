@@ -8,8 +8,8 @@ Sections (all printed as a table, and as one JSON object with ``--json``):
 * ``synthetic``: Zipf rows (``p ∝ rank^{-1.1}`` over a random permutation per node, ``q = norm(p·e^{0.8 z})``,
   float64) at V = ``--vocab``, trees of each ``--shapes`` skeleton drafted by ``gpu.drafting.draft_tree`` for
   each ``--processes``, ``--batches`` trees at a time.  Per method (univer, rrsw — rrs on i.i.d. trees —, tv):
-  ``batched`` = one ``gpu.verify(validate=False)`` of the B trees; ``loop`` = ``univer_theory.engine.tree_sample``
-  per tree with a fresh node rule (UniVer's plan cache empty: a cold run); ``batched_over_loop`` = loop / batched
+  ``batched`` = one ``gpu.verify(validate=False)`` of the B trees (a fresh ``TreeBatch``); ``loop`` =
+  ``univer_theory.engine.tree_sample`` per tree with a fresh node rule (UniVer's plan cache empty: a cold run); ``batched_over_loop`` = loop / batched
   (the speed-up of batching, > 1 is faster).  With the target model available (``--no-model`` skips it) and
   B = 1: ``forward`` = SmolLM2's forward of the same tree after a fixed context (``gpu.llm.tree_score``) and
   ``verify_over_forward`` = batched / forward.
@@ -35,7 +35,7 @@ import time
 import numpy as np
 import torch
 
-from gpu import verify
+from gpu import TreeBatch, verify
 from gpu.drafting import draft_tree
 from univer_theory import VERIFIERS
 from univer_theory.alpha_star import alpha_star
@@ -110,8 +110,11 @@ def loop_call(method, trees, rows, process):
 
 
 def batched_call(method, batch, p, q, process):
+    """One ``gpu.verify`` on a fresh :class:`gpu.TreeBatch` (its derived structure is computed inside the call,
+    as in a decode step)."""
     gen = torch.Generator().manual_seed(1)
-    return lambda: verify(batch, p, q, process, method, gen, validate=False)
+    return lambda: verify(TreeBatch(batch.parent, batch.token, batch.num_nodes), p, q, process, method, gen,
+                          validate=False)
 
 
 # ----------------------------------------------------------------------------------------- sections
