@@ -10,9 +10,9 @@ Sections (all printed as a table, and as one JSON object with ``--json``):
   each ``--processes``, ``--batches`` trees at a time.  Per method (univer, rrsw — rrs on i.i.d. trees —, tv):
   ``batched`` = one ``gpu.verify(validate=False)`` of the B trees (a fresh ``TreeBatch``); ``loop`` =
   ``univer_theory.engine.tree_sample`` per tree with a fresh node rule (UniVer's plan cache empty: a cold
-  run); ``batched_over_loop`` = loop / batched (the speed-up of batching, > 1 is faster).  With the target model available (``--no-model`` skips it) and
-  B = 1: ``forward`` = SmolLM2's forward of the same tree after a fixed context (``gpu.llm.tree_score``) and
-  ``verify_over_forward`` = batched / forward.
+  run); ``batched_over_loop`` = loop / batched (the speed-up of batching, > 1 is faster).  With the target
+  model available (``--no-model`` skips it) and B = 1: ``forward`` = SmolLM2's forward of the same tree after a
+  fixed context (``gpu.llm.tree_score``) and ``verify_over_forward`` = batched / forward.
 * ``real`` (``--real-trees`` > 0): trees drafted by SmolLM2's RTN-4 draft (``gpu.llm.tree_draft``) after the
   first MT-Bench prompt at T = 1, scored by the target; ``verify_over_forward`` per method per tree.
 
