@@ -15,6 +15,8 @@ RUNS = {
                         "--q", "1"],
     "bench_gpu.py": ["--vocab", "200", "--process", "iid", "--shape", "2,2", "--methods", "tv,univer", "--repeat", "1"],
     "bench_engines.py": ["--batch", "4", "--nodes", "6", "--vocab", "300", "--repeat", "2"],
+    "bench_verify.py": ["--vocab", "200", "--alpha-vocab", "500", "--batches", "1,2", "--repeat", "1",
+                        "--shapes", "binary:2", "--no-model"],
 }
 
 

@@ -22,9 +22,11 @@ broadcasts to the batch shape.  Ties of the minimum are resolved towards the sma
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .plans.clocks import LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper, rate_times
+from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper
 from .processes import PROCESSES
 from .validation import check_choice, check_simplex
 
@@ -152,36 +154,119 @@ def _wor_miss_k2(q_sorted: np.ndarray) -> np.ndarray:
     return r * (1.0 + _prefix(odds)) + np.where(in_prefix, top_term, 0.0)
 
 
-def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = 1024) -> np.ndarray:
+#: Elements of one time chunk of the clock integral (rows × nodes × tokens per array, ~6 such arrays live).
+CLOCK_CHUNK = 2**17
+#: ``log`` of the largest value an elementary symmetric sum of the clock odds may reach (float64 max ≈ e^{709}).
+LOG_SUM_RANGE = 700.0
+#: The clamp ``δ = e^{−λ}`` of :func:`_wor_miss_clocks` must keep its error ``V·δ`` below ``e^{−CLAMP_MARGIN}``.
+CLAMP_MARGIN = 37.0
+#: A clock with ``q·t ≥ SURE_RING`` has rung by t except with probability ``e^{−50}``: a prefix holding k such
+#: clocks has ``Pr[N_G(t) < k] ≤ k·e^{−50}``, and its term is dropped.
+SURE_RING = 50.0
+#: A prefix whose ``r·t`` lies outside ``[e^{−46}, e^{6.7}]`` at node t adds below ``1e-20·w_t`` there
+#: (``r t e^{−r t} ≤ r t``, resp. ``≤ e^{−800}``): those prefixes are not computed, nodes without others skipped.
+LOG_RATE_TIME_SPAN = (-46.0, 6.7)
+
+
+def _clock_clamp(V: int, k: int) -> float:
+    """``λ`` with ``(k − 1)(λ + log V) ≤`` :data:`LOG_SUM_RANGE`: the clamped odds ``r_x ≤ e^{λ}`` keep every
+    ``e_n(r) ≤ (V e^{λ})^n``, n < k, finite.  Raises ValueError when ``V·e^{−λ}`` cannot stay below
+    ``e^{−37}`` (about k ≤ 12 at V = 128 000, k ≤ 17 at V = 10)."""
+    lam = LOG_SUM_RANGE / max(k - 1, 1) - math.log(V)
+    if lam < math.log(V) + CLAMP_MARGIN:
+        raise ValueError(f"_wor_miss_clocks: k = {k} children over V = {V} tokens is beyond the float64 range of "
+                         f"the clock integral's elementary symmetric sums")
+    return lam
+
+
+def _symmetric_below(odds: np.ndarray, k: int) -> np.ndarray:
+    """``Σ_{n<k} e_n(odds_0..odds_j)`` for every prefix j along the last axis: ``e_n`` of the prefixes by the
+    nested cumulative sums ``e_n(j) = Σ_{i≤j} odds_i e_{n−1}(i − 1)`` (non-negative terms, no cancellation)."""
+    V = odds.shape[-1]
+    if k == 1:
+        return np.ones_like(odds)
+    e_n = np.cumsum(odds, axis=-1)
+    total = e_n + 1.0
+    for _ in range(2, k):                                                  # e_n lives at j = n−1..V−1
+        e_n = np.cumsum(odds[..., V - e_n.shape[-1] + 1:] * e_n[..., :-1], axis=-1)
+        total[..., V - e_n.shape[-1]:] += e_n
+    return total
+
+
+def _sure_extent(log_q: np.ndarray, s: float, k: int) -> int:
+    """Tokens (a prefix of the order) whose prefixes matter at node ``s = log t``: up to the k-th clock with
+    ``q·t ≥`` :data:`SURE_RING` in every row (all V where a row has fewer)."""
+    hits = np.cumsum(log_q >= math.log(SURE_RING) - s, axis=-1)
+    return int(np.where(hits[:, -1] >= k, np.argmax(hits >= k, axis=-1) + 1, log_q.shape[-1]).max())
+
+
+def _live_prefixes(log_r: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per node ``s = log t``: whether any prefix has ``log(r t)`` in :data:`LOG_RATE_TIME_SPAN`, and the number
+    of prefixes up to the last with ``log(r t)`` above its lower end (``log_r [B, V]`` non-increasing)."""
+    lo, hi = LOG_RATE_TIME_SPAN
+    above_hi = np.stack([np.searchsorted(-row, s - hi, side="left") for row in log_r])   # log r > hi − s
+    above_lo = np.stack([np.searchsorted(-row, s - lo, side="right") for row in log_r])  # log r ≥ lo − s
+    return (above_lo > above_hi).any(axis=0), above_lo.max(axis=0)
+
+
+def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = CLOCK_CHUNK) -> np.ndarray:
     """``Pr_wor(S ⊄ G_j)`` for every prefix ``G_j`` of ``q_sorted [B, V]`` by exponential clocks.
 
     Token x rings at ``E_x ~ Exp(q_x)``; S is the first k rings, so ``S ⊄ G`` iff fewer than k tokens of G
     ring before the first ring outside G, ``T ~ Exp(r)``, ``r = q(V∖G)``:
-    ``Pr(S ⊄ G) = ∫_0^∞ r e^{−rt} Pr[N_G(t) < k] dt``, ``N_G(t) = Σ_{x∈G} Bern(1 − e^{−q_x t})``.
-    The Poisson-binomial law of ``N_G(t)`` truncated at k is updated token by token (probabilities only, no
-    cancellation), for all Gauss–Legendre nodes at once.  The piece ``t < e^{−30}`` is added in closed form
-    (``N = 0`` there up to ``O(e^{−30})``); the upper end covers ``r t ≤ 50`` for the smallest positive r.
-    Exact values where the integral is degenerate: 1 when G has fewer than k drafted tokens, 0 when r = 0.
+    ``Pr(S ⊄ G) = ∫_0^∞ r e^{−rt} Pr[N_G(t) < k] dt``, ``N_G(t) = Σ_{x∈G} Bern(1 − e_x)``, ``e_x = e^{−q_x t}``.
+    The Poisson-binomial law of every prefix at once: ``Pr[N_{G_j}(t) = n] = Π_{x∈G_j} e_x · e_n(odds_x: x∈G_j)``
+    with the odds ``(1 − e_x)/e_x = expm1(q_x t)`` (:func:`_symmetric_below`).  The clocks are clamped at
+    ``q_x t ≤ λ`` (:func:`_clock_clamp`) to keep the sums finite: each factor ``e_x + (1 − e_x)u`` moves by at
+    most ``δ = e^{−λ}``, every probability by at most ``V·δ < e^{−37}``.  Two kinds of Gauss–Legendre nodes:
+
+    * no clock clamped (``q_max t ≤ λ``): ``Π_{x∈G_j} e_x · e^{−r_j t} = e^{−t·q(V)}``, so the term is
+      ``r_j · [t e^{−t q(V)} w_t] · Σ_{n<k} e_n`` — the bracket a weight per node (nodes where it underflows,
+      t ≳ 745, are skipped: their terms are below e^{−40});
+    * clamped (large t; rates enter as ``exp(log q + log t)``, ``plans.clocks``, so subnormal tails stay finite):
+      ``exp(log(r t) − r t − Σ_{x∈G_j} min(q_x t, λ)) · Σ_{n<k} e_n``, over the prefixes up to the k-th sure
+      ring (:func:`_sure_extent`; the later ones are below ``k e^{−50}``) and the last with ``r t ≥ e^{−46}``,
+      at the nodes where some prefix has ``r t`` in ``[e^{−46}, e^{6.7}]`` (:func:`_live_prefixes`).
+
+    Nodes are processed in chunks of ~:data:`CLOCK_CHUNK` elements per array.  The piece ``t < e^{−30}`` is
+    added in closed form (``N = 0`` there up to ``O(e^{−30})``); the upper end covers ``r t ≤ 50`` for the
+    smallest positive r.  Exact values where the integral is degenerate: 1 when G has fewer than k drafted
+    tokens, 0 when r = 0.
     """
     B, V = q_sorted.shape
     r = _suffix_mass(q_sorted)                                              # [B, V+1]
     s, wt = log_time_grid(LOG_T_NODES, log_time_upper(r[r > 0].min(initial=1.0)))
+    lam = _clock_clamp(V, k)
     n_pos = _prefix((q_sorted > 0).astype(np.float64))                      # [B, V+1]
-    miss = np.empty((B, V + 1))
-    miss[:, 0] = 1.0
-    state = np.zeros((k, B, s.size))                                        # Pr[N_G(t) = m], m < k
-    state[0] = 1.0
-    for start in range(0, V, chunk):
-        qc = rate_times(q_sorted[:, start:start + chunk].T[:, :, None], s)  # q·t [c, B, n], token-major
-        stay, ring = np.exp(-qc), -np.expm1(-qc)
-        below = np.empty_like(qc)                                           # Pr[N_{G_j}(t) < k]
-        for i in range(qc.shape[0]):
-            arrived = ring[i] * state[:-1]
-            state *= stay[i]
-            state[1:] += arrived
-            np.sum(state, axis=0, out=below[i])
-        rt = rate_times(r[:, start + 1:start + 1 + qc.shape[0]].T[:, :, None], s)  # r·t [c, B, n]
-        miss[:, start + 1:start + 1 + qc.shape[0]] = np.einsum("jbn,jbn,n->bj", below, rt * np.exp(-rt), wt)
+    plain = s <= math.log(lam / q_sorted.max())                             # no clock clamped
+    t = np.exp(s[plain])                                                    # ≤ λ/q_max ≤ λV: finite
+    w_plain = wt[plain] * t * np.exp(-t * r[:, :1])                         # [B, n]
+    live = w_plain.max(axis=0) > 0
+    t, w_plain = t[live], w_plain[:, live]
+    sums = np.zeros((B, V))
+    step = max(1, chunk // (B * V))
+    for lo in range(0, t.size, step):
+        below = _symmetric_below(np.expm1(q_sorted[:, None, :] * t[lo:lo + step, None]), k)
+        sums += np.einsum("bcv,bc->bv", below, w_plain[:, lo:lo + step])
+    miss = np.concatenate([np.ones((B, 1)), r[:, 1:] * sums], axis=1)
+    with np.errstate(divide="ignore"):
+        log_q, log_r = np.log(q_sorted), np.log(r[:, 1:])
+    live, extent = _live_prefixes(log_r, s[~plain])
+    s, wt, extent = s[~plain][live], wt[~plain][live], extent[live]
+    lo = 0
+    while lo < s.size:
+        sure = _sure_extent(log_q, s[lo], k)
+        step = max(1, chunk // (B * max(1, min(sure, extent[lo]))))
+        S, W = s[lo:lo + step, None], wt[lo:lo + step]
+        J = max(1, min(sure, int(extent[lo:lo + step].max())))
+        lo += S.shape[0]
+        neg_log_e = np.minimum(np.exp(np.minimum(log_q[:, None, :J] + S, LOG_RATE_TIME_CAP)), lam)
+        below = _symmetric_below(np.expm1(neg_log_e), k)                   # [B, c, J]
+        log_rt = np.minimum(log_r[:, None, :J] + S, LOG_RATE_TIME_CAP)
+        log_rt -= np.exp(log_rt)                                           # log(r t e^{−r t})
+        log_rt -= np.cumsum(neg_log_e, axis=-1)                            # + log Π_{x∈G_{j+1}} max(e_x, δ)
+        below *= np.exp(log_rt)
+        miss[:, 1:J + 1] += np.einsum("bcv,c->bv", below, W)
     miss -= np.expm1(-r * np.exp(LOG_T_RANGE[0]))                    # the piece t < e^{−30}
     miss = np.where(n_pos < k, 1.0, np.where(r == 0, 0.0, miss))
     return np.clip(miss, 0.0, 1.0)
@@ -315,7 +400,8 @@ def alpha_star_wor(target_probs, draft_probs, k: int, rho=1.0):
     """Without replacement: ``α*(ρ) = min_j [ρ P_j + 1 − Pr_wor(S ⊆ G_j)]`` over ratio-order prefixes.
 
     ``Pr_wor`` is exact in closed form for k ≤ 2 (O(V log V)) and by exponential clocks for k ≥ 3
-    (O(k·V·nodes)).  The minimising cut is :func:`optimal_cut` with ``process="wor"``.
+    (O(k·V·nodes), vectorised: k cumulative sums per time node).  The minimising cut is
+    :func:`optimal_cut` with ``process="wor"``.
     """
     return alpha_star(target_probs, draft_probs, k, "wor", rho)
 

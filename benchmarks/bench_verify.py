@@ -1,0 +1,271 @@
+"""Cost of one verification step: ``gpu.verify`` against the target's tree forward, batched against the exact
+per-tree loop, and α*(ρ) at a large vocabulary — one run, ratios measured in it, one torch thread.
+
+Sections (all printed as a table, and as one JSON object with ``--json``):
+
+* ``alpha_star``: ``univer_theory.alpha_star`` for wor and iid, k = 3, on one Zipf row pair at ``--alpha-vocab``
+  (default 128 000); the clock grid is built once before timing (a process-wide cache).
+* ``synthetic``: Zipf rows (``p ∝ rank^{-1.1}`` over a random permutation per node, ``q = norm(p·e^{0.8 z})``,
+  float64) at V = ``--vocab``, trees of each ``--shapes`` skeleton drafted by ``gpu.drafting.draft_tree`` for
+  each ``--processes``, ``--batches`` trees at a time.  Per method (univer, rrsw — rrs on i.i.d. trees —, tv):
+  ``batched`` = one ``gpu.verify(validate=False)`` of the B trees (a fresh ``TreeBatch``); ``loop`` =
+  ``univer_theory.engine.tree_sample`` per tree with a fresh node rule (UniVer's plan cache empty: a cold
+  run); ``batched_over_loop`` = loop / batched (the speed-up of batching, > 1 is faster).  With the target
+  model available (``--no-model`` skips it) and B = 1: ``forward`` = SmolLM2's forward of the same tree after a
+  fixed context (``gpu.llm.tree_score``) and ``verify_over_forward`` = batched / forward.
+* ``real`` (``--real-trees`` > 0): trees drafted by SmolLM2's RTN-4 draft (``gpu.llm.tree_draft``) after the
+  first MT-Bench prompt at T = 1, scored by the target; ``verify_over_forward`` per method per tree.
+
+Timing: ``time.perf_counter``, ``torch.set_num_threads(1)``; within a repeat every variant runs once, in a
+fixed interleaved order (forward, then each method's batched and loop), and min and median over
+``--repeat`` repeats are reported; ratios use the medians.  Memory: ``peak_mb`` is the rise of the process's
+peak resident set (``VmHWM`` of ``/proc/self/status``, reset through ``/proc/self/clear_refs`` before the call;
+numpy and torch CPU allocations alike; ``null`` where that interface is missing) for one batched call and
+for one loop, beside ``inputs_mb``, the size of the B trees' p and q rows.
+
+    python benchmarks/bench_verify.py [--json] [--repeat 3] [--real-trees 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from gpu import TreeBatch, verify
+from gpu.drafting import draft_tree
+from univer_theory import VERIFIERS
+from univer_theory.alpha_star import alpha_star
+from univer_theory.engine import tree_sample
+from univer_theory.plans.clocks import LOG_T_NODES, log_time_grid, log_time_upper
+from univer_theory.univer import UniVerRule
+
+METHODS = ("univer", "rrsw", "tv")
+#: RRSw is the without-replacement rule; on i.i.d. children its counterpart is RRS.
+FOR_PROCESS = {("rrsw", "iid"): "rrs"}
+
+
+# ----------------------------------------------------------------------------------------- measuring
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def summary(times: list[float]) -> dict:
+    return {"min_ms": 1e3 * min(times), "median_ms": 1e3 * statistics.median(times)}
+
+
+def _status_kb(field: str):
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+    except (OSError, StopIteration):
+        return None
+
+
+def peak_mb(fn):
+    """Rise of the peak resident set during ``fn()`` in MB (None where /proc does not offer it)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")                                   # resets VmHWM to the current RSS
+    except OSError:
+        return None
+    before = _status_kb("VmRSS")
+    fn()
+    after = _status_kb("VmHWM")
+    return None if before is None or after is None else max(0, after - before) / 1024
+
+
+# ----------------------------------------------------------------------------------------- rows and trees
+def zipf_rows(shape: tuple, V: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``p ∝ rank^{-1.1}`` over a random permutation per row, ``q = norm(p·e^{0.8 z})``, float64 ``[*shape, V]``."""
+    log_rank = torch.log(torch.arange(1, V + 1, dtype=torch.float64))
+    perm = torch.argsort(torch.rand(*shape, V, generator=gen), dim=-1)
+    log_p = torch.log_softmax(-1.1 * log_rank[perm], dim=-1)
+    q = torch.softmax(log_p + 0.8 * torch.randn(*shape, V, generator=gen, dtype=torch.float64), dim=-1)
+    return log_p.exp(), q
+
+
+def methods(args, process: str) -> list[str]:
+    return [FOR_PROCESS.get((m, process), m) for m in args.methods.split(",")]
+
+
+def fresh_rule(method: str):
+    """The method's node rule with empty caches (UniVer keeps plans per rule object)."""
+    return UniVerRule() if method == "univer" else VERIFIERS[method].rule
+
+
+def loop_call(method, trees, rows, process):
+    rng = np.random.default_rng(1)
+
+    def run():
+        rule = fresh_rule(method)
+        for tree, (pn, qn) in zip(trees, rows):
+            tree_sample(tree, pn, qn, process, rule, rng)
+    return run
+
+
+def batched_call(method, batch, p, q, process):
+    """One ``gpu.verify`` on a fresh :class:`gpu.TreeBatch` (its derived structure is computed inside the call,
+    as in a decode step)."""
+    gen = torch.Generator().manual_seed(1)
+    return lambda: verify(TreeBatch(batch.parent, batch.token, batch.num_nodes), p, q, process, method, gen,
+                          validate=False)
+
+
+# ----------------------------------------------------------------------------------------- sections
+def alpha_star_section(V: int, repeat: int) -> dict:
+    gen = torch.Generator().manual_seed(0)
+    p, q = (x.numpy() for x in zipf_rows((), V, gen))
+    log_time_grid(LOG_T_NODES, log_time_upper(float(q.min())))  # the process-wide grid cache, outside timing
+    out = {"vocab": V, "k": 3}
+    times = {"wor": [], "iid": []}
+    for _ in range(repeat):
+        for process in times:
+            times[process].append(timed(lambda: alpha_star(p, q, 3, process)))
+    for process, t in times.items():
+        out[process] = summary(t)
+    out["wor_over_iid"] = out["wor"]["median_ms"] / out["iid"]["median_ms"]
+    return out
+
+
+class Target:
+    """SmolLM2's tree forward after a fixed context (``gpu.llm.tree_score.score_tree``)."""
+
+    def __init__(self):
+        from gpu.llm.decode import prefill
+        from gpu.llm.models import load_pair
+        from gpu.llm.prompts import encode_prompt, load_prompts
+
+        self.pair = load_pair()
+        self.ids = encode_prompt(self.pair.tokenizer, load_prompts("mtbench", limit=1)[0])
+        self.cache, self.logits = prefill(self.pair.target, self.ids)
+        self.draft_cache, self.draft_logits = prefill(self.pair.draft, self.ids)
+
+    def forward(self, batch):
+        from gpu.llm.tree_score import score_tree
+        with torch.inference_mode():
+            return score_tree(self.pair.target, self.cache, batch, len(self.ids), self.logits)
+
+
+def synthetic_section(args, target) -> list[dict]:
+    from gpu.llm.tree_draft import tree_shape
+
+    rows_out = []
+    gen = torch.Generator().manual_seed(0)
+    for spec in args.shapes.split(","):
+        shape = tree_shape(spec)
+        N = shape.num_nodes
+        for process in args.processes.split(","):
+            for B in (int(b) for b in args.batches.split(",")):
+                p, q = zipf_rows((B, N), args.vocab, gen)
+                batch, q = draft_tree(shape, q, process, B, gen)
+                trees = batch.to_trees(args.vocab)
+                rows = [(p[i].numpy(), q[i].numpy()) for i in range(B)]
+                calls = {}
+                if target is not None and B == 1:
+                    calls["forward"] = lambda: target.forward(batch)
+                for method in methods(args, process):
+                    calls[f"{method} batched"] = batched_call(method, batch, p, q, process)
+                    calls[f"{method} loop"] = loop_call(method, trees, rows, process)
+                times = {name: [] for name in calls}
+                for _ in range(args.repeat):
+                    for name, fn in calls.items():
+                        times[name].append(timed(fn))
+                inputs_mb = 2 * p.numel() * 8 / 2**20
+                for method in methods(args, process):
+                    b, lp = summary(times[f"{method} batched"]), summary(times[f"{method} loop"])
+                    row = {"rows": "zipf", "shape": spec, "nodes": N, "process": process, "B": B, "method": method,
+                           "vocab": args.vocab, "batched": b, "loop": lp,
+                           "batched_over_loop": lp["median_ms"] / b["median_ms"], "inputs_mb": inputs_mb,
+                           "peak_mb_batched": peak_mb(calls[f"{method} batched"]),
+                           "peak_mb_loop": peak_mb(calls[f"{method} loop"])}
+                    if "forward" in times:
+                        row["forward"] = summary(times["forward"])
+                        row["verify_over_forward"] = b["median_ms"] / row["forward"]["median_ms"]
+                    rows_out.append(row)
+                    print_row(row, args.json)
+    return rows_out
+
+
+def real_section(args, target) -> list[dict]:
+    from gpu.llm.tree_draft import draft_tree as llm_draft_tree, tree_shape
+    from gpu.probs import probs_from_logits
+
+    rows_out = []
+    for spec in args.shapes.split(","):
+        shape = tree_shape(spec)
+        for process in args.processes.split(","):
+            for i in range(args.real_trees):
+                gen = torch.Generator().manual_seed(i)
+                with torch.inference_mode():
+                    batch, q = llm_draft_tree(target.pair.draft, target.draft_cache, len(target.ids),
+                                              target.draft_logits, shape, process, 1.0, gen)
+                    p = probs_from_logits(target.forward(batch).double(), 1.0)[None]
+                calls = {"forward": lambda: target.forward(batch)}
+                for method in methods(args, process):
+                    calls[method] = batched_call(method, batch, p, q, process)
+                times = {name: [] for name in calls}
+                for _ in range(args.repeat):
+                    for name, fn in calls.items():
+                        times[name].append(timed(fn))
+                fwd = summary(times["forward"])
+                for method in methods(args, process):
+                    b = summary(times[method])
+                    row = {"rows": "smollm2", "shape": spec, "nodes": shape.num_nodes, "process": process, "B": 1,
+                           "tree": i, "method": method, "vocab": p.shape[-1], "batched": b, "forward": fwd,
+                           "verify_over_forward": b["median_ms"] / fwd["median_ms"],
+                           "inputs_mb": 2 * p.numel() * 8 / 2**20, "peak_mb_batched": peak_mb(calls[method])}
+                    rows_out.append(row)
+                    print_row(row, args.json)
+    return rows_out
+
+
+def print_row(row: dict, quiet: bool) -> None:
+    if quiet:
+        return
+    vof = f"{row['verify_over_forward']:.3f}" if "verify_over_forward" in row else "-"
+    bol = f"{row['batched_over_loop']:.2f}" if "batched_over_loop" in row else "-"
+    peak = row.get("peak_mb_batched")
+    print(f"{row['rows']:>8} {row['shape']:>9} {row['process']:>4} {row['B']:>3} {row['method']:>6} "
+          f"{row['batched']['median_ms']:>10.1f} {row.get('loop', {}).get('median_ms', float('nan')):>10.1f} "
+          f"{row.get('forward', {}).get('median_ms', float('nan')):>9.1f} {vof:>8} {bol:>8} "
+          f"{'-' if peak is None else f'{peak:.0f}':>7} {row['inputs_mb']:>7.1f}", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object only")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--vocab", type=int, default=49152)
+    ap.add_argument("--alpha-vocab", type=int, default=128_000)
+    ap.add_argument("--shapes", default="binary:4,eagle", help="gpu.llm.tree_draft.tree_shape specs")
+    ap.add_argument("--processes", default="wor,iid")
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--no-model", action="store_true", help="skip SmolLM2 (no forward, no real trees)")
+    ap.add_argument("--real-trees", type=int, default=0, help="SmolLM2-drafted trees per shape and process")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    result = {"torch_threads": torch.get_num_threads(), "repeat": args.repeat,
+              "memory": "rise of peak RSS (VmHWM) during one call, MB"}
+    result["alpha_star"] = alpha_star_section(args.alpha_vocab, args.repeat)
+    if not args.json:
+        a = result["alpha_star"]
+        print(f"alpha*(rho) V = {a['vocab']}, k = 3: wor median {a['wor']['median_ms']:.1f} ms "
+              f"(min {a['wor']['min_ms']:.1f}), iid median {a['iid']['median_ms']:.1f} ms")
+        print(f"{'rows':>8} {'shape':>9} {'proc':>4} {'B':>3} {'method':>6} {'batch ms':>10} {'loop ms':>10} "
+              f"{'fwd ms':>9} {'ver/fwd':>8} {'loop/bat':>8} {'peak MB':>7} {'in MB':>7}")
+    target = None if args.no_model else Target()
+    result["synthetic"] = synthetic_section(args, target)
+    result["real"] = real_section(args, target) if target is not None and args.real_trees > 0 else []
+    if args.json:
+        print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
