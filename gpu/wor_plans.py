@@ -36,7 +36,8 @@ import torch
 
 from univer_theory.alpha_star import ratio_key
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
-from univer_theory.plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, log_time_grid, log_time_upper, sequential_thinning_avail
+from univer_theory.plans.clocks import (LOG_T_NODES, log_time_grid, log_time_upper, rate_times,
+                                        sequential_thinning_avail)
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
 
 from .condot import condot_weights
@@ -230,10 +231,12 @@ def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor):
 
 
 def _pair_avail(qs: torch.Tensor, on: torch.Tensor):
-    """k = 2: ``g ↦ avail`` in closed form (``univer_theory.plans.pts.pair_thinning_avail``)."""
+    """k = 2: ``g ↦ avail`` in closed form (``univer_theory.plans.pts.pair_thinning_avail``) and the rows where
+    that form is finite (``Σ_x q_x/R_x < ∞``; the others take the clock integral, as the exact core's)."""
     rest = torch.where(on, _leave_one_out(qs), 1.0)                     # R_x = Σ_{w≠x} q_w
     t1, t2 = _exclusive(qs, reverse=True), _exclusive(qs / rest, reverse=True)
-    return lambda g: qs * ((_exclusive(g * qs) + t1) / rest + _exclusive(g * qs / rest) + t2)
+    finite = torch.isfinite((qs / rest).sum(1))
+    return (lambda g: qs * ((_exclusive(g * qs) + t1) / rest + _exclusive(g * qs / rest) + t2)), finite
 
 
 def _symmetric_sums(r: torch.Tensor, h: torch.Tensor, k: int, reverse: bool):
@@ -282,7 +285,7 @@ def _clock_avail(qs: torch.Tensor, k: int):
     def fixed(S):
         """The parts of one chunk that do not depend on g: clocks, ratios, sums after y (g = 1), Π_{z≠y} ẽ_z.
         Rates enter as ``q·T = exp(log q + log T)`` with the Jacobian T in them (``plans.clocks``)."""
-        qt = torch.exp((torch.log(qs)[..., None] + S).clamp(max=LOG_RATE_TIME_CAP))  # q·T [R, m, t]
+        qt = rate_times(qs[..., None], S)                               # q·T [R, m, t]
         e, ring = torch.exp(-qt), -torch.expm1(-qt)
         log_e = (-qt).clamp(min=-lam)
         e_clamped = torch.exp(log_e)
@@ -339,15 +342,16 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
     if k > PTS_MAX_K or (k >= 3 and walk == "sequential"):
         theta, avail = _walked_theta(qs, cs, k)
     else:
-        avail_of = _pair_avail(qs, on) if k == 2 else _clock_avail(qs, k)
-        if k == 2:      # rows where the closed form overflows take the clock integral (pts.pair_form_is_finite)
-            rest = torch.where(on, _leave_one_out(qs), 1.0)
-            bad = (~torch.isfinite((qs / rest).sum(1))).nonzero().squeeze(1)
-            if bad.numel():
+        if k == 2:
+            avail_of, finite = _pair_avail(qs, on)
+            bad = (~finite).nonzero().squeeze(1)
+            if bad.numel():             # the closed form overflows there: the clock integral, as the exact core
                 pair_of, clock_of = avail_of, _clock_avail(qs[bad], 2)
 
                 def avail_of(g):
                     return pair_of(g).index_copy(0, bad, clock_of(g[bad]))
+        else:
+            avail_of = _clock_avail(qs, k)
         theta = on.to(q.dtype)
         for _ in range(int(on.sum(1).max()) + 1):
             avail = avail_of(1 - theta)

@@ -67,11 +67,14 @@ def log_time_grid(nodes: int = LOG_T_NODES, upper: float = LOG_T_RANGE[1]):
     return s, weights
 
 
-def rate_times(rates: np.ndarray, s: np.ndarray) -> np.ndarray:
+def rate_times(rates, s):
     """``q·T = exp(log q + s)`` for rates ``[..., 1]`` against nodes ``s [t]`` (0 where q = 0), never forming T;
-    capped at ``e^{LOG_RATE_TIME_CAP}``, where every clock term is exactly 0 or 1."""
-    with np.errstate(divide="ignore"):
-        return np.exp(np.minimum(np.log(rates) + s, LOG_RATE_TIME_CAP))
+    capped at ``e^{LOG_RATE_TIME_CAP}``, where every clock term is exactly 0 or 1.  numpy arrays or torch tensors
+    (the batched clock integral of ``gpu.wor_plans`` uses the same formula)."""
+    if isinstance(rates, np.ndarray):
+        with np.errstate(divide="ignore"):
+            return np.exp(np.minimum(np.log(rates) + s, LOG_RATE_TIME_CAP))
+    return (rates.log() + s).clamp(max=LOG_RATE_TIME_CAP).exp()
 
 
 def _pair_step(state: np.ndarray, e: np.ndarray, lin: np.ndarray, de: np.ndarray) -> np.ndarray:

@@ -20,8 +20,8 @@ q_y q_z (1/R_y + 1/R_z)`` (``R_x = Σ_{w≠x} q_w``, the wor law's ``1 − q_x``
 two running sums over the higher-priority tokens plus two suffix sums, all of non-negative terms — O(m) for
 m drafted tokens, exact (no quadrature), instead of the clock integral's O(m·k·nodes)
 (:func:`pair_thinning_avail`; at V = 49 152 about 100× faster).  The closed form divides by ``R_x``; when one
-token holds all but a subnormal mass, ``q_x/R_x`` overflows and the row takes the clock integral instead
-(:func:`pair_form_is_finite`; the integral forms no such ratio).
+token holds all but a subnormal mass, ``q_x/R_x`` overflows: :func:`pair_thinning_avail` then declines and the
+row takes the clock integral instead (it forms no such ratio).
 """
 from __future__ import annotations
 
@@ -40,18 +40,10 @@ def priority_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> list[in
     return [int(x) for x in drafted[np.lexsort((drafted, -ratio))]]
 
 
-def pair_form_is_finite(draft_probs_sorted: np.ndarray) -> bool:
-    """Whether the k = 2 closed form is finite on the drafted ``q`` (in priority order): ``Σ_x q_x/R_x < ∞``."""
-    qs = np.asarray(draft_probs_sorted, dtype=np.float64)
-    zero = np.zeros(1)
-    rest = np.concatenate((zero, np.cumsum(qs)[:-1])) + np.concatenate((np.cumsum(qs[::-1])[::-1][1:], zero))
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        return bool(np.isfinite(np.sum(qs / rest)))
-
-
 def pair_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray):
     """PTS availabilities and acceptance probabilities for k = 2 wor children, in closed form (module
-    docstring); same contract as :func:`~univer_theory.plans.clocks.sequential_thinning_avail` with k = 2.
+    docstring); same contract as :func:`~univer_theory.plans.clocks.sequential_thinning_avail` with k = 2, or
+    None where the closed form is not finite (``Σ_x q_x/R_x`` overflows: a subnormal rest mass).
 
     The walk over the priority order is a scalar recursion (θ_y needs the running sums of the tokens before
     y), run on Python floats.
@@ -62,9 +54,13 @@ def pair_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray):
     zero = np.zeros(1)
     # R_x = Σ_{w≠x} q_w by leave-one-out prefix + suffix sums (undrafted tokens add exactly 0)
     rest = np.concatenate((zero, np.cumsum(qs)[:-1])) + np.concatenate((np.cumsum(qs[::-1])[::-1][1:], zero))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        odds = qs / rest
+        if not np.isfinite(odds.sum()):
+            return None
     # suffix sums over the lower-priority tokens (g = 1): Σ_{z≻y} q_z and Σ_{z≻y} q_z/R_z
     t1 = np.concatenate((np.cumsum(qs[::-1])[::-1][1:], zero))
-    t2 = np.concatenate((np.cumsum((qs / rest)[::-1])[::-1][1:], zero))
+    t2 = np.concatenate((np.cumsum(odds[::-1])[::-1][1:], zero))
     avail = np.zeros(q.size)
     theta = np.zeros(q.size)
     cs = np.asarray(c, dtype=np.float64)[order]
@@ -102,10 +98,8 @@ def pts_plan(target_probs, draft_probs, rho, k, process, nodes: int = LOG_T_NODE
         return None
     order = priority_order(p, q)
     c = rho * p
-    if k == 2 and pair_form_is_finite(q[order]):
-        avail, theta = pair_thinning_avail(q, order, c)
-    else:
-        avail, theta = sequential_thinning_avail(q, order, c, k, nodes)
+    pair = pair_thinning_avail(q, order, c) if k == 2 else None
+    avail, theta = pair if pair is not None else sequential_thinning_avail(q, order, c, k, nodes)
     rank = np.full(p.size, p.size)
     rank[order] = np.arange(len(order))
 
