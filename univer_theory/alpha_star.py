@@ -95,10 +95,9 @@ def ratio_key(num, den):
     """``RATIO_SCALE·num/den`` where ``den > 0``, ``+inf`` where ``den = 0`` — numpy arrays or torch tensors
     (the one key of every ratio order: the cut of α*, the layout's blocks, PTS's priority, their torch twins)."""
     drafted = den > 0
-    where = np.where if isinstance(den, np.ndarray) else type(den).where    # torch.Tensor.where(cond, other)
-    if where is np.where:
+    if isinstance(den, np.ndarray):
         return np.where(drafted, (num * RATIO_SCALE) / np.where(drafted, den, 1.0), np.inf)
-    return ((num * RATIO_SCALE) / den.where(drafted, 1.0)).where(drafted, float("inf"))
+    return ((num * RATIO_SCALE) / den.where(drafted, 1.0)).where(drafted, float("inf"))     # torch tensors
 
 
 def _ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -27,8 +27,8 @@ Whenever both sides are feasible the plan attains α*_wor(ρ) (to float round-of
 returns ``None`` and the caller falls through to another construction.  "Feasible" is also checked on the
 result: a plan whose exact α (after the thinning) is below α*(ρ) by more than :data:`OPTIMALITY_TOL` is
 declared infeasible — on confident rows (one token holding all but ~1e-14 of q) the side sums cancel and the
-families' parameters are round-off, which the thinning turns into a lossless but useless plan.  Measured (Dirichlet p, q): feasible
-in 87–99% of instances for V ≤ 6, but only ~40% for flat rows with V = 200.
+families' parameters are round-off, which the thinning turns into a lossless but useless plan.  Measured
+(Dirichlet p, q): feasible in 87–99% of instances for V ≤ 6, but only ~40% for flat rows with V = 200.
 """
 from __future__ import annotations
 
