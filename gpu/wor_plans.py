@@ -38,10 +38,12 @@ from univer_theory.alpha_star import ratio_key
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import (LOG_T_NODES, log_time_grid, log_time_upper, rate_times,
                                         sequential_thinning_avail)
+from univer_theory.plans.luce import LUCE_SUPPORT, luce_budget
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
 
 from .condot import condot_weights
 from .layout import inverse_permutation, layout_weights
+from .luce import luce_rows_weights
 
 def _exclusive(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
     """``Σ_{j<i} x_j`` (or ``Σ_{j>i}`` with ``reverse``) along dim 1 (the tokens), sequential sums of the entries."""
@@ -432,7 +434,9 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     """UniVer's automatic choice for k ≥ 2 wor children: for k = 2 rule 3 where feasible (its α within
     ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``),
     replaced on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
-    where its α is larger by more than ``ALPHA_TIE`` — :func:`univer_theory.plans.choose.choose_plan`.
+    where its α is larger by more than ``ALPHA_TIE``, and on larger supports within the Luce budget by rule 7
+    (:func:`gpu.luce.luce_rows_weights`) where its α is larger by more than ``OPTIMALITY_TOL`` —
+    :func:`univer_theory.plans.choose.choose_plan`.
     ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
     shaped as ``children``."""
     if children.shape[-1] == 2:
@@ -448,10 +452,20 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
         take = a_cp.sum(1) > a_pts.sum(1) + ALPHA_TIE
         w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_cp, w_pts)
         a[rows] = torch.where(take[:, None], a_cp, a_pts)
-    rows = (~feasible & ((q > 0).sum(1) <= SMALL_SUPPORT)).nonzero().squeeze(1)
+    support = (q > 0).sum(1)
+    rows = (~feasible & (support <= SMALL_SUPPORT)).nonzero().squeeze(1)
     if rows.numel():                    # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         take = solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE)
         w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_lp, w[rows])
         a[rows] = torch.where(take[:, None], a_lp, a[rows])
+    k = children.shape[-1]
+    budget = torch.tensor([luce_budget(m, k) for m in range(LUCE_SUPPORT + 1)], device=q.device)
+    luce = (support > SMALL_SUPPORT) & (support <= LUCE_SUPPORT) & budget[support.clamp(max=LUCE_SUPPORT)]
+    rows = (~feasible & luce).nonzero().squeeze(1)
+    if rows.numel():                    # rule 7 above them, where it beats the rest by more than OPTIMALITY_TOL
+        w_l, a_l = luce_rows_weights(c[rows], q[rows], children[rows])
+        take = a_l.sum(1) > a[rows].sum(1) + OPTIMALITY_TOL
+        w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_l, w[rows])
+        a[rows] = torch.where(take[:, None], a_l, a[rows])
     return w, a

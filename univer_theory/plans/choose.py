@@ -5,7 +5,10 @@
 * ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible, which it is only when its exact α is within
   ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
   exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``); on a small draft support (≤ :data:`SMALL_SUPPORT`
-  tokens) rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`;
+  tokens) rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; on a larger
+  support within the Luce budget (:func:`~univer_theory.plans.luce.luce_budget`) rule 7 (``luce``) replaces
+  them when it is better by more than ``OPTIMALITY_TOL`` — it is built only when they are below α*(ρ) by more
+  than that, which gives the same choice as building it always (its α never exceeds α*);
 * ``topk``: the fixed top-k list filled in drafting order (``fill``, closed form, α*-optimal, exact in Fraction
   mode); ``greedy``: the closed-form ``greedy_fill`` (α*-optimal);
 * rule 6 (``tv``) as the last resort.
@@ -14,15 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..alpha_star import alpha_star
 from ..processes import tuple_law
 from .base import NodePlan
 from .iid_coupling import iid_coupling_plan
 from .layout import layout_plan
 from .lp_plan import lp_plan, tabulated_plan
+from .luce import luce_budget, luce_plan
 from .node_inputs import check_node_inputs
 from .pts import pts_plan
 from .tv_plan import tv_plan
-from .wor_pair import wor_pair_plan
+from .wor_pair import OPTIMALITY_TOL, wor_pair_plan
 
 #: Every construction by its public name, with the draft processes it handles.
 CONSTRUCTIONS = {
@@ -34,6 +39,7 @@ CONSTRUCTIONS = {
     "wor_pair": (wor_pair_plan, ("wor",)),
     "pts": (pts_plan, ("wor",)),
     "iid_coupling": (iid_coupling_plan, ("wor",)),
+    "luce": (luce_plan, ("wor",)),
 }
 
 #: Draft supports up to this size may use the exact LP (rule 1) under ``wor``.
@@ -119,8 +125,12 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
         if plan is None:
             plan = _best([pts_plan(target_probs, draft_probs, rho, k, process),
                           iid_coupling_plan(target_probs, draft_probs, rho, k, process)])
-            if np.count_nonzero(np.asarray(draft_probs, dtype=np.float64)) <= SMALL_SUPPORT:
+            support = np.count_nonzero(np.asarray(draft_probs, dtype=np.float64))
+            if support <= SMALL_SUPPORT:
                 plan = _best([plan, lp_plan(target_probs, draft_probs, rho, k, process)])
+            elif luce_budget(support, k) and (float(plan.alpha) < float(
+                    alpha_star(target_probs, draft_probs, k, process, rho)) - OPTIMALITY_TOL):
+                plan = _best([plan, luce_plan(target_probs, draft_probs, rho, k, process)], OPTIMALITY_TOL)
     elif process == "topk":
         plan = topk_fill_plan(target_probs, draft_probs, rho, k)
     else:
@@ -151,10 +161,10 @@ def build_plan(construction: str, target_probs, draft_probs, rho, k: int, proces
     return plan
 
 
-def _best(plans):
-    """The plan with the largest α; on ties (within :data:`ALPHA_TIE`) the earlier one."""
+def _best(plans, tie: float = ALPHA_TIE):
+    """The plan with the largest α; on ties (within ``tie``) the earlier one."""
     best = None
     for plan in plans:
-        if plan is not None and (best is None or float(plan.alpha) > float(best.alpha) + ALPHA_TIE):
+        if plan is not None and (best is None or float(plan.alpha) > float(best.alpha) + tie):
             best = plan
     return best

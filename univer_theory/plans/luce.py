@@ -1,0 +1,203 @@
+"""Rule 7: the Luce plan — choose from S in proportion to fitted weights (wor, enumerable supports; theory.md §6.3).
+
+**Why.**  Routing each tuple's unit mass to its own tokens realises exactly the polymatroid of the coverage
+function ``f(A) = Pr(S ∩ A ≠ ∅)``; CondOT(ρ) is its intersection with the box ``a ≤ c = ρp``, whose largest
+``a(V)`` is α*(ρ).  PTS walks one fixed priority with one θ per token, and so only reaches some of those points:
+where a flat-ish tail must share the tuples evenly it misses α* by up to ~5% (docs/deviations.md item 25).
+
+**The plan.**  With a reject option of weight ``e^{−T}`` present in every tuple, pick token y ∈ S w.p.
+
+.. math::  π_y(S) = \\frac{e^{φ_y}}{e^{−T} + \\sum_{z∈S} e^{φ_z}},\\qquad φ ≤ 0,
+
+— a Luce (conditional-logit) choice, the entropic smoothing of the max-flow with temperature ``1/T`` — with
+``φ`` maximising the concave
+
+.. math::  G(φ) = \\sum_y c_y φ_y − \\sum_S Q(S) \\log\\Big(e^{−T} + \\sum_{z∈S} e^{φ_z}\\Big),\\qquad
+           ∇G = c − b,\\quad b_y = \\sum_S Q(S)\\, π_y(S).
+
+At the optimum ``b_y = c_y`` where ``φ_y < 0`` (saturated tokens) and ``b_y ≤ c_y`` where ``φ_y = 0`` (the
+unsaturated class, which takes every tuple it meets); the dual ``μ = −φ/T`` of the max-flow orders the saturated
+classes, strict priority in the limit ``T → ∞`` (PTS is the limit where every class is one token).  Large T
+makes the smoothing's loss exponentially small; any remainder only lowers α: the plan used is thinned,
+``w_y(S) = τ_y π_y(S)`` with ``τ = min(1, c/b)``, so ``a = τ·b ≤ c`` is its exact marginal, computed from the
+same numbers as ``select`` (losslessness does not rest on convergence).
+
+**Solver.**  Projected Newton on the drafted tokens (Jacobi-scaled, a fixed :data:`LUCE_ITERS` steps, each
+taking the best of a fixed ladder of step lengths, 0 included, so G never decreases), over the sets of the
+support (``Q(S)`` summed over the k! orders in the remaining-mass form).  Every function here takes numpy
+arrays (the exact core, a batch of one) or torch tensors (``gpu.wor_plans``, batched): one implementation.
+Practical where ``C(m, k)`` sets of an m-token support fit :data:`LUCE_SETS` and ``m ≤`` :data:`LUCE_SUPPORT`.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from .base import NodePlan
+from .node_inputs import check_node_inputs
+
+#: Largest draft support the Luce plan is built on (its Newton system is m × m per row).
+LUCE_SUPPORT = 16
+#: Largest number of sets ``C(m, k)`` enumerated.
+LUCE_SETS = 2048
+#: ``T``: the reject option's weight is ``e^{−T}``; classes sit ~``μT`` apart (module docstring).  Reached by
+#: doubling from :data:`LUCE_START`, each stage starting from the last one's φ (a continuation: at small T the
+#: Newton steps find the Luce weights inside the classes, larger T only pulls the classes apart).
+LUCE_CAP = 512.0
+LUCE_START = 4.0
+#: Smallest ``φ``: below the reject option, a token is never chosen (weights are compared in log space).
+LUCE_FLOOR = -2 * LUCE_CAP
+#: Newton steps per value of T (fixed, so numpy and torch run the same arithmetic).
+LUCE_ITERS = 12
+#: Newton steps at the final T (where the classes that compete with the reject option settle).
+LUCE_FINAL_ITERS = 48
+#: Step lengths tried each Newton step: 0 (stay), then 1, 1/2, …, 2^-30.
+LUCE_STEPS = (0.0,) + tuple(2.0 ** -i for i in range(31))
+
+
+def _xp(x):
+    """The array module of ``x``: numpy, or torch for a tensor (torch is not imported by the core)."""
+    if isinstance(x, np.ndarray):
+        return np
+    import torch
+    return torch
+
+
+@lru_cache(maxsize=64)
+def support_sets(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k-subsets of ``range(m)`` in lexicographic order ``[n, k]`` and every ordering of k ``[k!, k]``."""
+    sets = np.array(list(itertools.combinations(range(m), k)), dtype=np.int64).reshape(-1, k)
+    orders = np.array(list(itertools.permutations(range(k))), dtype=np.int64)
+    return sets, orders
+
+
+def luce_budget(m: int, k: int) -> bool:
+    """Whether a support of m drafted tokens at k children is within :data:`LUCE_SUPPORT` / :data:`LUCE_SETS`."""
+    return k <= m <= LUCE_SUPPORT and math.comb(m, k) <= LUCE_SETS
+
+
+def set_probs(qs, sets, orders, onehot):
+    """``Q(S)`` of the sets ``sets [n, k]`` (positions in the support, ``onehot [n, k, m]``) under support rows
+    ``qs [R, m]``: the wor probabilities of the k! orders ``orders``, ``Π_i q(y_i)/R_i`` with
+    ``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` summed over the unseen tokens (never ``1 − Σ drawn``, which cancels on a
+    confident row; theory.md §4.1).  ``[R, n]``; a set through a padded position (q = 0) gets 0."""
+    xp = _xp(qs)
+    members = qs[:, sets]                                              # [R, n, k]
+    outside = (qs[:, None, :] * (1 - onehot.sum(1))[None]).sum(-1)     # q(V∖S) [R, n], no subtraction
+    total = 0 * outside
+    for order in orders:
+        seq = members[..., order]
+        rest = xp.flip(xp.cumsum(xp.flip(seq, (-1,)), -1), (-1,)) + outside[..., None]
+        total = total + xp.where(rest > 0, seq / xp.where(rest > 0, rest, 1), 0 * seq).prod(-1)
+    return total
+
+
+def _member_choice(ps, cap: float = LUCE_CAP):
+    """``(log den [...], π [..., k])`` for the members' weights ``ps = φ_S [..., k]``: ``den = e^{−T} + Σ e^{φ}``
+    in log space, shifted by the largest weight (any T and class gap stay finite), ``π_j = e^{φ_j}/den``."""
+    xp = _xp(ps)
+    top = xp.maximum(xp.amax(ps, -1), -cap + 0 * ps[..., 0])
+    es = xp.exp(ps - top[..., None])
+    den = es.sum(-1) + xp.exp(-cap - top)
+    return top + xp.log(den), es / den[..., None]
+
+
+def _choice(phi, sets, onehot, cap: float = LUCE_CAP):
+    """:func:`_member_choice` of every set ``sets [n, k]`` under ``φ [..., m]``, ``π`` spread over the support
+    ``[..., n, m]``."""
+    log_den, pi = _member_choice(phi[..., sets], cap)
+    return log_den, _xp(phi).einsum("...nj,njm->...nm", pi, onehot)
+
+
+def _newton_step(phi, c, probs, sets, onehot, live, floor, eye, steps, cap):
+    """One projected, Jacobi-scaled Newton step on ``G`` at reject weight ``e^{−cap}``: the best of the step
+    lengths ``steps`` (0 included, so G never decreases), each step at most ``cap`` long in every coordinate."""
+    xp = _xp(phi)
+    _, shares = _member_choice(phi[..., sets], cap)                   # [R, n, k]
+    pi = xp.einsum("rnj,njm->rnm", shares, onehot)
+    b = xp.einsum("rn,rnm->rm", probs, pi)
+    grad = xp.where(live, c - b, 0 * c)
+    # −Hessian of G = diag(b) − Σ_S Q(S) π π^T, kept on the free tokens (not pressed against a bound)
+    hess = b[:, :, None] * eye - xp.einsum("rn,rni,rnj->rij", probs, pi, pi)
+    free = live & ~((phi >= 0) & (grad > 0)) & ~((phi <= LUCE_FLOOR) & (grad < 0))
+    hess = xp.where(free[:, :, None] & free[:, None, :], hess, 0 * hess) + eye * ~free[:, :, None]
+    scale = 1 / xp.sqrt(xp.maximum(hess.diagonal(0, -2, -1), 1e-150 + 0 * c))     # ≤ 1e75: no overflow below
+    scaled = hess * scale[:, :, None] * scale[:, None, :] + 1e-12 * eye
+    step = scale * xp.linalg.solve(scaled, (xp.where(free, grad, 0 * grad) * scale)[..., None])[..., 0]
+    # the Newton direction, and the scaled gradient (an ascent direction whatever the clipping at the bounds
+    # does to Newton's), each at most ``cap`` long per coordinate, along the ladder of step lengths
+    moves = xp.stack([step, xp.where(live, grad, 0 * grad) * scale * scale], 1)      # [R, 2, m]
+    longest = xp.amax(xp.abs(moves), -1)[..., None]
+    moves = moves * xp.where(longest > cap, cap / xp.where(longest > cap, longest, 1), 1 + 0 * longest)
+    trial = (phi[:, None, None, :] + steps[:, None] * moves[:, :, None, :]).reshape(phi.shape[0], -1, phi.shape[1])
+    trial = xp.where(live[:, None, :], xp.minimum(xp.maximum(trial, floor[:, None, :]), 0 * trial),
+                     floor[:, None, :])
+    # G(trial) − G(φ), accurately for small moves: den'/den = 1 + Σ_j π_j (e^{Δ_j} − 1) (the reject's share
+    # completes Σ π to 1), by log1p near 1 — G itself is a difference of terms ~T, too coarse to rank them
+    move = (trial - phi[:, None, :])[..., sets]                       # [R, steps, n, k]
+    excess = (shares[:, None] * xp.expm1(move)).sum(-1)
+    ratio = xp.where(excess > -0.5, xp.log1p(xp.maximum(excess, -0.5 + 0 * excess)),
+                     xp.log(xp.maximum(1 + excess, 1e-300 + 0 * excess)))
+    gain = (c[:, None, :] * (trial - phi[:, None, :])).sum(-1) - (probs[:, None, :] * ratio).sum(-1)
+    index = xp.arange(gain.shape[-1]) if xp is np else xp.arange(gain.shape[-1], device=gain.device)
+    pick = index[None, :] == gain.argmax(-1)[:, None]                  # the best move, 0 included
+    return (trial * pick[..., None]).sum(1)
+
+
+def luce_fit(c, qs, k: int):
+    """Fit ``φ`` (module docstring) for support rows ``qs [R, m]`` and caps ``c [R, m]`` (float64, numpy or torch;
+    padded positions have q = 0).  Returns ``(phi [R, m], tau [R, m], a [R, m])``: the weights, the thinning and
+    the plan's exact marginal ``a = τ·b``."""
+    xp = _xp(qs)
+    m = qs.shape[-1]
+    if xp is np:
+        eye, steps = np.eye(m), np.array(LUCE_STEPS)
+        sets, orders = support_sets(m, k)
+    else:
+        eye = xp.eye(m, dtype=qs.dtype, device=qs.device)
+        steps = xp.as_tensor(LUCE_STEPS, dtype=qs.dtype, device=qs.device)
+        sets, orders = (xp.as_tensor(x, device=qs.device) for x in support_sets(m, k))
+    onehot = eye[sets]                                                 # [n, k, m]
+    probs = set_probs(qs, sets, orders, onehot)
+    live = (c > 0) & (qs > 0)
+    floor = LUCE_FLOOR + 0 * c
+    phi = xp.where(live, 0 * c, floor)
+    cap = LUCE_START
+    while True:
+        for _ in range(LUCE_ITERS if cap < LUCE_CAP else LUCE_FINAL_ITERS):
+            phi = _newton_step(phi, c, probs, sets, onehot, live, floor, eye, steps, cap)
+        if cap >= LUCE_CAP:
+            break
+        cap = min(2 * cap, LUCE_CAP)
+    _, pi = _choice(phi, sets, onehot)
+    b = xp.einsum("rn,rnm->rm", probs, pi)
+    tau = xp.where(live & (b > c), c / xp.where(b > 0, b, 1), live * 1.0)
+    return phi, tau, tau * b
+
+
+def luce_weights(phi_children, tau_children):
+    """``w_j(S) = τ_{y_j} e^{φ_{y_j}} / (e^{−T} + Σ_l e^{φ_{y_l}})`` for the realised children's ``φ``, ``τ``
+    ``[..., k]`` (numpy or torch): the plan on one tuple."""
+    return tau_children * _member_choice(phi_children)[1]
+
+
+def luce_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
+    """The Luce plan (module docstring) for ``wor`` children on a support within :func:`luce_budget`; None
+    otherwise.  ``info = {"phi", "tau"}`` over the vocabulary (``φ`` at the floor off the support)."""
+    p, q, rho = check_node_inputs("luce_plan", target_probs, draft_probs, rho, k, process)
+    support = np.flatnonzero(q > 0)
+    if process != "wor" or not luce_budget(support.size, k):
+        return None
+    phi_s, tau_s, a_s = (x[0] for x in luce_fit(rho * p[support][None], q[support][None], k))
+    phi = np.full(p.size, LUCE_FLOOR)
+    tau, a = np.zeros(p.size), np.zeros(p.size)
+    phi[support], tau[support], a[support] = phi_s, tau_s, a_s
+
+    def select(S) -> np.ndarray:
+        S = list(S)
+        return luce_weights(phi[S], tau[S])
+
+    return NodePlan("luce", rho, p, a, select, {"phi": phi, "tau": tau})
