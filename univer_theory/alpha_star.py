@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from .orders import ratio_argsort, ratio_key, top_tokens  # noqa: F401 (ratio_key: re-exported)
+from .orders import ratio_argsort, top_tokens
 from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper
 from .processes import PROCESSES
 from .validation import check_choice, check_simplex
@@ -97,7 +97,7 @@ def ratio_order(target_probs, draft_probs) -> np.ndarray:
 
 
 def _top_mask(q: np.ndarray, m: int) -> np.ndarray:
-    """The m most likely tokens of each row (:func:`~univer_theory.processes.top_tokens`) as a mask."""
+    """The m most likely tokens of each row (:func:`~univer_theory.orders.top_tokens`) as a mask."""
     mask = np.zeros(q.shape, dtype=bool)
     np.put_along_axis(mask, top_tokens(q, m), True, axis=-1)
     return mask
