@@ -6,7 +6,7 @@ nodes at once:
 * ``iid``: k inverse-CDF draws from q (float64 uniforms, :func:`gpu.probs.sample_rows`);
 * ``wor``: Gumbel-top-k, the top k of ``log q + G`` (as ``q/E``, E ~ Exp(1)) in decreasing order — exactly the sequential
   without-replacement law ``Π_j q(x_j)/(1 − Σ_{l<j} q(x_l))``, in order;
-* ``topk``: the k most likely tokens (ties to the lower id, a stable sort);
+* ``topk``: the k most likely tokens (ties to the lower id: :func:`univer_theory.processes.top_tokens`);
 * ``greedy``: top-(k−1) plus one draw from q restricted to the other tokens.
 """
 from __future__ import annotations
@@ -16,15 +16,11 @@ from typing import Callable
 import torch
 
 from univer_theory import PROCESSES, TreeShape
+from univer_theory.orders import top_tokens
 from univer_theory.validation import check_choice
 
 from .probs import check_rows, sample_rows
 from .tree_batch import TreeBatch
-
-
-def _top(q: torch.Tensor, m: int) -> torch.Tensor:
-    """``[R, m]`` most likely tokens per row, ties to the lower token id."""
-    return torch.sort(q, dim=-1, descending=True, stable=True).indices[:, :m]
 
 
 def sample_children(draft_probs: torch.Tensor, k: int, process: str,
@@ -58,7 +54,7 @@ def sample_children(draft_probs: torch.Tensor, k: int, process: str,
         e = torch.empty(R, V, dtype=torch.float64, device=draft_probs.device).exponential_(generator=generator)
         keys = draft_probs.to(torch.float64) / e.clamp(min=torch.finfo(torch.float64).tiny)
         return keys.topk(k, dim=-1, sorted=True).indices
-    top = _top(draft_probs, k if process == "topk" else k - 1)
+    top = top_tokens(draft_probs, k if process == "topk" else k - 1)
     if process == "topk":
         return top
     rest = draft_probs.scatter(1, top, 0)

@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from univer_theory.alpha_star import ratio_key
+from univer_theory.orders import ratio_argsort
 from univer_theory.plans.layout import gauss_legendre
 
 
@@ -46,8 +46,7 @@ def layout_targets(c: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
     position l (−1 off the support); ``bounds[r, l]`` True where a block starts at sorted position l.
     """
     drafted = q > 0
-    key = torch.where(drafted, -ratio_key(c, q), torch.inf)
-    order = torch.sort(key, dim=-1, stable=True).indices
+    order = ratio_argsort(c, q, descending=True)
     on = drafted.gather(1, order)
     qo = q.gather(1, order)
     co = torch.where(on, c.gather(1, order), 0)

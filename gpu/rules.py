@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from univer_theory.verifiers import kseq_acceptance_mass, kseq_rho_star
+
 from .engine import LevelContext, LevelDecision
 
 
@@ -155,50 +157,18 @@ def rrsw_rule(ctx: LevelContext) -> LevelDecision:
     return _recursive_rejection(ctx, without_replacement=True)
 
 
-def kseq_rho_star(target: torch.Tensor, draft: torch.Tensor, k: torch.Tensor, iters: int = 64) -> torch.Tensor:
-    """SpecTr K-SEQ's ``ρ* ∈ [1, k]`` per row (§3.5), float64: root of ``1 − (1 − β(ρ))^k − ρβ(ρ)`` with
-    ``β(ρ) = Σ_x min(q(x), p(x)/ρ)``, ``ρ* = 1`` if ``f(1) ≤ 0``; returns the bracket's upper end (as
-    :func:`univer_theory.kseq_rho_star`, so the accepted masses never exceed ``min(p, ρ* q)``).
-
-    ``β(ρ) = Σ_{p/q ≥ ρ} q + (1/ρ) Σ_{p/q < ρ} p`` is read off prefix sums of the rows sorted by ``p/q``, so
-    each of the ``iters`` fixed bisection steps costs one ``searchsorted`` per row (no host sync).  float64
-    throughout: the root of f moves by ~|δf| / |f'|, and float32 sums would put ``ρ*`` off by ~1e-7·k.
-    """
-    p, q = target.to(torch.float64), draft.to(torch.float64)
-    ratio = torch.where(q > 0, p / torch.where(q > 0, q, 1), torch.inf)
-    ratio, order = ratio.sort(-1)
-    p_s, q_s = p.gather(1, order), q.gather(1, order)
-    zero = torch.zeros_like(p_s[:, :1])
-    p_below = torch.cat([zero, p_s.cumsum(-1)], 1)                          # Σ_{l<m} p, [R, V+1]
-    q_above = torch.cat([q_s.flip(-1).cumsum(-1).flip(-1), zero], 1)         # Σ_{l≥m} q
-    k = k.to(torch.float64)
-
-    def f(rho):
-        m = torch.searchsorted(ratio, rho[:, None], right=False)
-        beta = q_above.gather(1, m).squeeze(1) + p_below.gather(1, m).squeeze(1) / rho
-        return 1.0 - (1.0 - beta) ** k - rho * beta
-
-    lo, hi = torch.ones_like(k), k.clone()
-    for _ in range(iters):  # 64 halvings of a bracket of width ≤ K reach adjacent float64 values
-        mid = 0.5 * (lo + hi)
-        up = f(mid) > 0
-        lo, hi = torch.where(up, mid, lo), torch.where(up, hi, mid)
-    return torch.where(f(torch.ones_like(k)) <= 0, 1.0, hi)
-
-
 def kseq_rule(ctx: LevelContext) -> LevelDecision:
     """SpecTr K-SEQ (§3.5): accept each child w.p. ``min(1, p(y)/(ρ* q(y)))``; all rejected:
-    ``Y ~ norm([p − m]_+)``, ``m = min(ρ* q, p)·(1 − (1−β)^k)/(ρ* β)`` the accepted mass (float64)."""
+    ``Y ~ norm([p − m]_+)``, ``m = min(ρ* q, p)·(1 − (1−β)^k)/(ρ* β)`` the accepted mass (float64; ``ρ*`` and
+    ``m`` by the exact core's :func:`~univer_theory.verifiers.kseq_rho_star` and
+    :func:`~univer_theory.verifiers.kseq_acceptance_mass` on the torch rows)."""
     k = ctx.child_mask.sum(1)
+    p, q = ctx.target.to(torch.float64), ctx.draft.to(torch.float64)
     if ctx.children.shape[1] == 1:   # k = 1 everywhere: f(1) = 0, so ρ* = 1 (token-level SpS), no search
         rho = torch.ones_like(k, dtype=torch.float64)
     else:
-        rho = kseq_rho_star(ctx.target, ctx.draft, k)
-    p, q = ctx.target.to(torch.float64), ctx.draft.to(torch.float64)
-    beta = torch.minimum(q, p / rho[:, None]).sum(-1)
-    scale = torch.where(beta > 0, (1.0 - (1.0 - beta) ** k) / (rho * torch.where(beta > 0, beta, 1)), 0)
-    mass = torch.minimum(rho[:, None] * q, p) * scale[:, None]
-    residual = (p - mass).clamp_(min=0).to(ctx.target.dtype)
+        rho = kseq_rho_star(p, q, k, max_k=ctx.children.shape[1])
+    residual = (p - kseq_acceptance_mass(p, q, k, rho)).clamp_(min=0).to(ctx.target.dtype)
     y, m = ctx.children, ctx.child_mask
     enter = _ratio_min1(p.gather(1, y), rho[:, None] * q.gather(1, y), m).to(ctx.target.dtype)
     return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), residual)

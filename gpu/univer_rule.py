@@ -38,6 +38,7 @@ import itertools
 import torch
 
 from univer_theory.plans import shape_lp
+from univer_theory.plans.choose import fill_weights, greedy_fill_rows, single_child_rows, single_child_weights
 from univer_theory.univer import SLOT_RULE_MAX_K
 
 from .condot import condot_weights
@@ -48,38 +49,26 @@ from .wor_plans import wor_weights
 
 
 def single_child(ctx: LevelContext, c: torch.Tensor):
-    """``k = 1``: ``(w [R], a [R, V])`` with ``Q_1 = q`` (one-hot top draft token for topk)."""
-    y = ctx.children[:, 0]
-    q = ctx.draft
-    if ctx.process == "topk":
-        q = torch.zeros_like(q).scatter(1, q.argmax(-1, keepdim=True), 1)   # argmax: first maximum = lowest id
-    qy = q.gather(1, y[:, None]).squeeze(1)
-    cy = c.gather(1, y[:, None]).squeeze(1)
-    w = torch.where(qy > 0, (cy / torch.where(qy > 0, qy, 1)).clamp(max=1), 0)
-    return w, torch.minimum(c, q)
+    """``k = 1``: ``(w [R], a [R, V])`` with ``Q_1 = q`` (one-hot top draft token for topk), by
+    :func:`univer_theory.plans.choose.single_child_rows` / ``single_child_weights``."""
+    q1, a = single_child_rows(c, ctx.draft, ctx.process)
+    return single_child_weights(c, q1, ctx.children[:, :1])[:, 0], a
 
 
 def _greedy_fill(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor):
     """``(w [R, K], a [R, V])`` of :func:`univer_theory.plans.choose.greedy_fill_plan` for greedy rows with k ≥ 2:
-    the fixed top-(k−1) children first, the drawn child z last (``r = q/q(V∖T)`` off the fixed list T)."""
-    R, K = children.shape
+    the fixed top-(k−1) children first, the drawn child z last (:func:`~univer_theory.plans.choose.greedy_fill_rows`
+    on the rows, then the repair: the exact core tabulates the plan over every z, here ``a`` is scaled)."""
+    K = children.shape[1]
     k = child_mask.sum(1)
     j = torch.arange(K, device=c.device)[None, :]
     fixed_pos = child_mask & (j < (k - 1)[:, None])
     z = children.gather(1, (k - 1)[:, None]).squeeze(1)
     in_t = torch.zeros_like(q, dtype=torch.bool).scatter_(1, torch.where(fixed_pos, children, z[:, None]), fixed_pos)
-    off = (q > 0) & ~in_t
-    r = torch.where(off, q, 0) / torch.where(off, q, 0).sum(1, keepdim=True)
-    m = torch.minimum(r, torch.where(off, c, 0))
-    last = torch.where(r > 0, m / torch.where(r > 0, r, 1), 0)                   # w_k(x) for every candidate x
-    spare = (r - m).sum(1)
-    share = torch.where(in_t, c, 0).sum(1)
-    phi = torch.where(spare > 0, (share / torch.where(spare > 0, spare, 1)).clamp(max=1), 0)
-    split = torch.where(share[:, None] > 0, torch.where(in_t, c, 0) / torch.where(share > 0, share, 1)[:, None], 0)
-    # marginals, then the repair of rule 1 (entries of a token with a > c scaled by c/a)
-    a = r * last + (phi * (r * (1 - last)).sum(1))[:, None] * split
+    _, last, share, a = greedy_fill_rows(c, q, in_t)
+    # the repair of rule 1: entries of a token with a > c scaled by c/a
     shrink = torch.where(a > c, c / torch.where(a > c, a, 1), 1.0)
-    w_fixed = (phi * (1 - last.gather(1, z[:, None]).squeeze(1)))[:, None] * split.gather(1, children)
+    w_fixed = (1 - last.gather(1, z[:, None])) * share.gather(1, children)
     w = torch.where(fixed_pos, w_fixed, torch.where(j == (k - 1)[:, None], last.gather(1, children), 0))
     return w * shrink.gather(1, children), a * shrink
 
@@ -162,12 +151,7 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
         a = torch.where(one[:, None], a1, a)
     many = k >= 2
     if ctx.process == "topk":         # the fixed top-k list, filled in drafting order (plans.choose.topk_fill_plan)
-        used = torch.zeros_like(rho)
-        cy = c.gather(1, ctx.children)
-        for j in range(K):
-            wj = torch.where(many & ctx.child_mask[:, j], torch.minimum(cy[:, j], 1 - used).clamp(min=0), 0)
-            w[:, j] = torch.where(many, wj, w[:, j])
-            used = used + wj
+        w = torch.where(many[:, None], fill_weights(c.gather(1, ctx.children), many[:, None] & ctx.child_mask), w)
         a = torch.where(many[:, None], torch.zeros_like(a).scatter_add(1, ctx.children, torch.where(
             ctx.child_mask, w, 0)), a)
     elif ctx.process == "greedy":     # closed form (plans.choose.greedy_fill_plan)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from univer_theory import PROCESSES, VERIFIERS
+from univer_theory.orders import top_tokens
 from univer_theory.validation import check_choice
 
 from . import engine
@@ -92,15 +93,17 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
     if process in ("topk", "greedy"):
         k = batch.num_children.gather(1, par)
         m = k if process == "topk" else k - 1
-        # rank of y in q (descending, ties to the lower id) must be < m for the first m children
-        ids = torch.arange(V, device=batch.device)
-        q_rows = q_flat[rows.gather(1, par)]                                 # q(·|s(parent)) per node
-        rank = ((q_rows > q_tok[:, :, None]) | ((q_rows == q_tok[:, :, None]) & (ids < tok[:, :, None]))).sum(-1)
-        bad = drafted & (batch.sibling_rank < m) & (rank >= m)
+        # the first m children must be among the top-m tokens of the parent's q (ties to the lower id)
+        M = max(1, int(m.max()))
+        top = top_tokens(q_flat, M)[rows.gather(1, par)]                     # [B, N, M]
+        listed = (top == tok[:, :, None]) & (torch.arange(M, device=batch.device) < m[:, :, None])
+        bad = drafted & (batch.sibling_rank < m) & ~listed.any(-1)
         if bad.any():
             b, v = (int(i) for i in bad.nonzero()[0])
+            order = top_tokens(q_flat[rows[b, batch.parent[b, v]]], V)
+            rank = int((order == batch.token[b, v]).nonzero()[0, 0])
             raise ValueError(f"{where}: tree {b} node {v} (token {int(batch.token[b, v])}, draft rank "
-                             f"{int(rank[b, v])}) is not among the top-{int(m[b, v])} draft tokens required by "
+                             f"{rank}) is not among the top-{int(m[b, v])} draft tokens required by "
                              f"process {process!r}")
 
 

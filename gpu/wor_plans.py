@@ -34,7 +34,7 @@ import math
 
 import torch
 
-from univer_theory.alpha_star import ratio_key
+from univer_theory.orders import ratio_argsort
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import (LOG_T_NODES, log_time_grid, log_time_upper, rate_times,
                                         sequential_thinning_avail)
@@ -90,7 +90,7 @@ def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Ten
     ratio-order prefix minimising ``ρP_j + r_j(1 + Σ_{x∈G_j} q_x/(1 − q_x))`` (first minimum), as
     :func:`univer_theory.alpha_star.alpha_star_and_cut`."""
     drafted = q > 0
-    order = torch.sort(ratio_key(p, q), dim=-1, stable=True).indices
+    order = ratio_argsort(p, q)
     qs, ps = q.gather(1, order), p.gather(1, order)
     zero = torch.zeros_like(qs[:, :1])
     r = torch.cat([qs.flip(-1).cumsum(-1).flip(-1), zero], 1)           # mass outside each prefix
@@ -225,11 +225,9 @@ def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: tor
 def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor):
     """The priority order (``p/q`` descending, ties by token id, undrafted last): ``order [R, V]``, ``rank``,
     ``on`` (drafted, in order) and ``q``, ``c`` in that order."""
-    drafted = q > 0
-    key = torch.where(drafted, -ratio_key(p, q), torch.inf)
-    order = torch.sort(key, dim=-1, stable=True).indices
+    order = ratio_argsort(p, q, descending=True)
     rank = inverse_permutation(order)
-    return order, rank, drafted.gather(1, order), q.gather(1, order), c.gather(1, order)
+    return order, rank, (q > 0).gather(1, order), q.gather(1, order), c.gather(1, order)
 
 
 def _pair_avail(qs: torch.Tensor, on: torch.Tensor):

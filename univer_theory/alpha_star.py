@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from .orders import ratio_argsort, top_tokens
 from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper
 from .processes import PROCESSES
 from .validation import check_choice, check_simplex
@@ -86,38 +87,19 @@ def _out(values: np.ndarray):
 
 
 # ----------------------------------------------------------------------------------------- orders
-#: The ratio keys are ``2^-51·p/q``: scaling by a power of 2 is exact, so the order and the ties are those of
-#: ``p/q``, and the key stays finite for every q > 0 (``p/q`` itself overflows once q is subnormal).
-RATIO_SCALE = 2.0 ** -51
-
-
-def ratio_key(num, den):
-    """``RATIO_SCALE·num/den`` where ``den > 0``, ``+inf`` where ``den = 0`` — numpy arrays or torch tensors
-    (the one key of every ratio order: the cut of α*, the layout's blocks, PTS's priority, their torch twins)."""
-    drafted = den > 0
-    if isinstance(den, np.ndarray):
-        return np.where(drafted, (num * RATIO_SCALE) / np.where(drafted, den, 1.0), np.inf)
-    return ((num * RATIO_SCALE) / den.where(drafted, 1.0)).where(drafted, float("inf"))     # torch tensors
-
-
-def _ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    return np.argsort(ratio_key(p, q), axis=-1, kind="stable")
-
-
 def ratio_order(target_probs, draft_probs) -> np.ndarray:
     """Tokens sorted by ``p(y)/q(y)`` ascending, tokens with ``q = 0`` last, ties by token id ``[..., V]``.
 
     The prefixes of this order contain a minimising cut A* of CondOT(ρ) for iid and wor drafting (§4.1).
     """
     p, q = _check_rows("ratio_order", target_probs, draft_probs)
-    return _ratio_order(p, q)
+    return ratio_argsort(p, q)
 
 
 def _top_mask(q: np.ndarray, m: int) -> np.ndarray:
-    """The m most likely tokens of each row (ties by lower token id, as ``processes.tuple_law``)."""
-    order = np.argsort(-q, axis=-1, kind="stable")
+    """The m most likely tokens of each row (:func:`~univer_theory.orders.top_tokens`) as a mask."""
     mask = np.zeros(q.shape, dtype=bool)
-    np.put_along_axis(mask, order[..., :m], True, axis=-1)
+    np.put_along_axis(mask, top_tokens(q, m), True, axis=-1)
     return mask
 
 
@@ -360,7 +342,7 @@ def alpha_star_and_cut(target_probs, draft_probs, k: int, process: str, rho=1.0)
     """
     p, q, k, rho = check_node_inputs("alpha_star", target_probs, draft_probs, k, process, rho)
     if process in ("iid", "wor"):
-        order = _ratio_order(p, q)
+        order = ratio_argsort(p, q)
         q_sorted = np.take_along_axis(q, order, axis=-1)
         miss = _iid_miss(q_sorted, k) if process == "iid" else _wor_miss(q_sorted, k)
         value, cut = _prefix_cut(p, q, rho, miss, order)

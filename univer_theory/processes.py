@@ -19,6 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from .models import Model
+from .orders import top_tokens
 from .tree import DraftTree, TreeShape
 from .validation import check_choice
 
@@ -30,8 +31,7 @@ EXACT_PROCESSES = PROCESSES + (HUB,)
 
 
 def _top_tokens(q: np.ndarray, m: int) -> list[int]:
-    order = sorted(range(q.size), key=lambda x: (-q[x], x))
-    return order[:m]
+    return [int(x) for x in top_tokens(q, m)]
 
 
 def hub_token(draft_row) -> int:

@@ -21,6 +21,8 @@ import numpy as np
 
 from . import engine
 from .engine import NodeContext, NodeDecision, NodeRule
+from .nx import get_backend
+from .orders import RATIO_SCALE, ratio_argsort, ratio_key, top_tokens
 from .processes import EXACT_PROCESSES, HUB, hub_token
 from .tree import DraftTree
 from .validation import check_choice, check_simplex
@@ -88,42 +90,60 @@ def rrsw_rule(ctx):
     return recursive_rejection_rule(ctx, without_replacement=True)
 
 
-def kseq_rho_star(target_probs, draft_probs, k: int, iters: int = 200) -> float:
-    """SpecTr K-SEQ's ``ρ* ∈ [1, k]``: root of ``f(ρ) = 1 − (1 − β(ρ))^k − ρ·β(ρ)``,
-    ``β(ρ) = Σ_x min(q(x), p(x)/ρ)`` (§3.5); ``ρ* = 1`` when ``f(1) ≤ 0``.
+def kseq_bisection_steps(max_k: int) -> int:
+    """Halvings that take K-SEQ's bracket ``[1, k]`` (k ≤ ``max_k``) to adjacent float64 values: floats in
+    ``[1, k]`` are spaced at least ``2^-52`` apart, so ``52 + ⌈log₂(k − 1)⌉`` halvings of the width ``k − 1``
+    leave ``lo`` and ``hi`` adjacent (or equal): bisection to float64 resolution, a fixed count (no host sync)."""
+    return 52 + max(int(max_k) - 1, 1).bit_length()
 
-    Returns the *upper* end of the bisection bracket, so ``f(ρ*) ≤ 0`` holds exactly in floats and the
-    acceptance masses never exceed ``min(p, ρ*·q)`` (the verifier stays exactly lossless).
+
+def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None):
+    """SpecTr K-SEQ's ``ρ* ∈ [1, k]``: root of ``f(ρ) = 1 − (1 − β(ρ))^k − ρ·β(ρ)``,
+    ``β(ρ) = Σ_x min(q(x), p(x)/ρ)`` (§3.5); ``ρ* = 1`` when ``f(1) ≤ 0``.  Rows ``[..., V]`` (numpy or torch,
+    :mod:`univer_theory.nx`), ``k`` an int or per row; one row gives a float.  ``max_k`` bounds k (default:
+    its maximum — pass it for torch rows, to keep the step count off the device).
+
+    ``β(ρ) = Σ_{p/q ≥ ρ} q + (1/ρ)·Σ_{p/q < ρ} p`` is read off prefix sums of the rows in
+    :func:`~univer_theory.alpha_star.ratio_argsort` order (one search per step); the bisection runs
+    :func:`kseq_bisection_steps` halvings and returns the *upper* end of the bracket, so ``f(ρ*) ≤ 0`` holds in
+    floats and the acceptance masses never exceed ``min(p, ρ*·q)`` (the verifier stays exactly lossless).
     """
-    p = np.asarray(target_probs, dtype=np.float64)
-    q = np.asarray(draft_probs, dtype=np.float64)
+    nx = get_backend(target_probs, draft_probs)
+    p, q = nx.asarray(target_probs, target_probs), nx.asarray(draft_probs, draft_probs)
+    order = ratio_argsort(p, q)
+    key = nx.take(ratio_key(p, q), order)                               # ascending, q = 0 (inf) last
+    ps, qs = nx.take(p, order), nx.take(q, order)
+    zero = nx.zeros_like(ps[..., :1])
+    p_below = nx.concat([zero, nx.cumsum(ps)])                           # Σ_{l<m} p
+    q_above = nx.concat([nx.cumsum(qs, reverse=True), zero])            # Σ_{l≥m} q
+    kf = nx.asarray(k, p) + nx.zeros_like(p[..., 0])
+    if max_k is None:
+        max_k = int(kf.max())
 
     def f(rho):
-        beta = np.minimum(q, p / rho).sum()
-        return 1.0 - (1.0 - beta) ** k - rho * beta
+        m = nx.searchsorted(key, rho * RATIO_SCALE)[..., None]          # tokens with p/q < ρ
+        beta = nx.take(q_above, m)[..., 0] + nx.take(p_below, m)[..., 0] / rho
+        return 1.0 - (1.0 - beta) ** kf - rho * beta
 
-    lo, hi = 1.0, float(k)
-    if f(lo) <= 0:
-        return lo
-    for _ in range(iters):
+    lo, hi = nx.zeros_like(kf) + 1.0, kf
+    for _ in range(kseq_bisection_steps(max_k)):
         mid = 0.5 * (lo + hi)
-        if f(mid) > 0:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-15 * hi:
-            break
-    return hi
+        up = f(mid) > 0
+        lo, hi = nx.where(up, mid, lo), nx.where(up, hi, mid)
+    rho = nx.where(f(nx.zeros_like(kf) + 1.0) <= 0, 1.0, hi)
+    return float(rho) if nx.name == "numpy" and rho.ndim == 0 else rho
 
 
-def kseq_acceptance_mass(target_probs, draft_probs, k: int, rho: float) -> np.ndarray:
-    """Per-token accepted mass of K-SEQ at ``ρ``: ``min(ρq, p)·(1 − (1−β)^k)/(ρβ)``; Σ = α."""
-    p = np.asarray(target_probs, dtype=np.float64)
-    q = np.asarray(draft_probs, dtype=np.float64)
-    beta = np.minimum(q, p / rho).sum()
-    if beta == 0:
-        return np.zeros_like(p)
-    return np.minimum(rho * q, p) * (1.0 - (1.0 - beta) ** k) / (rho * beta)
+def kseq_acceptance_mass(target_probs, draft_probs, k, rho):
+    """Per-token accepted mass of K-SEQ at ``ρ``: ``min(ρq, p)·(1 − (1−β)^k)/(ρβ)`` (0 where β = 0); Σ = α.
+    Rows ``[..., V]`` (numpy or torch), ``k`` and ``ρ`` scalars or per row."""
+    nx = get_backend(target_probs, draft_probs, rho)
+    p, q = nx.asarray(target_probs, target_probs), nx.asarray(draft_probs, draft_probs)
+    r = nx.asarray(rho, p)[..., None]
+    beta = nx.sum(nx.minimum(q, p / r))
+    r = r[..., 0]
+    scale = nx.where(beta > 0, (1.0 - (1.0 - beta) ** k) / (r * nx.where(beta > 0, beta, 1.0)), 0.0)
+    return nx.minimum(r[..., None] * q, p) * scale[..., None]
 
 
 def kseq_rule(ctx: NodeContext) -> NodeDecision:
@@ -201,9 +221,8 @@ def validate_inputs(where: str, tree: DraftTree, target_probs, draft_probs, proc
             raise ValueError(f"{where}: node {u} children {S} are not a pair of distinct tokens containing the hub "
                              f"{hub_token(q[u])} (argmax of its draft row), as process 'hub' requires")
         if process in ("topk", "greedy") and S:
-            order = sorted(range(q.shape[1]), key=lambda x: (-q[u, x], x))
             m = len(S) if process == "topk" else len(S) - 1
-            if sorted(S[:m]) != sorted(order[:m]):
+            if sorted(S[:m]) != sorted(top_tokens(q[u], m).tolist()):
                 raise ValueError(f"{where}: node {u} children {S} are not the top-{m} draft tokens required "
                                  f"by process {process!r}")
     return p, q

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from univer_theory import ConfidentModel
-from univer_theory.alpha_star import _ratio_order, _suffix_mass, _wor_miss_clocks, alpha_star
+from univer_theory.alpha_star import _suffix_mass, _wor_miss_clocks, alpha_star, ratio_argsort
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans.clocks import LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper, rate_times
 
@@ -48,7 +48,7 @@ def rows(V: int):
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 6])
 def test_vectorised_clocks_match_the_sequential_recursion(V, k):
     for name, p, q in rows(V):
-        q_sorted = np.take_along_axis(q, _ratio_order(p, q), axis=-1)
+        q_sorted = np.take_along_axis(q, ratio_argsort(p, q), axis=-1)
         if np.count_nonzero(q_sorted) < k:
             continue
         got = _wor_miss_clocks(q_sorted[None], k)[0]
@@ -58,7 +58,7 @@ def test_vectorised_clocks_match_the_sequential_recursion(V, k):
 
 def test_vectorised_clocks_batch_rows_independently():
     """A batch of rows gives each row's own values (one shared grid, ranges set by the smallest mass)."""
-    batch = [np.take_along_axis(q, _ratio_order(p, q), axis=-1) for _, p, q in rows(40)]
+    batch = [np.take_along_axis(q, ratio_argsort(p, q), axis=-1) for _, p, q in rows(40)]
     together = _wor_miss_clocks(np.stack(batch), 3)
     for i, q_sorted in enumerate(batch):
         np.testing.assert_allclose(together[i], sequential_miss(q_sorted, 3), rtol=0, atol=1e-12)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..alpha_star import alpha_star
+from ..nx import get_backend
+from ..orders import top_tokens
 from ..processes import tuple_law
 from .base import NodePlan
 from .iid_coupling import iid_coupling_plan
@@ -48,39 +50,97 @@ SMALL_SUPPORT = 8
 ALPHA_TIE = 1e-12
 
 
+def single_child_rows(c, q, process: str):
+    """k = 1 on float rows ``c = ρp``, ``q`` ``[..., V]`` (numpy or torch, :mod:`univer_theory.nx`):
+    ``(Q_1, a = min(c, Q_1))``, ``Q_1 = q`` for iid / wor / greedy, the point mass on the top draft token for
+    topk."""
+    nx = get_backend(c, q)
+    if process == "topk":
+        q = nx.put(nx.zeros_like(q), top_tokens(q, 1), 1.0)
+    return q, nx.minimum(c, q)
+
+
+def single_child_weights(c, q1, y):
+    """k = 1: ``w(y) = min(1, c(y)/Q_1(y))`` (0 where ``Q_1(y) = 0``) at the tokens ``y [..., n]``."""
+    nx = get_backend(c, q1, y)
+    qy, cy = nx.take(q1, y), nx.take(c, y)
+    return nx.where(qy > 0, nx.minimum(cy / nx.where(qy > 0, qy, 1.0), 1.0), 0.0)
+
+
+def fill_weights(cy, mask=None):
+    """topk's fill along the fixed list in drafting order, ``cy = ρp(y_j)`` ``[..., K]``:
+    ``w_j = max(0, min(cy_j, 1 − Σ_{l<j} w_l))`` (0 where ``mask`` is False); numpy or torch."""
+    nx = get_backend(cy)
+    used, out = nx.zeros_like(cy[..., 0]), []
+    for j in range(cy.shape[-1]):
+        wj = nx.maximum(nx.minimum(cy[..., j], 1.0 - used), 0.0)
+        out.append(wj if mask is None else nx.where(mask[..., j], wj, 0.0))
+        used = used + out[-1]
+    return nx.stack(out)
+
+
+def greedy_fill_rows(c, q, fixed):
+    """greedy, k ≥ 2, on float rows ``c = ρp``, ``q`` ``[..., V]`` with the fixed list T as a mask ``fixed``
+    (numpy or torch): ``(r, last, share, a)`` of :func:`greedy_fill_plan` — ``r = q/q(V∖T)`` off T,
+    ``last[z] = w_k(S_z) = m_z/r(z)``, ``share = φ·c/c(T)`` on T (child t_i of ``S_z`` gets
+    ``share(t_i)·(1 − last[z])``) and the marginal ``a = r·last + share·Σ_z r(z)(1 − last[z])``, before the
+    repair that makes ``a ≤ ρp`` exact."""
+    nx = get_backend(c, q)
+    off = (q > 0) & ~fixed
+    qo = nx.where(off, q, 0.0)
+    r = qo / nx.sum(qo, keepdims=True)
+    m = nx.minimum(r, nx.where(off, c, 0.0))
+    last = nx.where(r > 0, m / nx.where(r > 0, r, 1.0), 0.0)
+    spare = nx.sum(r - m)
+    ct = nx.where(fixed, c, 0.0)
+    total = nx.sum(ct, keepdims=True)
+    phi = nx.where(spare > 0, nx.minimum(total[..., 0] / nx.where(spare > 0, spare, 1.0), 1.0), 0.0)
+    share = nx.where(total > 0, phi[..., None] * ct / nx.where(total > 0, total, 1.0), 0.0)
+    return r, last, share, r * last + nx.sum(r * (1.0 - last), keepdims=True) * share
+
+
 def single_child_plan(target_probs, draft_probs, rho, process) -> NodePlan:
-    """k = 1: ``w(y) = min(1, ρp(y)/Q_1(y))``, ``a = min(ρp, Q_1)`` (exact for Fraction rows).
+    """k = 1: ``w(y) = min(1, ρp(y)/Q_1(y))``, ``a = min(ρp, Q_1)`` (:func:`single_child_rows`,
+    :func:`single_child_weights`; Fraction rows exactly, by a separate computation that checks them).
 
     ``Q_1 = q`` for iid / wor / greedy; the point mass on the top draft token for topk.
     """
     p, q = np.asarray(target_probs), np.asarray(draft_probs)
-    if process == "topk":
-        ((top,), _), = tuple_law(q, 1, "topk")
-        q = q * 0
-        q[top] = 1
-    c = rho * p
-    a = np.minimum(c, q)
+    if p.dtype == object:           # Fraction rows: the exact computation, the checker of the float path
+        if process == "topk":
+            ((top,), _), = tuple_law(q, 1, "topk")
+            q = q * 0
+            q[top] = 1
+        c = rho * p
+        a = np.minimum(c, q)
 
-    def select(S):
-        (y,) = S
-        return np.array([min(1, c[y] / q[y])], dtype=p.dtype)
+        def select(S):
+            (y,) = S
+            return np.array([min(1, c[y] / q[y])], dtype=p.dtype)
 
-    return NodePlan("single", rho, p, a, select)
+        return NodePlan("single", rho, p, a, select)
+    c = float(rho) * np.asarray(p, dtype=np.float64)
+    q1, a = single_child_rows(c, np.asarray(q, dtype=np.float64), process)
+    return NodePlan("single", rho, p, a, lambda S: single_child_weights(c, q1, np.asarray(S, dtype=np.int64)))
 
 
 def topk_fill_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
     """``topk``: the tuple is the fixed list D of the k most likely draft tokens (``Q_k(D) = 1``); fill it in
-    drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``, so ``a(y_j) = w_j ≤ ρp(y_j)`` and
-    ``α = min(1, ρp(D)) = α*(ρ)``.  Any other tuple has probability 0 and gets ``w = 0``.  Exact for Fraction rows.
+    drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)`` (:func:`fill_weights`), so ``a(y_j) = w_j ≤ ρp(y_j)``
+    and ``α = min(1, ρp(D)) = α*(ρ)``.  Any other tuple has probability 0 and gets ``w = 0``.  Fraction rows
+    exactly, by a separate computation that checks the float path.
     """
     p = np.asarray(target_probs)
     (top, _), = tuple_law(np.asarray(draft_probs), k, "topk")
     c = rho * p
-    w, used = [], 0 * c[0]
-    for y in top:
-        w.append(max(0 * used, min(c[y], 1 - used)))
-        used = used + w[-1]
-    w = np.array(w, dtype=p.dtype)
+    if p.dtype == object:           # Fraction rows: the exact fill, the checker of fill_weights
+        w, used = [], 0 * c[0]
+        for y in top:
+            w.append(max(0 * used, min(c[y], 1 - used)))
+            used = used + w[-1]
+        w = np.array(w, dtype=p.dtype)
+    else:
+        w = fill_weights(c[list(top)])
     a = 0 * c
     a[list(top)] = w
 
@@ -96,22 +156,17 @@ def greedy_fill_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
     ``w_k(z) = m_z/r(z)``, ``m_z = min(r(z), c(z))``; the fixed children share every tuple's remaining capacity
     ``1 − w_k(z)`` in proportion to ``c(t_i)``, scaled by ``φ = min(1, c(T)/L)``, ``L = Σ_z (r(z) − m_z)``.  Then
     ``α = Σ_z m_z + min(c(T), L) = α*(ρ)`` (moving mass from a z to the fixed list is one-for-one, so no plan
-    does better).  Float rows; repaired as rule 1 so that ``a ≤ ρp`` holds exactly.
+    does better).  Float rows (:func:`greedy_fill_rows`); repaired as rule 1 so that ``a ≤ ρp`` holds exactly.
     """
     p = np.asarray(target_probs, dtype=np.float64)
-    law = tuple_law(np.asarray(draft_probs, dtype=np.float64), k, "greedy")
-    tuples = [S for S, _ in law]
-    r = np.array([float(x) for _, x in law])
-    fixed = list(tuples[0][:-1])
-    c = float(rho) * p
-    z = np.array([S[-1] for S in tuples])
-    m = np.minimum(r, c[z])
-    last = np.where(r > 0, m / np.where(r > 0, r, 1), 0.0)
-    spare, share = float(np.sum(r - m)), float(c[fixed].sum())
-    phi = min(1.0, share / spare) if spare > 0 else 0.0
-    split = c[fixed] / share if share > 0 else np.zeros(len(fixed))
-    w = np.concatenate([phi * (1 - last)[:, None] * split[None, :], last[:, None]], axis=1)
-    return tabulated_plan("greedy_fill", w, tuples, r, p, rho)
+    q = np.asarray(draft_probs, dtype=np.float64)
+    fixed = [int(t) for t in top_tokens(q, k - 1)]
+    in_t = np.zeros(q.shape, dtype=bool)
+    in_t[fixed] = True
+    r, last, share, _ = greedy_fill_rows(float(rho) * p, q, in_t)
+    z = np.flatnonzero((q > 0) & ~in_t)
+    w = np.concatenate([(1 - last[z])[:, None] * share[fixed][None, :], last[z][:, None]], axis=1)
+    return tabulated_plan("greedy_fill", w, [tuple(fixed) + (int(x),) for x in z], r[z], p, rho)
 
 
 def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePlan:

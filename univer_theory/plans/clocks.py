@@ -22,6 +22,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..nx import get_backend
+
 #: Gauss–Legendre nodes per panel of width 60 in log T (theory.md §4.1: 400 nodes on log t ∈ [−30, 30]).
 LOG_T_NODES = 400
 LOG_T_RANGE = (-30.0, 30.0)
@@ -70,11 +72,9 @@ def log_time_grid(nodes: int = LOG_T_NODES, upper: float = LOG_T_RANGE[1]):
 def rate_times(rates, s):
     """``q·T = exp(log q + s)`` for rates ``[..., 1]`` against nodes ``s [t]`` (0 where q = 0), never forming T;
     capped at ``e^{LOG_RATE_TIME_CAP}``, where every clock term is exactly 0 or 1.  numpy arrays or torch tensors
-    (the batched clock integral of ``gpu.wor_plans`` uses the same formula)."""
-    if isinstance(rates, np.ndarray):
-        with np.errstate(divide="ignore"):
-            return np.exp(np.minimum(np.log(rates) + s, LOG_RATE_TIME_CAP))
-    return (rates.log() + s).clamp(max=LOG_RATE_TIME_CAP).exp()
+    (:mod:`univer_theory.nx`; the batched clock integral of ``gpu.wor_plans`` uses it)."""
+    nx = get_backend(rates, s)
+    return nx.exp(nx.clip(nx.log(rates) + s, None, LOG_RATE_TIME_CAP))
 
 
 def _pair_step(state: np.ndarray, e: np.ndarray, lin: np.ndarray, de: np.ndarray) -> np.ndarray:

@@ -57,7 +57,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..alpha_star import ratio_key
+from ..orders import ratio_argsort
 from .base import NodePlan
 from .node_inputs import check_node_inputs
 
@@ -109,8 +109,7 @@ def layout_targets(target_probs, draft_probs, rho, k: int) -> LayoutTargets:
     p = np.asarray(target_probs, dtype=np.float64)
     q = np.asarray(draft_probs, dtype=np.float64)
     c = float(rho) * p
-    drafted = np.flatnonzero(q > 0)
-    order = drafted[np.argsort(-ratio_key(c[drafted], q[drafted]), kind="stable")]
+    order = ratio_argsort(c, q, descending=True)[:np.count_nonzero(q > 0)]
     X = np.concatenate([[0.0], np.cumsum(q[order])])
     C = np.concatenate([[0.0], np.cumsum(c[order])])
     with np.errstate(divide="ignore"):                          # X = 1: log1p(−1) = −inf, F = 1 exactly

@@ -27,17 +27,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..alpha_star import ratio_key
+from ..orders import ratio_argsort
 from .base import NodePlan
 from .clocks import LOG_T_NODES, sequential_thinning_avail
 from .node_inputs import check_node_inputs
 
 
 def priority_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> list[int]:
-    """Drafted tokens (q > 0) by ``p/q`` descending, ties by token id."""
-    drafted = np.flatnonzero(draft_probs > 0)
-    ratio = ratio_key(target_probs[drafted], draft_probs[drafted])
-    return [int(x) for x in drafted[np.lexsort((drafted, -ratio))]]
+    """Drafted tokens (q > 0) by ``p/q`` descending, ties by token id (:func:`~univer_theory.orders.ratio_argsort`)."""
+    order = ratio_argsort(target_probs, draft_probs, descending=True)
+    return [int(x) for x in order[:np.count_nonzero(draft_probs > 0)]]
 
 
 def pair_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray):

@@ -1,0 +1,77 @@
+"""numpy and torch run the same node-rule functions (:mod:`univer_theory.nx`): on seeded rows with ties, zeros
+and peaky tails, the numpy call (batched, and row by row as the exact core's batch of one) and the torch call
+on the same rows agree — orders exactly, floats to 1e-12.  The functions' correctness against their oracles is
+tests/theory/test_one_implementation.py (and the LP / enumeration tests)."""
+import numpy as np
+import pytest
+import torch
+
+from tests.theory.test_one_implementation import rows
+from univer_theory.orders import ratio_argsort, top_tokens
+from univer_theory.plans.choose import fill_weights, greedy_fill_rows, single_child_rows, single_child_weights
+from univer_theory.plans.clocks import log_time_grid, rate_times
+from univer_theory.verifiers import kseq_acceptance_mass, kseq_rho_star
+
+TOL = 1e-12
+
+
+def batch(seed):
+    p, q = (np.stack(x) for x in zip(*rows(seed)))
+    return p, q, torch.from_numpy(p), torch.from_numpy(q)
+
+
+def close(a, b):
+    np.testing.assert_allclose(b.numpy() if torch.is_tensor(b) else b, a, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_orders_agree(seed):
+    p, q, tp, tq = batch(seed)
+    for descending in (False, True):
+        want = ratio_argsort(p, q, descending)
+        assert np.array_equal(ratio_argsort(tp, tq, descending).numpy(), want)
+        assert np.array_equal(np.stack([ratio_argsort(a, b, descending) for a, b in zip(p, q)]), want)
+    for m in (1, 3):
+        assert np.array_equal(top_tokens(tq, m).numpy(), top_tokens(q, m))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kseq_agrees(seed):
+    p, q, tp, tq = batch(seed)
+    k = np.arange(p.shape[0]) % 4 + 1
+    rho = kseq_rho_star(p, q, k)
+    close(rho, kseq_rho_star(tp, tq, torch.from_numpy(k), max_k=4))
+    close(rho, [kseq_rho_star(a, b, int(n)) for a, b, n in zip(p, q, k)])
+    mass = kseq_acceptance_mass(p, q, k, rho)
+    close(mass, kseq_acceptance_mass(tp, tq, torch.from_numpy(k), torch.from_numpy(rho)))
+    close(mass, [kseq_acceptance_mass(a, b, int(n), r) for a, b, n, r in zip(p, q, k, rho)])
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("process", ["iid", "topk"])
+def test_single_child_and_fills_agree(seed, process):
+    p, q, tp, tq = batch(seed)
+    rho = np.linspace(0.1, 1.0, p.shape[0])
+    c, tc = rho[:, None] * p, torch.from_numpy(rho)[:, None] * tp
+    q1, a = single_child_rows(c, q, process)
+    tq1, ta = single_child_rows(tc, tq, process)
+    close(q1, tq1)
+    close(a, ta)
+    y = ratio_argsort(c, q)[:, :2]
+    close(single_child_weights(c, q1, y), single_child_weights(tc, tq1, torch.from_numpy(y)))
+    top = top_tokens(q, 3)
+    mask = np.arange(3)[None, :] < np.arange(p.shape[0])[:, None] % 3 + 1
+    cy = np.take_along_axis(c, top, -1)
+    close(fill_weights(cy, mask), fill_weights(torch.from_numpy(cy), torch.from_numpy(mask)))
+    fixed = np.zeros(q.shape, dtype=bool)
+    np.put_along_axis(fixed, top_tokens(q, 2), True, -1)
+    for x, t in zip(greedy_fill_rows(c, q, fixed), greedy_fill_rows(tc, tq, torch.from_numpy(fixed))):
+        close(x, t)
+
+
+def test_rate_times_agree():
+    _, q, _, tq = batch(0)
+    s, _ = log_time_grid()
+    got = rate_times(tq[..., None], torch.tensor(s))
+    want = rate_times(q[..., None], s)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-15, atol=0)

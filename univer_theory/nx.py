@@ -1,0 +1,177 @@
+"""The array namespace of the float node rules: one formula, run on numpy or on torch.
+
+The model is POT's backend (``ot.backend``, ``nx = get_backend(a, b)``): a rule is written once against a
+small backend object and serves both callers —
+
+* the exact core's float path, with numpy rows (one node: no batch axis, a batch of one);
+* :mod:`gpu`, with torch tensors ``[R, V]`` (the R nodes of a level, batched, on any device).
+
+Contract: float64 rows ``[..., V]``, batch axes leading, the token axis last; integer index arrays in the
+backend's own type (numpy ``int64`` / torch ``long``).  Every op works along the last axis.  Fraction (object)
+rows never come here: the exact core's Fraction computations are kept apart, as the independent checkers.
+Only the ops the ported rules need are here, each spelled as numpy / torch spell it; torch is imported only
+when a tensor is passed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class NumpyBackend:
+    """numpy: the exact core's float path (a batch of one)."""
+
+    name = "numpy"
+    inf = np.inf
+
+    @staticmethod
+    def asarray(x, like):
+        """``x`` (a scalar or an array) as a float64 array beside ``like``."""
+        return np.asarray(x, dtype=np.float64)
+
+    @staticmethod
+    def index(x, like):
+        """``x`` (an int or ints) as an int64 array beside ``like``."""
+        return np.asarray(x, dtype=np.int64)
+
+    @staticmethod
+    def argsort(x):
+        """Stable ascending argsort along the last axis (ties keep index order)."""
+        return np.argsort(x, axis=-1, kind="stable")
+
+    @staticmethod
+    def take(x, idx):
+        """``x[..., idx[..., j]]`` along the last axis (``take_along_axis``; batch axes broadcast)."""
+        return np.take_along_axis(x, idx, axis=-1)
+
+    @staticmethod
+    def put(x, idx, values):
+        """A copy of ``x`` with ``values`` written at ``idx`` along the last axis."""
+        out = np.array(x, copy=True)
+        np.put_along_axis(out, idx, values, axis=-1)
+        return out
+
+    @staticmethod
+    def cumsum(x, reverse=False):
+        """Prefix sums along the last axis; suffix sums (``Σ_{j ≥ i}``, summed from the end) with ``reverse``."""
+        return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1] if reverse else np.cumsum(x, axis=-1)
+
+    @staticmethod
+    def sum(x, keepdims=False):
+        return np.sum(x, axis=-1, keepdims=keepdims)
+
+    @staticmethod
+    def concat(xs):
+        return np.concatenate(xs, axis=-1)
+
+    @staticmethod
+    def stack(xs):
+        return np.stack(xs, axis=-1)
+
+    @staticmethod
+    def searchsorted(rows, values):
+        """Per row, the number of entries of the ascending ``rows [..., V]`` that are ``< values [...]``."""
+        flat, v = rows.reshape(-1, rows.shape[-1]), np.broadcast_to(values, rows.shape[:-1]).reshape(-1)
+        return np.array([np.searchsorted(r, x, side="left") for r, x in zip(flat, v)],
+                        dtype=np.int64).reshape(rows.shape[:-1])
+
+    where = staticmethod(np.where)
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
+    zeros_like = staticmethod(np.zeros_like)
+    exp = staticmethod(np.exp)
+
+    @staticmethod
+    def clip(x, lo=None, hi=None):
+        return np.clip(x, lo, hi)
+
+    @staticmethod
+    def log(x):
+        """``log x`` (``−inf`` at 0, silently)."""
+        with np.errstate(divide="ignore"):
+            return np.log(x)
+
+
+class TorchBackend:
+    """torch: the batched level rules of :mod:`gpu`, on the tensors' device."""
+
+    name = "torch"
+    inf = float("inf")
+
+    def __init__(self):
+        import torch
+        self.torch = torch
+
+    def asarray(self, x, like):
+        return self.torch.as_tensor(x, dtype=self.torch.float64, device=like.device)
+
+    def index(self, x, like):
+        return self.torch.as_tensor(x, dtype=self.torch.long, device=like.device)
+
+    def argsort(self, x):
+        return self.torch.sort(x, dim=-1, stable=True).indices
+
+    @staticmethod
+    def take(x, idx):
+        return x.gather(-1, idx)
+
+    def put(self, x, idx, values):
+        return x.scatter(-1, idx, values if self.torch.is_tensor(values) else self.torch.full_like(
+            idx, values, dtype=x.dtype))
+
+    @staticmethod
+    def cumsum(x, reverse=False):
+        return x.flip(-1).cumsum(-1).flip(-1) if reverse else x.cumsum(-1)
+
+    @staticmethod
+    def sum(x, keepdims=False):
+        return x.sum(-1, keepdim=keepdims)
+
+    def concat(self, xs):
+        return self.torch.cat(xs, -1)
+
+    def stack(self, xs):
+        return self.torch.stack(xs, -1)
+
+    def searchsorted(self, rows, values):
+        lead = rows.shape[:-1]
+        flat = rows.reshape(-1, rows.shape[-1])
+        v = values.expand(lead).reshape(-1, 1)
+        return self.torch.searchsorted(flat, v, right=False).reshape(lead)
+
+    def where(self, cond, x, y):
+        return self.torch.where(cond, x, y)
+
+    def minimum(self, x, y):
+        return self.torch.minimum(x, y) if self.torch.is_tensor(y) else x.clamp(max=y)
+
+    def maximum(self, x, y):
+        return self.torch.maximum(x, y) if self.torch.is_tensor(y) else x.clamp(min=y)
+
+    def zeros_like(self, x):
+        return self.torch.zeros_like(x)
+
+    @staticmethod
+    def clip(x, lo=None, hi=None):
+        return x.clamp(lo, hi)
+
+    @staticmethod
+    def log(x):
+        return x.log()
+
+    @staticmethod
+    def exp(x):
+        return x.exp()
+
+
+NUMPY = NumpyBackend()
+_TORCH: list = []
+
+
+def get_backend(*arrays):
+    """The backend of the arrays: torch if any is a torch tensor, numpy otherwise (scalars and numpy arrays)."""
+    for a in arrays:
+        if type(a).__module__.startswith("torch"):
+            if not _TORCH:
+                _TORCH.append(TorchBackend())
+            return _TORCH[0]
+    return NUMPY
