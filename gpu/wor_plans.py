@@ -404,8 +404,9 @@ def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
     n = len(strings)
     pr = qy[:, :, pos].prod(-1) / torch.stack([reveal[max(s) + 1] for s in strings], -1)
     w_iid, a = _symmetric_layout(c, q, tuples[:, :, pos].reshape(R, T * n, k))
-    onehot = torch.nn.functional.one_hot(pos, k).to(q.dtype)            # [n, i, j]: draw i is position j
-    w = torch.einsum("rtn,rtni,nij->rtj", pr, w_iid.view(R, T, n, k), onehot).clamp(0, 1)
+    # w_j = Σ_n pr_n Σ_{i: draw i is position j} w_iid[n, i]  (a scatter: no [n, k, k] one-hot, n = Bell(k))
+    w = torch.zeros_like(qy).scatter_add_(2, pos.view(1, 1, -1).expand(R, T, -1),
+                                          (pr[..., None] * w_iid.view(R, T, n, k)).view(R, T, -1)).clamp(0, 1)
     return (w / w.sum(-1, keepdim=True).clamp(min=1.0)).view(children.shape), a
 
 
