@@ -30,14 +30,17 @@ thread hand-off (with a busy second core, every multi-threaded op can wait milli
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
 import numpy as np
 import torch
 
-from gpu import TreeBatch, verify
-from gpu import wor_plans
+from gpu import TreeBatch, engine
+from gpu.univer_rule import univer_rule
+from gpu.verify import METHODS as BATCHED
+from gpu.wor_plans import WALKS
 from gpu.drafting import sample_children
 from gpu.verify import validate_inputs
 from univer_theory import VERIFIERS, DraftTree, TreeShape
@@ -119,12 +122,11 @@ def main(argv=None):
     ap.add_argument("--methods", default="tv,rrsw",
                     help="comma-separated methods (tv, rrsw, univer); on random shapes univer's k ≥ 3 wor nodes "
                          "take seconds per batch at this V on the CPU, so it is opt-in")
-    ap.add_argument("--clock-walk", default="auto", choices=["auto", "fixed_point", "sequential"],
-                    help="how PTS's θ is found for k ≥ 3 wor children (gpu.wor_plans.CLOCK_WALK)")
+    ap.add_argument("--clock-walk", default="auto", choices=list(WALKS),
+                    help="how PTS's θ is found for k ≥ 3 wor children (gpu.univer_rule.univer_rule's walk)")
     args = ap.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    wor_plans.CLOCK_WALK = args.clock_walk
     gen = torch.Generator(device=args.device).manual_seed(0)
     shape = TreeShape.parse(args.shape) if args.shape else None
     Bs, Ns = (1, 8, 64), ((shape.num_nodes,) if shape else (8, 32, 64) if args.full else (8, 32))
@@ -140,7 +142,9 @@ def main(argv=None):
             rows = [(f64_rows(p[i, :t.num_nodes]), f64_rows(q[i, :t.num_nodes])) for i, t in enumerate(trees)]
             for method in args.methods.split(","):
                 g = torch.Generator(device=args.device).manual_seed(1)
-                t_b = time_batched(lambda b: verify(b, p, q, args.process, method, g, validate=False), batch, args.device,
+                level_rule = (functools.partial(univer_rule, walk=args.clock_walk) if method == "univer"
+                              else BATCHED[method])      # gpu.verify(validate=False) with the walk chosen
+                t_b = time_batched(lambda b: engine.sample(b, p, q, args.process, level_rule, g), batch, args.device,
                                    args.repeat)
                 rng, rule = np.random.default_rng(1), VERIFIERS[method].rule
                 t_l = time_loop(lambda t, pn, qn: tree_sample(t, pn, qn, args.process, rule, rng), trees, rows,

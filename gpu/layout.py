@@ -137,9 +137,7 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
     in_first = (blk == first[..., None]).reshape(R * T, K)
     g_of = torch.where(in_first, lay.pop("slot")[at[:, None], flat], 0)         # group of each child in its block
     val = [x.gather(1, tuples.reshape(R, -1)).view(R * T, K) for x in (c, q, b)]
-    if T > 1:
-        lay = {n: x[at] for n, x in lay.items()}
-    w = _tuple_weights(*val, child_mask[tr], k[tr], in_first, g_of, lay)
+    w = _tuple_weights(*val, child_mask[tr], in_first, g_of, lay, at)
     return w.view(children.shape), a
 
 
@@ -197,10 +195,33 @@ def _block_layout(q, k, b, order, block, X, bounds, first) -> dict:
             "left": torch.where(inner, ell / (fwd[:, :-1] + ell), 0.0)}
 
 
-def _tuple_weights(cy, qy, by, child_mask, k, in_first, g_of, lay) -> torch.Tensor:
+#: Elements (tuples × children × groups) of one chunk of :func:`_tuple_weights`' arrays: the integral over a
+#: block's groups is formed for this many at a time, so its memory stays a few such arrays whatever the batch.
+TUPLE_CHUNK = 2 ** 18
+
+
+def _tuple_weights(cy, qy, by, child_mask, in_first, g_of, lay, at) -> torch.Tensor:
     """``w [R, K]`` of :func:`layout_weights` for tuples with values ``c, q, b`` at their children ``[R, K]``,
-    on their earliest block's layout (``lay``, :func:`_block_layout` per tuple; ``in_first`` marks the children
-    in that block and ``g_of`` their groups)."""
+    on their earliest block's layout (``lay[n][at]``: :func:`_block_layout` of each tuple's block, read a chunk
+    at a time; ``in_first`` marks the children in that block and ``g_of`` their groups).  The
+    ``[R, K, groups]`` integrands are formed
+    :data:`TUPLE_CHUNK` elements at a time (at least one tuple), one Gauss–Legendre node at a time."""
+    R, K = g_of.shape
+    gmax = lay["g_valid"].shape[1]
+    nodes, weights = gauss_legendre(math.ceil(K / 2) + 1)       # exact for every k ≤ K (no read of k)
+    step = max(1, TUPLE_CHUNK // (K * gmax))
+    share = torch.cat([_tuple_shares(g_of[i:i + step], qy[i:i + step], child_mask[i:i + step],
+                                     in_first[i:i + step], {n: x[at[i:i + step]] for n, x in lay.items()},
+                                     nodes, weights)
+                       for i in range(0, R, step)]) if R else torch.zeros_like(qy)
+    accept = torch.where(by > 0, torch.minimum(torch.ones_like(by), cy / torch.where(by > 0, by, 1)), 0)
+    w = torch.where(child_mask & in_first, accept * share.clamp(min=0), 0.0)
+    return w / w.sum(1, keepdim=True).clamp(min=1.0)
+
+
+def _tuple_shares(g_of, qy, child_mask, in_first, lay, nodes, weights) -> torch.Tensor:
+    """``Pr(copy j has the smallest private position | S) / t(y_j)`` ``[R, K]`` for a chunk of
+    :func:`_tuple_weights`' tuples: ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals."""
     R, K = g_of.shape
     G, g_valid, edges, fwd, bwd_next = lay["G"], lay["g_valid"], lay["edges"], lay["fwd"], lay["bwd_next"]
     right, left = lay["right"], lay["left"]
@@ -219,22 +240,18 @@ def _tuple_weights(cy, qy, by, child_mask, k, in_first, g_of, lay) -> torch.Tens
     up = torch.cat([torch.ones_like(up[:, :, :1]), up[:, :, :-1]], -1)          # x_h/x_g for h > g
     down = torch.where(h < gk, l_full, 1.0).flip(-1).cumprod(-1).flip(-1)       # Π_{h≤i<g} left_i
     x = x_g[:, :, None] * torch.where(h > gk, up, torch.where(h < gk, down, 1.0))
+    del up, down
     x = torch.where(g_valid[:, None, :] & in_first[:, :, None], x, 0.0)
     f = (qy[:, :, None] * x) / qy[:, :, None]                                    # θ_y/q_y, as the exact core
-    # Pr(copy j is the smallest): ∫ f_j Π_{l≠j}(1 − F_l) over the block's group intervals, Gauss–Legendre exact
+    del x
+    # Gauss–Legendre on every group interval, exact for the piecewise polynomial, one node at a time
     width = (edges[:, 1:] - edges[:, :-1])[:, None, :]                           # [R, 1, G]
     cdf = torch.cat([torch.zeros_like(f[:, :, :1]), (f * width).cumsum(-1)], -1)  # F_l at group starts
-    nodes, weights = (torch.as_tensor(v, dtype=qy.dtype, device=qy.device)
-                      for v in gauss_legendre(math.ceil(int(k.max()) / 2) + 1))
-    frac = (1 + nodes) / 2                                                       # [n_gl] position in the interval
-    F = cdf[:, :, :-1, None] + (cdf[:, :, 1:, None] - cdf[:, :, :-1, None]) * frac   # [R, K, G, n_gl]
-    surv = torch.where(child_mask[:, :, None, None], 1.0 - F, 1.0)
-    share = []
-    for jj in range(K):
-        others = torch.cat([surv[:, :jj], surv[:, jj + 1:]], 1).prod(1) if K > 1 else torch.ones_like(surv[:, 0])
-        integrand = f[:, jj, :, None] * others                                  # [R, G, n_gl]
-        share.append(((integrand * weights).sum(-1) * width[:, 0] / 2).sum(-1))
-    share = torch.stack(share, 1)
-    accept = torch.where(by > 0, torch.minimum(torch.ones_like(by), cy / torch.where(by > 0, by, 1)), 0)
-    w = torch.where(child_mask & in_first, accept * share.clamp(min=0), 0.0)
-    return w / w.sum(1, keepdim=True).clamp(min=1.0)
+    lo, rise = cdf[:, :, :-1], cdf[:, :, 1:] - cdf[:, :, :-1]
+    acc = torch.zeros_like(f)
+    for node, weight in zip(nodes.tolist(), weights.tolist()):
+        surv = torch.where(child_mask[:, :, None], 1.0 - (lo + rise * ((1 + node) / 2)), 1.0)   # [R, K, G]
+        for jj in range(K):
+            others = torch.cat([surv[:, :jj], surv[:, jj + 1:]], 1).prod(1) if K > 1 else torch.ones_like(surv[:, 0])
+            acc[:, jj] += f[:, jj] * others * weight
+    return (acc * width / 2).sum(-1)

@@ -8,8 +8,8 @@ Layout (``B`` trees, ``N`` slots per tree, the largest tree's node count)::
 
 Exactly as in :class:`univer_theory.DraftTree`: parents precede children, siblings keep their drafting order
 (= slot order), i.i.d. duplicates are separate children.  Derived tensors (``depth``, ``children``, the
-per-depth lists of internal nodes) are computed once per batch and cached; computing them is the only place
-the batch synchronises with the host.
+per-depth lists of internal nodes) are computed once per batch and cached; computing them is the batch's one
+host synchronisation (a level rule may add its own for data-dependent shapes: :mod:`gpu.engine`).
 """
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   integrated by Gauss–Legendre;
 * ``wor``, any k ≥ 2: the automatic choice of :mod:`gpu.wor_plans` — for k = 2 rule 3 (``wor_pair``) where
   feasible; else the larger α of PTS and the iid coupling (PTS's θ for k ≥ 3: a fixed point of batched clock
-  integrals on an accelerator, the exact core's sequential walk per distinct row on the CPU, where it is
-  cheaper — ``gpu.wor_plans.CLOCK_WALK``), and on draft supports of at most ``SMALL_SUPPORT`` tokens rule 1
+  integrals on an accelerator, the priority walk on the CPU, where it is cheaper, every row at once — the
+  ``walk`` argument), and on draft supports of at most ``SMALL_SUPPORT`` tokens rule 1
   where it is better: the CondOT(ρ) LP's one tie-broken optimum, every node's LP at once (:mod:`gpu.condot`);
 * children with different subtrees (``iid`` / ``wor``) on supports small enough for its LP: the shape rule
   (:mod:`univer_theory.plans.shape_lp`) — rule 1's LP with the position weights ``ω_j = 1 + |subtree at j|`` as
@@ -81,8 +81,8 @@ def _shape_rule_rows(ctx: LevelContext, k: torch.Tensor, support: torch.Tensor) 
     return torch.tensor(verdict, dtype=torch.bool, device=k.device)[inverse]
 
 
-def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> None:
-    """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a``."""
+def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
+    """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a`` (``walk``: PTS's, :func:`univer_rule`)."""
     k = ctx.child_mask.sum(1)
     c = rho[:, None] * p
     shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(ctx.children)
@@ -96,7 +96,7 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a) -> None:
         """The plans of ``rows`` (all with n children) on ``children [r, n]`` or ``[r, T, n]``: ``(w, a)``."""
         if ctx.process == "iid":
             return layout_weights(c[rows], q[rows], children, ctx.child_mask[rows, :n])
-        return wor_weights(c[rows], q[rows], rho[rows], p[rows], children)
+        return wor_weights(c[rows], q[rows], rho[rows], p[rows], children, walk)
 
     for n in k[base].unique().tolist():
         rows = (shaped & (k == n)).nonzero().squeeze(1)
@@ -135,8 +135,10 @@ def sequential_shares(w: torch.Tensor) -> torch.Tensor:
     return torch.stack(out, 1)
 
 
-def univer_rule(ctx: LevelContext) -> LevelDecision:
-    """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children."""
+def univer_rule(ctx: LevelContext, walk: str = "auto") -> LevelDecision:
+    """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children.  ``walk``: how PTS finds
+    θ for k ≥ 3 wor children (:data:`gpu.wor_plans.WALKS`; bind it with ``functools.partial`` to pass the rule
+    to :mod:`gpu.engine`)."""
     dtype = ctx.target.dtype
     p, q, rho = planning_rows(ctx)
     c = rho[:, None] * p
@@ -159,7 +161,7 @@ def univer_rule(ctx: LevelContext) -> LevelDecision:
         if rows.numel():
             w[rows], a[rows] = _greedy_fill(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
     else:
-        _iid_wor(ctx, p, q, rho, w, a)
+        _iid_wor(ctx, p, q, rho, w, a, walk)
     alpha = a.sum(-1)
     scale = sequential_shares(w)
     stop = torch.where(alpha < 1, (rho - alpha) / torch.where(alpha < 1, 1 - alpha, 1), 1).clamp(0, 1)   # plans/base.py

@@ -16,8 +16,8 @@ float64.  Each returns the plan on the realised children, ``w [R, K]``, and its 
   k = 2: ``Φ`` by cumulative sums (closed form); k ≥ 3: the exponential-clock integral on the exact core's
   quadrature grid, the polynomial products over the tokens before / after y as elementary symmetric sums —
   nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29 passes at V = 49 152).  Each pass
-  costs more than one sequential walk on the CPU, so there the walk itself (once per distinct row, through the
-  exact core) is used for k ≥ 3 (:data:`CLOCK_WALK`);
+  costs more than one sequential walk on the CPU, so there the walk itself is used for k ≥ 3 (:func:`_walk`:
+  the exact core's steps, every row at once; the ``walk`` argument, :data:`WALKS`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities;
@@ -25,19 +25,21 @@ float64.  Each returns the plan on the realised children, ``w [R, K]``, and its 
   and the coupling, and on small supports rule 1 when better, :mod:`gpu.condot`), as
   :func:`univer_theory.plans.choose.choose_plan`.
 
-No loop over rows or over the vocabulary: loops run over bisection / fixed-point steps (until every row has
-converged), quadrature chunks, the children and the virtual sequences — except the k ≥ 3 walk on the CPU.
+No loop over rows: loops run over bisection / fixed-point steps (until every row has converged), quadrature
+chunks, the children, the virtual sequences and, in the k ≥ 3 walk, the priority positions (row chunks of
+bounded memory).  Host reads: the convergence tests of those loops, the clock grid's length (:func:`_clock_grid`)
+and the sizes of the row subsets each plan runs on (``nonzero``) — data-dependent shapes and loop counts.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from univer_theory.orders import ratio_argsort
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
-from univer_theory.plans.clocks import (LOG_T_NODES, log_time_grid, log_time_upper, rate_times,
-                                        sequential_thinning_avail)
+from univer_theory.plans.clocks import LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times
 from univer_theory.plans.luce import LUCE_SUPPORT, luce_budget
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
 
@@ -261,26 +263,39 @@ CLOCK_CHUNK = {"cpu": 2**20, "accelerator": 2**25}
 CLOCK_CACHE = {"cpu": 2**26, "accelerator": 2**30}
 
 
-def _clock_avail(qs: torch.Tensor, k: int):
-    """k ≥ 3: ``g ↦ avail`` by the exponential-clock integral of
-    :func:`univer_theory.plans.clocks.sequential_thinning_avail` on the same Gauss–Legendre grid, all tokens at
-    once.  With ``e_z = e^{−q_z T}``, ``f_z = e_z + g_z(1 − e_z)u`` the products over the tokens before y
+def _clock_grid(qs: torch.Tensor, k: int):
+    """Every row's Gauss–Legendre grid of the exact core (``plans.clocks``: panels of width 60 from
+    ``s = −30``, as many as :func:`~univer_theory.plans.clocks.grid_panels` asks for the row's k-th largest
+    rate): ``(s [t], weights [R, t])`` — the panels are the same for every row, a row's weights are 0 beyond its
+    own.  The grid's length ``t`` (400 × the most panels of any row) is a data-dependent shape: its one host
+    read per call (a fixed 13-panel grid would cost 13× on every row)."""
+    slowest = qs.topk(k, dim=1).values[:, -1]
+    panels = torch.as_tensor(grid_panels(torch.where(slowest > 0, slowest, 1.0)), dtype=qs.dtype,
+                             device=qs.device).expand(qs.shape[0])
+    most = int(panels.max())
+    s, weights = (torch.tensor(x, dtype=qs.dtype, device=qs.device)
+                  for x in log_time_grid(LOG_T_NODES, LOG_T_RANGE[0] + (LOG_T_RANGE[1] - LOG_T_RANGE[0]) * most))
+    panel = torch.arange(s.numel(), device=qs.device) // LOG_T_NODES
+    return s, torch.where(panel[None, :] < panels[:, None], weights, 0.0)
+
+
+def _clock_avail(qs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):
+    """k ≥ 2: ``g ↦ avail`` by the exponential-clock integral of
+    :func:`univer_theory.plans.clocks.sequential_thinning_avail` on the rows' grids (:func:`_clock_grid`), all
+    tokens at once.  With ``e_z = e^{−q_z T}``, ``f_z = e_z + g_z(1 − e_z)u`` the products over the tokens before y
     (with their ``g``) and after it (``g = 1``) are written ``Π_z ẽ_z · Σ_n e_n(r) u^n`` with
     ``ẽ_z = max(e_z, δ)``, ``r_z = g_z(1 − e_z)/ẽ_z`` and ``D = Π ẽ · Σ_n (Σ_j h_j e_n(r without j)) u^n``,
     ``h_z = g_z q_z e_z/ẽ_z`` (:func:`_symmetric_sums`); ``Π ẽ`` is taken as ``exp`` of a sum of logs.
     ``δ = e^{−λ}`` with ``(k − 1)(λ + log m) ≤ 690`` keeps every ``e_n(r)`` finite in float64; it changes each
     polynomial coefficient by at most ``m·δ`` (``λ ≥ 60`` is required: k ≤ :data:`PTS_MAX_K`)."""
     R, m = qs.shape
-    slowest = float(qs.topk(k, dim=1).values[:, -1].min())              # the grid's range (clocks docstring)
-    s, weights = (torch.tensor(x, dtype=qs.dtype, device=qs.device)
-                  for x in log_time_grid(LOG_T_NODES, log_time_upper(slowest)))
     lam = 690.0 / (k - 1) - math.log(m)
     if lam < 60:
         raise ValueError(f"_clock_avail: k = {k} children over {m} tokens is beyond the float64 range of the "
                          f"scaled clock products (k ≤ {PTS_MAX_K} at V ≤ 2^16)")
     device = "cpu" if qs.device.type == "cpu" else "accelerator"
     step = max(1, CLOCK_CHUNK[device] // (R * m))
-    chunks = [(s[i:i + step], weights[i:i + step]) for i in range(0, s.numel(), step)]
+    chunks = [(s[i:i + step], weights[:, i:i + step]) for i in range(0, s.numel(), step)]
 
     def fixed(S):
         """The parts of one chunk that do not depend on g: clocks, ratios, sums after y (g = 1), Π_{z≠y} ẽ_z.
@@ -302,7 +317,7 @@ def _clock_avail(qs: torch.Tensor, k: int):
             Pp, Dp = _symmetric_sums(g[..., None] * r, g[..., None] * h, k, reverse=False)   # before y: its g
             first = qt * e * sum(Pp[n] * Ps[k - 1 - n] for n in range(k))
             later = ring * sum(Dp[n] * Ps[k - 2 - n] + Pp[n] * Ds[k - 2 - n] for n in range(k - 1))
-            out = out + ((scale * (first + later)) @ W[:, None]).squeeze(-1)
+            out = out + (scale * (first + later) * W[:, None, :]).sum(-1)
         return out.clamp(min=0)
     return avail
 
@@ -311,49 +326,123 @@ def _clock_avail(qs: torch.Tensor, k: int):
 #: nodes take the walk.
 PTS_MAX_K = 8
 
-
-#: How PTS's θ is found for k ≥ 3: ``"fixed_point"`` (batched, :func:`_clock_avail`), ``"sequential"`` (the
-#: exact core's priority walk per distinct row, numpy) or ``"auto"`` — the walk on the CPU, the fixed point on
-#: an accelerator.  At V = 49 152 (k = 3, 4) the fixed point takes 24–29 passes, each ~1.5× one walk on the CPU
-#: (~40× the walk in all) and one pass over ``[R, V, 400]`` arrays on a GPU.
-CLOCK_WALK = "auto"
+#: Bytes of one row chunk of :func:`_walk`'s polynomial states (about 2√m per row, ``[2, k, t]`` float64 each):
+#: the walk runs over this many rows at once.
+WALK_BYTES = {"cpu": 2**25, "accelerator": 2**31}
 
 
-def _walked_theta(qs: torch.Tensor, cs: torch.Tensor, k: int):
-    """``(θ, avail)`` in priority order by :func:`univer_theory.plans.clocks.sequential_thinning_avail`, once per
-    distinct row (float64 numpy on the host)."""
-    uniq, inverse = torch.unique(torch.cat([qs, cs], 1), dim=0, return_inverse=True)
-    m = qs.shape[1]
-    theta, avail = torch.zeros(2, uniq.shape[0], m, dtype=qs.dtype)
-    for i, row in enumerate(uniq.cpu().numpy()):
-        n = int((row[:m] > 0).sum())                      # drafted tokens come first in priority order
-        av, th = sequential_thinning_avail(row[:m], list(range(n)), row[m:], k)
-        avail[i], theta[i] = torch.from_numpy(av), torch.from_numpy(th)
-    return theta.to(qs.device)[inverse], avail.to(qs.device)[inverse]
+def _pair_step(state, e, lin, de, reverse: bool = False):
+    """``(P, D) ↦ (P·(e + lin·u), D·(e + lin·u) + de·P)`` for polynomials in u truncated at their degree, every
+    row at once: ``state [R, 2, k, t]`` (P and D degree-major; with ``reverse`` highest degree first),
+    ``e, lin, de [R, t]`` — :func:`univer_theory.plans.clocks._pair_step`.  numpy arrays or torch tensors."""
+    out = state * e[:, None, None]
+    if reverse:
+        out[:, :, :-1] += state[:, :, 1:] * lin[:, None, None]
+    else:
+        out[:, :, 1:] += state[:, :, :-1] * lin[:, None, None]
+    out[:, 1] += de[:, None] * state[:, 0]
+    return out
 
 
-def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
+def _walk(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):
+    """``(θ, avail)`` in priority order by the exact core's priority walk
+    (:func:`univer_theory.plans.clocks.sequential_thinning_avail`, its steps in its order), every row at once:
+    the walk is sequential over the priority positions (a loop over the m positions, not over rows); suffix
+    products (kept highest degree first, so the coefficient products need no flip) at ~√m checkpoints, rebuilt
+    block by block.  Undrafted positions (q = 0, after the drafted ones) are identity steps with θ = 0.  On the
+    CPU the steps run on numpy views of the same memory (no copy; torch's per-call overhead is ~7× numpy's on
+    these ``[R, 2, k, t]`` arrays), elsewhere on the tensors."""
+    cpu = qs.device.type == "cpu"
+    xp = np if cpu else torch
+    R, m = qs.shape
+    one = torch.zeros(R, 2, k, s.numel(), dtype=qs.dtype, device=qs.device)
+    avail, theta = torch.zeros_like(qs), torch.zeros_like(qs)
+    if cpu:
+        qs, cs, s, weights, one, avail, theta = (x.numpy() for x in (qs, cs, s, weights, one, avail, theta))
+    one[:, 0, 0] = 1.0
+    top = one.copy() if cpu else one.clone()
+    top[:, 0, 0], top[:, 0, k - 1] = 0.0, 1.0                             # the suffix's 1, highest degree first
+
+    def clocks(lo, hi):
+        x = rate_times(qs[:, lo:hi, None], s)                          # [R, b, t]
+        e = xp.exp(-x)
+        return e, -xp.expm1(-x), x * e
+
+    block = max(1, math.isqrt(m))
+    starts = range(0, m, block)
+    checkpoints, suf = {}, top
+    for start in reversed(starts):
+        end = min(start + block, m)
+        checkpoints[start] = suf
+        E, RING, QE = clocks(start, end)
+        for i in range(end - 1, start - 1, -1):
+            suf = _pair_step(suf, E[:, i - start], RING[:, i - start], QE[:, i - start], reverse=True)
+    pre = one
+    for start in starts:
+        end = min(start + block, m)
+        E, RING, QE = clocks(start, end)
+        sufs, suf = [None] * (end - start), checkpoints.pop(start)
+        for i in range(end - 1, start - 1, -1):
+            sufs[i - start] = suf
+            suf = _pair_step(suf, E[:, i - start], RING[:, i - start], QE[:, i - start], reverse=True)
+        for i in range(start, end):
+            suf, e, ring, qe = sufs[i - start], E[:, i - start], RING[:, i - start], QE[:, i - start]
+            sufs[i - start] = None
+            first = qe * (pre[:, 0] * suf[:, 0]).sum(1)                               # [u^{k−1}] P_pre·P_suf
+            later = ring * ((pre[:, 1, :k - 1] * suf[:, 0, 1:]).sum(1) + (pre[:, 0, :k - 1] * suf[:, 1, 1:]).sum(1))
+            av = ((first + later) * weights).sum(-1).clip(min=0)
+            c = cs[:, i]
+            th = xp.where(c <= 0, 0.0, xp.where(c >= av, 1.0, c / xp.where(c >= av, 1.0, av)))
+            avail[:, i], theta[:, i] = av, th
+            g = 1.0 - th
+            pre = _pair_step(pre, e, g[:, None] * ring, g[:, None] * qe)
+    return (torch.from_numpy(theta), torch.from_numpy(avail)) if cpu else (theta, avail)
+
+
+def _walked_theta(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):
+    """:func:`_walk` over row chunks of :data:`WALK_BYTES` (its states' memory stays bounded whatever the
+    batch); ``(θ, avail)`` in priority order."""
+    R, m = qs.shape
+    per_row = 8 * (2 * math.isqrt(m) + 2) * 2 * k * s.numel()
+    step = max(1, WALK_BYTES["cpu" if qs.device.type == "cpu" else "accelerator"] // per_row)
+    parts = [_walk(qs[i:i + step], cs[i:i + step], k, s, weights[i:i + step]) for i in range(0, R, step)]
+    return tuple(torch.cat(x) for x in zip(*parts))
+
+
+#: How PTS's θ is found for k ≥ 3 (the ``walk`` argument of :func:`pts_weights`): ``"fixed_point"`` (batched
+#: clock integrals, :func:`_clock_avail`), ``"sequential"`` (the priority walk, every row at once,
+#: :func:`_walk`) or ``"auto"`` — the walk on the CPU, the fixed point on an accelerator.  At V = 49 152
+#: (k = 3, 4) the fixed point takes 24–29 passes, each ~1.5× one walk on the CPU (~40× the walk in all) and one
+#: pass over ``[R, V, 400]`` arrays on a GPU.
+WALKS = ("auto", "fixed_point", "sequential")
+
+
+def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: torch.Tensor, walk: str = "auto"):
     """Rule 4 (PTS) on rows with k wor children ``children [R, k]`` (or ``[R, T, k]``): ``(w, a [R, V])``,
     ``w`` shaped as ``children``, as ``univer_theory.plans.pts.pts_plan(...)`` (module docstring: the walk as a
-    fixed point; k = 2 in closed form, k ≥ 3 by the clock integral or, per :data:`CLOCK_WALK`, the walk)."""
+    fixed point; k = 2 in closed form, k ≥ 3 by the clock integral or the walk, per ``walk`` — :data:`WALKS`).
+    The fixed point stops at its first pass that changes nothing (a data-dependent pass count: one host read
+    per pass)."""
+    if walk not in WALKS:
+        raise ValueError(f"pts_weights: walk must be one of {list(WALKS)}, got {walk!r}")
     k = children.shape[-1]
     order, rank, on, qs, cs = _priority(c, q, p)
-    walk = CLOCK_WALK if CLOCK_WALK != "auto" else ("sequential" if q.device.type == "cpu" else "fixed_point")
+    walk = walk if walk != "auto" else ("sequential" if q.device.type == "cpu" else "fixed_point")
     if k > PTS_MAX_K or (k >= 3 and walk == "sequential"):
-        theta, avail = _walked_theta(qs, cs, k)
+        theta, avail = _walked_theta(qs, cs, k, *_clock_grid(qs, k))
     else:
         if k == 2:
             avail_of, finite = _pair_avail(qs, on)
             bad = (~finite).nonzero().squeeze(1)
             if bad.numel():             # the closed form overflows there: the clock integral, as the exact core
-                pair_of, clock_of = avail_of, _clock_avail(qs[bad], 2)
+                pair_of, clock_of = avail_of, _clock_avail(qs[bad], 2, *_clock_grid(qs[bad], 2))
 
                 def avail_of(g):
                     return pair_of(g).index_copy(0, bad, clock_of(g[bad]))
         else:
-            avail_of = _clock_avail(qs, k)
+            avail_of = _clock_avail(qs, k, *_clock_grid(qs, k))
         theta = on.to(q.dtype)
-        for _ in range(int(on.sum(1).max()) + 1):
+        for _ in range(qs.shape[1] + 1):
             avail = avail_of(1 - theta)
             new = torch.where(on & (cs > 0), torch.where(cs >= avail, 1.0, cs / torch.where(cs >= avail, 1.0, avail)),
                               0.0)
@@ -404,8 +493,9 @@ def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
     n = len(strings)
     pr = qy[:, :, pos].prod(-1) / torch.stack([reveal[max(s) + 1] for s in strings], -1)
     w_iid, a = _symmetric_layout(c, q, tuples[:, :, pos].reshape(R, T * n, k))
-    onehot = torch.nn.functional.one_hot(pos, k).to(q.dtype)            # [n, i, j]: draw i is position j
-    w = torch.einsum("rtn,rtni,nij->rtj", pr, w_iid.view(R, T, n, k), onehot).clamp(0, 1)
+    # w_j = Σ_n pr_n Σ_{i: draw i is position j} w_iid[n, i]  (a scatter: no [n, k, k] one-hot, n = Bell(k))
+    w = torch.zeros_like(qy).scatter_add_(2, pos.view(1, 1, -1).expand(R, T, -1),
+                                          (pr[..., None] * w_iid.view(R, T, n, k)).view(R, T, -1)).clamp(0, 1)
     return (w / w.sum(-1, keepdim=True).clamp(min=1.0)).view(children.shape), a
 
 
@@ -428,7 +518,14 @@ def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):
 
 
 # ----------------------------------------------------------------------------------------- the choice
-def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor):
+def _take(w, a, rows, take, chosen, other):
+    """In place, ``(w, a)[rows] = chosen`` where ``take [n]`` holds, ``other`` elsewhere."""
+    w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), chosen[0], other[0])
+    a[rows] = torch.where(take[:, None], chosen[1], other[1])
+
+
+def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor,
+                walk: str = "auto"):
     """UniVer's automatic choice for k ≥ 2 wor children: for k = 2 rule 3 where feasible (its α within
     ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``),
     replaced on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
@@ -436,7 +533,7 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     (:func:`gpu.luce.luce_rows_weights`) where its α is larger by more than ``OPTIMALITY_TOL`` —
     :func:`univer_theory.plans.choose.choose_plan`.
     ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
-    shaped as ``children``."""
+    shaped as ``children``; ``walk``: how PTS finds θ (:func:`pts_weights`)."""
     if children.shape[-1] == 2:
         w, a, feasible = wor_pair_weights(c, q, rho, p, children)
     else:
@@ -445,25 +542,19 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     rows = (~feasible).nonzero().squeeze(1)
     if rows.numel():
         sub = (c[rows], q[rows])
-        w_pts, a_pts = pts_weights(*sub, p[rows], children[rows])
+        w_pts, a_pts = pts_weights(*sub, p[rows], children[rows], walk)
         w_cp, a_cp = coupling_weights(*sub, children[rows])
-        take = a_cp.sum(1) > a_pts.sum(1) + ALPHA_TIE
-        w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_cp, w_pts)
-        a[rows] = torch.where(take[:, None], a_cp, a_pts)
+        _take(w, a, rows, a_cp.sum(1) > a_pts.sum(1) + ALPHA_TIE, (w_cp, a_cp), (w_pts, a_pts))
     support = (q > 0).sum(1)
     rows = (~feasible & (support <= SMALL_SUPPORT)).nonzero().squeeze(1)
     if rows.numel():                    # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
-        take = solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE)
-        w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_lp, w[rows])
-        a[rows] = torch.where(take[:, None], a_lp, a[rows])
+        _take(w, a, rows, solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
     k = children.shape[-1]
     budget = torch.tensor([luce_budget(m, k) for m in range(LUCE_SUPPORT + 1)], device=q.device)
     luce = (support > SMALL_SUPPORT) & (support <= LUCE_SUPPORT) & budget[support.clamp(max=LUCE_SUPPORT)]
     rows = (~feasible & luce).nonzero().squeeze(1)
     if rows.numel():                    # rule 7 above them, where it beats the rest by more than OPTIMALITY_TOL
         w_l, a_l = luce_rows_weights(c[rows], q[rows], children[rows])
-        take = a_l.sum(1) > a[rows].sum(1) + OPTIMALITY_TOL
-        w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), w_l, w[rows])
-        a[rows] = torch.where(take[:, None], a_l, a[rows])
+        _take(w, a, rows, a_l.sum(1) > a[rows].sum(1) + OPTIMALITY_TOL, (w_l, a_l), (w[rows], a[rows]))
     return w, a

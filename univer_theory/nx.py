@@ -175,3 +175,13 @@ def get_backend(*arrays):
                 _TORCH.append(TorchBackend())
             return _TORCH[0]
     return NUMPY
+
+
+def array_module(x):
+    """numpy, or torch for a tensor: for rules whose ops numpy and torch spell alike as module functions
+    (``einsum``, ``exp``, ``expm1``, ``log1p``, ``where``, ``amax``, ``linalg.solve``, …) and need no backend
+    object (:mod:`univer_theory.plans.luce`)."""
+    if type(x).__module__.startswith("torch"):
+        import torch
+        return torch
+    return np

@@ -69,7 +69,7 @@ def test_choice_realises_its_marginal_and_matches_the_core(V, k):
 
 
 @pytest.mark.parametrize("k", [3, 4, 8])
-def test_pts_fixed_point_equals_the_walk(k, monkeypatch):
+def test_pts_fixed_point_equals_the_walk(k):
     """The batched clock integral (fixed point) and the exact core's walk give the same θ on confident rows,
     down to denormal tails (the grid's upper end follows the row in both)."""
     V = 9
@@ -78,10 +78,7 @@ def test_pts_fixed_point_equals_the_walk(k, monkeypatch):
     q = torch.tensor(np.stack([c[1] for c in cases]))
     rho = torch.tensor([c[2] for c in cases], dtype=torch.float64)
     kids = torch.tensor([list(range(k))] * len(cases))
-    out = {}
-    for walk in ("sequential", "fixed_point"):
-        monkeypatch.setattr(wor_plans, "CLOCK_WALK", walk)
-        out[walk] = pts_weights(rho[:, None] * p, q, p, kids)
+    out = {walk: pts_weights(rho[:, None] * p, q, p, kids, walk) for walk in ("sequential", "fixed_point")}
     (w_walk, a_walk), (w_fixed, a_fixed) = out["sequential"], out["fixed_point"]
     assert torch.isfinite(w_fixed).all() and torch.isfinite(a_fixed).all()
     torch.testing.assert_close(a_walk, a_fixed, rtol=0, atol=1e-12)
@@ -109,8 +106,8 @@ def first_token_counts(batch, p_rows, q_rows, gen):
 
 def fixed_clock_range(monkeypatch):
     """The known-lossy variant: the clock grid's fixed upper end log T = 30 of before."""
-    monkeypatch.setattr(clocks, "log_time_upper", lambda rate: clocks.LOG_T_RANGE[1])
-    monkeypatch.setattr(wor_plans, "log_time_upper", lambda rate: clocks.LOG_T_RANGE[1])
+    monkeypatch.setattr(clocks, "grid_panels", lambda rate: 1)
+    monkeypatch.setattr(wor_plans, "grid_panels", lambda rate: 1)
 
 
 def audit_row(V=12, e=1e-16):

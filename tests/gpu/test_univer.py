@@ -5,13 +5,16 @@
 the shape and slot rules on asymmetric shapes, a batch of identical trees, mixed k within one level, and
 float32 inputs.
 """
+import functools
+
 import numpy as np
 import pytest
 import torch
 
-import gpu.wor_plans as wor_plans
+import gpu.engine as engine
 from gpu import expected_accepted_length, verify
 from gpu.layout import layout_targets as batched_layout_targets, layout_weights
+from gpu.univer_rule import univer_rule
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
 from univer_theory.plans.layout import layout_plan, layout_targets
 
@@ -130,13 +133,12 @@ def wide_trees(process):
 
 
 @pytest.mark.parametrize("process,walk", [("iid", "auto"), ("wor", "sequential"), ("wor", "fixed_point")])
-def test_wide_and_asymmetric_nodes_are_planned_in_torch(process, walk, monkeypatch):
+def test_wide_and_asymmetric_nodes_are_planned_in_torch(process, walk):
     """Beyond the LP's supports (V = 30): two to four children with equal subtrees (wor: PTS for k ≥ 3 by either walk, and the
     coupling) and with different ones (the slot rule — closed form for k = 2, the batched class LP for
     k = 3, 4).  E[τ | T] as the exact core (1e-12); the slot rule moved mass on some node, PTS and the coupling
     both won some wor node with k ≥ 3, equal position weights ((..) vs ((.)): sizes 2 and 2) and repeated iid
     tokens occur."""
-    monkeypatch.setattr(wor_plans, "CLOCK_WALK", walk)
     trees, model, ref = wide_trees(process)
     trace = [{**n, "k": len(t.child_tokens(n["node"]))} for t in trees
              for n in VERIFIERS["univer"].trace(t, *model.node_probs(t), process)]
@@ -147,7 +149,7 @@ def test_wide_and_asymmetric_nodes_are_planned_in_torch(process, walk, monkeypat
     else:
         assert {n["construction"] for n in trace if n["k"] >= 3} == {"pts", "iid_coupling"}
     batch, p, q = padded_rows(trees, model)
-    got = expected_accepted_length(batch, p, q, process, "univer")
+    got = engine.expected_accepted(batch, p, q, process, functools.partial(univer_rule, walk=walk))
     np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)
 
 

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 
-import gpu.wor_plans as wor_plans
 from gpu import expected_accepted_length
 from gpu.wor_plans import coupling_weights, growth_strings, pts_weights, wor_weights, wor_pair_weights
 from univer_theory import VERIFIERS, DirichletModel, TreeShape, sample_tree
@@ -83,11 +82,10 @@ def test_wor_pair_and_pts_match_the_exact_plans(V):
 
 @pytest.mark.parametrize("walk", ["fixed_point", "sequential"])
 @pytest.mark.parametrize("k", [3, 4, 5])
-def test_pts_matches_the_exact_plan_for_any_k(k, walk, monkeypatch):
+def test_pts_matches_the_exact_plan_for_any_k(k, walk):
     """PTS with k ≥ 3 children, θ by the batched fixed point of clock integrals or by the walk: w(S) and a as
     pts_plan (1e-12) on LLM-like, Dirichlet and ill-conditioned rows (one token holding all but 1e-5 of q;
     draft probabilities down to 1e-15; p = q; zero targets; ρ ∈ {1, 0.3, 0})."""
-    monkeypatch.setattr(wor_plans, "CLOCK_WALK", walk)
     rng = np.random.default_rng(k)
     cases = rows(120, 9, rng, k)
     for i in range(9):
@@ -96,7 +94,7 @@ def test_pts_matches_the_exact_plan_for_any_k(k, walk, monkeypatch):
                       tuple(int(y) for y in rng.choice(q.size, k, replace=False, p=q))))
     for pi, qi, r, S in cases:
         pt, qt = torch.tensor(pi)[None], torch.tensor(qi)[None]
-        w, a = pts_weights(r * pt, qt, pt, torch.tensor([S]))
+        w, a = pts_weights(r * pt, qt, pt, torch.tensor([S]), walk)
         plan = pts_plan(pi, qi, r, k, "wor")
         np.testing.assert_allclose(w[0].numpy(), plan.select(S), rtol=0, atol=1e-12)
         np.testing.assert_allclose(a[0].numpy(), plan.marginal, rtol=0, atol=1e-12)

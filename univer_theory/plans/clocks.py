@@ -34,14 +34,22 @@ TAIL_RATE_TIME = 50.0
 LOG_RATE_TIME_CAP = math.log(1e4)
 
 
+def grid_panels(slowest_rate):
+    """Panels of width 60 from ``s = −30`` that cover ``q_(k)·T ≤ TAIL_RATE_TIME`` for a slowest relevant clock
+    rate ``q_(k) > 0`` (module docstring): ``1 + max(0, ⌈(log(50/q_(k)) − 30)/60⌉)``, 1 to 13 in float64.  A
+    float, or a torch tensor of rates (one count per row, as floats, on the rates' device: no host read)."""
+    width = LOG_T_RANGE[1] - LOG_T_RANGE[0]
+    if isinstance(slowest_rate, (int, float)):
+        return 1 + max(0, math.ceil((math.log(TAIL_RATE_TIME) - math.log(slowest_rate) - LOG_T_RANGE[1]) / width))
+    return 1 + ((math.log(TAIL_RATE_TIME) - slowest_rate.log() - LOG_T_RANGE[1]) / width).ceil().clamp(min=0)
+
+
 def log_time_upper(slowest_rate: float) -> float:
     """Upper end of the grid in ``s = log T`` for a slowest relevant clock rate (module docstring), on a
-    whole-panel boundary so that nearby rows share a grid (and its cache)."""
+    whole-panel boundary (:func:`grid_panels`) so that nearby rows share a grid (and its cache)."""
     if not slowest_rate > 0:
         raise ValueError(f"log_time_upper: the slowest clock rate must be positive, got {slowest_rate!r}")
-    width = LOG_T_RANGE[1] - LOG_T_RANGE[0]
-    need = math.log(TAIL_RATE_TIME) - math.log(slowest_rate)
-    return LOG_T_RANGE[1] + width * max(0, math.ceil((need - LOG_T_RANGE[1]) / width))
+    return LOG_T_RANGE[0] + (LOG_T_RANGE[1] - LOG_T_RANGE[0]) * grid_panels(float(slowest_rate))
 
 
 def kth_largest(rates: np.ndarray, k: int) -> float:

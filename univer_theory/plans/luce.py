@@ -36,6 +36,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..nx import array_module
 from .base import NodePlan
 from .node_inputs import check_node_inputs
 
@@ -58,14 +59,6 @@ LUCE_FINAL_ITERS = 48
 LUCE_STEPS = (0.0,) + tuple(2.0 ** -i for i in range(31))
 
 
-def _xp(x):
-    """The array module of ``x``: numpy, or torch for a tensor (torch is not imported by the core)."""
-    if isinstance(x, np.ndarray):
-        return np
-    import torch
-    return torch
-
-
 @lru_cache(maxsize=64)
 def support_sets(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k-subsets of ``range(m)`` in lexicographic order ``[n, k]`` and every ordering of k ``[k!, k]``."""
@@ -84,7 +77,7 @@ def set_probs(qs, sets, orders, onehot):
     ``qs [R, m]``: the wor probabilities of the k! orders ``orders``, ``Π_i q(y_i)/R_i`` with
     ``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` summed over the unseen tokens (never ``1 − Σ drawn``, which cancels on a
     confident row; theory.md §4.1).  ``[R, n]``; a set through a padded position (q = 0) gets 0."""
-    xp = _xp(qs)
+    xp = array_module(qs)
     members = qs[:, sets]                                              # [R, n, k]
     outside = (qs[:, None, :] * (1 - onehot.sum(1))[None]).sum(-1)     # q(V∖S) [R, n], no subtraction
     total = 0 * outside
@@ -98,7 +91,7 @@ def set_probs(qs, sets, orders, onehot):
 def _member_choice(ps, cap: float = LUCE_CAP):
     """``(log den [...], π [..., k])`` for the members' weights ``ps = φ_S [..., k]``: ``den = e^{−T} + Σ e^{φ}``
     in log space, shifted by the largest weight (any T and class gap stay finite), ``π_j = e^{φ_j}/den``."""
-    xp = _xp(ps)
+    xp = array_module(ps)
     top = xp.maximum(xp.amax(ps, -1), -cap + 0 * ps[..., 0])
     es = xp.exp(ps - top[..., None])
     den = es.sum(-1) + xp.exp(-cap - top)
@@ -109,13 +102,13 @@ def _choice(phi, sets, onehot, cap: float = LUCE_CAP):
     """:func:`_member_choice` of every set ``sets [n, k]`` under ``φ [..., m]``, ``π`` spread over the support
     ``[..., n, m]``."""
     log_den, pi = _member_choice(phi[..., sets], cap)
-    return log_den, _xp(phi).einsum("...nj,njm->...nm", pi, onehot)
+    return log_den, array_module(phi).einsum("...nj,njm->...nm", pi, onehot)
 
 
 def _newton_step(phi, c, probs, sets, onehot, live, floor, eye, steps, cap):
     """One projected, Jacobi-scaled Newton step on ``G`` at reject weight ``e^{−cap}``: the best of the step
     lengths ``steps`` (0 included, so G never decreases), each step at most ``cap`` long in every coordinate."""
-    xp = _xp(phi)
+    xp = array_module(phi)
     _, shares = _member_choice(phi[..., sets], cap)                   # [R, n, k]
     pi = xp.einsum("rnj,njm->rnm", shares, onehot)
     b = xp.einsum("rn,rnm->rm", probs, pi)
@@ -151,7 +144,7 @@ def luce_fit(c, qs, k: int):
     """Fit ``φ`` (module docstring) for support rows ``qs [R, m]`` and caps ``c [R, m]`` (float64, numpy or torch;
     padded positions have q = 0).  Returns ``(phi [R, m], tau [R, m], a [R, m])``: the weights, the thinning and
     the plan's exact marginal ``a = τ·b``."""
-    xp = _xp(qs)
+    xp = array_module(qs)
     m = qs.shape[-1]
     if xp is np:
         eye, steps = np.eye(m), np.array(LUCE_STEPS)

@@ -1,0 +1,65 @@
+"""Rule 7 (the Luce plan) in the batched layer: the one implementation of ``univer_theory.plans.luce`` gives the
+same fit on torch as on numpy, and ``gpu.wor_weights`` takes it where the exact core's choice does — its plan on
+every ordered tuple realises the marginal it returns, equal to ``choose_plan``'s, at α*(ρ)."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from gpu.wor_plans import wor_weights
+from univer_theory.alpha_star import alpha_star
+from univer_theory.plans.choose import choose_plan
+from univer_theory.plans.luce import luce_fit
+from univer_theory.plans.wor_pair import OPTIMALITY_TOL
+from univer_theory.processes import tuple_law
+
+from ..theory.test_luce import flat_tail_row
+
+
+def test_torch_and_numpy_run_the_same_fit():
+    """Rows of several support sizes padded to one (q = 0 there), as ``gpu.luce`` pads them: φ, τ and a agree
+    with numpy's row-by-row fit on the unpadded support to 1e-12."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for m in (9, 11, 12, 12):
+        p, q = flat_tail_row(m, 30.0, 0.5, rng)
+        rows.append((0.8 * p, q))
+    c = np.zeros((len(rows), 12))
+    q = np.zeros((len(rows), 12))
+    for i, (ci, qi) in enumerate(rows):
+        c[i, :ci.size], q[i, :qi.size] = ci, qi
+    phi_t, tau_t, a_t = luce_fit(torch.tensor(c), torch.tensor(q), 3)
+    for i, (ci, qi) in enumerate(rows):
+        phi, tau, a = luce_fit(ci[None], qi[None], 3)
+        m = ci.size
+        np.testing.assert_allclose(a_t[i, :m].numpy(), a[0], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(tau_t[i, :m].numpy(), tau[0], rtol=0, atol=1e-12)
+        assert float(a_t[i, m:].abs().sum()) == 0.0
+        free = phi[0] > -100                      # weights far below the reject option only scale e^{-hundreds}
+        np.testing.assert_allclose(phi_t[i, :m].numpy()[free], phi[0][free], rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_the_batched_choice_takes_rule_7_as_the_core(k):
+    """Flat-tail rows (V = 12, beyond the LP's support), ρ ∈ {1, 0.6}: realised marginal = returned marginal
+    (1e-12), = choose_plan's (1e-10), α ≥ α*(ρ) − OPTIMALITY_TOL, and rule 7 is used on some rows."""
+    rng = np.random.default_rng([11, k])
+    cases = [(*flat_tail_row(12, a, d, rng), rho) for a in (100.0, 10.0) for d in (1e-10, 0.5) for rho in (1.0, 0.6)]
+    p = torch.tensor(np.stack([x[0] for x in cases]))
+    q = torch.tensor(np.stack([x[1] for x in cases]))
+    rho = torch.tensor([x[2] for x in cases], dtype=torch.float64)
+    tuples = torch.tensor(list(itertools.permutations(range(12), k)))[None].expand(len(cases), -1, -1)
+    w, a = wor_weights(rho[:, None] * p, q, rho, p, tuples)
+    used = set()
+    for i, (pi, qi, r) in enumerate(cases):
+        law = dict(tuple_law(qi, k, "wor"))
+        probs = np.array([float(law[tuple(S)]) for S in tuples[0].tolist()])
+        realised = np.zeros(12)
+        np.add.at(realised, tuples[0].numpy().ravel(), (probs[:, None] * w[i].numpy()).ravel())
+        np.testing.assert_allclose(realised, a[i].numpy(), rtol=0, atol=1e-12, err_msg=str(i))
+        plan = choose_plan(pi, qi, r, k, "wor")
+        used.add(plan.construction)
+        np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-10, err_msg=plan.construction)
+        assert float(a[i].sum()) >= float(alpha_star(pi, qi, k, "wor", r)) - OPTIMALITY_TOL, (i, plan.construction)
+    assert "luce" in used, used
