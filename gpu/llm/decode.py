@@ -221,24 +221,47 @@ def speculative_decode(pair: ModelPair, prompt_ids: list[int], method: str, shap
 
 
 @torch.inference_mode()
-def sample_plain(pair: ModelPair, prompt_ids: list[int], temperature: float, max_new_tokens: int,
-                 generator: torch.Generator | None = None) -> DecodeResult:
-    """Plain target sampling, one token per forward (the baseline speculation must beat): phases ``target``
-    (the forwards) and ``verify`` (drawing ``Y ~ p``); τ = 0 at every step."""
+def sample_plain_batch(pair: ModelPair, prompts: list[list[int]], temperature: float, max_new_tokens: int,
+                       generator: torch.Generator | None = None, record_logits: bool = False) -> list[DecodeResult]:
+    """Plain target sampling, one token per forward (the baseline speculation must beat), of every prompt in
+    ``prompts`` in the same forwards (:func:`feed_sequences`; a request stops after a stop token): phases
+    ``target`` (the forwards) and ``verify`` (drawing ``Y ~ p`` row by row); τ = 0 at every step;
+    ``record_logits``: keep the target logits each token was drawn from (:class:`DecodeResult`)."""
     if max_new_tokens < 1:
         raise ValueError(f"sample_plain: max_new_tokens must be ≥ 1, got {max_new_tokens}")
+    if not prompts or any(not p for p in prompts):
+        raise ValueError("sample_plain: need at least one prompt, and no prompt may be empty")
     timer = PhaseTimer()
     start = time.perf_counter()
+    cache = RaggedCache(pair.target, len(prompts))
     with timer("target"):
-        cache, logits = prefill(pair.target, prompt_ids)
-    new: list[int] = []
+        logits = feed_sequences(cache, prompts, 1)[:, -1]
+    rows = list(range(len(prompts)))
+    new: list[list[int]] = [[] for _ in prompts]
+    rec: list[list[torch.Tensor]] = [[] for _ in prompts]
     while True:
         with timer("verify"):
-            new.append(int(sample_rows(probs_from_logits(logits[None].double(), temperature), generator)[0]))
-        if new[-1] in pair.stop_ids or len(new) == max_new_tokens:
+            ys = sample_rows(probs_from_logits(logits.double(), temperature), generator).tolist()
+        keep = []
+        for r, (b, y) in enumerate(zip(rows, ys)):
+            new[b].append(int(y))
+            if record_logits:
+                rec[b].append(logits[r].cpu())
+            if y not in pair.stop_ids and len(new[b]) < max_new_tokens:
+                keep.append(r)
+        if not keep:
             break
         with timer("target"):
-            logits = extend(pair.target, cache, [new[-1]])
+            if len(keep) < len(rows):
+                cache.select(keep)
+                rows, ys = [rows[r] for r in keep], [ys[r] for r in keep]
+            logits = feed_sequences(cache, [[int(y)] for y in ys], 1)[:, -1]
     wall = time.perf_counter() - start
-    return DecodeResult(tuple(new), (0,) * len(new), wall, pair.tokenizer.decode(new, skip_special_tokens=True),
-                        dict(timer.seconds))
+    return [DecodeResult(tuple(n), (0,) * len(n), wall, pair.tokenizer.decode(n, skip_special_tokens=True),
+                         dict(timer.seconds), torch.stack(r) if record_logits else None) for n, r in zip(new, rec)]
+
+
+def sample_plain(pair: ModelPair, prompt_ids: list[int], temperature: float, max_new_tokens: int,
+                 generator: torch.Generator | None = None) -> DecodeResult:
+    """:func:`sample_plain_batch` for one prompt."""
+    return sample_plain_batch(pair, [prompt_ids], temperature, max_new_tokens, generator)[0]
