@@ -179,11 +179,17 @@ def tree_step(t_cache: RaggedCache, d_cache: RaggedCache, root: list[int], pendi
     return TreeStep(batch, draft_probs, logits, node_slot, t_start, d_logits)
 
 
+def check_prompts(prompts: list[list[int]], where: str) -> None:
+    """ValueError unless ``prompts`` holds at least one prompt and none is empty."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError(f"{where}: prompts must hold at least one prompt and no empty one, got lengths "
+                         f"{[len(p) for p in prompts]}")
+
+
 def start_caches(pair: ModelPair, prompts: list[list[int]], timer: PhaseTimer | None = None):
     """``(t_cache, d_cache, root, pending)`` before the first :func:`tree_step`: the target holds each prompt
     but its last token ``root[b]``, the draft nothing (``pending[b]`` = the whole prompt)."""
-    if not prompts or any(not p for p in prompts):
-        raise ValueError("speculative_decode: need at least one prompt, and no prompt may be empty")
+    check_prompts(prompts, "start_caches")
     timer = timer or PhaseTimer()
     t_cache, d_cache = RaggedCache(pair.target, len(prompts)), RaggedCache(pair.draft, len(prompts))
     with timer("target"):
@@ -201,6 +207,7 @@ def speculative_decode_batch(pair: ModelPair, prompts: list[list[int]], method: 
     ``draft_temperature`` defaults to :func:`univer_theory.models.resolve_draft_temperature`."""
     if max_new_tokens < 1:
         raise ValueError(f"speculative_decode: max_new_tokens must be ≥ 1, got {max_new_tokens}")
+    check_prompts(prompts, "speculative_decode")
     dtemp = resolve_draft_temperature(temperature, draft_temperature)
     timer = PhaseTimer()
     start = time.perf_counter()
@@ -264,8 +271,7 @@ def sample_plain_batch(pair: ModelPair, prompts: list[list[int]], temperature: f
     ``record_logits``: keep the target logits each token was drawn from (:class:`DecodeResult`)."""
     if max_new_tokens < 1:
         raise ValueError(f"sample_plain: max_new_tokens must be ≥ 1, got {max_new_tokens}")
-    if not prompts or any(not p for p in prompts):
-        raise ValueError("sample_plain: need at least one prompt, and no prompt may be empty")
+    check_prompts(prompts, "sample_plain")
     timer = PhaseTimer()
     start = time.perf_counter()
     cache = RaggedCache(pair.target, len(prompts))

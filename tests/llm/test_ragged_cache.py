@@ -116,6 +116,16 @@ def test_batched_plain_sampling_uses_each_requests_sequential_rows(tiny_pair):
     assert len({r.wall_s for r in results}) == 1                        # one shared loop
 
 
+@pytest.mark.parametrize("prompts", [[], [[1, 2], []]])
+def test_batched_decoders_reject_missing_or_empty_prompts(tiny_pair, prompts):
+    from gpu.llm.decode import sample_plain_batch
+
+    with pytest.raises(ValueError, match="speculative_decode: prompts must hold"):
+        speculative_decode_batch(tiny_pair, prompts, "tv", tree_shape("binary:2"), "wor", 1.0, 2)
+    with pytest.raises(ValueError, match="sample_plain: prompts must hold"):
+        sample_plain_batch(tiny_pair, prompts, 1.0, 2)
+
+
 def test_speed_compare_batches_groups_and_counts_every_request(tiny_pair):
     """``batch = 2`` over 3 prompts: groups of 2 and 1, each group's wall counted once, tokens and steps summed
     over requests; hf-assisted cannot batch, and a batch outside [1, #prompts] is refused."""
