@@ -34,6 +34,21 @@ def test_decode_cli_json(pair, monkeypatch, capsys):
     assert out["method"] == "univer" and 1 <= out["new_tokens"] <= 3 and out["steps"] >= 1
 
 
+def test_decode_cli_batch(pair, monkeypatch, capsys):
+    """``--batch 2``: two samples of the prompt in shared forwards, listed under "requests", totals beside."""
+    monkeypatch.setattr(decode_cmd, "load_models", lambda args: pair)
+    rc = cli.main(["decode", "--prompt", "Say hi.", "--tree", "chain:1", "--max-new-tokens", "2", "--batch", "2",
+                   "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["batch"] == 2 and len(out["requests"]) == 2
+    assert out["new_tokens"] == sum(r["new_tokens"] for r in out["requests"]) and out["steps"] >= 2
+    assert out["tokens_per_s"] == pytest.approx(out["new_tokens"] / out["wall_s"])
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["decode", "--prompt", "x", "--batch", "0"])
+    assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err
+
+
 def test_decode_cli_rejects_unsupported_method(capsys):
     assert cli.main(["decode", "--prompt", "x", "--method", "rrsw", "--process", "iid"]) == 2
     assert "does not apply" in capsys.readouterr().err

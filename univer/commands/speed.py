@@ -14,22 +14,13 @@ from pathlib import Path
 
 from univer_theory import VERIFIERS
 
-from .common import print_json
+from .common import positive_int, print_json
 from .decode import add_llm_options, load_models
 
 #: Methods in the order they are reported; ``sps`` runs on ``--chain``, the tree verifiers on ``--tree``.
 ALL_METHODS = ("plain", "hf-assisted", "sps", "rrsw", "tv", "univer")
 #: Tree of the tree verifiers unless ``--tree`` is given.
 DEFAULT_TREE = "binary:2"
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        import argparse
-
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
-    return value
 
 
 def add_parser(sub) -> None:
