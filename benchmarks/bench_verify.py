@@ -12,7 +12,8 @@ Sections (all printed as a table, and as one JSON object with ``--json``):
   ``univer_theory.engine.tree_sample`` per tree with a fresh node rule (UniVer's plan cache empty: a cold
   run); ``batched_over_loop`` = loop / batched (the speed-up of batching, > 1 is faster).  With the target
   model available (``--no-model`` skips it) and B = 1: ``forward`` = SmolLM2's forward of the same tree after a
-  fixed context (``gpu.llm.tree_score``) and ``verify_over_forward`` = batched / forward.
+  fixed context (``gpu.llm.decode.score_trees``, the decoder's one target forward per step: the context's
+  last token and the tree's nodes) and ``verify_over_forward`` = batched / forward.
 * ``real`` (``--real-trees`` > 0): trees drafted by SmolLM2's RTN-4 draft (``gpu.llm.tree_draft``) after the
   first MT-Bench prompt at T = 1, scored by the target; ``verify_over_forward`` per method per tree.
 
@@ -134,22 +135,34 @@ def alpha_star_section(V: int, repeat: int) -> dict:
 
 
 class Target:
-    """SmolLM2's tree forward after a fixed context (``gpu.llm.tree_score.score_tree``)."""
+    """SmolLM2's tree forward after a fixed context (``gpu.llm.decode.score_trees``) and its draft's trees."""
 
     def __init__(self):
-        from gpu.llm.decode import prefill
+        from gpu.llm.decode import feed_sequences, start_caches
         from gpu.llm.models import load_pair
         from gpu.llm.prompts import encode_prompt, load_prompts
 
         self.pair = load_pair()
         self.ids = encode_prompt(self.pair.tokenizer, load_prompts("mtbench", limit=1)[0])
-        self.cache, self.logits = prefill(self.pair.target, self.ids)
-        self.draft_cache, self.draft_logits = prefill(self.pair.draft, self.ids)
+        with torch.inference_mode():
+            self.cache, self.draft_cache, self.root, pending = start_caches(self.pair, [self.ids])
+            self.draft_logits = feed_sequences(self.draft_cache, pending, 1)[:, -1]
 
     def forward(self, batch):
-        from gpu.llm.tree_score import score_tree
+        """Target logits ``[N, V]`` of the one tree of ``batch``; the cache is back at the context afterwards."""
+        from gpu.llm.decode import score_trees
         with torch.inference_mode():
-            return score_tree(self.pair.target, self.cache, batch, len(self.ids), self.logits)
+            logits = score_trees(self.cache, batch, self.root)[0]
+            self.cache.commit([[]])
+        return logits
+
+    def draft(self, shape, process, gen):
+        """``(batch, draft rows [1, N, V])`` of one tree drafted after the context."""
+        from gpu.llm.tree_draft import draft_tree_cached
+        with torch.inference_mode():
+            batch, q, _, _ = draft_tree_cached(self.draft_cache, self.draft_logits, shape, process, 1.0, gen)
+            self.draft_cache.commit([[]])
+        return batch, q
 
 
 def synthetic_section(args, target) -> list[dict]:
@@ -193,7 +206,7 @@ def synthetic_section(args, target) -> list[dict]:
 
 
 def real_section(args, target) -> list[dict]:
-    from gpu.llm.tree_draft import draft_tree as llm_draft_tree, tree_shape
+    from gpu.llm.tree_draft import tree_shape
     from gpu.probs import probs_from_logits
 
     rows_out = []
@@ -202,10 +215,8 @@ def real_section(args, target) -> list[dict]:
         for process in args.processes.split(","):
             for i in range(args.real_trees):
                 gen = torch.Generator().manual_seed(i)
-                with torch.inference_mode():
-                    batch, q = llm_draft_tree(target.pair.draft, target.draft_cache, len(target.ids),
-                                              target.draft_logits, shape, process, 1.0, gen)
-                    p = probs_from_logits(target.forward(batch).double(), 1.0)[None]
+                batch, q = target.draft(shape, process, gen)
+                p = probs_from_logits(target.forward(batch).double(), 1.0)[None]
                 calls = {"forward": lambda: target.forward(batch)}
                 for method in methods(args, process):
                     calls[method] = batched_call(method, batch, p, q, process)

@@ -3,7 +3,9 @@
 For each prompt, a continuation ``c_0 … c_{L−1}`` is sampled from the target at ``temperature``.  At every
 position i (context = prompt · c_{<i}) one tree is drafted and scored, and every method's exact
 ``E[τ | T]`` is computed on that same tree (:func:`.verifiers.expected_accepted`) — a paired design: the
-methods differ only by their verification rule, never by the draft.  ``E[τ]`` averaged over positions estimates
+methods differ only by their verification rule, never by the draft.  Drafting and scoring are the decoder's
+step (:func:`.decode.tree_step`, one target forward per position); ``c_i`` is then drawn from that forward's
+root row ``p(·|prompt · c_{<i})``, and only its root entry is kept in the caches (an empty accepted path).  ``E[τ]`` averaged over positions estimates
 the number of accepted drafted tokens along the target's own trajectories; the paper's *acceptance length* is
 tokens per target forward, ``E[τ] + 1`` (the correction / bonus token included), reported first.
 
@@ -31,14 +33,11 @@ from univer_theory import TreeShape
 from univer_theory.models import resolve_draft_temperature
 from univer_theory.verifiers import BASELINE
 
-from ..probs import probs_from_logits
-from .decode import extend, prefill
+from ..probs import probs_from_logits, sample_rows
+from .decode import start_caches, tree_step
 from .models import ModelPair
 from .prompts import Prompt, encode_prompt
-from .tree_draft import draft_tree
-from .tree_score import score_tree
 from .verifiers import expected_accepted
-
 
 
 @dataclass(frozen=True)
@@ -142,26 +141,6 @@ def prompt_generator(seed: int, prompt_id: str, device="cpu") -> torch.Generator
 
 
 @torch.inference_mode()
-def sample_continuation(pair: ModelPair, ids: list[int], length: int, temperature: float,
-                        generator: torch.Generator):
-    """Sample up to ``length`` tokens from the target (stops after a stop token).
-
-    Returns ``(continuation, root_logits [L, V], cache)``: ``root_logits[i]`` are the target's logits after
-    ``ids + continuation[:i]`` and ``cache`` holds ``ids + continuation[:L−1]``.
-    """
-    cache, logits = prefill(pair.target, ids)
-    cont, roots = [], []
-    for i in range(length):
-        roots.append(logits)
-        y = int(torch.multinomial(probs_from_logits(logits.double(), temperature), 1, generator=generator))
-        cont.append(y)
-        if y in pair.stop_ids or i == length - 1:
-            break
-        logits = extend(pair.target, cache, [y])
-    return cont, torch.stack(roots), cache
-
-
-@torch.inference_mode()
 def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: str, methods, temperature: float,
                     positions: int, seed: int, draft_temperature: float | None = None,
                     progress: bool = False) -> PromptRecord:
@@ -170,19 +149,19 @@ def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: 
     gen = prompt_generator(seed, prompt.id, pair.device)
     dtemp = resolve_draft_temperature(temperature, draft_temperature)
     ids = encode_prompt(pair.tokenizer, prompt)
-    cont, target_roots, t_cache = sample_continuation(pair, ids, positions, temperature, gen)
-    n0, L = len(ids), len(cont)
-    device = next(pair.draft.parameters()).device
-    d_out = pair.draft(torch.tensor([ids + cont[:-1]], device=device), use_cache=True, logits_to_keep=L)
-    d_cache, draft_roots = d_out.past_key_values, d_out.logits[0]
+    t_cache, d_cache, root, pending = start_caches(pair, [ids])
     expected: dict[str, list[float]] = {m: [] for m in methods}
-    for i in tqdm(range(L), desc=prompt.id, unit="position", leave=False, disable=not progress):
-        batch, draft_probs = draft_tree(pair.draft, d_cache, n0 + i, draft_roots[i], shape, process, dtemp, gen)
-        logits = score_tree(pair.target, t_cache, batch, n0 + i, target_roots[i])
-        target_probs = probs_from_logits(logits.double(), temperature)[None]
+    for _ in tqdm(range(positions), desc=prompt.id, unit="position", leave=False, disable=not progress):
+        step = tree_step(t_cache, d_cache, root, pending, shape, process, dtemp, gen)
+        target_probs = probs_from_logits(step.target_logits.to(step.draft_probs.device).double(), temperature)
         for m in methods:
-            expected[m].append(float(expected_accepted(m, batch, target_probs, draft_probs, process)[0]))
-    return PromptRecord(prompt.id, prompt.category, n0, {m: tuple(v) for m, v in expected.items()})
+            expected[m].append(float(expected_accepted(m, step.batch, target_probs, step.draft_probs, process)[0]))
+        y = int(sample_rows(target_probs[:, 0], gen)[0])          # c_i ~ p(·|prompt · c_{<i})
+        if y in pair.stop_ids:
+            break
+        step.commit(t_cache, d_cache, [[]])
+        root, pending = [y], [[y]]
+    return PromptRecord(prompt.id, prompt.category, len(ids), {m: tuple(v) for m, v in expected.items()})
 
 
 def read_log(path: Path) -> tuple[dict, list[PromptRecord]]:

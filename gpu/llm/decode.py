@@ -6,13 +6,14 @@ fed).  One step, for all requests together (:class:`.ragged_cache.RaggedCache`):
 
 1. **draft** — feed ``pending`` to the draft (its last logits are the root row ``q(·|context)``), commit it, then
    draft the tree depth by depth (:func:`.tree_draft.draft_tree_cached`);
-2. **target** — one forward of ``r`` and the tree nodes under tree attention: the rows ``p(·|s(u))`` of every
-   node (root included), theory.md §3's inputs;
+2. **target** — one forward of ``r`` and the tree nodes under tree attention (:func:`score_trees`): the rows
+   ``p(·|s(u))`` of every node (root included), theory.md §3's inputs;
 3. **verify** — :func:`.verifiers.verify_batch` → accepted path ``x^τ`` and ``Y`` per request;
 
 then the cache entries of ``r`` and of the accepted path are moved into place in the target cache (those of the
-accepted internal nodes in the draft cache) — nothing is fed twice: one target forward per step.  A lossless
-verifier makes every request's output law that of sampling the target at ``temperature``, whatever ``B``.
+accepted internal nodes in the draft cache; :meth:`TreeStep.commit`) — nothing is fed twice: one target forward
+per step.  A lossless verifier makes every request's output law that of sampling the target at ``temperature``,
+whatever ``B``.  Phases 1–2 are :func:`tree_step`, which the offline benchmark (:mod:`.accept_bench`) runs too.
 """
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ from univer_theory import TreeShape
 from univer_theory.models import resolve_draft_temperature
 
 from ..probs import probs_from_logits, sample_rows
+from ..tree_batch import TreeBatch, tree_attention_mask
 from .models import ModelPair
 from .ragged_cache import RaggedCache
-from .tree_draft import ancestors, draft_tree_cached
+from .tree_draft import draft_tree_cached
 from .verifiers import verify_batch
 
 #: Phases of a step whose wall time :class:`DecodeResult` reports.
@@ -97,22 +99,6 @@ class PhaseTimer:
             self.seconds[phase] += time.perf_counter() - start
 
 
-@torch.inference_mode()
-def prefill(model, ids: list[int]):
-    """``(cache, last logits [V])`` of ``model`` after ``ids``."""
-    device = next(model.parameters()).device
-    out = model(torch.tensor([ids], device=device), use_cache=True, logits_to_keep=1)
-    return out.past_key_values, out.logits[0, -1]
-
-
-@torch.inference_mode()
-def extend(model, cache, ids: list[int]) -> torch.Tensor:
-    """Append ``ids`` to ``cache`` (positions continue the cache); returns the last logits ``[V]``."""
-    device = next(model.parameters()).device
-    return model(torch.tensor([ids], device=device), past_key_values=cache, use_cache=True,
-                 logits_to_keep=1).logits[0, -1]
-
-
 def feed_sequences(cache: RaggedCache, seqs: list[list[int]], logits_to_keep: int = 0) -> torch.Tensor:
     """Feed one token sequence per request (ragged, possibly empty; right-aligned, the padding masked out)
     causally after each request's committed prefix, and commit them.  Returns the logits of the last
@@ -136,6 +122,81 @@ def feed_sequences(cache: RaggedCache, seqs: list[list[int]], logits_to_keep: in
     return logits
 
 
+def score_trees(t_cache: RaggedCache, batch: TreeBatch, root: list[int]) -> torch.Tensor:
+    """Target logits ``[B, N, V]`` (fp32) of every node of every tree of ``batch`` (one skeleton) in one forward:
+    each request's uncommitted context token ``root[b]`` in node 0's place and the drafted nodes under tree
+    attention after the committed context (row 0: ``p(·|context)``).  The fed entries stay as scratch at slots
+    ``t_cache.size`` (before the call) ``+ u``; :meth:`TreeStep.commit` keeps those of an accepted path."""
+    tokens = batch.token.clone()
+    tokens[:, 0] = torch.tensor(root)
+    return t_cache.feed(tokens.cpu(), batch.positions(t_cache.lengths.to(batch.device)).cpu(),
+                        tree_attention_mask(batch).cpu())
+
+
+@dataclass(frozen=True)
+class TreeStep:
+    """One step's trees and rows for every request (the module's phases 1–2): ``batch`` (drafted trees),
+    ``draft_probs [B, N, V]`` float64 at the draft temperature, ``target_logits [B, N, V]`` fp32 (row 0 the
+    root's), ``node_slot [N]`` each node's draft cache slot (−1: the root, leaves), ``target_start`` the target
+    cache slot of node 0 (node u at ``target_start + u``), ``draft_logits`` (recorded, else None)."""
+
+    batch: TreeBatch
+    draft_probs: torch.Tensor
+    target_logits: torch.Tensor
+    node_slot: torch.Tensor
+    target_start: int
+    draft_logits: torch.Tensor | None = None
+
+    def unfed(self, b: int, path: list[int]) -> list[int]:
+        """Tokens of request b's ``path`` that the draft never fed (an accepted leaf): its next ``pending``."""
+        return [int(self.batch.token[b, u]) for u in path if self.node_slot[u] < 0]
+
+    def commit(self, t_cache: RaggedCache, d_cache: RaggedCache, paths: list[list[int]],
+               timer: "PhaseTimer | None" = None) -> None:
+        """Per request, keep the root token and the nodes of ``paths[b]`` (accepted path, root excluded) in the
+        target cache, the path's fed nodes in the draft cache; drop every other scratch entry."""
+        timer = timer or PhaseTimer()
+        with timer("target"):
+            t_cache.commit([[self.target_start] + [self.target_start + u for u in p] for p in paths])
+        with timer("draft"):
+            d_cache.commit([[int(self.node_slot[u]) for u in p if self.node_slot[u] >= 0] for p in paths])
+
+
+def tree_step(t_cache: RaggedCache, d_cache: RaggedCache, root: list[int], pending: list[list[int]],
+              shape: TreeShape, process: str, draft_temperature: float, generator: torch.Generator | None = None,
+              record_logits: bool = False, timer: PhaseTimer | None = None) -> TreeStep:
+    """Phases 1–2 of a step for every request of the caches (see the module): feed ``pending[b]`` (non-empty)
+    to the draft and commit it, draft a tree of ``shape`` after it, then score every node with the target
+    after the committed context and ``root[b]``."""
+    timer = timer or PhaseTimer()
+    with timer("draft"):
+        d_root = feed_sequences(d_cache, pending, 1)[:, -1]
+        batch, draft_probs, node_slot, d_logits = draft_tree_cached(d_cache, d_root, shape, process,
+                                                                    draft_temperature, generator, record_logits)
+    with timer("target"):
+        t_start = t_cache.size
+        logits = score_trees(t_cache, batch, root)
+    return TreeStep(batch, draft_probs, logits, node_slot, t_start, d_logits)
+
+
+def check_prompts(prompts: list[list[int]], where: str) -> None:
+    """ValueError unless ``prompts`` holds at least one prompt and none is empty."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError(f"{where}: prompts must hold at least one prompt and no empty one, got lengths "
+                         f"{[len(p) for p in prompts]}")
+
+
+def start_caches(pair: ModelPair, prompts: list[list[int]], timer: PhaseTimer | None = None):
+    """``(t_cache, d_cache, root, pending)`` before the first :func:`tree_step`: the target holds each prompt
+    but its last token ``root[b]``, the draft nothing (``pending[b]`` = the whole prompt)."""
+    check_prompts(prompts, "start_caches")
+    timer = timer or PhaseTimer()
+    t_cache, d_cache = RaggedCache(pair.target, len(prompts)), RaggedCache(pair.draft, len(prompts))
+    with timer("target"):
+        feed_sequences(t_cache, [p[:-1] for p in prompts], 1)
+    return t_cache, d_cache, [p[-1] for p in prompts], [list(p) for p in prompts]
+
+
 @torch.inference_mode()
 def speculative_decode_batch(pair: ModelPair, prompts: list[list[int]], method: str, shape: TreeShape, process: str,
                              temperature: float, max_new_tokens: int, generator: torch.Generator | None = None,
@@ -146,59 +207,40 @@ def speculative_decode_batch(pair: ModelPair, prompts: list[list[int]], method: 
     ``draft_temperature`` defaults to :func:`univer_theory.models.resolve_draft_temperature`."""
     if max_new_tokens < 1:
         raise ValueError(f"speculative_decode: max_new_tokens must be ≥ 1, got {max_new_tokens}")
-    if not prompts or any(not p for p in prompts):
-        raise ValueError("speculative_decode: need at least one prompt, and no prompt may be empty")
+    check_prompts(prompts, "speculative_decode")
     dtemp = resolve_draft_temperature(temperature, draft_temperature)
     timer = PhaseTimer()
     start = time.perf_counter()
     B = len(prompts)
-    t_cache, d_cache = RaggedCache(pair.target, B), RaggedCache(pair.draft, B)
-    with timer("target"):
-        feed_sequences(t_cache, [p[:-1] for p in prompts], 1)
+    t_cache, d_cache, root, pending = start_caches(pair, prompts, timer)
     rows = list(range(B))                      # request of each cache row
-    root = [p[-1] for p in prompts]            # target: the one uncommitted context token
-    pending = [list(p) for p in prompts]       # draft: the context tokens it has not fed (all, at first)
     new: list[list[int]] = [[] for _ in prompts]
     accepted: list[list[int]] = [[] for _ in prompts]
     t_rec: list[list[torch.Tensor]] = [[] for _ in prompts]
     d_rec: list[list[torch.Tensor]] = [[] for _ in prompts]
     bar = tqdm(total=max_new_tokens * B, desc=f"decode {method}", unit="tok", disable=not progress, leave=False)
     while rows:
-        with timer("draft"):
-            d_root = feed_sequences(d_cache, pending, 1)[:, -1]
-            batch, draft_probs, node_slot, d_logits = draft_tree_cached(d_cache, d_root, shape, process, dtemp,
-                                                                        generator, record_logits)
-        with timer("target"):
-            t_start = t_cache.size
-            tokens = batch.token.clone()
-            tokens[:, 0] = torch.tensor(root)
-            depth = torch.tensor(shape.depth)
-            logits = t_cache.feed(tokens, t_cache.lengths[:, None] + depth[None], ancestors(shape).expand(len(rows), -1, -1))
+        step = tree_step(t_cache, d_cache, root, pending, shape, process, dtemp, generator, record_logits, timer)
         with timer("verify"):
-            target_probs = probs_from_logits(logits.to(draft_probs.device).double(), temperature)
-            results = verify_batch(method, batch, target_probs, draft_probs, process, generator)
-        keep, t_slots, d_slots = [], [], []
+            target_probs = probs_from_logits(step.target_logits.to(step.draft_probs.device).double(), temperature)
+            results = verify_batch(method, step.batch, target_probs, step.draft_probs, process, generator)
+        keep = []
         for r, (b, (path, y)) in enumerate(zip(rows, results)):
             accepted[b].append(len(path))
-            emitted = ([int(batch.token[r, u]) for u in path] + [y])[: max_new_tokens - len(new[b])]
+            emitted = ([int(step.batch.token[r, u]) for u in path] + [y])[: max_new_tokens - len(new[b])]
             stop = next((i for i, t in enumerate(emitted) if t in pair.stop_ids), None)
             if stop is not None:
                 emitted = emitted[: stop + 1]
             new[b] += emitted
             bar.update(len(emitted))
             if record_logits:
-                t_rec[b].append(logits[r, [0] + path][: len(emitted)].cpu())
-                d_rec[b].append(d_logits[r, [0] + path][: len(emitted)].cpu())
-            t_slots.append([t_start] + [t_start + u for u in path])
-            d_slots.append([int(node_slot[u]) for u in path if node_slot[u] >= 0])
+                t_rec[b].append(step.target_logits[r, [0] + path][: len(emitted)].cpu())
+                d_rec[b].append(step.draft_logits[r, [0] + path][: len(emitted)].cpu())
             if stop is None and len(new[b]) < max_new_tokens and len(accepted[b]) != max_steps:
                 keep.append(r)
                 root[r] = y
-                pending[r] = [int(batch.token[r, u]) for u in path if node_slot[u] < 0] + [y]
-        with timer("target"):
-            t_cache.commit(t_slots)
-        with timer("draft"):
-            d_cache.commit(d_slots)
+                pending[r] = step.unfed(r, path) + [y]
+        step.commit(t_cache, d_cache, [path for path, _ in results], timer)
         if len(keep) < len(rows):
             for cache in (t_cache, d_cache):
                 cache.select(keep)
@@ -221,24 +263,46 @@ def speculative_decode(pair: ModelPair, prompt_ids: list[int], method: str, shap
 
 
 @torch.inference_mode()
-def sample_plain(pair: ModelPair, prompt_ids: list[int], temperature: float, max_new_tokens: int,
-                 generator: torch.Generator | None = None) -> DecodeResult:
-    """Plain target sampling, one token per forward (the baseline speculation must beat): phases ``target``
-    (the forwards) and ``verify`` (drawing ``Y ~ p``); τ = 0 at every step."""
+def sample_plain_batch(pair: ModelPair, prompts: list[list[int]], temperature: float, max_new_tokens: int,
+                       generator: torch.Generator | None = None, record_logits: bool = False) -> list[DecodeResult]:
+    """Plain target sampling, one token per forward (the baseline speculation must beat), of every prompt in
+    ``prompts`` in the same forwards (:func:`feed_sequences`; a request stops after a stop token): phases
+    ``target`` (the forwards) and ``verify`` (drawing ``Y ~ p`` row by row); τ = 0 at every step;
+    ``record_logits``: keep the target logits each token was drawn from (:class:`DecodeResult`)."""
     if max_new_tokens < 1:
         raise ValueError(f"sample_plain: max_new_tokens must be ≥ 1, got {max_new_tokens}")
+    check_prompts(prompts, "sample_plain")
     timer = PhaseTimer()
     start = time.perf_counter()
+    cache = RaggedCache(pair.target, len(prompts))
     with timer("target"):
-        cache, logits = prefill(pair.target, prompt_ids)
-    new: list[int] = []
+        logits = feed_sequences(cache, prompts, 1)[:, -1]
+    rows = list(range(len(prompts)))
+    new: list[list[int]] = [[] for _ in prompts]
+    rec: list[list[torch.Tensor]] = [[] for _ in prompts]
     while True:
         with timer("verify"):
-            new.append(int(sample_rows(probs_from_logits(logits[None].double(), temperature), generator)[0]))
-        if new[-1] in pair.stop_ids or len(new) == max_new_tokens:
+            ys = sample_rows(probs_from_logits(logits.double(), temperature), generator).tolist()
+        keep = []
+        for r, (b, y) in enumerate(zip(rows, ys)):
+            new[b].append(int(y))
+            if record_logits:
+                rec[b].append(logits[r].cpu())
+            if y not in pair.stop_ids and len(new[b]) < max_new_tokens:
+                keep.append(r)
+        if not keep:
             break
         with timer("target"):
-            logits = extend(pair.target, cache, [new[-1]])
+            if len(keep) < len(rows):
+                cache.select(keep)
+                rows, ys = [rows[r] for r in keep], [ys[r] for r in keep]
+            logits = feed_sequences(cache, [[int(y)] for y in ys], 1)[:, -1]
     wall = time.perf_counter() - start
-    return DecodeResult(tuple(new), (0,) * len(new), wall, pair.tokenizer.decode(new, skip_special_tokens=True),
-                        dict(timer.seconds))
+    return [DecodeResult(tuple(n), (0,) * len(n), wall, pair.tokenizer.decode(n, skip_special_tokens=True),
+                         dict(timer.seconds), torch.stack(r) if record_logits else None) for n, r in zip(new, rec)]
+
+
+def sample_plain(pair: ModelPair, prompt_ids: list[int], temperature: float, max_new_tokens: int,
+                 generator: torch.Generator | None = None) -> DecodeResult:
+    """:func:`sample_plain_batch` for one prompt."""
+    return sample_plain_batch(pair, [prompt_ids], temperature, max_new_tokens, generator)[0]

@@ -2,11 +2,15 @@
 each verifier, on the same prompts, seeds and model pair.
 
 Every method decodes the same prompts with a generator seeded by ``(seed, prompt)``; the methods run
-interleaved prompt by prompt (a slow phase of a shared machine hits them alike).  Per method: tokens per second
-(total new tokens / total wall, prefill included), tokens per step (per target forward that verifies: the
-paper's acceptance length, bonus included) and the share of the wall time spent in the draft's forwards, the
-target's forwards and verification (sampling ``Y`` for plain; for Hugging Face, everything outside the two
-models' forwards).
+interleaved prompt by prompt (a slow phase of a shared machine hits them alike).  With ``batch = B > 1`` the
+prompts go in groups of B consecutive prompts (the last group may be smaller), each group decoded in shared
+forwards (:func:`.decode.speculative_decode_batch`, :func:`.decode.sample_plain_batch`; one generator per group,
+seeded by ``(seed, first prompt)``; each request's law is that of B = 1, its coins differ); Hugging Face
+assisted generation takes one request at a time and cannot run batched.  Per method: tokens per second (total
+new tokens of all requests / total wall, prefill included), tokens per step (per request and target forward
+that verifies: the paper's acceptance length, bonus included) and the share of the wall time spent in the
+draft's forwards, the target's forwards and verification (sampling ``Y`` for plain; for Hugging Face,
+everything outside the two models' forwards).
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from tqdm import tqdm
 
 from univer_theory import TreeShape
 
-from .decode import PHASES, DecodeResult, sample_plain, speculative_decode_batch
+from .decode import PHASES, DecodeResult, sample_plain_batch, speculative_decode_batch
 from .models import ModelPair
 
 
@@ -83,42 +87,66 @@ def hf_assisted(pair: ModelPair, prompt_ids: list[int], temperature: float, max_
     return DecodeResult(tuple(new), accepted, wall, pair.tokenizer.decode(new, skip_special_tokens=True), phase)
 
 
-def run_method(pair: ModelPair, method: SpeedMethod, prompt_ids: list[int], process: str, temperature: float,
-               max_new_tokens: int, seed: int) -> DecodeResult:
-    """One prompt decoded by ``method`` with the generator seeded by ``seed``."""
+#: Method kinds that cannot decode several requests in shared forwards, and why.
+UNBATCHED = {"hf-assisted": "transformers' assisted generation takes one request at a time"}
+
+
+def run_method(pair: ModelPair, method: SpeedMethod, prompts: list[list[int]], process: str, temperature: float,
+               max_new_tokens: int, seed: int, progress: bool = False) -> list[DecodeResult]:
+    """The prompts of one group decoded together by ``method`` with one generator seeded by ``seed``
+    (``progress``: a bar over the tokens of a speculative run — UniVer on a wide tree can take minutes per
+    prompt)."""
     gen = torch.Generator(pair.device).manual_seed(seed)
     if method.kind == "plain":
-        return sample_plain(pair, prompt_ids, temperature, max_new_tokens, gen)
-    if method.kind == "hf-assisted":
-        return hf_assisted(pair, prompt_ids, temperature, max_new_tokens, seed)
-    return speculative_decode_batch(pair, [prompt_ids], method.kind, method.shape, process, temperature,
-                                    max_new_tokens, gen)[0]
+        return sample_plain_batch(pair, prompts, temperature, max_new_tokens, gen)
+    if method.kind == "hf-assisted":          # one request: speed_compare never groups it
+        return [hf_assisted(pair, prompts[0], temperature, max_new_tokens, seed)]
+    return speculative_decode_batch(pair, prompts, method.kind, method.shape, process, temperature,
+                                    max_new_tokens, gen, progress=progress)
 
 
-def summarise(results: list[DecodeResult]) -> dict:
-    """Totals over prompts: tokens/s (total tokens / total wall), min and median of the per-prompt tokens/s,
-    tokens per step, and each phase's share of the total wall time."""
-    tokens = sum(len(r.tokens) for r in results)
-    wall = sum(r.wall_s for r in results)
-    steps = sum(r.steps for r in results)
-    per_prompt = [r.tokens_per_s for r in results]
-    return {"tokens_per_s": tokens / wall, "tokens_per_s_min": min(per_prompt),
-            "tokens_per_s_median": statistics.median(per_prompt), "tokens_per_step": tokens / max(steps, 1),
-            "share": {k: sum(r.phase_s.get(k, 0.0) for r in results) / wall for k in PHASES},
+def group_tokens_per_s(group: list[DecodeResult]) -> float:
+    """New tokens of all requests of a group decoded together / the group's (shared) wall seconds."""
+    return sum(len(r.tokens) for r in group) / group[0].wall_s
+
+
+def summarise(groups: list[list[DecodeResult]]) -> dict:
+    """Totals over groups of requests decoded together (one request each without batching): tokens/s (total
+    tokens / total wall — a group's wall and phase times are shared by its requests, counted once), min and
+    median of the per-group tokens/s, tokens per step (per request and verification) and each phase's share of
+    the total wall time."""
+    tokens = sum(len(r.tokens) for g in groups for r in g)
+    wall = sum(g[0].wall_s for g in groups)
+    steps = sum(r.steps for g in groups for r in g)
+    per_group = [group_tokens_per_s(g) for g in groups]
+    return {"tokens_per_s": tokens / wall, "tokens_per_s_min": min(per_group),
+            "tokens_per_s_median": statistics.median(per_group), "tokens_per_step": tokens / max(steps, 1),
+            "share": {k: sum(g[0].phase_s.get(k, 0.0) for g in groups) / wall for k in PHASES},
             "new_tokens": tokens, "steps": steps, "wall_s": wall}
 
 
 def speed_compare(pair: ModelPair, prompts: list[list[int]], methods: list[SpeedMethod], process: str,
-                  temperature: float, max_new_tokens: int, seed: int = 0, progress: bool = True) -> dict:
-    """``{"methods": {name: summary}, "per_prompt": {name: [tokens/s …]}}``, methods interleaved per prompt."""
+                  temperature: float, max_new_tokens: int, seed: int = 0, progress: bool = True,
+                  batch: int = 1) -> dict:
+    """``{"methods": {name: summary}, "per_prompt": {name: [tokens/s …]}}`` (per group of ``batch`` prompts),
+    methods interleaved per group."""
     if not methods:
         raise ValueError("speed_compare: no method to run")
-    runs: dict[str, list[DecodeResult]] = {m.name: [] for m in methods}
-    with tqdm(total=len(prompts) * len(methods), desc="speed", unit="run", disable=not progress) as bar:
-        for i, ids in enumerate(prompts):
+    if not 1 <= batch <= len(prompts):
+        raise ValueError(f"speed_compare: batch must be in [1, {len(prompts)}] (the number of prompts), got {batch}")
+    if batch > 1:
+        bad = {m.name: UNBATCHED[m.kind] for m in methods if m.kind in UNBATCHED}
+        if bad:
+            raise ValueError(f"speed_compare: method(s) {list(bad)} cannot batch requests ({'; '.join(bad.values())})"
+                             "; leave them out or use batch 1")
+    runs: dict[str, list[list[DecodeResult]]] = {m.name: [] for m in methods}
+    starts = range(0, len(prompts), batch)
+    with tqdm(total=len(starts) * len(methods), desc="speed", unit="run", disable=not progress) as bar:
+        for i in starts:
             for m in methods:
                 bar.set_postfix_str(m.name)
-                runs[m.name].append(run_method(pair, m, ids, process, temperature, max_new_tokens, seed + i))
+                runs[m.name].append(run_method(pair, m, prompts[i: i + batch], process, temperature,
+                                               max_new_tokens, seed + i, progress))
                 bar.update(1)
-    return {"methods": {name: summarise(rs) for name, rs in runs.items()},
-            "per_prompt": {name: [r.tokens_per_s for r in rs] for name, rs in runs.items()}}
+    return {"methods": {name: summarise(gs) for name, gs in runs.items()},
+            "per_prompt": {name: [group_tokens_per_s(g) for g in gs] for name, gs in runs.items()}}

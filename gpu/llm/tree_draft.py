@@ -3,8 +3,8 @@
 :func:`gpu.draft_tree` walks the skeleton: at depth d it asks for the rows ``q(·|s(u))`` of the nodes of that
 depth, then draws every internal node's ordered children ``S ~ Q_k`` (``iid``, ``wor``, ``topk``, ``greedy``).
 Here the rows come from the draft model: the nodes of depth d are fed in one forward on top of the draft's
-KV cache (:func:`.tree_score.forward_nodes`; their ancestors were fed at earlier depths), so a tree of depth D
-costs D + 1 small forwards (leaves get their row too: every verifier takes full ``[N, V]`` rows).
+KV cache (:meth:`.ragged_cache.RaggedCache.feed`; their ancestors were fed at earlier depths), so a tree of
+depth D costs D small forwards after the root row (leaves are not fed: no verifier reads their row).
 
 Shape specs (:func:`tree_shape`): ``binary:D`` (branching 2 to depth D), ``chain:D``, ``eagle`` / ``eagle:W``
 (the sparse EAGLE-like tree of :func:`eagle_like_shape`), or anything :meth:`TreeShape.parse` reads
@@ -20,7 +20,6 @@ from ..drafting import draft_tree as draft_skeleton
 from ..probs import probs_from_logits
 from ..tree_batch import TreeBatch, tree_attention_mask
 from .ragged_cache import RaggedCache
-from .tree_score import forward_nodes
 
 
 def eagle_like_shape(width: int = 4) -> TreeShape:
@@ -55,34 +54,6 @@ def tree_shape(spec: str) -> TreeShape:
         raise ValueError(f"tree_shape: unknown shape kind {kind!r} in {spec!r}; choose one of "
                          "['binary:D', 'chain:D', 'eagle[:W]'] or a TreeShape.parse string")
     return TreeShape.parse(spec)
-
-
-def draft_tree(model, cache, context_len: int, root_logits: torch.Tensor, shape: TreeShape, process: str,
-               temperature: float, generator: torch.Generator | None = None) -> tuple[TreeBatch, torch.Tensor]:
-    """Draft one tree of ``shape`` after the context (cache slots ``< context_len``).
-
-    ``root_logits [V]``: the draft's logits after the context.  Returns ``(batch, draft_probs)``: a
-    :class:`gpu.TreeBatch` holding the one tree and its rows ``[1, N, V]`` float64,
-    ``draft_probs[0, u] = q(·|s(u))`` at ``temperature``.  The cache is restored afterwards.
-    """
-    n = shape.num_nodes
-    ancestors = tree_attention_mask(TreeBatch.from_trees([DraftTree.from_shape(shape, [0] * (n - 1))]))[0]
-    depth = torch.tensor(shape.depth)
-    node_slot = torch.full((n,), -1)
-    cache_len = cache.get_seq_length()
-
-    def rows(token: torch.Tensor, nodes: list[int]) -> torch.Tensor:
-        if nodes == [0]:
-            logits = root_logits.reshape(1, -1)
-        else:
-            logits = forward_nodes(model, cache, nodes, token[0, nodes], context_len - 1 + depth[nodes],
-                                   ancestors[nodes], node_slot, context_len)
-        return probs_from_logits(logits.double(), temperature)[None]
-
-    try:
-        return draft_skeleton(shape, rows, process, 1, generator)
-    finally:
-        cache.crop(cache_len)
 
 
 def ancestors(shape: TreeShape) -> torch.Tensor:

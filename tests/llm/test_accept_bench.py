@@ -9,8 +9,8 @@ import torch
 from gpu import probs_from_logits
 from gpu.llm.accept_bench import accept_bench
 from gpu.llm.prompts import load_prompts
-from gpu.llm.tree_draft import draft_tree, tree_shape
-from gpu.llm.tree_score import score_tree
+from gpu.llm.decode import start_caches, tree_step
+from gpu.llm.tree_draft import tree_shape
 from univer_theory import VERIFIERS
 
 pytestmark = pytest.mark.llm
@@ -60,7 +60,6 @@ def test_chain_identities_and_full_acceptance_ordering(pair, two_prompts):
     ordered per chain: BV ≥ SpS holds only on average over the draft — e.g. p = (1/3, 2/3), q = (2/3, 1/3),
     chain (0, 0): SpS 3/4, BV 1/2.)  sps / bv run on the exact core, rrsw / tv on the batched verifier."""
     from gpu.llm.accept_bench import evaluate_prompt
-    from gpu.llm.decode import prefill
     from gpu.llm.prompts import encode_prompt
 
     shape = tree_shape("chain:3")
@@ -70,12 +69,11 @@ def test_chain_identities_and_full_acceptance_ordering(pair, two_prompts):
         assert rec.expected["rrsw"][i] == pytest.approx(rec.expected["sps"][i], abs=1e-9)
     # full-acceptance ordering on one real chain, from the exact per-tree laws
     ids = encode_prompt(pair.tokenizer, two_prompts[0])
-    t_cache, t_root = prefill(pair.target, ids)
-    d_cache, d_root = prefill(pair.draft, ids)
-    batch, q = draft_tree(pair.draft, d_cache, len(ids), d_root, shape, "wor", 1.0, torch.Generator().manual_seed(2))
-    p = probs_from_logits(score_tree(pair.target, t_cache, batch, len(ids), t_root).double(), 1.0)
-    tree = batch.to_trees()[0]
-    full = {m: sum(v for k, v in VERIFIERS[m].law(tree, p.numpy(), q[0].numpy(), "wor").items() if len(k) == 4)
+    step = tree_step(*start_caches(pair, [ids]), shape, "wor", 1.0, torch.Generator().manual_seed(2))
+    p = probs_from_logits(step.target_logits[0].double(), 1.0)
+    tree = step.batch.to_trees()[0]
+    full = {m: sum(v for k, v in VERIFIERS[m].law(tree, p.numpy(), step.draft_probs[0].numpy(), "wor").items()
+                   if len(k) == 4)
             for m in ("sps", "bv")}
     assert full["bv"] >= full["sps"] - 1e-12, full
 
@@ -87,23 +85,22 @@ def test_batched_univer_equals_the_exact_core_on_real_trees(pair, two_prompts, s
     E[τ | T] equals the exact core's (1e-10; real rows hold dominant-token nodes, where rule 3 is solved to
     ~1e-11)."""
     from gpu import expected_accepted_length
-    from gpu.llm.decode import extend, prefill
     from gpu.llm.prompts import encode_prompt
 
     ids = encode_prompt(pair.tokenizer, two_prompts[1])
-    t_cache, t_root = prefill(pair.target, ids)
-    d_cache, d_root = prefill(pair.draft, ids)
+    t_cache, d_cache, root, pending = start_caches(pair, [ids])
     gen = torch.Generator().manual_seed(5)
-    for step in range(steps):
-        shape = tree_shape(spec)
-        batch, q = draft_tree(pair.draft, d_cache, len(ids), d_root, shape, "wor", 1.0, gen)
-        p = probs_from_logits(score_tree(pair.target, t_cache, batch, len(ids), t_root).double(), 1.0)[None]
-        got = float(expected_accepted_length(batch, p, q, "wor", "univer")[0])
-        want = VERIFIERS["univer"].expected_accepted_length(batch.to_trees()[0], p[0].numpy(), q[0].numpy(), "wor")
-        assert got == pytest.approx(want, abs=1e-10), step
-        y = int(batch.token[0, 1])                    # continue the context with the first drafted token
-        ids = ids + [y]
-        t_root, d_root = extend(pair.target, t_cache, [y]), extend(pair.draft, d_cache, [y])
+    shape = tree_shape(spec)
+    for i in range(steps):
+        step = tree_step(t_cache, d_cache, root, pending, shape, "wor", 1.0, gen)
+        p, q = probs_from_logits(step.target_logits.double(), 1.0), step.draft_probs
+        got = float(expected_accepted_length(step.batch, p, q, "wor", "univer")[0])
+        want = VERIFIERS["univer"].expected_accepted_length(step.batch.to_trees()[0], p[0].numpy(), q[0].numpy(),
+                                                            "wor")
+        assert got == pytest.approx(want, abs=1e-10), i
+        step.commit(t_cache, d_cache, [[]])           # continue the context with the first drafted token
+        root = [int(step.batch.token[0, 1])]
+        pending = [root]
 
 
 def test_log_reading_ignores_only_a_torn_last_line(tmp_path):

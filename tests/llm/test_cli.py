@@ -34,6 +34,21 @@ def test_decode_cli_json(pair, monkeypatch, capsys):
     assert out["method"] == "univer" and 1 <= out["new_tokens"] <= 3 and out["steps"] >= 1
 
 
+def test_decode_cli_batch(pair, monkeypatch, capsys):
+    """``--batch 2``: two samples of the prompt in shared forwards, listed under "requests", totals beside."""
+    monkeypatch.setattr(decode_cmd, "load_models", lambda args: pair)
+    rc = cli.main(["decode", "--prompt", "Say hi.", "--tree", "chain:1", "--max-new-tokens", "2", "--batch", "2",
+                   "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["batch"] == 2 and len(out["requests"]) == 2
+    assert out["new_tokens"] == sum(r["new_tokens"] for r in out["requests"]) and out["steps"] >= 2
+    assert out["tokens_per_s"] == pytest.approx(out["new_tokens"] / out["wall_s"])
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["decode", "--prompt", "x", "--batch", "0"])
+    assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err
+
+
 def test_decode_cli_rejects_unsupported_method(capsys):
     assert cli.main(["decode", "--prompt", "x", "--method", "rrsw", "--process", "iid"]) == 2
     assert "does not apply" in capsys.readouterr().err
@@ -100,15 +115,36 @@ def test_speed_cli_json_csv_png(pair, tmp_path, monkeypatch, capsys):
     assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_speed_cli_batch(pair, tmp_path, monkeypatch, capsys):
+    """``--batch 2`` over 2 prompts: one group per method decoded in shared forwards; hf-assisted, which cannot
+    batch, is left out of the default methods (said on stderr)."""
+    from univer.commands import speed as speed_cmd
+
+    monkeypatch.setattr(speed_cmd, "load_models", lambda args: pair)
+    rc = cli.main(["speed", "--n", "2", "--batch", "2", "--max-new-tokens", "2", "--tree", "chain:1",
+                   "--chain", "chain:1", "--out", str(tmp_path / "speed"), "--json"])
+    assert rc == 0
+    out, err = capsys.readouterr()
+    printed = json.loads(out)
+    assert list(printed["methods"]) == ["plain", "sps", "rrsw", "tv", "univer"] and "hf-assisted" in err
+    assert printed["config"]["batch"] == 2
+    for name, m in printed["methods"].items():
+        assert 2 <= m["new_tokens"] <= 4 and len(printed["per_prompt_tokens_per_s"][name]) == 1
+
+
 @pytest.mark.parametrize("argv,match", [(["--methods", "plain,warp"], "unknown"),
                                         (["--tree", "binary:x"], "positive depth"),
-                                        (["--methods", "sps", "--chain", "binary:2"], "does not apply")])
+                                        (["--methods", "sps", "--chain", "binary:2"], "does not apply"),
+                                        (["--n", "2", "--batch", "3"], "exceeds the number of prompts"),
+                                        (["--n", "2", "--batch", "2", "--methods", "plain,hf-assisted"],
+                                         "cannot batch")])
 def test_speed_cli_rejects_bad_values_before_loading(argv, match, capsys):
     assert cli.main(["speed", *argv]) == 2
     assert match in capsys.readouterr().err
 
 
-def test_speed_cli_rejects_non_positive_counts(capsys):
+@pytest.mark.parametrize("option", ["--n", "--batch"])
+def test_speed_cli_rejects_non_positive_counts(option, capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.main(["speed", "--n", "0"])
+        cli.main(["speed", option, "0"])
     assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gpu.llm.decode import prefill, extend, speculative_decode
+from gpu.llm.decode import speculative_decode
 from gpu.llm.tree_draft import tree_shape
 from gpu.llm.verifiers import method_names
 from univer_theory import VERIFIERS
@@ -47,14 +47,18 @@ def test_decode_is_reproducible_from_the_seed(pair, prompt_ids):
 
 
 @torch.inference_mode()
+def _greedy(model, prompt, n):
+    """The first ``n`` greedy tokens after ``prompt``, one full causal forward per token (no cache)."""
+    seq = list(prompt)
+    for _ in range(n):
+        seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+    return seq[len(prompt):]
+
+
 def test_greedy_target_is_reproduced_exactly(pair, prompt_ids):
     """At T = 0 the target law is a point mass, so a lossless verifier must emit the greedy continuation
     whatever the draft proposes (here: wor drafts at draft temperature 1)."""
-    cache, logits = prefill(pair.target, prompt_ids)
-    greedy = []
-    for _ in range(6):
-        greedy.append(int(logits.argmax()))
-        logits = extend(pair.target, cache, [greedy[-1]])
+    greedy = _greedy(pair.target, prompt_ids, 6)
     res = speculative_decode(pair, prompt_ids, "tv", tree_shape("binary:2"), "wor", 0.0, 6,
                              torch.Generator().manual_seed(0))
     assert list(res.tokens) == greedy[: len(res.tokens)] and (len(res.tokens) == 6 or res.tokens[-1] in pair.stop_ids)
@@ -121,9 +125,4 @@ def test_batched_greedy_reproduces_each_requests_greedy_continuation(pair):
     results = speculative_decode_batch(pair, prompts, "tv", tree_shape("binary:2"), "wor", 0.0, 4,
                                        torch.Generator().manual_seed(1))
     for prompt, res in zip(prompts, results):
-        cache, logits = prefill(pair.target, prompt)
-        want = []
-        for _ in range(len(res.tokens)):
-            want.append(int(logits.argmax()))
-            logits = extend(pair.target, cache, [want[-1]])
-        assert list(res.tokens) == want
+        assert list(res.tokens) == _greedy(pair.target, prompt, len(res.tokens))

@@ -1,14 +1,11 @@
-"""Vendored prompts, tree-shape specs and the tree-attention bias (no model needed)."""
+"""Vendored prompts and tree-shape specs (no model needed)."""
 from collections import Counter
 
 import pytest
-import torch
 
-from gpu import TreeBatch, tree_attention_mask
 from gpu.llm.prompts import PROMPT_DIR, load_prompts
 from gpu.llm.tree_draft import eagle_like_shape, tree_shape
-from gpu.llm.tree_score import tree_bias
-from univer_theory import DraftTree, TreeShape
+from univer_theory import TreeShape
 
 
 def test_prompt_sets_and_licenses():
@@ -56,19 +53,3 @@ def test_eagle_like_shape_follows_its_rule(width):
         rank = shape.children[shape.parent[u]].index(u)
         assert len(kids) == max(0, width - shape.depth[u] - rank)
     assert shape.max_depth == width
-
-
-def test_tree_bias_sees_context_ancestors_and_self_only():
-    tree = DraftTree((-1, 0, 0, 1), (-1, 5, 6, 7))      # node 3 is a child of node 1
-    anc = tree_attention_mask(TreeBatch.from_trees([tree]))[0]
-    # context of 3 tokens, then 2 hidden cache entries, then nodes 1..3 at slots 5, 6, 7
-    slot = torch.tensor([-1, 5, 6, 7])
-    bias = tree_bias(anc[1:], slot, context_len=3, kv_len=8)
-    assert bias.shape == (1, 1, 3, 8)
-    seen = (bias[0, 0] == 0).int().tolist()
-    assert seen == [[1, 1, 1, 0, 0, 1, 0, 0],           # node 1: context + itself
-                    [1, 1, 1, 0, 0, 0, 1, 0],           # node 2: context + itself
-                    [1, 1, 1, 0, 0, 1, 0, 1]]           # node 3: context + node 1 + itself
-    assert (bias[0, 0][bias[0, 0] != 0] == torch.finfo(torch.float32).min).all()
-    with pytest.raises(ValueError, match="no cache slot"):
-        tree_bias(anc[3:], torch.tensor([-1, -1, 6, 7]), 3, 8)

@@ -98,3 +98,50 @@ def test_batched_steps_use_each_requests_sequential_rows(tiny_pair, method, spec
         assert fed.sum() >= n // 2 and torch.allclose(res.draft_logits[fed], ref[fed], atol=ATOL)
         assert n == 20 or res.tokens[-1] == 47
 
+
+
+def test_batched_plain_sampling_uses_each_requests_sequential_rows(tiny_pair):
+    """Plain sampling of B = 3 ragged prompts in shared forwards: every token is drawn from the target row of
+    its own request's context (sequential decoding to fp32 round-off), so each request's law is that of B = 1;
+    requests stop at their own stop token or the budget."""
+    from gpu.llm.decode import sample_plain_batch
+
+    prompts = [[1, 2, 3, 4, 5], [6], [7, 8]]
+    results = sample_plain_batch(tiny_pair, prompts, 1.0, 12, torch.Generator().manual_seed(3), record_logits=True)
+    for prompt, res in zip(prompts, results):
+        seq = prompt + list(res.tokens)
+        assert res.accepted == (0,) * len(res.tokens) and res.target_logits.shape[0] == len(res.tokens)
+        assert torch.allclose(res.target_logits, _sequential(tiny_pair.target, seq)[len(prompt) - 1: -1], atol=ATOL)
+        assert len(res.tokens) == 12 or res.tokens[-1] == 47
+    assert len({r.wall_s for r in results}) == 1                        # one shared loop
+
+
+@pytest.mark.parametrize("prompts", [[], [[1, 2], []]])
+def test_batched_decoders_reject_missing_or_empty_prompts(tiny_pair, prompts):
+    from gpu.llm.decode import sample_plain_batch
+
+    with pytest.raises(ValueError, match="speculative_decode: prompts must hold"):
+        speculative_decode_batch(tiny_pair, prompts, "tv", tree_shape("binary:2"), "wor", 1.0, 2)
+    with pytest.raises(ValueError, match="sample_plain: prompts must hold"):
+        sample_plain_batch(tiny_pair, prompts, 1.0, 2)
+
+
+def test_speed_compare_batches_groups_and_counts_every_request(tiny_pair):
+    """``batch = 2`` over 3 prompts: groups of 2 and 1, each group's wall counted once, tokens and steps summed
+    over requests; hf-assisted cannot batch, and a batch outside [1, #prompts] is refused."""
+    from gpu.llm.speed import SpeedMethod, speed_compare
+
+    prompts = [[1, 2, 3], [4], [5, 6]]
+    methods = [SpeedMethod("plain", "plain"), SpeedMethod("tv", "tv", tree_shape("binary:2"))]
+    report = speed_compare(tiny_pair, prompts, methods, "wor", 1.0, 5, seed=0, progress=False, batch=2)
+    for name, m in report["methods"].items():
+        assert len(report["per_prompt"][name]) == 2
+        assert 3 <= m["new_tokens"] <= 15
+        assert m["steps"] == m["new_tokens"] if name == "plain" else 3 <= m["steps"] <= m["new_tokens"]
+        assert m["tokens_per_s"] == pytest.approx(m["new_tokens"] / m["wall_s"])
+        assert 0 < sum(m["share"].values()) <= 1 + 1e-9
+    with pytest.raises(ValueError, match="cannot batch"):
+        speed_compare(tiny_pair, prompts, [SpeedMethod("hf-assisted", "hf-assisted")], "wor", 1.0, 2, batch=2)
+    for batch in (0, 4):
+        with pytest.raises(ValueError, match="batch must be in"):
+            speed_compare(tiny_pair, prompts, methods, "wor", 1.0, 2, batch=batch)

@@ -3,11 +3,10 @@ import numpy as np
 import pytest
 import torch
 
-from gpu.llm.decode import extend, prefill
+from gpu.llm.decode import start_caches, tree_step
 from gpu.llm.models import build_draft
 from gpu.llm.quantize import rtn_quantize
-from gpu.llm.tree_draft import draft_tree, tree_shape
-from gpu.llm.tree_score import score_tree
+from gpu.llm.tree_draft import tree_shape
 
 pytestmark = pytest.mark.llm
 
@@ -27,27 +26,28 @@ def _sequential_logits(model, ids):
 
 @pytest.mark.parametrize("spec,process", [("binary:2", "wor"), ("((..),.)", "iid")])
 def test_tree_logits_match_sequential_decoding(fp32_pair, prompt_ids, spec, process):
+    """The decoder's step (:func:`gpu.llm.decode.tree_step`) after a first step whose tree was dropped except
+    its node 1 (moved into place): every node's target logits, and every internal node's draft row, equal
+    sequential decoding of that node's prefix — the dropped scratch entries are invisible."""
     pair = fp32_pair
     shape = tree_shape(spec)
-    n = len(prompt_ids)
-    t_cache, t_root = prefill(pair.target, prompt_ids)
-    d_cache, d_root = prefill(pair.draft, prompt_ids)
-    hidden_tail = [100, 2000, 30000]          # entries after the context that the tree must not see
-    extend(pair.target, t_cache, hidden_tail)
-    extend(pair.draft, d_cache, hidden_tail)
     gen = torch.Generator().manual_seed(3)
-    batch, draft_probs = draft_tree(pair.draft, d_cache, n, d_root, shape, process, 1.0, gen)
-    logits = score_tree(pair.target, t_cache, batch, n, t_root)
-    assert t_cache.get_seq_length() == d_cache.get_seq_length() == n + len(hidden_tail), "cache not restored"
-    tree = batch.to_trees(pair.vocab_size)[0]
+    t_cache, d_cache, root, pending = start_caches(pair, [prompt_ids])
+    first = tree_step(t_cache, d_cache, root, pending, shape, process, 1.0, gen)
+    first.commit(t_cache, d_cache, [[1]])
+    y = 100                                   # the next step's root token, as if Y = 100 had been drawn
+    context = prompt_ids + [int(first.batch.token[0, 1]), y]
+    assert int(t_cache.lengths[0]) == len(context) - 1 and t_cache.size == len(context) - 1
+    step = tree_step(t_cache, d_cache, [y], [first.unfed(0, [1]) + [y]], shape, process, 1.0, gen)
+    tree = step.batch.to_trees(pair.vocab_size)[0]
     assert tree.shape == shape
-    for u in range(1, tree.num_nodes):
-        ids = prompt_ids + list(tree.path(u))
-        err = float((logits[u] - _sequential_logits(pair.target, ids)).abs().max())
+    for u in range(tree.num_nodes):
+        ids = context + list(tree.path(u))
+        err = float((step.target_logits[0, u] - _sequential_logits(pair.target, ids)).abs().max())
         assert err <= LOGIT_ATOL, f"node {u}: tree logits differ from sequential by {err:.2e}"
         if shape.children[u]:                 # leaves: no draft forward (nothing is drafted from them)
             q_seq = torch.softmax(_sequential_logits(pair.draft, ids).double(), -1)
-            err_q = float((draft_probs[0, u] - q_seq).abs().max())
+            err_q = float((step.draft_probs[0, u] - q_seq).abs().max())
             assert err_q <= PROB_ATOL, f"node {u}: draft row differs from sequential by {err_q:.2e}"
 
 
@@ -119,8 +119,7 @@ def test_univer_root_acceptance_at_least_tv(pair, prompt_ids, process, k):
     from univer_theory import DraftTree, VERIFIERS
     from univer_theory.plans.tv_plan import tv_plan
 
-    _, t_root = prefill(pair.target, prompt_ids)
-    _, d_root = prefill(pair.draft, prompt_ids)
+    t_root, d_root = (_sequential_logits(m, prompt_ids) for m in (pair.target, pair.draft))
     p = torch.softmax(t_root.double(), -1).numpy()
     q = torch.softmax(d_root.double(), -1).numpy()
     tokens = torch.multinomial(torch.from_numpy(q), k, replacement=process == "iid",

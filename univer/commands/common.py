@@ -64,5 +64,18 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
     return out
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1 (a clear usage error otherwise)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
 def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))

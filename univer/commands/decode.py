@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from univer_theory import PROCESSES, VERIFIERS
 
-from .common import print_json
+from .common import positive_int, print_json
 
 
 def add_llm_options(p, threads: int | None = None) -> None:
@@ -43,6 +43,10 @@ def add_parser(sub) -> None:
     p.add_argument("--method", default="univer", help="verifier (default univer)")
     p.add_argument("--tree", default="binary:3", help="tree shape: binary:D, chain:D, eagle[:W] or a TreeShape string (default binary:3)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="token budget (default 64)")
+    p.add_argument("--batch", type=positive_int, default=1,
+                   help="independent samples of the prompt decoded together in shared forwards; prints each "
+                        "sample, then totals over all of them (tokens/s: all samples' tokens over the shared wall "
+                        "time); the JSON adds the samples under 'requests' (default 1)")
     add_llm_options(p)
     p.set_defaults(func=run)
 
@@ -50,8 +54,9 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import torch
 
-    from gpu.llm.decode import speculative_decode
+    from gpu.llm.decode import speculative_decode_batch
     from gpu.llm.prompts import Prompt, encode_prompt
+    from gpu.llm.speed import summarise
     from gpu.llm.tree_draft import tree_shape
     from gpu.llm.verifiers import method_names
 
@@ -66,14 +71,25 @@ def run(args) -> int:
     pair = load_models(args)
     ids = encode_prompt(pair.tokenizer, Prompt("cli", "cli", args.prompt))
     gen = torch.Generator(pair.device).manual_seed(args.seed)
-    res = speculative_decode(pair, ids, method, shape, args.process, args.temperature, args.max_new_tokens, gen,
-                             args.draft_temperature, progress=not args.json)
+    results = speculative_decode_batch(pair, [ids] * args.batch, method, shape, args.process, args.temperature,
+                                       args.max_new_tokens, gen, args.draft_temperature, progress=not args.json)
+    res = results[0]
+    total = summarise([results])              # all samples: the wall and phase times are shared
+    total["acceptance_length"] = sum(sum(r.accepted) for r in results) / max(total["steps"], 1)
     if args.json:
-        print_json({"method": method, "tree": str(shape), "process": args.process, **res.as_json()})
+        head = {"method": method, "tree": str(shape), "process": args.process}
+        if args.batch == 1:
+            print_json({**head, **res.as_json()})
+        else:
+            keys = ("new_tokens", "steps", "tokens_per_step", "acceptance_length", "wall_s", "tokens_per_s", "share")
+            print_json({**head, "batch": args.batch, **{k: total[k] for k in keys},
+                        "requests": [r.as_json() for r in results]})
         return 0
-    print(res.text)
-    print(f"\n[{method}, tree {shape} ({shape.num_nodes} nodes), {args.process}, T={args.temperature}] "
-          f"{len(res.tokens)} tokens in {res.steps} steps: acceptance length {res.acceptance_length:.3f}, "
-          f"tokens/step {res.tokens_per_step:.3f}, {res.wall_s:.2f} s, {res.tokens_per_s:.2f} tokens/s "
-          f"(draft {res.share['draft']:.0%}, target {res.share['target']:.0%}, verify {res.share['verify']:.0%})")
+    for i, r in enumerate(results):
+        print(r.text if args.batch == 1 else f"--- sample {i + 1} of {args.batch} ---\n{r.text}")
+    print(f"\n[{method}, tree {shape} ({shape.num_nodes} nodes), {args.process}, T={args.temperature}"
+          f"{f', {args.batch} samples' if args.batch > 1 else ''}] {total['new_tokens']} tokens in {total['steps']} "
+          f"steps: acceptance length {total['acceptance_length']:.3f}, tokens/step {total['tokens_per_step']:.3f}, "
+          f"{total['wall_s']:.2f} s, {total['tokens_per_s']:.2f} tokens/s (draft {total['share']['draft']:.0%}, "
+          f"target {total['share']['target']:.0%}, verify {total['share']['verify']:.0%})")
     return 0

@@ -3,32 +3,26 @@ decoding with each verifier, on the same prompts, seeds and (target, draft) pair
 
 Prints ``{"methods": {NAME: {"tokens_per_s", "tokens_per_step", "share": {"draft", "target", "verify"}, …}}}``
 (with ``--json``; a table otherwise) and writes ``speed.json``, ``speed.csv`` (one row per method) and
-``speed.png`` (tokens/s bars and the phase split) into ``--out``.
+``speed.png`` (tokens/s bars and the phase split) into ``--out``.  Progress bars (runs, and the tokens of each
+speculative run) go to stderr, also with ``--json``.  ``--batch B`` decodes the prompts in groups of B in shared
+forwards (:func:`gpu.llm.speed.speed_compare`); ``per_prompt_tokens_per_s`` then holds one value per group.
 """
 from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 from univer_theory import VERIFIERS
 
-from .common import print_json
+from .common import positive_int, print_json
 from .decode import add_llm_options, load_models
 
 #: Methods in the order they are reported; ``sps`` runs on ``--chain``, the tree verifiers on ``--tree``.
 ALL_METHODS = ("plain", "hf-assisted", "sps", "rrsw", "tv", "univer")
 #: Tree of the tree verifiers unless ``--tree`` is given.
 DEFAULT_TREE = "binary:2"
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        import argparse
-
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
-    return value
 
 
 def add_parser(sub) -> None:
@@ -38,8 +32,13 @@ def add_parser(sub) -> None:
     p.add_argument("--n", type=positive_int, default=8, help="number of prompts, round-robin over categories "
                                                             "(default 8)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64, help="token budget per prompt (default 64)")
-    p.add_argument("--methods", default=",".join(ALL_METHODS),
-                   help=f"comma-separated subset of {','.join(ALL_METHODS)} (default all)")
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated subset of {','.join(ALL_METHODS)} (default all; with --batch > 1 all "
+                        "but hf-assisted, which cannot batch)")
+    p.add_argument("--batch", type=positive_int, default=1,
+                   help="requests decoded together in shared forwards: the prompts go in groups of B (the last "
+                        "may be smaller) and tokens/s counts all requests of a group over its wall time; plain "
+                        "sampling and the speculative methods batch, hf-assisted cannot (default 1; at most --n)")
     p.add_argument("--tree", action="append", default=None,
                    help="tree of rrsw / tv / univer: binary:D, eagle[:W], chain:D or a TreeShape string (default "
                         f"{DEFAULT_TREE}); repeat the option to run several trees, each method then named "
@@ -52,13 +51,23 @@ def add_parser(sub) -> None:
 
 def speed_methods(args) -> list:
     """The :class:`gpu.llm.speed.SpeedMethod` list the options name (checked before any model is loaded)."""
-    from gpu.llm.speed import SpeedMethod
+    from gpu.llm.speed import UNBATCHED, SpeedMethod
     from gpu.llm.tree_draft import tree_shape
 
-    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.methods is None:
+        names = [m for m in ALL_METHODS if args.batch == 1 or m not in UNBATCHED]
+        if len(names) < len(ALL_METHODS):
+            print(f"speed: left out {[m for m in ALL_METHODS if m not in names]} (cannot batch requests)",
+                  file=sys.stderr)
+    else:
+        names = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in names if m not in ALL_METHODS]
     if unknown or not names:
         raise ValueError(f"--methods: unknown or no method(s) {unknown}; choose from {list(ALL_METHODS)}")
+    cannot = {m: UNBATCHED[m] for m in names if m in UNBATCHED}
+    if args.batch > 1 and cannot:
+        raise ValueError(f"--batch {args.batch}: method(s) {list(cannot)} cannot batch requests "
+                         f"({'; '.join(cannot.values())}); leave them out of --methods or use --batch 1")
     trees = args.tree or [DEFAULT_TREE]
     out = []
     for name in ALL_METHODS:
@@ -130,10 +139,12 @@ def run(args) -> int:
 
     methods = speed_methods(args)
     prompts = load_prompts(args.prompts, args.n)
+    if args.batch > len(prompts):
+        raise ValueError(f"--batch {args.batch} exceeds the number of prompts ({len(prompts)}; --n {args.n})")
     pair = load_models(args)
     ids = [encode_prompt(pair.tokenizer, p) for p in prompts]
     report = speed_compare(pair, ids, methods, args.process, args.temperature, args.max_new_tokens, args.seed,
-                           progress=not args.json)
+                           progress=True, batch=args.batch)          # bars on stderr, the JSON on stdout
     plain = report["methods"].get("plain")
     for m in report["methods"].values():
         if plain:
@@ -141,7 +152,8 @@ def run(args) -> int:
     import torch
 
     report = {"methods": report["methods"], "per_prompt_tokens_per_s": report["per_prompt"],
-              "config": {"prompts": args.prompts, "n": len(prompts), "max_new_tokens": args.max_new_tokens,
+              "config": {"prompts": args.prompts, "n": len(prompts), "batch": args.batch,
+                         "max_new_tokens": args.max_new_tokens,
                          "draft": args.draft or DEFAULT_DRAFT, "trees": args.tree or [DEFAULT_TREE], "chain": args.chain,
                          "process": args.process, "temperature": args.temperature, "seed": args.seed,
                          "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
