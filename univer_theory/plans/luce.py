@@ -22,9 +22,12 @@ makes the smoothing's loss exponentially small; any remainder only lowers α: th
 ``w_y(S) = τ_y π_y(S)`` with ``τ = min(1, c/b)``, so ``a = τ·b ≤ c`` is its exact marginal, computed from the
 same numbers as ``select`` (losslessness does not rest on convergence).
 
-**Solver.**  Projected Newton on the drafted tokens (Jacobi-scaled, a fixed :data:`LUCE_ITERS` steps, each
-taking the best of a fixed ladder of step lengths, 0 included, so G never decreases), over the sets of the
-support (``Q(S)`` summed over the k! orders in the remaining-mass form).  Every function here takes numpy
+**Solver.**  Projected Newton on the drafted tokens over the sets of the support (``Q(S)`` summed over the k!
+orders in the remaining-mass form): T doubled from :data:`LUCE_START` to :data:`LUCE_CAP` with a fixed number of
+steps at each (no data-dependent stopping); each step moves along the Jacobi-scaled Newton direction or the
+scaled gradient (an ascent direction whatever clipping at ``φ ≤ 0`` does to Newton's), taking the best of a fixed
+ladder of lengths, 0 included, by G's change computed as ``log1p`` of the change of each set's normaliser — G
+itself is a difference of terms ~T, too coarse to rank steps near the optimum — so G never decreases.  Every function here takes numpy
 arrays (the exact core, a batch of one) or torch tensors (``gpu.wor_plans``, batched): one implementation.
 Practical where ``C(m, k)`` sets of an m-token support fit :data:`LUCE_SETS` and ``m ≤`` :data:`LUCE_SUPPORT`.
 """
@@ -99,18 +102,18 @@ def _member_choice(ps, cap: float = LUCE_CAP):
 
 
 def _choice(phi, sets, onehot, cap: float = LUCE_CAP):
-    """:func:`_member_choice` of every set ``sets [n, k]`` under ``φ [..., m]``, ``π`` spread over the support
-    ``[..., n, m]``."""
-    log_den, pi = _member_choice(phi[..., sets], cap)
-    return log_den, array_module(phi).einsum("...nj,njm->...nm", pi, onehot)
+    """The choice of every set ``sets [n, k]`` under ``φ [R, m]``: the members' shares ``[R, n, k]``
+    (:func:`_member_choice`) and the same spread over the support, ``π [R, n, m]``."""
+    shares = _member_choice(phi[..., sets], cap)[1]
+    return shares, array_module(phi).einsum("rnj,njm->rnm", shares, onehot)
 
 
 def _newton_step(phi, c, probs, sets, onehot, live, floor, eye, steps, cap):
-    """One projected, Jacobi-scaled Newton step on ``G`` at reject weight ``e^{−cap}``: the best of the step
-    lengths ``steps`` (0 included, so G never decreases), each step at most ``cap`` long in every coordinate."""
+    """One projected step on ``G`` at reject weight ``e^{−cap}`` (module docstring): the best of the Jacobi-scaled
+    Newton and scaled-gradient moves along the step lengths ``steps`` (0 included, so G never decreases), each
+    move at most ``cap`` long in every coordinate."""
     xp = array_module(phi)
-    _, shares = _member_choice(phi[..., sets], cap)                   # [R, n, k]
-    pi = xp.einsum("rnj,njm->rnm", shares, onehot)
+    shares, pi = _choice(phi, sets, onehot, cap)
     b = xp.einsum("rn,rnm->rm", probs, pi)
     grad = xp.where(live, c - b, 0 * c)
     # −Hessian of G = diag(b) − Σ_S Q(S) π π^T, kept on the free tokens (not pressed against a bound)
@@ -165,8 +168,7 @@ def luce_fit(c, qs, k: int):
         if cap >= LUCE_CAP:
             break
         cap = min(2 * cap, LUCE_CAP)
-    _, pi = _choice(phi, sets, onehot)
-    b = xp.einsum("rn,rnm->rm", probs, pi)
+    b = xp.einsum("rn,rnm->rm", probs, _choice(phi, sets, onehot)[1])
     tau = xp.where(live & (b > c), c / xp.where(b > 0, b, 1), live * 1.0)
     return phi, tau, tau * b
 
