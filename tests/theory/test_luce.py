@@ -8,6 +8,7 @@ the prefix formula) on V ≤ 10, and the closed form (checked against it) above.
 import numpy as np
 import pytest
 
+from univer_theory import VERIFIERS, ConfidentModel, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.choose import build_plan, choose_plan
 from univer_theory.plans.luce import LUCE_SETS, LUCE_SUPPORT, luce_budget, luce_plan
@@ -100,3 +101,22 @@ def test_budget():
     assert not luce_budget(16, 8) and 12870 > LUCE_SETS              # C(16, 8)
     p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
     assert luce_plan(p, q, 1.0, 2, "iid") is None
+
+
+def test_univer_with_rule_7_is_exactly_lossless():
+    """A context-dependent V = 9 wor tree ``3,1`` whose rows are flat-tail (q(top) = 0.5, p(top) = 1e-6, tails
+    Dirichlet(100) seeded by the prefix): the root takes rule 7, and the exact oracle's distance to the target
+    law is ≤ 1e-12; UniVer accepts more than RRSw there."""
+    V = 9
+
+    def rows(prefix):
+        rng = np.random.default_rng([V, *prefix])
+        return flat_tail_row(V, 100.0, 0.5, rng)
+
+    model = ConfidentModel(V)                         # only for its interface: rows replaced below
+    model.target, model.draft = (lambda s: rows(tuple(s))[0]), (lambda s: rows(tuple(s))[1])
+    assert choose_plan(*rows(()), 1.0, 3, "wor").construction == "luce"
+    shape = TreeShape.parse("3,1")
+    result = evaluate(model, shape, "wor", VERIFIERS["univer"])
+    assert float(result.distance) <= 1e-12
+    assert float(result.expected_accepted) > float(evaluate(model, shape, "wor", VERIFIERS["rrsw"]).expected_accepted)
