@@ -26,6 +26,7 @@ import itertools
 import torch
 
 from solvers.tie_break import prime_roots
+from univer_theory.processes import wor_tuple_probs
 
 from .simplex import lex_simplex
 
@@ -102,13 +103,13 @@ def _solve(c, q, sup, s, tup, process, omega):
     safe = sup.clamp(max=q.shape[1] - 1)
     q_sup = torch.where(sup < q.shape[1], q.gather(1, safe), 0)                          # [r, s_max]
     c_sup = torch.where(sup < q.shape[1], c.gather(1, safe), 0)
-    # Q_k(S) as tuple_law: iid Π q(y_i); wor pr · q(x) / (mass of the support not yet drawn, summed)
-    prob = torch.ones(r, n, dtype=dt, device=dev)
-    drawn = torch.zeros(r, n, s_max, dtype=torch.bool, device=dev)
-    for i in range(k):
-        rest = torch.where(drawn, 0, q_sup[:, None, :]).sum(2) if process == "wor" else 1
-        prob = prob * q_sup[:, tup[:, i]] / rest
-        drawn = drawn | (torch.arange(s_max, device=dev) == tup[:, i, None])[None]
+    # Q_k(S) as tuple_law: iid Π q(y_i); wor with the support's mass outside S summed (wor_tuple_probs)
+    members = q_sup[:, tup]                                                               # [r, n, k]
+    if process == "wor":
+        drawn = (torch.arange(s_max, device=dev) == tup[..., None]).any(1)                # [n, s_max]
+        prob = wor_tuple_probs(members, torch.where(drawn, 0, q_sup[:, None, :]).sum(2))
+    else:
+        prob = members.prod(2)
     prob = torch.where(valid, prob, 0)
     # columns: π(t, j) at t·k + j, a slack per tuple, a slack per support rank
     on = valid.repeat_interleave(k, 1).to(dt)                                           # [r, n·k]

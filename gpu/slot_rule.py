@@ -19,23 +19,9 @@ from __future__ import annotations
 import torch
 
 from solvers.tie_break import prime_roots
+from univer_theory.processes import tuple_probs
 
 from .simplex import lex_simplex
-
-
-def tuple_probs(q: torch.Tensor, tuples: torch.Tensor, process: str) -> torch.Tensor:
-    """``Q_k(S)`` of ordered tuples ``tuples [R, T, k]`` under draft rows ``q [R, V]`` (iid: ``∏ q``; wor:
-    ``∏_i q(S_i)/(1 − Σ_{l<i} q(S_l))``, 0 once the drawn mass reaches 1) — in the order of
-    :func:`solvers.slot_rule.tuple_probability`, so equal to it bitwise."""
-    qs = q.gather(1, tuples.flatten(1)).view(tuples.shape)
-    prob, used = torch.ones_like(qs[..., 0]), torch.zeros_like(qs[..., 0])
-    for i in range(tuples.shape[-1]):
-        if process == "wor":
-            prob = torch.where(used >= 1, 0, prob * (qs[..., i] / (1 - used)))
-            used = used + qs[..., i]
-        else:
-            prob = prob * qs[..., i]
-    return prob
 
 
 def slot_pair(w_s: torch.Tensor, w_r: torch.Tensor, children: torch.Tensor, q: torch.Tensor,

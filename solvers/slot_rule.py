@@ -50,7 +50,7 @@ from itertools import permutations
 
 import numpy as np
 
-from univer_theory.validation import check_choice
+from univer_theory.processes import tuple_probs
 
 from .highs_lp import solve_lp
 from .tie_break import prime_roots, tie_eps
@@ -76,25 +76,17 @@ class SlotResult:
 
 
 def tuple_probability(S, draft_probs, process: str) -> float:
-    """``Q_k(S)`` of one ordered tuple (theory.md §1) for ``iid`` / ``wor``."""
-    check_choice(process, ("iid", "wor"), "tuple_probability", "process")
+    """``Q_k(S)`` of one ordered tuple (theory.md §1) for ``iid`` / ``wor``
+    (:func:`univer_theory.processes.tuple_probs`)."""
     q = np.asarray(draft_probs, dtype=np.float64)
-    pr, used = 1.0, 0.0
-    for y in S:
-        if process == "wor":
-            if used >= 1.0:
-                return 0.0
-            pr *= q[y] / (1.0 - used)
-            used += q[y]
-        else:
-            pr *= q[y]
-    return pr
+    return float(tuple_probs(q, np.asarray([S], dtype=np.int64), process)[0])
 
 
 def multiset_class(S, draft_probs, process: str) -> tuple[tuple, np.ndarray]:
     """Distinct orderings S' of S's multiset with ``Q_k(S') > 0`` (sorted) and their probabilities."""
     orderings = tuple(sorted(set(permutations(tuple(int(y) for y in S)))))
-    probs = np.array([tuple_probability(o, draft_probs, process) for o in orderings])
+    q = np.asarray(draft_probs, dtype=np.float64)
+    probs = tuple_probs(q, np.asarray(orderings, dtype=np.int64), process)
     keep = probs > 0
     return tuple(o for o, k in zip(orderings, keep) if k), probs[keep]
 

@@ -1,7 +1,9 @@
 """Draft processes (theory.md §1): how the children of one node are drawn from ``q = q(·|s)``.
 
 * ``iid``: k independent draws (duplicates kept as separate children);
-* ``wor``: sequential draws without replacement, ``Pr(x_1..x_k) = Π_j q(x_j)/(1 − Σ_{l<j} q(x_l))``;
+* ``wor``: sequential draws without replacement, ``Pr(x_1..x_k) = Π_j q(x_j)/R_j`` with ``R_j`` the mass of
+  the tokens not yet drawn, summed over them (``= 1 − Σ_{l<j} q(x_l)`` in exact arithmetic, but that
+  difference cancels on a confident row: docs/deviations.md item 5);
 * ``topk``: the k most likely tokens of q (point mass; ties broken by lower token id);
 * ``greedy``: top-(k−1) of q plus one draw from q restricted to the other tokens;
 * ``hub`` (SpecHub's two-draft law, k = 2 only; exact core only, not in :data:`PROCESSES`): with the hub
@@ -19,6 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from .models import Model
+from .nx import get_backend
 from .orders import top_tokens
 from .tree import DraftTree, TreeShape
 from .validation import check_choice
@@ -87,6 +90,41 @@ def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...]
         (a,) = top
         return [((x, a), q[x]) for x in rest] + [((a, x), q[a] * q[x] / rest_mass) for x in rest]
     return [(tuple(top) + (x,), q[x] / rest_mass) for x in rest]
+
+
+def wor_tuple_probs(members, outside):
+    """``Q_k(S) = Π_i q(y_i)/R_i`` of wor tuples, ``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` the mass not yet drawn,
+    from the members' probabilities ``members [..., k]`` (in draw order) and the unseen mass
+    ``outside [...] = q(V∖S)``, summed over the unseen tokens by the caller (never ``1 − Σ drawn``).  ``[...]``;
+    a factor whose ``R_i`` is 0 (nothing left to draw) makes the tuple 0.  Float rows, numpy or torch (the
+    one float form; :func:`tuple_law` is its exact enumeration oracle)."""
+    nx = get_backend(members, outside)
+    rest = nx.cumsum(members, reverse=True) + outside[..., None]
+    drawable = rest > 0
+    return nx.where(drawable, members / nx.where(drawable, rest, 1.0), 0.0).prod(-1)
+
+
+def tuple_probs(q, tuples, process: str):
+    """``Q_k(S)`` ``[..., T]`` of ordered tuples ``tuples [..., T, k]`` (token ids) under float draft rows
+    ``q [..., V]`` (numpy or torch, batch axes alike): ``iid`` ``Π q(y_i)``, ``wor`` :func:`wor_tuple_probs`.
+
+    The unseen mass of a wor tuple is ``q(V∖U) + q(U∖S)``, U the tokens of the row's T tuples: one masked
+    sum over V per row (no ``[T, V]`` intermediate) plus a sum over U's distinct tokens — both sums of
+    non-negative terms, so nothing cancels.  The second costs ``O((Tk)^2)`` per row: meant for few tuples
+    per row (a slot-rule class, where U = S), not for a row's whole law."""
+    check_choice(process, ("iid", "wor"), "tuple_probs", "process")
+    nx = get_backend(q, tuples)
+    n = tuples.shape[-2] * tuples.shape[-1]
+    flat = tuples.reshape(tuples.shape[:-2] + (n,))
+    members = nx.take(q, flat)                                                  # [..., Tk]
+    if process == "iid":
+        return members.reshape(tuples.shape).prod(-1)
+    unseen_u = nx.sum(nx.put(q, flat, 0.0))                                     # q(V∖U) [...]
+    pos = nx.index(list(range(n)), flat)
+    first = ~((flat[..., :, None] == flat[..., None, :]) & (pos[None, :] < pos[:, None])).any(-1)   # [..., Tk]
+    in_s = (flat[..., None, :, None] == tuples[..., :, None, :]).any(-1)          # [..., T, Tk]
+    in_u = nx.sum(nx.where(first[..., None, :] & ~in_s, members[..., None, :], 0.0))   # q(U∖S) [..., T]
+    return wor_tuple_probs(members.reshape(tuples.shape), unseen_u[..., None] + in_u)
 
 
 def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generator) -> tuple[int, ...]:

@@ -42,6 +42,7 @@ import numpy as np
 from ..nx import array_module
 from .base import NodePlan
 from .node_inputs import check_node_inputs
+from ..processes import wor_tuple_probs
 
 #: Largest draft support the Luce plan is built on (its Newton system is m × m per row).
 LUCE_SUPPORT = 16
@@ -77,17 +78,14 @@ def luce_budget(m: int, k: int) -> bool:
 
 def set_probs(qs, sets, orders, onehot):
     """``Q(S)`` of the sets ``sets [n, k]`` (positions in the support, ``onehot [n, k, m]``) under support rows
-    ``qs [R, m]``: the wor probabilities of the k! orders ``orders``, ``Π_i q(y_i)/R_i`` with
-    ``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` summed over the unseen tokens (never ``1 − Σ drawn``, which cancels on a
-    confident row; theory.md §4.1).  ``[R, n]``; a set through a padded position (q = 0) gets 0."""
-    xp = array_module(qs)
+    ``qs [R, m]``: the wor probabilities of the k! orders ``orders``
+    (:func:`univer_theory.processes.wor_tuple_probs`, ``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` with ``q(V∖S)`` summed
+    over the unseen tokens, never ``1 − Σ drawn``, which cancels on a confident row; theory.md §4.1).  ``[R, n]``; a set through a padded position (q = 0) gets 0."""
     members = qs[:, sets]                                              # [R, n, k]
     outside = (qs[:, None, :] * (1 - onehot.sum(1))[None]).sum(-1)     # q(V∖S) [R, n], no subtraction
     total = 0 * outside
     for order in orders:
-        seq = members[..., order]
-        rest = xp.flip(xp.cumsum(xp.flip(seq, (-1,)), -1), (-1,)) + outside[..., None]
-        total = total + xp.where(rest > 0, seq / xp.where(rest > 0, rest, 1), 0 * seq).prod(-1)
+        total = total + wor_tuple_probs(members[..., order], outside)
     return total
 
 
