@@ -42,6 +42,7 @@ from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times
 from univer_theory.plans.luce import LUCE_SUPPORT, luce_budget
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
+from univer_theory.processes import tuple_probs
 
 from .condot import condot_weights
 from .layout import inverse_permutation, layout_weights
@@ -483,11 +484,8 @@ def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
     tuples = children.reshape(R, -1, k)
     T = tuples.shape[1]
     qy = _at(q, tuples)                                                  # [R, T, k]
-    unseen = torch.ones(R, T, q.shape[1], dtype=torch.bool, device=q.device)
-    reveal = [torch.ones_like(qy[..., 0])]               # Π_{j≤m} q(y_j)/R_{j−1}, R summed over unseen tokens
-    for j in range(k):
-        reveal.append(reveal[-1] * qy[..., j] / torch.where(unseen, q[:, None], 0).sum(-1))
-        unseen = unseen.scatter(2, tuples[..., j:j + 1], False)
+    # Π_{j≤m} q(y_j)/R_{j−1}: the wor probability of each tuple's first m tokens (R summed over unseen tokens)
+    reveal = [torch.ones_like(qy[..., 0])] + [tuple_probs(q, tuples[..., :m], "wor") for m in range(1, k + 1)]
     strings = growth_strings(k)
     pos = torch.tensor(strings, device=q.device)                         # [n, k]
     n = len(strings)
