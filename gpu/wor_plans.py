@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from univer_theory.orders import ratio_argsort
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
-from univer_theory.plans.clocks import LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times
+from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
+                                        thinning_walk)
 from univer_theory.plans.luce import LUCE_SUPPORT, luce_budget
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
 from univer_theory.processes import tuple_probs
@@ -332,72 +332,15 @@ PTS_MAX_K = 8
 WALK_BYTES = {"cpu": 2**25, "accelerator": 2**31}
 
 
-def _pair_step(state, e, lin, de, reverse: bool = False):
-    """``(P, D) ↦ (P·(e + lin·u), D·(e + lin·u) + de·P)`` for polynomials in u truncated at their degree, every
-    row at once: ``state [R, 2, k, t]`` (P and D degree-major; with ``reverse`` highest degree first),
-    ``e, lin, de [R, t]`` — :func:`univer_theory.plans.clocks._pair_step`.  numpy arrays or torch tensors."""
-    out = state * e[:, None, None]
-    if reverse:
-        out[:, :, :-1] += state[:, :, 1:] * lin[:, None, None]
-    else:
-        out[:, :, 1:] += state[:, :, :-1] * lin[:, None, None]
-    out[:, 1] += de[:, None] * state[:, 0]
-    return out
-
-
 def _walk(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):
-    """``(θ, avail)`` in priority order by the exact core's priority walk
-    (:func:`univer_theory.plans.clocks.sequential_thinning_avail`, its steps in its order), every row at once:
-    the walk is sequential over the priority positions (a loop over the m positions, not over rows); suffix
-    products (kept highest degree first, so the coefficient products need no flip) at ~√m checkpoints, rebuilt
-    block by block.  Undrafted positions (q = 0, after the drafted ones) are identity steps with θ = 0.  On the
-    CPU the steps run on numpy views of the same memory (no copy; torch's per-call overhead is ~7× numpy's on
-    these ``[R, 2, k, t]`` arrays), elsewhere on the tensors."""
-    cpu = qs.device.type == "cpu"
-    xp = np if cpu else torch
-    R, m = qs.shape
-    one = torch.zeros(R, 2, k, s.numel(), dtype=qs.dtype, device=qs.device)
-    avail, theta = torch.zeros_like(qs), torch.zeros_like(qs)
-    if cpu:
-        qs, cs, s, weights, one, avail, theta = (x.numpy() for x in (qs, cs, s, weights, one, avail, theta))
-    one[:, 0, 0] = 1.0
-    top = one.copy() if cpu else one.clone()
-    top[:, 0, 0], top[:, 0, k - 1] = 0.0, 1.0                             # the suffix's 1, highest degree first
-
-    def clocks(lo, hi):
-        x = rate_times(qs[:, lo:hi, None], s)                          # [R, b, t]
-        e = xp.exp(-x)
-        return e, -xp.expm1(-x), x * e
-
-    block = max(1, math.isqrt(m))
-    starts = range(0, m, block)
-    checkpoints, suf = {}, top
-    for start in reversed(starts):
-        end = min(start + block, m)
-        checkpoints[start] = suf
-        E, RING, QE = clocks(start, end)
-        for i in range(end - 1, start - 1, -1):
-            suf = _pair_step(suf, E[:, i - start], RING[:, i - start], QE[:, i - start], reverse=True)
-    pre = one
-    for start in starts:
-        end = min(start + block, m)
-        E, RING, QE = clocks(start, end)
-        sufs, suf = [None] * (end - start), checkpoints.pop(start)
-        for i in range(end - 1, start - 1, -1):
-            sufs[i - start] = suf
-            suf = _pair_step(suf, E[:, i - start], RING[:, i - start], QE[:, i - start], reverse=True)
-        for i in range(start, end):
-            suf, e, ring, qe = sufs[i - start], E[:, i - start], RING[:, i - start], QE[:, i - start]
-            sufs[i - start] = None
-            first = qe * (pre[:, 0] * suf[:, 0]).sum(1)                               # [u^{k−1}] P_pre·P_suf
-            later = ring * ((pre[:, 1, :k - 1] * suf[:, 0, 1:]).sum(1) + (pre[:, 0, :k - 1] * suf[:, 1, 1:]).sum(1))
-            av = ((first + later) * weights).sum(-1).clip(min=0)
-            c = cs[:, i]
-            th = xp.where(c <= 0, 0.0, xp.where(c >= av, 1.0, c / xp.where(c >= av, 1.0, av)))
-            avail[:, i], theta[:, i] = av, th
-            g = 1.0 - th
-            pre = _pair_step(pre, e, g[:, None] * ring, g[:, None] * qe)
-    return (torch.from_numpy(theta), torch.from_numpy(avail)) if cpu else (theta, avail)
+    """``(θ, avail)`` in priority order by the exact core's priority walk,
+    :func:`univer_theory.plans.clocks.thinning_walk` (every row at once; the same function the exact core runs
+    on its one row).  On the CPU it runs on numpy views of the same memory (no copy; torch's per-call overhead is
+    ~7× numpy's on these ``[R, 2, k, t]`` arrays), elsewhere on the tensors."""
+    if qs.device.type != "cpu":
+        return thinning_walk(qs, cs, k, s, weights)
+    theta, avail = thinning_walk(qs.numpy(), cs.numpy(), k, s.numpy(), weights.numpy())
+    return torch.from_numpy(theta), torch.from_numpy(avail)
 
 
 def _walked_theta(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):

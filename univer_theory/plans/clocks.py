@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..nx import get_backend
+from ..nx import array_module, get_backend
 
 #: Gauss–Legendre nodes per panel of width 60 in log T (theory.md §4.1: 400 nodes on log t ∈ [−30, 30]).
 LOG_T_NODES = 400
@@ -85,13 +85,74 @@ def rate_times(rates, s):
     return nx.exp(nx.clip(nx.log(rates) + s, None, LOG_RATE_TIME_CAP))
 
 
-def _pair_step(state: np.ndarray, e: np.ndarray, lin: np.ndarray, de: np.ndarray) -> np.ndarray:
-    """``(P, D) ↦ (P·(e + lin·u), D·(e + lin·u) + de·P)`` for polynomials in u truncated at their degree:
-    ``state [2, k, nodes]`` holds P and D degree-major, ``e, lin, de [nodes]``."""
-    out = state * e
-    out[:, 1:] += state[:, :-1] * lin
-    out[1] += de * state[0]
+def _pair_step(state, e, lin, de, reverse: bool = False):
+    """``(P, D) ↦ (P·(e + lin·u), D·(e + lin·u) + de·P)`` for polynomials in u truncated at their degree, every
+    row at once: ``state [R, 2, k, t]`` (P and D degree-major; with ``reverse`` highest degree first),
+    ``e, lin, de [R, t]``.  numpy arrays or torch tensors."""
+    out = state * e[:, None, None]
+    if reverse:
+        out[:, :, :-1] += state[:, :, 1:] * lin[:, None, None]
+    else:
+        out[:, :, 1:] += state[:, :, :-1] * lin[:, None, None]
+    out[:, 1] += de[:, None] * state[:, 0]
     return out
+
+
+def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
+    """PTS's priority walk (module docstring; :func:`sequential_thinning_avail`) on rows already in priority
+    order, every row at once: ``qs, cs [R, m]`` (q and ρp; undrafted positions, q = 0, come last and are
+    identity steps with θ = 0), nodes ``s [t]`` and weights ``[R, t]`` (0 beyond a row's own panels).  Returns
+    ``(θ, avail) [R, m]``.  ``head`` adds ``head·q`` to each availability (the grid's piece below its first node,
+    :func:`sequential_thinning_avail`).
+
+    The walk is sequential over the m priority positions, not over rows.  Suffix products over the
+    lower-priority tokens (g = 1) are kept highest degree first (the coefficient products need no flip) at ~√m
+    checkpoints and rebuilt block by block, so memory is O(√m·k·t) per row.  numpy arrays (the exact core, and
+    ``gpu.wor_plans`` on the CPU through views of its tensors) or torch tensors (an accelerator)."""
+    xp = array_module(qs)
+    R, m = qs.shape
+    one = xp.zeros((R, 2, k, s.shape[0]), dtype=qs.dtype, **({} if xp is np else {"device": qs.device}))
+    one[:, 0, 0] = 1.0                                                  # (P, D) = (1, 0)
+    top = 0 * one
+    top[:, 0, k - 1] = 1.0                                              # the suffix's 1, highest degree first
+    avail, theta = 0 * qs, 0 * qs
+
+    def clocks(lo, hi):
+        """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of positions lo..hi−1 ``[R, hi − lo, t]`` (expm1 keeps tiny q's
+        precision; the third carries the Jacobian, module docstring)."""
+        x = rate_times(qs[:, lo:hi, None], s)
+        e = xp.exp(-x)
+        return e, -xp.expm1(-x), x * e
+
+    block = max(1, math.isqrt(m))
+    starts = range(0, m, block)
+    checkpoints, suf = {}, top
+    for start in reversed(starts):
+        end = min(start + block, m)
+        checkpoints[start] = suf
+        E, RING, QE = clocks(start, end)
+        for i in range(end - 1, start - 1, -1):
+            suf = _pair_step(suf, E[:, i - start], RING[:, i - start], QE[:, i - start], reverse=True)
+    pre = one
+    for start in starts:
+        end = min(start + block, m)
+        E, RING, QE = clocks(start, end)
+        sufs, suf = [None] * (end - start), checkpoints.pop(start)
+        for i in range(end - 1, start - 1, -1):
+            sufs[i - start] = suf
+            suf = _pair_step(suf, E[:, i - start], RING[:, i - start], QE[:, i - start], reverse=True)
+        for i in range(start, end):
+            suf, e, ring, qe = sufs[i - start], E[:, i - start], RING[:, i - start], QE[:, i - start]
+            sufs[i - start] = None
+            first = qe * (pre[:, 0] * suf[:, 0]).sum(1)                               # [u^{k−1}] P_pre·P_suf
+            later = ring * ((pre[:, 1, :k - 1] * suf[:, 0, 1:]).sum(1) + (pre[:, 0, :k - 1] * suf[:, 1, 1:]).sum(1))
+            av = ((first + later) * weights).sum(-1).clip(min=0) + head * qs[:, i]
+            c = cs[:, i]
+            th = xp.where(c <= 0, 0.0, xp.where(c >= av, 1.0, c / xp.where(c >= av, 1.0, av)))
+            avail[:, i], theta[:, i] = av, th
+            g = 1.0 - th
+            pre = _pair_step(pre, e, g[:, None] * ring, g[:, None] * qe)
+    return theta, avail
 
 
 def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: int,
@@ -109,8 +170,7 @@ def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: 
     (first term: y is the k-th arrival; second: y arrived earlier and z is the k-th).  ``Π_{z≠y}`` splits
     into a prefix product over higher-priority tokens (with their final θ) and a suffix product over
     lower-priority ones (g = 1); both are kept as polynomials truncated at degree k−1, so the pass costs
-    O(m·k·nodes) for m drafted tokens.  Suffix products are stored only at ~√m checkpoints and rebuilt
-    block by block (memory O(√m·k·nodes)).
+    O(m·k·nodes) for m drafted tokens (:func:`thinning_walk`, here a batch of one row).
 
     Parameters
     ----------
@@ -123,54 +183,15 @@ def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: 
     -------
     (avail [V], theta [V]) — zero outside ``order``.
     """
-    order = [int(x) for x in order]
-    m = len(order)
+    order = np.asarray([int(x) for x in order], dtype=np.int64)
     qs = np.asarray(draft_probs, dtype=np.float64)[order]
     s, wts = log_time_grid(nodes, log_time_upper(kth_largest(qs, k)))
-    one = np.zeros((2, k, s.size))                     # (P, D) = (1, 0)
-    one[0, 0] = 1.0
-
-    def clocks(lo, hi):
-        """``(e^{−q_i T}, 1 − e^{−q_i T}, q_i T e^{−q_i T})`` for tokens lo..hi−1 ``[hi − lo, nodes]`` (the second
-        by expm1: tiny q keep their precision; the third carries the Jacobian, module docstring)."""
-        x = rate_times(qs[lo:hi, None], s)
-        e = np.exp(-x)
-        return e, -np.expm1(-x), x * e
-
-    block = max(1, math.isqrt(m))
-    starts = range(0, m, block)
-    checkpoints = {}                                   # block start -> (Π_{j>end} f_j, D_{j>end}), g = 1
-    suf = one
-    for start in reversed(starts):
-        end = min(start + block, m)
-        checkpoints[start] = suf
-        E, RING, QE = clocks(start, end)
-        for i in range(end - 1, start - 1, -1):
-            suf = _pair_step(suf, E[i - start], RING[i - start], QE[i - start])
-
     # the piece T < e^{lo} of the grid: for k = 1 the integrand is q_y e^{−q(V) T} there (≈ q_y·e^{−30});
     # for k ≥ 2 it is O(T^{k−1}), below 1e-26
     total, t_lo = qs.sum(), math.exp(LOG_T_RANGE[0])
     head = -math.expm1(-total * t_lo) / total if k == 1 else 0.0
+    theta_s, avail_s = thinning_walk(qs[None], np.asarray(c, dtype=np.float64)[order][None], k, s, wts[None], head)
     avail = np.zeros(draft_probs.shape[0])
     theta = np.zeros(draft_probs.shape[0])
-    pre = one
-    for start in starts:
-        end = min(start + block, m)
-        E, RING, QE = clocks(start, end)
-        sufs = [None] * (end - start)                  # (Π_{j>i} f_j, D_{j>i}) for the block's tokens
-        suf = checkpoints[start]
-        for i in range(end - 1, start - 1, -1):
-            sufs[i - start] = suf
-            suf = _pair_step(suf, E[i - start], RING[i - start], QE[i - start])
-        for i in range(start, end):
-            suf, e, ring, qe = sufs[i - start], E[i - start], RING[i - start], QE[i - start]
-            y = order[i]
-            first = qe * np.einsum("jt,jt->t", pre[0], suf[0, ::-1])         # [u^{k−1}] P_pre·P_suf
-            later = ring * np.einsum("sjt,sjt->t", pre[::-1, :k - 1], suf[:, k - 2::-1]) if k > 1 else 0.0
-            av = max(float(wts @ (first + later)) + head * qs[i], 0.0)
-            th = 0.0 if c[y] <= 0 else (1.0 if c[y] >= av else c[y] / av)
-            avail[y], theta[y] = av, th
-            g = 1.0 - th
-            pre = _pair_step(pre, e, g * ring, g * qe)
+    avail[order], theta[order] = avail_s[0], theta_s[0]
     return avail, theta
