@@ -123,7 +123,7 @@ def _newton_step(phi, c, probs, sets, onehot, live, floor, eye, steps, cap):
     step = scale * xp.linalg.solve(scaled, (xp.where(free, grad, 0 * grad) * scale)[..., None])[..., 0]
     # the Newton direction, and the scaled gradient (an ascent direction whatever the clipping at the bounds
     # does to Newton's), each at most ``cap`` long per coordinate, along the ladder of step lengths
-    moves = xp.stack([step, xp.where(live, grad, 0 * grad) * scale * scale], 1)      # [R, 2, m]
+    moves = xp.stack([step, grad * scale * scale], 1)                                   # [R, 2, m]
     longest = xp.amax(xp.abs(moves), -1)[..., None]
     moves = moves * xp.where(longest > cap, cap / xp.where(longest > cap, longest, 1), 1 + 0 * longest)
     trial = (phi[:, None, None, :] + steps[:, None] * moves[:, :, None, :]).reshape(phi.shape[0], -1, phi.shape[1])
