@@ -40,13 +40,12 @@ from univer_theory.orders import ratio_argsort
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         thinning_walk)
-from univer_theory.plans.luce import LUCE_SUPPORT, luce_budget
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
 from univer_theory.processes import tuple_probs
 
 from .condot import condot_weights
 from .layout import inverse_permutation, layout_weights
-from .luce import luce_rows_weights
+from .luce import luce_rows, luce_rows_weights
 
 def _exclusive(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
     """``Σ_{j<i} x_j`` (or ``Σ_{j>i}`` with ``reverse``) along dim 1 (the tokens), sequential sums of the entries."""
@@ -471,7 +470,7 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``),
     replaced on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
     where its α is larger by more than ``ALPHA_TIE``, and on larger supports within the Luce budget by rule 7
-    (:func:`gpu.luce.luce_rows_weights`) where its α is larger by more than ``OPTIMALITY_TOL`` —
+    (:func:`gpu.luce.luce_rows_weights`, on rows whose classes of exchangeable tokens fit its budget, :func:`gpu.luce.luce_rows`) where its α is larger by more than ``OPTIMALITY_TOL`` —
     :func:`univer_theory.plans.choose.choose_plan`.
     ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
     shaped as ``children``; ``walk``: how PTS finds θ (:func:`pts_weights`)."""
@@ -491,10 +490,8 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     if rows.numel():                    # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         _take(w, a, rows, solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
-    k = children.shape[-1]
-    budget = torch.tensor([luce_budget(m, k) for m in range(LUCE_SUPPORT + 1)], device=q.device)
-    luce = (support > SMALL_SUPPORT) & (support <= LUCE_SUPPORT) & budget[support.clamp(max=LUCE_SUPPORT)]
-    rows = (~feasible & luce).nonzero().squeeze(1)
+    rows = (~feasible & (support > SMALL_SUPPORT)).nonzero().squeeze(1)
+    rows = rows[luce_rows(c[rows], q[rows], children.shape[-1])]
     if rows.numel():                    # rule 7 above them, where it beats the rest by more than OPTIMALITY_TOL
         w_l, a_l = luce_rows_weights(c[rows], q[rows], children[rows])
         _take(w, a, rows, a_l.sum(1) > a[rows].sum(1) + OPTIMALITY_TOL, (w_l, a_l), (w[rows], a[rows]))

@@ -21,7 +21,7 @@ from gpu.univer_rule import univer_rule
 from gpu.wor_plans import pts_weights, wor_weights
 from univer_theory import ConfidentModel, TreeShape
 from univer_theory.models import CONFIDENT_TARGETS
-from univer_theory.plans.choose import SMALL_SUPPORT, choose_plan
+from univer_theory.plans.choose import choose_plan
 
 from ..stats import assert_accepts, assert_power, assert_rejects, g_test_counts
 
@@ -123,7 +123,7 @@ def test_verify_emits_the_target_law_on_the_audit_row(monkeypatch):
     G-test against p; the fixed range's exact law on the same trees is far enough for power ≥ POWER, and its
     samples are rejected.  Rule 7 (Luce) is switched off, so the root takes PTS's clock integral as on a row
     beyond Luce's budget (rule 7's batched plan is checked exactly in tests/gpu/test_luce.py)."""
-    monkeypatch.setattr(wor_plans, "LUCE_SUPPORT", SMALL_SUPPORT)
+    monkeypatch.setattr(wor_plans, "luce_rows", lambda c, q, k: torch.zeros(q.shape[0], dtype=torch.bool))
     p, q = audit_row()
     batch, p_rows, q_rows, gen = drafted(p, q, 3, 20_000, 0)
     with monkeypatch.context() as m:

@@ -7,14 +7,16 @@ import numpy as np
 import pytest
 import torch
 
+from gpu.luce import row_classes
 from gpu.wor_plans import wor_weights
+from univer_theory import ConfidentModel
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.choose import choose_plan
-from univer_theory.plans.luce import luce_fit
+from univer_theory.plans.luce import luce_fit, token_classes
 from univer_theory.plans.wor_pair import OPTIMALITY_TOL
 from univer_theory.processes import tuple_law
 
-from ..theory.test_luce import flat_tail_row
+from ..theory.test_luce import flat_tail_row, tied_rows
 
 
 def test_torch_and_numpy_run_the_same_fit():
@@ -56,6 +58,50 @@ def test_the_batched_choice_takes_rule_7_as_the_core(k):
         law = dict(tuple_law(qi, k, "wor"))
         probs = np.array([float(law[tuple(S)]) for S in tuples[0].tolist()])
         realised = np.zeros(12)
+        np.add.at(realised, tuples[0].numpy().ravel(), (probs[:, None] * w[i].numpy()).ravel())
+        np.testing.assert_allclose(realised, a[i].numpy(), rtol=0, atol=1e-12, err_msg=str(i))
+        plan = choose_plan(pi, qi, r, k, "wor")
+        used.add(plan.construction)
+        np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-10, err_msg=plan.construction)
+        assert float(a[i].sum()) >= float(alpha_star(pi, qi, k, "wor", r)) - OPTIMALITY_TOL, (i, plan.construction)
+    assert "luce" in used, used
+
+
+def test_row_classes_are_the_cores_token_classes():
+    """``gpu.luce.row_classes`` groups each row as ``token_classes`` does (same classes, same order, same sizes)."""
+    rows = tied_rows(6, 11)
+    V = max(p.size for p, *_ in rows)
+    c = torch.zeros(len(rows), V, dtype=torch.float64)
+    q = torch.zeros_like(c)
+    for i, (p, qi, rho, _) in enumerate(rows):
+        c[i, :p.size], q[i, :p.size] = torch.tensor(rho * p), torch.tensor(qi)
+    q_cls, c_cls, size, slot = row_classes(c, q)
+    for i in range(len(rows)):
+        first, sizes, members = token_classes(q[i].numpy(), c[i].numpy())
+        m = sizes.size
+        assert size[i, :m].long().tolist() == sizes.tolist() and not size[i, m:].any()
+        assert q_cls[i, :m].tolist() == q[i, first].tolist() and c_cls[i, :m].tolist() == c[i, first].tolist()
+        assert slot[i][q[i] > 0].tolist() == members.tolist() and (slot[i][q[i] == 0] == -1).all()
+
+
+def test_the_batched_choice_on_tied_rows():
+    """Rows of 17–22 tokens in few classes of exchangeable tokens (beyond the token budget), k = 3 on every
+    ordered tuple: realised marginal = returned marginal (1e-12), = ``choose_plan``'s (1e-10), α ≥ α*(ρ) −
+    OPTIMALITY_TOL, and rule 7 used on some rows."""
+    k, V = 3, 17
+    cases = [row for row in tied_rows(40, 12) if row[0].size == V][:2]
+    cases.append((*(lambda m: (m.target(()), m.draft(())))(ConfidentModel(V, tail=1e-16, target="ties")), 1.0))
+    cases = [(p, q, rho) for p, q, rho, *_ in cases]
+    p = torch.tensor(np.stack([x[0] for x in cases]))
+    q = torch.tensor(np.stack([x[1] for x in cases]))
+    rho = torch.tensor([x[2] for x in cases], dtype=torch.float64)
+    tuples = torch.tensor(list(itertools.permutations(range(V), k)))[None].expand(len(cases), -1, -1)
+    w, a = wor_weights(rho[:, None] * p, q, rho, p, tuples)
+    used = set()
+    for i, (pi, qi, r) in enumerate(cases):
+        law = dict(tuple_law(qi, k, "wor"))
+        probs = np.array([float(law.get(tuple(S), 0.0)) for S in tuples[0].tolist()])
+        realised = np.zeros(V)
         np.add.at(realised, tuples[0].numpy().ravel(), (probs[:, None] * w[i].numpy()).ravel())
         np.testing.assert_allclose(realised, a[i].numpy(), rtol=0, atol=1e-12, err_msg=str(i))
         plan = choose_plan(pi, qi, r, k, "wor")

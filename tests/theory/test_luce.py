@@ -11,7 +11,7 @@ import pytest
 from univer_theory import VERIFIERS, ConfidentModel, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.choose import build_plan, choose_plan
-from univer_theory.plans.luce import LUCE_SETS, LUCE_SUPPORT, luce_budget, luce_plan
+from univer_theory.plans.luce import LUCE_SETS, LUCE_SUPPORT, luce_budget, luce_fit, luce_plan, token_classes
 from univer_theory.plans.wor_pair import OPTIMALITY_TOL
 
 from .test_wor_plans import brute_alpha_star, check_exact
@@ -44,7 +44,7 @@ def grid_rows(count, seed):
                 q[rng.choice(V, size=int(rng.integers(1, V - k + 1)), replace=False)] = 0
                 p[rng.choice(V, size=2, replace=False)] = 0
                 p, q = p / p.sum(), q / q.sum()
-        if np.count_nonzero(q) >= k and luce_budget(int(np.count_nonzero(q)), k):
+        if np.count_nonzero(q) >= k and luce_budget([1] * int(np.count_nonzero(q)), k):
             out.append((p, q, rho, k))
     return out
 
@@ -97,8 +97,8 @@ def test_budget():
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(LUCE_SUPPORT + 1)), rng.dirichlet(np.ones(LUCE_SUPPORT + 1))
     assert luce_plan(p, q, 1.0, 2, "wor") is None
-    assert luce_budget(LUCE_SUPPORT, 2) and not luce_budget(LUCE_SUPPORT + 1, 2)
-    assert not luce_budget(16, 8) and 12870 > LUCE_SETS              # C(16, 8)
+    assert luce_budget([1] * LUCE_SUPPORT, 2) and not luce_budget([1] * (LUCE_SUPPORT + 1), 2)
+    assert not luce_budget([1] * 16, 8) and 12870 > LUCE_SETS        # C(16, 8)
     p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
     assert luce_plan(p, q, 1.0, 2, "iid") is None
 
@@ -120,3 +120,100 @@ def test_univer_with_rule_7_is_exactly_lossless():
     result = evaluate(model, shape, "wor", VERIFIERS["univer"])
     assert float(result.distance) <= 1e-12
     assert float(result.expected_accepted) > float(evaluate(model, shape, "wor", VERIFIERS["rrsw"]).expected_accepted)
+
+
+# ----------------------------------------------------------------------------------------- exchangeable classes
+@pytest.mark.parametrize("k", [3, 4])
+@pytest.mark.parametrize("V", [40, 1000, 5000])
+def test_the_audit_row_at_any_vocabulary(V, k):
+    """The audit family beyond Luce's token budget: ``ConfidentModel(target="ties")`` (a top draft token of
+    1 − 1e-16, target 1e-6 on it, flat tails) is two classes of exchangeable tokens at every V, so rule 7 fits two
+    weights.  α* = 1 as in :func:`test_the_audit_row` (each tail token is in a tuple w.p. ~(k − 1)/(V − 1); an even
+    share of each tuple among its tail tokens gives each 1/(V − 1) ≥ its target).  PTS stays ~6% below."""
+    model = ConfidentModel(V, tail=1e-16, target="ties")
+    p, q = model.target(()), model.draft(())
+    assert float(build_plan("pts", p, q, 1.0, k, "wor").alpha) < 0.95
+    for rho in (1.0, 0.6):
+        plan = choose_plan(p, q, rho, k, "wor")
+        assert plan.construction == "luce" or rho < 1          # at ρ = 0.6 PTS may reach α* = ρ already
+        assert float(plan.alpha) >= float(alpha_star(p, q, k, "wor", rho)) - OPTIMALITY_TOL
+        assert float(plan.alpha) == pytest.approx(rho, abs=OPTIMALITY_TOL)
+        assert np.all(plan.marginal <= rho * p + 1e-15)
+        tail = np.flatnonzero(q < 0.5)
+        if plan.construction == "luce":
+            assert np.ptp(plan.info["phi"][tail]) == 0 and np.ptp(plan.marginal[tail]) == 0  # one class
+
+
+def tied_rows(count, seed):
+    """Seeded rows of 17–22 tokens in 2–6 classes of equal ``(q, ρp)`` — more tokens than Luce's token budget,
+    few classes — k = 2, 3, ρ ∈ {1, U(0.05, 1)}; class masses Dirichlet(0.3…10), with a confident top class
+    (1 − 1e-10 or 1 − 1e-300 of q), undrafted classes (q = 0) and target-free classes (p = 0) mixed in."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        V, m = int(rng.integers(17, 23)), int(rng.integers(2, 7))
+        sizes = np.r_[1, rng.multinomial(V - 1 - (m - 1), np.full(m - 1, 1 / (m - 1))) + 1]
+        a = float(rng.choice([0.3, 1.0, 10.0]))
+        qc, pc = rng.dirichlet(np.full(m, a)), rng.dirichlet(np.full(m, a))
+        kind = rng.integers(3)
+        if kind == 1:                                     # a confident top class of one token
+            d = float(rng.choice([1e-10, 1e-300]))
+            qc = np.r_[1 - d, d * qc[1:] / qc[1:].sum()]
+        elif kind == 2:                                   # an undrafted class and a target-free class
+            qc[rng.integers(1, m)], pc[rng.integers(m)] = 0, 0
+            qc, pc = qc / qc.sum(), pc / pc.sum()
+        q, p = np.repeat(qc / sizes, sizes), np.repeat(pc / sizes, sizes)
+        perm = rng.permutation(V)
+        k = int(rng.integers(2, 4))
+        rho = 1.0 if rng.random() < 0.5 else float(rng.uniform(0.05, 1))
+        if np.count_nonzero(q) > 16 and p.sum() > 0:
+            out.append((p[perm] / p.sum(), q[perm], rho, k))
+    return out
+
+
+@pytest.mark.parametrize("part", range(2))
+def test_classes_are_exact_and_reach_alpha_star(part):
+    """Tied rows beyond the token budget: the plan realises its marginal (enumeration, 1e-12) and reaches α*(ρ)
+    (the closed form, checked against the brute-force min-cut in test_wor_plans); the worst gap is reported."""
+    worst = (0.0, None)
+    for i, (p, q, rho, k) in enumerate(tied_rows(8, [7, part])):
+        plan = luce_plan(p, q, rho, k, "wor")
+        check_exact(plan, p, q, rho, k)
+        gap = float(alpha_star(p, q, k, "wor", rho)) - float(plan.alpha)
+        worst = max(worst, (gap, (i, p.size, k, rho)), key=lambda x: x[0])
+    assert worst[0] <= OPTIMALITY_TOL, f"worst gap {worst[0]:.3e} at row (i, V, k, rho) = {worst[1]}"
+
+
+def test_classes_reduce_to_tokens():
+    """On a row whose classes are single tokens the class fit is the token fit; on the audit row (V = 12, within
+    the token budget) fitting 12 tokens or 2 classes gives the same α (both 1) and each an exact marginal."""
+    rng = np.random.default_rng(3)
+    p, q = flat_tail_row(10, 10.0, 0.5, rng)
+    phi, tau, a = luce_fit(p[None], q[None], 3)
+    phi1, tau1, a1 = luce_fit(p[None], q[None], 3, np.ones((1, 10)))
+    assert np.array_equal(phi, phi1) and np.array_equal(a, a1)
+    model = ConfidentModel(12, tail=1e-16, target="ties")
+    p, q = model.target(()), model.draft(())
+    support = np.flatnonzero(q > 0)
+    a_tokens = luce_fit(p[support][None], q[support][None], 3)[2].sum()
+    assert float(luce_plan(p, q, 1.0, 3, "wor").alpha) == pytest.approx(float(a_tokens), abs=OPTIMALITY_TOL)
+
+
+def test_token_classes():
+    """Classes of equal (q, c) over the draft support, in the order of their lowest token id."""
+    q = np.array([0.1, 0.2, 0.0, 0.1, 0.2, 0.1, 0.3])
+    c = np.array([0.5, 0.1, 0.1, 0.5, 0.1, 0.0, 0.2])
+    first, sizes, members = token_classes(q, c)
+    assert first.tolist() == [0, 1, 5, 6] and sizes.tolist() == [2, 2, 1, 1]
+    assert members.tolist() == [0, 1, 0, 1, 2, 3]                     # support 0, 1, 3, 4, 5, 6
+    assert luce_budget([2, 2, 1, 1], 3) and not luce_budget([1] * 17, 2) and luce_budget([1, 10**6], 4)
+
+
+def test_depth_one_univer_is_exact_and_optimal_on_tied_rows():
+    """The exact oracle on a depth-1 wor tree of 3 children over the audit family at V = 20 (beyond the token
+    budget): distance to the target law ≤ 1e-12 and E[τ] = α*(1) = 1."""
+    model = ConfidentModel(20, tail=1e-16, target="ties")
+    result = evaluate(model, TreeShape.parse("3"), "wor", VERIFIERS["univer"])
+    assert float(result.distance) <= 1e-12
+    assert float(result.expected_accepted) == pytest.approx(float(alpha_star(model.target(()), model.draft(()), 3,
+                                                                             "wor")), abs=OPTIMALITY_TOL)

@@ -6,7 +6,8 @@
   ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
   exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``); on a small draft support (≤ :data:`SMALL_SUPPORT`
   tokens) rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; on a larger
-  support within the Luce budget (:func:`~univer_theory.plans.luce.luce_budget`) rule 7 (``luce``) replaces
+  support whose classes of exchangeable tokens are within the Luce budget
+  (:func:`~univer_theory.plans.luce.luce_budget`) rule 7 (``luce``) replaces
   them when it is better by more than ``OPTIMALITY_TOL`` — it is built only when they are below α*(ρ) by more
   than that, which gives the same choice as building it always (its α never exceeds α*);
 * ``topk``: the fixed top-k list filled in drafting order (``fill``, closed form, α*-optimal, exact in Fraction
@@ -25,7 +26,7 @@ from .base import NodePlan
 from .iid_coupling import iid_coupling_plan
 from .layout import layout_plan
 from .lp_plan import lp_plan, tabulated_plan
-from .luce import luce_budget, luce_plan
+from .luce import luce_budget, luce_plan, token_classes
 from .node_inputs import check_node_inputs
 from .pts import pts_plan
 from .tv_plan import tv_plan
@@ -180,10 +181,12 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
         if plan is None:
             plan = _best([pts_plan(target_probs, draft_probs, rho, k, process),
                           iid_coupling_plan(target_probs, draft_probs, rho, k, process)])
-            support = np.count_nonzero(np.asarray(draft_probs, dtype=np.float64))
+            q = np.asarray(draft_probs, dtype=np.float64)
+            support = np.count_nonzero(q)
             if support <= SMALL_SUPPORT:
                 plan = _best([plan, lp_plan(target_probs, draft_probs, rho, k, process)])
-            elif luce_budget(support, k) and (float(plan.alpha) < float(
+            elif luce_budget(token_classes(q, float(rho) * np.asarray(target_probs, dtype=np.float64))[1], k) and (
+                    float(plan.alpha) < float(
                     alpha_star(target_probs, draft_probs, k, process, rho)) - OPTIMALITY_TOL):
                 plan = _best([plan, luce_plan(target_probs, draft_probs, rho, k, process)], OPTIMALITY_TOL)
     elif process == "topk":

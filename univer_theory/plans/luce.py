@@ -29,7 +29,15 @@ scaled gradient (an ascent direction whatever clipping at ``φ ≤ 0`` does to N
 ladder of lengths, 0 included, by G's change computed as ``log1p`` of the change of each set's normaliser — G
 itself is a difference of terms ~T, too coarse to rank steps near the optimum — so G never decreases.  Every function here takes numpy
 arrays (the exact core, a batch of one) or torch tensors (``gpu.wor_plans``, batched): one implementation.
-Practical where ``C(m, k)`` sets of an m-token support fit :data:`LUCE_SETS` and ``m ≤`` :data:`LUCE_SUPPORT`.
+**Exchangeable tokens share one weight.**  Tokens with equal ``(q_y, c_y)`` are exchangeable: G is symmetric
+under swapping them and concave, so its maximisers include a point with one ``φ`` per class of such tokens, and
+the fit runs on the classes.  A class i of ``n_i`` tokens enters as one coordinate with cap ``n_i c_i`` and the
+sets become class compositions ``(m_i)``, ``Σ m_i = k``, ``m_i ≤ n_i``, each of probability
+``Π_i C(n_i, m_i)·Q(S)`` for any one set S of that composition; the class's choice share is ``m_i e^{φ_i}/den``
+and a member's marginal is the class's over ``n_i``.  With every class a single token this is the plan above
+verbatim.  A flat tail of any size is one class: the audit row ``q = (1 − (V−1)e, e, …, e)`` with a flat target
+tail is two classes at every V.  Practical where the classes number at most :data:`LUCE_SUPPORT` and their
+compositions fit :data:`LUCE_SETS` (:func:`luce_budget`).
 """
 from __future__ import annotations
 
@@ -64,29 +72,66 @@ LUCE_STEPS = (0.0,) + tuple(2.0 ** -i for i in range(31))
 
 
 @lru_cache(maxsize=64)
-def support_sets(m: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k-subsets of ``range(m)`` in lexicographic order ``[n, k]`` and every ordering of k ``[k!, k]``."""
-    sets = np.array(list(itertools.combinations(range(m), k)), dtype=np.int64).reshape(-1, k)
+def class_sets(caps: tuple, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The compositions of k draws over classes of at most ``caps[i]`` members, each written as its k class
+    indices in ascending order (lexicographic order: with every cap 1, the k-subsets of ``range(len(caps))``),
+    ``[n, k]``, and every ordering of k positions ``[k!, k]``."""
+    sets = [s for s in itertools.combinations_with_replacement(range(len(caps)), k)
+            if all(s.count(i) <= caps[i] for i in set(s))]
     orders = np.array(list(itertools.permutations(range(k))), dtype=np.int64)
-    return sets, orders
+    return np.array(sets, dtype=np.int64).reshape(-1, k), orders
 
 
-def luce_budget(m: int, k: int) -> bool:
-    """Whether a support of m drafted tokens at k children is within :data:`LUCE_SUPPORT` / :data:`LUCE_SETS`."""
-    return k <= m <= LUCE_SUPPORT and math.comb(m, k) <= LUCE_SETS
+def composition_count(caps, k: int) -> int:
+    """How many compositions :func:`class_sets` would list: the coefficient of ``x^k`` in
+    ``Π_i (1 + x + … + x^{caps_i})`` (no enumeration)."""
+    count = [1] + [0] * k
+    for cap in caps:
+        count = [sum(count[j - t] for t in range(min(cap, j) + 1)) for j in range(k + 1)]
+    return count[k]
 
 
-def set_probs(qs, sets, orders, onehot):
-    """``Q(S)`` of the sets ``sets [n, k]`` (positions in the support, ``onehot [n, k, m]``) under support rows
-    ``qs [R, m]``: the wor probabilities of the k! orders ``orders``
-    (:func:`univer_theory.processes.wor_tuple_probs`, ``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` with ``q(V∖S)`` summed
-    over the unseen tokens, never ``1 − Σ drawn``, which cancels on a confident row; theory.md §4.1).  ``[R, n]``; a set through a padded position (q = 0) gets 0."""
+def luce_budget(sizes, k: int) -> bool:
+    """Whether classes of ``sizes`` exchangeable drafted tokens (:func:`token_classes`; all 1 when no two
+    drafted tokens tie) fit the fit's budget at k children: at most :data:`LUCE_SUPPORT` classes, at least k
+    tokens, at most :data:`LUCE_SETS` compositions."""
+    sizes = [int(n) for n in sizes]
+    return (0 < len(sizes) <= LUCE_SUPPORT and sum(sizes) >= k
+            and composition_count(tuple(min(n, k) for n in sizes), k) <= LUCE_SETS)
+
+
+def token_classes(q: np.ndarray, c: np.ndarray):
+    """The drafted tokens (``q > 0``) grouped by equal ``(q_y, c_y)``, classes in the order of their lowest
+    token id: ``(first [m], sizes [m], members)`` — each class's lowest token, its size, and the class of each
+    drafted token (``[support]``, in token-id order; ``support = flatnonzero(q > 0)``)."""
+    support = np.flatnonzero(q > 0)
+    _, first, inverse, sizes = np.unique(np.stack([q[support], c[support]], 1), axis=0, return_index=True,
+                                         return_inverse=True, return_counts=True)
+    rank = np.argsort(first, kind="stable")
+    relabel = np.empty_like(rank)
+    relabel[rank] = np.arange(rank.size)
+    return support[first[rank]], sizes[rank], relabel[inverse.ravel()]
+
+
+def set_probs(qs, sizes, sets, orders, onehot):
+    """``Q`` of each class composition ``sets [n, k]`` (class indices, ``onehot [n, k, m]``; :func:`class_sets`)
+    under class rows ``qs [R, m]`` (one member's q) and ``sizes [R, m]`` (members per class):
+    ``Π_i C(n_i, m_i)`` sets of that composition, each of the wor probability of its k! orders
+    (:func:`univer_theory.processes.wor_tuple_probs`, ``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` with
+    ``q(V∖S) = Σ_i (n_i − m_i) q_i`` summed over the unseen tokens, never ``1 − Σ drawn``, which cancels on a
+    confident row; theory.md §4.1).  ``[R, n]``; a composition through a padded class (size 0) gets 0."""
+    xp = array_module(qs)
     members = qs[:, sets]                                              # [R, n, k]
-    outside = (qs[:, None, :] * (1 - onehot.sum(1))[None]).sum(-1)     # q(V∖S) [R, n], no subtraction
+    drawn = onehot.sum(1)[None]                                        # m_i [1, n, m]
+    left = sizes[:, None, :] - drawn                                   # n_i − m_i [R, n, m]
+    outside = (qs[:, None, :] * xp.maximum(left, 0 * left)).sum(-1)   # q(V∖S) [R, n], no subtraction
+    count = 1 + 0 * outside                                            # Π_i C(n_i, m_i)
+    for j in range(sets.shape[-1]):
+        count = count * xp.where(drawn > j, (sizes[:, None, :] - j) / (j + 1), 1 + 0 * left).prod(-1)
     total = 0 * outside
     for order in orders:
         total = total + wor_tuple_probs(members[..., order], outside)
-    return total
+    return count * total
 
 
 def _member_choice(ps, cap: float = LUCE_CAP):
@@ -141,32 +186,36 @@ def _newton_step(phi, c, probs, sets, onehot, live, floor, eye, steps, cap):
     return (trial * pick[..., None]).sum(1)
 
 
-def luce_fit(c, qs, k: int):
-    """Fit ``φ`` (module docstring) for support rows ``qs [R, m]`` and caps ``c [R, m]`` (float64, numpy or torch;
-    padded positions have q = 0).  Returns ``(phi [R, m], tau [R, m], a [R, m])``: the weights, the thinning and
-    the plan's exact marginal ``a = τ·b``."""
+def luce_fit(c, qs, k: int, sizes=None):
+    """Fit ``φ`` (module docstring) for class rows ``qs [R, m]`` and caps ``c [R, m]`` — one member's q and ρp —
+    of ``sizes [R, m]`` exchangeable tokens each (default 1: every class one token; float64, numpy or torch;
+    padded positions have q = 0 or size 0).  Returns ``(phi [R, m], tau [R, m], a [R, m])``: the weights, the
+    thinning and the plan's exact marginal ``a = τ·b`` of one member of each class."""
     xp = array_module(qs)
     m = qs.shape[-1]
+    sizes = 1 + 0 * qs if sizes is None else sizes
+    caps = tuple(min(k, int(n)) for n in (sizes.max(0) if xp is np else sizes.amax(0).tolist()))
     if xp is np:
         eye, steps = np.eye(m), np.array(LUCE_STEPS)
-        sets, orders = support_sets(m, k)
+        sets, orders = class_sets(caps, k)
     else:
         eye = xp.eye(m, dtype=qs.dtype, device=qs.device)
         steps = xp.as_tensor(LUCE_STEPS, dtype=qs.dtype, device=qs.device)
-        sets, orders = (xp.as_tensor(x, device=qs.device) for x in support_sets(m, k))
+        sets, orders = (xp.as_tensor(x, device=qs.device) for x in class_sets(caps, k))
     onehot = eye[sets]                                                 # [n, k, m]
-    probs = set_probs(qs, sets, orders, onehot)
-    live = (c > 0) & (qs > 0)
+    probs = set_probs(qs, sizes, sets, orders, onehot)
+    live = (c > 0) & (qs > 0) & (sizes > 0)
+    total = sizes * c                                                  # a class's cap
     floor = LUCE_FLOOR + 0 * c
     phi = xp.where(live, 0 * c, floor)
     cap = LUCE_START
     while True:
         for _ in range(LUCE_ITERS if cap < LUCE_CAP else LUCE_FINAL_ITERS):
-            phi = _newton_step(phi, c, probs, sets, onehot, live, floor, eye, steps, cap)
+            phi = _newton_step(phi, total, probs, sets, onehot, live, floor, eye, steps, cap)
         if cap >= LUCE_CAP:
             break
         cap = min(2 * cap, LUCE_CAP)
-    b = xp.einsum("rn,rnm->rm", probs, _choice(phi, sets, onehot)[1])
+    b = xp.einsum("rn,rnm->rm", probs, _choice(phi, sets, onehot)[1]) / xp.where(live, sizes, 1 + 0 * sizes)
     tau = xp.where(live & (b > c), c / xp.where(b > 0, b, 1), live * 1.0)
     return phi, tau, tau * b
 
@@ -178,16 +227,18 @@ def luce_weights(phi_children, tau_children):
 
 
 def luce_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
-    """The Luce plan (module docstring) for ``wor`` children on a support within :func:`luce_budget`; None
-    otherwise.  ``info = {"phi", "tau"}`` over the vocabulary (``φ`` at the floor off the support)."""
+    """The Luce plan (module docstring) for ``wor`` children whose exchangeable classes
+    (:func:`token_classes`) are within :func:`luce_budget`; None otherwise.  ``info = {"phi", "tau"}`` over the
+    vocabulary (``φ`` at the floor off the support)."""
     p, q, rho = check_node_inputs("luce_plan", target_probs, draft_probs, rho, k, process)
-    support = np.flatnonzero(q > 0)
-    if process != "wor" or not luce_budget(support.size, k):
+    first, sizes, members = token_classes(q, rho * p)
+    if process != "wor" or not luce_budget(sizes, k):
         return None
-    phi_s, tau_s, a_s = (x[0] for x in luce_fit(rho * p[support][None], q[support][None], k))
+    phi_s, tau_s, a_s = (x[0] for x in luce_fit(rho * p[first][None], q[first][None], k, sizes[None] * 1.0))
+    support = np.flatnonzero(q > 0)
     phi = np.full(p.size, LUCE_FLOOR)
     tau, a = np.zeros(p.size), np.zeros(p.size)
-    phi[support], tau[support], a[support] = phi_s, tau_s, a_s
+    phi[support], tau[support], a[support] = phi_s[members], tau_s[members], a_s[members]
 
     def select(S) -> np.ndarray:
         S = list(S)
