@@ -46,9 +46,20 @@ the longest group.
 
 **Selection on the realised tuple.**  ``w_j(S) = t(y_j)·∫ f_j(u) Π_{l≠j} (1 − F_l(u)) du`` (f_j = θ_{y_j}/q(y_j),
 F_l its CDF): only copies in the earliest block S touches can be smallest (blocks are consecutive intervals); on
-that block's group intervals every f is constant, so the integrand is a polynomial of degree ≤ k−1, integrated
-exactly by Gauss–Legendre with ⌈k/2⌉+1 nodes.
+that block's group intervals every f is constant and every F affine, so the integrand is a polynomial of degree
+≤ k−1, integrated exactly by Gauss–Legendre with ⌈k/2⌉+1 nodes; ``Π_{l≠j}`` as prefix × suffix products.
 Duplicated tokens keep separate copies (each gets the same share).
+
+**One implementation.**  Every float function here takes rows ``[R, V]`` as numpy arrays or torch tensors
+(:mod:`univer_theory.nx`): :func:`layout_rows` (targets, cut, blocks), :func:`mu_k_width`, :func:`mobius_scan`,
+:func:`block_layout` (one block per row, rows padded to the largest), :func:`inverse_columns`,
+:func:`first_blocks`, :func:`acceptance` and :func:`tuple_weights`.  The exact core's :func:`layout_plan` runs
+them on its node as a batch of one (blocks built lazily and cached, ``w(S)`` once per multiset);
+:func:`gpu.layout.layout_weights` composes the same functions on the R nodes of a level.  torch's own part is
+only batching: several tuples per row lay out each distinct (row, block) once.  The tuple integrals are formed
+:data:`TUPLE_CHUNK` elements at a time (memory bounded whatever the batch; one chunk for the exact core).  What
+checks this code stays separate: the exact enumeration of ``Σ_S Q(S) w(S)``, the LP's α*(ρ)
+(``solvers.condot``) and the closed form ``univer_theory.alpha_star.alpha_star_iid``.
 """
 from __future__ import annotations
 
