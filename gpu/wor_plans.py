@@ -20,7 +20,8 @@ float64.  Each returns the plan on the realised children, ``w [R, K]``, and its 
   the exact core's steps, every row at once; the ``walk`` argument, :data:`WALKS`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
-  2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities;
+  2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities — the functions of
+  :mod:`univer_theory.plans.iid_coupling` (numpy or torch: one implementation) on the level's tensors;
 * :func:`wor_weights` — UniVer's choice among them (for k = 2 rule 3 where feasible; else the better α of PTS
   and the coupling, and on small supports rule 1 when better, :mod:`gpu.condot`), as
   :func:`univer_theory.plans.choose.choose_plan`.
@@ -40,8 +41,8 @@ from univer_theory.orders import ratio_argsort
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         thinning_walk)
+from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
-from univer_theory.processes import tuple_probs
 
 from .condot import condot_weights
 from .layout import inverse_permutation, layout_weights
@@ -402,41 +403,21 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
 
 
 # ----------------------------------------------------------------------------------------- iid coupling (rule 5)
-def growth_strings(k: int) -> list[tuple[int, ...]]:
-    """The virtual i.i.d. draw sequences of a wor k-tuple as position indices: each draw repeats a position
-    already seen or reveals the next one (``univer_theory.plans.iid_coupling.virtual_draws``' order)."""
-    out = []
-
-    def rec(x, m):
-        if len(x) == k:
-            out.append(tuple(x))
-            return
-        for j in range(min(m + 1, k)):
-            rec(x + [j], max(m, j + 1))
-    rec([], 0)
-    return out
-
-
 def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
     """Rule 5 on rows with k wor children ``children [R, k]`` (all present; or ``[R, T, k]``, T tuples per row):
     the α*_iid layout plan coupled onto the wor tuple, ``(w, a [R, V])``, ``w`` shaped as ``children``, as
-    ``iid_coupling_plan(...)`` (``select``, ``marginal``).  One layout call evaluates every tuple's virtual
-    sequences on targets built once per row."""
+    ``iid_coupling_plan(...)`` (``select``, ``marginal``) — its functions on a batch: the virtual sequences'
+    conditional probabilities (:func:`~univer_theory.plans.iid_coupling.virtual_draw_probs`), the layout on
+    them (one call for every tuple's sequences, on targets built once per row) and the mixing
+    (:func:`~univer_theory.plans.iid_coupling.mix_virtual`)."""
     R, k = children.shape[0], children.shape[-1]
     tuples = children.reshape(R, -1, k)
     T = tuples.shape[1]
-    qy = _at(q, tuples)                                                  # [R, T, k]
-    # Π_{j≤m} q(y_j)/R_{j−1}: the wor probability of each tuple's first m tokens (R summed over unseen tokens)
-    reveal = [torch.ones_like(qy[..., 0])] + [tuple_probs(q, tuples[..., :m], "wor") for m in range(1, k + 1)]
-    strings = growth_strings(k)
-    pos = torch.tensor(strings, device=q.device)                         # [n, k]
-    n = len(strings)
-    pr = qy[:, :, pos].prod(-1) / torch.stack([reveal[max(s) + 1] for s in strings], -1)
+    pos = torch.tensor(growth_strings(k), device=q.device)              # [n, k]
+    n = pos.shape[0]
     w_iid, a = _symmetric_layout(c, q, tuples[:, :, pos].reshape(R, T * n, k))
-    # w_j = Σ_n pr_n Σ_{i: draw i is position j} w_iid[n, i]  (a scatter: no [n, k, k] one-hot, n = Bell(k))
-    w = torch.zeros_like(qy).scatter_add_(2, pos.view(1, 1, -1).expand(R, T, -1),
-                                          (pr[..., None] * w_iid.view(R, T, n, k)).view(R, T, -1)).clamp(0, 1)
-    return (w / w.sum(-1, keepdim=True).clamp(min=1.0)).view(children.shape), a
+    w = mix_virtual(virtual_draw_probs(q, tuples), w_iid.view(R, T, n, k))
+    return w.view(children.shape), a
 
 
 def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):

@@ -41,6 +41,8 @@ class NumpyBackend:
     @staticmethod
     def take(x, idx):
         """``x[..., idx[..., j]]`` along the last axis (``take_along_axis``; batch axes broadcast)."""
+        if x.ndim == 2 and idx.ndim == 2:               # rows: plain fancy indexing (take_along_axis's checks
+            return x[np.arange(x.shape[0])[:, None], idx]   # cost more than the gather on small rows)
         return np.take_along_axis(x, idx, axis=-1)
 
     @staticmethod
@@ -89,6 +91,37 @@ class NumpyBackend:
         """``log x`` (``−inf`` at 0, silently)."""
         with np.errstate(divide="ignore"):
             return np.log(x)
+
+    @staticmethod
+    def arange(n, like):
+        """``0..n−1`` as an int64 array beside ``like``."""
+        return np.arange(n, dtype=np.int64)
+
+    @staticmethod
+    def full(shape, value, like):
+        """An array of ``shape`` filled with ``value``, of ``like``'s dtype."""
+        return np.full(shape, value, dtype=np.asarray(like).dtype)
+
+    @staticmethod
+    def cummin(x, reverse=False):
+        """Prefix minima along the last axis; suffix minima (``min_{j ≥ i}``) with ``reverse``."""
+        if reverse:
+            return np.minimum.accumulate(x[..., ::-1], axis=-1)[..., ::-1]
+        return np.minimum.accumulate(x, axis=-1)
+
+    @staticmethod
+    def cumprod(x, reverse=False):
+        """Prefix products along the last axis; suffix products (``Π_{j ≥ i}``, from the end) with ``reverse``."""
+        return np.cumprod(x[..., ::-1], axis=-1)[..., ::-1] if reverse else np.cumprod(x, axis=-1)
+
+    @staticmethod
+    def scatter_add(x, idx, values):
+        """A copy of ``x`` with ``values`` (shaped as ``idx``) added at ``idx`` along the last axis, in index
+        order (repeated indices accumulate)."""
+        out = np.array(x, copy=True)
+        lead = tuple(np.broadcast_to(g[..., None], idx.shape) for g in np.indices(idx.shape[:-1], sparse=True))
+        np.add.at(out, lead + (idx,), np.broadcast_to(values, idx.shape))
+        return out
 
 
 class TorchBackend:
@@ -161,6 +194,24 @@ class TorchBackend:
     @staticmethod
     def exp(x):
         return x.exp()
+
+    def arange(self, n, like):
+        return self.torch.arange(n, device=like.device)
+
+    def full(self, shape, value, like):
+        return self.torch.full(shape, value, dtype=like.dtype, device=like.device)
+
+    @staticmethod
+    def cummin(x, reverse=False):
+        return x.flip(-1).cummin(-1).values.flip(-1) if reverse else x.cummin(-1).values
+
+    @staticmethod
+    def cumprod(x, reverse=False):
+        return x.flip(-1).cumprod(-1).flip(-1) if reverse else x.cumprod(-1)
+
+    @staticmethod
+    def scatter_add(x, idx, values):
+        return x.scatter_add(-1, idx, values.expand(idx.shape))
 
 
 NUMPY = NumpyBackend()

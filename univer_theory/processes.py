@@ -92,39 +92,54 @@ def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...]
     return [(tuple(top) + (x,), q[x] / rest_mass) for x in rest]
 
 
+def wor_remaining(members, outside):
+    """``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` ``[..., k]``: the mass not yet drawn before each member of wor tuples, from
+    the members' probabilities ``members [..., k]`` (in draw order) and the unseen mass ``outside [...] =
+    q(V∖S)``, summed over the unseen tokens by the caller (never ``1 − Σ drawn``).  Float rows, numpy or torch."""
+    return get_backend(members, outside).cumsum(members, reverse=True) + outside[..., None]
+
+
 def wor_tuple_probs(members, outside):
-    """``Q_k(S) = Π_i q(y_i)/R_i`` of wor tuples, ``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` the mass not yet drawn,
-    from the members' probabilities ``members [..., k]`` (in draw order) and the unseen mass
-    ``outside [...] = q(V∖S)``, summed over the unseen tokens by the caller (never ``1 − Σ drawn``).  ``[...]``;
-    a factor whose ``R_i`` is 0 (nothing left to draw) makes the tuple 0.  Float rows, numpy or torch (the
-    one float form; :func:`tuple_law` is its exact enumeration oracle)."""
+    """``Q_k(S) = Π_i q(y_i)/R_i`` of wor tuples (:func:`wor_remaining`: ``members [..., k]``, ``outside [...]``)
+    ``[...]``; a factor whose ``R_i`` is 0 (nothing left to draw) makes the tuple 0.  Float rows, numpy or torch
+    (the one float form; :func:`tuple_law` is its exact enumeration oracle)."""
     nx = get_backend(members, outside)
-    rest = nx.cumsum(members, reverse=True) + outside[..., None]
+    rest = wor_remaining(members, outside)
     drawable = rest > 0
     return nx.where(drawable, members / nx.where(drawable, rest, 1.0), 0.0).prod(-1)
 
 
-def tuple_probs(q, tuples, process: str):
-    """``Q_k(S)`` ``[..., T]`` of ordered tuples ``tuples [..., T, k]`` (token ids) under float draft rows
-    ``q [..., V]`` (numpy or torch, batch axes alike): ``iid`` ``Π q(y_i)``, ``wor`` :func:`wor_tuple_probs`.
+def tuple_members(q, tuples, process: str):
+    """``(members [..., T, k], outside)``: the draft probabilities of the tokens of ordered tuples
+    ``tuples [..., T, k]`` under float rows ``q [..., V]`` (numpy or torch, batch axes alike) and, for ``wor``,
+    each tuple's unseen mass ``q(V∖S)`` ``[..., T]`` (``None`` for ``iid``).
 
-    The unseen mass of a wor tuple is ``q(V∖U) + q(U∖S)``, U the tokens of the row's T tuples: one masked
-    sum over V per row (no ``[T, V]`` intermediate) plus a sum over U's distinct tokens — both sums of
-    non-negative terms, so nothing cancels.  The second costs ``O((Tk)^2)`` per row: meant for few tuples
-    per row (a slot-rule class, where U = S), not for a row's whole law."""
-    check_choice(process, ("iid", "wor"), "tuple_probs", "process")
+    The unseen mass is ``q(V∖U) + q(U∖S)``, U the tokens of the row's T tuples: one masked sum over V per row
+    (no ``[T, V]`` intermediate) plus a sum over U's distinct tokens — both sums of non-negative terms, so
+    nothing cancels.  The second costs ``O((Tk)^2)`` per row: meant for few tuples per row (a slot-rule class,
+    where U = S; the virtual draws of the iid coupling), not for a row's whole law."""
+    check_choice(process, ("iid", "wor"), "tuple_members", "process")
     nx = get_backend(q, tuples)
     n = tuples.shape[-2] * tuples.shape[-1]
     flat = tuples.reshape(tuples.shape[:-2] + (n,))
     members = nx.take(q, flat)                                                  # [..., Tk]
     if process == "iid":
-        return members.reshape(tuples.shape).prod(-1)
+        return members.reshape(tuples.shape), None
     unseen_u = nx.sum(nx.put(q, flat, 0.0))                                     # q(V∖U) [...]
     pos = nx.index(list(range(n)), flat)
     first = ~((flat[..., :, None] == flat[..., None, :]) & (pos[None, :] < pos[:, None])).any(-1)   # [..., Tk]
     in_s = (flat[..., None, :, None] == tuples[..., :, None, :]).any(-1)          # [..., T, Tk]
     in_u = nx.sum(nx.where(first[..., None, :] & ~in_s, members[..., None, :], 0.0))   # q(U∖S) [..., T]
-    return wor_tuple_probs(members.reshape(tuples.shape), unseen_u[..., None] + in_u)
+    return members.reshape(tuples.shape), unseen_u[..., None] + in_u
+
+
+def tuple_probs(q, tuples, process: str):
+    """``Q_k(S)`` ``[..., T]`` of ordered tuples ``tuples [..., T, k]`` (token ids) under float draft rows
+    ``q [..., V]`` (numpy or torch, batch axes alike): ``iid`` ``Π q(y_i)``, ``wor`` :func:`wor_tuple_probs` on
+    :func:`tuple_members` (its docstring: the unseen mass, and the cost)."""
+    check_choice(process, ("iid", "wor"), "tuple_probs", "process")
+    members, outside = tuple_members(q, tuples, process)
+    return members.prod(-1) if process == "iid" else wor_tuple_probs(members, outside)
 
 
 def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generator) -> tuple[int, ...]:

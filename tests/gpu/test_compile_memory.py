@@ -7,7 +7,7 @@ memory near the inputs' size).
   scheduler on the graph after the shape rule's read (docs/gpu.md, "torch.compile").
 * The largest torch tensor allocated by one UniVer verification of a wide wor node (six children: PTS's walk,
   the iid coupling over Bell(6) = 203 virtual draws, the layout's tuple integrals) stays within a few times the
-  input rows — the tuple integrals are chunked (``gpu.layout.TUPLE_CHUNK``); before, they formed
+  input rows — the tuple integrals are chunked (``univer_theory.plans.layout.TUPLE_CHUNK``); before, they formed
   ``[tuples, k, groups, nodes]`` arrays (≈ 50 MB here against 0.9 MB of rows).  numpy buffers (PTS's walk on the
   CPU) are not seen by the dispatch mode; their size is bounded by ``gpu.wor_plans.WALK_BYTES``.
 """

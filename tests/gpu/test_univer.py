@@ -13,10 +13,13 @@ import torch
 
 import gpu.engine as engine
 from gpu import expected_accepted_length, verify
-from gpu.layout import layout_targets as batched_layout_targets, layout_weights
+from gpu.layout import layout_weights
 from gpu.univer_rule import univer_rule
+from solvers.condot import condot_value
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
-from univer_theory.plans.layout import layout_plan, layout_targets
+from univer_theory.alpha_star import alpha_star_iid
+from univer_theory.plans.layout import layout_plan, layout_rows, layout_targets, mu_k
+from univer_theory.processes import tuple_law
 
 from .helpers import padded_rows
 
@@ -31,17 +34,46 @@ def llm_like(V, rng, zeros=0):
 
 
 @pytest.mark.parametrize("V,k,rho,zeros", [(5, 2, 1.0, 1), (6, 3, 0.4, 2), (300, 2, 0.8, 40), (2000, 4, 1.0, 0)])
-def test_layout_targets_marginal_matches_exact_targets(V, k, rho, zeros):
-    """``min(b, ρp)`` from torch sort / cumsum / cummin equals layout_targets' marginal (1e-15), batched rows."""
+def test_layout_rows_on_tensors_attain_alpha_star(V, k, rho, zeros):
+    """The layout targets on torch rows (one implementation, :func:`layout_rows`) against the closed form of
+    α*_iid(ρ) (``alpha_star_iid``, its own prefix-cost code): ``Σ min(b, ρp) = α*`` (1e-12), ``Σ b = 1``, every
+    block's targets sum to its interval's μ_k (1e-15); and the numpy batch of one gives the same rows (1e-15)."""
     rng = np.random.default_rng(V + k)
     rows = [llm_like(V, rng, zeros) for _ in range(3)]
     rhos = np.array([rho, 1.0, 0.25])
     c = torch.tensor(np.stack([r * p for r, (p, _) in zip(rhos, rows)]))
     q = torch.tensor(np.stack([q for _, q in rows]))
-    got = torch.minimum(batched_layout_targets(c, q, torch.full((3,), k))[0], c)
+    t = layout_rows(c, q, torch.full((3,), k))
+    got = torch.minimum(t.b, c)
     for i, (p, qi) in enumerate(rows):
-        want = layout_targets(p, qi, rhos[i], k).marginal
-        np.testing.assert_allclose(got[i].numpy(), want, rtol=0, atol=1e-15)
+        assert abs(got[i].sum().item() - alpha_star_iid(p, qi, k, rhos[i])) <= 1e-12
+        assert abs(t.b[i].sum().item() - 1) <= 1e-12 and (got[i] <= c[i]).all()
+        X, blocks = t.X[i].numpy(), t.block_of[i].numpy()
+        starts = np.flatnonzero(t.starts[i].numpy())
+        for j, (l1, l2) in enumerate(zip(starts, np.append(starts[1:], np.count_nonzero(qi)))):
+            assert abs(t.b[i].numpy()[blocks == j].sum() - mu_k(X[l1], X[l2], k)) <= 1e-15
+        np.testing.assert_allclose(got[i].numpy(), layout_targets(p, qi, rhos[i], k).marginal, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("V,k,rho", [(4, 2, 1.0), (5, 3, 0.6), (4, 4, 0.3), (6, 3, 1.0)])
+def test_layout_weights_on_tensors_are_exact_by_enumeration(V, k, rho):
+    """The layout plan on torch rows, every i.i.d. tuple of the row at once (``children [R, V^k, k]``): its
+    enumerated marginal ``Σ_S q^k(S) Σ_j w_j(S) 1[y_j = y]`` equals the returned ``a`` (1e-12, the exact
+    enumeration oracle), ``Σ w ≤ 1``, and ``Σ a`` is the LP's α*(ρ) (1e-9, HiGHS)."""
+    rng = np.random.default_rng(V * k)
+    cases = [(rng.dirichlet(np.full(V, 0.7)), rng.dirichlet(np.full(V, 0.7))) for _ in range(2)]
+    cases.append((cases[0][0], cases[0][0]))                                    # q = p: ties everywhere
+    c = torch.tensor(np.stack([rho * p for p, _ in cases]))
+    q = torch.tensor(np.stack([q for _, q in cases]))
+    law = [tuple_law(qi, k, "iid") for _, qi in cases]
+    kids = torch.tensor([[S for S, _ in rows] for rows in law])                 # [R, V^k, k]
+    w, a = layout_weights(c, q, kids, torch.ones(len(cases), k, dtype=torch.bool))
+    assert (w >= 0).all() and (w.sum(-1) <= 1 + 1e-12).all()
+    for i, (p, qi) in enumerate(cases):
+        pr = torch.tensor([x for _, x in law[i]])
+        enum = torch.zeros(V, dtype=torch.float64).index_add_(0, kids[i].reshape(-1), (pr[:, None] * w[i]).reshape(-1))
+        np.testing.assert_allclose(enum.numpy(), a[i].numpy(), rtol=0, atol=1e-12)
+        assert abs(a[i].sum().item() - condot_value(p, qi, rho, k, "iid")) <= 1e-9
 
 
 @pytest.mark.parametrize("V,zeros", [(5, 1), (6, 0), (300, 40), (3000, 0)])

@@ -6,12 +6,14 @@ import pytest
 import torch
 
 from gpu import expected_accepted_length
-from gpu.wor_plans import coupling_weights, growth_strings, pts_weights, wor_weights, wor_pair_weights
+from gpu.wor_plans import coupling_weights, pts_weights, wor_weights, wor_pair_weights
 from univer_theory import VERIFIERS, DirichletModel, TreeShape, sample_tree
+from univer_theory.alpha_star import alpha_star_iid
 from univer_theory.plans.choose import choose_plan
-from univer_theory.plans.iid_coupling import iid_coupling_plan, virtual_draws
+from univer_theory.plans.iid_coupling import growth_strings, iid_coupling_plan, virtual_draws
 from univer_theory.plans.pts import pts_plan
 from univer_theory.plans.wor_pair import wor_pair_plan
+from univer_theory.processes import tuple_law
 
 from .helpers import padded_rows
 
@@ -120,6 +122,27 @@ def test_coupling_matches_the_exact_plan(V, k):
         draws = virtual_draws(S, qi)
         assert [tuple(S[j] for j in s) for s in growth_strings(k)] == [x for x, _ in draws]
         assert abs(sum(pr for _, pr in draws) - 1) < 1e-12
+
+
+@pytest.mark.parametrize("V,k", [(4, 2), (5, 3), (5, 4)])
+def test_coupling_on_tensors_is_exact_by_enumeration(V, k):
+    """Rule 5 on torch rows, every wor tuple of the row at once (``children [R, T, k]``): the enumerated marginal
+    ``Σ_S Q_k(S) Σ_j w_j(S) 1[y_j = y]`` (Q_k from the exact ``tuple_law``) equals the returned ``a`` (1e-12),
+    ``Σ w ≤ 1``, and ``Σ a = α*_iid(ρ)`` (the closed form, 1e-12) — the coupling keeps the i.i.d. marginal."""
+    cases = rows(V, 4, np.random.default_rng(V + k), k)
+    p, q, rho, c, _ = tensors(cases)
+    law = [tuple_law(qi, k, "wor") for _, qi, _, _ in cases]
+    T = max(len(x) for x in law)
+    kids = torch.tensor([[S for S, _ in x] + [x[0][0]] * (T - len(x)) for x in law])     # pad with a repeat
+    w, a = coupling_weights(c, q, kids)
+    assert (w >= 0).all() and (w.sum(-1) <= 1 + 1e-12).all()
+    for i, (pi, qi, r, _) in enumerate(cases):
+        n = len(law[i])
+        pr = torch.tensor([x for _, x in law[i]])
+        enum = torch.zeros(V, dtype=torch.float64).index_add_(0, kids[i, :n].reshape(-1),
+                                                               (pr[:, None] * w[i, :n]).reshape(-1))
+        np.testing.assert_allclose(enum.numpy(), a[i].numpy(), rtol=0, atol=1e-12)
+        assert abs(a[i].sum().item() - alpha_star_iid(pi, qi, k, r)) <= 1e-12
 
 
 def test_the_k2_choice_matches_choose_plan():

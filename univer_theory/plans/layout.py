@@ -46,20 +46,35 @@ the longest group.
 
 **Selection on the realised tuple.**  ``w_j(S) = t(y_j)·∫ f_j(u) Π_{l≠j} (1 − F_l(u)) du`` (f_j = θ_{y_j}/q(y_j),
 F_l its CDF): only copies in the earliest block S touches can be smallest (blocks are consecutive intervals); on
-that block's group intervals every f is constant, so the integrand is a polynomial of degree ≤ k−1, integrated
-exactly by Gauss–Legendre with ⌈k/2⌉+1 nodes.
+that block's group intervals every f is constant and every F affine, so the integrand is a polynomial of degree
+≤ k−1, integrated exactly by Gauss–Legendre with ⌈k/2⌉+1 nodes; ``Π_{l≠j}`` as prefix × suffix products.
 Duplicated tokens keep separate copies (each gets the same share).
+
+**One implementation.**  Every float function here takes rows ``[R, V]`` as numpy arrays or torch tensors
+(:mod:`univer_theory.nx`): :func:`layout_rows` (targets, cut, blocks), :func:`mu_k_width`, :func:`mobius_scan`,
+:func:`block_layout` (one block per row, rows padded to the largest), :func:`inverse_columns`,
+:func:`first_blocks`, :func:`acceptance` and :func:`tuple_weights`.  The exact core's :func:`layout_plan` runs
+them on its node as a batch of one (blocks built lazily and cached, ``w(S)`` once per multiset);
+:func:`gpu.layout.layout_weights` composes the same functions on the R nodes of a level.  torch's own part is
+only batching: several tuples per row lay out each distinct (row, block) once.  The tuple integrals are formed
+:data:`TUPLE_CHUNK` elements at a time (memory bounded whatever the batch; one chunk for the exact core).  What
+checks this code stays separate: the exact enumeration of ``Σ_S Q(S) w(S)``, the LP's α*(ρ)
+(``solvers.condot``) and the closed form ``univer_theory.alpha_star.alpha_star_iid``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
+from ..nx import array_module, get_backend
 from ..orders import ratio_argsort
 from .base import NodePlan
 from .node_inputs import check_node_inputs
+
 
 @lru_cache(maxsize=None)
 def gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -69,28 +84,291 @@ def gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def mu_k(lo, hi, k: int):
     """``μ_k([lo, hi)) = (1−lo)^k − (1−hi)^k`` (see :func:`mu_k_width`)."""
-    return mu_k_width(lo, np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64), k)
+    xp = array_module(lo)
+    if xp is np:
+        lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    return mu_k_width(lo, hi - lo, k)
 
 
-def mu_k_width(lo, width, k: int):
-    """``μ_k([lo, lo + width))``, evaluated as ``width·Σ_i (1−lo)^i (1−lo−width)^{k−1−i}`` (no cancellation for
-    short pieces; relative accuracy even when ``width`` is below the spacing of floats near ``lo``)."""
-    A = 1.0 - np.asarray(lo, dtype=np.float64)
-    width = np.asarray(width, dtype=np.float64)
+def mu_k_width(lo, width, k, k_max: int | None = None):
+    """``μ_k([lo, lo + width))``, evaluated as ``width·Σ_{i<k} (1−lo)^i (1−lo−width)^{k−1−i}`` (no cancellation for
+    short pieces; relative accuracy even when ``width`` is below the spacing of floats near ``lo``).
+
+    ``k``: an int, or an integer array broadcasting against ``lo`` (one k per row, e.g. ``[R, 1]``), summed over
+    ``i < k_max`` terms (default ``max k``; a bound known to the caller spares a host read).  numpy or torch."""
+    xp = array_module(lo)
+    if xp is np:
+        lo, width = np.asarray(lo, dtype=np.float64), np.asarray(width, dtype=np.float64)
+    A = 1.0 - lo
     B = A - width
-    s = np.zeros(np.broadcast(A, B).shape)
-    for i in range(k):
-        s = s + A ** i * B ** (k - 1 - i)
+    s = 0.0 * (A + B)
+    if isinstance(k, (int, np.integer)):
+        for i in range(int(k)):
+            s = s + A ** i * B ** (int(k) - 1 - i)
+        return width * s
+    nx = get_backend(lo, k)
+    for i in range(int(k.max()) if k_max is None else k_max):
+        s = s + nx.where(i < k, A ** i * B ** nx.maximum(k - 1 - i, 0), 0.0)
     return width * s
+
+
+def cum_f(X, k):
+    """``F(X) = 1 − (1 − X)^k`` row-wise (``X [R, n]``, ``k [R]``), as ``−expm1(k·log1p(−X))`` (``X = 1``: F = 1)."""
+    xp = array_module(X)
+    with np.errstate(divide="ignore"):                          # X = 1: log1p(−1) = −inf, F = 1 exactly
+        return -xp.expm1(k[:, None] * xp.log1p(-get_backend(X).minimum(X, 1.0)))
+
+
+class LayoutRows(NamedTuple):
+    """Closed-form targets of the layout for rows ``[R, V]`` (module docstring), numpy or torch.
+
+    ``b`` [R, V] (0 off the draft support); ``order`` [R, V]: tokens by ratio ``c/q`` descending, ties by token id,
+    undrafted last; ``block`` [R, V]: block of the token at each sorted position (−1 off the support);
+    ``block_of`` [R, V]: block of each token (−1 off the support); ``X`` [R, V+1]: prefix sums of q along ``order``;
+    ``starts`` [R, V]: True where a block starts at that sorted position; ``cut`` [R]: |H| = argmin D;
+    ``alpha_star`` [R]: ``c(drafted) + D_n``.
+    """
+
+    b: object
+    order: object
+    block: object
+    block_of: object
+    X: object
+    starts: object
+    cut: object
+    alpha_star: object
+
+
+def layout_rows(c, q, k) -> LayoutRows:
+    """The targets ``b`` and the cut / block structure of rows ``c = ρp``, ``q`` ``[R, V]`` with ``k [R]`` i.i.d.
+    children each (O(V log V) per row): sort by ratio, prefix sums ``X``, ``C``, ``D = F(X) − C``, ``n = argmin D``,
+    prefix / suffix minima ``P``, ``S``; a block starts where the running minimum is attained."""
+    nx, xp = get_backend(c, q), array_module(q)
+    drafted = q > 0
+    order = ratio_argsort(c, q, descending=True)
+    on = nx.take(drafted, order)
+    qo = nx.take(q, order)
+    co = nx.where(on, nx.take(c, order), 0.0)
+    zero = 0.0 * qo[:, :1]
+    X = nx.concat([zero, nx.cumsum(qo)])
+    C = nx.concat([zero, nx.cumsum(co)])
+    D = cum_f(X, k) - C
+    n = xp.argmin(D, -1)[:, None]
+    P, S = nx.cummin(D), nx.cummin(D, reverse=True)
+    idx = nx.arange(D.shape[-1], D)[None, :]
+    bo = nx.where(idx[:, 1:] <= n, co - (P[:, :-1] - P[:, 1:]), co + (S[:, 1:] - S[:, :-1]))
+    b = nx.put(nx.zeros_like(q), order, nx.maximum(bo, 0.0))
+    m = nx.sum(on, keepdims=True)
+    starts = ((((idx <= n) & (P == D)) | ((idx >= n) & (S == D)) | (idx == 0)) & (idx < m))[:, :-1]
+    block = nx.where(on, nx.cumsum(starts) - 1, -1)
+    block_of = nx.put(block, order, block)
+    alpha = nx.sum(co) + nx.take(D, n)[:, 0]
+    return LayoutRows(b, order, block, block_of, X, starts, n[:, 0], alpha)
+
+
+def mobius_scan(Q, ell, valid):
+    """Row-wise ``s_0 = Q_0``, ``s_g = Q_g + (1/ℓ_{g−1} + 1/s_{g−1})^{−1}`` (``= Q_g`` where ``ℓ_{g−1} = 0``) over
+    the ``valid`` prefix of each row ``Q [R, G]``, ``ℓ [R, G−1]``.
+
+    Each step is the Möbius map of ``M_g = [[Q_g + ℓ, Q_g ℓ], [1, ℓ]]`` (``ℓ = ℓ_{g−1}``; padding: the identity);
+    the prefix products are formed by a doubling scan (⌈log₂ G⌉ passes), rescaled by their largest entry.  All
+    entries are ≥ 0, so no step subtracts: every ``s_g`` carries a relative error of a few dozen ulps whatever the
+    spread of ``Q`` and ``ℓ``."""
+    nx = get_backend(Q, ell)
+    G = Q.shape[-1]
+    lp = nx.concat([0.0 * Q[:, :1], ell])[:, :G]                # ℓ_{g−1}; M_0 maps anything to Q_0
+    a, b, c, d = Q + lp, Q * lp, 0.0 * Q + 1.0, lp + 0.0
+    a[:, 0], b[:, 0], c[:, 0], d[:, 0] = 0.0, Q[:, 0], 0.0, 1.0
+    a, b, c, d = (nx.where(valid, x, y) for x, y in ((a, 1.0), (b, 0.0), (c, 0.0), (d, 1.0)))
+    step = 1
+    while step < G:
+        a2 = a[:, step:] * a[:, :-step] + b[:, step:] * c[:, :-step]
+        b2 = a[:, step:] * b[:, :-step] + b[:, step:] * d[:, :-step]
+        c2 = c[:, step:] * a[:, :-step] + d[:, step:] * c[:, :-step]
+        d2 = c[:, step:] * b[:, :-step] + d[:, step:] * d[:, :-step]
+        top = nx.maximum(nx.maximum(a2, b2), nx.maximum(c2, d2))
+        a, b, c, d = (nx.concat([x[:, :step], x2 / top]) for x, x2 in ((a, a2), (b, b2), (c, c2), (d, d2)))
+        step *= 2
+    return b / d
+
+
+def _reverse_valid(x, count):
+    """Reverse the first ``count[r]`` entries of every row (the rest stays in place)."""
+    nx = get_backend(x)
+    i = nx.arange(x.shape[-1], x)[None, :]
+    return nx.take(x, nx.where(i < count[:, None], count[:, None] - 1 - i, i))
+
+
+def block_layout(q, k, rows: LayoutRows, first, k_max: int) -> dict:
+    """Per row, the fractional layout of its block ``first [U]`` (module docstring) from ``layout_rows`` of the
+    same rows (``q [U, V]``, ``k [U]``; ``k_max ≥ max k``): the block's tokens grouped by density ``b/q`` (exact
+    ties), density descending, group lengths ``Q`` (``widths``), μ_k-masses ``m`` (``masses``), the edges, the
+    exchange rates ``ℓ`` (``ell``), the pivots of ``A = diag(Q) + Laplacian(ℓ)`` from both ends (``fwd``,
+    ``bwd``: Möbius scans), the ratios ``right``/``left`` that give the columns of ``A⁻¹``, ``clamp`` (the largest
+    ``−E_g`` set to 0) and ``slot [U, V+1]`` (token → group, −1 outside the block).  Rows are padded to the
+    largest block and group count (``g_valid``); a batch of one is unpadded.  numpy or torch."""
+    nx, xp = get_backend(q), array_module(q)
+    U, V = q.shape
+    f = first[:, None]
+    size = nx.sum(rows.block == f)
+    start = nx.sum((rows.block >= 0) & (rows.block < f))               # blocks are consecutive in the order
+    n = int(size.max())                                                  # data-dependent shape (host read)
+    j = nx.arange(n, q)[None, :]
+    valid = j < size[:, None]
+    tok = nx.take(rows.order, nx.minimum(start[:, None] + j, V - 1))
+    lo, hi = nx.take(rows.X, start[:, None]), nx.take(rows.X, (start + size)[:, None])
+    qb = nx.where(valid, nx.take(q, tok), 1.0)
+    bb = nx.where(valid, nx.take(rows.b, tok), 0.0)
+    # groups of equal density b/q, density descending (stable: ties keep the ratio order)
+    dens = nx.where(valid, bb / qb, -nx.inf)
+    o = nx.argsort(-dens)
+    tok, qb, bb, dens = nx.take(tok, o), nx.take(qb, o), nx.take(bb, o), nx.take(dens, o)
+    new = nx.concat([valid[:, :1], dens[:, 1:] != dens[:, :-1]]) & valid
+    group = nx.cumsum(new) - 1                                           # [U, n], valid entries only
+    G = nx.sum(new)
+    gmax = int(G.max())
+    gi = nx.where(valid, group, gmax)                                    # padding → dump column
+    empty = nx.full((U, gmax + 1), 0.0, q)
+    Q = nx.scatter_add(empty, gi, nx.where(valid, qb, 0.0))[:, :gmax]
+    B = nx.scatter_add(empty, gi, bb)[:, :gmax]
+    d = nx.put(empty, nx.where(new, group, gmax), dens)[:, :gmax]
+    gidx = nx.arange(gmax, q)[None, :]
+    g_valid = gidx < G[:, None]
+    Q = nx.where(g_valid, Q, 1.0)                                        # padding: harmless unit groups
+    edges = nx.put(nx.concat([lo, lo + nx.cumsum(Q)]), G[:, None], hi)  # the block's end, exactly
+    m = mu_k_width(edges[:, :-1], Q, k[:, None], k_max)                 # widths Q, not edge differences
+    E = nx.cumsum(nx.where(g_valid, m - B, 0.0))                         # E_g = μ_k([L, edges_{g+1})) − Σ_{h≤g} b_h
+    # E_{G−1} = μ_k(block) − Σ b is round-off (the targets' block identity); it is charged to the longest
+    # group, where it perturbs every token's ∫θ g by at most q_y·|E_{G−1}|/Q_longest
+    last = nx.take(E, (G - 1)[:, None])
+    longest = xp.argmax(nx.where(g_valid, Q, -1.0), -1)[:, None]
+    E = E - last * (gidx >= longest)
+    inner = gidx[:, :-1] < (G - 1)[:, None]                             # ℓ_g for g < G−1
+    ell = nx.where(inner, nx.maximum(E[:, :-1], 0.0) / nx.where(inner, d[:, :-1] - d[:, 1:], 1.0), 0.0)
+    clamp = nx.maximum(-xp.amin(nx.where(inner, E[:, :-1], nx.inf), -1), 0.0) if gmax > 1 else 0.0 * lo[:, 0]
+    fwd = mobius_scan(Q, ell, g_valid)
+    ell_rev = _reverse_valid(nx.concat([ell, 0.0 * ell[:, :1]]), G - 1)[:, :-1]
+    bwd = _reverse_valid(mobius_scan(_reverse_valid(Q, G), ell_rev, g_valid), G)
+    slot = nx.put(nx.full((U, V + 1), -1, rows.order), nx.where(valid, tok, V), nx.where(valid, group, -1))
+    bwd_next = nx.concat([bwd[:, 1:], 0.0 * bwd[:, :1] + 1.0])
+    return {"G": G, "g_valid": g_valid, "edges": edges, "widths": Q, "masses": m, "ell": ell, "clamp": clamp,
+            "fwd": fwd, "bwd": bwd, "bwd_next": bwd_next, "slot": slot,
+            "right": nx.where(inner, ell / (bwd_next[:, :-1] + ell), 0.0),  # [U, G−1]
+            "left": nx.where(inner, ell / (fwd[:, :-1] + ell), 0.0)}
+
+
+def inverse_columns(lay: dict, g_of):
+    """``x = A⁻¹ e_g`` ``[R, K, G]`` for the groups ``g_of [R, K]`` of each row's block (``lay``: :func:`block_layout`
+    of the R rows).  ``x_g = 1/(s'_g + ℓ_g s''_{g+1}/(s''_{g+1} + ℓ_g))``, then outwards
+    ``x_{h+1} = x_h·ℓ_h/(s''_{h+1} + ℓ_h)`` (h ≥ g) and ``x_{h−1} = x_h·ℓ_{h−1}/(s'_{h−1} + ℓ_{h−1})`` (h ≤ g):
+    products of positive factors < 1 (cumulative products; factors 1 elsewhere)."""
+    nx = get_backend(g_of)
+    G, fwd, bwd_next, right, left = lay["G"], lay["fwd"], lay["bwd_next"], lay["right"], lay["left"]
+    gmax = fwd.shape[-1]
+    r_g = nx.take(right, nx.minimum(g_of, max(gmax - 2, 0))) if gmax > 1 else 0.0 * fwd[:, :1]
+    x_g = 1.0 / (nx.take(fwd, g_of) + nx.where(g_of + 1 < G[:, None], r_g * nx.take(bwd_next, g_of), 0.0))
+    h = nx.arange(gmax, g_of)[None, None, :]                                     # [1, 1, G]
+    gk = g_of[:, :, None]
+    one = 0.0 * fwd[:, :1] + 1.0
+    up = nx.cumprod(nx.where(h >= gk, nx.concat([right, one])[:, None, :], 1.0))   # Π_{g≤i≤h} right_i
+    up = nx.concat([0.0 * up[:, :, :1] + 1.0, up[:, :, :-1]])                    # x_h/x_g for h > g
+    down = nx.cumprod(nx.where(h < gk, nx.concat([left, one])[:, None, :], 1.0), reverse=True)  # Π_{h≤i<g} left_i
+    return x_g[:, :, None] * nx.where(h > gk, up, nx.where(h < gk, down, 1.0))
+
+
+def first_blocks(block_of, tuples, mask):
+    """``(first [R, T], in_first [R, T, K])``: the earliest block that each tuple ``tuples [R, T, K]`` of the rows
+    touches (``block_of [R, V]`` of :func:`layout_rows`; ``mask [R, K]`` marks each row's existing children) and
+    which children lie in it.  Blocks are consecutive intervals of [0, 1), so only those can hold the smallest
+    private position."""
+    nx, xp = get_backend(block_of), array_module(block_of)
+    R, T, K = tuples.shape
+    blk = nx.where(mask[:, None, :], nx.take(block_of, tuples.reshape(R, T * K)).reshape(R, T, K),
+                   block_of.shape[-1])
+    first = xp.amin(blk, -1)
+    return first, blk == first[..., None]
+
+
+#: Elements (tuples × children × groups) of one chunk of :func:`tuple_weights`' arrays: the integral over a
+#: block's groups is formed for this many at a time, so its memory stays a few such arrays whatever the batch.
+TUPLE_CHUNK = 2 ** 18
+#: The entries of :func:`block_layout` that :func:`_tuple_shares` reads, per tuple.
+_SHARE_KEYS = ("G", "g_valid", "edges", "fwd", "bwd_next", "right", "left")
+
+
+def acceptance(c, b):
+    """``t = min(1, c/b)`` where ``b > 0``, else 0: the thinning of the selected copy (numpy or torch)."""
+    nx = get_backend(c, b)
+    return nx.where(b > 0, nx.minimum(c / nx.where(b > 0, b, 1.0), 1.0), 0.0)
+
+
+def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
+    """``w [R, T, K]``, ``w_j(S) = t(y_j)·Pr(copy j has the smallest private position | S)``, for tuples
+    ``tuples [R, T, K]`` of rows ``q [R, V]`` with acceptances ``accept = t [R, V]`` (:func:`acceptance`; ones
+    give the race itself), ``mask [R, K]`` marking the existing children (duplicates are separate copies), on the
+    layout of each tuple's earliest block (``in_first`` of :func:`first_blocks`; ``lay``: :func:`block_layout`,
+    tuple ``i`` — row-major over ``[R, T]`` — on its entry ``at[i]``).  Round-off: ``w ≥ 0``, ``Σ w ≤ 1``; a
+    share that is 0/0 (every window of subnormal width: no representable mass) is 0.
+
+    The ``[tuples, K, groups]`` integrands are formed :data:`TUPLE_CHUNK` elements at a time (at least one tuple;
+    the exact core's batch of one is one chunk), one Gauss–Legendre node at a time."""
+    nx = get_backend(q)
+    R, T, K = tuples.shape
+    flat = tuples.reshape(R, T * K)
+    ty, qy = nx.take(accept, flat).reshape(R * T, K), nx.take(q, flat).reshape(R * T, K)
+    tk = tuples.reshape(R * T, K)
+    mk = (mask[:, None, :] & (tuples == tuples)).reshape(R * T, K)
+    inf = in_first.reshape(R * T, K)
+    g_of = nx.where(inf, lay["slot"][at[:, None], tk], 0)              # group of each child in its block
+    gmax = lay["g_valid"].shape[-1]
+    nodes, weights = gauss_legendre(math.ceil(K / 2) + 1)              # exact for every k ≤ K (no read of k)
+    step = max(1, TUPLE_CHUNK // (K * gmax))
+    share = 0.0 * qy
+    for i in range(0, R * T, step):
+        chunk = {name: lay[name][at[i:i + step]] for name in _SHARE_KEYS}      # not the [U, V+1] slot table
+        share[i:i + step] = _tuple_shares(g_of[i:i + step], qy[i:i + step], mk[i:i + step], inf[i:i + step],
+                                          chunk, nodes, weights)
+    w = nx.where(mk & inf & (share > 0), ty * share, 0.0)              # share > 0 drops round-off and 0/0
+    return (w / nx.maximum(nx.sum(w, keepdims=True), 1.0)).reshape(R, T, K)
+
+
+def _tuple_shares(g_of, qy, mask, in_first, lay, nodes, weights):
+    """``Pr(copy j has the smallest private position | S)`` ``[N, K]`` for a chunk of :func:`tuple_weights`'
+    tuples: ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals, ``f_j = θ_{y_j}/q(y_j)`` constant on
+    each, so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉+1 nodes, exact)."""
+    nx = get_backend(qy)
+    N, K = g_of.shape
+    x = nx.where(lay["g_valid"][:, None, :] & in_first[:, :, None], inverse_columns(lay, g_of), 0.0)
+    f = (qy[:, :, None] * x) / qy[:, :, None]                                    # θ_y/q_y (θ_y = q_y·x)
+    del x
+    edges = lay["edges"]
+    width = (edges[:, 1:] - edges[:, :-1])[:, None, :]                           # [N, 1, G]
+    cdf = nx.concat([0.0 * f[:, :, :1], nx.cumsum(f * width)])                   # F_l at group starts
+    lo, rise = cdf[:, :, :-1], cdf[:, :, 1:] - cdf[:, :, :-1]
+    acc = 0.0 * f
+    for node, weight in zip(nodes.tolist(), weights.tolist()):
+        surv = nx.where(mask[:, :, None], 1.0 - (lo + rise * ((1 + node) / 2)), 1.0)   # [N, K, G]
+        before, run = [], None                                                  # Π_{l<j} (1 − F_l)
+        for j in range(K):
+            before.append(run)
+            run = surv[:, j] if run is None else run * surv[:, j]
+        run = None                                                              # Π_{l>j} (1 − F_l)
+        for j in reversed(range(K)):
+            others = [x for x in (before[j], run) if x is not None]
+            acc[:, j] += f[:, j] * (others[0] * others[1] if len(others) == 2 else others[0] if others else 1.0) \
+                * weight
+            run = surv[:, j] if run is None else run * surv[:, j]
+    return nx.sum(acc * width / 2)
 
 
 @dataclass(frozen=True)
 class LayoutTargets:
-    """Closed-form targets of the layout (module docstring).
+    """Closed-form targets of one node's layout (module docstring; :func:`layout_rows` as a batch of one).
 
     ``order``: drafted tokens by ratio ``ρp/q`` descending; ``b`` [V] (0 off the draft support);
     ``marginal`` [V] = ``min(b, ρp)``; ``cut``: |H|; ``bounds``: block boundaries (indices into ``order``,
-    first 0, last m); ``X`` [m+1]: prefix sums of q along ``order``; ``alpha_star``: ``c(drafted) + D_n``.
+    first 0, last m); ``X`` [V+1]: prefix sums of q along the ratio order; ``alpha_star``: ``c(drafted) + D_n``;
+    ``rows``: the batch of one.
     """
 
     k: int
@@ -102,117 +380,54 @@ class LayoutTargets:
     bounds: np.ndarray
     X: np.ndarray
     alpha_star: float
+    rows: LayoutRows = field(compare=False, repr=False)
 
 
 def layout_targets(target_probs, draft_probs, rho, k: int) -> LayoutTargets:
-    """``b(y)`` and the cut / block structure for i.i.d. drafting of k children (O(V log V))."""
+    """``b(y)`` and the cut / block structure for i.i.d. drafting of k children (O(V log V); :func:`layout_rows`)."""
     p = np.asarray(target_probs, dtype=np.float64)
     q = np.asarray(draft_probs, dtype=np.float64)
     c = float(rho) * p
-    order = ratio_argsort(c, q, descending=True)[:np.count_nonzero(q > 0)]
-    X = np.concatenate([[0.0], np.cumsum(q[order])])
-    C = np.concatenate([[0.0], np.cumsum(c[order])])
-    with np.errstate(divide="ignore"):                          # X = 1: log1p(−1) = −inf, F = 1 exactly
-        D = -np.expm1(k * np.log1p(-np.minimum(X, 1.0))) - C      # F(X) − C, F(x) = 1 − (1−x)^k
-    n = int(np.argmin(D))
-    P = np.minimum.accumulate(D)
-    S = np.minimum.accumulate(D[::-1])[::-1]
-    co = c[order]
-    l = np.arange(1, order.size + 1)
-    in_h = l <= n
-    bo = np.where(in_h, co - (P[:-1] - P[1:]), co + (S[1:] - S[:-1]))
-    b = np.zeros_like(p)
-    b[order] = np.maximum(bo, 0.0)
-    idx = np.arange(order.size + 1)
-    bounds = np.flatnonzero(((idx <= n) & (P == D)) | ((idx >= n) & (S == D)) | (idx == 0) | (idx == order.size))
-    marginal = np.minimum(b, c)
-    return LayoutTargets(k, q, order, b, marginal, n, bounds, X, float(co.sum() + D[n]))
-
-
-def _mobius_scan(q: np.ndarray, ell: np.ndarray) -> np.ndarray:
-    """``s_0 = q_0``, ``s_l = q_l + (1/ℓ_{l−1} + 1/s_{l−1})^{−1}`` (``= q_l`` where ``ℓ_{l−1} = 0``), vectorised.
-
-    Each step is the Möbius map of ``M_l = [[q_l + ℓ, q_l ℓ], [1, ℓ]]`` (``ℓ = ℓ_{l−1}``); the prefix products
-    are formed by a doubling scan (⌈log₂ n⌉ passes).  All entries are ≥ 0, so no step subtracts: every
-    ``s_l`` carries a relative error of a few dozen ulps whatever the spread of ``q`` and ``ℓ``.
-    """
-    n = q.size
-    lp = np.concatenate([[0.0], ell])                  # ℓ_{l−1}; M_0 maps anything to q_0
-    a, b = q + lp, q * lp
-    c, d = np.ones(n), lp.copy()
-    a[0], b[0], c[0], d[0] = 0.0, q[0], 0.0, 1.0
-    step = 1
-    while step < n:
-        a2 = a[step:] * a[:-step] + b[step:] * c[:-step]
-        b2 = a[step:] * b[:-step] + b[step:] * d[:-step]
-        c2 = c[step:] * a[:-step] + d[step:] * c[:-step]
-        d2 = c[step:] * b[:-step] + d[step:] * d[:-step]
-        top = np.maximum(np.maximum(a2, b2), np.maximum(c2, d2))
-        a[step:], b[step:], c[step:], d[step:] = a2 / top, b2 / top, c2 / top, d2 / top
-        step *= 2
-    return b / d
+    rows = layout_rows(c[None], q[None], np.array([k]))
+    m = int(np.count_nonzero(q > 0))
+    bounds = np.append(np.flatnonzero(rows.starts[0]), m)
+    b = rows.b[0]
+    return LayoutTargets(k, q, rows.order[0, :m], b, np.minimum(b, c), int(rows.cut[0]), bounds, rows.X[0],
+                         float(rows.alpha_star[0]), rows)
 
 
 @dataclass(frozen=True)
 class LayoutBlock:
-    """One block ``[L, H)`` of the ratio order with its fractional layout (module docstring).
+    """One block ``[L, H)`` of the ratio order with its fractional layout (module docstring):
+    :func:`block_layout` of the node's row as a batch of one (``lay``).
 
     Tokens are merged into *groups* of equal density ``b/q`` (exact ties), sorted by density descending;
-    group g holds the contiguous interval ``[edges_g, edges_{g+1})``.  ``group_of``: token → group;
-    ``ell`` [G−1]: the exchange rates ``ℓ_g``; ``fwd`` / ``bwd`` [G]: the subtraction-free pivots ``s'`` / ``s''``
-    of the tridiagonal M-matrix ``A = diag(Q) + Laplacian(ℓ)``; ``clamp``: the largest ``−E_g`` set to 0
-    (majorisation violated by round-off only).
+    group g holds the contiguous interval ``[edges_g, edges_{g+1})`` of length ``widths_g`` and μ_k-mass
+    ``masses_g``; ``clamp``: the largest ``−E_g`` set to 0 (majorisation violated by round-off only).
     """
 
-    edges: np.ndarray
-    widths: np.ndarray
-    masses: np.ndarray
-    group_of: dict
-    ell: np.ndarray
-    fwd: np.ndarray
-    bwd: np.ndarray
-    clamp: float
+    lay: dict
 
-    @classmethod
-    def build(cls, lo: float, hi: float, tokens: np.ndarray, lengths: np.ndarray, targets: np.ndarray, k: int):
-        """The block of ``tokens`` (lengths ``q``, targets ``b``) inside ``[lo, hi)``; O(n log n)."""
-        dens = targets / lengths
-        o = np.argsort(-dens, kind="stable")
-        tokens, lengths, targets, dens = tokens[o], lengths[o], targets[o], dens[o]
-        start = np.concatenate([[True], dens[1:] != dens[:-1]])
-        group = np.cumsum(start) - 1
-        Q = np.bincount(group, weights=lengths)
-        B = np.bincount(group, weights=targets)
-        edges = lo + np.concatenate([[0.0], np.cumsum(Q)])
-        edges[-1] = hi
-        m = mu_k_width(edges[:-1], Q, k)                # widths Q, not edge differences: relative accuracy
-        E = np.cumsum(m - B)                            # E_g = μ_k([L, edges_{g+1})) − Σ_{h≤g} b_h
-        # E_{G−1} = μ_k(block) − Σ b is round-off (the targets' block identity); it is charged to the longest
-        # group, where it perturbs every token's ∫θ g by at most q_y·|E_{G−1}|/Q_longest
-        E = E[:-1] - E[-1] * (np.arange(E.size - 1) >= int(np.argmax(Q)))
-        d = dens[start]
-        ell = np.maximum(E, 0.0) / (d[:-1] - d[1:])
-        clamp = float(max(0.0, -E.min())) if E.size else 0.0
-        fwd = _mobius_scan(Q, ell)
-        bwd = _mobius_scan(Q[::-1], ell[::-1])[::-1]
-        return cls(edges, Q, m, dict(zip(tokens.tolist(), group.tolist())), ell, fwd, bwd, clamp)
+    @property
+    def edges(self) -> np.ndarray:
+        return self.lay["edges"][0]
+
+    @property
+    def widths(self) -> np.ndarray:
+        return self.lay["widths"][0]
+
+    @property
+    def masses(self) -> np.ndarray:
+        return self.lay["masses"][0]
+
+    @property
+    def clamp(self) -> float:
+        return float(self.lay["clamp"][0])
 
     def density(self, y: int, length: float) -> np.ndarray:
-        """``θ_y`` [G] on the group intervals: ``θ_y = q_y·A^{−1} e_g`` (g = y's group, ``q_y = length``).
-
-        ``x = A^{−1} e_g``: ``x_g = 1/(s'_g + ℓ_g s''_{g+1}/(s''_{g+1} + ℓ_g))``, then outwards
-        ``x_{h+1} = x_h·ℓ_h/(s''_{h+1} + ℓ_h)`` (h ≥ g) and ``x_{h−1} = x_h·ℓ_{h−1}/(s'_{h−1} + ℓ_{h−1})`` (h ≤ g):
-        products of positive factors < 1.
-        """
-        g, G = self.group_of[y], self.fwd.size
-        right = self.ell[g:] / (self.bwd[g + 1:] + self.ell[g:])
-        left = self.ell[:g] / (self.fwd[:g] + self.ell[:g])
-        x_g = 1.0 / (self.fwd[g] + (right[0] * self.bwd[g + 1] if g + 1 < G else 0.0))
-        x = np.empty(G)
-        x[g] = x_g
-        x[g + 1:] = x_g * np.cumprod(right)
-        x[:g] = x_g * np.cumprod(left[::-1])[::-1]
-        return length * x
+        """``θ_y`` [G] on the group intervals: ``θ_y = q_y·A^{−1} e_g`` (g = y's group, ``q_y = length``;
+        :func:`inverse_columns`)."""
+        return length * inverse_columns(self.lay, self.lay["slot"][:, [y]])[0, 0]
 
 
 @dataclass(frozen=True)
@@ -228,92 +443,74 @@ class PrivateLayout:
 
     @classmethod
     def build(cls, targets: LayoutTargets) -> "PrivateLayout":
-        block_of = np.full(targets.b.size, -1)
-        for i in range(targets.bounds.size - 1):
-            block_of[targets.order[targets.bounds[i]:targets.bounds[i + 1]]] = i
-        return cls(targets, block_of)
+        return cls(targets, targets.rows.block_of[0])
 
     def block(self, i: int) -> LayoutBlock:
         """Block i's :class:`LayoutBlock` (cached)."""
         if i not in self._blocks:
             t = self.targets
-            l1, l2 = int(t.bounds[i]), int(t.bounds[i + 1])
-            toks = t.order[l1:l2]
-            self._blocks[i] = LayoutBlock.build(t.X[l1], t.X[l2], toks, t.draft[toks], t.b[toks], t.k)
+            self._blocks[i] = LayoutBlock(block_layout(t.draft[None], np.array([t.k]), t.rows, np.array([i]), t.k))
         return self._blocks[i]
+
+    def _drafted(self, y: int, where: str) -> LayoutBlock:
+        if self.block_of[y] < 0:
+            raise ValueError(f"PrivateLayout.{where}: token {y} has draft probability 0 (never drafted)")
+        return self.block(int(self.block_of[y]))
 
     def density(self, y: int) -> tuple[np.ndarray, np.ndarray]:
         """``θ_y`` as ``(edges [n+1], values [n])``: ``θ_y = values_i`` on ``[edges_i, edges_{i+1})``, 0 elsewhere."""
-        if self.block_of[y] < 0:
-            raise ValueError(f"PrivateLayout.density: token {y} has draft probability 0 (never drafted)")
-        blk = self.block(int(self.block_of[y]))
+        blk = self._drafted(y, "density")
         return blk.edges, blk.density(int(y), float(self.targets.draft[y]))
 
     def moments(self, y: int) -> tuple[float, float]:
         """``(∫θ_y, ∫θ_y g)`` of the realised density (== ``(q(y), b(y))`` up to round-off)."""
-        if self.block_of[y] < 0:
-            raise ValueError(f"PrivateLayout.moments: token {y} has draft probability 0 (never drafted)")
-        blk = self.block(int(self.block_of[y]))
+        blk = self._drafted(y, "moments")
         v = blk.density(int(y), float(self.targets.draft[y]))
         return float(v @ blk.widths), float(v @ blk.masses)
 
-    def min_probs(self, S) -> np.ndarray:
-        """``Pr(copy j has the smallest private position | S)`` for each position j (sums to 1).
+    def weights(self, S, accept=None) -> np.ndarray:
+        """:func:`tuple_weights` on the realised tuple S (a batch of one): ``w_j(S)`` for acceptances
+        ``accept [V]`` (``t``), or with ``accept=None`` (``t ≡ 1``) ``Pr(copy j has the smallest U | S)``."""
+        t = self.targets
+        tuples = np.asarray(S, dtype=np.int64)[None, None, :]
+        mask = np.ones((1, tuples.shape[-1]), dtype=bool)
+        first, in_first = first_blocks(self.block_of[None], tuples, mask)
+        accept = np.ones((1, t.draft.size)) if accept is None else accept[None]
+        return tuple_weights(accept, t.draft[None], tuples, mask, in_first, self.block(int(first[0, 0])).lay,
+                             np.zeros(1, dtype=np.int64))[0, 0]
 
-        Blocks are consecutive intervals of [0, 1), so only copies in the earliest block S touches can hold the
-        smallest U (the others get exactly 0).  ``U_j`` has density ``f_j = θ_{y_j}/q(y_j)``; on each group
-        interval of that block every ``f`` is constant and every CDF affine, so the integrand
-        ``f_j Π_{l≠j} (1 − F_l)`` is a polynomial of degree ≤ k−1: Gauss–Legendre with ⌈k/2⌉+1 nodes is exact.
-        """
-        k = len(S)
-        first = min(int(self.block_of[y]) for y in S)          # blocks are consecutive intervals: only the
-        uniq = sorted(set(int(y) for y in S if self.block_of[y] == first))   # earliest one can hold the minimum
-        mult = {y: list(S).count(y) for y in uniq}
-        q = self.targets.draft
-        dens = {y: self.density(y) for y in uniq}
-        e = np.unique(np.concatenate([dens[y][0] for y in uniq]))
-        el, eh = e[:-1], e[1:]
-        mid = 0.5 * (el + eh)
-        nodes, weights = gauss_legendre(-(-k // 2) + 1)
-        half = 0.5 * (eh - el)
-        u = mid[:, None] + half[:, None] * nodes[None, :]                 # [n_intervals, n_nodes]
-        f, surv = {}, {}
-        for y in uniq:
-            ey, vy = dens[y]
-            fy = vy / q[y]
-            i = np.searchsorted(ey, mid, side="right") - 1
-            f[y] = np.where((i >= 0) & (i < fy.size), fy[np.clip(i, 0, fy.size - 1)], 0.0)
-            cdf = np.concatenate([[0.0], np.cumsum(fy * np.diff(ey))])
-            surv[y] = 1.0 - np.interp(u, ey, cdf)
-        share = {}
-        for y in uniq:
-            g = f[y][:, None] * np.ones_like(u)
-            for z in uniq:
-                g = g * surv[z] ** (mult[z] - (z == y))
-            share[y] = float(((g * weights[None, :]).sum(axis=1) * half).sum())
-        return np.array([share.get(int(y), 0.0) for y in S])
+    def min_probs(self, S) -> np.ndarray:
+        """``Pr(copy j has the smallest private position | S)`` for each position j (sums to 1): blocks are
+        consecutive intervals of [0, 1), so only copies in the earliest block S touches can hold the smallest U
+        (the others get exactly 0); :meth:`weights` with ``t ≡ 1``."""
+        return self.weights(S)
 
 
 def layout_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePlan | None:
     """Rule 2 as a :class:`NodePlan` (i.i.d. children only; ``None`` for any other process).
 
-    ``marginal = min(b, ρp)`` (Σ = α*(ρ)); ``select(S)[j] = t(y_j)·Pr(copy j has the smallest U | S)``.
+    ``marginal = min(b, ρp)`` (Σ = α*(ρ)); ``select(S)[j] = t(y_j)·Pr(copy j has the smallest U | S)``
+    (:meth:`PrivateLayout.weights`, the batched :func:`tuple_weights` on a batch of one), evaluated once per
+    multiset of tokens (the plan is symmetric in the copies; the i.i.d. coupling asks for many orderings).
     """
     p, q, rho = check_node_inputs("layout_plan", target_probs, draft_probs, rho, k, process)
     if process != "iid":
         return None
     targets = layout_targets(p, q, rho, k)
     layout = PrivateLayout.build(targets)
-    c = rho * p
-    with np.errstate(divide="ignore", invalid="ignore"):
-        accept = np.where(targets.b > 0, np.minimum(1.0, c / targets.b), 0.0)
+    accept = acceptance(rho * p, targets.b)
+    memo = {}
 
-    def select(S):
-        # round-off: keep w a valid plan; a tuple of copies whose windows are all of subnormal width has
-        # min-probabilities 0/0 — it carries no representable mass (< 1e-300) and gets w = 0
-        with np.errstate(invalid="ignore"):
-            w = accept[list(S)] * np.nan_to_num(np.maximum(layout.min_probs(S), 0.0), nan=0.0)
-        return w / max(1.0, w.sum())
+    def select(S) -> np.ndarray:
+        # w(S) is symmetric (w_j is copy j's share): one evaluation per multiset, permuted back
+        S = [int(y) for y in S]
+        perm = sorted(range(len(S)), key=S.__getitem__)
+        key = tuple(S[i] for i in perm)
+        if key not in memo:
+            memo[key] = layout.weights(key, accept)
+        w = np.empty(len(S))
+        w[perm] = memo[key]
+        return w
 
     return NodePlan("layout", rho, p, targets.marginal, select,
                     {"alpha_star": targets.alpha_star, "layout": layout, "accept": accept})
