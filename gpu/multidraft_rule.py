@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from univer_theory.plans.base import shares_rows
+
 from .engine import LevelContext, LevelDecision
 from .layout import layout_weights
-from .univer_rule import planning_rows, sequential_shares, single_child
+from .univer_rule import planning_rows, single_child
 
 
 def gr_rule(ctx: LevelContext) -> LevelDecision:
@@ -32,6 +34,6 @@ def gr_rule(ctx: LevelContext) -> LevelDecision:
     for n in k[k >= 2].unique().tolist():
         rows = (k == n).nonzero().squeeze(1)
         w[rows, :n], a[rows] = layout_weights(p[rows], q[rows], ctx.children[rows, :n], ctx.child_mask[rows, :n])
-    enter = sequential_shares(w).to(dtype)
+    enter = shares_rows(w).to(dtype)
     return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(rho).to(dtype),
                          (p - a).clamp(min=0).to(dtype))

@@ -38,6 +38,7 @@ import itertools
 import torch
 
 from univer_theory.plans import shape_lp
+from univer_theory.plans.base import residual_rows, shares_rows, stop_rows
 from univer_theory.plans.choose import fill_weights, greedy_fill_rows, single_child_rows, single_child_weights
 from univer_theory.univer import SLOT_RULE_MAX_K
 
@@ -124,17 +125,6 @@ def planning_rows(ctx: LevelContext):
     return p, q, rho
 
 
-def sequential_shares(w: torch.Tensor) -> torch.Tensor:
-    """``[R, K]``: ``w_j/(1 − Σ_{l<j} w_l)`` (0 when nothing is left), clamped to [0, 1] — the batched twin of
-    :func:`univer_theory.plans.base.sequential_shares`."""
-    out, used = [], torch.zeros_like(w[:, 0])
-    for j in range(w.shape[1]):
-        den = 1 - used
-        out.append(torch.where(den > 0, w[:, j] / torch.where(den > 0, den, 1), 0).clamp(0, 1))
-        used = used + w[:, j]
-    return torch.stack(out, 1)
-
-
 def univer_rule(ctx: LevelContext, walk: str = "auto") -> LevelDecision:
     """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children.  ``walk``: how PTS finds
     θ for k ≥ 3 wor children (:data:`gpu.wor_plans.WALKS`; bind it with ``functools.partial`` to pass the rule
@@ -163,8 +153,6 @@ def univer_rule(ctx: LevelContext, walk: str = "auto") -> LevelDecision:
     else:
         _iid_wor(ctx, p, q, rho, w, a, walk)
     alpha = a.sum(-1)
-    scale = sequential_shares(w)
-    stop = torch.where(alpha < 1, (rho - alpha) / torch.where(alpha < 1, 1 - alpha, 1), 1).clamp(0, 1)   # plans/base.py
-    residual = (c - a).clamp(min=0)
-    scale = scale.to(dtype)
-    return LevelDecision(torch.ones_like(scale), scale, stop.to(dtype), residual.to(dtype))
+    scale = shares_rows(w).to(dtype)
+    return LevelDecision(torch.ones_like(scale), scale, stop_rows(rho, alpha).to(dtype),
+                         residual_rows(c, a).to(dtype))

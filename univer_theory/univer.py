@@ -101,11 +101,8 @@ class UniVerRule:
         k = len(ctx.children)
         plan, w, slotted = self.weights(ctx.target, ctx.draft, ctx.rho, ctx.children, ctx.process,
                                         ctx.child_shapes)
-        exact = np.asarray(w).dtype == object
-        scale = sequential_shares(w)
-        stop = plan.stop if exact else min(1.0, max(0.0, float(plan.stop)))
         info = {"alpha": plan.alpha, "construction": plan.construction, "slot_rule": slotted}
-        return NodeDecision((1,) * k, tuple(scale), stop, plan.residual, info)
+        return NodeDecision((1,) * k, sequential_shares(w), plan.stop, plan.residual, info)
 
 
 def make_univer_verifier(construction: str = "auto", slot_rule: bool = True, shape_rule: bool = True,

@@ -17,6 +17,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..nx import get_backend
+
 
 @dataclass(frozen=True)
 class NodePlan:
@@ -46,27 +48,56 @@ class NodePlan:
 
     @property
     def stop(self):
-        """``f = (ρ − α)/(1 − α)``, 1 when ``α ≥ 1`` (module docstring)."""
+        """``f = (ρ − α)/(1 − α)``, 1 when ``α ≥ 1`` (module docstring): exact for Fraction entries, else
+        :func:`stop_rows` (float, clamped to [0, 1])."""
         a = self.alpha
-        return (self.rho - a) / (1 - a) if a < 1 else 0 * a + 1
+        if isinstance(a, Fraction):
+            return (self.rho - a) / (1 - a) if a < 1 else 0 * a + 1
+        return float(stop_rows(np.float64(self.rho), np.float64(a)))
 
     @property
     def residual(self) -> np.ndarray:
-        """``norm(ρp − a)`` (clipped at 0 against float round-off; exact in Fraction mode)."""
-        d = np.maximum(self.rho * self.target - self.marginal, 0)
+        """``norm(ρp − a)``: exact for Fraction entries, else :func:`residual_rows` normalised."""
+        if self.marginal.dtype == object:
+            d = np.maximum(self.rho * self.target - self.marginal, 0)
+        else:
+            d = residual_rows(self.rho * self.target, self.marginal)
         s = d.sum()
         return d / s if s != 0 else d
 
 
+# ----------------------------------------------------------------------------------------- float rows
+# One float formula each for the exact core (numpy, a batch of one) and gpu (torch rows, :mod:`univer_theory.nx`);
+# the Fraction branches above and in :func:`sequential_shares` are the exact oracles that check them.
+def stop_rows(rho, alpha):
+    """``f = (ρ − α)/(1 − α)`` where ``α < 1``, else 1, clamped to [0, 1] against round-off (module docstring);
+    numpy or torch, any shape."""
+    nx = get_backend(rho, alpha)
+    below = alpha < 1
+    return nx.clip(nx.where(below, (rho - alpha) / nx.where(below, 1 - alpha, 1.0), 1.0), 0.0, 1.0)
+
+
+def residual_rows(c, a):
+    """The unnormalised residual ``[c − a]_+`` (``c = ρp``; clipped at 0 against round-off), numpy or torch."""
+    nx = get_backend(c, a)
+    return nx.clip(c - a, 0.0)
+
+
+def shares_rows(w):
+    """``w_j / (1 − Σ_{l<j} w_l)`` along the last axis (0 when nothing is left), clamped to [0, 1]: the
+    probability that child j is taken once children ``1..j−1`` were not (theory.md §6.1); numpy or torch."""
+    nx = get_backend(w)
+    den = 1 - (nx.cumsum(w) - w)
+    return nx.clip(nx.where(den > 0, w / nx.where(den > 0, den, 1.0), 0.0), 0.0, 1.0)
+
+
 def sequential_shares(w) -> tuple:
-    """``w_j / (1 − Σ_{l<j} w_l)`` for each j (0 when nothing is left): the probability that child j is taken once
-    children ``1..j−1`` were not, for a tuple whose children are taken w.p. ``w_j`` (theory.md §6.1).  Exact for
-    Fraction entries; floats are clamped to [0, 1] against round-off."""
-    exact = np.asarray(w).dtype == object
-    out, used = [], Fraction(0) if exact else 0.0      # Fraction: an int entry 1/1 must not become 1.0
+    """:func:`shares_rows` of one tuple's weights ``w`` as a tuple; exact for Fraction entries (the oracle)."""
+    if np.asarray(w).dtype != object:
+        return tuple(float(x) for x in shares_rows(np.asarray(w, dtype=np.float64)))
+    out, used = [], Fraction(0)                        # Fraction: an int entry 1/1 must not become 1.0
     for wj in w:
         den = 1 - used
-        s = wj / den if den > 0 else 0 * wj
-        out.append(s if exact else min(1.0, max(0.0, float(s))))
+        out.append(wj / den if den > 0 else 0 * wj)
         used = used + wj
     return tuple(out)
