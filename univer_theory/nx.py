@@ -90,6 +90,33 @@ class NumpyBackend:
         with np.errstate(divide="ignore"):
             return np.log(x)
 
+    @staticmethod
+    def searchsorted_each(rows, values, right=False):
+        """Per row of the ascending ``rows [B, V]``, for each of ``values [n]``, the number of entries ``< value``
+        (``≤`` with ``right``) → ``[B, n]``."""
+        side = "right" if right else "left"
+        return np.stack([np.searchsorted(r, values, side=side) for r in rows]).astype(np.int64)
+
+    @staticmethod
+    def arange(n, like):
+        """``0..n−1`` as int64 beside ``like``."""
+        return np.arange(n, dtype=np.int64)
+
+    @staticmethod
+    def to_numpy(x):
+        """``x`` as a numpy array on the host (a host read for a tensor)."""
+        return np.asarray(x)
+
+    @staticmethod
+    def expm1(x):
+        return np.expm1(x)
+
+    @staticmethod
+    def log1p(x):
+        """``log(1 + x)`` (``−inf`` at −1, silently)."""
+        with np.errstate(divide="ignore"):
+            return np.log1p(x)
+
 
 class TorchBackend:
     """torch: the batched level rules of :mod:`gpu`, on the tensors' device."""
@@ -161,6 +188,24 @@ class TorchBackend:
     @staticmethod
     def exp(x):
         return x.exp()
+
+    def searchsorted_each(self, rows, values, right=False):
+        return self.torch.searchsorted(rows.contiguous(), values.expand(rows.shape[0], -1).contiguous(), right=right)
+
+    def arange(self, n, like):
+        return self.torch.arange(n, dtype=self.torch.long, device=like.device)
+
+    @staticmethod
+    def to_numpy(x):
+        return x.detach().cpu().numpy()
+
+    @staticmethod
+    def expm1(x):
+        return x.expm1()
+
+    @staticmethod
+    def log1p(x):
+        return x.log1p()
 
 
 NUMPY = NumpyBackend()
