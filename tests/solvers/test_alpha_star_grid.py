@@ -18,7 +18,8 @@ from ..theory.test_one_implementation import rows
 
 TOL = 1e-12
 RHOS = (1.0, 0.55, 1e-3)
-#: The LP is solved where the support has at most this many ordered tuples (HiGHS takes ~0.25 s on 210 tuples, minutes on 7^5).
+#: The LP is solved where the support has at most this many ordered tuples (HiGHS: ~0.25 s on 210 tuples,
+#: minutes on 7^5).
 LP_TUPLES = 120
 #: HiGHS' vertex carries round-off: on a peaky V = 4 row (tuple probabilities down to 1e-63, wor k = 3) its value
 #: exceeds the bound α*(ρ) ≤ ρ by 1.9e-12, where the closed form and the min-cut agree exactly.
