@@ -19,6 +19,15 @@ A being the tokens whose target capacity is cut.  Per process:
 
 Every function accepts rows ``[..., V]`` (leading batch axes, float64) and a ``rho`` that is a scalar or
 broadcasts to the batch shape.  Ties of the minimum are resolved towards the smallest cut (first prefix).
+
+**One implementation** (:mod:`.nx`): the formulas — ratio-order prefix costs, ``Pr(S ⊄ G_j)`` for iid, wor
+k = 2 and the wor clock integral for k ≥ 3, the greedy and topk forms, the first minimising prefix — are written
+once against the array namespace, :func:`alpha_star_rows`: numpy rows for the exact core (its public functions
+below validate the inputs, then call it on their rows, a batch of one), torch tensors ``[R, V]`` for
+:mod:`gpu` (``gpu.wor_plans``: the wor k = 2 cut of rule 3, and the α*(ρ) gate of rule 7), on any device.  The
+cost is ``O(V log V)`` for the order plus, for wor k ≥ 3, ``O(k·m·nodes)`` for the clock integral over the first m
+columns of the order, m the most drafted tokens of any row (later prefixes have r = 0 and miss nothing).
+Host reads (data-dependent sizes): m, and the clock integral's grid, clamp and per-chunk extents.
 """
 from __future__ import annotations
 
