@@ -103,3 +103,14 @@ def test_alpha_star_rows_agree(process, k):
             want, want_cut = alpha_star_and_cut(p[i], q[i], k, process, rho[i])
             assert abs(float(value[i]) - want) <= 1e-13, (i, float(value[i]), want)
             assert np.array_equal(cut[i].numpy(), want_cut), i
+
+
+def test_alpha_star_rows_rejects_bad_arguments():
+    p = torch.full((2, 4), 0.25, dtype=torch.float64)
+    with pytest.raises(ValueError, match="alpha_star_rows: unknown process 'beam'"):
+        alpha_star_rows(p, p, 2, "beam", 1.0)
+    with pytest.raises(ValueError, match="alpha_star_rows: k must be an integer ≥ 1, got 0"):
+        alpha_star_rows(p, p, 0, "wor", 1.0)
+    with pytest.raises(ValueError, match="k = 20 children over V = 128000 tokens"):
+        q = torch.full((1, 128_000), 1 / 128_000, dtype=torch.float64)
+        alpha_star_rows(q, q, 20, "wor", 1.0)
