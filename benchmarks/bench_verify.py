@@ -4,7 +4,8 @@ per-tree loop, and α*(ρ) at a large vocabulary — one run, ratios measured in
 Sections (all printed as a table, and as one JSON object with ``--json``):
 
 * ``alpha_star``: ``univer_theory.alpha_star`` for wor and iid, k = 3, on one Zipf row pair at ``--alpha-vocab``
-  (default 128 000); the clock grid is built once before timing (a process-wide cache).
+  (default 128 000); the clock grid is built once before timing (a process-wide cache).  ``wor_torch``: the
+  same function on the same row as torch tensors (``alpha_star_rows``, the batched layer's call, a batch of one).
 * ``synthetic``: Zipf rows (``p ∝ rank^{-1.1}`` over a random permutation per node, ``q = norm(p·e^{0.8 z})``,
   float64) at V = ``--vocab``, trees of each ``--shapes`` skeleton drafted by ``gpu.drafting.draft_tree`` for
   each ``--processes``, ``--batches`` trees at a time.  Per method (univer, rrsw — rrs on i.i.d. trees —, tv):
@@ -39,7 +40,7 @@ import torch
 from gpu import TreeBatch, verify
 from gpu.drafting import draft_tree
 from univer_theory import VERIFIERS
-from univer_theory.alpha_star import alpha_star
+from univer_theory.alpha_star import alpha_star, alpha_star_rows
 from univer_theory.engine import tree_sample
 from univer_theory.plans.clocks import LOG_T_NODES, log_time_grid, log_time_upper
 from univer_theory.univer import UniVerRule
@@ -124,10 +125,12 @@ def alpha_star_section(V: int, repeat: int) -> dict:
     p, q = (x.numpy() for x in zipf_rows((), V, gen))
     log_time_grid(LOG_T_NODES, log_time_upper(float(q.min())))  # the process-wide grid cache, outside timing
     out = {"vocab": V, "k": 3}
-    times = {"wor": [], "iid": []}
+    times = {"wor": [], "iid": [], "wor_torch": []}
+    tp, tq, rho = torch.from_numpy(p)[None], torch.from_numpy(q)[None], torch.ones(1, dtype=torch.float64)
     for _ in range(repeat):
-        for process in times:
+        for process in ("wor", "iid"):
             times[process].append(timed(lambda: alpha_star(p, q, 3, process)))
+        times["wor_torch"].append(timed(lambda: alpha_star_rows(tp, tq, 3, "wor", rho)))
     for process, t in times.items():
         out[process] = summary(t)
     out["wor_over_iid"] = out["wor"]["median_ms"] / out["iid"]["median_ms"]
@@ -268,7 +271,8 @@ def main(argv=None):
     if not args.json:
         a = result["alpha_star"]
         print(f"alpha*(rho) V = {a['vocab']}, k = 3: wor median {a['wor']['median_ms']:.1f} ms "
-              f"(min {a['wor']['min_ms']:.1f}), iid median {a['iid']['median_ms']:.1f} ms")
+              f"(min {a['wor']['min_ms']:.1f}; torch {a['wor_torch']['median_ms']:.1f}), "
+              f"iid median {a['iid']['median_ms']:.1f} ms")
         print(f"{'rows':>8} {'shape':>9} {'proc':>4} {'B':>3} {'method':>6} {'batch ms':>10} {'loop ms':>10} "
               f"{'fwd ms':>9} {'ver/fwd':>8} {'loop/bat':>8} {'peak MB':>7} {'in MB':>7}")
     target = None if args.no_model else Target()

@@ -23,8 +23,9 @@ float64.  Each returns the plan on the realised children, ``w [R, K]``, and its 
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities — the functions of
   :mod:`univer_theory.plans.iid_coupling` (numpy or torch: one implementation) on the level's tensors;
 * :func:`wor_weights` — UniVer's choice among them (for k = 2 rule 3 where feasible; else the better α of PTS
-  and the coupling, and on small supports rule 1 when better, :mod:`gpu.condot`), as
-  :func:`univer_theory.plans.choose.choose_plan`.
+  and the coupling, on small supports rule 1 when better, :mod:`gpu.condot`, and rule 7 where they fall short
+  of α*(ρ)), as :func:`univer_theory.plans.choose.choose_plan`.  α*(ρ) and the cut ``A*`` are the exact core's
+  :func:`univer_theory.alpha_star.alpha_star_rows` on the level's rows.
 
 No loop over rows: loops run over bisection / fixed-point steps (until every row has converged), quadrature
 chunks, the children, the virtual sequences and, in the k ≥ 3 walk, the priority positions (row chunks of
@@ -37,6 +38,7 @@ import math
 
 import torch
 
+from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.orders import ratio_argsort
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
@@ -90,20 +92,9 @@ def _bisect_increasing(f, lo: torch.Tensor, hi: torch.Tensor, active: torch.Tens
 # ----------------------------------------------------------------------------------------- wor pair (rule 3)
 def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor):
     """α*(ρ) ``[R]`` and the optimal cut ``A*`` (bool ``[R, V]``) of CondOT(ρ) for two wor children: the
-    ratio-order prefix minimising ``ρP_j + r_j(1 + Σ_{x∈G_j} q_x/(1 − q_x))`` (first minimum), as
-    :func:`univer_theory.alpha_star.alpha_star_and_cut`."""
-    drafted = q > 0
-    order = ratio_argsort(p, q)
-    qs, ps = q.gather(1, order), p.gather(1, order)
-    zero = torch.zeros_like(qs[:, :1])
-    r = torch.cat([qs.flip(-1).cumsum(-1).flip(-1), zero], 1)           # mass outside each prefix
-    others = torch.cat([zero, qs.cumsum(-1)[:, :-1]], 1) + r[:, 1:]      # 1 − q_x, summed from the others
-    odds = _safe_div(qs, others, qs > 0)
-    miss = r * (1.0 + torch.cat([zero, odds.cumsum(-1)], 1))
-    cost = rho[:, None] * torch.cat([zero, ps.cumsum(-1)], 1) + miss
-    value, j = cost.min(-1, keepdim=True)                                # first minimum: the smallest cut
-    rank = inverse_permutation(order)
-    return value.squeeze(1), rank < j
+    ratio-order prefix minimising ``ρP_j + r_j(1 + Σ_{x∈G_j} q_x/(1 − q_x))`` (first minimum) —
+    :func:`univer_theory.alpha_star.alpha_star_rows`, the exact core's function, on the level's rows."""
+    return alpha_star_rows(p, q, 2, "wor", rho)
 
 
 def _side_marginal(q, rest, cross, beta, gamma, side):
@@ -451,8 +442,11 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``),
     replaced on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
     where its α is larger by more than ``ALPHA_TIE``, and on larger supports within the Luce budget by rule 7
-    (:func:`gpu.luce.luce_rows_weights`, on rows whose classes of exchangeable tokens fit its budget, :func:`gpu.luce.luce_rows`) where its α is larger by more than ``OPTIMALITY_TOL`` —
-    :func:`univer_theory.plans.choose.choose_plan`.
+    (:func:`gpu.luce.luce_rows_weights`, on rows whose classes of exchangeable tokens fit its budget,
+    :func:`gpu.luce.luce_rows`) where its α is larger by more than ``OPTIMALITY_TOL`` —
+    :func:`univer_theory.plans.choose.choose_plan`.  As there, rule 7 is fitted only on the rows whose α is below
+    α*(ρ) (:func:`univer_theory.alpha_star.alpha_star_rows`) by more than ``OPTIMALITY_TOL``: its α never
+    exceeds α*, so the choice is the same; rule 1 is solved on every small support, as there.
     ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
     shaped as ``children``; ``walk``: how PTS finds θ (:func:`pts_weights`)."""
     if children.shape[-1] == 2:
@@ -471,8 +465,12 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     if rows.numel():                    # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         _take(w, a, rows, solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
+    k = children.shape[-1]
     rows = (~feasible & (support > SMALL_SUPPORT)).nonzero().squeeze(1)
-    rows = rows[luce_rows(c[rows], q[rows], children.shape[-1])]
+    rows = rows[luce_rows(c[rows], q[rows], k)]
+    if rows.numel():                    # only rows below α*(ρ) by more than OPTIMALITY_TOL (rule 7 never exceeds α*)
+        star, _ = alpha_star_rows(p[rows], q[rows], k, "wor", rho[rows])
+        rows = rows[a[rows].sum(1) < star - OPTIMALITY_TOL]
     if rows.numel():                    # rule 7 above them, where it beats the rest by more than OPTIMALITY_TOL
         w_l, a_l = luce_rows_weights(c[rows], q[rows], children[rows])
         _take(w, a, rows, a_l.sum(1) > a[rows].sum(1) + OPTIMALITY_TOL, (w_l, a_l), (w[rows], a[rows]))

@@ -19,6 +19,15 @@ A being the tokens whose target capacity is cut.  Per process:
 
 Every function accepts rows ``[..., V]`` (leading batch axes, float64) and a ``rho`` that is a scalar or
 broadcasts to the batch shape.  Ties of the minimum are resolved towards the smallest cut (first prefix).
+
+**One implementation** (:mod:`.nx`): the formulas — ratio-order prefix costs, ``Pr(S ⊄ G_j)`` for iid, wor
+k = 2 and the wor clock integral for k ≥ 3, the greedy and topk forms, the first minimising prefix — are written
+once against the array namespace, :func:`alpha_star_rows`: numpy rows for the exact core (its public functions
+below validate the inputs, then call it on their rows, a batch of one), torch tensors ``[R, V]`` for
+:mod:`gpu` (``gpu.wor_plans``: the wor k = 2 cut of rule 3, and the α*(ρ) gate of rule 7), on any device.  The
+cost is ``O(V log V)`` for the order plus, for wor k ≥ 3, ``O(k·m·nodes)`` for the clock integral over the first m
+columns of the order, m the most drafted tokens of any row (later prefixes have r = 0 and miss nothing).
+Host reads (data-dependent sizes): m, and the clock integral's grid, clamp and per-chunk extents.
 """
 from __future__ import annotations
 
@@ -26,6 +35,7 @@ import math
 
 import numpy as np
 
+from .nx import array_module, get_backend
 from .orders import ratio_argsort, top_tokens
 from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper
 from .processes import PROCESSES
@@ -96,43 +106,48 @@ def ratio_order(target_probs, draft_probs) -> np.ndarray:
     return ratio_argsort(p, q)
 
 
-def _top_mask(q: np.ndarray, m: int) -> np.ndarray:
+def _top_mask(q, m: int):
     """The m most likely tokens of each row (:func:`~univer_theory.orders.top_tokens`) as a mask."""
-    mask = np.zeros(q.shape, dtype=bool)
-    np.put_along_axis(mask, top_tokens(q, m), True, axis=-1)
-    return mask
+    nx = get_backend(q)
+    return nx.put(nx.zeros_like(q), top_tokens(q, m), 1.0) > 0
 
 
-def _suffix_mass(q_sorted: np.ndarray) -> np.ndarray:
+def _suffix_mass(q_sorted):
     """``r_j = Σ_{i ≥ j} q_sorted[i]`` for j = 0..V (``r_V = 0``): the mass outside prefix j, summed directly
     (not as 1 − Q_j) so that a small complement keeps its relative precision."""
-    tail = np.cumsum(q_sorted[..., ::-1], axis=-1)[..., ::-1]
-    return np.concatenate([tail, np.zeros(q_sorted.shape[:-1] + (1,))], axis=-1)
+    nx = get_backend(q_sorted)
+    return nx.concat([nx.cumsum(q_sorted, reverse=True), nx.zeros_like(q_sorted[..., :1])])
 
 
-def _prefix(x_sorted: np.ndarray) -> np.ndarray:
-    return np.concatenate([np.zeros(x_sorted.shape[:-1] + (1,)), np.cumsum(x_sorted, axis=-1)], axis=-1)
+def _prefix(x_sorted):
+    """``Σ_{i < j} x_sorted[i]`` for j = 0..V."""
+    nx = get_backend(x_sorted)
+    return nx.concat([nx.zeros_like(x_sorted[..., :1]), nx.cumsum(x_sorted)])
+
+
+def _safe_div(a, b, where):
+    """``a/b`` where ``where`` holds, 0 elsewhere (no division by the masked entries)."""
+    nx = get_backend(a, b)
+    return nx.where(where, a / nx.where(where, b, 1.0), 0.0)
 
 
 # ----------------------------------------------------------------------------------------- Pr_wor(S ⊆ G)
-def _wor_miss_k2(q_sorted: np.ndarray) -> np.ndarray:
+def _wor_miss_k2(q_sorted):
     """``Pr_wor(S ⊄ G_j) = r_j (1 + Σ_{x∈G_j} q_x/(1 − q_x))`` for k = 2, all prefixes ``[..., V+1]``.
 
     ``1 − q_x`` is summed from the other tokens, so a dominant token keeps the tail's precision.  Its odds
     ``q_x/(1 − q_x)`` overflow when the rest is subnormal; since ``r_j ≤ 1 − q_x`` whenever x ∈ G_j, that one
     term is taken as ``q_x·(r_j/(1 − q_x))`` (≤ q_x) instead."""
+    nx = get_backend(q_sorted)
+    V = q_sorted.shape[-1]
     r = _suffix_mass(q_sorted)
-    before = _prefix(q_sorted)[..., :-1]
-    others = before + r[..., 1:]
-    top = np.argmax(q_sorted, axis=-1)[..., None]                           # the only x with 1 − q_x < 1/2
-    is_top = np.arange(q_sorted.shape[-1]) == top
-    with np.errstate(divide="ignore", invalid="ignore"):
-        odds = np.where((q_sorted > 0) & ~is_top, q_sorted / others, 0.0)
-        top_others = np.take_along_axis(others, top, axis=-1)
-        top_q = np.take_along_axis(q_sorted, top, axis=-1)
-        top_term = np.where(top_q > 0, top_q * (r / top_others), 0.0)
-    in_prefix = np.arange(q_sorted.shape[-1] + 1) > top                   # G_j holds the top token
-    return r * (1.0 + _prefix(odds)) + np.where(in_prefix, top_term, 0.0)
+    others = _prefix(q_sorted)[..., :-1] + r[..., 1:]
+    top = array_module(q_sorted).argmax(q_sorted, -1)[..., None]          # the only x with 1 − q_x < 1/2
+    odds = _safe_div(q_sorted, others, (q_sorted > 0) & (nx.arange(V, q_sorted) != top))
+    top_others, top_q = nx.take(others, top), nx.take(q_sorted, top)
+    top_term = top_q * _safe_div(r, top_others, (top_q > 0) & (top_others > 0))
+    in_prefix = nx.arange(V + 1, q_sorted) > top                          # G_j holds the top token
+    return r * (1.0 + _prefix(odds)) + nx.where(in_prefix, top_term, 0.0)
 
 
 #: Elements of one time chunk of the clock integral (rows × nodes × tokens per array, ~6 such arrays live).
@@ -160,38 +175,44 @@ def _clock_clamp(V: int, k: int) -> float:
     return lam
 
 
-def _symmetric_below(odds: np.ndarray, k: int) -> np.ndarray:
+def _symmetric_below(odds, k: int):
     """``Σ_{n<k} e_n(odds_0..odds_j)`` for every prefix j along the last axis: ``e_n`` of the prefixes by the
     nested cumulative sums ``e_n(j) = Σ_{i≤j} odds_i e_{n−1}(i − 1)`` (non-negative terms, no cancellation)."""
+    nx = get_backend(odds)
     V = odds.shape[-1]
     if k == 1:
-        return np.ones_like(odds)
-    e_n = np.cumsum(odds, axis=-1)
+        return nx.zeros_like(odds) + 1.0
+    e_n = nx.cumsum(odds)
     total = e_n + 1.0
     for _ in range(2, k):                                                  # e_n lives at j = n−1..V−1
-        e_n = np.cumsum(odds[..., V - e_n.shape[-1] + 1:] * e_n[..., :-1], axis=-1)
+        e_n = nx.cumsum(odds[..., V - e_n.shape[-1] + 1:] * e_n[..., :-1])
         total[..., V - e_n.shape[-1]:] += e_n
     return total
 
 
-def _sure_extent(log_q: np.ndarray, s: float, k: int) -> int:
+def _sure_extent(log_q, s: float, k: int) -> int:
     """Tokens (a prefix of the order) whose prefixes matter at node ``s = log t``: up to the k-th clock with
-    ``q·t ≥`` :data:`SURE_RING` in every row (all V where a row has fewer)."""
-    hits = np.cumsum(log_q >= math.log(SURE_RING) - s, axis=-1)
-    return int(np.where(hits[:, -1] >= k, np.argmax(hits >= k, axis=-1) + 1, log_q.shape[-1]).max())
+    ``q·t ≥`` :data:`SURE_RING` in every row (all V where a row has fewer).  A host read."""
+    nx = get_backend(log_q)
+    hits = nx.cumsum(nx.asarray(log_q >= math.log(SURE_RING) - s, log_q))
+    before = nx.sum(nx.asarray(hits < k, log_q))                           # tokens before the k-th sure ring
+    return int(min(float(before.max()) + 1, log_q.shape[-1]))
 
 
-def _live_prefixes(log_r: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per node ``s = log t``: whether any prefix has ``log(r t)`` in :data:`LOG_RATE_TIME_SPAN`, and the number
-    of prefixes up to the last with ``log(r t)`` above its lower end (``log_r [B, V]`` non-increasing)."""
+def _live_prefixes(log_r, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per node ``s = log t`` (host numpy): whether any prefix has ``log(r t)`` in :data:`LOG_RATE_TIME_SPAN`,
+    and the number of prefixes up to the last with ``log(r t)`` above its lower end (``log_r [B, V]``
+    non-increasing).  A host read of ``[B, nodes]`` counts."""
+    nx = get_backend(log_r)
     lo, hi = LOG_RATE_TIME_SPAN
-    above_hi = np.stack([np.searchsorted(-row, s - hi, side="left") for row in log_r])   # log r > hi − s
-    above_lo = np.stack([np.searchsorted(-row, s - lo, side="right") for row in log_r])  # log r ≥ lo − s
+    neg = -log_r                                                           # ascending
+    above_hi = nx.to_numpy(nx.searchsorted_each(neg, nx.asarray(s - hi, log_r)))              # log r > hi − s
+    above_lo = nx.to_numpy(nx.searchsorted_each(neg, nx.asarray(s - lo, log_r), right=True))  # log r ≥ lo − s
     return (above_lo > above_hi).any(axis=0), above_lo.max(axis=0)
 
 
-def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = CLOCK_CHUNK) -> np.ndarray:
-    """``Pr_wor(S ⊄ G_j)`` for every prefix ``G_j`` of ``q_sorted [B, V]`` by exponential clocks.
+def _wor_miss_clocks(q_sorted, k: int, chunk: int = CLOCK_CHUNK):
+    """``Pr_wor(S ⊄ G_j)`` for every prefix ``G_j`` of ``q_sorted [B, V]`` by exponential clocks (numpy or torch).
 
     Token x rings at ``E_x ~ Exp(q_x)``; S is the first k rings, so ``S ⊄ G`` iff fewer than k tokens of G
     ring before the first ring outside G, ``T ~ Exp(r)``, ``r = q(V∖G)``:
@@ -212,55 +233,64 @@ def _wor_miss_clocks(q_sorted: np.ndarray, k: int, chunk: int = CLOCK_CHUNK) -> 
     Nodes are processed in chunks of ~:data:`CLOCK_CHUNK` elements per array.  The piece ``t < e^{−30}`` is
     added in closed form (``N = 0`` there up to ``O(e^{−30})``); the upper end covers ``r t ≤ 50`` for the
     smallest positive r.  Exact values where the integral is degenerate: 1 when G has fewer than k drafted
-    tokens, 0 when r = 0.
+    tokens, 0 when r = 0.  The rows share one grid, clamp and chunking (set by the batch's smallest mass,
+    largest q and widest extents; a row's own values move by the dropped terms' bound, below 1e-20); those
+    sizes are host reads.
     """
+    nx, xp = get_backend(q_sorted), array_module(q_sorted)
     B, V = q_sorted.shape
     r = _suffix_mass(q_sorted)                                              # [B, V+1]
-    s, wt = log_time_grid(LOG_T_NODES, log_time_upper(r[r > 0].min(initial=1.0)))
+    s, wt = log_time_grid(LOG_T_NODES, log_time_upper(min(1.0, float(nx.where(r > 0, r, 1.0).min()))))
     lam = _clock_clamp(V, k)
-    n_pos = _prefix((q_sorted > 0).astype(np.float64))                      # [B, V+1]
-    plain = s <= math.log(lam / q_sorted.max())                             # no clock clamped
+    n_pos = _prefix(nx.asarray(q_sorted > 0, q_sorted))                     # [B, V+1]
+    plain = s <= math.log(lam / float(q_sorted.max()))                      # no clock clamped
     t = np.exp(s[plain])                                                    # ≤ λ/q_max ≤ λV: finite
-    w_plain = wt[plain] * t * np.exp(-t * r[:, :1])                         # [B, n]
-    live = w_plain.max(axis=0) > 0
-    t, w_plain = t[live], w_plain[:, live]
-    sums = np.zeros((B, V))
+    live = wt[plain] * t * np.exp(-t * float(r[:, 0].min())) > 0            # some row's weight is positive
+    t = nx.asarray(t[live], q_sorted)
+    w_plain = nx.asarray(wt[plain][live], q_sorted) * t * nx.exp(-t * r[:, :1])   # [B, n]
+    sums = nx.zeros_like(q_sorted)
     step = max(1, chunk // (B * V))
-    for lo in range(0, t.size, step):
-        below = _symmetric_below(np.expm1(q_sorted[:, None, :] * t[lo:lo + step, None]), k)
-        sums += np.einsum("bcv,bc->bv", below, w_plain[:, lo:lo + step])
-    miss = np.concatenate([np.ones((B, 1)), r[:, 1:] * sums], axis=1)
-    with np.errstate(divide="ignore"):
-        log_q, log_r = np.log(q_sorted), np.log(r[:, 1:])
+    for lo in range(0, t.shape[0], step):
+        below = _symmetric_below(nx.expm1(q_sorted[:, None, :] * t[lo:lo + step, None]), k)
+        sums = sums + xp.einsum("bcv,bc->bv", below, w_plain[:, lo:lo + step])
+    miss = nx.concat([nx.zeros_like(r[:, :1]) + 1.0, r[:, 1:] * sums])
+    log_q, log_r = nx.log(q_sorted), nx.log(r[:, 1:])
     live, extent = _live_prefixes(log_r, s[~plain])
     s, wt, extent = s[~plain][live], wt[~plain][live], extent[live]
     lo = 0
     while lo < s.size:
         sure = _sure_extent(log_q, s[lo], k)
         step = max(1, chunk // (B * max(1, min(sure, extent[lo]))))
-        S, W = s[lo:lo + step, None], wt[lo:lo + step]
+        S, W = nx.asarray(s[lo:lo + step, None], q_sorted), nx.asarray(wt[lo:lo + step], q_sorted)
         J = max(1, min(sure, int(extent[lo:lo + step].max())))
         lo += S.shape[0]
-        neg_log_e = np.minimum(np.exp(np.minimum(log_q[:, None, :J] + S, LOG_RATE_TIME_CAP)), lam)
-        below = _symmetric_below(np.expm1(neg_log_e), k)                   # [B, c, J]
-        log_rt = np.minimum(log_r[:, None, :J] + S, LOG_RATE_TIME_CAP)
-        log_rt -= np.exp(log_rt)                                           # log(r t e^{−r t})
-        log_rt -= np.cumsum(neg_log_e, axis=-1)                            # + log Π_{x∈G_{j+1}} max(e_x, δ)
-        below *= np.exp(log_rt)
-        miss[:, 1:J + 1] += np.einsum("bcv,c->bv", below, W)
-    miss -= np.expm1(-r * np.exp(LOG_T_RANGE[0]))                    # the piece t < e^{−30}
-    miss = np.where(n_pos < k, 1.0, np.where(r == 0, 0.0, miss))
-    return np.clip(miss, 0.0, 1.0)
+        neg_log_e = nx.minimum(nx.exp(nx.minimum(log_q[:, None, :J] + S, LOG_RATE_TIME_CAP)), lam)
+        below = _symmetric_below(nx.expm1(neg_log_e), k)                   # [B, c, J]
+        log_rt = nx.minimum(log_r[:, None, :J] + S, LOG_RATE_TIME_CAP)
+        log_rt = log_rt - nx.exp(log_rt)                                   # log(r t e^{−r t})
+        log_rt = log_rt - nx.cumsum(neg_log_e)                             # + log Π_{x∈G_{j+1}} max(e_x, δ)
+        miss[:, 1:J + 1] += xp.einsum("bcv,c->bv", below * nx.exp(log_rt), W)
+    miss = miss - nx.expm1(-r * math.exp(LOG_T_RANGE[0]))                  # the piece t < e^{−30}
+    miss = nx.where(n_pos < k, 1.0, nx.where(r == 0, 0.0, miss))
+    return nx.clip(miss, 0.0, 1.0)
 
 
-def _wor_miss(q_sorted: np.ndarray, k: int) -> np.ndarray:
-    """``Pr_wor(S ⊄ G_j)`` for all prefixes of ``q_sorted [..., V]`` → ``[..., V+1]`` (dispatch on k)."""
+def _wor_miss(q_sorted, k: int):
+    """``Pr_wor(S ⊄ G_j)`` for all prefixes of ``q_sorted [..., V]`` (ratio order: undrafted tokens last) →
+    ``[..., V+1]`` (dispatch on k).  The integrals run over the first m columns, m the most drafted tokens of any
+    row (a host read): every later prefix has ``r = 0`` and misses nothing."""
+    nx = get_backend(q_sorted)
     if k == 1:
         return _suffix_mass(q_sorted)
+    if math.prod(q_sorted.shape[:-1]) == 0:                                # no rows
+        return nx.concat([q_sorted, q_sorted[..., :1]])
+    m = max(1, int(nx.sum(nx.asarray(q_sorted > 0, q_sorted)).max()))
+    head = q_sorted[..., :m]
     if k == 2:
-        return _wor_miss_k2(q_sorted)
-    flat = q_sorted.reshape(-1, q_sorted.shape[-1])
-    return _wor_miss_clocks(flat, k).reshape(q_sorted.shape[:-1] + (q_sorted.shape[-1] + 1,))
+        miss = _wor_miss_k2(head)
+    else:
+        miss = _wor_miss_clocks(head.reshape(-1, m), k).reshape(head.shape[:-1] + (m + 1,))
+    return nx.concat([miss, nx.zeros_like(q_sorted[..., m:])])
 
 
 def prob_subset_wor_prefixes(draft_probs, order, k: int) -> np.ndarray:
@@ -317,20 +347,46 @@ def prob_subset_wor_k2(draft_probs, G_mask):
 
 
 # ----------------------------------------------------------------------------------------- α*(ρ)
-def _prefix_cut(p: np.ndarray, q: np.ndarray, rho: np.ndarray, miss: np.ndarray, order: np.ndarray):
-    """Minimise ``ρ P_j + Pr(S ⊄ G_j)`` over prefixes; returns (value, cut mask)."""
-    cost = rho[..., None] * _prefix(np.take_along_axis(p, order, axis=-1)) + miss
-    j = np.argmin(cost, axis=-1)
-    value = np.take_along_axis(cost, j[..., None], axis=-1)[..., 0]
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.broadcast_to(np.arange(p.shape[-1]), p.shape), axis=-1)
-    return value, rank < j[..., None]
+def _prefix_cut(p, rho, miss, order):
+    """Minimise ``ρ P_j + Pr(S ⊄ G_j)`` over prefixes (the first minimum); returns (value, cut mask)."""
+    nx = get_backend(p, miss)
+    cost = rho[..., None] * _prefix(nx.take(p, order)) + miss
+    j = array_module(cost).argmin(cost, -1)[..., None]
+    rank = nx.put(order, order, nx.arange(p.shape[-1], p) + 0 * order)       # the inverse permutation
+    return nx.take(cost, j)[..., 0], rank < j
 
 
-def _iid_miss(q_sorted: np.ndarray, k: int) -> np.ndarray:
-    """``1 − Q_j^k = 1 − (1 − r_j)^k`` for all prefixes, accurate for small complements r_j."""
-    with np.errstate(divide="ignore"):  # r_0 = 1: log1p(−1) = −inf gives exactly 1
-        return -np.expm1(k * np.log1p(-np.minimum(_suffix_mass(q_sorted), 1.0)))
+def _iid_miss(q_sorted, k: int):
+    """``1 − Q_j^k = 1 − (1 − r_j)^k`` for all prefixes, accurate for small complements r_j (r_0 = 1:
+    ``log1p(−1) = −∞`` gives exactly 1)."""
+    nx = get_backend(q_sorted)
+    return -nx.expm1(k * nx.log1p(-nx.minimum(_suffix_mass(q_sorted), 1.0)))
+
+
+def alpha_star_rows(p, q, k: int, process: str, rho):
+    """``(α*(ρ) [...], A* [..., V])`` on float64 rows ``p, q [..., V]`` — numpy arrays (the exact core: one row,
+    a batch of one) or torch tensors (:mod:`gpu`: the R nodes of a level, on any device), ``rho`` a scalar or an
+    array of the batch shape.  The one implementation behind :func:`alpha_star_and_cut` (which validates its
+    inputs; here they are the caller's): ``α*(ρ) = min_A [ρ p(A) + Pr(S ⊄ A)]`` per process (module docstring),
+    A* the first minimising prefix for iid / wor."""
+    check_choice(process, PROCESSES, "alpha_star_rows", "process")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"alpha_star_rows: k must be an integer ≥ 1, got {k!r}")
+    nx = get_backend(p, q)
+    rho = nx.asarray(rho, p)
+    if process in ("iid", "wor"):
+        order = ratio_argsort(p, q)
+        q_sorted = nx.take(q, order)
+        miss = _iid_miss(q_sorted, k) if process == "iid" else _wor_miss(q_sorted, k)
+        return _prefix_cut(p, rho, miss, order)
+    if process == "topk":
+        cut = _top_mask(q, k)
+        return rho * nx.sum(nx.where(cut, p, 0.0)), cut
+    top = _top_mask(q, k - 1)                                              # greedy
+    rest = nx.where(top, 0.0, q)
+    q_rest = rest / nx.sum(rest, keepdims=True)
+    c = rho[..., None] * p
+    return nx.sum(nx.where(top, c, nx.minimum(c, q_rest))), top | (c < q_rest)
 
 
 def alpha_star_and_cut(target_probs, draft_probs, k: int, process: str, rho=1.0):
@@ -338,24 +394,11 @@ def alpha_star_and_cut(target_probs, draft_probs, k: int, process: str, rho=1.0)
 
     ``α*(ρ) = min_A [ρ p(A) + Pr(S ⊄ A)]`` (module docstring for the per-process forms); A* is the set of
     tokens whose target capacity ``ρ p(y)`` is saturated by the max-flow, the complement H = V∖A* holds the
-    tokens that keep spare target mass.  Among equal costs the smallest prefix is returned.
+    tokens that keep spare target mass.  Among equal costs the smallest prefix is returned.  Validated numpy
+    rows; the formulas are :func:`alpha_star_rows`.
     """
     p, q, k, rho = check_node_inputs("alpha_star", target_probs, draft_probs, k, process, rho)
-    if process in ("iid", "wor"):
-        order = ratio_argsort(p, q)
-        q_sorted = np.take_along_axis(q, order, axis=-1)
-        miss = _iid_miss(q_sorted, k) if process == "iid" else _wor_miss(q_sorted, k)
-        value, cut = _prefix_cut(p, q, rho, miss, order)
-    elif process == "topk":
-        cut = _top_mask(q, k)
-        value = rho * np.where(cut, p, 0.0).sum(axis=-1)
-    else:  # greedy
-        top = _top_mask(q, k - 1)
-        rest = np.where(top, 0.0, q)
-        q_rest = rest / rest.sum(axis=-1, keepdims=True)
-        c = rho[..., None] * p
-        cut = top | (~top & (c < q_rest))
-        value = np.where(top, c, np.minimum(c, q_rest)).sum(axis=-1)
+    value, cut = alpha_star_rows(p, q, k, process, rho)
     return _out(value), cut
 
 

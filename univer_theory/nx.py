@@ -123,6 +123,28 @@ class NumpyBackend:
         np.add.at(out, lead + (idx,), np.broadcast_to(values, idx.shape))
         return out
 
+    @staticmethod
+    def searchsorted_each(rows, values, right=False):
+        """Per row of the ascending ``rows [B, V]``, for each of ``values [n]``, the number of entries ``< value``
+        (``≤`` with ``right``) → ``[B, n]``."""
+        side = "right" if right else "left"
+        return np.stack([np.searchsorted(r, values, side=side) for r in rows]).astype(np.int64)
+
+    @staticmethod
+    def to_numpy(x):
+        """``x`` as a numpy array on the host (a host read for a tensor)."""
+        return np.asarray(x)
+
+    @staticmethod
+    def expm1(x):
+        return np.expm1(x)
+
+    @staticmethod
+    def log1p(x):
+        """``log(1 + x)`` (``−inf`` at −1, silently)."""
+        with np.errstate(divide="ignore"):
+            return np.log1p(x)
+
 
 class TorchBackend:
     """torch: the batched level rules of :mod:`gpu`, on the tensors' device."""
@@ -212,6 +234,21 @@ class TorchBackend:
     @staticmethod
     def scatter_add(x, idx, values):
         return x.scatter_add(-1, idx, values.expand(idx.shape))
+
+    def searchsorted_each(self, rows, values, right=False):
+        return self.torch.searchsorted(rows.contiguous(), values.expand(rows.shape[0], -1).contiguous(), right=right)
+
+    @staticmethod
+    def to_numpy(x):
+        return x.detach().cpu().numpy()
+
+    @staticmethod
+    def expm1(x):
+        return x.expm1()
+
+    @staticmethod
+    def log1p(x):
+        return x.log1p()
 
 
 NUMPY = NumpyBackend()

@@ -109,3 +109,28 @@ def test_the_batched_choice_on_tied_rows():
         np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-10, err_msg=plan.construction)
         assert float(a[i].sum()) >= float(alpha_star(pi, qi, k, "wor", r)) - OPTIMALITY_TOL, (i, plan.construction)
     assert "luce" in used, used
+
+
+def test_rule_7_is_fitted_on_the_rows_the_core_fits(monkeypatch):
+    """``wor_weights`` fits rule 7 only on the rows below α*(ρ) − OPTIMALITY_TOL, as ``choose_plan`` does: on flat
+    tails (PTS / the coupling fall short) and p = q rows (they reach α*), the rows handed to the batched fit are
+    exactly those on which the exact core builds its Luce plan, and the marginals are the core's."""
+    import gpu.wor_plans
+    import univer_theory.plans.choose
+
+    fitted, built = [], []
+    batched, single = gpu.wor_plans.luce_rows_weights, univer_theory.plans.choose.luce_plan
+    monkeypatch.setattr(gpu.wor_plans, "luce_rows_weights",
+                        lambda c, q, ch: fitted.append(c.shape[0]) or batched(c, q, ch))
+    monkeypatch.setattr(univer_theory.plans.choose, "luce_plan", lambda *a: built.append(1) or single(*a))
+    rng = np.random.default_rng(12)
+    cases = [(*flat_tail_row(12, 100.0, d, rng), rho) for d in (1e-10, 0.5) for rho in (1.0, 0.6)]
+    cases += [(q, q, 1.0) for q in rng.dirichlet(np.full(12, 2.0), size=3)]
+    p = torch.tensor(np.stack([x[0] for x in cases]))
+    q = torch.tensor(np.stack([x[1] for x in cases]))
+    rho = torch.tensor([x[2] for x in cases], dtype=torch.float64)
+    children = torch.tensor([[0, 1, 2]] * len(cases))
+    _, a = wor_weights(rho[:, None] * p, q, rho, p, children)
+    for i, (pi, qi, r) in enumerate(cases):
+        np.testing.assert_allclose(a[i].numpy(), choose_plan(pi, qi, r, 3, "wor").marginal, rtol=0, atol=1e-10)
+    assert 0 < sum(fitted) == len(built) < len(cases), (fitted, built)

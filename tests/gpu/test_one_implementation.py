@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.theory.test_one_implementation import rows
+from univer_theory.alpha_star import alpha_star_and_cut, alpha_star_rows
 from univer_theory.orders import ratio_argsort, top_tokens
 from univer_theory.plans.choose import fill_weights, greedy_fill_rows, single_child_rows, single_child_weights
 from univer_theory.plans.clocks import log_time_grid, rate_times
@@ -75,3 +76,41 @@ def test_rate_times_agree():
     got = rate_times(tq[..., None], torch.tensor(s))
     want = rate_times(q[..., None], s)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-15, atol=0)
+
+
+def _zipf_rows(rng, R, V):
+    """``p ∝ rank^{-1.1}`` over a random permutation, ``q = norm(p·e^{0.8 z})``, one row with a 1e-300 tail."""
+    p = np.stack([np.arange(1, V + 1) ** -1.1 for _ in range(R)])
+    p = np.stack([rng.permutation(x) for x in p])
+    q = p * np.exp(0.8 * rng.standard_normal(p.shape))
+    q[0, rng.permutation(V)[:V // 2]] = 1e-300
+    return p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor", "greedy", "topk"])
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_alpha_star_rows_agree(process, k):
+    """α*(ρ) and its cut: torch on the whole batch against the exact core's numpy call row by row (a batch of
+    one), on the seeded rows (V = 7: ties, zeros, 1e-300 tails) and on Zipf rows at V = 300 (a shared clock grid
+    for the batch): values to 1e-13, cuts equal."""
+    rng = np.random.default_rng(k)
+    for p, q in [np.stack(x) for x in zip(*rows(k))], _zipf_rows(rng, 4, 300):
+        keep = np.count_nonzero(q, axis=1) >= (1 if process == "iid" else k)
+        p, q = p[keep], q[keep]
+        rho = rng.choice([1.0, 0.6, 1e-3, 0.0], size=p.shape[0])
+        value, cut = alpha_star_rows(torch.from_numpy(p), torch.from_numpy(q), k, process, torch.from_numpy(rho))
+        for i in range(p.shape[0]):
+            want, want_cut = alpha_star_and_cut(p[i], q[i], k, process, rho[i])
+            assert abs(float(value[i]) - want) <= 1e-13, (i, float(value[i]), want)
+            assert np.array_equal(cut[i].numpy(), want_cut), i
+
+
+def test_alpha_star_rows_rejects_bad_arguments():
+    p = torch.full((2, 4), 0.25, dtype=torch.float64)
+    with pytest.raises(ValueError, match="alpha_star_rows: unknown process 'beam'"):
+        alpha_star_rows(p, p, 2, "beam", 1.0)
+    with pytest.raises(ValueError, match="alpha_star_rows: k must be an integer ≥ 1, got 0"):
+        alpha_star_rows(p, p, 0, "wor", 1.0)
+    with pytest.raises(ValueError, match="k = 20 children over V = 128000 tokens"):
+        q = torch.full((1, 128_000), 1 / 128_000, dtype=torch.float64)
+        alpha_star_rows(q, q, 20, "wor", 1.0)
