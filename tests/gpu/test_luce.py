@@ -42,29 +42,36 @@ def test_torch_and_numpy_run_the_same_fit():
         np.testing.assert_allclose(phi_t[i, :m].numpy()[free], phi[0][free], rtol=0, atol=1e-9)
 
 
-@pytest.mark.parametrize("k", [2, 3])
-def test_the_batched_choice_takes_rule_7_as_the_core(k):
-    """Flat-tail rows (V = 12, beyond the LP's support), ρ ∈ {1, 0.6}: realised marginal = returned marginal
-    (1e-12), = choose_plan's (1e-10), α ≥ α*(ρ) − OPTIMALITY_TOL, and rule 7 is used on some rows."""
-    rng = np.random.default_rng([11, k])
-    cases = [(*flat_tail_row(12, a, d, rng), rho) for a in (100.0, 10.0) for d in (1e-10, 0.5) for rho in (1.0, 0.6)]
+def batched_choice_on_every_tuple(cases, V, k):
+    """``wor_weights`` on rows ``cases = [(p, q, ρ)]`` over every ordered k-tuple: its plan realises the marginal it
+    returns (enumeration, 1e-12), equal to ``choose_plan``'s (1e-10), at α ≥ α*(ρ) − OPTIMALITY_TOL.  Returns
+    the constructions the core chose."""
     p = torch.tensor(np.stack([x[0] for x in cases]))
     q = torch.tensor(np.stack([x[1] for x in cases]))
     rho = torch.tensor([x[2] for x in cases], dtype=torch.float64)
-    tuples = torch.tensor(list(itertools.permutations(range(12), k)))[None].expand(len(cases), -1, -1)
+    tuples = torch.tensor(list(itertools.permutations(range(V), k)))[None].expand(len(cases), -1, -1)
     w, a = wor_weights(rho[:, None] * p, q, rho, p, tuples)
     used = set()
     for i, (pi, qi, r) in enumerate(cases):
         law = dict(tuple_law(qi, k, "wor"))
-        probs = np.array([float(law[tuple(S)]) for S in tuples[0].tolist()])
-        realised = np.zeros(12)
+        probs = np.array([float(law.get(tuple(S), 0.0)) for S in tuples[0].tolist()])
+        realised = np.zeros(V)
         np.add.at(realised, tuples[0].numpy().ravel(), (probs[:, None] * w[i].numpy()).ravel())
         np.testing.assert_allclose(realised, a[i].numpy(), rtol=0, atol=1e-12, err_msg=str(i))
         plan = choose_plan(pi, qi, r, k, "wor")
         used.add(plan.construction)
         np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-10, err_msg=plan.construction)
         assert float(a[i].sum()) >= float(alpha_star(pi, qi, k, "wor", r)) - OPTIMALITY_TOL, (i, plan.construction)
-    assert "luce" in used, used
+    return used
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_the_batched_choice_takes_rule_7_as_the_core(k):
+    """Flat-tail rows (V = 12, beyond the LP's support), ρ ∈ {1, 0.6}: realised marginal = returned marginal
+    (1e-12), = choose_plan's (1e-10), α ≥ α*(ρ) − OPTIMALITY_TOL, and rule 7 is used on some rows."""
+    rng = np.random.default_rng([11, k])
+    cases = [(*flat_tail_row(12, a, d, rng), rho) for a in (100.0, 10.0) for d in (1e-10, 0.5) for rho in (1.0, 0.6)]
+    assert "luce" in batched_choice_on_every_tuple(cases, 12, k)
 
 
 def test_row_classes_are_the_cores_token_classes():
@@ -92,23 +99,7 @@ def test_the_batched_choice_on_tied_rows():
     cases = [row for row in tied_rows(40, 12) if row[0].size == V][:2]
     cases.append((*(lambda m: (m.target(()), m.draft(())))(ConfidentModel(V, tail=1e-16, target="ties")), 1.0))
     cases = [(p, q, rho) for p, q, rho, *_ in cases]
-    p = torch.tensor(np.stack([x[0] for x in cases]))
-    q = torch.tensor(np.stack([x[1] for x in cases]))
-    rho = torch.tensor([x[2] for x in cases], dtype=torch.float64)
-    tuples = torch.tensor(list(itertools.permutations(range(V), k)))[None].expand(len(cases), -1, -1)
-    w, a = wor_weights(rho[:, None] * p, q, rho, p, tuples)
-    used = set()
-    for i, (pi, qi, r) in enumerate(cases):
-        law = dict(tuple_law(qi, k, "wor"))
-        probs = np.array([float(law.get(tuple(S), 0.0)) for S in tuples[0].tolist()])
-        realised = np.zeros(V)
-        np.add.at(realised, tuples[0].numpy().ravel(), (probs[:, None] * w[i].numpy()).ravel())
-        np.testing.assert_allclose(realised, a[i].numpy(), rtol=0, atol=1e-12, err_msg=str(i))
-        plan = choose_plan(pi, qi, r, k, "wor")
-        used.add(plan.construction)
-        np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-10, err_msg=plan.construction)
-        assert float(a[i].sum()) >= float(alpha_star(pi, qi, k, "wor", r)) - OPTIMALITY_TOL, (i, plan.construction)
-    assert "luce" in used, used
+    assert "luce" in batched_choice_on_every_tuple(cases, V, k)
 
 
 def test_rule_7_is_fitted_on_the_rows_the_core_fits(monkeypatch):
