@@ -39,7 +39,7 @@ from ..orders import ratio_argsort
 from .base import NodePlan
 from .clocks import LOG_T_NODES, sequential_thinning_avail
 from .node_inputs import check_node_inputs
-from .wor_pair import exclusive_cumsum, leave_one_out
+from .wor_pair import exclusive_cumsum, leave_one_out, quiet
 
 
 def priority_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> list[int]:
@@ -54,7 +54,7 @@ def pair_avail(qs, on):
     finite (``Σ_x q_x/R_x < ∞``; the others need the clock integral) — numpy arrays or torch tensors."""
     nx = get_backend(qs)
     rest = nx.where(on, leave_one_out(qs), 1.0)                        # R_x = Σ_{w≠x} q_w
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+    with quiet(qs):
         odds = qs / rest
         finite = array_module(qs).isfinite(odds.sum(-1))
     t1, t2 = exclusive_cumsum(qs, reverse=True), exclusive_cumsum(odds, reverse=True)   # g = 1 after y

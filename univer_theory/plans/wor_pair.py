@@ -40,12 +40,13 @@ tuple law and the brute-force α*(ρ) over all cuts (``tests/theory/test_wor_pla
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..alpha_star import alpha_star_and_cut
-from ..nx import array_module, get_backend
+from ..nx import NUMPY, array_module, get_backend
 from .base import NodePlan
 from .node_inputs import check_node_inputs
 
@@ -70,6 +71,12 @@ def _arange(n: int, like):
     """``0, …, n − 1`` as an index array beside ``like``."""
     xp = array_module(like)
     return xp.arange(n) if xp is np else xp.arange(n, device=like.device)
+
+
+def quiet(x):
+    """numpy's floating-point warnings off (for values computed on lanes that are then masked); nothing for
+    torch (which does not warn)."""
+    return np.errstate(all="ignore") if get_backend(x) is NUMPY else contextlib.nullcontext()
 
 
 def exclusive_cumsum(x, reverse: bool = False):
@@ -113,7 +120,7 @@ def bisect_increasing(f, lo, hi, active, start_tol=FEASIBILITY_TOL):
     flo = f(lo)
     done = ~active | (flo >= -start_tol)
     hi = nx.where(done & active, lo, hi)
-    with np.errstate(all="ignore"):
+    with quiet(lo):
         fhi = f(hi)
         w0 = hi - lo
         k1 = ITP_K1 / w0
@@ -122,7 +129,7 @@ def bisect_increasing(f, lo, hi, active, start_tol=FEASIBILITY_TOL):
         done = done | ~((lo < mid) & (mid < hi))
         if bool(done.all()):
             break
-        with np.errstate(all="ignore"):
+        with quiet(lo):
             width = hi - lo
             glo, ghi = flo + FEASIBILITY_TOL, fhi + FEASIBILITY_TOL
             falsi = (hi * glo - lo * ghi) / (glo - ghi)            # regula falsi: g(lo) < 0 ≤ g(hi)
