@@ -268,22 +268,25 @@ def yield_accept(side: Side):
 def solve_side(side: Side):
     """Per row, the first family (:data:`FAMILIES`) whose base marginal meets the side's bound (within
     :func:`side_tolerance`): ``(β, γ, b, family [R])`` — ``family`` the family's index, −1 where none does
-    (the rule does not apply), and β ≡ γ ≡ 1, b ≡ 0 on an empty side (index 0).  The second family runs only
-    when a row is left."""
-    nx = get_backend(side.q)
+    (the rule does not apply), and β ≡ γ ≡ 1, b ≡ 0 on an empty side (index 0).  Each family runs on the rows
+    left by the ones before it only (a host read of which rows those are)."""
+    xp = array_module(side.q)
     tol = side_tolerance(side)
     beta, gamma, b = 1.0 + 0 * side.q, 1.0 + 0 * side.q, 0 * side.q
-    family = nx.where(side.on.any(-1), -1, 0)
-    for i, run in enumerate((lambda: beta_family(side, tol), lambda: yield_accept(side))):
-        if bool((family >= 0).all()):
+    family = get_backend(side.q).where(side.on.any(-1), -1, 0)
+    for i, run in enumerate((beta_family, lambda sub, _: yield_accept(sub))):
+        rows = xp.where(family < 0)[0]
+        if rows.shape[0] == 0:
             break
-        fb, fg, exists = run()
-        fm = side_marginal(side, fb, fg)
-        meets = (fm <= side.c + tol[..., None]) if side.upper else (fm >= side.c - tol[..., None])
-        good = exists & (meets | ~side.on).all(-1) & (family < 0)
-        take = good[..., None] & side.on
-        beta, gamma, b = nx.where(take, fb, beta), nx.where(take, fg, gamma), nx.where(take, fm, b)
-        family = nx.where(good, i, family)
+        sub = Side(*(x[rows] for x in (side.q, side.rest, side.c, side.cross, side.on)), side.upper)
+        fb, fg, exists = run(sub, tol[rows])
+        fm = side_marginal(sub, fb, fg)
+        meets = (fm <= sub.c + tol[rows][..., None]) if side.upper else (fm >= sub.c - tol[rows][..., None])
+        good = exists & (meets | ~sub.on).all(-1)
+        take = good[..., None] & sub.on
+        beta[rows], gamma[rows], b[rows] = (xp.where(take, x, full[rows]) for x, full in
+                                            ((fb, beta), (fg, gamma), (fm, b)))
+        family[rows] = xp.where(good, i, family[rows])
     return beta, gamma, b, family
 
 
