@@ -14,13 +14,14 @@ token marginal ``a [R, V]``:
   fixed point ``θ = Φ(θ)`` (θ_y reads sums over the higher-priority tokens), and ``Φ`` is monotone (larger θ
   before y → less availability at y → larger θ_y).  Iterating ``Φ`` from ``θ ≡ 1`` therefore decreases to the
   walk's θ; entry i is final after i + 1 steps at the latest, so stopping at the first step that changes
-  nothing returns the walk's θ exactly (measured: 9–16 steps at V = 49 152 instead of a 49 152-step walk).
-  (:func:`univer_theory.plans.pts.thinning_fixed_point`, the exact core's k = 2 path too).  k = 2: ``Φ`` by
+  nothing returns the walk's θ exactly (measured: 9–16 steps at V = 49 152 instead of a 49 152-step walk;
+  :func:`univer_theory.plans.pts.thinning_fixed_point`, the exact core's k = 2 path too).  k = 2: ``Φ`` by
   cumulative sums (closed form, :func:`univer_theory.plans.pts.pair_avail`); k ≥ 3: the exponential-clock
   integral on the exact core's quadrature grid, the polynomial products over the tokens before / after y as
-  elementary symmetric sums — nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29 passes at V = 49 152).  Each pass
-  costs more than one sequential walk on the CPU, so there the walk itself is used for k ≥ 3 (:func:`_walk`:
-  the exact core's steps, every row at once; the ``walk`` argument, :data:`WALKS`);
+  elementary symmetric sums — nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29
+  passes at V = 49 152).  Each pass costs more than one sequential walk on the CPU, so there the walk itself is
+  used for k ≥ 3 (:func:`_walk`: the exact core's steps, every row at once; the ``walk`` argument,
+  :data:`WALKS`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities;

@@ -13,7 +13,7 @@ from univer_theory import VERIFIERS, DirichletModel, TreeShape, sample_tree
 from univer_theory.plans.choose import choose_plan
 from univer_theory.plans.iid_coupling import iid_coupling_plan, virtual_draws
 from univer_theory.plans.pts import pts_plan
-from univer_theory.plans.wor_pair import OPTIMALITY_TOL, wor_pair_plan
+from univer_theory.plans.wor_pair import wor_pair_plan
 from univer_theory.processes import tuple_law
 
 from ..theory.test_wor_plans import brute_alpha_star
