@@ -1,23 +1,27 @@
 """UniVer's without-replacement node plans (theory.md §6.3 rules 3–5, §6.5) batched over the R nodes of a level.
 
-The batched twins of :mod:`univer_theory.plans.wor_pair`, :mod:`~univer_theory.plans.pts` and
-:mod:`~univer_theory.plans.iid_coupling` (their docstrings have the math); rows ``c = ρp``, ``q`` ``[R, V]``,
-float64.  Each returns the plan on the realised children, ``w [R, K]``, and its token marginal ``a [R, V]``:
+The rules of :mod:`univer_theory.plans.wor_pair`, :mod:`~univer_theory.plans.pts` and
+:mod:`~univer_theory.plans.iid_coupling` (their docstrings have the math) on the rows of a level; rows
+``c = ρp``, ``q`` ``[R, V]``, float64.  Each returns the plan on the realised children, ``w [R, K]``, and its
+token marginal ``a [R, V]``:
 
-* :func:`wor_pair_weights` (k = 2) — the optimal cut ``A*`` of CondOT(ρ) from the ratio-order prefix costs;
-  on each side the β-family (a bisection for the self-consistent E, all rows at once) and, where it misses
-  the side's bound, the yield/accept family; ``feasible [R]`` is False where both families fail on a side
-  (the caller falls back, as the exact core's ``None``);
+* :func:`wor_pair_weights` (k = 2) — the optimal cut ``A*`` of CondOT(ρ) from the ratio-order prefix costs
+  (:func:`wor_cut_k2`), then rule 3 itself: :func:`univer_theory.plans.wor_pair.pair_rule` (each side's
+  β-family and, where it misses the side's bound, yield/accept; all rows at once) — the one implementation
+  the exact core runs on its one row; ``feasible [R]`` is False where both families fail on a side (the caller
+  falls back, as the exact core's ``None``);
 * :func:`pts_weights` (any k) — the priority walk's acceptance probabilities θ.  The walk is a triangular
   fixed point ``θ = Φ(θ)`` (θ_y reads sums over the higher-priority tokens), and ``Φ`` is monotone (larger θ
   before y → less availability at y → larger θ_y).  Iterating ``Φ`` from ``θ ≡ 1`` therefore decreases to the
   walk's θ; entry i is final after i + 1 steps at the latest, so stopping at the first step that changes
-  nothing returns the walk's θ exactly (measured: 9–16 steps at V = 49 152 instead of a 49 152-step walk).
-  k = 2: ``Φ`` by cumulative sums (closed form); k ≥ 3: the exponential-clock integral on the exact core's
-  quadrature grid, the polynomial products over the tokens before / after y as elementary symmetric sums —
-  nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29 passes at V = 49 152).  Each pass
-  costs more than one sequential walk on the CPU, so there the walk itself is used for k ≥ 3 (:func:`_walk`:
-  the exact core's steps, every row at once; the ``walk`` argument, :data:`WALKS`);
+  nothing returns the walk's θ exactly (measured: 9–16 steps at V = 49 152 instead of a 49 152-step walk;
+  :func:`univer_theory.plans.pts.thinning_fixed_point`, the exact core's k = 2 path too).  k = 2: ``Φ`` by
+  cumulative sums (closed form, :func:`univer_theory.plans.pts.pair_avail`); k ≥ 3: the exponential-clock
+  integral on the exact core's quadrature grid, the polynomial products over the tokens before / after y as
+  elementary symmetric sums — nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29
+  passes at V = 49 152).  Each pass costs more than one sequential walk on the CPU, so there the walk itself is
+  used for k ≥ 3 (:func:`_walk`: the exact core's steps, every row at once; the ``walk`` argument,
+  :data:`WALKS`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities — the functions of
@@ -44,7 +48,8 @@ from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         thinning_walk)
 from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
-from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
+from univer_theory.plans.pts import pair_avail, thinning_fixed_point
+from univer_theory.plans.wor_pair import OPTIMALITY_TOL, pair_rule, pair_weights
 
 from .condot import condot_weights
 from .layout import inverse_permutation, layout_weights
@@ -57,36 +62,9 @@ def _exclusive(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
     return torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(1)[:, :-1]], 1)
 
 
-def _leave_one_out(v: torch.Tensor) -> torch.Tensor:
-    """``Σ_{y≠x} v_y`` for every x (prefix + suffix sums, no cancellation for v ≥ 0)."""
-    return _exclusive(v) + _exclusive(v, reverse=True)
-
-
 def _at(x: torch.Tensor, tuples: torch.Tensor) -> torch.Tensor:
     """``x [R, V]`` read at the tokens of ``tuples [R, T, k]`` → ``[R, T, k]``."""
     return x.gather(1, tuples.reshape(tuples.shape[0], -1)).view(tuples.shape)
-
-
-def _safe_div(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-    return torch.where(where, a / torch.where(where, b, 1), fill)
-
-
-def _bisect_increasing(f, lo: torch.Tensor, hi: torch.Tensor, active: torch.Tensor,
-                       start_tol: torch.Tensor | float = FEASIBILITY_TOL) -> torch.Tensor:
-    """Per row, the smallest E with ``f(E) ≥ −FEASIBILITY_TOL`` for a non-decreasing ``f`` (``f(E) [R]`` for
-    ``E [R]``) bracketed by ``[lo, hi]``, ``lo`` itself where ``f(lo) ≥ −start_tol`` — the exact core's scalar
-    bisection (its docstring: plateaus); rows not ``active`` keep ``hi``."""
-    done = ~active | (f(lo) >= -start_tol)
-    hi = torch.where(done & active, lo, hi)
-    for _ in range(BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        done = done | ~((lo < mid) & (mid < hi))
-        if bool(done.all()):
-            break
-        below = f(mid) < -FEASIBILITY_TOL
-        lo = torch.where(~done & below, mid, lo)
-        hi = torch.where(~done & ~below, mid, hi)
-    return hi
 
 
 # ----------------------------------------------------------------------------------------- wor pair (rule 3)
@@ -97,122 +75,15 @@ def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Ten
     return alpha_star_rows(p, q, 2, "wor", rho)
 
 
-def _side_marginal(q, rest, cross, beta, gamma, side):
-    """``b`` of the side's drafted tokens (``univer_theory.plans.wor_pair.side_marginal``), 0 off the side."""
-    qs = torch.where(side, q, 0)
-    kept = _leave_one_out(qs * (1 - gamma)) + beta * _leave_one_out(qs * gamma)
-    return torch.where(side, qs * (cross + kept / rest + gamma * _leave_one_out(_safe_div(qs * (1 - beta), rest, side))),
-                       0)
-
-
-def _beta_family(q, rest, c, cross, side, tol):
-    """β-family (γ ≡ 1) on every row's side at once (``tol [R]``: the side's scaled slack, for the plateau
-    test at E = 0)."""
-    qs = torch.where(side, q, 0)
-    lo0 = qs * (cross - _safe_div(qs, rest, side))
-    span = _safe_div(qs * qs.sum(1, keepdim=True), rest, side)
-    total = (lo0 + span).sum(1)
-    room = torch.where(side, c - lo0, 0)                 # off the side: β = 0 with span = 0, no contribution
-    inv = _safe_div(torch.ones_like(span), span, side & (span > 0))
-
-    def beta_at(E):
-        return ((room - qs * E[:, None]) * inv).clamp(0, 1)
-
-    def excess(E):
-        return (lo0 + qs * E[:, None] + span * beta_at(E)).sum(1) - total
-
-    hi = _safe_div(qs, rest, side).sum(1)
-    E = _bisect_increasing(excess, torch.zeros_like(hi), hi, side.any(1), tol)
-    return torch.where(side, beta_at(E), 1.0), torch.ones_like(q), torch.ones_like(hi, dtype=torch.bool)
-
-
-def _yield_accept(q, rest, c, cross, side, upper: bool):
-    """Yield/accept family on every row's side at once; the third output is False where it does not exist."""
-    qs = torch.where(side, q, 0)
-    base = qs * (cross + _safe_div(_leave_one_out(qs), rest, side))
-    over = torch.where(side, (base - c).clamp(min=0), 0)
-    under = torch.where(side, (c - base).clamp(min=0), 0)
-    takers, givers = under > 0, over > 0
-    beta, gamma = torch.ones_like(q), torch.zeros_like(q)
-    ratio = _safe_div(under, qs, takers)
-    if upper:       # shed the givers' excess into the takers' room
-        D = over.sum(1)
-        act = D > 0
-        ok = ~act | (under.sum(1) >= D)
-        run = act & ok
-        E = _bisect_increasing(lambda E: torch.minimum(qs * E[:, None], under).sum(1) - D,
-                               torch.zeros_like(D), ratio.max(1).values, run)
-        G = _safe_div(D, E, run)
-        beta = torch.where(givers & run[:, None], 1 - _safe_div(over * rest, qs * G[:, None], givers), beta)
-        gamma = torch.where(takers & run[:, None], _safe_div(under, qs * E[:, None], takers).clamp(max=1), gamma)
-    else:           # cover the takers' deficit from the givers' surplus
-        D = under.sum(1)
-        act = D > 0
-        E = ratio.max(1).values                          # smallest E with γ ≤ 1
-        cap = torch.where(givers, torch.minimum(_safe_div(qs, rest, givers),
-                                                _safe_div(over * E[:, None], D[:, None].expand_as(over),
-                                                          givers & act[:, None])), 0)
-        total = cap.sum(1)
-        ok = ~act | (total >= E)
-        run = act & ok
-        share = _safe_div(E, total, run)
-        beta = torch.where(givers & run[:, None], 1 - _safe_div(cap * share[:, None] * rest, qs, givers), beta)
-        gamma = torch.where(takers & run[:, None], _safe_div(under, qs * E[:, None], takers), gamma)
-    return beta.clamp(0, 1), gamma.clamp(0, 1), ok
-
-
-def _solve_side(q, rest, c, cross, side, upper: bool):
-    """First family whose base marginal meets the side's bound, per row: ``(β, γ, b, ok [R])``."""
-    qs = torch.where(side, q, 0)
-    scale = torch.maximum(torch.where(side, c, 0).amax(1), _safe_div(qs * qs.sum(1, keepdim=True), rest, side).amax(1))
-    tol = FEASIBILITY_TOL * scale.clamp(min=1.0)       # univer_theory.plans.wor_pair.side_tolerance
-    slack = tol[:, None]
-    beta = torch.ones_like(q)
-    gamma = torch.ones_like(q)
-    b = torch.zeros_like(q)
-    solved = ~side.any(1)                                # an empty side needs nothing
-    for family in (lambda *a: _beta_family(*a, tol), lambda *a: _yield_accept(*a, upper)):
-        fb, fg, exists = family(q, rest, c, cross, side)
-        fbm = _side_marginal(q, rest, cross, fb, fg, side)
-        meets = (fbm <= c + slack) if upper else (fbm >= c - slack)
-        good = exists & (meets | ~side).all(1) & ~solved
-        beta = torch.where(good[:, None] & side, fb, beta)
-        gamma = torch.where(good[:, None] & side, fg, gamma)
-        b = torch.where(good[:, None] & side, fbm, b)
-        solved = solved | good
-    return beta, gamma, b, solved
-
-
 def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor,
                      children: torch.Tensor):
     """Rule 3 on rows with two wor children ``children [R, 2]`` (or ``[R, T, 2]``: T tuples per row on one plan):
-    ``(w, a [R, V], feasible [R])``, ``w`` shaped as ``children``, as
-    ``univer_theory.plans.wor_pair.wor_pair_plan(...)`` (``select``, ``marginal``; infeasible ↔ ``None``)."""
-    alpha_star, in_cut = wor_cut_k2(c, q, rho, p)
-    drafted = q > 0
-    rest = _leave_one_out(q)
-    on_h, on_a = drafted & ~in_cut, drafted & in_cut
-    qa = torch.where(on_a, q, 0)
-    cross_h = _safe_div(qa.sum(1, keepdim=True).expand_as(q), rest, on_h) + _safe_div(qa, rest, on_a).sum(1, keepdim=True)
-    rest = torch.where(drafted, rest, 1.0)
-    beta, gamma, b = torch.ones_like(q), torch.ones_like(q), torch.zeros_like(q)
-    feasible = torch.ones_like(rho, dtype=torch.bool)
-    for side, cross in ((on_h, cross_h), (on_a, torch.zeros_like(q))):
-        # each side on its own columns only (token-id order kept: the leave-one-out sums run as the exact core's)
-        cols = torch.sort((~side).to(torch.int8), dim=1, stable=True).indices[:, :max(1, int(side.sum(1).max()))]
-        on = side.gather(1, cols)
-        sb, sg, sm, ok = _solve_side(*(x.gather(1, cols) for x in (q, rest, c, cross)), on, upper=side is on_h)
-        beta, gamma, b = (full.scatter(1, cols, torch.where(on, x, full.gather(1, cols)))
-                          for full, x in ((beta, sb), (gamma, sg), (b, sm)))
-        feasible = feasible & ok
-    thin = _safe_div(c, b, b > c, 1.0)
-    feasible = feasible & ((thin * b).sum(1) >= alpha_star - OPTIMALITY_TOL)  # the result is α*-optimal
-    tuples = children.reshape(q.shape[0], -1, 2)
-    h1, h2 = _at(on_h, tuples).unbind(-1)
-    second = (1 - _at(beta, tuples[..., :1])[..., 0]) * _at(gamma, tuples[..., 1:])[..., 0]
-    w = torch.stack([torch.where(h1 == h2, 1 - second, h1.to(q.dtype)),
-                     torch.where(h1 == h2, second, h2.to(q.dtype))], -1)
-    return (w * _at(thin, tuples)).view(children.shape), thin * b, feasible
+    ``(w, a [R, V], feasible [R])``, ``w`` shaped as ``children`` — :func:`univer_theory.plans.wor_pair.pair_rule`
+    and :func:`~univer_theory.plans.wor_pair.pair_weights` on the level's rows (the functions the exact core's
+    ``wor_pair_plan`` runs on its one row; infeasible ↔ its ``None``), from the cut of :func:`wor_cut_k2`."""
+    rule = pair_rule(c, q, *wor_cut_k2(c, q, rho, p))
+    w = pair_weights(rule, children.reshape(q.shape[0], -1, 2))
+    return w.view(children.shape), rule.marginal, rule.feasible
 
 
 # ----------------------------------------------------------------------------------------- PTS (rule 4)
@@ -222,15 +93,6 @@ def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor):
     order = ratio_argsort(p, q, descending=True)
     rank = inverse_permutation(order)
     return order, rank, (q > 0).gather(1, order), q.gather(1, order), c.gather(1, order)
-
-
-def _pair_avail(qs: torch.Tensor, on: torch.Tensor):
-    """k = 2: ``g ↦ avail`` in closed form (``univer_theory.plans.pts.pair_thinning_avail``) and the rows where
-    that form is finite (``Σ_x q_x/R_x < ∞``; the others take the clock integral, as the exact core's)."""
-    rest = torch.where(on, _leave_one_out(qs), 1.0)                     # R_x = Σ_{w≠x} q_w
-    t1, t2 = _exclusive(qs, reverse=True), _exclusive(qs / rest, reverse=True)
-    finite = torch.isfinite((qs / rest).sum(1))
-    return (lambda g: qs * ((_exclusive(g * qs) + t1) / rest + _exclusive(g * qs / rest) + t2)), finite
 
 
 def _symmetric_sums(r: torch.Tensor, h: torch.Tensor, k: int, reverse: bool):
@@ -367,7 +229,7 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
         theta, avail = _walked_theta(qs, cs, k, *_clock_grid(qs, k))
     else:
         if k == 2:
-            avail_of, finite = _pair_avail(qs, on)
+            avail_of, finite = pair_avail(qs, on)
             bad = (~finite).nonzero().squeeze(1)
             if bad.numel():             # the closed form overflows there: the clock integral, as the exact core
                 pair_of, clock_of = avail_of, _clock_avail(qs[bad], 2, *_clock_grid(qs[bad], 2))
@@ -376,15 +238,7 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
                     return pair_of(g).index_copy(0, bad, clock_of(g[bad]))
         else:
             avail_of = _clock_avail(qs, k, *_clock_grid(qs, k))
-        theta = on.to(q.dtype)
-        for _ in range(qs.shape[1] + 1):
-            avail = avail_of(1 - theta)
-            new = torch.where(on & (cs > 0), torch.where(cs >= avail, 1.0, cs / torch.where(cs >= avail, 1.0, avail)),
-                              0.0)
-            if torch.equal(new, theta):
-                break
-            theta = new
-        avail = torch.where(on, avail, 0)
+        theta, avail = thinning_fixed_point(avail_of, on, cs)
     tuples = children.reshape(q.shape[0], -1, k)
     th = _at(torch.zeros_like(q).scatter(1, order, theta), tuples)       # [R, T, k]
     rk = _at(rank, tuples)

@@ -1,6 +1,8 @@
-"""The batched without-replacement plans (gpu/wor_plans.py) against the exact core's constructions
-(univer_theory.plans.wor_pair / pts / iid_coupling / choose): w(S) on the realised tuple, the marginal a and,
-for rule 3, feasibility — to 1e-12 — and UniVer's E[τ | T] on binary wor trees."""
+"""The batched without-replacement plans (gpu/wor_plans.py) on tensors: rule 3 and PTS (k = 2) — one
+implementation with the exact core's (univer_theory.plans.wor_pair / pts) — against the tuple-law enumeration and
+the brute-force α*(ρ), and on a batch as on the exact core's batch of one; the coupling, PTS (k ≥ 3) and the
+choice against the exact core's constructions (iid_coupling / pts / choose): w(S) on the realised tuple, the
+marginal a and, for rule 3, feasibility — to 1e-12 — and UniVer's E[τ | T] on binary wor trees."""
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,7 @@ from univer_theory.plans.pts import pts_plan
 from univer_theory.plans.wor_pair import wor_pair_plan
 from univer_theory.processes import tuple_law
 
+from ..theory.test_wor_plans import brute_alpha_star
 from .helpers import padded_rows
 
 
@@ -62,10 +65,40 @@ def tensors(cases):
     return p, q, rho, rho[:, None] * p, torch.tensor([c[3] for c in cases])
 
 
+@pytest.mark.parametrize("V", [6, 9])
+def test_wor_pair_and_pts_against_enumeration(V):
+    """Rule 3 and PTS (k = 2) on tensors, a batch of rows at once, every ordered pair as a tuple of its row: a is
+    the marginal of w(S) enumerated over the wor tuple law (1e-12), ``0 ≤ w``, ``Σ_j w_j ≤ 1``, ``a ≤ ρp`` (PTS
+    on every row, rule 3 where it reports feasible: most rows at this V); there α equals α*(ρ) by the brute-force
+    min-cut over all 2^V cuts (1e-12); where it does not, the exact core's batch of one does not either."""
+    cases = rows(V, 24, np.random.default_rng(100 + V))
+    p, q, rho, c, _ = tensors(cases)
+    pairs = torch.tensor([(y1, y2) for y1 in range(V) for y2 in range(V) if y1 != y2])
+    tuples = pairs.expand(len(cases), *pairs.shape)
+    w, a, ok = wor_pair_weights(c, q, rho, p, tuples)
+    w_pts, a_pts = pts_weights(c, q, p, tuples)
+    index = {tuple(int(y) for y in S): t for t, S in enumerate(pairs)}
+    for i, (pi, qi, r, _) in enumerate(cases):
+        for name, wi, ai in (("wor_pair", w[i], a[i]), ("pts", w_pts[i], a_pts[i]))[0 if ok[i] else 1:]:
+            assert wi.min() >= 0 and (wi.sum(-1) <= 1 + 1e-15).all(), (name, i)
+            enumerated = np.zeros(V)
+            for S, pr in tuple_law(qi, 2, "wor"):
+                enumerated[list(S)] += pr * wi[index[S]].numpy()
+            np.testing.assert_allclose(ai.numpy(), enumerated, rtol=0, atol=1e-12, err_msg=f"{name} {i}")
+            assert (ai.numpy() <= r * pi + 1e-15).all(), (name, i)
+        alpha_star = brute_alpha_star(pi, qi, 2, r)
+        if ok[i]:
+            assert float(a[i].sum()) == pytest.approx(alpha_star, abs=1e-12), i
+        else:
+            assert wor_pair_plan(pi, qi, r, 2, "wor") is None, i
+    assert ok.sum() >= 0.8 * len(cases)
+
+
 @pytest.mark.parametrize("V", [10, 40, 500, 4000])
-def test_wor_pair_and_pts_match_the_exact_plans(V):
-    """Rule 3 (with its feasibility) and PTS (k = 2): w(S) and a as the exact core (1e-12); both outcomes of
-    rule 3's feasibility occur."""
+def test_wor_pair_and_pts_batch_as_a_batch_of_one(V):
+    """Rule 3 (with its feasibility) and PTS (k = 2) on a torch batch give, per row, what the exact core's numpy
+    batch of one gives (the same functions; summation order aside): w(S) and a to 1e-12; both outcomes of rule
+    3's feasibility occur."""
     cases = rows(V, 24, np.random.default_rng(V))
     p, q, rho, c, kids = tensors(cases)
     w, a, ok = wor_pair_weights(c, q, rho, p, kids)
