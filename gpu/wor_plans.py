@@ -42,7 +42,7 @@ from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.orders import ratio_argsort
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
-                                        thinning_walk)
+                                        thinning_walk, walk_states)
 from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
 from univer_theory.plans.wor_pair import BISECTION_STEPS, FEASIBILITY_TOL, OPTIMALITY_TOL
 
@@ -318,7 +318,8 @@ def _clock_avail(qs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tenso
 #: nodes take the walk.
 PTS_MAX_K = 8
 
-#: Bytes of one row chunk of :func:`_walk`'s polynomial states (about 2√m per row, ``[2, k, t]`` float64 each):
+#: Bytes of one row chunk of :func:`_walk`'s polynomial states (``walk_states(m)`` ≈ 4√m per row, ``[2, k, t]``
+#: float64 each, :func:`univer_theory.plans.clocks.walk_states`):
 #: the walk runs over this many rows at once.
 WALK_BYTES = {"cpu": 2**25, "accelerator": 2**31}
 
@@ -338,7 +339,7 @@ def _walked_theta(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, w
     """:func:`_walk` over row chunks of :data:`WALK_BYTES` (its states' memory stays bounded whatever the
     batch); ``(θ, avail)`` in priority order."""
     R, m = qs.shape
-    per_row = 8 * (2 * math.isqrt(m) + 2) * 2 * k * s.numel()
+    per_row = 8 * walk_states(m) * 2 * k * s.numel()
     step = max(1, WALK_BYTES["cpu" if qs.device.type == "cpu" else "accelerator"] // per_row)
     parts = [_walk(qs[i:i + step], cs[i:i + step], k, s, weights[i:i + step]) for i in range(0, R, step)]
     return tuple(torch.cat(x) for x in zip(*parts))
