@@ -125,7 +125,9 @@ def test_walk_on_torch_equals_numpy(k):
 
 
 def test_walk_memory_model():
-    """The states held per row grow as ~4√m (the checkpoints and one group), far below m."""
-    for m in (1, 5, 100, 49_152):
-        assert walk_states(m) <= 4 * np.sqrt(m) + 40
-    assert walk_states(49_152) < 49_152 // 50
+    """The states held per row grow as ~4√m (the checkpoints and one group, plus its clock factors), far below
+    m."""
+    for k in (1, 3, 8):
+        for m in (1, 5, 100, 49_152):
+            assert walk_states(m, k) <= (4 + 2.5 / k) * np.sqrt(m) + 40
+        assert walk_states(49_152, k) < 49_152 // 20

@@ -90,15 +90,16 @@ def rate_times(rates, s):
 WALK_GROUP = 4
 
 
-def walk_states(m: int) -> int:
-    """How many ``[2, k, t]`` polynomial states :func:`thinning_walk` holds per row for m positions: one
-    checkpoint per block of ``b = ⌊√⌈m/WALK_GROUP⌉⌋`` positions, the coefficient arrays of one group of
-    :data:`WALK_GROUP` blocks, 3 scratch states per block of a group and 4 buffers — about
-    ``2·√(WALK_GROUP·m)`` (4√m at ``WALK_GROUP = 4``)."""
+def walk_states(m: int, k: int) -> int:
+    """How many ``[2, k, t]`` polynomial states' worth of memory :func:`thinning_walk` holds per row for m
+    positions: one checkpoint per block of ``b = ⌊√⌈m/WALK_GROUP⌉⌋`` positions, the coefficient arrays of one
+    group of :data:`WALK_GROUP` blocks, 3 scratch states per block of a group, 4 buffers, and the group's clock
+    factors (5 ``[t]`` arrays per position, ``5/(2k)`` of a state) — about ``2·√(WALK_GROUP·m)`` (4√m at
+    ``WALK_GROUP = 4``; 2√m before the reorganisation of docs/deviations.md item 32)."""
     block = max(1, math.isqrt(-(-m // WALK_GROUP)))
     blocks = -(-m // block)
     group = min(WALK_GROUP, blocks)
-    return blocks + group * (block + 3) + 4
+    return blocks + group * (block + 3) + 4 + -(-5 * group * block // (2 * k))
 
 
 def _step_views(state, out, reverse: bool = False):
@@ -158,19 +159,20 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
 
     * the suffix products over the lower-priority tokens (g = 1, highest degree first) are stepped once from
       the end, keeping a checkpoint at the end of each block of ``b = ⌊√⌈m/WALK_GROUP⌉⌋`` positions;
-    * going forward, the suffix states of :data:`WALK_GROUP` blocks at a time are rebuilt from their
-      checkpoints, one backward step serving all of the group's blocks, and turned in place into each
-      position's coefficient array ``F_y [2, k, t]`` — the availability is linear in the prefix state
+    * going forward, the suffix states of :data:`WALK_GROUP` blocks at a time are swept back from their
+      checkpoints, one backward step serving all of the group's blocks; that step's own terms (``lin·shift``
+      and ``de·P``, :func:`_pair_step`) give each position's coefficient array ``F_y [2, k, t]`` (times the
+      weights) — the availability is linear in the prefix state
       ``(P, D)`` before y: ``avail(y) = Σ_{j,t} P_j F_y^P[j] + D_j F_y^D[j]`` with
       ``F_y^P[j] = w·(q_y T e_y·P^suf_{k−1−j} + (1 − e_y)·D^suf_{k−2−j})`` and
       ``F_y^D[j] = w·(1 − e_y)·P^suf_{k−2−j}`` (w the quadrature weights);
-    * per position the walk then does one matrix product (the availability), θ, and one prefix step into a
-      preallocated buffer.
+    * per position the walk then does one matrix product (the availability), θ (as ``c⁺/max(avail, c')``,
+      the same quotient, no branches) and one prefix step into a preallocated buffer.
 
     Every step is the same float operations in the same order as a plain walk; only the availability's sum
-    (now one dot product over ``2·k·t`` terms, all non-negative) is reassociated.  Memory per row:
-    :func:`walk_states` states of ``2·k·t`` floats (≈ 3.5√m; the exact core's one row, ``gpu.wor_plans`` row
-    chunks).  numpy arrays (the exact core, and ``gpu.wor_plans`` on the CPU through views of its tensors) or
+    (now one dot product over ``2·k·t`` terms, all non-negative) is reassociated (docs/deviations.md item 32).
+    Memory per row: :func:`walk_states` states of ``2·k·t`` floats (≈ 4√m; the exact core's one row,
+    ``gpu.wor_plans`` row chunks).  numpy arrays (the exact core, and ``gpu.wor_plans`` on the CPU through views of its tensors) or
     torch tensors (an accelerator)."""
     xp = array_module(qs)
     R, m = qs.shape
@@ -189,8 +191,9 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
         """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of positions lo..hi−1, position-major ``[hi − lo, R, 1, 1, t]``
         (expm1 keeps tiny q's precision; the third carries the Jacobian, module docstring)."""
         x = rate_times(qs[:, lo:hi, None], s).swapaxes(0, 1)[:, :, None, None, :]
-        e = xp.exp(-x)
-        return e, -xp.expm1(-x), x * e
+        minus = -x
+        e = xp.exp(minus)
+        return e, -xp.expm1(minus), x * e
 
     # the suffix pass (g = 1), from the end: checkpoints[b] is the suffix over the positions after block b
     checkpoints = xp.zeros((blocks, R, 2, k, t), dtype=qs.dtype, **dev)
@@ -203,6 +206,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     pre[0][:, 0, 0] = 1.0                                                       # (P, D) = (1, 0)
     forward = [_step_views(pre[0], pre[1]), _step_views(pre[1], pre[0])]
     flat = [x.reshape(R, 1, 1, n) for x in pre]
+    cur = 0                                                                     # pre[cur] is the prefix state
     group = min(WALK_GROUP, blocks)
     coefs = xp.zeros((group, block, R, 2, k, t), dtype=qs.dtype, **dev)
     scratch = [xp.zeros((group, R, 2, k, t), dtype=qs.dtype, **dev) for _ in range(3)]
@@ -225,17 +229,17 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
         c_num = xp.where(c > 0, c, 0.0)
         c_den = xp.where(c > 0, c, 1.0)
         hq = head * qs[:, lo:hi].T.reshape(hi - lo, R, 1, 1, 1) if head else None
-        rq = xp.concatenate([RING, QE], 2) if xp is np else xp.cat([RING, QE], 2)   # [L, R, 2, 1, t]
-        for i in range(hi - lo):
-            cur = (lo + i) % 2
-            av = flat[cur] @ F[i]                           # [R, 1, 1, 1]; ≥ 0: a sum of non-negative terms
+        rq = (np.stack if xp is np else xp.stack)([RING, QE], 1)                 # [L, 2, R, 1, 1, t]
+        for i, (f, num, den, e, ring_qe) in enumerate(zip(F, c_num, c_den, E, rq)):
+            av = flat[cur] @ f                              # [R, 1, 1, 1]; ≥ 0: a sum of non-negative terms
             if hq is not None:
                 av = av + hq[i]
-            th = c_num[i] / xp.maximum(av, c_den[i])
+            th = num / xp.maximum(av, den)
             avail.append(av)
             theta.append(th)
-            lin_de = (1.0 - th) * rq[i]                     # g·(1 − e), g·qT·e
-            _pair_step(forward[cur], E[i], lin_de[:, 0:1], lin_de[:, 1:2])
+            lin, de = (1.0 - th) * ring_qe                  # g·(1 − e), g·qT·e
+            _pair_step(forward[cur], e, lin, de)
+            cur = 1 - cur
     stack = np.stack if xp is np else xp.stack
     return stack(theta).reshape(-1, R)[:m].T, stack(avail).reshape(-1, R)[:m].T
 
