@@ -318,9 +318,9 @@ def _clock_avail(qs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tenso
 #: nodes take the walk.
 PTS_MAX_K = 8
 
-#: Bytes of one row chunk of :func:`_walk`'s polynomial states (``walk_states(m, k)`` ≈ 4√m per row, ``[2, k, t]``
-#: float64 each, :func:`univer_theory.plans.clocks.walk_states`):
-#: the walk runs over this many rows at once.
+#: Bytes of one row chunk of :func:`_walk`'s polynomial states (``walk_states(m, k)`` ≈ (4 + 5/k)·√m per row,
+#: ``[2, k, t]`` float64 each, :func:`univer_theory.plans.clocks.walk_states`): the walk runs over this many rows
+#: at once.
 WALK_BYTES = {"cpu": 2**26, "accelerator": 2**31}
 
 

@@ -94,8 +94,8 @@ def walk_states(m: int, k: int) -> int:
     """How many ``[2, k, t]`` polynomial states' worth of memory :func:`thinning_walk` holds per row for m
     positions: one checkpoint per block of ``b = ⌊√⌈m/WALK_GROUP⌉⌋`` positions, the coefficient arrays of one
     group of :data:`WALK_GROUP` blocks, 3 scratch states per block of a group, 4 buffers, and the group's clock
-    factors (5 ``[t]`` arrays per position, ``5/(2k)`` of a state) — about ``2·√(WALK_GROUP·m)`` (4√m at
-    ``WALK_GROUP = 4``; 2√m before the reorganisation of docs/deviations.md item 32)."""
+    factors (5 ``[t]`` arrays per position, ``5/(2k)`` of a state) — about ``(4 + 5/k)·√m`` at
+    ``WALK_GROUP = 4`` (2√m before the reorganisation of docs/deviations.md item 32)."""
     block = max(1, math.isqrt(-(-m // WALK_GROUP)))
     blocks = -(-m // block)
     group = min(WALK_GROUP, blocks)
@@ -171,9 +171,9 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
 
     Every step is the same float operations in the same order as a plain walk; only the availability's sum
     (now one dot product over ``2·k·t`` terms, all non-negative) is reassociated (docs/deviations.md item 32).
-    Memory per row: :func:`walk_states` states of ``2·k·t`` floats (≈ 4√m; the exact core's one row,
-    ``gpu.wor_plans`` row chunks).  numpy arrays (the exact core, and ``gpu.wor_plans`` on the CPU through views of its tensors) or
-    torch tensors (an accelerator)."""
+    Memory per row: :func:`walk_states` states of ``2·k·t`` floats (≈ (4 + 5/k)·√m; the exact core's one
+    row, ``gpu.wor_plans`` row chunks).  numpy arrays (the exact core, and ``gpu.wor_plans`` on the CPU through
+    views of its tensors) or torch tensors (an accelerator)."""
     xp = array_module(qs)
     R, m = qs.shape
     t = s.shape[0]
@@ -183,13 +183,13 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     blocks = -(-m // block)
     if blocks * block > m:                                      # pad with identity steps (q = 0, θ = 0)
         pad = 0 * qs[:, :blocks * block - m]
-        qs, cs = (xp.cat if xp is not np else np.concatenate)([qs, pad], 1), \
-            (xp.cat if xp is not np else np.concatenate)([cs, pad], 1)
+        qs, cs = xp.concatenate([qs, pad], 1), xp.concatenate([cs, pad], 1)
     w = weights[:, None, None, :]                                               # [R, 1, 1, t]
 
     def clocks(lo, hi):
-        """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of positions lo..hi−1, position-major ``[hi − lo, R, 1, 1, t]``
-        (expm1 keeps tiny q's precision; the third carries the Jacobian, module docstring)."""
+        """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of positions lo..hi−1, position-major
+        ``[hi − lo, R, 1, 1, t]`` (expm1 keeps tiny q's precision; the third carries the Jacobian, module
+        docstring)."""
         x = rate_times(qs[:, lo:hi, None], s).swapaxes(0, 1)[:, :, None, None, :]
         minus = -x
         e = xp.exp(minus)
@@ -229,7 +229,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
         c_num = xp.where(c > 0, c, 0.0)
         c_den = xp.where(c > 0, c, 1.0)
         hq = head * qs[:, lo:hi].T.reshape(hi - lo, R, 1, 1, 1) if head else None
-        rq = (np.stack if xp is np else xp.stack)([RING, QE], 1)                 # [L, 2, R, 1, 1, t]
+        rq = xp.stack([RING, QE], 1)                                            # [L, 2, R, 1, 1, t]
         for i, (f, num, den, e, ring_qe) in enumerate(zip(F, c_num, c_den, E, rq)):
             av = flat[cur] @ f                              # [R, 1, 1, 1]; ≥ 0: a sum of non-negative terms
             if hq is not None:
@@ -240,8 +240,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
             lin, de = (1.0 - th) * ring_qe                  # g·(1 − e), g·qT·e
             _pair_step(forward[cur], e, lin, de)
             cur = 1 - cur
-    stack = np.stack if xp is np else xp.stack
-    return stack(theta).reshape(-1, R)[:m].T, stack(avail).reshape(-1, R)[:m].T
+    return xp.stack(theta).reshape(-1, R)[:m].T, xp.stack(avail).reshape(-1, R)[:m].T
 
 
 def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: int,
