@@ -46,7 +46,7 @@ from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.orders import ratio_argsort
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
-                                        thinning_walk)
+                                        thinning_walk, walk_states)
 from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
 from univer_theory.plans.pts import pair_avail, thinning_fixed_point
 from univer_theory.plans.wor_pair import OPTIMALITY_TOL, pair_rule, pair_weights
@@ -180,9 +180,10 @@ def _clock_avail(qs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tenso
 #: nodes take the walk.
 PTS_MAX_K = 8
 
-#: Bytes of one row chunk of :func:`_walk`'s polynomial states (about 2√m per row, ``[2, k, t]`` float64 each):
-#: the walk runs over this many rows at once.
-WALK_BYTES = {"cpu": 2**25, "accelerator": 2**31}
+#: Bytes of one row chunk of :func:`_walk`'s polynomial states (``walk_states(m, k)`` ≈ (4 + 5/k)·√m per row,
+#: ``[2, k, t]`` float64 each, :func:`univer_theory.plans.clocks.walk_states`): the walk runs over this many rows
+#: at once.
+WALK_BYTES = {"cpu": 2**26, "accelerator": 2**31}
 
 
 def _walk(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):
@@ -200,7 +201,7 @@ def _walked_theta(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, w
     """:func:`_walk` over row chunks of :data:`WALK_BYTES` (its states' memory stays bounded whatever the
     batch); ``(θ, avail)`` in priority order."""
     R, m = qs.shape
-    per_row = 8 * (2 * math.isqrt(m) + 2) * 2 * k * s.numel()
+    per_row = 8 * walk_states(m, k) * 2 * k * s.numel()
     step = max(1, WALK_BYTES["cpu" if qs.device.type == "cpu" else "accelerator"] // per_row)
     parts = [_walk(qs[i:i + step], cs[i:i + step], k, s, weights[i:i + step]) for i in range(0, R, step)]
     return tuple(torch.cat(x) for x in zip(*parts))
@@ -209,8 +210,9 @@ def _walked_theta(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, w
 #: How PTS's θ is found for k ≥ 3 (the ``walk`` argument of :func:`pts_weights`): ``"fixed_point"`` (batched
 #: clock integrals, :func:`_clock_avail`), ``"sequential"`` (the priority walk, every row at once,
 #: :func:`_walk`) or ``"auto"`` — the walk on the CPU, the fixed point on an accelerator.  At V = 49 152
-#: (k = 3, 4) the fixed point takes 24–29 passes, each ~1.5× one walk on the CPU (~40× the walk in all) and one
-#: pass over ``[R, V, 400]`` arrays on a GPU.
+#: (k = 3, 4) the fixed point takes 24–29 passes, each ~1.5× one walk on the CPU as the walk was before its
+#: arithmetic was reorganised (~40× the walk in all; the walk is now ~1.6× faster at one row, docs/deviations.md
+#: item 33) and one pass over ``[R, V, 400]`` arrays on a GPU.
 WALKS = ("auto", "fixed_point", "sequential")
 
 

@@ -85,17 +85,66 @@ def rate_times(rates, s):
     return nx.exp(nx.clip(nx.log(rates) + s, None, LOG_RATE_TIME_CAP))
 
 
-def _pair_step(state, e, lin, de, reverse: bool = False):
-    """``(P, D) ↦ (P·(e + lin·u), D·(e + lin·u) + de·P)`` for polynomials in u truncated at their degree, every
-    row at once: ``state [R, 2, k, t]`` (P and D degree-major; with ``reverse`` highest degree first),
-    ``e, lin, de [R, t]``.  numpy arrays or torch tensors."""
-    out = state * e[:, None, None]
-    if reverse:
-        out[:, :, :-1] += state[:, :, 1:] * lin[:, None, None]
-    else:
-        out[:, :, 1:] += state[:, :, :-1] * lin[:, None, None]
-    out[:, 1] += de[:, None] * state[:, 0]
+#: Blocks of the priority order whose suffix states :func:`thinning_walk` rebuilds at once (one vectorised
+#: backward step per position of a block serves all of them).
+WALK_GROUP = 4
+
+
+def walk_states(m: int, k: int) -> int:
+    """How many ``[2, k, t]`` polynomial states' worth of memory :func:`thinning_walk` holds per row for m
+    positions: one checkpoint per block of ``b = ⌊√⌈m/WALK_GROUP⌉⌋`` positions, the coefficient arrays of one
+    group of :data:`WALK_GROUP` blocks, 3 scratch states per block of a group, 4 buffers, and the group's clock
+    factors (5 ``[t]`` arrays per position, ``5/(2k)`` of a state) — about ``(4 + 5/k)·√m`` at
+    ``WALK_GROUP = 4`` (2√m before the reorganisation of docs/deviations.md item 33)."""
+    block = max(1, math.isqrt(-(-m // WALK_GROUP)))
+    blocks = -(-m // block)
+    group = min(WALK_GROUP, blocks)
+    return blocks + group * (block + 3) + 4 + -(-5 * group * block // (2 * k))
+
+
+def _step_views(state, out, reverse: bool = False):
+    """The views :func:`_pair_step` reads and writes for ``state → out`` (both ``[..., 2, k, t]``, distinct
+    memory; with ``reverse`` degree runs highest first): built once per pair of buffers."""
+    lo, hi = (slice(1, None), slice(None, -1)) if reverse else (slice(None, -1), slice(1, None))
+    return state, out, state[..., lo, :], out[..., hi, :], state[..., 0:1, :, :], out[..., 1:2, :, :]
+
+
+def _pair_step(views, e, lin, de, coef=None):
+    """``(P, D) ↦ (P·(e + lin·u), D·(e + lin·u) + de·P)`` for polynomials in u truncated at their degree, written
+    into the ``out`` of ``views`` (:func:`_step_views`); ``e, lin, de [..., 1, 1, t]`` broadcast against the
+    states' leading axes.  With ``coef`` (degree highest first only), also ``[de·P + lin·D⁺ ; lin·P⁺]`` into it
+    (``X⁺`` the next lower degree, 0 below degree 0: the terms of the step that are not ``e·state``).  numpy
+    arrays or torch tensors (``multiply(…, out=)`` and in-place adds, spelled alike)."""
+    state, out, state_lo, out_hi, state_p, out_d = views
+    xp = array_module(state)
+    xp.multiply(state, e, out=out)
+    shifted = state_lo * lin
+    crossed = de * state_p
+    out_hi += shifted
+    out_d += crossed
+    if coef is not None:
+        xp.add(crossed[..., 0, :-1, :], shifted[..., 1, :, :], out=coef[..., 0, :-1, :])
+        coef[..., 0, -1, :] = crossed[..., 0, -1, :]
+        coef[..., 1, :-1, :] = shifted[..., 0, :, :]
     return out
+
+
+def _suffix_sweep(first, last, bufs, e, ring, qe, weights=None, coef=None):
+    """Step the suffix (g = 1, degree highest first) back through positions ``j = J−1, …, 0`` of a block:
+    ``first`` is the suffix after the block, ``last`` receives the suffix before it; ``e, ring, qe [J, ...,
+    1, 1, t]`` position-major, ``bufs`` two scratch states shaped as ``first``.  With ``coef [J, ..., 2, k, t]``
+    (zero in ``[1, k−1]``), each position's availability coefficients (:func:`thinning_walk`) times
+    ``weights``."""
+    alternate = [_step_views(bufs[1], bufs[0], reverse=True), _step_views(bufs[0], bufs[1], reverse=True)]
+    cur = first
+    for j in range(e.shape[0] - 1, -1, -1):
+        out = last if j == 0 else bufs[j % 2]
+        views = alternate[j % 2] if cur is bufs[(j + 1) % 2] and out is bufs[j % 2] else \
+            _step_views(cur, out, reverse=True)
+        _pair_step(views, e[j], ring[j], qe[j], None if coef is None else coef[j])
+        if coef is not None:
+            coef[j] *= weights
+        cur = out
 
 
 def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
@@ -105,54 +154,93 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     ``(θ, avail) [R, m]``.  ``head`` adds ``head·q`` to each availability (the grid's piece below its first node,
     :func:`sequential_thinning_avail`).
 
-    The walk is sequential over the m priority positions, not over rows.  Suffix products over the
-    lower-priority tokens (g = 1) are kept highest degree first (the coefficient products need no flip) at ~√m
-    checkpoints and rebuilt block by block, so memory is O(√m·k·t) per row.  numpy arrays (the exact core, and
-    ``gpu.wor_plans`` on the CPU through views of its tensors) or torch tensors (an accelerator)."""
+    The walk is sequential over the m priority positions, not over rows; only the prefix (θ-dependent) is
+    stepped in that loop.  How the arithmetic is organised:
+
+    * the suffix products over the lower-priority tokens (g = 1, highest degree first) are stepped once from
+      the end, keeping a checkpoint at the end of each block of ``b = ⌊√⌈m/WALK_GROUP⌉⌋`` positions;
+    * going forward, the suffix states of :data:`WALK_GROUP` blocks at a time are swept back from their
+      checkpoints, one backward step serving all of the group's blocks; that step's own terms (``lin·shift``
+      and ``de·P``, :func:`_pair_step`) give each position's coefficient array ``F_y [2, k, t]`` (times the
+      weights) — the availability is linear in the prefix state
+      ``(P, D)`` before y: ``avail(y) = Σ_{j,t} P_j F_y^P[j] + D_j F_y^D[j]`` with
+      ``F_y^P[j] = w·(q_y T e_y·P^suf_{k−1−j} + (1 − e_y)·D^suf_{k−2−j})`` and
+      ``F_y^D[j] = w·(1 − e_y)·P^suf_{k−2−j}`` (w the quadrature weights);
+    * per position the walk then does one matrix product (the availability), θ (as ``c⁺/max(avail, c')``,
+      the same quotient, no branches) and one prefix step into a preallocated buffer.
+
+    Every step is the same float operations in the same order as a plain walk; only the availability's sum
+    (now one dot product over ``2·k·t`` terms, all non-negative) is reassociated (docs/deviations.md item 33).
+    Memory per row: :func:`walk_states` states of ``2·k·t`` floats (≈ (4 + 5/k)·√m; the exact core's one
+    row, ``gpu.wor_plans`` row chunks).  numpy arrays (the exact core, and ``gpu.wor_plans`` on the CPU through
+    views of its tensors) or torch tensors (an accelerator)."""
     xp = array_module(qs)
     R, m = qs.shape
-    one = xp.zeros((R, 2, k, s.shape[0]), dtype=qs.dtype, **({} if xp is np else {"device": qs.device}))
-    one[:, 0, 0] = 1.0                                                  # (P, D) = (1, 0)
-    top = 0 * one
-    top[:, 0, k - 1] = 1.0                                              # the suffix's 1, highest degree first
-    avail, theta = 0 * qs, 0 * qs
+    t = s.shape[0]
+    n = 2 * k * t
+    dev = {} if xp is np else {"device": qs.device}
+    block = max(1, math.isqrt(-(-m // WALK_GROUP)))
+    blocks = -(-m // block)
+    if blocks * block > m:                                      # pad with identity steps (q = 0, θ = 0)
+        pad = 0 * qs[:, :blocks * block - m]
+        qs, cs = xp.concatenate([qs, pad], 1), xp.concatenate([cs, pad], 1)
+    w = weights[:, None, None, :]                                               # [R, 1, 1, t]
 
     def clocks(lo, hi):
-        """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of positions lo..hi−1 ``[R, hi − lo, t]`` (expm1 keeps tiny q's
-        precision; the third carries the Jacobian, module docstring)."""
-        x = rate_times(qs[:, lo:hi, None], s)
-        e = xp.exp(-x)
-        return e, -xp.expm1(-x), x * e
+        """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of positions lo..hi−1, position-major
+        ``[hi − lo, R, 1, 1, t]`` (expm1 keeps tiny q's precision; the third carries the Jacobian, module
+        docstring)."""
+        x = rate_times(qs[:, lo:hi, None], s).swapaxes(0, 1)[:, :, None, None, :]
+        minus = -x
+        e = xp.exp(minus)
+        return e, -xp.expm1(minus), x * e
 
-    block = max(1, math.isqrt(m))
-    starts = range(0, m, block)
-    checkpoints, suf = {}, top
-    for start in reversed(starts):
-        end = min(start + block, m)
-        checkpoints[start] = suf
-        E, RING, QE = clocks(start, end)
-        for i in range(end - 1, start - 1, -1):
-            suf = _pair_step(suf, E[:, i - start], RING[:, i - start], QE[:, i - start], reverse=True)
-    pre = one
-    for start in starts:
-        end = min(start + block, m)
-        E, RING, QE = clocks(start, end)
-        sufs, suf = [None] * (end - start), checkpoints.pop(start)
-        for i in range(end - 1, start - 1, -1):
-            sufs[i - start] = suf
-            suf = _pair_step(suf, E[:, i - start], RING[:, i - start], QE[:, i - start], reverse=True)
-        for i in range(start, end):
-            suf, e, ring, qe = sufs[i - start], E[:, i - start], RING[:, i - start], QE[:, i - start]
-            sufs[i - start] = None
-            first = qe * (pre[:, 0] * suf[:, 0]).sum(1)                               # [u^{k−1}] P_pre·P_suf
-            later = ring * ((pre[:, 1, :k - 1] * suf[:, 0, 1:]).sum(1) + (pre[:, 0, :k - 1] * suf[:, 1, 1:]).sum(1))
-            av = ((first + later) * weights).sum(-1).clip(min=0) + head * qs[:, i]
-            c = cs[:, i]
-            th = xp.where(c <= 0, 0.0, xp.where(c >= av, 1.0, c / xp.where(c >= av, 1.0, av)))
-            avail[:, i], theta[:, i] = av, th
-            g = 1.0 - th
-            pre = _pair_step(pre, e, g[:, None] * ring, g[:, None] * qe)
-    return theta, avail
+    # the suffix pass (g = 1), from the end: checkpoints[b] is the suffix over the positions after block b
+    checkpoints = xp.zeros((blocks, R, 2, k, t), dtype=qs.dtype, **dev)
+    checkpoints[-1, :, 0, k - 1] = 1.0                                 # the suffix's 1, highest degree first
+    bufs = [xp.zeros((R, 2, k, t), dtype=qs.dtype, **dev) for _ in range(2)]
+    for b in range(blocks - 1, 0, -1):
+        _suffix_sweep(checkpoints[b], checkpoints[b - 1], bufs, *clocks(b * block, (b + 1) * block))
+
+    pre = [xp.zeros((R, 2, k, t), dtype=qs.dtype, **dev) for _ in range(2)]
+    pre[0][:, 0, 0] = 1.0                                                       # (P, D) = (1, 0)
+    forward = [_step_views(pre[0], pre[1]), _step_views(pre[1], pre[0])]
+    flat = [x.reshape(R, 1, 1, n) for x in pre]
+    cur = 0                                                                     # pre[cur] is the prefix state
+    group = min(WALK_GROUP, blocks)
+    coefs = xp.zeros((group, block, R, 2, k, t), dtype=qs.dtype, **dev)
+    scratch = [xp.zeros((group, R, 2, k, t), dtype=qs.dtype, **dev) for _ in range(3)]
+    avail, theta = [], []
+    for g0 in range(0, blocks, group):
+        g1 = min(g0 + group, blocks)
+        lo, hi = g0 * block, g1 * block
+        E, RING, QE = clocks(lo, hi)
+        # the group's blocks swept back together from their checkpoints, position-major within the block:
+        # coefs[g, j] are the coefficients of position (g0 + g)·block + j
+        G = g1 - g0
+        F = coefs[:G]
+        _suffix_sweep(checkpoints[g0:g1], scratch[2][:G], [x[:G] for x in scratch[:2]],
+                      *(x.reshape(G, block, *x.shape[1:]).swapaxes(0, 1) for x in (E, RING, QE)),
+                      weights=w, coef=F.swapaxes(0, 1))
+        F = F.reshape(hi - lo, R, 1, n, 1)
+        # θ = min(1, c/avail) as c⁺ / max(avail, c'), c' = c where c > 0 (then c ≥ avail gives c/c = 1) and 1
+        # elsewhere (θ = 0): the same quotient c/avail where θ < 1
+        c = cs[:, lo:hi].T.reshape(hi - lo, R, 1, 1, 1)
+        c_num = xp.where(c > 0, c, 0.0)
+        c_den = xp.where(c > 0, c, 1.0)
+        hq = head * qs[:, lo:hi].T.reshape(hi - lo, R, 1, 1, 1) if head else None
+        rq = xp.stack([RING, QE], 1)                                            # [L, 2, R, 1, 1, t]
+        for i, (f, num, den, e, ring_qe) in enumerate(zip(F, c_num, c_den, E, rq)):
+            av = flat[cur] @ f                              # [R, 1, 1, 1]; ≥ 0: a sum of non-negative terms
+            if hq is not None:
+                av = av + hq[i]
+            th = num / xp.maximum(av, den)
+            avail.append(av)
+            theta.append(th)
+            lin, de = (1.0 - th) * ring_qe                  # g·(1 − e), g·qT·e
+            _pair_step(forward[cur], e, lin, de)
+            cur = 1 - cur
+    return xp.stack(theta).reshape(-1, R)[:m].T, xp.stack(avail).reshape(-1, R)[:m].T
 
 
 def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: int,

@@ -1,0 +1,134 @@
+"""PTS's priority walk (``plans.clocks.thinning_walk``: checkpointed suffix states, each position's availability
+as one dot product with precomputed coefficients) against the formula it implements, written plainly: for each
+token y in priority order, the polynomial ``Π_{z≠y} f_z`` and ``D_{−y}`` rebuilt from scratch over every other
+token (no prefix/suffix split), ``avail(y) = Σ w·[u^{k−1}]{q_y T e_y Π f + (1 − e_y)·u·D}`` on the same grid,
+then ``θ_y = min(1, c(y)/avail(y))`` — on Zipf, Dirichlet and confident rows (tails down to 1e-310), k = 1..5,
+ρ = 1 and 0.5, to 1e-13 relative.  On a subnormal tail a sum of subnormal terms is only known to ``2^-1074``
+absolute, and the two orders of summation differ there: the tolerance grows by 100 × ``2^-1074/min q`` (as
+``test_confident_rows.tolerance``; ~1e-10 at a 1e-310 tail, nothing above ~1e-294).  And ``g_z = 1 − θ_z`` is
+ill-conditioned where θ_z ≈ 1 (an ulp of θ_z is a relative ``ε·θ_z/g_z`` of g_z); avail(y) is multilinear in
+the g's with non-negative coefficients, so its relative sensitivity to each ``g_z`` is at most 1, and the
+tolerance at y grows by ``1e-15·Σ_{z≺y} θ_z/g_z`` (θ, g of the reference; g = 0, θ = 1 from c ≥ avail, is
+stable and adds nothing)."""
+import numpy as np
+import pytest
+import torch
+
+from univer_theory import ConfidentModel
+from univer_theory.models import CONFIDENT_TARGETS
+from univer_theory.plans.clocks import (LOG_T_NODES, kth_largest, log_time_grid, log_time_upper, rate_times,
+                                        thinning_walk, walk_states)
+from univer_theory.plans.pts import priority_order
+
+RTOL = 1e-13
+
+
+def plain_walk(qs, cs, k, s, weights, head=0.0):
+    """The reference: one row ``qs, cs [m]``, weights ``[t]``; O(m²·k·t), every product rebuilt per token."""
+    x = rate_times(qs[:, None], s)
+    e, ring = np.exp(-x), -np.expm1(-x)
+    qe = x * e
+    g = np.ones(qs.size)
+    theta, avail = np.zeros(qs.size), np.zeros(qs.size)
+    for y in range(qs.size):
+        P, D = np.zeros((k, s.size)), np.zeros((k, s.size))
+        P[0] = 1.0
+        for z in range(qs.size):
+            if z == y:
+                continue
+            lin = g[z] * ring[z]
+            newP, newD = P * e[z], D * e[z] + g[z] * qe[z] * P
+            newP[1:] += P[:-1] * lin
+            newD[1:] += D[:-1] * lin
+            P, D = newP, newD
+        integrand = qe[y] * P[k - 1] + (ring[y] * D[k - 2] if k >= 2 else 0.0)
+        avail[y] = max(float(weights @ integrand), 0.0) + head * qs[y]
+        c = cs[y]
+        theta[y] = 0.0 if c <= 0 else (1.0 if c >= avail[y] else c / avail[y])
+        g[y] = 1.0 - theta[y]
+    return theta, avail
+
+
+def zipf_row(V, seed):
+    rng = np.random.default_rng(seed)
+    p = np.arange(1, V + 1, dtype=float) ** -1.1
+    p = p[rng.permutation(V)] / p.sum()
+    q = p * np.exp(0.8 * rng.standard_normal(V))
+    return p, q / q.sum()
+
+
+def rows(V, k):
+    """(name, p, q): Zipf, Dirichlet with undrafted tokens, and confident rows (every target family, tails to
+    1e-310)."""
+    for seed in range(2):
+        yield ("zipf", *zipf_row(V, seed))
+    rng = np.random.default_rng(V + k)
+    q = rng.dirichlet(np.ones(V))
+    q[rng.choice(V, V // 4, replace=False)] = 0.0
+    yield "dirichlet", rng.dirichlet(np.ones(V)), q
+    for seed, tail in enumerate((1e-12, 1e-300, 1e-310)):
+        model = ConfidentModel(V, seed=seed, tail=tail, target=CONFIDENT_TARGETS[(seed + k) % len(CONFIDENT_TARGETS)])
+        yield f"confident {tail:g}", model.target(()), model.draft(())
+
+
+def walk_inputs(p, q, k, rho):
+    """A row in priority order, undrafted tokens last (q = 0: identity steps), and its grid."""
+    order = priority_order(p, q)
+    order = order + [y for y in range(q.size) if q[y] == 0]
+    qs, cs = q[order], rho * p[order]
+    s, w = log_time_grid(LOG_T_NODES, log_time_upper(kth_largest(qs, k)))
+    return qs, cs, s, w
+
+
+def assert_close(got, want, what, qs=None, theta=None):
+    """Relative error ≤ RTOL, plus the subnormal slack of the row ``qs`` and the conditioning of ``1 − θ``
+    before each position (module docstring)."""
+    tol = RTOL if qs is None else RTOL + 100 * 2.0 ** -1074 / qs[qs > 0].min()
+    if theta is not None:
+        g = 1.0 - theta                     # θ = 1 exactly (c ≥ avail, g = 0) is stable: no slack
+        ratio = np.divide(theta, g, out=np.zeros_like(g), where=g > 0)
+        tol = tol + 1e-15 * np.concatenate([[0.0], np.cumsum(ratio)[:-1]])
+    err = np.abs(got - want) / np.maximum(np.abs(want), np.finfo(float).tiny)
+    assert np.all((err <= tol) | (got == want)), f"{what}: max relative error {err.max():.2e}"
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("V", [7, 23, 40])
+def test_walk_matches_the_plain_formula(V, k):
+    """One row at a time and all rows of a case at once (rows share the widest grid; weights 0 beyond a row's
+    own panels), on numpy; k = 1 with the grid's head term."""
+    head = 1e-13 if k == 1 else 0.0
+    cases = [(name, rho, *walk_inputs(p, q, k, rho)) for name, p, q in rows(V, k) for rho in (1.0, 0.5)]
+    for name, rho, qs, cs, s, w in cases:
+        want = plain_walk(qs, cs, k, s, w, head)
+        got = thinning_walk(qs[None], cs[None], k, s, w[None], head)
+        assert_close(got[0][0], want[0], f"θ, {name}, ρ = {rho}", qs, want[0])
+        assert_close(got[1][0], want[1], f"avail, {name}, ρ = {rho}", qs, want[0])
+    s = max((c[4] for c in cases), key=len)
+    W = np.stack([np.concatenate([c[5], np.zeros(s.size - c[5].size)]) for c in cases])
+    batch = thinning_walk(np.stack([c[2] for c in cases]), np.stack([c[3] for c in cases]), k, s, W, head)
+    for i, (name, rho, qs, cs, s_own, w) in enumerate(cases):
+        one = thinning_walk(qs[None], cs[None], k, s_own, w[None], head)
+        assert_close(batch[0][i], one[0][0], f"batched θ, {name}", qs, one[0][0])
+        assert_close(batch[1][i], one[1][0], f"batched avail, {name}", qs, one[0][0])
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_walk_on_torch_equals_numpy(k):
+    """The same function on torch tensors (the accelerator path) gives the numpy result."""
+    p, q = zipf_row(300, k)
+    qs, cs, s, w = walk_inputs(p, q, k, 0.5)
+    want = thinning_walk(qs[None], cs[None], k, s, w[None])
+    got = thinning_walk(*(torch.from_numpy(np.ascontiguousarray(x)) for x in (qs[None], cs[None])), k,
+                        torch.from_numpy(s.copy()), torch.from_numpy(w[None].copy()))
+    for a, b, what in zip(got, want, ("θ", "avail")):
+        assert_close(a.numpy()[0], b[0], what)
+
+
+def test_walk_memory_model():
+    """The states held per row grow as ~(4 + 5/k)·√m (the checkpoints and one group, plus its clock factors),
+    far below m."""
+    for k in (1, 3, 8):
+        for m in (1, 5, 100, 49_152):
+            assert walk_states(m, k) <= (4 + 5 / k) * np.sqrt(m) + 40
+        assert walk_states(49_152, k) < 49_152 // 20
