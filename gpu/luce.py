@@ -41,12 +41,14 @@ def row_classes(c: torch.Tensor, q: torch.Tensor):
 def luce_rows(c: torch.Tensor, q: torch.Tensor, k: int) -> torch.Tensor:
     """``[R]`` bool: the rows whose classes of exchangeable drafted tokens fit
     :func:`~univer_theory.plans.luce.luce_budget` at k children.  Rows with more than :data:`LUCE_SUPPORT`
-    distinct draft probabilities are out without being grouped (one sort of each row); the others' class sizes
-    are read on the host."""
-    s = q.sort(1).values
-    distinct = 1 + (s[:, 1:] != s[:, :-1]).sum(1)                      # 0 counted as a value too
+    distinct draft probabilities are out without being grouped: first those whose largest ``LUCE_SUPPORT + 2``
+    values are all distinct (a top-k, O(V)), then, among the rest, by one sort of the row; the others' class
+    sizes are read on the host."""
     fit = torch.zeros(q.shape[0], dtype=torch.bool, device=q.device)
-    rows = (distinct <= LUCE_SUPPORT + 1).nonzero().squeeze(1)
+    rows = torch.arange(q.shape[0], device=q.device)
+    for values in (lambda x: x.topk(min(LUCE_SUPPORT + 2, x.shape[1]), 1).values, lambda x: x.sort(1).values):
+        s = values(q[rows])
+        rows = rows[1 + (s[:, 1:] != s[:, :-1]).sum(1) <= LUCE_SUPPORT + 1]    # 0 counted as a value too
     if rows.numel():
         size = row_classes(c[rows], q[rows])[2]
         fit[rows] = torch.tensor([luce_budget([n for n in r if n > 0], k) for r in size.long().tolist()],
