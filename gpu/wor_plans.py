@@ -43,10 +43,11 @@ import math
 import torch
 
 from univer_theory.alpha_star import alpha_star_rows
-from univer_theory.orders import ratio_argsort
-from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT
+from univer_theory.orders import ratio_argsort, top_tokens
+from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT, single_child_rows, single_child_weights
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         thinning_walk, walk_states)
+from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
 from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
 from univer_theory.plans.pts import pair_avail, thinning_fixed_point
 from univer_theory.plans.wor_pair import OPTIMALITY_TOL, pair_rule, pair_weights
@@ -286,6 +287,25 @@ def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):
 
 
 # ----------------------------------------------------------------------------------------- the choice
+def _first_draw(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, walk: str):
+    """Rule 8 (:mod:`univer_theory.plans.first_draw`) on rows ``c, q [r, V]`` for ``children [r, k]`` or
+    ``[r, T, k]``: the inner (k − 1)-child plan is :func:`wor_weights` itself (k − 1 ≥ 2) or the single-child
+    rule, on ``(S_2, …, S_k)``; tuples whose first child is not the top token get w = 0 (their tails are replaced
+    by the inner row's top k − 1 tokens, a valid tuple whose weights are discarded)."""
+    t, pi, c_in, q_in, rho_in, p_in = first_draw_rows(c, q)
+    lead = (1,) * (children.dim() - 2)
+    first = children[..., 0] == t.view(-1, *lead)
+    k = children.shape[-1]
+    tails = torch.where(first[..., None], children[..., 1:], top_tokens(q_in, k - 1).view(-1, *lead, k - 1))
+    if k > 2:
+        w_in, a_in = wor_weights(c_in, q_in, rho_in, p_in, tails, walk)
+    else:
+        q1, a_in = single_child_rows(c_in, q_in, "wor")
+        w_in = single_child_weights(c_in, q1, tails.reshape(tails.shape[0], -1)).view(tails.shape)
+    a, tau = first_draw_marginal(c, t, pi, a_in)
+    return first_draw_weights(first, w_in, tau.view(-1, *lead)), a
+
+
 def _take(w, a, rows, take, chosen, other):
     """In place, ``(w, a)[rows] = chosen`` where ``take [n]`` holds, ``other`` elsewhere."""
     w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), chosen[0], other[0])
@@ -302,7 +322,9 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     :func:`gpu.luce.luce_rows`) where its α is larger by more than ``OPTIMALITY_TOL`` —
     :func:`univer_theory.plans.choose.choose_plan`.  As there, rule 7 is fitted only on the rows whose α is below
     α*(ρ) (:func:`univer_theory.alpha_star.alpha_star_rows`) by more than ``OPTIMALITY_TOL``: its α never
-    exceeds α*, so the choice is the same; rule 1 is solved on every small support, as there.
+    exceeds α*, so the choice is the same; rule 1 is solved on every small support, as there.  Then, on the rows
+    still short of α*(ρ) whose top token's first-draw probability exceeded their α by more than ``OPTIMALITY_TOL``,
+    rule 8 (:func:`_first_draw`) where it is better by more than ``OPTIMALITY_TOL``, as there.
     ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
     shaped as ``children``; ``walk``: how PTS finds θ (:func:`pts_weights`)."""
     if children.shape[-1] == 2:
@@ -323,11 +345,19 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
         _take(w, a, rows, solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
     k = children.shape[-1]
     rows = (~feasible & (support > SMALL_SUPPORT)).nonzero().squeeze(1)
-    rows = rows[luce_rows(c[rows], q[rows], k)]
-    if rows.numel():                    # only rows below α*(ρ) by more than OPTIMALITY_TOL (rule 7 never exceeds α*)
-        star, _ = alpha_star_rows(p[rows], q[rows], k, "wor", rho[rows])
-        rows = rows[a[rows].sum(1) < star - OPTIMALITY_TOL]
-    if rows.numel():                    # rule 7 above them, where it beats the rest by more than OPTIMALITY_TOL
-        w_l, a_l = luce_rows_weights(c[rows], q[rows], children[rows])
-        _take(w, a, rows, a_l.sum(1) > a[rows].sum(1) + OPTIMALITY_TOL, (w_l, a_l), (w[rows], a[rows]))
+    if rows.numel():                    # rules 7 and 8 where the plan so far is short of α*(ρ) by more than OPTIMALITY_TOL
+        alpha = a[rows].sum(1)
+        first = first_draw_gate(c[rows], q[rows], alpha, OPTIMALITY_TOL)
+        luce = luce_rows(c[rows], q[rows], k)
+        rows, first, luce, alpha = rows[first | luce], first[first | luce], luce[first | luce], alpha[first | luce]
+    if rows.numel():
+        star = alpha_star_rows(p[rows], q[rows], k, "wor", rho[rows])[0] - OPTIMALITY_TOL
+        fit = rows[luce & (alpha < star)]
+        if fit.numel():                 # rule 7 where it beats the rest by more than OPTIMALITY_TOL
+            w_l, a_l = luce_rows_weights(c[fit], q[fit], children[fit])
+            _take(w, a, fit, a_l.sum(1) > a[fit].sum(1) + OPTIMALITY_TOL, (w_l, a_l), (w[fit], a[fit]))
+        fit = rows[first & (a[rows].sum(1) < star)]
+        if fit.numel():                 # rule 8 where it beats the rest by more than OPTIMALITY_TOL
+            w_f, a_f = _first_draw(c[fit], q[fit], children[fit], walk)
+            _take(w, a, fit, a_f.sum(1) > a[fit].sum(1) + OPTIMALITY_TOL, (w_f, a_f), (w[fit], a[fit]))
     return w, a

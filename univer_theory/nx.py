@@ -39,6 +39,11 @@ class NumpyBackend:
         return np.argsort(x, axis=-1, kind="stable")
 
     @staticmethod
+    def argmax(x):
+        """``[..., 1]``: the index of the first largest entry along the last axis (the lowest index among ties)."""
+        return np.argmax(x, axis=-1)[..., None]
+
+    @staticmethod
     def take(x, idx):
         """``x[..., idx[..., j]]`` along the last axis (``take_along_axis``; batch axes broadcast)."""
         if x.ndim == 2 and idx.ndim == 2:               # rows: plain fancy indexing (take_along_axis's checks
@@ -164,6 +169,10 @@ class TorchBackend:
 
     def argsort(self, x):
         return self.torch.sort(x, dim=-1, stable=True).indices
+
+    @staticmethod
+    def argmax(x):
+        return x.argmax(-1, keepdim=True)              # the first maximal entry, as numpy
 
     @staticmethod
     def take(x, idx):

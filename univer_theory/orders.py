@@ -35,5 +35,7 @@ def ratio_argsort(num, den, descending: bool = False):
 
 def top_tokens(q, m: int):
     """``[..., m]``: the m most likely tokens of each row ``q [..., V]``, most likely first, ties to the lower
-    token id (a stable sort of ``−q``); numpy arrays (float or Fraction entries) or torch tensors."""
-    return get_backend(q).argsort(-q)[..., :m]
+    token id (a stable sort of ``−q``; for m = 1 the first largest entry, without the sort); numpy arrays (float or
+    Fraction entries) or torch tensors."""
+    nx = get_backend(q)
+    return nx.argmax(q) if m == 1 else nx.argsort(-q)[..., :m]

@@ -21,7 +21,7 @@ from gpu.univer_rule import univer_rule
 from gpu.wor_plans import pts_weights, wor_weights
 from univer_theory import ConfidentModel, TreeShape
 from univer_theory.models import CONFIDENT_TARGETS
-from univer_theory.plans.choose import choose_plan
+from univer_theory.plans.choose import choose_plan, first_draw_plan
 
 from ..stats import assert_accepts, assert_power, assert_rejects, g_test_counts
 
@@ -121,9 +121,11 @@ def audit_row(V=12, e=1e-16):
 def test_verify_emits_the_target_law_on_the_audit_row(monkeypatch):
     """V = 12, k = 3, e = 1e-16 (the audit: first-token distance 0.272 over 10⁵ trees): 2·10⁴ trees pass the
     G-test against p; the fixed range's exact law on the same trees is far enough for power ≥ POWER, and its
-    samples are rejected.  Rule 7 (Luce) is switched off, so the root takes PTS's clock integral as on a row
-    beyond Luce's budget (rule 7's batched plan is checked exactly in tests/gpu/test_luce.py)."""
+    samples are rejected.  Rules 7 (Luce) and 8 (first draw) are switched off, so the root takes PTS's clock
+    integral as on a row beyond Luce's budget whose top token is not confident (their batched plans are checked
+    exactly in tests/gpu/test_luce.py and test_choice_realises_its_marginal_and_matches_the_core)."""
     monkeypatch.setattr(wor_plans, "luce_rows", lambda c, q, k: torch.zeros(q.shape[0], dtype=torch.bool))
+    monkeypatch.setattr(wor_plans, "first_draw_gate", lambda c, q, alpha, tol: torch.zeros_like(alpha, dtype=torch.bool))
     p, q = audit_row()
     batch, p_rows, q_rows, gen = drafted(p, q, 3, 20_000, 0)
     with monkeypatch.context() as m:
@@ -132,3 +134,57 @@ def test_verify_emits_the_target_law_on_the_audit_row(monkeypatch):
         assert_power(dict(enumerate(p)), {"fixed clock range": dict(enumerate(lossy.tolist()))}, batch.batch_size)
         assert_rejects(g_test_counts(first_token_counts(batch, p_rows, q_rows, gen), p), "fixed clock range")
     assert_accepts(g_test_counts(first_token_counts(batch, p_rows, q_rows, gen), p), "audit row: first token")
+
+
+def near_flat_rows(V):
+    """Confident rows with a near-flat tail (Dirichlet(100)), every tail, two target families, ρ ∈ {1, 0.37}: the
+    rows where the choice takes rule 8 (tests/theory/test_first_draw.py)."""
+    for seed, (target, tail) in enumerate(itertools.product(("dirichlet", "zero_top"), TAILS)):
+        model = ConfidentModel(V, seed=seed, tail=tail, target=target, concentration=100.0)
+        for rho in (1.0, 0.37):
+            yield model.target(()), model.draft(()), rho
+
+
+@pytest.mark.parametrize("V, k", [(10, 2), (10, 3), (9, 4)])
+def test_first_draw_realises_its_marginal_and_matches_the_core(V, k):
+    """Rule 8 batched (``gpu.wor_plans._first_draw``, whose inner plan is the batched choice itself) against the
+    exact core's ``first_draw_plan`` on every ordered tuple: same weights and marginal (1e-10), and the realised
+    marginal equals the returned one (1e-12)."""
+    cases = list(near_flat_rows(V))
+    p = torch.tensor(np.stack([c[0] for c in cases]))
+    q = torch.tensor(np.stack([c[1] for c in cases]))
+    rho = torch.tensor([c[2] for c in cases], dtype=torch.float64)
+    tuples = all_tuples(V, k, len(cases))
+    w, a = wor_plans._first_draw(rho[:, None] * p, q, tuples, "auto")
+    for i, (pi, qi, r) in enumerate(cases):
+        plan = first_draw_plan(pi, qi, r, k)
+        probs = np.array([tuple_probs(qi, S) for S in tuples[0].tolist()])
+        realised = np.zeros(V)
+        np.add.at(realised, tuples[0].numpy().ravel(), (probs[:, None] * w[i].numpy()).ravel())
+        np.testing.assert_allclose(realised, a[i].numpy(), rtol=0, atol=1e-12, err_msg=str(i))
+        np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-10, err_msg=str(i))
+        core_w = np.stack([plan.select(tuple(S)) for S in tuples[0].tolist()])
+        np.testing.assert_allclose(w[i].numpy(), core_w, rtol=0, atol=1e-10, err_msg=str(i))
+
+
+def test_the_batched_choice_takes_rule_8_as_the_core():
+    """Near-flat confident rows of 17 tokens (beyond rule 7's budget), k = 3 on every ordered tuple: the batched
+    choice's realised marginal equals the returned one (1e-12) and the core's choice (1e-10), rule 8 among them."""
+    V, k = 17, 3
+    cases = list(near_flat_rows(V))
+    p = torch.tensor(np.stack([c[0] for c in cases]))
+    q = torch.tensor(np.stack([c[1] for c in cases]))
+    rho = torch.tensor([c[2] for c in cases], dtype=torch.float64)
+    tuples = all_tuples(V, k, len(cases))
+    w, a = wor_weights(rho[:, None] * p, q, rho, p, tuples)
+    used = set()
+    for i, (pi, qi, r) in enumerate(cases):
+        probs = np.array([tuple_probs(qi, S) for S in tuples[0].tolist()])
+        realised = np.zeros(V)
+        np.add.at(realised, tuples[0].numpy().ravel(), (probs[:, None] * w[i].numpy()).ravel())
+        np.testing.assert_allclose(realised, a[i].numpy(), rtol=0, atol=1e-12, err_msg=str(i))
+        chosen = choose_plan(pi, qi, r, k, "wor")
+        used.add(chosen.construction)
+        np.testing.assert_allclose(a[i].numpy(), chosen.marginal, rtol=0, atol=1e-10,
+                                   err_msg=f"{i} {chosen.construction}")
+    assert "first_draw" in used, used

@@ -18,7 +18,7 @@ from univer_theory.plans.wor_pair import OPTIMALITY_TOL
 from univer_theory.processes import tuple_law
 
 TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-310)
-CONSTRUCTIONS = ("auto", "wor_pair", "pts", "iid_coupling", "lp", "luce")
+CONSTRUCTIONS = ("auto", "wor_pair", "pts", "iid_coupling", "lp", "luce", "first_draw")
 
 
 def tolerance(q):

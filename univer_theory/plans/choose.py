@@ -6,10 +6,13 @@
   ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
   exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``); on a small draft support (≤ :data:`SMALL_SUPPORT`
   tokens) rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; on a larger
-  support whose classes of exchangeable tokens are within the Luce budget
-  (:func:`~univer_theory.plans.luce.luce_budget`) rule 7 (``luce``) replaces
-  them when it is better by more than ``OPTIMALITY_TOL`` — it is built only when they are below α*(ρ) by more
-  than that, which gives the same choice as building it always (its α never exceeds α*);
+  support, where they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first rule 7 (``luce``, α*-exact) when
+  the classes of exchangeable tokens are within the Luce budget (:func:`~univer_theory.plans.luce.luce_budget`),
+  then, if still short, rule 8 (``first_draw``, the node seen through its first draw,
+  :mod:`~univer_theory.plans.first_draw`) when the top token's first-draw probability π exceeds the plan's α by
+  more than that (rule 8's α is at most π); each replaces the plan when it is better by more than
+  ``OPTIMALITY_TOL``.  Neither is built when the plan is within ``OPTIMALITY_TOL`` of α*(ρ), which gives the same
+  choice as building them always (their α never exceeds α*);
 * ``topk``: the fixed top-k list filled in drafting order (``fill``, closed form, α*-optimal, exact in Fraction
   mode); ``greedy``: the closed-form ``greedy_fill`` (α*-optimal);
 * rule 6 (``tv``) as the last resort.
@@ -23,6 +26,7 @@ from ..nx import get_backend
 from ..orders import top_tokens
 from ..processes import tuple_law
 from .base import NodePlan
+from .first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
 from .iid_coupling import iid_coupling_plan
 from .layout import layout_plan
 from .lp_plan import lp_plan, tabulated_plan
@@ -43,6 +47,7 @@ CONSTRUCTIONS = {
     "pts": (pts_plan, ("wor",)),
     "iid_coupling": (iid_coupling_plan, ("wor",)),
     "luce": (luce_plan, ("wor",)),
+    "first_draw": (lambda p, q, rho, k, process: first_draw_plan(p, q, rho, k), ("wor",)),
 }
 
 #: Draft supports up to this size may use the exact LP (rule 1) under ``wor``.
@@ -182,13 +187,10 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
             plan = _best([pts_plan(target_probs, draft_probs, rho, k, process),
                           iid_coupling_plan(target_probs, draft_probs, rho, k, process)])
             q = np.asarray(draft_probs, dtype=np.float64)
-            support = np.count_nonzero(q)
-            if support <= SMALL_SUPPORT:
+            if np.count_nonzero(q) <= SMALL_SUPPORT:
                 plan = _best([plan, lp_plan(target_probs, draft_probs, rho, k, process)])
-            elif luce_budget(token_classes(q, float(rho) * np.asarray(target_probs, dtype=np.float64))[1], k) and (
-                    float(plan.alpha) < float(
-                    alpha_star(target_probs, draft_probs, k, process, rho)) - OPTIMALITY_TOL):
-                plan = _best([plan, luce_plan(target_probs, draft_probs, rho, k, process)], OPTIMALITY_TOL)
+            else:
+                plan = _short_of_alpha_star(plan, target_probs, q, rho, k)
     elif process == "topk":
         plan = topk_fill_plan(target_probs, draft_probs, rho, k)
     else:
@@ -217,6 +219,44 @@ def build_plan(construction: str, target_probs, draft_probs, rho, k: int, proces
         raise NotImplementedError(f"build_plan: construction {construction!r} gives no plan for process "
                                   f"{process!r}, k = {k} on this node")
     return plan
+
+
+def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
+    """wor on a large support: rules 7, then 8, where ``plan`` falls short of α*(ρ) by more than ``OPTIMALITY_TOL``
+    (module docstring); α*(ρ) is computed only when one of their cheap gates passes."""
+    p = np.asarray(target_probs, dtype=np.float64)
+    c = float(rho) * p
+    alpha = float(plan.alpha)
+    first = bool(first_draw_gate(c, q, alpha, OPTIMALITY_TOL))
+    luce = luce_budget(token_classes(q, c)[1], k)
+    if not (first or luce):
+        return plan
+    star = float(alpha_star(target_probs, q, k, "wor", rho)) - OPTIMALITY_TOL
+    if luce and alpha < star:
+        plan = _best([plan, luce_plan(target_probs, q, rho, k, "wor")], OPTIMALITY_TOL)
+    if first and float(plan.alpha) < star:
+        plan = _best([plan, first_draw_plan(target_probs, q, rho, k)], OPTIMALITY_TOL)
+    return plan
+
+
+def first_draw_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
+    """Rule 8, wor, k ≥ 2 (:mod:`~univer_theory.plans.first_draw`): on tuples whose first child is the top draft
+    token t, :func:`choose_plan`'s (k − 1)-child plan on the others against ``c'``, then t takes what is left;
+    every other tuple selects nothing.  ``info["inner"]`` is the inner plan."""
+    p, q, rho = check_node_inputs("first_draw_plan", target_probs, draft_probs, rho, k, "wor")
+    if k < 2:
+        raise ValueError(f"first_draw_plan: needs k ≥ 2 children, got k = {k}")
+    t, pi, c_in, q_in, rho_in, p_in = first_draw_rows(rho * p, q)
+    inner = choose_plan(p_in, q_in, float(rho_in), k - 1, "wor")
+    a, tau = first_draw_marginal(rho * p, t, pi, inner.marginal)
+    top = int(t[0])
+
+    def select(S):
+        first = int(S[0]) == top
+        w_in = inner.select(tuple(S[1:])) if first else np.zeros(k - 1)
+        return first_draw_weights(np.asarray(first), np.asarray(w_in, dtype=np.float64), tau)
+
+    return NodePlan("first_draw", rho, p, a, select, {"inner": inner})
 
 
 def _best(plans, tie: float = ALPHA_TIE):

@@ -187,7 +187,8 @@ def mobius_scan(Q, ell, valid):
         c2 = c[:, step:] * a[:, :-step] + d[:, step:] * c[:, :-step]
         d2 = c[:, step:] * b[:, :-step] + d[:, step:] * d[:, :-step]
         top = nx.maximum(nx.maximum(a2, b2), nx.maximum(c2, d2))
-        a, b, c, d = (nx.concat([x[:, :step], x2 / top]) for x, x2 in ((a, a2), (b, b2), (c, c2), (d, d2)))
+        for x, x2 in ((a, a2), (b, b2), (c, c2), (d, d2)):
+            x[:, step:] = x2 / top                               # the first `step` entries are final
         step *= 2
     return b / d
 
