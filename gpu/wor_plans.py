@@ -31,6 +31,9 @@ token marginal ``a [R, V]``:
   of α*(ρ)), as :func:`univer_theory.plans.choose.choose_plan`.  α*(ρ) and the cut ``A*`` are the exact core's
   :func:`univer_theory.alpha_star.alpha_star_rows` on the level's rows.
 
+The cut's order (``p/q`` ascending) and PTS's (descending) are two sorts: both break ties to the lower token id,
+so on tied ratios neither is the other reversed.
+
 No loop over rows: loops run over bisection / fixed-point steps (until every row has converged), quadrature
 chunks, the children, the virtual sequences and, in the k ≥ 3 walk, the priority positions (row chunks of
 bounded memory).  Host reads: the convergence tests of those loops, the clock grid's length (:func:`_clock_grid`)
