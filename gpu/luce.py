@@ -5,7 +5,10 @@ tokens are grouped by equal ``(q_y, c_y)`` (:func:`row_classes`, the exact core'
 :func:`~univer_theory.plans.luce.token_classes`: classes in the order of their lowest token id), padded with
 empty classes (size 0: no composition through them has mass, and they are never live) to the most classes
 among the rows; that count is read on the host, since it sets the enumerated compositions.  Identical rows (a
-level's siblings under one parent, the same context across a batch of trees) are fitted once.
+level's siblings under one parent, the same context across a batch of trees) are fitted once.  The budget
+(:func:`luce_rows`) and the fit (:func:`luce_rows_weights`) each group their rows: the fit gets the budget's
+rows that the caller keeps below α*(ρ), de-duplicated, and the grouping is a few sorts (~0.05 s on 4 rows at
+V = 49 152).
 """
 from __future__ import annotations
 
