@@ -10,13 +10,14 @@ For rows whose draft support holds s tokens, every row's LP
 
 over the ordered tuples of the support (``s^k`` for iid, ``s!/(s−k)!`` for wor) is solved at once by
 :func:`gpu.simplex.lex_simplex` — the ω level only for the shape rule (:mod:`univer_theory.plans.shape_lp`,
-``ω_j = 1 + |subtree at position j|``).  The tie-break (:mod:`solvers.tie_break`) makes the optimum unique, so it
+``ω_j = 1 + |subtree at position j|``).  Not HiGHS, as in the exact core: HiGHS solves one LP at a time on the
+host, and a level's small LPs are solved together on the device.  The tie-break (:mod:`solvers.tie_break`) makes the optimum unique, so it
 is the exact core's plan (:func:`solvers.condot.condot_plan`): ``r(S, j) = frac(√P_{t·k + j})`` for the t-th
 tuple in the exact core's order (lexicographic in the support's ranks: t is the tuple's rank in base s for iid,
 its Lehmer rank for wor).  Rows are padded to the largest support; tuples through a padded rank have no
-columns; identical rows are solved once.  The plan is then repaired as the exact core's
-(:func:`~univer_theory.plans.lp_plan.repaired_plan`): clip, rows scaled to ``Σ_j w_j ≤ 1``, tokens with
-``a > ρp`` scaled down, ``a`` recomputed.  Dense tableaus of ``(n + s) × (n(k + 1) + s)`` entries, n tuples,
+columns; identical rows are solved once.  The plan is then repaired by the exact core's function
+(:func:`~univer_theory.plans.lp_plan.repaired_plan`, on support ranks): clip, rows scaled to ``Σ_j w_j ≤ 1``,
+tokens with ``a > ρp`` scaled down, ``a`` recomputed.  Dense tableaus of ``(n + s) × (n(k + 1) + s)`` entries, n tuples,
 solved ``CONDOT_CHUNK`` entries at a time.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import itertools
 import torch
 
 from solvers.tie_break import prime_roots
+from univer_theory.plans.lp_plan import repaired_plan
 from univer_theory.processes import wor_tuple_probs
 
 from .simplex import lex_simplex
@@ -129,14 +131,6 @@ def _solve(c, q, sup, s, tup, process, omega):
     cost = torch.zeros(r, len(levels), A.shape[2], dtype=dt, device=dev)
     cost[:, :, :n * k] = torch.stack(levels, 1)
     x, solved = lex_simplex(A, b, cost, (n * k + torch.arange(n + s_max, device=dev)).expand(r, -1))
-    # the exact core's repair (lp_plan.repaired_plan)
     carried = valid & (prob > 0)                          # a tuple whose probability underflows carries no mass
     w = torch.where(carried[..., None], x[:, :n * k].view(r, n, k) / torch.where(carried, prob, 1)[..., None], 0)
-    w = w.clamp(min=0)
-    w = w / w.sum(2, keepdim=True).clamp(min=1.0)
-    marginal = lambda w: torch.zeros(r, s_max, dtype=dt, device=dev).scatter_add(      # noqa: E731
-        1, tup.reshape(1, -1).expand(r, -1), (w * prob[..., None]).flatten(1))
-    a = marginal(w)
-    shrink = torch.where(a > c_sup, c_sup / torch.where(a > c_sup, a, 1), 1.0)
-    w = w * shrink[:, tup]
-    return w, marginal(w), solved
+    return (*repaired_plan(w, tup.expand(r, n, k), prob, c_sup), solved)      # the exact core's repair

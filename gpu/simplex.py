@@ -1,5 +1,6 @@
 """A batched dense simplex for many small node LPs at once (the slot rule's and rule 1's: :mod:`gpu.slot_rule`,
-:mod:`gpu.condot`).
+:mod:`gpu.condot`).  A second algorithm beside the exact core's HiGHS (:mod:`solvers.highs_lp`) on purpose:
+HiGHS solves one LP at a time on the host; a level's LPs are solved here together, on their device.
 
 .. math::
 

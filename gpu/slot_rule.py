@@ -4,11 +4,15 @@ Input: the node plan evaluated on every ordering of each row's realised tuple S 
 ordering 0 = S itself), the draft rows and the position weights ``ω [R, k]`` (integers ``1 + |subtree|``).
 Output: ``w(S) [R, k]`` after the slot rule, equal to what :func:`solvers.slot_rule.slot_rule_lp` gives.
 
-* k = 2: the closed form (:func:`slot_pair`);
+* k = 2: the closed form (:func:`slot_pair`: the exact core's :func:`solvers.slot_rule.slot_pair` on the rows);
 * k ≥ 3: the class LP of :func:`solvers.slot_rule.slot_rule_lp` — among the ω-optima the one that changes the
   plan least, then the tie-break of :mod:`solvers.tie_break` — in ``z = z_0 + u − v``, every row's LP solved
   at once by :func:`gpu.simplex.lex_simplex` with its four levels exactly (phase 1, ``ω·z``, ``−Σ(u + v)``,
   ``r·z``; the exact core folds them into one objective with ε, the same optimum by total unimodularity).
+  The solver differs because HiGHS solves one LP at a time on the host, and a level needs all its small LPs
+  solved together on the device.  The float formulas around it are the exact core's functions: the tie-break
+  (:func:`solvers.slot_rule.ordering_code`, :func:`~solvers.slot_rule.tie_break`) and ``w = z/Q_k`` capped
+  at ``Σ_j w_j ≤ 1`` (:func:`univer_theory.plans.lp_plan.capped_rows`).
   Each LP has a capacity row per ordering, a mass row per token rank and a ``z ≥ 0`` row per variable;
   orderings that repeat an earlier one (i.i.d. repeated tokens) or have ``Q_k = 0`` get capacity 0 and no
   columns, so the LP is the exact core's class LP.  A row whose LP is not solved keeps the plan's own weights,
@@ -18,7 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from solvers.tie_break import prime_roots
+from solvers.slot_rule import ordering_code, tie_break
+from solvers.slot_rule import slot_pair as core_slot_pair
+from univer_theory.plans.lp_plan import capped_rows
 from univer_theory.processes import tuple_probs
 
 from .simplex import lex_simplex
@@ -26,24 +32,11 @@ from .simplex import lex_simplex
 
 def slot_pair(w_s: torch.Tensor, w_r: torch.Tensor, children: torch.Tensor, q: torch.Tensor,
               omega: torch.Tensor, process: str) -> torch.Tensor:
-    """The k = 2 slot rule in closed form (:func:`solvers.slot_rule.slot_rule_pair`): ``w(S) [R, 2]`` from the
-    plan on the realised S and on its reversal R, the orderings' probabilities and the position weights."""
+    """The k = 2 slot rule in closed form: ``w(S) [R, 2]`` from the plan on the realised S and on its reversal,
+    the orderings' probabilities and the position weights — :func:`solvers.slot_rule.slot_pair` (the exact
+    core's function) on the level's rows."""
     Q_s, Q_r = tuple_probs(q, torch.stack([children, children.flip(1)], 1), process).unbind(1)
-    z_s, z_r = w_s * Q_s[:, None], w_r * Q_r[:, None]
-    first = (omega[:, 0] > omega[:, 1])[:, None]                          # which position is the better one
-    better = lambda z: torch.where(first, z[:, :1], z[:, 1:])               # noqa: E731
-    worse = lambda z: torch.where(first, z[:, 1:], z[:, :1])                # noqa: E731
-    mass_s, mass_r = better(z_s) + worse(z_r), better(z_r) + worse(z_s)
-    top = torch.minimum(mass_s, Q_s[:, None])
-    low = mass_r - torch.minimum(mass_r, Q_r[:, None])
-    z = torch.where(first, torch.cat([top, low], 1), torch.cat([low, top], 1))
-    same = children[:, 0] == children[:, 1]                                   # (a, a): one ordering
-    z = torch.where(same[:, None], torch.where(first, torch.cat([z_s.sum(1, keepdim=True), torch.zeros_like(top)], 1),
-                                               torch.cat([torch.zeros_like(top), z_s.sum(1, keepdim=True)], 1)), z)
-    new = z / Q_s[:, None]
-    new = new / new.sum(1, keepdim=True).clamp(min=1.0)
-    keep = (omega[:, 0] == omega[:, 1]) | ~(Q_r > 0) | ~torch.isfinite(Q_r)   # nothing to move
-    return torch.where(keep[:, None], w_s, new)
+    return core_slot_pair(w_s, w_r, Q_s, Q_r, omega, children[:, 0] == children[:, 1])[0]
 
 
 def slot_lp(w_all: torch.Tensor, children: torch.Tensor, q: torch.Tensor, omega: torch.Tensor, process: str,
@@ -57,7 +50,7 @@ def slot_lp(w_all: torch.Tensor, children: torch.Tensor, q: torch.Tensor, omega:
     first = ~torch.tril(children[:, :, None] == children[:, None, :], -1).any(2)          # [R, k] first occurrences
     rank = ((children[:, None, :] < children[:, :, None]) & first[:, None, :]).sum(2)    # [R, k]
     ranks = rank[:, perm]                                                                  # [R, P, k]
-    code = (ranks * k ** torch.arange(k - 1, -1, -1, device=dev)).sum(2)                   # [R, P]
+    code = ordering_code(ranks)                                                            # [R, P]
     repeat = torch.tril(code[:, :, None] == code[:, None, :], -1).any(2)                   # an earlier ordering
     probs = tuple_probs(q, children[:, perm], process)
     keep = ~repeat & (probs > 0)                                                           # the class C(S)
@@ -75,7 +68,7 @@ def slot_lp(w_all: torch.Tensor, children: torch.Tensor, q: torch.Tensor, omega:
     A[:, slack, 2 * n_z + torch.arange(P + k + n_z, device=dev)] = 1
     spare = (torch.where(keep, probs, 0) - z0.view(R, P, k).sum(2)).clamp(min=0)
     b = torch.cat([spare, torch.zeros(R, k, dtype=dt, device=dev), z0], 1)
-    tie = torch.tensor(prime_roots(k ** k * k), dtype=dt, device=dev).view(k ** k, k)[code].flatten(1)   # r [R, P·k]
+    tie = tie_break(code, k).flatten(1)                                                    # r [R, P·k]
     costs = torch.zeros(R, 4, A.shape[2], dtype=dt, device=dev)
     costs[:, 0, :2 * n_z] = (on - 1).repeat(1, 2)                                          # columns not in the class
     costs[:, 0, 2 * n_z + P + n_z:] = -1                                                   # phase 1
@@ -87,6 +80,4 @@ def slot_lp(w_all: torch.Tensor, children: torch.Tensor, q: torch.Tensor, omega:
     basis[slack] = 2 * n_z + torch.arange(P + k + n_z, device=dev)
     x, optimal = lex_simplex(A, b, costs, basis.expand(R, -1))
     z = z0[:, :k] + x[:, :k] - x[:, n_z:n_z + k]                                           # ordering 0 = S
-    new = z.clamp(min=0) / probs[:, :1]
-    new = new / new.sum(1, keepdim=True).clamp(min=1.0)
-    return torch.where(optimal[:, None], new, w_all[:, 0])
+    return torch.where(optimal[:, None], capped_rows(z.clamp(min=0) / probs[:, :1]), w_all[:, 0])

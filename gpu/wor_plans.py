@@ -31,6 +31,9 @@ token marginal ``a [R, V]``:
   of α*(ρ)), as :func:`univer_theory.plans.choose.choose_plan`.  α*(ρ) and the cut ``A*`` are the exact core's
   :func:`univer_theory.alpha_star.alpha_star_rows` on the level's rows.
 
+The cut's order (``p/q`` ascending) and PTS's (descending) are two sorts: both break ties to the lower token id,
+so on tied ratios neither is the other reversed.
+
 No loop over rows: loops run over bisection / fixed-point steps (until every row has converged), quadrature
 chunks, the children, the virtual sequences and, in the k ≥ 3 walk, the priority positions (row chunks of
 bounded memory).  Host reads: the convergence tests of those loops, the clock grid's length (:func:`_clock_grid`)
@@ -50,18 +53,12 @@ from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, l
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
 from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
 from univer_theory.plans.pts import pair_avail, thinning_fixed_point
-from univer_theory.plans.wor_pair import OPTIMALITY_TOL, pair_rule, pair_weights
+from univer_theory.plans.wor_pair import (OPTIMALITY_TOL, exclusive_cumsum, leave_one_out, pair_rule,
+                                          pair_weights)
 
 from .condot import condot_weights
 from .layout import inverse_permutation, layout_weights
 from .luce import luce_rows, luce_rows_weights
-
-def _exclusive(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
-    """``Σ_{j<i} x_j`` (or ``Σ_{j>i}`` with ``reverse``) along dim 1 (the tokens), sequential sums of the entries."""
-    if reverse:
-        return _exclusive(x.flip(1)).flip(1)
-    return torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(1)[:, :-1]], 1)
-
 
 def _at(x: torch.Tensor, tuples: torch.Tensor) -> torch.Tensor:
     """``x [R, V]`` read at the tokens of ``tuples [R, T, k]`` → ``[R, T, k]``."""
@@ -102,11 +99,11 @@ def _symmetric_sums(r: torch.Tensor, h: torch.Tensor, k: int, reverse: bool):
     cumulative sums of non-negative terms, ``P_n(i) = Σ_{j<i} r_j P_{n−1}(j)``,
     ``D_n(i) = Σ_{j<i} h_j P_n(j) + r_j D_{n−1}(j)``."""
     P = [torch.ones_like(r)]
-    D = [_exclusive(h, reverse)]
+    D = [exclusive_cumsum(h, reverse, axis=1)]
     for n in range(1, k):
-        P.append(_exclusive(r * P[-1], reverse))
+        P.append(exclusive_cumsum(r * P[-1], reverse, axis=1))
         if n < k - 1:
-            D.append(_exclusive(h * P[n] + r * D[-1], reverse))
+            D.append(exclusive_cumsum(h * P[n] + r * D[-1], reverse, axis=1))
     return P, D
 
 
@@ -161,7 +158,7 @@ def _clock_avail(qs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tenso
         e_clamped = torch.exp(log_e)
         r, h = ring / e_clamped, qt * e / e_clamped
         Ps, Ds = _symmetric_sums(r, h, k, reverse=True)
-        return qt, e, ring, r, h, Ps, Ds, torch.exp(_exclusive(log_e) + _exclusive(log_e, reverse=True))
+        return qt, e, ring, r, h, Ps, Ds, torch.exp(leave_one_out(log_e, axis=1))
 
     cache = [fixed(S) for S, _ in chunks] if R * m * s.numel() * (2 * k + 4) <= CLOCK_CACHE[device] else None
 

@@ -50,6 +50,8 @@ from itertools import permutations
 
 import numpy as np
 
+from univer_theory.nx import get_backend
+from univer_theory.plans.lp_plan import capped_rows
 from univer_theory.processes import tuple_probs
 
 from .highs_lp import solve_lp
@@ -129,7 +131,7 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     spare = np.maximum(probs - z0.reshape(n, k).sum(1), 0.0)
     lower = np.concatenate([np.full(n, -np.inf), np.zeros(len(labels)), np.full(N, -np.inf)])
     upper = np.concatenate([spare, np.zeros(len(labels)), z0])
-    eps, om, r = tie_eps(A.shape[0]), np.tile(omega, n), tie_break(ranks).ravel()
+    eps, om, r = tie_eps(A.shape[0]), np.tile(omega, n), tie_break(ordering_code(ranks), k).ravel()
     cost = np.concatenate([om - eps + eps ** 2 * r, -om - eps - eps ** 2 * r])    # on u, v: ω, −|z − z0|, then r
     sol = solve_lp(cost, A, lower, upper, 0.0, np.inf, method="simplex", vertex=True)
     if not sol.success:
@@ -149,41 +151,64 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     if problems:
         return SlotResult(tuple(orderings), w, 0.0, "recheck_failed", False,
                           "; ".join(problems) + f" (tolerance {SLOT_TOL:g}·ΣQ)")
-    new_w = zz / probs[:, None]
-    new_w = new_w / np.maximum(1.0, new_w.sum(axis=1, keepdims=True))
-    return SlotResult(tuple(orderings), new_w, unit * float(np.tile(omega, n) @ (z - z0)), "optimal", True,
-                      sol.message)
+    return SlotResult(tuple(orderings), capped_rows(zz / probs[:, None]), unit * float(np.tile(omega, n) @ (z - z0)),
+                      "optimal", True, sol.message)
 
 
-def tie_break(ranks) -> np.ndarray:
-    """``r(S', j) = frac(√P_{code(S')·k + j})`` ``[n, k]`` (module docstring) from the orderings' token ranks
-    ``d [n, k]`` (each token's rank among the class's distinct tokens, ``0 ≤ d < k``)."""
-    d = np.asarray(ranks, dtype=np.int64)
-    k = d.shape[-1]
-    code = d @ (k ** np.arange(k - 1, -1, -1))
-    return prime_roots(k ** k * k).reshape(k ** k, k)[code]
+def ordering_code(ranks):
+    """``code(S') = Σ_i d_i k^{k−1−i}`` ``[...]`` (module docstring) from orderings' token ranks ``d [..., k]``
+    (each token's rank among its class's distinct tokens, ``0 ≤ d < k``) — numpy or torch integers."""
+    k = ranks.shape[-1]
+    return sum(ranks[..., i] * k ** (k - 1 - i) for i in range(k))
+
+
+def tie_break(code, k: int):
+    """``r(S', j) = frac(√P_{code(S')·k + j})`` ``[..., k]`` (module docstring) for orderings of k tokens with codes
+    ``code [...]`` (:func:`ordering_code`) — numpy, or torch (float64 on the codes' device)."""
+    table = prime_roots(k ** k * k).reshape(k ** k, k).copy()        # (a writable copy: torch warns on read-only)
+    return get_backend(code).asarray(table, code)[code]
+
+
+def slot_pair(w_s, w_r, Q_s, Q_r, omega, same):
+    """The k = 2 slot rule in closed form (module docstring) on a batch ``[...]`` of realised pairs S: the plan's
+    weights on S and on its reversal R ``w_s, w_r [..., 2]``, their probabilities ``Q_s, Q_r [...]``, the position
+    weights ``ω [..., 2]`` and whether S repeats a token (``same``: (a, a), R = S).  Returns ``(w(S), z(S, ·))
+    [..., 2]`` — the new weights and masses; where nothing can move (``ω_1 = ω_2``, or ``Q(R)`` is not positive
+    and finite) the plan's own ``w_s`` and ``z_0``.  numpy (the exact core, :func:`slot_rule_pair`) or torch
+    (:func:`gpu.slot_rule.slot_pair`, a level's rows)."""
+    nx = get_backend(w_s, omega)
+    z_s, z_r = w_s * Q_s[..., None], w_r * Q_r[..., None]
+    first = omega[..., :1] > omega[..., 1:]                                # which position is the better one
+
+    def better(z):
+        return nx.where(first, z[..., :1], z[..., 1:])
+
+    def worse(z):
+        return nx.where(first, z[..., 1:], z[..., :1])
+
+    mass_s, mass_r = better(z_s) + worse(z_r), better(z_r) + worse(z_s)
+    top = nx.minimum(mass_s, Q_s[..., None])
+    low = mass_r - nx.minimum(mass_r, Q_r[..., None])
+    z = nx.where(first, nx.concat([top, low]), nx.concat([low, top]))
+    total = nx.sum(z_s, keepdims=True)                                     # (a, a): all of it to the better one
+    z = nx.where(same[..., None], nx.where(first, nx.concat([total, 0 * total]), nx.concat([0 * total, total])), z)
+    keep = ((omega[..., 0] == omega[..., 1]) | ~(Q_r > 0) | ~(Q_r < nx.inf))[..., None]
+    return nx.where(keep, w_s, capped_rows(z / Q_s[..., None])), nx.where(keep, z_s, z)
 
 
 def slot_rule_pair(orderings, probs, weights, omega) -> SlotResult:
-    """The k = 2 slot rule in closed form (module docstring); same contract as :func:`slot_rule_lp`."""
+    """The k = 2 slot rule in closed form (module docstring; :func:`slot_pair` on the class's orderings); same
+    contract as :func:`slot_rule_lp`."""
     probs = np.asarray(probs, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
     omega = np.asarray(omega, dtype=np.float64)
-    z0 = w * probs[:, None]
     if omega[0] == omega[1]:
         return SlotResult(tuple(orderings), w, 0.0, "optimal", True, "equal position weights: nothing to move")
-    first = 0 if omega[0] > omega[1] else 1          # the better position
-    if len(orderings) == 1 and orderings[0][0] == orderings[0][1]:      # (a, a): one token, both positions
-        z = np.zeros_like(z0)
-        z[0, first] = z0.sum()
-    elif len(orderings) == 1:                        # the reversed ordering has Q = 0: nothing can move
-        z = z0
-    else:
-        # m of each ordering's token at the better position: its own mass there plus the reversed ordering's
-        mass = z0[:, first] + z0[::-1, 1 - first]
-        z = np.zeros_like(z0)
-        z[:, first] = np.minimum(mass, probs)
-        z[:, 1 - first] = (z0[::-1, first] + z0[:, 1 - first]) - z[::-1, first]
-    new_w = z / probs[:, None]
-    new_w = new_w / np.maximum(1.0, new_w.sum(axis=1, keepdims=True))
-    return SlotResult(tuple(orderings), new_w, float(omega @ (z - z0).sum(axis=0)), "optimal", True, "closed form (k = 2)")
+    same = np.array([S[0] == S[1] for S in orderings])
+    if len(orderings) == 2:                          # each ordering's reversal is the other one
+        w_r, Q_r = w[::-1], probs[::-1]
+    else:                                            # (a, a) is its own reversal; else the reversal has Q = 0
+        w_r, Q_r = w, np.where(same, probs, 0.0)
+    new_w, z = slot_pair(w, w_r, probs, Q_r, omega, same)
+    return SlotResult(tuple(orderings), new_w, float(omega @ (z - w * probs[:, None]).sum(axis=0)), "optimal", True,
+                      "closed form (k = 2)")

@@ -7,8 +7,10 @@ small backend object and serves both callers —
 * :mod:`gpu`, with torch tensors ``[R, V]`` (the R nodes of a level, batched, on any device).
 
 Contract: float64 rows ``[..., V]``, batch axes leading, the token axis last; integer index arrays in the
-backend's own type (numpy ``int64`` / torch ``long``).  Every op works along the last axis.  Fraction (object)
-rows never come here: the exact core's Fraction computations are kept apart, as the independent checkers.
+backend's own type (numpy ``int64`` / torch ``long``).  Every op works along the last axis (``cumsum`` and
+``concat`` along another one when asked: the token axis of the clock integral's ``[R, m, t]`` arrays).
+Fraction (object) rows never come here: the exact core's Fraction computations are kept apart, as the
+independent checkers.
 Only the ops the ported rules need are here, each spelled as numpy / torch spell it; torch is imported only
 when a tensor is passed.
 """
@@ -58,17 +60,18 @@ class NumpyBackend:
         return out
 
     @staticmethod
-    def cumsum(x, reverse=False):
-        """Prefix sums along the last axis; suffix sums (``Σ_{j ≥ i}``, summed from the end) with ``reverse``."""
-        return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1] if reverse else np.cumsum(x, axis=-1)
+    def cumsum(x, reverse=False, axis=-1):
+        """Prefix sums along the last axis (or ``axis``); suffix sums (``Σ_{j ≥ i}``, summed from the end) with
+        ``reverse``."""
+        return np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis) if reverse else np.cumsum(x, axis=axis)
 
     @staticmethod
     def sum(x, keepdims=False):
         return np.sum(x, axis=-1, keepdims=keepdims)
 
     @staticmethod
-    def concat(xs):
-        return np.concatenate(xs, axis=-1)
+    def concat(xs, axis=-1):
+        return np.concatenate(xs, axis=axis)
 
     @staticmethod
     def stack(xs):
@@ -183,15 +186,15 @@ class TorchBackend:
             idx, values, dtype=x.dtype))
 
     @staticmethod
-    def cumsum(x, reverse=False):
-        return x.flip(-1).cumsum(-1).flip(-1) if reverse else x.cumsum(-1)
+    def cumsum(x, reverse=False, axis=-1):
+        return x.flip(axis).cumsum(axis).flip(axis) if reverse else x.cumsum(axis)
 
     @staticmethod
     def sum(x, keepdims=False):
         return x.sum(-1, keepdim=keepdims)
 
-    def concat(self, xs):
-        return self.torch.cat(xs, -1)
+    def concat(self, xs, axis=-1):
+        return self.torch.cat(xs, axis)
 
     def stack(self, xs):
         return self.torch.stack(xs, -1)

@@ -85,6 +85,23 @@ def rate_times(rates, s):
     return nx.exp(nx.clip(nx.log(rates) + s, None, LOG_RATE_TIME_CAP))
 
 
+def acceptance_caps(c):
+    """The two forms of the caps ``c = ρp`` in PTS's acceptance probability (:func:`acceptance`):
+    ``(c⁺, c′)`` — ``c`` where ``c > 0``, else 0 and 1.  Numpy arrays or torch tensors."""
+    nx = get_backend(c)
+    positive = c > 0
+    return nx.where(positive, c, 0.0), nx.where(positive, c, 1.0)
+
+
+def acceptance(avail, c_num, c_den):
+    """PTS's acceptance probability ``θ = min(1, c/avail)`` (0 where ``c = 0``; theory.md §6.3 rule 4) from the
+    caps' forms ``(c⁺, c′)`` of :func:`acceptance_caps`, branch-free: ``θ = c⁺/max(avail, c′)`` — where c > 0,
+    ``c ≥ avail`` gives ``c/c = 1`` exactly and otherwise the quotient ``c/avail`` itself; where c = 0,
+    ``0/max(avail, 1) = 0``.  The one spelling of θ: the walk (:func:`thinning_walk`) and the fixed point
+    (:func:`univer_theory.plans.pts.thinning_fixed_point`).  Numpy arrays or torch tensors."""
+    return c_num / array_module(avail).maximum(avail, c_den)
+
+
 #: Blocks of the priority order whose suffix states :func:`thinning_walk` rebuilds at once (one vectorised
 #: backward step per position of a block serves all of them).
 WALK_GROUP = 4
@@ -166,8 +183,8 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
       ``(P, D)`` before y: ``avail(y) = Σ_{j,t} P_j F_y^P[j] + D_j F_y^D[j]`` with
       ``F_y^P[j] = w·(q_y T e_y·P^suf_{k−1−j} + (1 − e_y)·D^suf_{k−2−j})`` and
       ``F_y^D[j] = w·(1 − e_y)·P^suf_{k−2−j}`` (w the quadrature weights);
-    * per position the walk then does one matrix product (the availability), θ (as ``c⁺/max(avail, c')``,
-      the same quotient, no branches) and one prefix step into a preallocated buffer.
+    * per position the walk then does one matrix product (the availability), θ (:func:`acceptance`, no
+      branches) and one prefix step into a preallocated buffer.
 
     Every step is the same float operations in the same order as a plain walk; only the availability's sum
     (now one dot product over ``2·k·t`` terms, all non-negative) is reassociated (docs/deviations.md item 33).
@@ -223,18 +240,14 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
                       *(x.reshape(G, block, *x.shape[1:]).swapaxes(0, 1) for x in (E, RING, QE)),
                       weights=w, coef=F.swapaxes(0, 1))
         F = F.reshape(hi - lo, R, 1, n, 1)
-        # θ = min(1, c/avail) as c⁺ / max(avail, c'), c' = c where c > 0 (then c ≥ avail gives c/c = 1) and 1
-        # elsewhere (θ = 0): the same quotient c/avail where θ < 1
-        c = cs[:, lo:hi].T.reshape(hi - lo, R, 1, 1, 1)
-        c_num = xp.where(c > 0, c, 0.0)
-        c_den = xp.where(c > 0, c, 1.0)
+        c_num, c_den = acceptance_caps(cs[:, lo:hi].T.reshape(hi - lo, R, 1, 1, 1))
         hq = head * qs[:, lo:hi].T.reshape(hi - lo, R, 1, 1, 1) if head else None
         rq = xp.stack([RING, QE], 1)                                            # [L, 2, R, 1, 1, t]
         for i, (f, num, den, e, ring_qe) in enumerate(zip(F, c_num, c_den, E, rq)):
             av = flat[cur] @ f                              # [R, 1, 1, 1]; ≥ 0: a sum of non-negative terms
             if hq is not None:
                 av = av + hq[i]
-            th = num / xp.maximum(av, den)
+            th = acceptance(av, num, den)
             avail.append(av)
             theta.append(th)
             lin, de = (1.0 - th) * ring_qe                  # g·(1 − e), g·qT·e

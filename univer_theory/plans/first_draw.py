@@ -1,4 +1,4 @@
-"""Rule 8 (this toolkit's addition, docs/deviations.md item 34): a wor node seen through its first draw.
+"""Rule 8 (this toolkit's addition, docs/deviations.md item 35): a wor node seen through its first draw.
 
 Without replacement, the first child is the top draft token ``t = argmax q`` (lowest id on ties) with probability
 ``π = q_t/q(V)``, and given ``S_1 = t`` the other k − 1 children are k − 1 draws without replacement from

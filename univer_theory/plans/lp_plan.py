@@ -18,27 +18,34 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..nx import get_backend
 from ..processes import tuple_law
 from .base import NodePlan
 from .node_inputs import check_node_inputs
 
 
-def repaired_plan(weights: np.ndarray, tuples, tuple_probs: np.ndarray, target_probs: np.ndarray, rho: float):
-    """Steps 1–4 of the module docstring on ``weights [n_tuples, k]`` (``w_j(S)``); returns ``(w, a)``."""
-    w = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
-    w = w / np.maximum(1.0, w.sum(axis=1, keepdims=True))
-    toks = np.asarray(tuples, dtype=np.int64)
-    c = float(rho) * np.asarray(target_probs, dtype=np.float64)
+def capped_rows(w):
+    """``w / max(1, Σ_j w_j)`` for the weights ``w [..., k]`` on each tuple (step 2 of the module docstring; the slot
+    rule's ``z/Q_k`` too, :mod:`solvers.slot_rule`, :mod:`gpu.slot_rule`) — numpy arrays or torch tensors."""
+    nx = get_backend(w)
+    return w / nx.maximum(nx.sum(w, keepdims=True), 1.0)
+
+
+def repaired_plan(weights, tuples, tuple_probs, c):
+    """Steps 1–4 of the module docstring on ``weights [..., n, k]`` (``w_j(S)`` of the n tuples ``tuples
+    [..., n, k]``, indices into the last axis of the caps ``c = ρp [..., V]``, with probabilities ``tuple_probs
+    [..., n]``): ``(w, a [..., V])`` — numpy arrays (the exact core, one node) or torch tensors
+    (:mod:`gpu.condot`, a batch of nodes, on support ranks)."""
+    nx = get_backend(weights, c)
+    w = capped_rows(nx.maximum(weights, 0.0))
+    at = tuples.reshape(tuples.shape[:-2] + (-1,))
 
     def marginal(w):
-        a = np.zeros(c.size)
-        np.add.at(a, toks.reshape(-1), (w * tuple_probs[:, None]).reshape(-1))
-        return a
+        return nx.scatter_add(nx.zeros_like(c), at, (w * tuple_probs[..., None]).reshape(at.shape))
 
     a = marginal(w)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        shrink = np.where(a > c, c / a, 1.0)
-    w = w * shrink[toks]
+    over = a > c
+    w = w * nx.take(nx.where(over, c / nx.where(over, a, 1.0), 1.0), at).reshape(w.shape)
     return w, marginal(w)
 
 
@@ -48,7 +55,9 @@ def tabulated_plan(construction: str, weights: np.ndarray, tuples, tuple_probs: 
     ``π/Q_k``), repaired by :func:`repaired_plan` so it is exactly feasible with its exact marginal; any tuple
     outside the table (probability 0) gets ``w = 0``."""
     p = np.asarray(target_probs, dtype=np.float64)
-    w, a = repaired_plan(weights, tuples, tuple_probs, p, rho)
+    weights = np.asarray(weights, dtype=np.float64)
+    w, a = repaired_plan(weights, np.asarray(tuples, dtype=np.int64).reshape(weights.shape),
+                         np.asarray(tuple_probs, dtype=np.float64), float(rho) * p)
     index = {tuple(int(y) for y in S): i for i, S in enumerate(tuples)}
 
     def select(S):

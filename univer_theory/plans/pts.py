@@ -37,7 +37,7 @@ import numpy as np
 from ..nx import array_module, get_backend
 from ..orders import ratio_argsort
 from .base import NodePlan
-from .clocks import LOG_T_NODES, sequential_thinning_avail
+from .clocks import LOG_T_NODES, acceptance, acceptance_caps, sequential_thinning_avail
 from .node_inputs import check_node_inputs
 from .wor_pair import exclusive_cumsum, leave_one_out, quiet
 
@@ -67,7 +67,8 @@ def pair_avail(qs, on):
 def thinning_fixed_point(avail_of, on, cs):
     """PTS's θ and availabilities ``[R, m]`` on rows in priority order (caps ``cs = ρp``) from a map
     ``g ↦ avail`` (:func:`pair_avail`, or ``gpu.wor_plans``' clock integral for k ≥ 3), as the fixed point
-    ``θ = Φ(θ)``, ``Φ(θ)_y = min(1, c_y/avail_y(1 − θ))`` (0 where c_y = 0 or y is undrafted).
+    ``θ = Φ(θ)``, ``Φ(θ)_y = min(1, c_y/avail_y(1 − θ))`` (0 where c_y = 0 or y is undrafted; θ from avail by
+    :func:`~univer_theory.plans.clocks.acceptance`, the walk's own spelling).
 
     θ_y reads only the tokens before y, so ``Φ`` is triangular, and monotone (larger θ before y → less
     availability at y → larger θ_y): iterating it from ``θ ≡ 1`` decreases to the walk's θ, entry i is final
@@ -75,12 +76,11 @@ def thinning_fixed_point(avail_of, on, cs):
     nothing returns exactly the sequential walk's floats (measured: 9–16 passes at V = 49 152 instead of a
     49 152-step walk).  One host read per pass."""
     nx = get_backend(cs)
-    live = on & (cs > 0)
+    live, caps = on & (cs > 0), acceptance_caps(cs)
     theta = nx.where(on, 1.0 + 0 * cs, 0.0)
     for _ in range(cs.shape[-1] + 1):
         avail = avail_of(1 - theta)
-        full = cs >= avail
-        new = nx.where(live, nx.where(full, 1.0, cs / nx.where(full, 1.0, avail)), 0.0)
+        new = nx.where(live, acceptance(avail, *caps), 0.0)
         if bool((new == theta).all()):
             break
         theta = new

@@ -79,16 +79,21 @@ def quiet(x):
     return np.errstate(all="ignore") if get_backend(x) is NUMPY else contextlib.nullcontext()
 
 
-def exclusive_cumsum(x, reverse: bool = False):
-    """``Σ_{j<i} x_j`` (``Σ_{j>i}`` with ``reverse``, summed from the end) along the last axis: sequential sums."""
+def exclusive_cumsum(x, reverse: bool = False, axis: int = -1):
+    """``Σ_{j<i} x_j`` (``Σ_{j>i}`` with ``reverse``, summed from the end) along the last axis (or ``axis``: the
+    token axis of ``gpu.wor_plans``' ``[R, m, t]`` clock arrays): sequential sums."""
     nx = get_backend(x)
-    zero = nx.zeros_like(x[..., :1])
-    return nx.concat([nx.cumsum(x, reverse=True)[..., 1:], zero] if reverse else [zero, nx.cumsum(x)[..., :-1]])
+    at = (slice(None),) * (axis % x.ndim)
+    zero = nx.zeros_like(x[at + (slice(0, 1),)])
+    if reverse:
+        return nx.concat([nx.cumsum(x, reverse=True, axis=axis)[at + (slice(1, None),)], zero], axis=axis)
+    return nx.concat([zero, nx.cumsum(x, axis=axis)[at + (slice(None, -1),)]], axis=axis)
 
 
-def leave_one_out(v):
-    """``Σ_{y≠x} v_y`` for every x along the last axis, from prefix and suffix sums (no cancellation for v ≥ 0)."""
-    return exclusive_cumsum(v) + exclusive_cumsum(v, reverse=True)
+def leave_one_out(v, axis: int = -1):
+    """``Σ_{y≠x} v_y`` for every x along the last axis (or ``axis``), from prefix and suffix sums (no
+    cancellation for v ≥ 0)."""
+    return exclusive_cumsum(v, axis=axis) + exclusive_cumsum(v, reverse=True, axis=axis)
 
 
 def safe_div(a, b, where, fill: float = 0.0):
