@@ -14,7 +14,8 @@ rows (its docstring has the math and the proofs); the exact core runs it on one 
   by Gauss–Legendre on the group intervals, chunked (:data:`~univer_theory.plans.layout.TUPLE_CHUNK`).
 
 What is torch's own here is the batching: several tuples per row (``children [R, T, K]``) lay out each distinct
-(row, earliest block) once (``torch.unique``), where the exact core caches its blocks per node.
+(row, earliest block) once (``torch.unique``), where the exact core caches its blocks per node, and the blocks of a
+level are laid out in buckets of similar size (:func:`_bucketed_layout`), where the exact core has one block a call.
 """
 from __future__ import annotations
 
@@ -27,6 +28,44 @@ def inverse_permutation(order: torch.Tensor) -> torch.Tensor:
     """Row-wise inverse of a permutation ``order [R, V]`` (e.g. a sort's indices): the rank of every entry."""
     return torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device)
                                             .expand_as(order))
+
+
+#: What the padding of a layout's group arrays holds (:func:`_bucketed_layout`): nothing that reaches a weight —
+#: ``g_valid`` masks every read past a block's G groups; finite values keep the masked arithmetic finite.
+_PADDING = {"g_valid": False, "fwd": 1.0, "bwd_next": 1.0, "right": 0.0, "left": 0.0}
+
+
+def _bucketed_layout(q: torch.Tensor, k: torch.Tensor, rows: LayoutRows, row: torch.Tensor, block: torch.Tensor,
+                     K: int) -> dict:
+    """:func:`~univer_theory.plans.layout.block_layout` of the blocks ``block [U]`` of rows ``row [U]``, computed
+    in buckets of block sizes within a factor 2 (a level's blocks range from one token to most of the vocabulary;
+    one call pads every block to the largest) and padded together to the largest group count for
+    :func:`~univer_theory.plans.layout.tuple_weights` (which reads only ``G`` groups of each, :data:`_PADDING`;
+    the edges are padded with each layout's last edge, so every width stays finite)."""
+    size = (rows.block[row] == block[:, None]).sum(1)
+    bucket = torch.ceil(torch.log2(size.clamp(min=1).double())).long()
+    parts = []
+    for b in bucket.unique().tolist():  # host read: the buckets present
+        sel = (bucket == b).nonzero().squeeze(1)
+        r = row[sel]
+        parts.append((sel, block_layout(q[r], k[r], LayoutRows(*(x[r] for x in rows)), block[sel], K)))
+    if len(parts) == 1:
+        return parts[0][1]
+    U, gmax = row.shape[0], max(lay["g_valid"].shape[-1] for _, lay in parts)
+    out = {"G": torch.zeros(U, dtype=parts[0][1]["G"].dtype, device=q.device),
+           "slot": torch.empty(U, q.shape[1] + 1, dtype=parts[0][1]["slot"].dtype, device=q.device)}
+    for name, width in (("g_valid", gmax), ("fwd", gmax), ("bwd_next", gmax), ("right", gmax - 1),
+                        ("left", gmax - 1), ("edges", gmax + 1)):
+        like = parts[0][1][name]
+        out[name] = torch.full((U, width), _PADDING.get(name, 0.0), dtype=like.dtype, device=q.device)
+    for sel, lay in parts:
+        g = lay["g_valid"].shape[-1]
+        out["G"][sel], out["slot"][sel] = lay["G"], lay["slot"]
+        for name in _PADDING:
+            out[name][sel, :lay[name].shape[-1]] = lay[name]
+        out["edges"][sel] = lay["edges"][:, -1:].expand(-1, gmax + 1).clone()
+        out["edges"][sel, :g + 1] = lay["edges"]
+    return out
 
 
 def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor):
@@ -42,12 +81,11 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
     T = tuples.shape[1]
     first, in_first = first_blocks(rows.block_of, tuples, child_mask)
     if T == 1:
-        at = torch.arange(R, device=q.device)
-        lay = block_layout(q, k, rows, first[:, 0], K)
+        row, block, at = torch.arange(R, device=q.device), first[:, 0], torch.arange(R, device=q.device)
     else:                               # one layout per distinct (row, block)
         tr = torch.arange(R, device=q.device).repeat_interleave(T)
         pairs, at = torch.unique(torch.stack([tr, first.reshape(-1)], -1), dim=0, return_inverse=True)
-        row = pairs[:, 0]
-        lay = block_layout(q[row], k[row], LayoutRows(*(x[row] for x in rows)), pairs[:, 1], K)
+        row, block = pairs[:, 0], pairs[:, 1]
+    lay = _bucketed_layout(q, k, rows, row, block, K)
     w = tuple_weights(acceptance(c, rows.b), q, tuples, child_mask, in_first, lay, at)
     return w.view(children.shape), torch.minimum(rows.b, c)

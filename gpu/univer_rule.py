@@ -112,7 +112,11 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
         if rows.numel():                # the plan on every ordering of S (S first), then the slot rule
             perms = list(itertools.permutations(range(n)))
             kids = ctx.children[rows, :n]
-            w_all, a[rows] = plan(rows, n, kids[:, perms])
+            if ctx.process == "iid":    # the layout is symmetric in its copies, w(σS) = σ·w(S): one evaluation
+                w_one, a[rows] = plan(rows, n, kids)
+                w_all = w_one[:, perms]
+            else:
+                w_all, a[rows] = plan(rows, n, kids[:, perms])
             w[rows, :n] = (slot_pair(w_all[:, 0], w_all[:, 1], kids, q[rows], omega[rows, :n], ctx.process) if n == 2
                            else slot_lp(w_all, kids, q[rows], omega[rows, :n], ctx.process, perms))
 

@@ -312,7 +312,10 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     share that is 0/0 (every window of subnormal width: no representable mass) is 0.
 
     The ``[tuples, K, groups]`` integrands are formed :data:`TUPLE_CHUNK` elements at a time (at least one tuple;
-    the exact core's batch of one is one chunk), one Gauss–Legendre node at a time."""
+    the exact core's batch of one is one chunk), one Gauss–Legendre node at a time.  Tuples are taken in order of
+    their block's group count and each chunk's arrays are cut to its largest count, so a level whose blocks range
+    from one group to tens of thousands does not integrate every tuple over the largest (padding groups add exact
+    zeros: ``f = 0`` on them)."""
     nx = get_backend(q)
     R, T, K = tuples.shape
     flat = tuples.reshape(R, T * K)
@@ -321,14 +324,21 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     mk = (mask[:, None, :] & (tuples == tuples)).reshape(R * T, K)
     inf = in_first.reshape(R * T, K)
     g_of = nx.where(inf, lay["slot"][at[:, None], tk], 0)              # group of each child in its block
-    gmax = lay["g_valid"].shape[-1]
     nodes, weights = gauss_legendre(math.ceil(K / 2) + 1)              # exact for every k ≤ K (no read of k)
-    step = max(1, TUPLE_CHUNK // (K * gmax))
+    counts = nx.to_numpy(lay["G"][at])                                 # host read: group counts set the chunks
+    by_count = np.argsort(counts, kind="stable")
     share = 0.0 * qy
-    for i in range(0, R * T, step):
-        chunk = {name: lay[name][at[i:i + step]] for name in _SHARE_KEYS}      # not the [U, V+1] slot table
-        share[i:i + step] = _tuple_shares(g_of[i:i + step], qy[i:i + step], mk[i:i + step], inf[i:i + step],
-                                          chunk, nodes, weights)
+    i = 0
+    while i < R * T:                    # [i, j): ascending counts, (j − i)·K·counts[j − 1] ≤ TUPLE_CHUNK, j > i
+        j = i + max(1, int(np.searchsorted(counts[by_count[i:]] * K * np.arange(1, R * T - i + 1), TUPLE_CHUNK,
+                                           side="right")))
+        g = max(int(counts[by_count[j - 1]]), 1)
+        idx = nx.index(by_count[i:j], qy)
+        cut = {"edges": g + 1, "right": g - 1, "left": g - 1}
+        chunk = {name: (lay[name][:, :cut.get(name, g)] if lay[name].ndim == 2 else lay[name])[at[idx]]
+                 for name in _SHARE_KEYS}                              # not the [U, V+1] slot table
+        share[idx] = _tuple_shares(g_of[idx], qy[idx], mk[idx], inf[idx], chunk, nodes, weights)
+        i = j
     w = nx.where(mk & inf & (share > 0), ty * share, 0.0)              # share > 0 drops round-off and 0/0
     return (w / nx.maximum(nx.sum(w, keepdims=True), 1.0)).reshape(R, T, K)
 
