@@ -287,9 +287,11 @@ def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):
 def _first_draw(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, walk: str):
     """Rule 8 (:mod:`univer_theory.plans.first_draw`) on rows ``c, q [r, V]`` for ``children [r, k]`` or
     ``[r, T, k]``: the inner (k − 1)-child plan is :func:`wor_weights` itself (k − 1 ≥ 2) or the single-child
-    rule, on ``(S_2, …, S_k)``; tuples whose first child is not the top token get w = 0 (their tails are replaced
-    by the inner row's top k − 1 tokens, a valid tuple whose weights are discarded)."""
-    t, pi, c_in, q_in, rho_in, p_in = first_draw_rows(c, q)
+    rule, on ``(S_2, …, S_k)``; tuples whose first child is not the top token take the room that leaves
+    (:func:`univer_theory.plans.first_draw.first_draw_weights`; for the inner plan their tails are replaced by the
+    inner row's top k − 1 tokens, a valid tuple whose inner weights are discarded)."""
+    t, pi, _, q_in, rho_in, p_in = first_draw_rows(c, q)
+    c_in = rho_in[:, None] * p_in       # as the core's inner choice forms it (its room at round-off reads it)
     lead = (1,) * (children.dim() - 2)
     first = children[..., 0] == t.view(-1, *lead)
     k = children.shape[-1]
@@ -299,8 +301,10 @@ def _first_draw(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, walk: 
     else:
         q1, a_in = single_child_rows(c_in, q_in, "wor")
         w_in = single_child_weights(c_in, q1, tails.reshape(tails.shape[0], -1)).view(tails.shape)
-    a, tau = first_draw_marginal(c, t, pi, a_in)
-    return first_draw_weights(first, w_in, tau.view(-1, *lead)), a
+    a, tau, u, v = first_draw_marginal(c, q, t, pi, a_in)
+    u1 = u.gather(1, children[..., 0].reshape(children.shape[0], -1)).view(first.shape)
+    second = children[..., 1] == t.view(-1, *lead)
+    return first_draw_weights(first, w_in, tau.view(-1, *lead), u1, second, v.view(-1, *lead)), a
 
 
 def _take(w, a, rows, take, chosen, other):

@@ -10,7 +10,7 @@
   the classes of exchangeable tokens are within the Luce budget (:func:`~univer_theory.plans.luce.luce_budget`),
   then, if still short, rule 8 (``first_draw``, the node seen through its first draw,
   :mod:`~univer_theory.plans.first_draw`) when the top token's first-draw probability π exceeds the plan's α by
-  more than that (rule 8's α is at most π); each replaces the plan when it is better by more than
+  more than that (what rule 8's tuples starting with t can give is at most π); each replaces the plan when it is better by more than
   ``OPTIMALITY_TOL``.  Neither is built when the plan is within ``OPTIMALITY_TOL`` of α*(ρ), which gives the same
   choice as building them always (their α never exceeds α*);
 * ``topk``: the fixed top-k list filled in drafting order (``fill``, closed form, α*-optimal, exact in Fraction
@@ -241,20 +241,21 @@ def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
 
 def first_draw_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
     """Rule 8, wor, k ≥ 2 (:mod:`~univer_theory.plans.first_draw`): on tuples whose first child is the top draft
-    token t, :func:`choose_plan`'s (k − 1)-child plan on the others against ``c'``, then t takes what is left;
-    every other tuple selects nothing.  ``info["inner"]`` is the inner plan."""
+    token t, :func:`choose_plan`'s (k − 1)-child plan on the others against ``c'``, then t takes what is left; the
+    other tuples fill the room that leaves (child 1, or t in second place).  ``info["inner"]`` is the inner plan."""
     p, q, rho = check_node_inputs("first_draw_plan", target_probs, draft_probs, rho, k, "wor")
     if k < 2:
         raise ValueError(f"first_draw_plan: needs k ≥ 2 children, got k = {k}")
     t, pi, c_in, q_in, rho_in, p_in = first_draw_rows(rho * p, q)
     inner = choose_plan(p_in, q_in, float(rho_in), k - 1, "wor")
-    a, tau = first_draw_marginal(rho * p, t, pi, inner.marginal)
+    a, tau, u, v = first_draw_marginal(rho * p, q, t, pi, inner.marginal)
     top = int(t[0])
 
     def select(S):
         first = int(S[0]) == top
         w_in = inner.select(tuple(S[1:])) if first else np.zeros(k - 1)
-        return first_draw_weights(np.asarray(first), np.asarray(w_in, dtype=np.float64), tau)
+        return first_draw_weights(np.asarray(first), np.asarray(w_in, dtype=np.float64), tau, u[int(S[0])],
+                                  np.asarray(int(S[1]) == top), v)
 
     return NodePlan("first_draw", rho, p, a, select, {"inner": inner})
 

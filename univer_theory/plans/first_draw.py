@@ -8,10 +8,12 @@ Without replacement, the first child is the top draft token ``t = argmax q`` (lo
   ``c' = c·min(1/π, 1/c(V∖t))`` on ``V∖t`` (so ``π·a' ≤ c`` and ``Σ c' ≤ 1``: a scaling ``ρ' = Σ c'`` and target
   ``p' = c'/ρ'``), then child 1 (= t) takes what that leaves, ``w_1 = (1 − Σ_j w'_j)·τ``,
   ``τ = min(c_t, π(1 − α'))/(π(1 − α'))``;
-* on every other tuple: nothing (``w = 0``).
+* on a tuple with ``S_1 = x ≠ t`` (probability ``1 − π``): what those leave of ``c`` — child 1 up to x's room, then
+  child 2 if it is t, up to t's room (:func:`first_draw_marginal`; on a confident row this recovers most of the
+  ``d = 1 − π`` that rule 8 would otherwise leave, when α*(ρ) needs t).
 
-Its exact marginal is ``a(y) = π·a'(y)`` (y ≠ t), ``a(t) = min(c_t, π(1 − α'))``, so
-``α = π·α' + min(c_t, π(1 − α'))``.  Every plan's tuples with ``S_1 = t`` can do no better than
+Its tuples that start with t have the exact marginal ``π·a'(y)`` (y ≠ t) and ``min(c_t, π(1 − α'))`` at t, so
+they give ``π·α' + min(c_t, π(1 − α'))``; the other tuples only add.  Every plan's tuples with ``S_1 = t`` can do no better than
 ``π·min(1, c_t/π + α*_{k−1}(c/π))`` and the others add at most ``1 − π``, while ``α*_{k−1}(c') ≥
 α*_{k−1}(c/π)/max(1, c(V∖t)/π)``: with an α*-optimal inner plan, ``α ≥ α*(ρ) − 2(1 − π)/π``.  So on a confident
 row (``1 − π = d`` ≤ 1e-12) the node is as good as the (k − 1)-child node on its tail, whose rows are ordinary —
@@ -25,6 +27,11 @@ from __future__ import annotations
 
 from ..nx import get_backend
 from ..orders import top_tokens
+from .wor_pair import leave_one_out
+
+
+#: Relative room ``(c − a)/c`` below which the room left by the tuples that start with t is taken as round-off.
+ROOM_TOL = 2.0 ** -40
 
 
 def first_draw_rows(c, q):
@@ -45,24 +52,40 @@ def first_draw_rows(c, q):
 
 
 def first_draw_gate(c, q, alpha, tol):
-    """``[...]`` bool: where rule 8 can beat a plan of acceptance ``α`` by more than ``tol`` — its α is at most π,
-    the first draw's probability of t (:func:`first_draw_rows`)."""
+    """``[...]`` bool: where rule 8 is worth building against a plan of acceptance ``α`` — where its tuples that start
+    with t, which give at most π (:func:`first_draw_rows`), could beat ``α`` by more than ``tol``."""
     return first_draw_rows(c, q)[1] > alpha + tol
 
 
-def first_draw_marginal(c, t, pi, a_in):
-    """``(a [..., V], τ [...])`` from the inner plan's marginal ``a' [..., V]`` (0 at t):
-    ``a = min(π a', c)`` off t (the min only absorbs round-off) and ``a(t) = min(c_t, π(1 − α'))``."""
+def first_draw_marginal(c, q, t, pi, a_in):
+    """``(a [..., V], τ [...], u [..., V], v [...])`` from the inner plan's marginal ``a' [..., V]`` (0 at t).
+
+    Tuples starting with t: ``a = min(π a', c)`` off t (the min only absorbs round-off), ``a(t) = min(c_t,
+    π(1 − α'))``.  Then the room ``r = c − a`` left by them is offered to the other tuples (``S_1 = x ≠ t``,
+    probability ``π_x = q_x/q(V)``): child 1 is taken w.p. ``u_x = min(1, r_x/π_x)``, else child 2 if it is t
+    (probability ``q_t/q(V∖x)``, summed without cancellation) w.p. ``v = min(1, r_t/M)``,
+    ``M = Σ_{x≠t} π_x (1 − u_x) q_t/q(V∖x)``; they add ``min(π_x, r_x)`` at x and ``min(r_t, M)`` at t."""
     nx = get_backend(c, a_in)
     room = pi * nx.clip(1.0 - nx.sum(a_in), 0.0)
     top = nx.minimum(nx.take(c, t)[..., 0], room)
     tau = nx.where(room > 0, top / nx.where(room > 0, room, 1.0), 0.0)
-    return nx.put(nx.minimum(pi[..., None] * a_in, c), t, top[..., None]), tau
+    a = nx.put(nx.minimum(pi[..., None] * a_in, c), t, top[..., None])
+    r = nx.where(c - a > ROOM_TOL * c, c - a, 0.0)
+    pix = nx.put(q, t, 0.0) / nx.sum(q, keepdims=True)
+    u = nx.where(pix > 0, nx.minimum(r / nx.where(pix > 0, pix, 1.0), 1.0), 0.0)
+    second = nx.take(q, t) / nx.where(pix > 0, leave_one_out(q), 1.0)            # Pr(S_2 = t | S_1 = x)
+    M = nx.sum(pix * (1.0 - u) * second)
+    rt = nx.take(r, t)[..., 0]
+    v = nx.where(M > 0, nx.minimum(rt / nx.where(M > 0, M, 1.0), 1.0), 0.0)
+    extra = nx.put(nx.minimum(pix, r), t, nx.minimum(rt, M)[..., None])
+    return a + extra, tau, u, v
 
 
-def first_draw_weights(first, w_in, tau):
-    """``w [..., k]`` on tuples whose first child is t where ``first [...]`` holds (0 elsewhere):
-    ``((1 − Σ w')·τ, w')`` from the inner weights ``w' [..., k − 1]``; ``τ`` broadcasts against ``first``."""
+def first_draw_weights(first, w_in, tau, u1, second, v):
+    """``w [..., k]`` of rule 8 on tuples: where ``first [...]`` holds (``S_1 = t``) ``((1 − Σ w')·τ, w')`` from the
+    inner weights ``w' [..., k − 1]``; elsewhere ``(u_{S_1}, (1 − u_{S_1})·v·[S_2 = t], 0, …)`` with ``u1 = u_{S_1}``
+    and ``second = [S_2 = t]`` (:func:`first_draw_marginal`); ``τ``, ``v`` broadcast against ``first``."""
     nx = get_backend(w_in)
-    w = nx.concat([((1.0 - nx.sum(w_in)) * tau)[..., None], w_in])
-    return nx.where(first[..., None], w, 0.0)
+    main = nx.concat([((1.0 - nx.sum(w_in)) * tau)[..., None], w_in])
+    rest = nx.concat([u1[..., None], nx.where(second, (1.0 - u1) * v, 0.0)[..., None], 0.0 * w_in[..., 1:]])
+    return nx.where(first[..., None], main, rest)
