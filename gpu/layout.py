@@ -52,19 +52,17 @@ def _bucketed_layout(q: torch.Tensor, k: torch.Tensor, rows: LayoutRows, row: to
     if len(parts) == 1:
         return parts[0][1]
     U, gmax = row.shape[0], max(lay["g_valid"].shape[-1] for _, lay in parts)
-    out = {"G": torch.zeros(U, dtype=parts[0][1]["G"].dtype, device=q.device),
-           "slot": torch.empty(U, q.shape[1] + 1, dtype=parts[0][1]["slot"].dtype, device=q.device)}
-    for name, width in (("g_valid", gmax), ("fwd", gmax), ("bwd_next", gmax), ("right", gmax - 1),
-                        ("left", gmax - 1), ("edges", gmax + 1)):
-        like = parts[0][1][name]
-        out[name] = torch.full((U, width), _PADDING.get(name, 0.0), dtype=like.dtype, device=q.device)
+    first = parts[0][1]
+    out = {name: first[name].new_empty((U, *first[name].shape[1:])) for name in ("G", "slot")}
+    for name in (*_PADDING, "edges"):   # group arrays: gmax + (their width − their layout's group count) columns
+        width = gmax + first[name].shape[-1] - first["g_valid"].shape[-1]
+        out[name] = first[name].new_full((U, width), _PADDING.get(name, 0.0))
     for sel, lay in parts:
-        g = lay["g_valid"].shape[-1]
         out["G"][sel], out["slot"][sel] = lay["G"], lay["slot"]
         for name in _PADDING:
             out[name][sel, :lay[name].shape[-1]] = lay[name]
-        out["edges"][sel] = lay["edges"][:, -1:].expand(-1, gmax + 1).clone()
-        out["edges"][sel, :g + 1] = lay["edges"]
+        out["edges"][sel] = lay["edges"][:, -1:]                         # each layout's last edge, then its edges
+        out["edges"][sel, :lay["edges"].shape[-1]] = lay["edges"]
     return out
 
 

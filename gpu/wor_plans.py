@@ -290,8 +290,8 @@ def _first_draw(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, walk: 
     rule, on ``(S_2, …, S_k)``; tuples whose first child is not the top token take the room that leaves
     (:func:`univer_theory.plans.first_draw.first_draw_weights`; for the inner plan their tails are replaced by the
     inner row's top k − 1 tokens, a valid tuple whose inner weights are discarded)."""
-    t, pi, _, q_in, rho_in, p_in = first_draw_rows(c, q)
-    c_in = rho_in[:, None] * p_in       # as the core's inner choice forms it (its room at round-off reads it)
+    t, pi, q_in, rho_in, p_in = first_draw_rows(c, q)
+    c_in = rho_in[:, None] * p_in       # c' = ρ'p', formed as the core's inner choice forms it
     lead = (1,) * (children.dim() - 2)
     first = children[..., 0] == t.view(-1, *lead)
     k = children.shape[-1]
@@ -348,7 +348,7 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     rows = (~feasible & (support > SMALL_SUPPORT)).nonzero().squeeze(1)
     if rows.numel():                    # rules 7 and 8 where the plan so far is short of α*(ρ) by more than OPTIMALITY_TOL
         alpha = a[rows].sum(1)
-        first = first_draw_gate(c[rows], q[rows], alpha, OPTIMALITY_TOL)
+        first = first_draw_gate(q[rows], alpha, OPTIMALITY_TOL)
         luce = luce_rows(c[rows], q[rows], k)
         rows, first, luce, alpha = rows[first | luce], first[first | luce], luce[first | luce], alpha[first | luce]
     if rows.numel():

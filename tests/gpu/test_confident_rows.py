@@ -125,7 +125,7 @@ def test_verify_emits_the_target_law_on_the_audit_row(monkeypatch):
     integral as on a row beyond Luce's budget whose top token is not confident (their batched plans are checked
     exactly in tests/gpu/test_luce.py and test_choice_realises_its_marginal_and_matches_the_core)."""
     monkeypatch.setattr(wor_plans, "luce_rows", lambda c, q, k: torch.zeros(q.shape[0], dtype=torch.bool))
-    monkeypatch.setattr(wor_plans, "first_draw_gate", lambda c, q, alpha, tol: torch.zeros_like(alpha, dtype=torch.bool))
+    monkeypatch.setattr(wor_plans, "first_draw_gate", lambda q, alpha, tol: torch.zeros_like(alpha, dtype=torch.bool))
     p, q = audit_row()
     batch, p_rows, q_rows, gen = drafted(p, q, 3, 20_000, 0)
     with monkeypatch.context() as m:

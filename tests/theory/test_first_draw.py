@@ -51,7 +51,7 @@ def test_marginal_is_exact_and_the_bound_holds(V, k):
         plan = first_draw_plan(p, q, rho, k)
         check_exact(plan, p, q, rho, k)
         inner = plan.info["inner"]
-        _, pi, c_in, q_in, rho_in, p_in = first_draw_rows(rho * p, q)
+        _, pi, q_in, rho_in, p_in = first_draw_rows(rho * p, q)
         if float(inner.alpha) >= float(alpha_star(p_in, q_in, k - 1, "wor", float(rho_in))) - 1e-12:
             s = float(plan.alpha) - (brute_alpha_star(p, q, k, rho) - 2 * (1 - pi) / pi)
             slack, checked = min(slack, s), checked + 1
@@ -116,7 +116,7 @@ def test_a_confident_row_costs_no_more_than_its_tail_node(V, k):
             p, q = model.target(()), model.draft(())
             for rho in (1.0, 0.6):
                 gap = float(alpha_star(p, q, k, "wor", rho)) - float(choose_plan(p, q, rho, k, "wor").alpha)
-                _, pi, _, q_in, rho_in, p_in = first_draw_rows(rho * p, q)
+                _, pi, q_in, rho_in, p_in = first_draw_rows(rho * p, q)
                 inner = choose_plan(p_in, q_in, float(rho_in), k - 1, "wor")
                 g_in = float(alpha_star(p_in, q_in, k - 1, "wor", float(rho_in))) - float(inner.alpha)
                 d = 1 - float(pi)

@@ -227,7 +227,7 @@ def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
     p = np.asarray(target_probs, dtype=np.float64)
     c = float(rho) * p
     alpha = float(plan.alpha)
-    first = bool(first_draw_gate(c, q, alpha, OPTIMALITY_TOL))
+    first = bool(first_draw_gate(q, alpha, OPTIMALITY_TOL))
     luce = luce_budget(token_classes(q, c)[1], k)
     if not (first or luce):
         return plan
@@ -246,7 +246,7 @@ def first_draw_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
     p, q, rho = check_node_inputs("first_draw_plan", target_probs, draft_probs, rho, k, "wor")
     if k < 2:
         raise ValueError(f"first_draw_plan: needs k ≥ 2 children, got k = {k}")
-    t, pi, c_in, q_in, rho_in, p_in = first_draw_rows(rho * p, q)
+    t, pi, q_in, rho_in, p_in = first_draw_rows(rho * p, q)
     inner = choose_plan(p_in, q_in, float(rho_in), k - 1, "wor")
     a, tau, u, v = first_draw_marginal(rho * p, q, t, pi, inner.marginal)
     top = int(t[0])

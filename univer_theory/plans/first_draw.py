@@ -34,27 +34,32 @@ from .wor_pair import leave_one_out
 ROOM_TOL = 2.0 ** -40
 
 
+def first_draw_probability(q):
+    """``(t [..., 1], π [...])``: the top draft token of rows ``q [..., V]`` (lowest id on ties) and the
+    probability ``π = q_t/q(V)`` that it is drawn first."""
+    nx = get_backend(q)
+    t = top_tokens(q, 1)
+    return t, nx.take(q, t)[..., 0] / nx.sum(q)
+
+
 def first_draw_rows(c, q):
     """The first-draw split of rows ``c = ρp``, ``q`` ``[..., V]`` (module docstring):
-    ``(t [..., 1], π [...], c' [..., V], q' [..., V], ρ' [...], p' [..., V])``.  Masses are summed over the tail,
-    never taken as ``1 − q_t``; ``p' = q'`` where ``c(V∖t) = 0`` (then ``ρ' = 0``)."""
+    ``(t [..., 1], π [...], q' [..., V], ρ' [...], p' [..., V])``, the inner node's target ``c' = ρ'p'``.  Masses
+    are summed over the tail, never taken as ``1 − q_t``; ``p' = q'`` where ``c(V∖t) = 0`` (then ``ρ' = 0``)."""
     nx = get_backend(c, q)
-    t = top_tokens(q, 1)
+    t, pi = first_draw_probability(q)
     q_tail, c_tail = nx.put(q, t, 0.0), nx.put(c, t, 0.0)
-    qt = nx.take(q, t)[..., 0]
-    pi = qt / (qt + nx.sum(q_tail))
     q_in = q_tail / nx.sum(q_tail, keepdims=True)
-    ct = nx.sum(c_tail)
-    c_in = c_tail / nx.maximum(pi, ct)[..., None]
+    c_in = c_tail / nx.maximum(pi, nx.sum(c_tail))[..., None]
     rho_in = nx.clip(nx.sum(c_in), 0.0, 1.0)
     p_in = nx.where(rho_in[..., None] > 0, c_in / nx.where(rho_in > 0, rho_in, 1.0)[..., None], q_in)
-    return t, pi, c_in, q_in, rho_in, p_in
+    return t, pi, q_in, rho_in, p_in
 
 
-def first_draw_gate(c, q, alpha, tol):
+def first_draw_gate(q, alpha, tol):
     """``[...]`` bool: where rule 8 is worth building against a plan of acceptance ``α`` — where its tuples that start
-    with t, which give at most π (:func:`first_draw_rows`), could beat ``α`` by more than ``tol``."""
-    return first_draw_rows(c, q)[1] > alpha + tol
+    with t, which give at most π (:func:`first_draw_probability`), could beat ``α`` by more than ``tol``."""
+    return first_draw_probability(q)[1] > alpha + tol
 
 
 def first_draw_marginal(c, q, t, pi, a_in):
