@@ -19,9 +19,8 @@ token marginal ``a [R, V]``:
   cumulative sums (closed form, :func:`univer_theory.plans.pts.pair_avail`); k ≥ 3: the exponential-clock
   integral on the exact core's quadrature grid, the polynomial products over the tokens before / after y as
   elementary symmetric sums — nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29
-  passes at V = 49 152).  Each pass costs more than one sequential walk on the CPU, so there the walk itself is
-  used for k ≥ 3 (:func:`_walk`: the exact core's steps, every row at once; the ``walk`` argument,
-  :data:`WALKS`);
+  passes at V = 49 152).  On the CPU those passes cost ~170× one walk, so there the walk itself is used for
+  k ≥ 3 (:func:`_walk`: the exact core's compiled walk, row by row; the ``walk`` argument, :data:`WALKS`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities — the functions of
@@ -34,9 +33,9 @@ token marginal ``a [R, V]``:
 The cut's order (``p/q`` ascending) and PTS's (descending) are two sorts: both break ties to the lower token id,
 so on tied ratios neither is the other reversed.
 
-No loop over rows: loops run over bisection / fixed-point steps (until every row has converged), quadrature
-chunks, the children, the virtual sequences and, in the k ≥ 3 walk, the priority positions (row chunks of
-bounded memory).  Host reads: the convergence tests of those loops, the clock grid's length (:func:`_clock_grid`)
+No Python loop over rows: loops run over bisection / fixed-point steps (until every row has converged),
+quadrature chunks, the children and the virtual sequences; the k ≥ 3 walk on the CPU is a compiled loop over
+rows and priority positions (on the host: on an accelerator, :data:`WALKS`).  Host reads: the convergence tests of those loops, the clock grid's length (:func:`_clock_grid`)
 and the sizes of the row subsets each plan runs on (``nonzero``) — data-dependent shapes and loop counts.
 """
 from __future__ import annotations
@@ -49,7 +48,7 @@ from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.orders import ratio_argsort, top_tokens
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT, single_child_rows, single_child_weights
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
-                                        thinning_walk, walk_states)
+                                        thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
 from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
 from univer_theory.plans.pts import pair_avail, thinning_fixed_point
@@ -178,39 +177,22 @@ def _clock_avail(qs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tenso
 #: nodes take the walk.
 PTS_MAX_K = 8
 
-#: Bytes of one row chunk of :func:`_walk`'s polynomial states (``walk_states(m, k)`` ≈ (4 + 5/k)·√m per row,
-#: ``[2, k, t]`` float64 each, :func:`univer_theory.plans.clocks.walk_states`): the walk runs over this many rows
-#: at once.
-WALK_BYTES = {"cpu": 2**26, "accelerator": 2**31}
-
 
 def _walk(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):
     """``(θ, avail)`` in priority order by the exact core's priority walk,
-    :func:`univer_theory.plans.clocks.thinning_walk` (every row at once; the same function the exact core runs
-    on its one row).  On the CPU it runs on numpy views of the same memory (no copy; torch's per-call overhead is
-    ~7× numpy's on these ``[R, 2, k, t]`` arrays), elsewhere on the tensors."""
-    if qs.device.type != "cpu":
-        return thinning_walk(qs, cs, k, s, weights)
-    theta, avail = thinning_walk(qs.numpy(), cs.numpy(), k, s.numpy(), weights.numpy())
-    return torch.from_numpy(theta), torch.from_numpy(avail)
-
-
-def _walked_theta(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):
-    """:func:`_walk` over row chunks of :data:`WALK_BYTES` (its states' memory stays bounded whatever the
-    batch); ``(θ, avail)`` in priority order."""
-    R, m = qs.shape
-    per_row = 8 * walk_states(m, k) * 2 * k * s.numel()
-    step = max(1, WALK_BYTES["cpu" if qs.device.type == "cpu" else "accelerator"] // per_row)
-    parts = [_walk(qs[i:i + step], cs[i:i + step], k, s, weights[i:i + step]) for i in range(0, R, step)]
-    return tuple(torch.cat(x) for x in zip(*parts))
+    :func:`univer_theory.plans.clocks.thinning_walk` (compiled, on the host, in cache-sized row chunks; the same
+    function the exact core runs on its one row): on the CPU on numpy views of the same memory; on an accelerator
+    the rows are copied to the host and back (a sequential walk has no parallel form there — the fixed point is
+    the accelerator's path, :data:`WALKS`)."""
+    theta, avail = thinning_walk(*(x.cpu().numpy() for x in (qs, cs)), k, s.cpu().numpy(), weights.cpu().numpy())
+    return torch.from_numpy(theta).to(qs.device), torch.from_numpy(avail).to(qs.device)
 
 
 #: How PTS's θ is found for k ≥ 3 (the ``walk`` argument of :func:`pts_weights`): ``"fixed_point"`` (batched
-#: clock integrals, :func:`_clock_avail`), ``"sequential"`` (the priority walk, every row at once,
+#: clock integrals, :func:`_clock_avail`), ``"sequential"`` (the compiled priority walk,
 #: :func:`_walk`) or ``"auto"`` — the walk on the CPU, the fixed point on an accelerator.  At V = 49 152
-#: (k = 3, 4) the fixed point takes 24–29 passes, each ~1.5× one walk on the CPU as the walk was before its
-#: arithmetic was reorganised (~40× the walk in all; the walk is now ~1.6× faster at one row, docs/deviations.md
-#: item 33) and one pass over ``[R, V, 400]`` arrays on a GPU.
+#: (k = 3, 4) the fixed point takes 24–29 passes over ``[R, V, 400]`` arrays — one parallel pass each on a GPU,
+#: ~170× the walk on one CPU thread (50 s against 0.3 s for one k = 3 row, docs/deviations.md item 37).
 WALKS = ("auto", "fixed_point", "sequential")
 
 
@@ -226,7 +208,7 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
     order, rank, on, qs, cs = _priority(c, q, p)
     walk = walk if walk != "auto" else ("sequential" if q.device.type == "cpu" else "fixed_point")
     if k > PTS_MAX_K or (k >= 3 and walk == "sequential"):
-        theta, avail = _walked_theta(qs, cs, k, *_clock_grid(qs, k))
+        theta, avail = _walk(qs, cs, k, *_clock_grid(qs, k))
     else:
         if k == 2:
             avail_of, finite = pair_avail(qs, on)

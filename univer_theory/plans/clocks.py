@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+import numba
 import numpy as np
 
 from ..nx import array_module, get_backend
@@ -97,163 +98,167 @@ def acceptance(avail, c_num, c_den):
     """PTS's acceptance probability ``θ = min(1, c/avail)`` (0 where ``c = 0``; theory.md §6.3 rule 4) from the
     caps' forms ``(c⁺, c′)`` of :func:`acceptance_caps`, branch-free: ``θ = c⁺/max(avail, c′)`` — where c > 0,
     ``c ≥ avail`` gives ``c/c = 1`` exactly and otherwise the quotient ``c/avail`` itself; where c = 0,
-    ``0/max(avail, 1) = 0``.  The one spelling of θ: the walk (:func:`thinning_walk`) and the fixed point
-    (:func:`univer_theory.plans.pts.thinning_fixed_point`).  Numpy arrays or torch tensors."""
+    ``0/max(avail, 1) = 0``.  The one spelling of θ: the fixed point
+    (:func:`univer_theory.plans.pts.thinning_fixed_point`) and, on scalars inside its compiled loop, the walk
+    (:func:`_prefix_walk`, on the caps of :func:`acceptance_caps`).  Numpy arrays or torch tensors."""
     return c_num / array_module(avail).maximum(avail, c_den)
 
 
-#: Blocks of the priority order whose suffix states :func:`thinning_walk` rebuilds at once (one vectorised
-#: backward step per position of a block serves all of them).
-WALK_GROUP = 4
+#: Bytes of the polynomial states of one chunk of rows of :func:`thinning_walk` (:func:`walk_states` states of
+#: ``2·k·t`` floats a row): cache-sized — at V = 49 152 one row a chunk, many rows at small V (three rows at
+#: V = 49 152 in one chunk took 1.4× as long as one at a time).
+WALK_BYTES = 2**23
 
 
 def walk_states(m: int, k: int) -> int:
-    """How many ``[2, k, t]`` polynomial states' worth of memory :func:`thinning_walk` holds per row for m
-    positions: one checkpoint per block of ``b = ⌊√⌈m/WALK_GROUP⌉⌋`` positions, the coefficient arrays of one
-    group of :data:`WALK_GROUP` blocks, 3 scratch states per block of a group, 4 buffers, and the group's clock
-    factors (5 ``[t]`` arrays per position, ``5/(2k)`` of a state) — about ``(4 + 5/k)·√m`` at
-    ``WALK_GROUP = 4`` (2√m before the reorganisation of docs/deviations.md item 33)."""
-    block = max(1, math.isqrt(-(-m // WALK_GROUP)))
-    blocks = -(-m // block)
-    group = min(WALK_GROUP, blocks)
-    return blocks + group * (block + 3) + 4 + -(-5 * group * block // (2 * k))
+    """How many ``[2, k, t]`` polynomial states :func:`thinning_walk` holds per row of m positions: one
+    checkpoint per block of ``b = ⌈√m⌉`` positions, the suffix state after each position of one block, and the
+    prefix and running suffix — ``2⌈√m⌉ + 2`` at most; plus the block's clock factors (3 ``[t]`` arrays per
+    position, ``3/(2k)`` of a state each)."""
+    block = _walk_block(m)
+    return -(-m // block) + block + 2 + -(-3 * block // (2 * k))
 
 
-def _step_views(state, out, reverse: bool = False):
-    """The views :func:`_pair_step` reads and writes for ``state → out`` (both ``[..., 2, k, t]``, distinct
-    memory; with ``reverse`` degree runs highest first): built once per pair of buffers."""
-    lo, hi = (slice(1, None), slice(None, -1)) if reverse else (slice(None, -1), slice(1, None))
-    return state, out, state[..., lo, :], out[..., hi, :], state[..., 0:1, :, :], out[..., 1:2, :, :]
+def _walk_block(m: int) -> int:
+    """Positions per block of :func:`thinning_walk` (``⌈√m⌉``: the checkpoints and one block's states balance)."""
+    return math.isqrt(m - 1) + 1 if m > 1 else 1
 
 
-def _pair_step(views, e, lin, de, coef=None):
-    """``(P, D) ↦ (P·(e + lin·u), D·(e + lin·u) + de·P)`` for polynomials in u truncated at their degree, written
-    into the ``out`` of ``views`` (:func:`_step_views`); ``e, lin, de [..., 1, 1, t]`` broadcast against the
-    states' leading axes.  With ``coef`` (degree highest first only), also ``[de·P + lin·D⁺ ; lin·P⁺]`` into it
-    (``X⁺`` the next lower degree, 0 below degree 0: the terms of the step that are not ``e·state``).  numpy
-    arrays or torch tensors (``multiply(…, out=)`` and in-place adds, spelled alike)."""
-    state, out, state_lo, out_hi, state_p, out_d = views
-    xp = array_module(state)
-    xp.multiply(state, e, out=out)
-    shifted = state_lo * lin
-    crossed = de * state_p
-    out_hi += shifted
-    out_d += crossed
-    if coef is not None:
-        xp.add(crossed[..., 0, :-1, :], shifted[..., 1, :, :], out=coef[..., 0, :-1, :])
-        coef[..., 0, -1, :] = crossed[..., 0, -1, :]
-        coef[..., 1, :-1, :] = shifted[..., 0, :, :]
-    return out
+#: ``q·T`` beyond which ``e^{−qT}`` is exactly 0 in float64 (it underflows past ~745.13; the margin keeps any
+#: ``exp`` implementation's last ulp out of the question), and ``1 − e^{−qT}``, ``qT·e^{−qT}`` exactly 1 and 0.
+CLOCK_DEAD = 750.0
 
 
-def _suffix_sweep(first, last, bufs, e, ring, qe, weights=None, coef=None):
-    """Step the suffix (g = 1, degree highest first) back through positions ``j = J−1, …, 0`` of a block:
-    ``first`` is the suffix after the block, ``last`` receives the suffix before it; ``e, ring, qe [J, ...,
-    1, 1, t]`` position-major, ``bufs`` two scratch states shaped as ``first``.  With ``coef [J, ..., 2, k, t]``
-    (zero in ``[1, k−1]``), each position's availability coefficients (:func:`thinning_walk`) times
-    ``weights``."""
-    alternate = [_step_views(bufs[1], bufs[0], reverse=True), _step_views(bufs[0], bufs[1], reverse=True)]
-    cur = first
-    for j in range(e.shape[0] - 1, -1, -1):
-        out = last if j == 0 else bufs[j % 2]
-        views = alternate[j % 2] if cur is bufs[(j + 1) % 2] and out is bufs[j % 2] else \
-            _step_views(cur, out, reverse=True)
-        _pair_step(views, e[j], ring[j], qe[j], None if coef is None else coef[j])
-        if coef is not None:
-            coef[j] *= weights
-        cur = out
+def live_nodes(qs: np.ndarray, k: int, s: np.ndarray, weights: np.ndarray) -> int:
+    """How many leading nodes of the grid can add to any availability of the walk on one row ``qs [m]``: up to
+    the last positive weight, and before the first node where the 2k-th largest rate's clock has certainly
+    arrived (``q_(2k)·T ≥`` :data:`CLOCK_DEAD`).  Beyond it at least 2k clocks have ``e = 0`` exactly, so for
+    every y the prefix before y or the suffix after it holds k of them, and that polynomial — a product of
+    factors ``e + g(1 − e)u`` truncated at degree k − 1, and its ``D`` — is exactly 0: the node's term in
+    ``avail(y)`` is an exact 0, and leaving it out of the sum changes no float."""
+    positive = np.flatnonzero(weights > 0)
+    live = int(positive[-1]) + 1 if positive.size else 0
+    if np.count_nonzero(qs) >= 2 * k:
+        slow = np.partition(qs, qs.size - 2 * k)[qs.size - 2 * k]
+        live = min(live, int(np.count_nonzero(rate_times(np.array([[slow]]), s) < CLOCK_DEAD)))   # s ascending
+    return live
+
+
+def _clock_factors(qs: np.ndarray, s: np.ndarray):
+    """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of the positions ``qs [R, J]`` at the nodes ``s [t]``, ``[R, J, t]``
+    each (expm1 keeps tiny q's precision; the third carries the Jacobian, module docstring)."""
+    minus = -rate_times(qs[..., None], s)
+    e = np.exp(minus)
+    return e, -np.expm1(minus), -minus * e
+
+
+@numba.njit(cache=True)
+def _suffix_steps(state, e, ring, qe, after):
+    """Step each row's suffix ``(P, D)`` (``state [R, 2, k, t]``; g = 1, degree lowest first) back over a block's
+    positions ``J − 1, …, 0`` (clock factors ``[R, J, t]``), in place; with ``after [R, J, 2, k, t]`` (else
+    ``[0, …]``), also keep the suffix after each position: ``(P, D) ↦ (P·f, D·f + qT e·P)``, ``f = e + (1 − e)u``,
+    truncated at degree k − 1."""
+    R, k, t = state.shape[0], state.shape[2], state.shape[3]
+    for r in range(R):
+        st = state[r]
+        for i in range(e.shape[1] - 1, -1, -1):
+            if after.shape[0]:
+                after[r, i] = st
+            for j in range(k - 1, -1, -1):
+                for n in range(t):
+                    d = st[1, j, n] * e[r, i, n] + qe[r, i, n] * st[0, j, n]
+                    p = st[0, j, n] * e[r, i, n]
+                    if j:
+                        d += st[1, j - 1, n] * ring[r, i, n]
+                        p += st[0, j - 1, n] * ring[r, i, n]
+                    st[1, j, n] = d
+                    st[0, j, n] = p
+
+
+@numba.njit(cache=True)
+def _prefix_walk(prefix, after, e, ring, qe, w, hq, c_num, c_den, theta, avail):
+    """The walk over one block's J positions of each row from its prefix ``(P, D)`` before the block
+    (``prefix [R, 2, k, t]``, updated in place): ``avail(y) = Σ_t w·(qT e_y·[u^{k−1}]P·S + (1 − e_y)·[u^{k−2}](D·S +
+    P·S_D)) + hq_y`` against the suffix ``(S, S_D) = after[r, y]``, then ``θ_y = c⁺/max(avail, c′)``
+    (:func:`acceptance`, on scalars) and the prefix step with ``g = 1 − θ_y``: ``(P, D) ↦ (P·f, D·f + g·qT e·P)``,
+    ``f = e + g(1 − e)u``.  Writes ``theta, avail [R, J]``."""
+    R, k, t = prefix.shape[0], prefix.shape[2], prefix.shape[3]
+    for r in range(R):
+        pre = prefix[r]
+        for i in range(e.shape[1]):
+            total = 0.0
+            for n in range(t):
+                first = 0.0
+                for j in range(k):
+                    first += pre[0, j, n] * after[r, i, 0, k - 1 - j, n]
+                later = 0.0
+                for j in range(k - 1):
+                    later += pre[1, j, n] * after[r, i, 0, k - 2 - j, n] + pre[0, j, n] * after[r, i, 1, k - 2 - j, n]
+                total += w[r, n] * (qe[r, i, n] * first + ring[r, i, n] * later)
+            av = max(total, 0.0) + hq[r, i]
+            th = c_num[r, i] / max(av, c_den[r, i])
+            theta[r, i], avail[r, i] = th, av
+            g = 1.0 - th
+            for j in range(k - 1, -1, -1):
+                for n in range(t):
+                    d = pre[1, j, n] * e[r, i, n] + g * qe[r, i, n] * pre[0, j, n]
+                    p = pre[0, j, n] * e[r, i, n]
+                    if j:
+                        lin = g * ring[r, i, n]
+                        d += pre[1, j - 1, n] * lin
+                        p += pre[0, j - 1, n] * lin
+                    pre[1, j, n] = d
+                    pre[0, j, n] = p
 
 
 def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     """PTS's priority walk (module docstring; :func:`sequential_thinning_avail`) on rows already in priority
-    order, every row at once: ``qs, cs [R, m]`` (q and ρp; undrafted positions, q = 0, come last and are
-    identity steps with θ = 0), nodes ``s [t]`` and weights ``[R, t]`` (0 beyond a row's own panels).  Returns
+    order: ``qs, cs [R, m]`` (q and ρp; undrafted positions, q = 0, come last and are identity steps with
+    θ = 0), nodes ``s [t]`` and weights ``[R, t]`` (0 beyond a row's own panels), numpy arrays.  Returns
     ``(θ, avail) [R, m]``.  ``head`` adds ``head·q`` to each availability (the grid's piece below its first node,
     :func:`sequential_thinning_avail`).
 
-    The walk is sequential over the m priority positions, not over rows; only the prefix (θ-dependent) is
-    stepped in that loop.  How the arithmetic is organised:
-
-    * the suffix products over the lower-priority tokens (g = 1, highest degree first) are stepped once from
-      the end, keeping a checkpoint at the end of each block of ``b = ⌊√⌈m/WALK_GROUP⌉⌋`` positions;
-    * going forward, the suffix states of :data:`WALK_GROUP` blocks at a time are swept back from their
-      checkpoints, one backward step serving all of the group's blocks; that step's own terms (``lin·shift``
-      and ``de·P``, :func:`_pair_step`) give each position's coefficient array ``F_y [2, k, t]`` (times the
-      weights) — the availability is linear in the prefix state
-      ``(P, D)`` before y: ``avail(y) = Σ_{j,t} P_j F_y^P[j] + D_j F_y^D[j]`` with
-      ``F_y^P[j] = w·(q_y T e_y·P^suf_{k−1−j} + (1 − e_y)·D^suf_{k−2−j})`` and
-      ``F_y^D[j] = w·(1 − e_y)·P^suf_{k−2−j}`` (w the quadrature weights);
-    * per position the walk then does one matrix product (the availability), θ (:func:`acceptance`, no
-      branches) and one prefix step into a preallocated buffer.
-
-    Every step is the same float operations in the same order as a plain walk; only the availability's sum
-    (now one dot product over ``2·k·t`` terms, all non-negative) is reassociated (docs/deviations.md item 33).
-    Memory per row: :func:`walk_states` states of ``2·k·t`` floats (≈ (4 + 5/k)·√m; the exact core's one
-    row, ``gpu.wor_plans`` row chunks).  numpy arrays (the exact core, and ``gpu.wor_plans`` on the CPU through
-    views of its tensors) or torch tensors (an accelerator)."""
-    xp = array_module(qs)
+    The walk is sequential over the m priority positions; the arithmetic of each position is compiled
+    (:func:`_prefix_walk`, :func:`_suffix_steps`, every row of a chunk in one call), the clock factors are formed
+    by numpy a block at a time (:func:`_clock_factors`).  The suffix products over the lower-priority tokens
+    (g = 1) are stepped once from the end, keeping a checkpoint at the end of each block of ``b = ⌈√m⌉``
+    positions; going forward, each block's suffix states are swept back from its checkpoint, then the block is
+    walked: per position the availability (the product of the prefix and suffix polynomials, its ``u^{k−1}``
+    coefficient, summed over the nodes), θ and one prefix step.  Only the rows' :func:`live_nodes` are stepped
+    (the others add exact zeros: ~40% of the default grid on a Zipf row at V = 49 152).  The sum over the nodes
+    is reassociated against a plain walk (every term non-negative).  Memory: :func:`walk_states` states of
+    ``2·k·t`` floats a row, rows in chunks of :data:`WALK_BYTES`."""
+    qs, cs, s, weights = (np.ascontiguousarray(x, dtype=np.float64) for x in (qs, cs, s, weights))
     R, m = qs.shape
-    t = s.shape[0]
-    n = 2 * k * t
-    dev = {} if xp is np else {"device": qs.device}
-    block = max(1, math.isqrt(-(-m // WALK_GROUP)))
+    block = _walk_block(m)
     blocks = -(-m // block)
-    if blocks * block > m:                                      # pad with identity steps (q = 0, θ = 0)
-        pad = 0 * qs[:, :blocks * block - m]
-        qs, cs = xp.concatenate([qs, pad], 1), xp.concatenate([cs, pad], 1)
-    w = weights[:, None, None, :]                                               # [R, 1, 1, t]
-
-    def clocks(lo, hi):
-        """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of positions lo..hi−1, position-major
-        ``[hi − lo, R, 1, 1, t]`` (expm1 keeps tiny q's precision; the third carries the Jacobian, module
-        docstring)."""
-        x = rate_times(qs[:, lo:hi, None], s).swapaxes(0, 1)[:, :, None, None, :]
-        minus = -x
-        e = xp.exp(minus)
-        return e, -xp.expm1(minus), x * e
-
-    # the suffix pass (g = 1), from the end: checkpoints[b] is the suffix over the positions after block b
-    checkpoints = xp.zeros((blocks, R, 2, k, t), dtype=qs.dtype, **dev)
-    checkpoints[-1, :, 0, k - 1] = 1.0                                 # the suffix's 1, highest degree first
-    bufs = [xp.zeros((R, 2, k, t), dtype=qs.dtype, **dev) for _ in range(2)]
-    for b in range(blocks - 1, 0, -1):
-        _suffix_sweep(checkpoints[b], checkpoints[b - 1], bufs, *clocks(b * block, (b + 1) * block))
-
-    pre = [xp.zeros((R, 2, k, t), dtype=qs.dtype, **dev) for _ in range(2)]
-    pre[0][:, 0, 0] = 1.0                                                       # (P, D) = (1, 0)
-    forward = [_step_views(pre[0], pre[1]), _step_views(pre[1], pre[0])]
-    flat = [x.reshape(R, 1, 1, n) for x in pre]
-    cur = 0                                                                     # pre[cur] is the prefix state
-    group = min(WALK_GROUP, blocks)
-    coefs = xp.zeros((group, block, R, 2, k, t), dtype=qs.dtype, **dev)
-    scratch = [xp.zeros((group, R, 2, k, t), dtype=qs.dtype, **dev) for _ in range(3)]
-    avail, theta = [], []
-    for g0 in range(0, blocks, group):
-        g1 = min(g0 + group, blocks)
-        lo, hi = g0 * block, g1 * block
-        E, RING, QE = clocks(lo, hi)
-        # the group's blocks swept back together from their checkpoints, position-major within the block:
-        # coefs[g, j] are the coefficients of position (g0 + g)·block + j
-        G = g1 - g0
-        F = coefs[:G]
-        _suffix_sweep(checkpoints[g0:g1], scratch[2][:G], [x[:G] for x in scratch[:2]],
-                      *(x.reshape(G, block, *x.shape[1:]).swapaxes(0, 1) for x in (E, RING, QE)),
-                      weights=w, coef=F.swapaxes(0, 1))
-        F = F.reshape(hi - lo, R, 1, n, 1)
-        c_num, c_den = acceptance_caps(cs[:, lo:hi].T.reshape(hi - lo, R, 1, 1, 1))
-        hq = head * qs[:, lo:hi].T.reshape(hi - lo, R, 1, 1, 1) if head else None
-        rq = xp.stack([RING, QE], 1)                                            # [L, 2, R, 1, 1, t]
-        for i, (f, num, den, e, ring_qe) in enumerate(zip(F, c_num, c_den, E, rq)):
-            av = flat[cur] @ f                              # [R, 1, 1, 1]; ≥ 0: a sum of non-negative terms
-            if hq is not None:
-                av = av + hq[i]
-            th = acceptance(av, num, den)
-            avail.append(av)
-            theta.append(th)
-            lin, de = (1.0 - th) * ring_qe                  # g·(1 − e), g·qT·e
-            _pair_step(forward[cur], e, lin, de)
-            cur = 1 - cur
-    return xp.stack(theta).reshape(-1, R)[:m].T, xp.stack(avail).reshape(-1, R)[:m].T
+    theta, avail = np.zeros((R, m)), np.zeros((R, m))
+    t = max(live_nodes(row, k, s, w) for row, w in zip(qs, weights))
+    step = max(1, WALK_BYTES // (8 * walk_states(m, k) * 2 * k * max(t, 1)))
+    for r0 in range(0, R, step):
+        rows = slice(r0, min(R, r0 + step))
+        q, s_t, w = qs[rows], s[:t], np.ascontiguousarray(weights[rows, :t])
+        c_num, c_den = acceptance_caps(cs[rows])
+        n = q.shape[0]
+        state = np.zeros((n, 2, k, t))
+        state[:, 0, 0] = 1.0                                        # the empty product (P, D) = (1, 0)
+        checkpoints = np.empty((blocks, n, 2, k, t))
+        checkpoints[-1] = state
+        after, none = np.empty((n, block, 2, k, t)), np.empty((0, block, 2, k, t))
+        for b in range(blocks - 1, 0, -1):                          # checkpoints[b]: the suffix after block b
+            _suffix_steps(state, *_clock_factors(q[:, b * block:(b + 1) * block], s_t), none)
+            checkpoints[b - 1] = state
+        prefix = np.zeros((n, 2, k, t))
+        prefix[:, 0, 0] = 1.0
+        th, av = np.empty((n, block)), np.empty((n, block))
+        for b in range(blocks):
+            lo, hi = b * block, min(m, (b + 1) * block)
+            clocks = _clock_factors(q[:, lo:hi], s_t)
+            _suffix_steps(checkpoints[b].copy(), *clocks, after)
+            _prefix_walk(prefix, after, *clocks, w, *(np.ascontiguousarray(x[:, lo:hi]) for x in (head * q, c_num, c_den)),
+                         th, av)
+            theta[rows, lo:hi], avail[rows, lo:hi] = th[:, :hi - lo], av[:, :hi - lo]
+    return theta, avail
 
 
 def sequential_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray, k: int,
