@@ -14,7 +14,7 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   integrated by Gauss–Legendre;
 * ``wor``, any k ≥ 2: the automatic choice of :mod:`gpu.wor_plans` — for k = 2 rule 3 (``wor_pair``) where
   feasible; else the larger α of PTS and the iid coupling (PTS's θ for k ≥ 3: a fixed point of batched clock
-  integrals on an accelerator, the compiled priority walk on the CPU, where it is ~170× cheaper — the
+  integrals on an accelerator, the compiled priority walk on the CPU, where it is ~300× cheaper — the
   ``walk`` argument), and on draft supports of at most ``SMALL_SUPPORT`` tokens rule 1
   where it is better: the CondOT(ρ) LP's one tie-broken optimum, every node's LP at once (:mod:`gpu.condot`);
 * children with different subtrees (``iid`` / ``wor``) on supports small enough for its LP: the shape rule

@@ -19,7 +19,7 @@ token marginal ``a [R, V]``:
   cumulative sums (closed form, :func:`univer_theory.plans.pts.pair_avail`); k ≥ 3: the exponential-clock
   integral on the exact core's quadrature grid, the polynomial products over the tokens before / after y as
   elementary symmetric sums — nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29
-  passes at V = 49 152).  On the CPU those passes cost ~170× one walk, so there the walk itself is used for
+  passes at V = 49 152).  On the CPU those passes cost ~300× one walk, so there the walk itself is used for
   k ≥ 3 (:func:`_walk`: the exact core's compiled walk, row by row; the ``walk`` argument, :data:`WALKS`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
@@ -192,7 +192,7 @@ def _walk(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: 
 #: clock integrals, :func:`_clock_avail`), ``"sequential"`` (the compiled priority walk,
 #: :func:`_walk`) or ``"auto"`` — the walk on the CPU, the fixed point on an accelerator.  At V = 49 152
 #: (k = 3, 4) the fixed point takes 24–29 passes over ``[R, V, 400]`` arrays — one parallel pass each on a GPU,
-#: ~170× the walk on one CPU thread (50 s against 0.3 s for one k = 3 row, docs/deviations.md item 37).
+#: ~300× the walk on one CPU thread (50 s against 0.15 s for one k = 3 row, docs/deviations.md item 37).
 WALKS = ("auto", "fixed_point", "sequential")
 
 

@@ -16,8 +16,8 @@ import pytest
 from univer_theory import ConfidentModel
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans import clocks
-from univer_theory.plans.clocks import (LOG_T_NODES, kth_largest, live_nodes, log_time_grid, log_time_upper,
-                                        rate_times, thinning_walk, walk_states)
+from univer_theory.plans.clocks import (LOG_T_NODES, early_nodes, kth_largest, live_nodes, log_time_grid,
+                                        log_time_upper, rate_times, thinning_walk, walk_states)
 from univer_theory.plans.pts import priority_order
 
 RTOL = 1e-13
@@ -80,10 +80,10 @@ def walk_inputs(p, q, k, rho):
     return qs, cs, s, w
 
 
-def assert_close(got, want, what, qs=None, theta=None):
-    """Relative error ≤ RTOL, plus the subnormal slack of the row ``qs`` and the conditioning of ``1 − θ``
+def assert_close(got, want, what, qs=None, theta=None, rtol=RTOL):
+    """Relative error ≤ ``rtol``, plus the subnormal slack of the row ``qs`` and the conditioning of ``1 − θ``
     before each position (module docstring)."""
-    tol = RTOL if qs is None else RTOL + 100 * 2.0 ** -1074 / qs[qs > 0].min()
+    tol = rtol if qs is None else rtol + 100 * 2.0 ** -1074 / qs[qs > 0].min()
     if theta is not None:
         g = 1.0 - theta                     # θ = 1 exactly (c ≥ avail, g = 0) is stable: no slack
         ratio = np.divide(theta, g, out=np.zeros_like(g), where=g > 0)
@@ -123,22 +123,30 @@ def test_walk_memory_model():
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])
-def test_dead_nodes_and_row_chunks_change_no_float(monkeypatch, k):
-    """Leaving out the nodes past :func:`live_nodes` (where 2k clocks have certainly arrived) and walking the rows
-    in chunks change no float: the walk over every node of the grid, one row at a time, gives the same bits — on
-    Zipf, Dirichlet and confident rows; the cut is real (over a third of the default grid on Zipf rows), and a cut
-    inside the integrands' support would show."""
+def test_left_out_nodes_and_row_chunks(monkeypatch, k):
+    """The nodes the walk leaves out, and its row chunks: past :func:`live_nodes` (2k clocks certainly arrived)
+    the terms are exact zeros — the walk over them too, one row a chunk, gives the same bits; below
+    :func:`early_nodes` (k ≥ 3) they are below 2^-56 of each availability — the walk over them too agrees to
+    1e-15 relative (plus the conditioning slack of :func:`assert_close`).  On Zipf, Dirichlet and confident rows;
+    the cuts are real (Zipf rows keep under half of the default grid for k ≥ 3), and a cut inside the integrands'
+    support would show."""
     cases = [walk_inputs(p, q, k, 0.7) for _, p, q in rows(300, k)]
     s = max((c[2] for c in cases), key=len)
     W = np.stack([np.concatenate([c[3], np.zeros(s.size - c[3].size)]) for c in cases])
     qs, cs = np.stack([c[0] for c in cases]), np.stack([c[1] for c in cases])
     want = thinning_walk(qs, cs, k, s, W)
-    assert all(live_nodes(c[0], k, c[2], c[3]) < 0.67 * c[2].size for c in cases[:2])
+    kept = [live_nodes(c[0], k, c[2], c[3]) - early_nodes(k, c[2]) for c in cases[:2]]
+    assert all(n < (0.5 if k >= 3 else 0.67) * cases[0][2].size for n in kept), kept
     live = clocks.live_nodes
     monkeypatch.setattr(clocks, "live_nodes", lambda qs, k, s, w: s.size)
     monkeypatch.setattr(clocks, "WALK_BYTES", 1)
     got = thinning_walk(qs, cs, k, s, W)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    monkeypatch.setattr(clocks, "early_nodes", lambda k, s: 0)
+    full = thinning_walk(qs, cs, k, s, W)
+    for i in range(len(cases)):
+        assert_close(want[0][i], full[0][i], "θ without the early nodes", qs[i], full[0][i], rtol=1e-15)
+        assert_close(want[1][i], full[1][i], "avail without the early nodes", qs[i], full[0][i], rtol=1e-15)
     # the comparison sees a cut inside the integrands' support: at q_(2k)·T ≥ 0.01 instead
     monkeypatch.setattr(clocks, "live_nodes", live)
     monkeypatch.setattr(clocks, "CLOCK_DEAD", 0.01)
