@@ -20,7 +20,7 @@ token marginal ``a [R, V]``:
   integral on the exact core's quadrature grid, the polynomial products over the tokens before / after y as
   elementary symmetric sums — nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29
   passes at V = 49 152).  On the CPU those passes cost ~300× one walk, so there the walk itself is used for
-  k ≥ 3 (:func:`_walk`: the exact core's compiled walk, row by row; the ``walk`` argument, :data:`WALKS`);
+  k ≥ 3 (:func:`_walk`: the exact core's compiled walk; the ``walk`` argument, :data:`WALKS`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities — the functions of
@@ -34,9 +34,10 @@ The cut's order (``p/q`` ascending) and PTS's (descending) are two sorts: both b
 so on tied ratios neither is the other reversed.
 
 No Python loop over rows: loops run over bisection / fixed-point steps (until every row has converged),
-quadrature chunks, the children and the virtual sequences; the k ≥ 3 walk on the CPU is a compiled loop over
-rows and priority positions (on the host: on an accelerator, :data:`WALKS`).  Host reads: the convergence tests of those loops, the clock grid's length (:func:`_clock_grid`)
-and the sizes of the row subsets each plan runs on (``nonzero``) — data-dependent shapes and loop counts.
+quadrature chunks, the children and the virtual sequences; the k ≥ 3 walk on the CPU is compiled host code
+looping over priority positions (rows in cache-sized chunks; on an accelerator, :data:`WALKS`).  Host reads: the
+convergence tests of those loops, the clock grid's length (:func:`_clock_grid`) and the sizes of the row subsets
+each plan runs on (``nonzero``) — data-dependent shapes and loop counts.
 """
 from __future__ import annotations
 

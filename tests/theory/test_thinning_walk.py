@@ -126,7 +126,7 @@ def test_walk_memory_model():
 def test_left_out_nodes_and_row_chunks(monkeypatch, k):
     """The nodes the walk leaves out, and its row chunks: past :func:`live_nodes` (2k clocks certainly arrived)
     the terms are exact zeros — the walk over them too, one row a chunk, gives the same bits; below
-    :func:`early_nodes` (k ≥ 3) they are below 2^-56 of each availability — the walk over them too agrees to
+    :func:`early_nodes` they are below 2^-56 of each availability — the walk over them too agrees to
     1e-15 relative (plus the conditioning slack of :func:`assert_close`).  On Zipf, Dirichlet and confident rows;
     the cuts are real (Zipf rows keep under half of the default grid for k ≥ 3), and a cut inside the integrands'
     support would show."""

@@ -149,17 +149,16 @@ EARLY_TAIL = 2.0 ** -56
 
 
 def early_nodes(k: int, s: np.ndarray) -> int:
-    """How many leading nodes of the grid ``s`` (ascending) the walk leaves out for k ≥ 3 children: those below
-    ``s_lo = log(EARLY_TAIL·(1 − 2^{−k})/(2^{k−1} e))/k`` (about −14.0 for k = 3, −10.8 for k = 4), 0 for k ≤ 2.
+    """How many leading nodes of the grid ``s`` (ascending) the walk leaves out for k children: those below
+    ``s_lo = log(EARLY_TAIL·(1 − 2^{−k})/(2^{k−1} e))/k`` — about −20.4 for k = 2, −13.8 for k = 3, −10.5 for
+    k = 4; below the grid's start (−30) for k = 1, whose piece under it is the walk's ``head``.
 
     Every term of an availability's integrand (q(V) = 1) is ``h(T) = q_y·Π_{z∈A} g_z(1 − e^{−q_z T})·Π_{z∉A}
     e^{−q_z T}`` with |A| = k − 1 (or the D-term's like product, with the same power of T), so
     ``h(T) ≤ q_y Π_A g_z q_z·T^{k−1}`` for all T and ``h(T) ≥ q_y Π_A g_z q_z (T/2)^{k−1} e^{−1}`` on T ≤ 1:
     ``∫_0^{T_lo} h ≤ T_lo^k·2^{k−1}e/(1 − 2^{−k})·∫_0^∞ h``.  Leaving out the nodes below ``s_lo`` therefore
     changes every availability by at most :data:`EARLY_TAIL` of itself (twice that for the nodes' spacing) —
-    below its quadrature error (~1e-14) and its ulp.  For k ≤ 2 the bound would be ~1e-13: nothing is left out."""
-    if k < 3:
-        return 0
+    below its quadrature error (~1e-14) and its ulp."""
     lower = (math.log(EARLY_TAIL * (1 - 2.0 ** -k) / 2 ** (k - 1)) - 1) / k
     return int(np.count_nonzero(np.asarray(s) < lower))
 
@@ -244,7 +243,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     positions; going forward, each block's suffix states are swept back from its checkpoint, then the block is
     walked: per position the availability (the product of the prefix and suffix polynomials, its ``u^{k−1}``
     coefficient, summed over the nodes), θ and one prefix step.  Only the nodes from :func:`early_nodes` to the
-    rows' :func:`live_nodes` are stepped (the others add exact zeros, or for k ≥ 3 below 2^-56 of each
+    rows' :func:`live_nodes` are stepped (the others add exact zeros, or below 2^-56 of each
     availability: 107 of the default grid's 400 nodes remain on a Zipf row at V = 49 152, k = 3).  The sum over the nodes
     is reassociated against a plain walk (every term non-negative).  Memory: :func:`walk_states` states of
     ``2·k·t`` floats a row, rows in chunks of :data:`WALK_BYTES`."""
