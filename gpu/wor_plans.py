@@ -299,8 +299,8 @@ def _take(w, a, rows, take, chosen, other):
 def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor,
                 walk: str = "auto"):
     """UniVer's automatic choice for k ≥ 2 wor children: for k = 2 rule 3 where feasible (its α within
-    ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``),
-    replaced on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
+    ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``; the
+    coupling, which attains α*_iid(ρ) exactly, built only where that exceeds PTS's α), replaced on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
     where its α is larger by more than ``ALPHA_TIE``, and on larger supports within the Luce budget by rule 7
     (:func:`gpu.luce.luce_rows_weights`, on rows whose classes of exchangeable tokens fit its budget,
     :func:`gpu.luce.luce_rows`) where its α is larger by more than ``OPTIMALITY_TOL`` —
@@ -316,18 +316,21 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     else:
         w, a = torch.zeros_like(children, dtype=c.dtype), torch.zeros_like(c)
         feasible = torch.zeros_like(rho, dtype=torch.bool)
+    k = children.shape[-1]
     rows = (~feasible).nonzero().squeeze(1)
     if rows.numel():
-        sub = (c[rows], q[rows])
-        w_pts, a_pts = pts_weights(*sub, p[rows], children[rows], walk)
-        w_cp, a_cp = coupling_weights(*sub, children[rows])
-        _take(w, a, rows, a_cp.sum(1) > a_pts.sum(1) + ALPHA_TIE, (w_cp, a_cp), (w_pts, a_pts))
+        w_pts, a_pts = pts_weights(c[rows], q[rows], p[rows], children[rows], walk)
+        w[rows], a[rows] = w_pts, a_pts
+        alpha = a_pts.sum(1)        # the coupling attains α*_iid(ρ): built only where that exceeds PTS's α
+        rows = rows[alpha_star_rows(p[rows], q[rows], k, "iid", rho[rows])[0] > alpha]
+    if rows.numel():
+        w_cp, a_cp = coupling_weights(c[rows], q[rows], children[rows])
+        _take(w, a, rows, a_cp.sum(1) > a[rows].sum(1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))
     support = (q > 0).sum(1)
     rows = (~feasible & (support <= SMALL_SUPPORT)).nonzero().squeeze(1)
     if rows.numel():                    # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         _take(w, a, rows, solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
-    k = children.shape[-1]
     rows = (~feasible & (support > SMALL_SUPPORT)).nonzero().squeeze(1)
     if rows.numel():                    # rules 7 and 8 where the plan so far is short of α*(ρ) by more than OPTIMALITY_TOL
         alpha = a[rows].sum(1)

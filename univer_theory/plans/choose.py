@@ -4,7 +4,8 @@
 * ``iid``: rule 2, the private-position layout (α*-optimal, any V);
 * ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible, which it is only when its exact α is within
   ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
-  exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``); on a small draft support (≤ :data:`SMALL_SUPPORT`
+  exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``; not built where PTS reaches α*_iid(ρ), which the
+  coupling attains exactly); on a small draft support (≤ :data:`SMALL_SUPPORT`
   tokens) rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; on a larger
   support, where they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first rule 7 (``luce``, α*-exact) when
   the classes of exchangeable tokens are within the Luce budget (:func:`~univer_theory.plans.luce.luce_budget`),
@@ -184,8 +185,7 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
     elif process == "wor":
         plan = wor_pair_plan(target_probs, draft_probs, rho, k, process) if k == 2 else None
         if plan is None:
-            plan = _best([pts_plan(target_probs, draft_probs, rho, k, process),
-                          iid_coupling_plan(target_probs, draft_probs, rho, k, process)])
+            plan = _pts_or_coupling(target_probs, draft_probs, rho, k)
             q = np.asarray(draft_probs, dtype=np.float64)
             if np.count_nonzero(q) <= SMALL_SUPPORT:
                 plan = _best([plan, lp_plan(target_probs, draft_probs, rho, k, process)])
@@ -258,6 +258,16 @@ def first_draw_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
                                   np.asarray(int(S[1]) == top), v)
 
     return NodePlan("first_draw", rho, p, a, select, {"inner": inner})
+
+
+def _pts_or_coupling(target_probs, draft_probs, rho, k: int) -> NodePlan:
+    """Rules 4 and 5 (wor): the larger α, PTS on ties within ``ALPHA_TIE``.  The coupling attains α*_iid(ρ)
+    exactly (theory.md §6.3 rule 5; its float α is within ~6e-15 of the closed form's, far below ``ALPHA_TIE``), so
+    where PTS already reaches ``α*_iid(ρ)`` it is not built: the choice is the same."""
+    pts = pts_plan(target_probs, draft_probs, rho, k, "wor")
+    if float(alpha_star(target_probs, draft_probs, k, "iid", rho)) <= float(pts.alpha):
+        return pts
+    return _best([pts, iid_coupling_plan(target_probs, draft_probs, rho, k, "wor")])
 
 
 def _best(plans, tie: float = ALPHA_TIE):
