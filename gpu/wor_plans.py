@@ -310,7 +310,15 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     still short of α*(ρ) whose top token's first-draw probability exceeded their α by more than ``OPTIMALITY_TOL``,
     rule 8 (:func:`_first_draw`) where it is better by more than ``OPTIMALITY_TOL``, as there.
     ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
-    shaped as ``children``; ``walk``: how PTS finds θ (:func:`pts_weights`)."""
+    shaped as ``children``; ``walk``: how PTS finds θ (:func:`pts_weights`).  Rows with ρ = 0 are never reached:
+    ``w = a = 0`` there and no rule is built (``choose.unreached_plan``)."""
+    live = rho > 0
+    if not bool(live.all()):
+        w, a = torch.zeros_like(children, dtype=c.dtype), torch.zeros_like(c)
+        rows = live.nonzero().squeeze(1)
+        if rows.numel():
+            w[rows], a[rows] = wor_weights(c[rows], q[rows], rho[rows], p[rows], children[rows], walk)
+        return w, a
     if children.shape[-1] == 2:
         w, a, feasible = wor_pair_weights(c, q, rho, p, children)
     else:

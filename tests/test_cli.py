@@ -22,7 +22,7 @@ def test_exact_json_contract(capsys):
         assert row["lossless"] is True and row["distance"] <= 1e-12
     # UniVer reports which node-plan constructions it used: 1 root plan + one per distinct (child prefix, ρ)
     plans = methods["univer"]["plans"]
-    assert set(plans) <= {"layout", "lp", "tv", "wor_pair", "pts", "iid_coupling", "single"}
+    assert set(plans) <= {"layout", "lp", "tv", "wor_pair", "pts", "iid_coupling", "single", "unreached"}
     assert sum(plans.values()) >= 1 + 3
     assert "plans" not in methods["tv"]
 

@@ -197,6 +197,27 @@ def test_the_k2_choice_matches_choose_plan():
     assert used == {"wor_pair", "pts", "iid_coupling"}, used
 
 
+def test_unreached_rows_get_no_plan():
+    """ρ = 0 rows (never reached) select nothing, in the core (``unreached``) and the batch, and the other rows of
+    the same call get exactly the plans they get without them."""
+    V, rng = 60, np.random.default_rng(5)
+    cases = []
+    for i in range(6):
+        p, q = rng.dirichlet(np.full(V, 0.5)), rng.dirichlet(np.full(V, 0.5))
+        cases.append((p, q, (0.0, 0.8, 0.0, 1.0, 0.3, 0.0)[i], tuple(int(y) for y in rng.choice(V, 3, replace=False, p=q))))
+    p, q, rho, c, kids = tensors(cases)
+    w, a = wor_weights(c, q, rho, p, kids)
+    live = rho > 0
+    w_live, a_live = wor_weights(c[live], q[live], rho[live], p[live], kids[live])
+    assert torch.equal(w[live], w_live) and torch.equal(a[live], a_live)
+    assert not w[~live].any() and not a[~live].any()
+    for pi, qi, r, S in cases:
+        plan = choose_plan(pi, qi, r, 3, "wor")
+        assert (plan.construction == "unreached") == (r == 0)
+        if r == 0:
+            assert not plan.marginal.any() and not plan.select(S).any()
+
+
 def test_binary_wor_trees_match_the_exact_core():
     """UniVer's E[τ | T] on binary and chain-ended wor trees (V = 12: supports above the LP's) equals the exact
     core's (1e-12 float64, 1e-6 float32)."""

@@ -2,6 +2,7 @@
 
 * ``k = 1``: the unique plan ``w = min(1, ρp(y)/Q_1(y))`` (``single``; UniVer == BV on chains);
 * ``iid``: rule 2, the private-position layout (α*-optimal, any V);
+* ``wor`` at ρ = 0: the node is never reached; the plan selects nothing (``unreached``, no rule is built);
 * ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible, which it is only when its exact α is within
   ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
   exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``; not built where PTS reaches α*_iid(ρ), which the
@@ -182,6 +183,8 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
         return single_child_plan(target_probs, draft_probs, rho, process)
     if process == "iid":
         plan = layout_plan(target_probs, draft_probs, rho, k, process)
+    elif process == "wor" and float(rho) == 0:
+        plan = unreached_plan(target_probs, k)
     elif process == "wor":
         plan = wor_pair_plan(target_probs, draft_probs, rho, k, process) if k == 2 else None
         if plan is None:
@@ -258,6 +261,14 @@ def first_draw_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
                                   np.asarray(int(S[1]) == top), v)
 
     return NodePlan("first_draw", rho, p, a, select, {"inner": inner})
+
+
+def unreached_plan(target_probs, k: int) -> NodePlan:
+    """ρ = 0 (wor): the node is never reached and every plan's marginal is 0 (``a ≤ ρp``); its plan selects no
+    child (``w ≡ 0``) and none of rules 1–8 is built — a rule-3 child of a mixed pair, and its whole subtree, has
+    ρ = 0."""
+    p = np.asarray(target_probs, dtype=np.float64)
+    return NodePlan("unreached", 0.0, p, np.zeros(p.size), lambda S: np.zeros(k))
 
 
 def _pts_or_coupling(target_probs, draft_probs, rho, k: int) -> NodePlan:
