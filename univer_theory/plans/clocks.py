@@ -260,6 +260,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
         rows = slice(r0, min(R, r0 + step))
         q, s_t, w = qs[rows], s[t0:t1], np.ascontiguousarray(weights[rows, t0:t1])
         c_num, c_den = acceptance_caps(cs[rows])
+        hq = head * q
         n = q.shape[0]
         state = np.zeros((n, 2, k, t))
         state[:, 0, 0] = 1.0                                        # the empty product (P, D) = (1, 0)
@@ -276,7 +277,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
             lo, hi = b * block, min(m, (b + 1) * block)
             clocks = _clock_factors(q[:, lo:hi], s_t)
             _suffix_steps(checkpoints[b].copy(), *clocks, after)
-            _prefix_walk(prefix, after, *clocks, w, *(np.ascontiguousarray(x[:, lo:hi]) for x in (head * q, c_num, c_den)),
+            _prefix_walk(prefix, after, *clocks, w, *(np.ascontiguousarray(x[:, lo:hi]) for x in (hq, c_num, c_den)),
                          th, av)
             theta[rows, lo:hi], avail[rows, lo:hi] = th[:, :hi - lo], av[:, :hi - lo]
     return theta, avail

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ..nx import get_backend
 from ..orders import top_tokens
-from .wor_pair import leave_one_out
+from .wor_pair import leave_one_out, safe_div
 
 
 #: Relative room ``(c − a)/c`` below which the room left by the tuples that start with t is taken as round-off.
@@ -73,15 +73,15 @@ def first_draw_marginal(c, q, t, pi, a_in):
     nx = get_backend(c, a_in)
     room = pi * nx.clip(1.0 - nx.sum(a_in), 0.0)
     top = nx.minimum(nx.take(c, t)[..., 0], room)
-    tau = nx.where(room > 0, top / nx.where(room > 0, room, 1.0), 0.0)
+    tau = safe_div(top, room, room > 0)
     a = nx.put(nx.minimum(pi[..., None] * a_in, c), t, top[..., None])
     r = nx.where(c - a > ROOM_TOL * c, c - a, 0.0)
     pix = nx.put(q, t, 0.0) / nx.sum(q, keepdims=True)
-    u = nx.where(pix > 0, nx.minimum(r / nx.where(pix > 0, pix, 1.0), 1.0), 0.0)
-    second = nx.take(q, t) / nx.where(pix > 0, leave_one_out(q), 1.0)            # Pr(S_2 = t | S_1 = x)
-    M = nx.sum(pix * (1.0 - u) * second)
+    on = pix > 0
+    u = nx.minimum(safe_div(r, pix, on), 1.0)
+    M = nx.sum(pix * (1.0 - u) * safe_div(nx.take(q, t), leave_one_out(q), on))   # Pr(S_2 = t | S_1 = x)
     rt = nx.take(r, t)[..., 0]
-    v = nx.where(M > 0, nx.minimum(rt / nx.where(M > 0, M, 1.0), 1.0), 0.0)
+    v = nx.minimum(safe_div(rt, M, M > 0), 1.0)
     extra = nx.put(nx.minimum(pix, r), t, nx.minimum(rt, M)[..., None])
     return a + extra, tau, u, v
 

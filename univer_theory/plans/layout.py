@@ -327,12 +327,13 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     nodes, weights = gauss_legendre(math.ceil(K / 2) + 1)              # exact for every k ≤ K (no read of k)
     counts = nx.to_numpy(lay["G"][at])                                 # host read: group counts set the chunks
     by_count = np.argsort(counts, kind="stable")
-    ascending = counts[by_count] * K
+    ascending = counts[by_count]
     share = 0.0 * qy
     i = 0
     while i < R * T:                    # [i, j): ascending counts, (j − i)·K·counts[j − 1] ≤ TUPLE_CHUNK, j > i
-        j = i + max(1, int(np.searchsorted(ascending[i:] * np.arange(1, R * T - i + 1), TUPLE_CHUNK, side="right")))
-        g = max(int(ascending[j - 1]) // K, 1)
+        j = i + max(1, int(np.searchsorted(ascending[i:] * K * np.arange(1, R * T - i + 1), TUPLE_CHUNK,
+                                           side="right")))
+        g = max(int(ascending[j - 1]), 1)
         idx = nx.index(by_count[i:j], qy)
         cut = {"edges": g + 1, "right": g - 1, "left": g - 1}
         chunk = {name: (lay[name][:, :cut.get(name, g)] if lay[name].ndim == 2 else lay[name])[at[idx]]
