@@ -70,6 +70,21 @@ class NumpyBackend:
         return np.sum(x, axis=-1, keepdims=keepdims)
 
     @staticmethod
+    def amax(x, keepdims=False):
+        """Largest entry along the last axis."""
+        return np.amax(x, axis=-1, keepdims=keepdims)
+
+    @staticmethod
+    def amin(x, keepdims=False):
+        """Smallest entry along the last axis."""
+        return np.amin(x, axis=-1, keepdims=keepdims)
+
+    @staticmethod
+    def nonzero(x):
+        """The indices of the non-zero entries, one index array per axis, in row-major order."""
+        return np.nonzero(x)
+
+    @staticmethod
     def concat(xs, axis=-1):
         return np.concatenate(xs, axis=axis)
 
@@ -192,6 +207,18 @@ class TorchBackend:
     @staticmethod
     def sum(x, keepdims=False):
         return x.sum(-1, keepdim=keepdims)
+
+    @staticmethod
+    def amax(x, keepdims=False):
+        return x.amax(-1, keepdim=keepdims)
+
+    @staticmethod
+    def amin(x, keepdims=False):
+        return x.amin(-1, keepdim=keepdims)
+
+    @staticmethod
+    def nonzero(x):
+        return x.nonzero(as_tuple=True)
 
     def concat(self, xs, axis=-1):
         return self.torch.cat(xs, axis)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.optimize import linprog
 
-from gpu.simplex import lex_simplex
+from gpu.simplex import _lex_simplex, lex_simplex
 from gpu.slot_rule import slot_lp, tuple_probs
 from solvers.slot_rule import multiset_class, slot_rule_lp, tuple_probability
 
@@ -31,8 +31,11 @@ def test_simplex_reaches_highs_optimum(integer):
     # bounded: every column has an entry (integer A might leave one empty); give those a row-0 entry
     full[:, 0, :12] = np.where(A.sum(1) == 0, 1.0, full[:, 0, :12])
     basis = torch.arange(12, 19).expand(40, -1)
-    x, ok = lex_simplex(torch.tensor(full), torch.tensor(b), torch.tensor(costs)[:, None, :], basis)
+    inputs = (torch.tensor(full), torch.tensor(b), torch.tensor(costs)[:, None, :], basis)
+    x, ok = lex_simplex(*inputs)                 # CPU tensors: solved on numpy views
     assert ok.all()
+    x_torch, ok_torch = _lex_simplex(*inputs, None)  # the same function in torch, as on an accelerator
+    assert torch.equal(x_torch, x) and torch.equal(ok_torch, ok)
     x = x.numpy()
     for i in range(40):
         ref = linprog(-c[i], A_ub=full[i, :, :12], b_ub=b[i], bounds=(0, None), method="highs")
@@ -65,6 +68,8 @@ def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
     basis = torch.tensor([[2], [2]])
     x, ok = lex_simplex(A, b, costs, basis)
     assert ok.tolist() == [False, True] and x[1].tolist() == [1.0, 0.0, 0.0]
+    x_torch, ok_torch = _lex_simplex(A, b, costs, basis, None)
+    assert torch.equal(x_torch, x) and torch.equal(ok_torch, ok)
     _, ok = lex_simplex(A[1:], b[1:], costs[1:], basis[1:], max_pivots=0)
     assert ok.tolist() == [False]
     with pytest.raises(ValueError, match="b must be ≥ 0"):
