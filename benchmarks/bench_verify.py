@@ -18,6 +18,12 @@ Sections (all printed as a table, and as one JSON object with ``--json``):
 * ``real`` (``--real-trees`` > 0): trees drafted by SmolLM2's RTN-4 draft (``gpu.llm.tree_draft``) after the
   first MT-Bench prompt at T = 1, scored by the target; ``verify_over_forward`` per method per tree.
 
+``--draft-top`` (a comma list; ``all`` = the whole row): every case is also run with the draft truncated to its m
+most likely tokens per row (``gpu.probs.probs_from_logits(..., top=m)`` for SmolLM2's draft; the Zipf q
+restricted to its top m and renormalised) — a draft process of its own, verified exactly against its truncated
+rows, on which UniVer's node plans run over m tokens (``gpu.univer_rule.drafted_columns``).  Rows carry
+``draft_top`` (null: the whole row).
+
 Timing: ``time.perf_counter``, ``torch.set_num_threads(1)``; within a repeat every variant runs once, in a
 fixed interleaved order (forward, then each method's batched and loop), and min and median over
 ``--repeat`` repeats are reported; ratios use the medians.  Memory: ``peak_mb`` is the rise of the process's
@@ -25,7 +31,7 @@ peak resident set (``VmHWM`` of ``/proc/self/status``, reset through ``/proc/sel
 numpy and torch CPU allocations alike; ``null`` where that interface is missing) for one batched call and
 for one loop, beside ``inputs_mb``, the size of the B trees' p and q rows.
 
-    python benchmarks/bench_verify.py [--json] [--repeat 3] [--real-trees 2]
+    python benchmarks/bench_verify.py [--json] [--repeat 3] [--real-trees 2] [--draft-top all,64]
 """
 from __future__ import annotations
 
@@ -90,6 +96,26 @@ def zipf_rows(shape: tuple, V: int, gen: torch.Generator) -> tuple[torch.Tensor,
     log_p = torch.log_softmax(-1.1 * log_rank[perm], dim=-1)
     q = torch.softmax(log_p + 0.8 * torch.randn(*shape, V, generator=gen, dtype=torch.float64), dim=-1)
     return log_p.exp(), q
+
+
+def truncate(q: torch.Tensor, top: int | None) -> torch.Tensor:
+    """``q [..., V]`` restricted to its ``top`` most likely tokens per row and renormalised (None: q itself)."""
+    if top is None or top >= q.shape[-1]:
+        return q
+    kept = q.topk(top, dim=-1).indices
+    q = torch.zeros_like(q).scatter(-1, kept, q.gather(-1, kept))
+    return q / q.sum(-1, keepdim=True)
+
+
+def draft_tops(text: str) -> list[int | None]:
+    """``--draft-top``: ``all`` (None) or positive ints."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if item != "all" and not (item.isdigit() and int(item) > 0):
+            raise ValueError(f"--draft-top: expected 'all' or a positive int, got {item!r}")
+        out.append(None if item == "all" else int(item))
+    return out
 
 
 def methods(args, process: str) -> list[str]:
@@ -159,11 +185,13 @@ class Target:
             self.cache.commit([[]])
         return logits
 
-    def draft(self, shape, process, gen):
-        """``(batch, draft rows [1, N, V])`` of one tree drafted after the context."""
+    def draft(self, shape, process, gen, top=None):
+        """``(batch, draft rows [1, N, V])`` of one tree drafted after the context (from the ``top`` most likely
+        tokens of each row when given)."""
         from gpu.llm.tree_draft import draft_tree_cached
         with torch.inference_mode():
-            batch, q, _, _ = draft_tree_cached(self.draft_cache, self.draft_logits, shape, process, 1.0, gen)
+            batch, q, _, _ = draft_tree_cached(self.draft_cache, self.draft_logits, shape, process, 1.0, gen,
+                                               top=top)
             self.draft_cache.commit([[]])
         return batch, q
 
@@ -176,10 +204,10 @@ def synthetic_section(args, target) -> list[dict]:
     for spec in args.shapes.split(","):
         shape = tree_shape(spec)
         N = shape.num_nodes
-        for process in args.processes.split(","):
+        for process, top in ((pr, t) for pr in args.processes.split(",") for t in draft_tops(args.draft_top)):
             for B in (int(b) for b in args.batches.split(",")):
                 p, q = zipf_rows((B, N), args.vocab, gen)
-                batch, q = draft_tree(shape, q, process, B, gen)
+                batch, q = draft_tree(shape, truncate(q, top), process, B, gen)
                 trees = batch.to_trees(args.vocab)
                 rows = [(p[i].numpy(), q[i].numpy()) for i in range(B)]
                 calls = {}
@@ -195,8 +223,8 @@ def synthetic_section(args, target) -> list[dict]:
                 inputs_mb = 2 * p.numel() * 8 / 2**20
                 for method in methods(args, process):
                     b, lp = summary(times[f"{method} batched"]), summary(times[f"{method} loop"])
-                    row = {"rows": "zipf", "shape": spec, "nodes": N, "process": process, "B": B, "method": method,
-                           "vocab": args.vocab, "batched": b, "loop": lp,
+                    row = {"rows": "zipf", "shape": spec, "nodes": N, "process": process, "draft_top": top, "B": B,
+                           "method": method, "vocab": args.vocab, "batched": b, "loop": lp,
                            "batched_over_loop": lp["median_ms"] / b["median_ms"], "inputs_mb": inputs_mb,
                            "peak_mb_batched": peak_mb(calls[f"{method} batched"]),
                            "peak_mb_loop": peak_mb(calls[f"{method} loop"])}
@@ -215,10 +243,10 @@ def real_section(args, target) -> list[dict]:
     rows_out = []
     for spec in args.shapes.split(","):
         shape = tree_shape(spec)
-        for process in args.processes.split(","):
+        for process, top in ((pr, t) for pr in args.processes.split(",") for t in draft_tops(args.draft_top)):
             for i in range(args.real_trees):
                 gen = torch.Generator().manual_seed(i)
-                batch, q = target.draft(shape, process, gen)
+                batch, q = target.draft(shape, process, gen, top)
                 p = probs_from_logits(target.forward(batch).double(), 1.0)[None]
                 calls = {"forward": lambda: target.forward(batch)}
                 for method in methods(args, process):
@@ -230,9 +258,9 @@ def real_section(args, target) -> list[dict]:
                 fwd = summary(times["forward"])
                 for method in methods(args, process):
                     b = summary(times[method])
-                    row = {"rows": "smollm2", "shape": spec, "nodes": shape.num_nodes, "process": process, "B": 1,
-                           "tree": i, "method": method, "vocab": p.shape[-1], "batched": b, "forward": fwd,
-                           "verify_over_forward": b["median_ms"] / fwd["median_ms"],
+                    row = {"rows": "smollm2", "shape": spec, "nodes": shape.num_nodes, "process": process,
+                           "draft_top": top, "B": 1, "tree": i, "method": method, "vocab": p.shape[-1], "batched": b,
+                           "forward": fwd, "verify_over_forward": b["median_ms"] / fwd["median_ms"],
                            "inputs_mb": 2 * p.numel() * 8 / 2**20, "peak_mb_batched": peak_mb(calls[method])}
                     rows_out.append(row)
                     print_row(row, args.json)
@@ -245,7 +273,8 @@ def print_row(row: dict, quiet: bool) -> None:
     vof = f"{row['verify_over_forward']:.3f}" if "verify_over_forward" in row else "-"
     bol = f"{row['batched_over_loop']:.2f}" if "batched_over_loop" in row else "-"
     peak = row.get("peak_mb_batched")
-    print(f"{row['rows']:>8} {row['shape']:>9} {row['process']:>4} {row['B']:>3} {row['method']:>6} "
+    top = "all" if row["draft_top"] is None else row["draft_top"]
+    print(f"{row['rows']:>8} {row['shape']:>9} {row['process']:>4} {top:>5} {row['B']:>3} {row['method']:>6} "
           f"{row['batched']['median_ms']:>10.1f} {row.get('loop', {}).get('median_ms', float('nan')):>10.1f} "
           f"{row.get('forward', {}).get('median_ms', float('nan')):>9.1f} {vof:>8} {bol:>8} "
           f"{'-' if peak is None else f'{peak:.0f}':>7} {row['inputs_mb']:>7.1f}", flush=True)
@@ -259,6 +288,8 @@ def main(argv=None):
     ap.add_argument("--alpha-vocab", type=int, default=128_000)
     ap.add_argument("--shapes", default="binary:4,eagle", help="gpu.llm.tree_draft.tree_shape specs")
     ap.add_argument("--processes", default="wor,iid")
+    ap.add_argument("--draft-top", default="all,64",
+                    help="draft truncations: 'all' (the whole row) and/or m (the top m tokens per row), comma-separated")
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--no-model", action="store_true", help="skip SmolLM2 (no forward, no real trees)")
@@ -273,7 +304,7 @@ def main(argv=None):
         print(f"alpha*(rho) V = {a['vocab']}, k = 3: wor median {a['wor']['median_ms']:.1f} ms "
               f"(min {a['wor']['min_ms']:.1f}; torch {a['wor_torch']['median_ms']:.1f}), "
               f"iid median {a['iid']['median_ms']:.1f} ms")
-        print(f"{'rows':>8} {'shape':>9} {'proc':>4} {'B':>3} {'method':>6} {'batch ms':>10} {'loop ms':>10} "
+        print(f"{'rows':>8} {'shape':>9} {'proc':>4} {'top':>5} {'B':>3} {'method':>6} {'batch ms':>10} {'loop ms':>10} "
               f"{'fwd ms':>9} {'ver/fwd':>8} {'loop/bat':>8} {'peak MB':>7} {'in MB':>7}")
     target = None if args.no_model else Target()
     result["synthetic"] = synthetic_section(args, target)

@@ -15,14 +15,19 @@ from univer_theory.validation import SIMPLEX_ATOL
 SIMPLEX_TOL = {torch.float64: SIMPLEX_ATOL, torch.float32: 1e-5}
 
 
-def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """``softmax(logits / T)`` computed in float32 (float64 stays float64); ``T = 0`` → one-hot argmax.
+def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int | None = None) -> torch.Tensor:
+    """``softmax(logits / T)`` computed in float32 (float64 stays float64); ``T = 0`` → one-hot argmax; with
+    ``top = m`` the softmax over each row's m largest logits only (the others get probability 0).
 
     Parameters
     ----------
     logits : [..., V] float tensor (bf16 / fp16 / fp32 / fp64).
     temperature : ``T ≥ 0``.  At ``T = 0`` the row is the one-hot of the first maximal logit (lowest token id
         on ties), the same convention as :func:`univer_theory.apply_temperature`.
+    top : None (the whole row) or ``1 ≤ m``: a draft truncated to its m most likely tokens (``torch.topk``;
+        among logits tied at the m-th place it keeps the ones topk returns).  Such a row is a draft process of
+        its own — verifying against it is exact — and UniVer's node rules then run on m tokens instead of V
+        (:func:`gpu.univer_rule.drafted_columns`).
 
     Returns
     -------
@@ -47,6 +52,13 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.T
             raise ValueError(f"probs_from_logits: logits row {i} {rule}")
     if temperature == 0:
         return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(dtype)
+    if top is not None:
+        if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+            raise ValueError(f"probs_from_logits: top must be a positive int (tokens kept per row) or None, got "
+                             f"{top!r}")
+        if top < x.shape[-1]:
+            kept = x.topk(top, dim=-1).indices
+            x = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
     return torch.softmax(x / temperature, dim=-1)
 
 

@@ -143,16 +143,16 @@ def prompt_generator(seed: int, prompt_id: str, device="cpu") -> torch.Generator
 @torch.inference_mode()
 def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: str, methods, temperature: float,
                     positions: int, seed: int, draft_temperature: float | None = None,
-                    progress: bool = False) -> PromptRecord:
+                    progress: bool = False, draft_top: int | None = None) -> PromptRecord:
     """Exact ``E[τ | T]`` of every method on the trees drafted along one target-sampled continuation
-    (``progress``: a bar over the positions)."""
+    (``progress``: a bar over the positions; ``draft_top``: drafts from that many top tokens per row)."""
     gen = prompt_generator(seed, prompt.id, pair.device)
     dtemp = resolve_draft_temperature(temperature, draft_temperature)
     ids = encode_prompt(pair.tokenizer, prompt)
     t_cache, d_cache, root, pending = start_caches(pair, [ids])
     expected: dict[str, list[float]] = {m: [] for m in methods}
     for _ in tqdm(range(positions), desc=prompt.id, unit="position", leave=False, disable=not progress):
-        step = tree_step(t_cache, d_cache, root, pending, shape, process, dtemp, gen)
+        step = tree_step(t_cache, d_cache, root, pending, shape, process, dtemp, gen, draft_top=draft_top)
         target_probs = probs_from_logits(step.target_logits.to(step.draft_probs.device).double(), temperature)
         for m in methods:
             expected[m].append(float(expected_accepted(m, step.batch, target_probs, step.draft_probs, process)[0]))
@@ -187,14 +187,15 @@ def _append(path: Path, obj: dict) -> None:
 def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, process: str, methods,
                  temperature: float = 1.0, positions: int = 32, seed: int = 0,
                  draft_temperature: float | None = None, progress: bool = True, log: Path | None = None,
-                 resume: bool = False) -> BenchResult:
+                 resume: bool = False, draft_top: int | None = None) -> BenchResult:
     """Run :func:`evaluate_prompt` on every prompt; ``methods`` are names (see :mod:`.verifiers`).
 
     ``log``: append each prompt's record to this JSON-lines file as it finishes (a new run starts the file
     afresh with a header of the settings); ``resume``: read the records already in ``log`` instead of
     recomputing them — the header must match this run's settings and every recorded prompt must be among
     ``prompts`` (ValueError otherwise).  Records are per-prompt deterministic, so a resumed run gives the
-    result of an uninterrupted one."""
+    result of an uninterrupted one.  ``draft_top``: every tree is drafted from each row's ``draft_top`` most likely
+    tokens (:func:`gpu.probs.probs_from_logits`; a setting of the header when given)."""
     methods = tuple(methods)
     if not methods:
         raise ValueError("accept_bench: methods is empty")
@@ -206,7 +207,7 @@ def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, proce
     config = {"draft": pair.draft_spec, "shape": str(shape), "nodes": shape.num_nodes, "process": process,
               "temperature": temperature,
               "draft_temperature": resolve_draft_temperature(temperature, draft_temperature), "positions": positions,
-              "seed": seed}
+              "seed": seed, **({"draft_top": draft_top} if draft_top is not None else {})}
     header = {"config": config, "methods": list(methods)}
     done: dict[str, PromptRecord] = {}
     if resume and Path(log).is_file():
@@ -228,7 +229,7 @@ def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, proce
     for p in bar:
         if p.id not in done:
             done[p.id] = evaluate_prompt(pair, p, shape, process, methods, temperature, positions, seed,
-                                         draft_temperature, progress)
+                                         draft_temperature, progress, draft_top)
             if log is not None:
                 _append(log, done[p.id].as_json())
         records.append(done[p.id])

@@ -164,15 +164,16 @@ class TreeStep:
 
 def tree_step(t_cache: RaggedCache, d_cache: RaggedCache, root: list[int], pending: list[list[int]],
               shape: TreeShape, process: str, draft_temperature: float, generator: torch.Generator | None = None,
-              record_logits: bool = False, timer: PhaseTimer | None = None) -> TreeStep:
+              record_logits: bool = False, timer: PhaseTimer | None = None, draft_top: int | None = None) -> TreeStep:
     """Phases 1–2 of a step for every request of the caches (see the module): feed ``pending[b]`` (non-empty)
-    to the draft and commit it, draft a tree of ``shape`` after it, then score every node with the target
-    after the committed context and ``root[b]``."""
+    to the draft and commit it, draft a tree of ``shape`` after it (from each row's ``draft_top`` most likely
+    tokens when given), then score every node with the target after the committed context and ``root[b]``."""
     timer = timer or PhaseTimer()
     with timer("draft"):
         d_root = feed_sequences(d_cache, pending, 1)[:, -1]
         batch, draft_probs, node_slot, d_logits = draft_tree_cached(d_cache, d_root, shape, process,
-                                                                    draft_temperature, generator, record_logits)
+                                                                    draft_temperature, generator, record_logits,
+                                                                    draft_top)
     with timer("target"):
         t_start = t_cache.size
         logits = score_trees(t_cache, batch, root)
@@ -201,10 +202,13 @@ def start_caches(pair: ModelPair, prompts: list[list[int]], timer: PhaseTimer | 
 def speculative_decode_batch(pair: ModelPair, prompts: list[list[int]], method: str, shape: TreeShape, process: str,
                              temperature: float, max_new_tokens: int, generator: torch.Generator | None = None,
                              draft_temperature: float | None = None, max_steps: int | None = None,
-                             progress: bool = False, record_logits: bool = False) -> list[DecodeResult]:
+                             progress: bool = False, record_logits: bool = False,
+                             draft_top: int | None = None) -> list[DecodeResult]:
     """Decode up to ``max_new_tokens`` after every prompt of ``prompts`` in at most ``max_steps`` verification
     steps (a request stops after a stop token), all requests in the same forwards (see the module docstring).
-    ``draft_temperature`` defaults to :func:`univer_theory.models.resolve_draft_temperature`."""
+    ``draft_temperature`` defaults to :func:`univer_theory.models.resolve_draft_temperature`; ``draft_top``: the
+    draft samples from each row's ``draft_top`` most likely tokens (:func:`gpu.probs.probs_from_logits`; the
+    output law is still the target's — the verifier sees the truncated rows)."""
     if max_new_tokens < 1:
         raise ValueError(f"speculative_decode: max_new_tokens must be ≥ 1, got {max_new_tokens}")
     check_prompts(prompts, "speculative_decode")
@@ -220,7 +224,8 @@ def speculative_decode_batch(pair: ModelPair, prompts: list[list[int]], method: 
     d_rec: list[list[torch.Tensor]] = [[] for _ in prompts]
     bar = tqdm(total=max_new_tokens * B, desc=f"decode {method}", unit="tok", disable=not progress, leave=False)
     while rows:
-        step = tree_step(t_cache, d_cache, root, pending, shape, process, dtemp, generator, record_logits, timer)
+        step = tree_step(t_cache, d_cache, root, pending, shape, process, dtemp, generator, record_logits, timer,
+                         draft_top)
         with timer("verify"):
             target_probs = probs_from_logits(step.target_logits.to(step.draft_probs.device).double(), temperature)
             results = verify_batch(method, step.batch, target_probs, step.draft_probs, process, generator)
@@ -256,10 +261,11 @@ def speculative_decode_batch(pair: ModelPair, prompts: list[list[int]], method: 
 def speculative_decode(pair: ModelPair, prompt_ids: list[int], method: str, shape: TreeShape, process: str,
                        temperature: float, max_new_tokens: int, generator: torch.Generator | None = None,
                        draft_temperature: float | None = None, max_steps: int | None = None,
-                       progress: bool = False, record_logits: bool = False) -> DecodeResult:
+                       progress: bool = False, record_logits: bool = False,
+                       draft_top: int | None = None) -> DecodeResult:
     """:func:`speculative_decode_batch` for one prompt."""
     return speculative_decode_batch(pair, [prompt_ids], method, shape, process, temperature, max_new_tokens,
-                                    generator, draft_temperature, max_steps, progress, record_logits)[0]
+                                    generator, draft_temperature, max_steps, progress, record_logits, draft_top)[0]
 
 
 @torch.inference_mode()

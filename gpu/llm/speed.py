@@ -92,17 +92,19 @@ UNBATCHED = {"hf-assisted": "transformers' assisted generation takes one request
 
 
 def run_method(pair: ModelPair, method: SpeedMethod, prompts: list[list[int]], process: str, temperature: float,
-               max_new_tokens: int, seed: int, progress: bool = False) -> list[DecodeResult]:
+               max_new_tokens: int, seed: int, progress: bool = False,
+               draft_top: int | None = None) -> list[DecodeResult]:
     """The prompts of one group decoded together by ``method`` with one generator seeded by ``seed``
     (``progress``: a bar over the tokens of a speculative run — UniVer on a wide tree can take minutes per
-    prompt)."""
+    prompt; ``draft_top``: the speculative methods draft from that many top tokens per row, as
+    :func:`.decode.speculative_decode_batch`; Hugging Face's assisted generation drafts its own way)."""
     gen = torch.Generator(pair.device).manual_seed(seed)
     if method.kind == "plain":
         return sample_plain_batch(pair, prompts, temperature, max_new_tokens, gen)
     if method.kind == "hf-assisted":          # one request: speed_compare never groups it
         return [hf_assisted(pair, prompts[0], temperature, max_new_tokens, seed)]
     return speculative_decode_batch(pair, prompts, method.kind, method.shape, process, temperature,
-                                    max_new_tokens, gen, progress=progress)
+                                    max_new_tokens, gen, progress=progress, draft_top=draft_top)
 
 
 def group_tokens_per_s(group: list[DecodeResult]) -> float:
@@ -127,9 +129,9 @@ def summarise(groups: list[list[DecodeResult]]) -> dict:
 
 def speed_compare(pair: ModelPair, prompts: list[list[int]], methods: list[SpeedMethod], process: str,
                   temperature: float, max_new_tokens: int, seed: int = 0, progress: bool = True,
-                  batch: int = 1) -> dict:
+                  batch: int = 1, draft_top: int | None = None) -> dict:
     """``{"methods": {name: summary}, "per_prompt": {name: [tokens/s …]}}`` (per group of ``batch`` prompts),
-    methods interleaved per group."""
+    methods interleaved per group; ``draft_top``: :func:`run_method`."""
     if not methods:
         raise ValueError("speed_compare: no method to run")
     if not 1 <= batch <= len(prompts):
@@ -146,7 +148,7 @@ def speed_compare(pair: ModelPair, prompts: list[list[int]], methods: list[Speed
             for m in methods:
                 bar.set_postfix_str(m.name)
                 runs[m.name].append(run_method(pair, m, prompts[i: i + batch], process, temperature,
-                                               max_new_tokens, seed + i, progress))
+                                               max_new_tokens, seed + i, progress, draft_top))
                 bar.update(1)
     return {"methods": {name: summarise(gs) for name, gs in runs.items()},
             "per_prompt": {name: [group_tokens_per_s(g) for g in gs] for name, gs in runs.items()}}

@@ -62,14 +62,16 @@ def ancestors(shape: TreeShape) -> torch.Tensor:
 
 
 def draft_tree_cached(cache: RaggedCache, root_logits: torch.Tensor, shape: TreeShape, process: str,
-                      temperature: float, generator: torch.Generator | None = None, keep_logits: bool = False):
+                      temperature: float, generator: torch.Generator | None = None, keep_logits: bool = False,
+                      top: int | None = None):
     """Draft one tree of ``shape`` per request of ``cache`` after its committed context, depth by depth.
 
     ``root_logits [B, V]``: the draft's logits after each context.  The nodes of one depth are fed in one forward
     on top of the cache, each seeing its committed context and its ancestors (:meth:`RaggedCache.feed`);
     leaves are never fed (no verifier reads their draft row).  The fed nodes stay in the cache as scratch.
 
-    Returns ``(batch, draft_probs [B, N, V] float64, node_slot [N], logits)``: ``node_slot[u]`` is node u's cache
+    ``top``: draft from each row's ``top`` most likely tokens only (:func:`gpu.probs.probs_from_logits`; None: the
+    whole row).  Returns ``(batch, draft_probs [B, N, V] float64, node_slot [N], logits)``: ``node_slot[u]`` is node u's cache
     slot (−1: the root, a leaf); ``logits [B, N, V]`` the draft's logits per node (row 0 the root's, NaN at
     leaves) when ``keep_logits``, else None.
     """
@@ -96,7 +98,7 @@ def draft_tree_cached(cache: RaggedCache, root_logits: torch.Tensor, shape: Tree
             logits = cache.feed(token[:, nodes].cpu(), positions, visible.expand(B, -1, -1))
             if kept is not None:
                 kept[:, nodes] = logits.cpu()
-        return probs_from_logits(logits.double(), temperature)
+        return probs_from_logits(logits.double(), temperature, top)
 
     batch, probs = draft_skeleton(shape, rows, process, B, generator)
     return batch, probs, node_slot, kept

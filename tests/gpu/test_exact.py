@@ -107,3 +107,11 @@ def test_probs_from_logits():
         probs_from_logits(logits, -0.5)
     with pytest.raises(ValueError, match="NaN"):
         probs_from_logits(torch.tensor([[0.0, float("nan")]]), 1.0)
+    top = probs_from_logits(logits.double(), 0.7, top=2)        # the two largest logits of each row
+    want = torch.softmax(logits.double()[:, [3, 0]] / 0.7, -1)
+    assert top[0, [3, 0]].tolist() == want[0].tolist() and top[0, [1, 2]].tolist() == [0, 0]
+    assert (top[1] > 0).tolist() == [False, True, True, False] and top.sum(-1).tolist() == pytest.approx([1, 1])
+    assert torch.equal(probs_from_logits(logits, 1.3, top=4), probs_from_logits(logits, 1.3))
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="top"):
+            probs_from_logits(logits, 1.0, top=bad)

@@ -238,3 +238,39 @@ def test_chain_is_block_verification():
     got = expected_accepted_length(batch, p, q, "wor", "univer")
     ref = [VERIFIERS["bv"].expected_accepted_length(t, *model.node_probs(t), "wor") for t in trees]
     np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("spec", ["2,2", "3,2", "((..),.)", "(.,(.),(..))"])
+def test_rules_run_on_the_drafted_support(process, spec):
+    """Drafts truncated to a few tokens (4–12 of V = 60: rule 1 and the shape rule on small supports, rule 3, PTS,
+    the coupling, the slot rule beyond them) are planned on their drafted columns plus one undrafted-mass
+    column (``drafted_columns``); a level holding one full-support row is planned on all V.  Both give the same
+    pass-1 decisions — scalings, stop probabilities and residuals — and E[τ | T] (1e-12), and the undrafted
+    tokens get no marginal (their residual is ``ρp`` exactly)."""
+    from gpu.drafting import draft_tree
+    from gpu.tree_batch import TreeBatch
+
+    V, B = 60, 6
+    gen = torch.Generator().manual_seed(len(spec))
+    shape = TreeShape.parse(spec)
+    p = torch.softmax(3 * torch.randn(B + 1, shape.num_nodes, V, generator=gen, dtype=torch.float64), -1)
+    q = torch.softmax(torch.log(p) + torch.randn(p.shape, generator=gen, dtype=torch.float64), -1)
+    for b, m in enumerate([4, 5, 12, 4, 8, 6]):       # tree B keeps the whole row
+        kept = q[b].topk(m, -1).indices
+        q[b] = torch.zeros_like(q[b]).scatter(-1, kept, q[b].gather(-1, kept))
+        q[b] /= q[b].sum(-1, keepdim=True)
+    full, q = draft_tree(shape, q, process, B + 1, gen)
+    part = TreeBatch(full.parent[:B], full.token[:B], full.num_nodes[:B])
+    out = [engine.allocate(batch, p[:n], q[:n], process, univer_rule, keep_residuals=True)
+           for batch, n in ((part, B), (full, B + 1))]
+    for name in ("rho", "enter", "stop", "residual"):
+        np.testing.assert_allclose(getattr(out[0], name).numpy(), getattr(out[1], name)[:B].numpy(), rtol=0,
+                                   atol=1e-12, err_msg=name)
+    internal = torch.zeros(B, shape.num_nodes, V, dtype=torch.bool)
+    internal[:, part.parent[0][part.parent[0] >= 0].unique()] = True
+    cell = (q[:B] == 0) & internal
+    rho = out[0].rho[..., None].expand_as(p[:B])
+    assert torch.equal(out[0].residual[cell], (rho * p[:B])[cell])
+    np.testing.assert_allclose(expected_accepted_length(part, p[:B], q[:B], process, "univer").numpy(),
+                               expected_accepted_length(full, p, q, process, "univer")[:B].numpy(), rtol=0, atol=1e-12)

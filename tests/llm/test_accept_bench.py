@@ -78,12 +78,13 @@ def test_chain_identities_and_full_acceptance_ordering(pair, two_prompts):
     assert full["bv"] >= full["sps"] - 1e-12, full
 
 
-@pytest.mark.parametrize("spec,steps", [("binary:2", 2), ("eagle:4", 1)])
-def test_batched_univer_equals_the_exact_core_on_real_trees(pair, two_prompts, spec, steps):
+@pytest.mark.parametrize("spec,steps,top", [("binary:2", 2, None), ("eagle:4", 1, None), ("eagle:4", 1, 64)])
+def test_batched_univer_equals_the_exact_core_on_real_trees(pair, two_prompts, spec, steps, top):
     """On real SmolLM2 wor trees (V = 49 152) UniVer's nodes use rule 3, PTS (k ≥ 3: θ by the walk on the CPU) or the iid coupling
     (:mod:`gpu.wor_plans`), and on the EAGLE-like tree the slot rule for k = 2, 3, 4 — and the batched
     E[τ | T] equals the exact core's (1e-10; real rows hold dominant-token nodes, where rule 3 is solved to
-    ~1e-11)."""
+    ~1e-11).  With a draft truncated to its top 64 tokens every drafted row has 64 tokens and the batched rule
+    plans on those columns (``gpu.univer_rule.drafted_columns``), the exact core on all V."""
     from gpu import expected_accepted_length
     from gpu.llm.prompts import encode_prompt
 
@@ -92,8 +93,10 @@ def test_batched_univer_equals_the_exact_core_on_real_trees(pair, two_prompts, s
     gen = torch.Generator().manual_seed(5)
     shape = tree_shape(spec)
     for i in range(steps):
-        step = tree_step(t_cache, d_cache, root, pending, shape, "wor", 1.0, gen)
+        step = tree_step(t_cache, d_cache, root, pending, shape, "wor", 1.0, gen, draft_top=top)
         p, q = probs_from_logits(step.target_logits.double(), 1.0), step.draft_probs
+        internal = step.batch.parent[0][step.batch.parent[0] >= 0].unique()
+        assert ((q[0, internal] > 0).sum(-1) == (top or q.shape[-1])).all()
         got = float(expected_accepted_length(step.batch, p, q, "wor", "univer")[0])
         want = VERIFIERS["univer"].expected_accepted_length(step.batch.to_trees()[0], p[0].numpy(), q[0].numpy(),
                                                             "wor")

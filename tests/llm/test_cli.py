@@ -26,12 +26,15 @@ def test_accept_bench_writes_json_csv_png(pair, tmp_path, monkeypatch, capsys):
     assert (out / "accept_bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_decode_cli_json(pair, monkeypatch, capsys):
+@pytest.mark.parametrize("top", [None, 32])
+def test_decode_cli_json(pair, monkeypatch, capsys, top):
     monkeypatch.setattr(decode_cmd, "load_models", lambda args: pair)
-    rc = cli.main(["decode", "--prompt", "Say hi.", "--tree", "binary:2", "--max-new-tokens", "3", "--json"])
+    extra = [] if top is None else ["--draft-top", str(top)]
+    rc = cli.main(["decode", "--prompt", "Say hi.", "--tree", "binary:2", "--max-new-tokens", "3", "--json", *extra])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "univer" and 1 <= out["new_tokens"] <= 3 and out["steps"] >= 1
+    assert out.get("draft_top") == top
 
 
 def test_decode_cli_batch(pair, monkeypatch, capsys):
@@ -52,6 +55,9 @@ def test_decode_cli_batch(pair, monkeypatch, capsys):
 def test_decode_cli_rejects_unsupported_method(capsys):
     assert cli.main(["decode", "--prompt", "x", "--method", "rrsw", "--process", "iid"]) == 2
     assert "does not apply" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["decode", "--prompt", "x", "--draft-top", "0"])
+    assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err
 
 
 def test_accept_bench_resume_gives_the_uninterrupted_result(pair, tmp_path, monkeypatch, capsys):
@@ -117,17 +123,17 @@ def test_speed_cli_json_csv_png(pair, tmp_path, monkeypatch, capsys):
 
 def test_speed_cli_batch(pair, tmp_path, monkeypatch, capsys):
     """``--batch 2`` over 2 prompts: one group per method decoded in shared forwards; hf-assisted, which cannot
-    batch, is left out of the default methods (said on stderr)."""
+    batch, is left out of the default methods (said on stderr); ``--draft-top`` is recorded in the config."""
     from univer.commands import speed as speed_cmd
 
     monkeypatch.setattr(speed_cmd, "load_models", lambda args: pair)
     rc = cli.main(["speed", "--n", "2", "--batch", "2", "--max-new-tokens", "2", "--tree", "chain:1",
-                   "--chain", "chain:1", "--out", str(tmp_path / "speed"), "--json"])
+                   "--chain", "chain:1", "--out", str(tmp_path / "speed"), "--json", "--draft-top", "16"])
     assert rc == 0
     out, err = capsys.readouterr()
     printed = json.loads(out)
     assert list(printed["methods"]) == ["plain", "sps", "rrsw", "tv", "univer"] and "hf-assisted" in err
-    assert printed["config"]["batch"] == 2
+    assert printed["config"]["batch"] == 2 and printed["config"]["draft_top"] == 16
     for name, m in printed["methods"].items():
         assert 2 <= m["new_tokens"] <= 4 and len(printed["per_prompt_tokens_per_s"][name]) == 1
 

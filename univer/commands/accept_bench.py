@@ -115,7 +115,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     result = accept_bench(pair, prompts, shape, args.process, methods, args.temperature, positions, args.seed,
                           args.draft_temperature, progress=not args.json, log=out / "accept_bench.jsonl",
-                          resume=args.resume)
+                          resume=args.resume, draft_top=args.draft_top)
     obj = result.as_json()
     obj["config"].update(prompts=args.prompts, limit=limit, wall_s=time.perf_counter() - start)
     (out / "accept_bench.json").write_text(json.dumps(obj, indent=1))

@@ -17,6 +17,9 @@ def add_llm_options(p, threads: int | None = None) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="target temperature T (default 1.0)")
     p.add_argument("--draft-temperature", type=float, default=None,
                    help="draft temperature (default: T, or 1.0 when T = 0)")
+    p.add_argument("--draft-top", type=positive_int, default=None,
+                   help="draft from the M most likely tokens of each draft row only (a truncated draft: lossless, "
+                        "and UniVer's node plans then cost O(M log M) instead of O(V log V)); default: the whole row")
     p.add_argument("--seed", type=int, default=0, help="seed of drafting, sampling and verification coins")
     p.add_argument("--device", default="cpu", help="torch device of both models (default cpu)")
     p.add_argument("--threads", type=int, default=threads,
@@ -72,12 +75,14 @@ def run(args) -> int:
     ids = encode_prompt(pair.tokenizer, Prompt("cli", "cli", args.prompt))
     gen = torch.Generator(pair.device).manual_seed(args.seed)
     results = speculative_decode_batch(pair, [ids] * args.batch, method, shape, args.process, args.temperature,
-                                       args.max_new_tokens, gen, args.draft_temperature, progress=not args.json)
+                                       args.max_new_tokens, gen, args.draft_temperature, progress=not args.json,
+                                       draft_top=args.draft_top)
     res = results[0]
     total = summarise([results])              # all samples: the wall and phase times are shared
     total["acceptance_length"] = sum(sum(r.accepted) for r in results) / max(total["steps"], 1)
     if args.json:
-        head = {"method": method, "tree": str(shape), "process": args.process}
+        head = {"method": method, "tree": str(shape), "process": args.process,
+                **({"draft_top": args.draft_top} if args.draft_top else {})}
         if args.batch == 1:
             print_json({**head, **res.as_json()})
         else:
@@ -88,6 +93,7 @@ def run(args) -> int:
     for i, r in enumerate(results):
         print(r.text if args.batch == 1 else f"--- sample {i + 1} of {args.batch} ---\n{r.text}")
     print(f"\n[{method}, tree {shape} ({shape.num_nodes} nodes), {args.process}, T={args.temperature}"
+          f"{f', draft top {args.draft_top}' if args.draft_top else ''}"
           f"{f', {args.batch} samples' if args.batch > 1 else ''}] {total['new_tokens']} tokens in {total['steps']} "
           f"steps: acceptance length {total['acceptance_length']:.3f}, tokens/step {total['tokens_per_step']:.3f}, "
           f"{total['wall_s']:.2f} s, {total['tokens_per_s']:.2f} tokens/s (draft {total['share']['draft']:.0%}, "

@@ -144,7 +144,7 @@ def run(args) -> int:
     pair = load_models(args)
     ids = [encode_prompt(pair.tokenizer, p) for p in prompts]
     report = speed_compare(pair, ids, methods, args.process, args.temperature, args.max_new_tokens, args.seed,
-                           progress=True, batch=args.batch)          # bars on stderr, the JSON on stdout
+                           progress=True, batch=args.batch, draft_top=args.draft_top)   # bars on stderr
     plain = report["methods"].get("plain")
     for m in report["methods"].values():
         if plain:
@@ -155,7 +155,8 @@ def run(args) -> int:
               "config": {"prompts": args.prompts, "n": len(prompts), "batch": args.batch,
                          "max_new_tokens": args.max_new_tokens,
                          "draft": args.draft or DEFAULT_DRAFT, "trees": args.tree or [DEFAULT_TREE], "chain": args.chain,
-                         "process": args.process, "temperature": args.temperature, "seed": args.seed,
+                         "process": args.process, "temperature": args.temperature, "draft_top": args.draft_top,
+                         "seed": args.seed,
                          "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
                          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}}
     write_outputs(report, Path(args.out))
