@@ -16,12 +16,15 @@ rows (its docstring has the math and the proofs); the exact core runs it on one 
 What is torch's own here is the batching: several tuples per row (``children [R, T, K]``) lay out each distinct
 (row, earliest block) once (``torch.unique``), where the exact core caches its blocks per node, and the blocks of a
 level are laid out in buckets of similar size (:func:`_bucketed_layout`), where the exact core has one block a call.
+On the CPU the four functions run on numpy views of the level's tensors (:func:`gpu.host.on_host`).
 """
 from __future__ import annotations
 
 import torch
 
 from univer_theory.plans.layout import LayoutRows, acceptance, block_layout, first_blocks, layout_rows, tuple_weights
+
+from .host import on_host
 
 
 def inverse_permutation(order: torch.Tensor) -> torch.Tensor:
@@ -48,7 +51,7 @@ def _bucketed_layout(q: torch.Tensor, k: torch.Tensor, rows: LayoutRows, row: to
     for b in bucket.unique().tolist():  # host read: the buckets present
         sel = (bucket == b).nonzero().squeeze(1)
         r = row[sel]
-        parts.append((sel, block_layout(q[r], k[r], LayoutRows(*(x[r] for x in rows)), block[sel], K)))
+        parts.append((sel, on_host(block_layout, q[r], k[r], LayoutRows(*(x[r] for x in rows)), block[sel], K)))
     if len(parts) == 1:
         return parts[0][1]
     U, gmax = row.shape[0], max(lay["g_valid"].shape[-1] for _, lay in parts)
@@ -73,11 +76,11 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
     functions on a batch.  ``children [R, T, K]`` evaluates T tuples per row (same mask) on targets built once per
     row and lays out each distinct (row, earliest block) once; ``w`` has the shape of ``children``."""
     k = child_mask.sum(1)
-    rows = layout_rows(c, q, k)
+    rows = on_host(layout_rows, c, q, k)
     R, K = children.shape[0], children.shape[-1]
     tuples = children.reshape(R, -1, K)
     T = tuples.shape[1]
-    first, in_first = first_blocks(rows.block_of, tuples, child_mask)
+    first, in_first = on_host(first_blocks, rows.block_of, tuples, child_mask)
     if T == 1:
         row, block, at = torch.arange(R, device=q.device), first[:, 0], torch.arange(R, device=q.device)
     else:                               # one layout per distinct (row, block)
@@ -85,5 +88,5 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
         pairs, at = torch.unique(torch.stack([tr, first.reshape(-1)], -1), dim=0, return_inverse=True)
         row, block = pairs[:, 0], pairs[:, 1]
     lay = _bucketed_layout(q, k, rows, row, block, K)
-    w = tuple_weights(acceptance(c, rows.b), q, tuples, child_mask, in_first, lay, at)
+    w = on_host(tuple_weights, acceptance(c, rows.b), q, tuples, child_mask, in_first, lay, at)
     return w.view(children.shape), torch.minimum(rows.b, c)

@@ -27,9 +27,10 @@ pivots.  On a totally unimodular A the tableau stays in {−1, 0, 1}, so the piv
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from univer_theory.nx import array_module, get_backend
+
+from .host import on_host
 
 #: Reduced costs and tableau entries within this of 0 count as 0 (ratio ties: relative to the LP's max b).
 TOL = 1e-12
@@ -52,8 +53,8 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     ``(x [B, n], optimal [B] bool)`` — ``optimal`` False for an LP unbounded or stopped by the cap.
 
     Torch tensors or numpy arrays (:mod:`univer_theory.nx`: one implementation).  CPU tensors are solved on
-    numpy views of their memory: a pivot is a few dozen operations on small tables, whose per-call cost is
-    ~5× lower in numpy (the EAGLE-like tree's class LPs: ~45 ms → ~8 ms); accelerators keep their tensors.
+    numpy views of their memory (:func:`gpu.host.on_host`): a pivot is a few dozen operations on small tables,
+    whose per-call cost is ~4× lower in numpy; accelerators keep their tensors.
     """
     B, m, n = A.shape
     L = costs.shape[1]
@@ -62,10 +63,7 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
                          f"costs {tuple(costs.shape)}, basis {tuple(basis.shape)}")
     if (b < 0).any():
         raise ValueError("lex_simplex: b must be ≥ 0 (the starting basis must be feasible)")
-    if torch.is_tensor(A) and A.device.type == "cpu":
-        x, optimal = _lex_simplex(*(t.numpy() for t in (A, b, costs, basis)), max_pivots)
-        return torch.from_numpy(x), torch.from_numpy(optimal)
-    return _lex_simplex(A, b, costs, basis, max_pivots)
+    return on_host(_lex_simplex, A, b, costs, basis, max_pivots)
 
 
 def _lex_simplex(A, b, costs, basis, max_pivots):

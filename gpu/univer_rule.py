@@ -122,8 +122,9 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
     omega = torch.tensor(shape_lp.position_weights(ctx.shape_keys), dtype=w.dtype, device=w.device)[shapes]
     equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
     base = k >= 2
-    shaped = base & ~equal & _shape_rule_rows(ctx, k, support)
-    slot = base & ~equal & (k <= SLOT_RULE_MAX_K)
+    uneven = base & ~equal
+    shaped = uneven & _shape_rule_rows(ctx, k, support) if bool(uneven.any()) else uneven
+    slot = uneven & (k <= SLOT_RULE_MAX_K)
 
     def plan(rows, n, kids):
         """The plans of ``rows`` (all with n children) on ``kids [r, n]`` or ``[r, T, n]``: ``(w, a)``."""

@@ -37,7 +37,9 @@ No Python loop over rows: loops run over bisection / fixed-point steps (until ev
 quadrature chunks, the children and the virtual sequences; the k ≥ 3 walk on the CPU is compiled host code
 looping over priority positions (rows in cache-sized chunks; on an accelerator, :data:`WALKS`).  Host reads: the
 convergence tests of those loops, the clock grid's length (:func:`_clock_grid`) and the sizes of the row subsets
-each plan runs on (``nonzero``) — data-dependent shapes and loop counts.
+each plan runs on (``nonzero``) — data-dependent shapes and loop counts.  On the CPU, rule 3 and α*(ρ) run on
+numpy views of the rows (:func:`gpu.host.on_host`: the same functions, cheaper per call on the narrow rows of a
+truncated draft).
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ from univer_theory.plans.wor_pair import (OPTIMALITY_TOL, exclusive_cumsum, leav
                                           pair_weights)
 
 from .condot import condot_weights
+from .host import on_host
 from .layout import inverse_permutation, layout_weights
 from .luce import luce_rows, luce_rows_weights
 
@@ -79,9 +82,14 @@ def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: tor
     ``(w, a [R, V], feasible [R])``, ``w`` shaped as ``children`` — :func:`univer_theory.plans.wor_pair.pair_rule`
     and :func:`~univer_theory.plans.wor_pair.pair_weights` on the level's rows (the functions the exact core's
     ``wor_pair_plan`` runs on its one row; infeasible ↔ its ``None``), from the cut of :func:`wor_cut_k2`."""
+    w, a, feasible = on_host(_pair_rule_weights, c, q, rho, p, children.reshape(q.shape[0], -1, 2))
+    return w.view(children.shape), a, feasible
+
+
+def _pair_rule_weights(c, q, rho, p, tuples):
+    """:func:`wor_pair_weights` on arrays of one backend (numpy on the CPU, :func:`gpu.host.on_host`)."""
     rule = pair_rule(c, q, *wor_cut_k2(c, q, rho, p))
-    w = pair_weights(rule, children.reshape(q.shape[0], -1, 2))
-    return w.view(children.shape), rule.marginal, rule.feasible
+    return pair_weights(rule, tuples), rule.marginal, rule.feasible
 
 
 # ----------------------------------------------------------------------------------------- PTS (rule 4)
@@ -330,7 +338,7 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
         w_pts, a_pts = pts_weights(c[rows], q[rows], p[rows], children[rows], walk)
         w[rows], a[rows] = w_pts, a_pts
         alpha = a_pts.sum(1)        # the coupling attains α*_iid(ρ): built only where that exceeds PTS's α
-        rows = rows[alpha_star_rows(p[rows], q[rows], k, "iid", rho[rows])[0] > alpha]
+        rows = rows[on_host(alpha_star_rows, p[rows], q[rows], k, "iid", rho[rows])[0] > alpha]
     if rows.numel():
         w_cp, a_cp = coupling_weights(c[rows], q[rows], children[rows])
         _take(w, a, rows, a_cp.sum(1) > a[rows].sum(1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))
@@ -346,7 +354,7 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
         luce = luce_rows(c[rows], q[rows], k)
         rows, first, luce, alpha = rows[first | luce], first[first | luce], luce[first | luce], alpha[first | luce]
     if rows.numel():
-        star = alpha_star_rows(p[rows], q[rows], k, "wor", rho[rows])[0] - OPTIMALITY_TOL
+        star = on_host(alpha_star_rows, p[rows], q[rows], k, "wor", rho[rows])[0] - OPTIMALITY_TOL
         fit = rows[luce & (alpha < star)]
         if fit.numel():                 # rule 7 where it beats the rest by more than OPTIMALITY_TOL
             w_l, a_l = luce_rows_weights(c[fit], q[fit], children[fit])

@@ -1,0 +1,55 @@
+"""The one implementation of a node formula (:mod:`univer_theory.nx`) run on the CPU in numpy.
+
+A level's rows on the CPU are small once a rule runs on the drafted support (:func:`gpu.univer_rule.drafted_columns`:
+``[R, m + 1]`` with m the draft's support), and then every operation costs its call overhead — about 5 µs in torch,
+about 1 µs in numpy, on the same single thread.  :func:`on_host` calls a function written against the array
+namespace on numpy views of CPU tensors (no copy) and turns its results back into tensors (no copy); on an
+accelerator the tensors pass through unchanged.  The floats are numpy's: its sums are pairwise where torch's are
+vectorised, so results may differ from a torch run in the last bits (the exact core runs the same numpy code).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+
+def _convert(x, leaf):
+    """``x`` with ``leaf`` applied to every array inside tuples, named tuples, dicts and dataclasses."""
+    if isinstance(x, dict):
+        return {key: _convert(v, leaf) for key, v in x.items()}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **{f.name: _convert(getattr(x, f.name), leaf) for f in dataclasses.fields(x)})
+    if isinstance(x, tuple):
+        values = [_convert(v, leaf) for v in x]
+        return type(x)(*values) if hasattr(x, "_fields") else tuple(values)
+    return leaf(x)
+
+
+def _numpy(x):
+    return x.numpy() if torch.is_tensor(x) else x
+
+
+def _tensor(x):
+    return torch.from_numpy(x) if isinstance(x, np.ndarray) else torch.as_tensor(x) if isinstance(x, np.generic) else x
+
+
+def _on_accelerator(x) -> bool:
+    found = []
+    _convert(x, lambda v: found.append(torch.is_tensor(v) and v.device.type != "cpu"))
+    return any(found)
+
+
+def on_host(fn, *args):
+    """``fn(*args)`` on numpy views when every tensor among the arguments (also inside tuples, dicts and
+    dataclasses) is on the CPU, its results back as tensors; ``fn(*args)`` itself otherwise."""
+    if _on_accelerator(args):
+        return fn(*args)
+    return _numpy_call(fn, args)
+
+
+@torch.compiler.disable
+def _numpy_call(fn, args):
+    """The host branch of :func:`on_host`, left out of ``torch.compile``'s graphs (it runs numpy, eagerly)."""
+    return _convert(fn(*_convert(args, _numpy)), _tensor)
