@@ -114,20 +114,20 @@ def _first(x):
 
 def _price(reduced, bland):
     """Entering column ``[B]`` and whether there is one ``[B]``: lexicographically positive reduced costs; the
-    largest at the lowest deciding level (Dantzig), or the lowest index where ``bland``."""
-    nx = get_backend(reduced)
+    largest at the lowest deciding level (Dantzig), or the lowest index where ``bland``.  A column is open at
+    level l when its reduced costs at the levels before are 0 (within :data:`TOL`); it improves at the first level
+    where it is open and positive."""
+    nx, xp = get_backend(reduced), array_module(reduced)
     B, L, n = reduced.shape
-    score = nx.full((B, n), -nx.inf, reduced)
-    open_ = nx.zeros_like(reduced[:, 0]) == 0
-    found = nx.zeros_like(reduced[:, 0, 0]) != 0
-    improving = ~open_
-    for level in range(L):
-        d = reduced[:, level]
-        here = open_ & (d > TOL)
-        improving |= here
-        score = nx.where(~found[:, None] & here, d, score)                        # the lowest level with any
-        found |= here.any(1)
-        open_ &= abs(d) <= TOL
+    settled = abs(reduced) <= TOL
+    opens = [settled[:, 0] | ~settled[:, 0]]
+    for level in range(1, L):
+        opens.append(opens[-1] & settled[:, level - 1])
+    here = xp.stack(opens, 1) & (reduced > TOL)                                   # [B, L, n]
+    improving = here.any(1)
+    level = _first(nx.asarray(here.any(2), reduced))                              # the lowest level with any
+    batch = nx.arange(B, reduced)
+    score = nx.where(here[batch, level], reduced[batch, level], -nx.inf)
     return nx.where(bland, _first(nx.asarray(improving, reduced)), _first(score)), improving.any(1)
 
 

@@ -125,7 +125,9 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     ----------
     batch : TreeBatch with ``B`` trees of at most ``N`` nodes.
     target_probs, draft_probs : ``[B, N, V]`` float32 / float64; row u of tree b is ``p(·|s(u))`` /
-        ``q(·|s(u))`` (padded rows ignored).  Leaves' draft rows are checked but unused.
+        ``q(·|s(u))`` (padded rows ignored).  Leaves' draft rows are checked but unused.  A draft row with few
+        positive entries (a truncated draft, :func:`gpu.probs.probs_from_logits` ``top=m``) makes UniVer's node
+        plans cost O(m log m) instead of O(V log V) (:func:`gpu.univer_rule.drafted_columns`).
     process : draft process of the children (``iid``, ``wor``, ``topk``, ``greedy``).
     method : one of :data:`METHODS`; its processes are those of the exact twin in ``univer_theory``.
     generator : torch.Generator on the inputs' device (None: torch's default generator).

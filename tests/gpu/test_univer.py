@@ -241,13 +241,15 @@ def test_chain_is_block_verification():
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])
-@pytest.mark.parametrize("spec", ["2,2", "3,2", "((..),.)", "(.,(.),(..))"])
-def test_rules_run_on_the_drafted_support(process, spec):
+@pytest.mark.parametrize("spec,rows", [("2,2", "near"), ("3,2", "near"), ("((..),.)", "near"),
+                                       ("(.,(.),(..))", "near"), ("3,2", "confident"), ("((..),.)", "confident")])
+def test_rules_run_on_the_drafted_support(process, spec, rows):
     """Drafts truncated to a few tokens (4–12 of V = 60: rule 1 and the shape rule on small supports, rule 3, PTS,
-    the coupling, the slot rule beyond them) are planned on their drafted columns plus one undrafted-mass
-    column (``drafted_columns``); a level holding one full-support row is planned on all V.  Both give the same
-    pass-1 decisions — scalings, stop probabilities and residuals — and E[τ | T] (1e-12), and the undrafted
-    tokens get no marginal (their residual is ``ρp`` exactly)."""
+    the coupling, the slot rule beyond them; drafts near the target, or confident ones whose top token holds all
+    but ~1e-10) are planned on their drafted columns plus one undrafted-mass column (``drafted_columns``); a
+    level holding one full-support row is planned on all V.  Both give the same pass-1 decisions — scalings,
+    stop probabilities and residuals — and E[τ | T] (1e-12), the undrafted tokens get no marginal (their residual
+    is ``ρp`` exactly), and E[τ | T] is the exact core's, which plans every node on its whole row (1e-10)."""
     from gpu.drafting import draft_tree
     from gpu.tree_batch import TreeBatch
 
@@ -255,7 +257,8 @@ def test_rules_run_on_the_drafted_support(process, spec):
     gen = torch.Generator().manual_seed(len(spec))
     shape = TreeShape.parse(spec)
     p = torch.softmax(3 * torch.randn(B + 1, shape.num_nodes, V, generator=gen, dtype=torch.float64), -1)
-    q = torch.softmax(torch.log(p) + torch.randn(p.shape, generator=gen, dtype=torch.float64), -1)
+    scale = 1.0 if rows == "near" else 25.0
+    q = torch.softmax(scale * (torch.log(p) + torch.randn(p.shape, generator=gen, dtype=torch.float64)), -1)
     for b, m in enumerate([4, 5, 12, 4, 8, 6]):       # tree B keeps the whole row
         kept = q[b].topk(m, -1).indices
         q[b] = torch.zeros_like(q[b]).scatter(-1, kept, q[b].gather(-1, kept))
@@ -272,5 +275,34 @@ def test_rules_run_on_the_drafted_support(process, spec):
     cell = (q[:B] == 0) & internal
     rho = out[0].rho[..., None].expand_as(p[:B])
     assert torch.equal(out[0].residual[cell], (rho * p[:B])[cell])
-    np.testing.assert_allclose(expected_accepted_length(part, p[:B], q[:B], process, "univer").numpy(),
-                               expected_accepted_length(full, p, q, process, "univer")[:B].numpy(), rtol=0, atol=1e-12)
+    got = expected_accepted_length(part, p[:B], q[:B], process, "univer").numpy()
+    np.testing.assert_allclose(got, expected_accepted_length(full, p, q, process, "univer")[:B].numpy(), rtol=0,
+                               atol=1e-12)
+    exact = [VERIFIERS["univer"].expected_accepted_length(t, p[b].numpy(), q[b].numpy(), process)
+             for b, t in enumerate(part.to_trees())]
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-10)
+
+
+def test_drafted_columns_contract():
+    """Rows with supports of different sizes: the drafted tokens in id order, padded with ``p = q = 0``; the last
+    column holds each row's undrafted target mass (summed directly) with ``q = 0``; the children land on their
+    own columns; the sums of p and q are kept."""
+    from gpu.univer_rule import drafted_columns
+
+    gen = torch.Generator().manual_seed(3)
+    p = torch.softmax(torch.randn(3, 50, generator=gen, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(3, 50, generator=gen, dtype=torch.float64), -1)
+    for r, m in enumerate([5, 17, 50]):
+        q[r, torch.randperm(50, generator=gen)[m:]] = 0
+    q /= q.sum(1, keepdim=True)
+    children = torch.stack([torch.multinomial(q[r], 2, generator=gen) for r in range(3)])
+    p_s, q_s, kids, cols, on = drafted_columns(p, q, children)
+    assert p_s.shape == (3, 51) and on.sum(1).tolist() == [5, 17, 50]
+    for r, m in enumerate([5, 17, 50]):
+        support = (q[r] > 0).nonzero().squeeze(1)
+        assert torch.equal(cols[r, on[r]], support)                     # id order
+        assert torch.equal(p_s[r, :-1][on[r]], p[r, support]) and torch.equal(q_s[r, :-1][on[r]], q[r, support])
+        assert (p_s[r, :-1][~on[r]] == 0).all() and (q_s[r, :-1][~on[r]] == 0).all() and q_s[r, -1] == 0
+        assert abs(p_s[r, -1] - p[r, q[r] == 0].sum()) <= 1e-15 and (m < 50 or p_s[r, -1] == 0)
+        assert torch.equal(cols[r, kids[r]], children[r])
+    torch.testing.assert_close(p_s.sum(1), p.sum(1), rtol=0, atol=1e-15)
