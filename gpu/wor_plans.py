@@ -30,8 +30,9 @@ token marginal ``a [R, V]``:
   of α*(ρ)), as :func:`univer_theory.plans.choose.choose_plan`.  α*(ρ) and the cut ``A*`` are the exact core's
   :func:`univer_theory.alpha_star.alpha_star_rows` on the level's rows.
 
-The cut's order (``p/q`` ascending) and PTS's (descending) are two sorts: both break ties to the lower token id,
-so on tied ratios neither is the other reversed.
+The cut's order (``p/q`` ascending) is sorted once per call and serves α*(ρ), rule 3's cut and the gates; PTS's
+(descending) is derived from it in O(V) (:func:`univer_theory.orders.descending_ratio_order`): both break ties to
+the lower token id, so on tied ratios neither is the other reversed.
 
 No Python loop over rows: loops run over bisection / fixed-point steps (until every row has converged),
 quadrature chunks, the children and the virtual sequences; the k ≥ 3 walk on the CPU is compiled host code
@@ -48,7 +49,7 @@ import math
 import torch
 
 from univer_theory.alpha_star import alpha_star_rows
-from univer_theory.orders import ratio_argsort, top_tokens
+from univer_theory.orders import descending_ratio_order, ratio_argsort, top_tokens
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT, single_child_rows, single_child_weights
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         thinning_walk)
@@ -69,34 +70,37 @@ def _at(x: torch.Tensor, tuples: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------- wor pair (rule 3)
-def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor):
+def wor_cut_k2(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, order=None):
     """α*(ρ) ``[R]`` and the optimal cut ``A*`` (bool ``[R, V]``) of CondOT(ρ) for two wor children: the
     ratio-order prefix minimising ``ρP_j + r_j(1 + Σ_{x∈G_j} q_x/(1 − q_x))`` (first minimum) —
-    :func:`univer_theory.alpha_star.alpha_star_rows`, the exact core's function, on the level's rows."""
-    return alpha_star_rows(p, q, 2, "wor", rho)
+    :func:`univer_theory.alpha_star.alpha_star_rows`, the exact core's function, on the level's rows (``order``:
+    their ratio order when the caller has it)."""
+    return alpha_star_rows(p, q, 2, "wor", rho, order)
 
 
 def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor,
-                     children: torch.Tensor):
+                     children: torch.Tensor, order: torch.Tensor | None = None):
     """Rule 3 on rows with two wor children ``children [R, 2]`` (or ``[R, T, 2]``: T tuples per row on one plan):
     ``(w, a [R, V], feasible [R])``, ``w`` shaped as ``children`` — :func:`univer_theory.plans.wor_pair.pair_rule`
     and :func:`~univer_theory.plans.wor_pair.pair_weights` on the level's rows (the functions the exact core's
-    ``wor_pair_plan`` runs on its one row; infeasible ↔ its ``None``), from the cut of :func:`wor_cut_k2`."""
-    w, a, feasible = on_host(_pair_rule_weights, c, q, rho, p, children.reshape(q.shape[0], -1, 2))
+    ``wor_pair_plan`` runs on its one row; infeasible ↔ its ``None``), from the cut of :func:`wor_cut_k2`
+    (``order``: the rows' ratio order when the caller has it)."""
+    w, a, feasible = on_host(_pair_rule_weights, c, q, rho, p, children.reshape(q.shape[0], -1, 2), order)
     return w.view(children.shape), a, feasible
 
 
-def _pair_rule_weights(c, q, rho, p, tuples):
+def _pair_rule_weights(c, q, rho, p, tuples, order):
     """:func:`wor_pair_weights` on arrays of one backend (numpy on the CPU, :func:`gpu.host.on_host`)."""
-    rule = pair_rule(c, q, *wor_cut_k2(c, q, rho, p))
+    rule = pair_rule(c, q, *wor_cut_k2(c, q, rho, p, order))
     return pair_weights(rule, tuples), rule.marginal, rule.feasible
 
 
 # ----------------------------------------------------------------------------------------- PTS (rule 4)
-def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor):
-    """The priority order (``p/q`` descending, ties by token id, undrafted last): ``order [R, V]``, ``rank``,
-    ``on`` (drafted, in order) and ``q``, ``c`` in that order."""
-    order = ratio_argsort(p, q, descending=True)
+def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, ascending: torch.Tensor):
+    """The priority order (``p/q`` descending, ties by token id, undrafted last) from the ascending ratio order
+    ``ascending`` (:func:`univer_theory.orders.descending_ratio_order`: O(V), no second sort): ``order [R, V]``,
+    ``rank``, ``on`` (drafted, in order) and ``q``, ``c`` in that order."""
+    order = on_host(descending_ratio_order, ascending, p, q)
     rank = inverse_permutation(order)
     return order, rank, (q > 0).gather(1, order), q.gather(1, order), c.gather(1, order)
 
@@ -205,16 +209,17 @@ def _walk(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: 
 WALKS = ("auto", "fixed_point", "sequential")
 
 
-def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: torch.Tensor, walk: str = "auto"):
+def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: torch.Tensor, walk: str = "auto",
+                order: torch.Tensor | None = None):
     """Rule 4 (PTS) on rows with k wor children ``children [R, k]`` (or ``[R, T, k]``): ``(w, a [R, V])``,
     ``w`` shaped as ``children``, as ``univer_theory.plans.pts.pts_plan(...)`` (module docstring: the walk as a
     fixed point; k = 2 in closed form, k ≥ 3 by the clock integral or the walk, per ``walk`` — :data:`WALKS`).
     The fixed point stops at its first pass that changes nothing (a data-dependent pass count: one host read
-    per pass)."""
+    per pass).  ``order``: the rows' ascending ratio order when the caller has it."""
     if walk not in WALKS:
         raise ValueError(f"pts_weights: walk must be one of {list(WALKS)}, got {walk!r}")
     k = children.shape[-1]
-    order, rank, on, qs, cs = _priority(c, q, p)
+    order, rank, on, qs, cs = _priority(c, q, p, on_host(ratio_argsort, p, q) if order is None else order)
     walk = walk if walk != "auto" else ("sequential" if q.device.type == "cpu" else "fixed_point")
     if k > PTS_MAX_K or (k >= 3 and walk == "sequential"):
         theta, avail = _walk(qs, cs, k, *_clock_grid(qs, k))
@@ -327,18 +332,19 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
         if rows.numel():
             w[rows], a[rows] = wor_weights(c[rows], q[rows], rho[rows], p[rows], children[rows], walk)
         return w, a
+    order = on_host(ratio_argsort, p, q)        # the ratio order of α*(ρ), rule 3's cut and PTS's priority
     if children.shape[-1] == 2:
-        w, a, feasible = wor_pair_weights(c, q, rho, p, children)
+        w, a, feasible = wor_pair_weights(c, q, rho, p, children, order)
     else:
         w, a = torch.zeros_like(children, dtype=c.dtype), torch.zeros_like(c)
         feasible = torch.zeros_like(rho, dtype=torch.bool)
     k = children.shape[-1]
     rows = (~feasible).nonzero().squeeze(1)
     if rows.numel():
-        w_pts, a_pts = pts_weights(c[rows], q[rows], p[rows], children[rows], walk)
+        w_pts, a_pts = pts_weights(c[rows], q[rows], p[rows], children[rows], walk, order[rows])
         w[rows], a[rows] = w_pts, a_pts
         alpha = a_pts.sum(1)        # the coupling attains α*_iid(ρ): built only where that exceeds PTS's α
-        rows = rows[on_host(alpha_star_rows, p[rows], q[rows], k, "iid", rho[rows])[0] > alpha]
+        rows = rows[on_host(alpha_star_rows, p[rows], q[rows], k, "iid", rho[rows], order[rows])[0] > alpha]
     if rows.numel():
         w_cp, a_cp = coupling_weights(c[rows], q[rows], children[rows])
         _take(w, a, rows, a_cp.sum(1) > a[rows].sum(1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))
@@ -354,7 +360,7 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
         luce = luce_rows(c[rows], q[rows], k)
         rows, first, luce, alpha = rows[first | luce], first[first | luce], luce[first | luce], alpha[first | luce]
     if rows.numel():
-        star = on_host(alpha_star_rows, p[rows], q[rows], k, "wor", rho[rows])[0] - OPTIMALITY_TOL
+        star = on_host(alpha_star_rows, p[rows], q[rows], k, "wor", rho[rows], order[rows])[0] - OPTIMALITY_TOL
         fit = rows[luce & (alpha < star)]
         if fit.numel():                 # rule 7 where it beats the rest by more than OPTIMALITY_TOL
             w_l, a_l = luce_rows_weights(c[fit], q[fit], children[fit])

@@ -363,19 +363,20 @@ def _iid_miss(q_sorted, k: int):
     return -nx.expm1(k * nx.log1p(-nx.minimum(_suffix_mass(q_sorted), 1.0)))
 
 
-def alpha_star_rows(p, q, k: int, process: str, rho):
+def alpha_star_rows(p, q, k: int, process: str, rho, order=None):
     """``(α*(ρ) [...], A* [..., V])`` on float64 rows ``p, q [..., V]`` — numpy arrays (the exact core: one row,
     a batch of one) or torch tensors (:mod:`gpu`: the R nodes of a level, on any device), ``rho`` a scalar or an
     array of the batch shape.  The one implementation behind :func:`alpha_star_and_cut` (which validates its
     inputs; here they are the caller's): ``α*(ρ) = min_A [ρ p(A) + Pr(S ⊄ A)]`` per process (module docstring),
-    A* the first minimising prefix for iid / wor."""
+    A* the first minimising prefix for iid / wor.  ``order``: the rows' ``ratio_argsort(p, q)`` when the caller
+    has it already (iid / wor; else it is sorted here)."""
     check_choice(process, PROCESSES, "alpha_star_rows", "process")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"alpha_star_rows: k must be an integer ≥ 1, got {k!r}")
     nx = get_backend(p, q)
     rho = nx.asarray(rho, p)
     if process in ("iid", "wor"):
-        order = ratio_argsort(p, q)
+        order = ratio_argsort(p, q) if order is None else order
         q_sorted = nx.take(q, order)
         miss = _iid_miss(q_sorted, k) if process == "iid" else _wor_miss(q_sorted, k)
         return _prefix_cut(p, rho, miss, order)

@@ -2,7 +2,8 @@
 
 * :func:`ratio_argsort` — tokens by ``p/q`` (:func:`ratio_key`), ties by token id, ``q = 0`` last: ascending,
   its prefixes hold a minimising cut of CondOT(ρ) (α*, the wor k = 2 cut, K-SEQ's β); descending, PTS's
-  priority (``num = p``) and the layout's blocks (``num = ρp``);
+  priority (``num = p``) and the layout's blocks (``num = ρp``); :func:`descending_ratio_order` turns the
+  ascending order into the descending one in O(V);
 * :func:`top_tokens` — the m most likely draft tokens, ties to the lower id: the topk list, greedy's fixed
   list, SpecHub's hub.
 """
@@ -31,6 +32,26 @@ def ratio_argsort(num, den, descending: bool = False):
     if descending:
         key = nx.where(den > 0, -key, nx.inf)
     return nx.argsort(key)
+
+
+def descending_ratio_order(order, num, den):
+    """``ratio_argsort(num, den, descending=True)`` from the ascending ``order = ratio_argsort(num, den)`` in O(V),
+    without a second sort.  Ascending, the drafted tokens (``den > 0``, finite keys) come first, ties by id, the
+    undrafted ones last by id; descending keeps the undrafted tail and reverses the drafted part run by run: a run
+    of tied keys occupying ascending positions ``a..b`` of a row with m drafted tokens moves to positions
+    ``m − 1 − b ..`` and keeps its id order (ties still go to the lower id)."""
+    nx = get_backend(num, den)
+    key = nx.take(ratio_key(num, den), order)
+    V = key.shape[-1]
+    j = nx.arange(V, key) + 0 * order
+    m = nx.sum(den > 0, keepdims=True)
+    change = key[..., 1:] != key[..., :-1]
+    first = nx.concat([change[..., :1] | True, change])                   # a run starts here
+    last = nx.concat([change, change[..., :1] | True])                    # a run ends here
+    start = -nx.cummin(nx.where(first, -j, 0))                            # running max of the run starts
+    end = nx.cummin(nx.where(last, j, V), reverse=True)
+    rank = nx.where(j < m, (m - 1 - end) + (j - start), j)
+    return nx.put(order, rank, order)
 
 
 def top_tokens(q, m: int):

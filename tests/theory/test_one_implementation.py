@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from univer_theory.orders import ratio_argsort, top_tokens
+from univer_theory.orders import descending_ratio_order, ratio_argsort, top_tokens
 from univer_theory.plans.choose import single_child_plan, topk_fill_plan
 from univer_theory.verifiers import kseq_acceptance_mass, kseq_rho_star
 
@@ -54,6 +54,23 @@ def test_ratio_order_is_the_exact_ratio_sort_with_ties_by_id(seed):
         assert ratio_argsort(p, q, descending=True).tolist() == down
         both = ratio_argsort(np.stack([p, p]), np.stack([q, q]), descending=True)     # batch axes lead
         assert both.tolist() == [down, down]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_descending_order_from_the_ascending_one_is_the_descending_sort(seed):
+    """:func:`descending_ratio_order` (O(V), no sort) equals ``ratio_argsort(…, descending=True)`` on every row of
+    :func:`rows` — exact ties of p/q, q = 0, subnormal ratios — batched (rows with different numbers of drafted
+    tokens in one batch), in numpy and in torch; reversing the ascending order instead fails on the tied rows."""
+    import torch
+
+    pairs = rows(seed)
+    P, Q = np.stack([p for p, _ in pairs]), np.stack([q for _, q in pairs])
+    want = ratio_argsort(P, Q, descending=True)
+    for conv in (np.asarray, torch.tensor):
+        got = descending_ratio_order(ratio_argsort(conv(P), conv(Q)), conv(P), conv(Q))
+        assert np.array_equal(np.asarray(got), want)
+    reversed_ = np.array([np.concatenate([a[:m][::-1], a[m:]]) for a, m in zip(ratio_argsort(P, Q), (Q > 0).sum(1))])
+    assert not np.array_equal(reversed_, want)
 
 
 @pytest.mark.parametrize("seed", range(4))
