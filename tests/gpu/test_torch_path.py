@@ -1,0 +1,47 @@
+"""The torch path of the node formulas that the CPU runs in numpy (:func:`gpu.host.on_host`: rule 3, α*(ρ), the
+layout's four steps, the batched simplex).  An accelerator runs them in torch, which this machine may not have;
+here the host branch is switched off so that CPU tensors go through torch, and a representative set of the
+batched-vs-exact-core tests runs again: E[τ | T] on wide and asymmetric trees (every wor rule, the layout, the
+slot LP's simplex), rule 3 and PTS by enumeration, the layout by enumeration, and truncated drafts planned on
+their drafted support.  Each then compares the torch run with the exact core or the enumeration oracle at the
+original test's tolerance."""
+import pytest
+
+import gpu.host
+
+from . import test_univer, test_wor_plans
+
+
+@pytest.fixture(autouse=True)
+def torch_on_cpu(monkeypatch):
+    calls = []
+
+    def direct(fn, args):
+        calls.append(fn.__name__)
+        return fn(*args)
+
+    monkeypatch.setattr(gpu.host, "_numpy_call", direct)
+    yield calls
+    assert calls, "no formula went through gpu.host.on_host: the test exercised nothing of the torch path"
+
+
+@pytest.mark.parametrize("process,walk", [("iid", "auto"), ("wor", "sequential")])
+def test_wide_and_asymmetric_nodes(process, walk):
+    test_univer.test_wide_and_asymmetric_nodes_are_planned_in_torch(process, walk)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_drafted_support(process):
+    test_univer.test_rules_run_on_the_drafted_support(process, "((..),.)", "near")
+
+
+def test_layout_by_enumeration():
+    test_univer.test_layout_weights_on_tensors_are_exact_by_enumeration(5, 3, 0.6)
+
+
+def test_wor_pair_and_pts_by_enumeration():
+    test_wor_plans.test_wor_pair_and_pts_against_enumeration(9)
+
+
+def test_binary_wor_trees():
+    test_wor_plans.test_binary_wor_trees_match_the_exact_core()
