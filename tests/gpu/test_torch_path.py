@@ -4,12 +4,13 @@ here the host branch is switched off so that CPU tensors go through torch, and a
 batched-vs-exact-core tests runs again: E[τ | T] on wide and asymmetric trees (every wor rule, the layout, the
 slot LP's simplex), rule 3 and PTS by enumeration, the layout by enumeration, and truncated drafts planned on
 their drafted support.  Each then compares the torch run with the exact core or the enumeration oracle at the
-original test's tolerance."""
+original test's tolerance.  The memory test runs here too: its dispatch mode sees torch tensors only, and on the
+host branch the same functions form numpy arrays of the same sizes."""
 import pytest
 
 import gpu.host
 
-from . import test_univer, test_wor_plans
+from . import test_compile_memory, test_univer, test_wor_plans
 
 
 @pytest.fixture(autouse=True)
@@ -45,3 +46,7 @@ def test_wor_pair_and_pts_by_enumeration():
 
 def test_binary_wor_trees():
     test_wor_plans.test_binary_wor_trees_match_the_exact_core()
+
+
+def test_wide_wor_node_memory():
+    test_compile_memory.test_wide_wor_node_allocates_near_its_inputs()
