@@ -2,7 +2,7 @@
 :mod:`gpu.condot`).  A second algorithm beside the exact core's HiGHS (:mod:`solvers.highs_lp`) on purpose:
 HiGHS solves one LP at a time on the host; a level's LPs are solved here together, on their device — written
 once against :mod:`univer_theory.nx`, run in torch on an accelerator and in numpy on the CPU (on views of the
-CPU tensors' memory: a pivot is a few dozen small operations, each ~5× cheaper in numpy; the same floats).
+CPU tensors' memory: a pivot is a few dozen small operations, each ~4× cheaper in numpy; the same floats).
 
 .. math::
 
