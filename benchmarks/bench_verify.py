@@ -19,8 +19,8 @@ Sections (all printed as a table, and as one JSON object with ``--json``):
   first MT-Bench prompt at T = 1, scored by the target; ``verify_over_forward`` per method per tree.
 
 ``--draft-top`` (a comma list; ``all`` = the whole row): every case is also run with the draft truncated to its m
-most likely tokens per row (``gpu.probs.probs_from_logits(..., top=m)`` for SmolLM2's draft; the Zipf q
-restricted to its top m and renormalised) — a draft process of its own, verified exactly against its truncated
+most likely tokens per row (``gpu.probs.probs_from_logits(..., top=m)``, on SmolLM2's draft logits and on
+``log q`` of the Zipf rows) — a draft process of its own, verified exactly against its truncated
 rows, on which UniVer's node plans run over m tokens (``gpu.univer_rule.drafted_columns``).  Rows carry
 ``draft_top`` (null: the whole row).
 
@@ -45,6 +45,7 @@ import torch
 
 from gpu import TreeBatch, verify
 from gpu.drafting import draft_tree
+from gpu.probs import probs_from_logits
 from univer_theory import VERIFIERS
 from univer_theory.alpha_star import alpha_star, alpha_star_rows
 from univer_theory.engine import tree_sample
@@ -96,15 +97,6 @@ def zipf_rows(shape: tuple, V: int, gen: torch.Generator) -> tuple[torch.Tensor,
     log_p = torch.log_softmax(-1.1 * log_rank[perm], dim=-1)
     q = torch.softmax(log_p + 0.8 * torch.randn(*shape, V, generator=gen, dtype=torch.float64), dim=-1)
     return log_p.exp(), q
-
-
-def truncate(q: torch.Tensor, top: int | None) -> torch.Tensor:
-    """``q [..., V]`` restricted to its ``top`` most likely tokens per row and renormalised (None: q itself)."""
-    if top is None or top >= q.shape[-1]:
-        return q
-    kept = q.topk(top, dim=-1).indices
-    q = torch.zeros_like(q).scatter(-1, kept, q.gather(-1, kept))
-    return q / q.sum(-1, keepdim=True)
 
 
 def draft_tops(text: str) -> list[int | None]:
@@ -207,7 +199,9 @@ def synthetic_section(args, target) -> list[dict]:
         for process, top in ((pr, t) for pr in args.processes.split(",") for t in draft_tops(args.draft_top)):
             for B in (int(b) for b in args.batches.split(",")):
                 p, q = zipf_rows((B, N), args.vocab, gen)
-                batch, q = draft_tree(shape, truncate(q, top), process, B, gen)
+                if top is not None:      # the top-m draft process, as SmolLM2's draft gets it
+                    q = probs_from_logits(q.log(), 1.0, top)
+                batch, q = draft_tree(shape, q, process, B, gen)
                 trees = batch.to_trees(args.vocab)
                 rows = [(p[i].numpy(), q[i].numpy()) for i in range(B)]
                 calls = {}
@@ -238,7 +232,6 @@ def synthetic_section(args, target) -> list[dict]:
 
 def real_section(args, target) -> list[dict]:
     from gpu.llm.tree_draft import tree_shape
-    from gpu.probs import probs_from_logits
 
     rows_out = []
     for spec in args.shapes.split(","):
