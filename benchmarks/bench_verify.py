@@ -21,7 +21,7 @@ Sections (all printed as a table, and as one JSON object with ``--json``):
 ``--draft-top`` (a comma list; ``all`` = the whole row): every case is also run with the draft truncated to its m
 most likely tokens per row (``gpu.probs.probs_from_logits(..., top=m)``, on SmolLM2's draft logits and on
 ``log q`` of the Zipf rows) — a draft process of its own, verified exactly against its truncated
-rows, on which UniVer's node plans run over m tokens (``gpu.univer_rule.drafted_columns``).  Rows carry
+rows, on which every method plans a level over m + 1 columns (:mod:`gpu.support`).  Rows carry
 ``draft_top`` (null: the whole row).
 
 Timing: ``time.perf_counter``, ``torch.set_num_threads(1)``; within a repeat every variant runs once, in a

@@ -7,7 +7,9 @@ one depth, across the batch) from a :class:`LevelContext` and returns a :class:`
   probabilities ``enter[j]`` and scalings ``s_j`` (the children's ``ρ``), its stop probability ``f`` and its
   residual.  A drafted leaf has ``f = ρ`` and residual ``p`` (bonus token); the root has ``f = 1`` (it never
   fails: once its children failed the traversal ends there).  When sampling, each internal
-  node draws its candidate correction token ``Y_u ~ residual`` here, so no ``[B, N, V]`` residual is kept.
+  node draws its candidate correction token ``Y_u ~ residual`` here, so no ``[B, N, V]`` residual is kept (on a
+  level planned on its drafted support a candidate from the undrafted column is drawn from ``p·1[q = 0]`` after
+  pass 2, only for the trees whose path ends there).
 * **Pass 2 (post-order):** with independent coins ``E_c ~ Bern(enter[c])`` and ``F_u ~ Bern(f_u)`` drawn for
   every node at once, node u succeeds iff some child c (in drafting order) has ``E_c`` and succeeds, or else
   ``F_u``; the first such child is taken.  This is exactly the sequential sampler of the theory engine (coins
@@ -29,6 +31,7 @@ from typing import Callable
 
 import torch
 
+from . import support
 from .probs import sample_rows, uniform
 from .tree_batch import TreeBatch
 
@@ -40,8 +43,9 @@ class LevelContext:
     The engine packs a depth's internal nodes of all trees into the ``R`` rows, largest branching first (on the
     CPU in blocks of rows, :data:`CPU_BLOCK_BYTES`), and passes ``active`` so rules can restrict sibling step j
     to the leading ``active[j]`` rows (``child_mask`` stays authoritative inside them).  ``target`` / ``draft``
-    are row copies in buffers the engine reuses for the next block once the decision is consumed; rules are
-    composed (e.g. the bug zoo reuses ``ctx.target``), so a rule never writes into a context's tensors.
+    are row copies in buffers the engine reuses for the next block once the decision is consumed, or a level's
+    rows on their drafted columns (:mod:`gpu.support`: ``V`` is then ``M + 1`` and ``children`` are columns);
+    rules are composed (e.g. the bug zoo reuses ``ctx.target``), so a rule never writes into a context's tensors.
     """
 
     rho: torch.Tensor         # [R]     scaling ρ of each node
@@ -107,20 +111,32 @@ class VerifyResult:
 CPU_BLOCK_BYTES = 1 << 22
 
 
-def _row_blocks(batch: TreeBatch, row_bytes: int):
-    """:attr:`TreeBatch.level_nodes` cut into row blocks (CPU only), each with its own ``active`` bound and
-    branching ``K`` trimmed to the children present in the block."""
-    step = max(1, CPU_BLOCK_BYTES // row_bytes) if batch.device.type == "cpu" else None
+def _row_blocks(tree, slots, kids, active, step: int | None):
+    """One level cut into blocks of ``step`` rows (None: whole), each with its own ``active`` bound and branching
+    ``K`` trimmed to the children present in the block."""
+    R = tree.shape[0]
+    if step is None or R <= step:
+        yield tree, slots, kids, active
+        return
+    for lo in range(0, R, step):
+        hi = min(R, lo + step)
+        sub = tuple(min(max(a - lo, 0), hi - lo) for a in active)
+        k = max(1, sum(a > 0 for a in sub))
+        yield tree[lo:hi], slots[lo:hi], kids[lo:hi, :k], sub[:k]
+
+
+def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: bool):
+    """``(tree, slots, kids, active, support)`` per unit of work: a whole level on its drafted support
+    (:mod:`gpu.support`; ``support`` not None), else the level's rows in blocks (CPU: :data:`CPU_BLOCK_BYTES`
+    per ``[rows, V]`` tensor)."""
+    N, V = batch.parent.shape[1], p_rows.shape[1]
+    step = max(1, CPU_BLOCK_BYTES // (V * p_rows.element_size())) if batch.device.type == "cpu" else None
     for tree, slots, kids, active in batch.level_nodes:
-        R = tree.shape[0]
-        if step is None or R <= step:
-            yield tree, slots, kids, active
-            continue
-        for lo in range(0, R, step):
-            hi = min(R, lo + step)
-            sub = tuple(min(max(a - lo, 0), hi - lo) for a in active)
-            k = max(1, sum(a > 0 for a in sub))
-            yield tree[lo:hi], slots[lo:hi], kids[lo:hi, :k], sub[:k]
+        found = support.scan(p_rows, q_rows, rows_of[tree * N + slots]) if drafted_support else None
+        if found is not None:
+            yield tree, slots, kids, active, found
+        else:
+            yield from (unit + (None,) for unit in _row_blocks(tree, slots, kids, active, step))
 
 
 def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tensor:
@@ -134,9 +150,12 @@ def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tenso
 
 def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
              rule: LevelRule, generator: torch.Generator | None = None, sample: bool = False,
-             keep_residuals: bool = False, row_index: torch.Tensor | None = None) -> Allocation:
+             keep_residuals: bool = False, row_index: torch.Tensor | None = None,
+             drafted_support: bool = False) -> Allocation:
     """Pass 1 from the root down (inputs assumed valid; see :func:`gpu.verify.verify`; ``row_index``:
-    :func:`row_numbers`)."""
+    :func:`row_numbers`).  ``drafted_support``: plan each level on its rows' drafted tokens (:mod:`gpu.support`;
+    only for rules that read undrafted tokens through their total mass); a candidate token equal to ``V`` then
+    stands for a draw from ``p·1[q = 0]`` (:func:`sample` makes it)."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dtype, dev = target_probs.dtype, target_probs.device
@@ -152,25 +171,31 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     flat = lambda x: x.view(-1)                      # [B, N+1] state ↔ flat index tree·(N+1) + slot
     p_rows, q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)    # [B·N, V] (views if contiguous)
     rows_of = row_numbers(batch, row_index).reshape(-1)
-    blocks = list(_row_blocks(batch, V * target_probs.element_size()))
-    width = max(tree.shape[0] for tree, *_ in blocks) if blocks else 0
-    p_buf, q_buf = p_rows.new_empty(width, V), q_rows.new_empty(width, V)      # row gathers, reused by every block
-    for tree, slots, kids, active in blocks:
+    bufs = []                                        # whole-row gathers [rows, V], reused by every block
+    for tree, slots, kids, active, found in _level_units(batch, p_rows, q_rows, rows_of, drafted_support):
         at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
         R = tree.shape[0]
         src = rows_of[tree * N + slots]
-        ctx = LevelContext(flat(rho)[at], torch.index_select(p_rows, 0, src, out=p_buf[:R]),
-                           torch.index_select(q_rows, 0, src, out=q_buf[:R]), token_ext[kid_at],
-                           kids < N, process, shape_ext[kid_at], shape_keys, active)
+        children = token_ext[kid_at]
+        if found is not None:
+            p, q, children = support.compact(p_rows, q_rows, src, found, children)
+        else:
+            if not bufs or bufs[0].shape[0] < R:
+                bufs = [p_rows.new_empty(R, V), q_rows.new_empty(R, V)]
+            p = torch.index_select(p_rows, 0, src, out=bufs[0][:R])
+            q = torch.index_select(q_rows, 0, src, out=bufs[1][:R])
+        ctx = LevelContext(flat(rho)[at], p, q, children, kids < N, process, shape_ext[kid_at], shape_keys, active)
         dec = rule(ctx)
         flat(rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
         flat(enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
         flat(stop).scatter_(0, at, dec.stop.to(dtype))
         flat(internal)[at] = True
         if sample:
-            flat(candidate).scatter_(0, at, sample_rows(dec.residual, generator))
+            y = sample_rows(dec.residual, generator)
+            flat(candidate).scatter_(0, at, y if found is None else support.tokens(found, y, V))
         if keep_residuals:
-            residual[tree, slots] = dec.residual.to(dtype)
+            residual[tree, slots] = (dec.residual if found is None
+                                     else support.expand(dec.residual, p_rows, q_rows, src, found)).to(dtype)
     internal[:, N] = False
     stop = torch.where(internal, stop, rho)          # a drafted leaf (or a lone root) succeeds w.p. ρ
     stop[:, 0] = 1                                   # the root never fails (as univer_theory.engine.allocate)
@@ -187,12 +212,15 @@ def _ext(x: torch.Tensor, fill) -> torch.Tensor:
 
 def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
            rule: LevelRule, generator: torch.Generator | None = None,
-           row_index: torch.Tensor | None = None) -> VerifyResult:
-    """Pass 1 + pass 2 with independent coins: one verification per tree."""
+           row_index: torch.Tensor | None = None, drafted_support: bool = False) -> VerifyResult:
+    """Pass 1 + pass 2 with independent coins: one verification per tree.  Y is the endpoint's candidate, or
+    ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
+    (:mod:`gpu.support`) — one row per tree."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dev = target_probs.device
-    alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True, row_index=row_index)
+    alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True, row_index=row_index,
+                     drafted_support=drafted_support)
     entered = _ext(uniform((B, N), dev, generator) < alloc.enter.to(torch.float64), False)
     stops = uniform((B, N), dev, generator) < alloc.stop.to(torch.float64)
     kids = batch.children                                    # [B, N, K], dump N
@@ -210,10 +238,15 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
         succ = _ext((any_win | stops) & batch.valid, False)
         end = _ext(torch.where(any_win, end.gather(1, winner), slot[:, :N]), N)
     u = end[:, 0]                                            # the root's stop is 1: always an endpoint
-    leaf_rows = target_probs.reshape(-1, V)[row_numbers(batch, row_index).gather(1, u[:, None]).squeeze(1)]
-    leaf_y = sample_rows(leaf_rows, generator)
+    row_u = row_numbers(batch, row_index).gather(1, u[:, None]).squeeze(1)
     is_leaf = batch.num_children.gather(1, u[:, None]).squeeze(1) == 0
-    y = torch.where(is_leaf, leaf_y, alloc.candidate.gather(1, u[:, None]).squeeze(1))
+    cand = alloc.candidate.gather(1, u[:, None]).squeeze(1)
+    undrafted = ~is_leaf & (cand == V)
+    weights = target_probs.reshape(-1, V)[row_u]
+    if drafted_support:
+        rest = support.undrafted_weights(weights, draft_probs.reshape(-1, V)[row_u])
+        weights = torch.where(undrafted[:, None], rest, weights)
+    y = torch.where(is_leaf | undrafted, sample_rows(weights, generator), cand)
     depth = batch.depth
     tau = depth.gather(1, u[:, None]).squeeze(1)
     D = batch.max_depth
@@ -250,18 +283,21 @@ def _success_sweeps(batch: TreeBatch, alloc: Allocation) -> tuple[torch.Tensor, 
 
 
 def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
-                      rule: LevelRule, row_index: torch.Tensor | None = None) -> torch.Tensor:
+                      rule: LevelRule, row_index: torch.Tensor | None = None,
+                      drafted_support: bool = False) -> torch.Tensor:
     """``E[τ | T]`` per tree ``[B]``: ``e`` at the root of :func:`_success_sweeps`."""
-    alloc = allocate(batch, target_probs, draft_probs, process, rule, row_index=row_index)
+    alloc = allocate(batch, target_probs, draft_probs, process, rule, row_index=row_index,
+                     drafted_support=drafted_support)
     return _success_sweeps(batch, alloc)[1][:, 0]
 
 
 def first_token_law(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
-                    rule: LevelRule) -> torch.Tensor:
+                    rule: LevelRule, drafted_support: bool = False) -> torch.Tensor:
     """Exact law ``[B, V]`` of the first output token (the first accepted token, or Y when τ = 0) per tree:
     root child j (drafting order) wins w.p. ``F_j a_j σ_j`` and otherwise ``Y ~ norm(residual at the root)``
     w.p. ``F_K`` (the root's ``f = 1``).  A lossless rule gives ``p(·|root)`` in expectation over the draft."""
-    alloc = allocate(batch, target_probs, draft_probs, process, rule, keep_residuals=True)
+    alloc = allocate(batch, target_probs, draft_probs, process, rule, keep_residuals=True,
+                     drafted_support=drafted_support)
     sigma, _ = _success_sweeps(batch, alloc)
     kids = batch.children[:, 0]                                   # [B, K] root's children (dump N)
     enter = _ext(alloc.enter, 0)

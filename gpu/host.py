@@ -1,6 +1,6 @@
 """The one implementation of a node formula (:mod:`univer_theory.nx`) run on the CPU in numpy.
 
-A level's rows on the CPU are small once a rule runs on the drafted support (:func:`gpu.univer_rule.drafted_columns`:
+A level's rows on the CPU are small once it is planned on its drafted support (:mod:`gpu.support`:
 ``[R, m + 1]`` with m the draft's support), and then every operation costs its call overhead — about 5 µs in torch,
 about 1 µs in numpy, on the same single thread.  :func:`on_host` calls a function written against the array
 namespace on numpy views of CPU tensors (no copy) and turns its results back into tensors (no copy); on an

@@ -26,8 +26,8 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
         on ties), the same convention as :func:`univer_theory.apply_temperature`.
     top : None (the whole row) or ``1 ≤ m``: a draft truncated to its m most likely tokens (``torch.topk``;
         among logits tied at the m-th place it keeps the ones topk returns).  Such a row is a draft process of
-        its own — verifying against it is exact — and UniVer's node rules then run on m tokens instead of V
-        (:func:`gpu.univer_rule.drafted_columns`).
+        its own — verifying against it is exact — and an iid / wor level is then planned on m + 1 columns
+        instead of V (:mod:`gpu.support`).
 
     Returns
     -------

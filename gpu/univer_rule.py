@@ -82,43 +82,12 @@ def _shape_rule_rows(ctx: LevelContext, k: torch.Tensor, support: torch.Tensor) 
     return torch.tensor(verdict, dtype=torch.bool, device=k.device)[inverse]
 
 
-def drafted_columns(p: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
-    """The level's rows on their drafted support: ``(p_s, q_s [R, M + 1], children_s, cols [R, M], on [R, M])``.
-
-    Every iid / wor node rule reads an undrafted token (``q = 0``) only through the total ``ρ``-mass of those
-    tokens: they are never in a tuple, come last in every ratio order (no minimising prefix of α*(ρ) needs them,
-    the prefix of all drafted tokens costs less), and get ``a = 0``.  So the rules run on the drafted tokens, in
-    token-id order (ties between tokens break as on the whole row), padded to the widest row's M with
-    ``p = q = 0``, plus one column holding the undrafted mass of ``p`` with ``q = 0``; with a draft truncated to
-    its top m tokens (a draft process of its own) a node costs O(m log m) after the O(V) gathers instead of
-    O(V log V).  ``children_s`` are the children's columns (absent children: any real column); ``M`` and the
-    drafted entries (``nonzero``) are host reads."""
-    drafted = q > 0
-    count = drafted.sum(1)
-    R, M = q.shape[0], int(count.max())
-    row, col = drafted.nonzero(as_tuple=True)                       # row-major: each row's tokens ascending
-    slot = torch.arange(row.numel(), device=q.device) - (count.cumsum(0) - count)[row]
-    cols = torch.full((R, M), q.shape[1], dtype=torch.long, device=q.device).index_put_((row, slot), col)
-    on = cols < q.shape[1]
-    children_s = torch.searchsorted(cols, children.contiguous()).clamp(max=M - 1)
-    cols = torch.where(on, cols, 0)
-    rest = torch.where(drafted, 0.0, p).sum(1, keepdim=True)
-    p_s = torch.cat([torch.where(on, p.gather(1, cols), 0.0), rest], 1)
-    q_s = torch.cat([torch.where(on, q.gather(1, cols), 0.0), torch.zeros_like(rest)], 1)
-    return p_s, q_s, children_s, cols, on
-
-
 def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
-    """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a`` (``walk``: PTS's, :func:`univer_rule`),
-    on the rows' drafted support (:func:`drafted_columns`) when some token of the level is undrafted."""
+    """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a`` (``walk``: PTS's, :func:`univer_rule`)."""
     k = ctx.child_mask.sum(1)
     support = (q > 0).sum(1)
-    children, narrow = ctx.children, int(support.max()) + 1 < q.shape[1]
-    if narrow:
-        p, q, children, cols, on = drafted_columns(p, q, children)
-        a_full, a = a, torch.zeros_like(p)
     c = rho[:, None] * p
-    shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(children)
+    shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(ctx.children)
     omega = torch.tensor(shape_lp.position_weights(ctx.shape_keys), dtype=w.dtype, device=w.device)[shapes]
     equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
     base = k >= 2
@@ -135,16 +104,16 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
     for n in k[base].unique().tolist():
         rows = (shaped & (k == n)).nonzero().squeeze(1)
         if rows.numel():                # the shape rule; a row whose simplex did not finish keeps the slot rule
-            w_s, a_s, solved = condot_weights(c[rows], q[rows], children[rows, :n], ctx.process, omega[rows, :n])
+            w_s, a_s, solved = condot_weights(c[rows], q[rows], ctx.children[rows, :n], ctx.process, omega[rows, :n])
             w[rows[solved], :n], a[rows[solved]] = w_s[solved], a_s[solved]
             shaped[rows[~solved]] = False
         rows = (base & ~shaped & ~slot & (k == n)).nonzero().squeeze(1)
         if rows.numel():
-            w[rows, :n], a[rows] = plan(rows, n, children[rows, :n])
+            w[rows, :n], a[rows] = plan(rows, n, ctx.children[rows, :n])
         rows = (slot & ~shaped & (k == n)).nonzero().squeeze(1)
         if rows.numel():                # the plan on every ordering of S (S first), then the slot rule
             perms = list(itertools.permutations(range(n)))
-            kids = children[rows, :n]
+            kids = ctx.children[rows, :n]
             if ctx.process == "iid":    # the layout is symmetric in its copies, w(σS) = σ·w(S): one evaluation
                 w_one, a[rows] = plan(rows, n, kids)
                 w_all = w_one[:, perms]
@@ -152,8 +121,6 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
                 w_all, a[rows] = plan(rows, n, kids[:, perms])
             w[rows, :n] = (slot_pair(w_all[:, 0], w_all[:, 1], kids, q[rows], omega[rows, :n], ctx.process) if n == 2
                            else slot_lp(w_all, kids, q[rows], omega[rows, :n], ctx.process, perms))
-    if narrow:                          # back to the vocabulary (the undrafted column's a is 0)
-        a_full.scatter_add_(1, cols, torch.where(on, a[:, :-1], 0.0))
 
 
 def planning_rows(ctx: LevelContext):

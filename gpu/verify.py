@@ -28,6 +28,10 @@ from .univer_rule import univer_rule
 METHODS = {"nss": nss_rule, "rrs": rrs_rule, "rrsw": rrsw_rule, "kseq": kseq_rule, "tv": tv_rule,
            "univer": univer_rule, "gr": gr_rule}
 
+#: Draft processes whose levels every method plans on the drafted tokens (:mod:`gpu.support`): with i.i.d. or
+#: without-replacement children each rule reads an undrafted token only through their total target mass.
+DRAFTED_SUPPORT = ("iid", "wor")
+
 
 def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, process: str,
                     row_index: torch.Tensor | None = None) -> None:
@@ -126,8 +130,8 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     batch : TreeBatch with ``B`` trees of at most ``N`` nodes.
     target_probs, draft_probs : ``[B, N, V]`` float32 / float64; row u of tree b is ``p(·|s(u))`` /
         ``q(·|s(u))`` (padded rows ignored).  Leaves' draft rows are checked but unused.  A draft row with few
-        positive entries (a truncated draft, :func:`gpu.probs.probs_from_logits` ``top=m``) makes UniVer's node
-        plans cost O(m log m) instead of O(V log V) (:func:`gpu.univer_rule.drafted_columns`).
+        positive entries (a truncated draft, :func:`gpu.probs.probs_from_logits` ``top=m``) makes an iid / wor level
+        cost one pass over its rows and then O(m log m) per node instead of O(V log V) (:mod:`gpu.support`).
     process : draft process of the children (``iid``, ``wor``, ``topk``, ``greedy``).
     method : one of :data:`METHODS`; its processes are those of the exact twin in ``univer_theory``.
     generator : torch.Generator on the inputs' device (None: torch's default generator).
@@ -150,7 +154,8 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     rule = _rule("verify", method, process)
     if validate:
         validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
-    return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index)
+    return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index,
+                         drafted_support=process in DRAFTED_SUPPORT)
 
 
 def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,
@@ -160,4 +165,5 @@ def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft
     rule = _rule("expected_accepted_length", method, process)
     if validate:
         validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process, row_index)
-    return engine.expected_accepted(batch, target_probs, draft_probs, process, rule, row_index)
+    return engine.expected_accepted(batch, target_probs, draft_probs, process, rule, row_index,
+                                    drafted_support=process in DRAFTED_SUPPORT)

@@ -36,6 +36,8 @@ ACCEPTING = {
     "gpu/test_distribution.py::test_draft_tree_follows_tree_law": 2,
     "gpu/test_lossless_large.py::test_first_token_marginal_is_target": 6,
     "gpu/test_confident_rows.py::test_verify_emits_the_target_law_on_the_audit_row": 1,
+    "gpu/test_support.py::test_sampler_on_the_drafted_support_follows_exact_law": 3,
+    "gpu/test_support.py::test_same_test_rejects_undrafted_tokens_from_all_of_p": 1,
     "theory/test_multidraft.py::test_hub_sampler_matches_tuple_law": 1,
     "theory/test_multidraft.py::test_spechub_sampler_matches_its_law": 1,
 }
@@ -144,3 +146,11 @@ def assert_power(law: dict, alternatives: dict, n: int, may_coincide=(), min_exp
     weak = {k: round(v, 4) for k, v in powers.items() if v < POWER}
     assert not weak, f"underpowered at n = {n}, level {LEVEL:.2g}: {weak} < {POWER}"
     return powers
+
+
+def assert_fits(counts, law, alternatives, what):
+    """``counts`` (``{cell: count}``) pass the G-test against ``law``, which has power against ``alternatives``."""
+    assert_power(law, alternatives, sum(counts.values()))
+    outside = {k: c for k, c in counts.items() if float(law.get(k, 0)) == 0}
+    assert not outside, f"{what}: samples in zero-probability cells {outside}"
+    assert_accepts(g_test(counts, law), what)

@@ -25,9 +25,10 @@ def _called(node) -> set[str]:
 
 
 def _accepting_functions(path: Path) -> set[str]:
-    """Test functions of a file that run an accepting G-test, directly or through the file's own helpers."""
+    """Test functions of a file that run an accepting G-test, directly, through the file's own helpers or through
+    :func:`tests.stats.assert_fits`."""
     funcs = {f.name: f for f in ast.parse(path.read_text()).body if isinstance(f, ast.FunctionDef)}
-    accepting = {"assert_accepts"}
+    accepting = {"assert_accepts", "assert_fits"}
     while True:
         more = {name for name, f in funcs.items() if _called(f) & accepting} - accepting
         if not more:

@@ -22,7 +22,7 @@ from univer_theory import BUG_ZOO, VERIFIERS, TableModel, TreeShape
 from univer_theory.processes import enumerate_trees, tuple_law
 
 from ..gof_instances import instance
-from ..stats import assert_accepts, assert_power, assert_rejects, g_test
+from ..stats import assert_fits, assert_power, assert_rejects, g_test
 from .helpers import TORCH_ZOO, cell_counts
 
 N_SAMPLES = 200_000
@@ -36,14 +36,6 @@ def repeated(model, tree, n, dtype=torch.float64):
     batch = TreeBatch(one.parent.expand(n, -1).contiguous(), one.token.expand(n, -1).contiguous(),
                       one.num_nodes.expand(n).contiguous())
     return batch, rows(pn), rows(qn)
-
-
-def assert_fits(counts, law, alternatives, what):
-    """``counts`` (``{cell: count}``) pass the G-test against ``law``, which has power against ``alternatives``."""
-    assert_power(law, alternatives, sum(counts.values()))
-    outside = {k: c for k, c in counts.items() if float(law.get(k, 0)) == 0}
-    assert not outside, f"{what}: samples in zero-probability cells {outside}"
-    assert_accepts(g_test(counts, law), what)
 
 
 def zoo_laws(model, tree, process) -> dict:

@@ -1,5 +1,6 @@
 """The torch path of the node formulas that the CPU runs in numpy (:func:`gpu.host.on_host`: rule 3, α*(ρ), the
-layout's four steps, the batched simplex).  An accelerator runs them in torch, which this machine may not have;
+layout's four steps, the batched simplex) and of the drafted-support scan (:func:`gpu.support.scan`, compiled on
+the CPU).  An accelerator runs them in torch, which this machine may not have;
 here the host branch is switched off so that CPU tensors go through torch, and a representative set of the
 batched-vs-exact-core tests runs again: E[τ | T] on wide and asymmetric trees (every wor rule, the layout, the
 slot LP's simplex), rule 3 and PTS by enumeration, the layout by enumeration, and truncated drafts planned on
@@ -9,8 +10,10 @@ host branch the same functions form numpy arrays of the same sizes."""
 import pytest
 
 import gpu.host
+import gpu.support
 
-from . import test_compile_memory, test_univer, test_wor_plans
+from . import test_compile_memory, test_support, test_univer, test_wor_plans
+from .test_support import compacted  # noqa: F401  (a fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -22,6 +25,7 @@ def torch_on_cpu(monkeypatch):
         return fn(*args)
 
     monkeypatch.setattr(gpu.host, "_numpy_call", direct)
+    monkeypatch.setattr(gpu.support, "_scan_host", gpu.support._scan_device)
     yield calls
     assert calls, "no formula went through gpu.host.on_host: the test exercised nothing of the torch path"
 
@@ -32,8 +36,8 @@ def test_wide_and_asymmetric_nodes(process, walk):
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])
-def test_drafted_support(process):
-    test_univer.test_rules_run_on_the_drafted_support(process, "((..),.)", "near")
+def test_drafted_support(process, compacted):  # noqa: F811
+    test_support.test_univer_rules_on_the_drafted_support(process, "((..),.)", "near", compacted)
 
 
 def test_layout_by_enumeration():

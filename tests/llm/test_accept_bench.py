@@ -84,7 +84,7 @@ def test_batched_univer_equals_the_exact_core_on_real_trees(pair, two_prompts, s
     (:mod:`gpu.wor_plans`), and on the EAGLE-like tree the slot rule for k = 2, 3, 4 — and the batched
     E[τ | T] equals the exact core's (1e-10; real rows hold dominant-token nodes, where rule 3 is solved to
     ~1e-11).  With a draft truncated to its top 64 tokens every drafted row has 64 tokens and the batched rule
-    plans on those columns (``gpu.univer_rule.drafted_columns``), the exact core on all V."""
+    plans on those columns (:mod:`gpu.support`), the exact core on all V."""
     from gpu import expected_accepted_length
     from gpu.llm.prompts import encode_prompt
 

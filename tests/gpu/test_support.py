@@ -1,0 +1,222 @@
+"""Levels planned on their drafted support (gpu/support.py) against the same levels on whole rows, the exact core
+and the exact laws: every method of ``gpu.verify`` with i.i.d. / wor children, pass-1 decisions, E[τ | T], the
+first-token law and the sampler (G-test, with the lossy variant that draws an undrafted correction from all of p
+shown to be rejected)."""
+import numpy as np
+import pytest
+import torch
+
+import gpu.engine as engine
+import gpu.support as support
+from gpu import TreeBatch, expected_accepted_length, verify
+from gpu.drafting import draft_tree
+from gpu.verify import DRAFTED_SUPPORT, METHODS
+from univer_theory import VERIFIERS, DraftTree, TreeShape
+
+from ..stats import assert_fits, assert_rejects, g_test
+from .helpers import cell_counts
+
+CASES = [(m, pr) for m in METHODS for pr in DRAFTED_SUPPORT if pr in VERIFIERS[m].processes]
+
+
+def truncated_trees(spec: str, rows: str, process: str, seed: int, V: int = 60):
+    """Trees of ``spec`` drafted from draft rows truncated to 4–12 of V tokens (tree ``B`` keeps whole rows):
+    ``(part, full, p, q)`` — ``part`` the truncated trees, ``full`` the same plus the whole-row tree.  Rows
+    ``near`` the target, or ``confident`` ones whose top token holds all but ~1e-10."""
+    B = 6
+    gen = torch.Generator().manual_seed(seed)
+    shape = TreeShape.parse(spec)
+    p = torch.softmax(3 * torch.randn(B + 1, shape.num_nodes, V, generator=gen, dtype=torch.float64), -1)
+    scale = 1.0 if rows == "near" else 25.0
+    q = torch.softmax(scale * (torch.log(p) + torch.randn(p.shape, generator=gen, dtype=torch.float64)), -1)
+    for b, m in enumerate([4, 5, 12, 4, 8, 6]):
+        kept = q[b].topk(m, -1).indices
+        q[b] = torch.zeros_like(q[b]).scatter(-1, kept, q[b].gather(-1, kept))
+        q[b] /= q[b].sum(-1, keepdim=True)
+    full, q = draft_tree(shape, q, process, B + 1, gen)
+    part = TreeBatch(full.parent[:B], full.token[:B], full.num_nodes[:B])
+    return part, full, p, q
+
+
+@pytest.fixture
+def compacted(monkeypatch):
+    """Counts the levels planned on their drafted support."""
+    calls = []
+    real = support.compact
+
+    def spy(*args):
+        calls.append(args[0].shape)
+        return real(*args)
+
+    monkeypatch.setattr(support, "compact", spy)
+    return calls
+
+
+def assert_same_allocation(a, b, what):
+    for name in ("rho", "enter", "stop", "residual"):
+        x, y = getattr(a, name), getattr(b, name)
+        np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=0, atol=1e-12, err_msg=f"{what}: {name}")
+
+
+@pytest.mark.parametrize("method,process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+@pytest.mark.parametrize("spec,rows", [("3,2", "near"), ("((..),.)", "confident")])
+def test_every_method_plans_a_level_on_its_drafted_support(method, process, spec, rows, compacted):
+    """Truncated trees planned on their drafted columns plus the undrafted one give the pass-1 decisions of the
+    same trees planned on all V — scalings, stop probabilities, residuals (the undrafted column spread back as
+    ``r·p/p_rest``) — and their E[τ | T] and first-token laws (1e-12); E[τ | T] is the exact core's, which plans
+    every node on its whole row (1e-10).  A batch holding one whole-row tree is planned on all V."""
+    part, full, p, q = truncated_trees(spec, rows, process, len(spec) + len(method))
+    B, rule = part.parent.shape[0], METHODS[method]
+    on, off = (engine.allocate(part, p[:B], q[:B], process, rule, keep_residuals=True, drafted_support=d)
+               for d in (True, False))
+    assert compacted, "no level was planned on its drafted support"
+    assert_same_allocation(on, off, f"{method}-{process}")
+    laws = [engine.first_token_law(part, p[:B], q[:B], process, rule, drafted_support=d) for d in (True, False)]
+    np.testing.assert_allclose(laws[0].numpy(), laws[1].numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(laws[0].sum(1).numpy(), 1.0, rtol=0, atol=1e-12)
+    got = expected_accepted_length(part, p[:B], q[:B], process, method).numpy()
+    exact = [VERIFIERS[method].expected_accepted_length(t, p[b].numpy(), q[b].numpy(), process)
+             for b, t in enumerate(part.to_trees())]
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-10)
+    compacted.clear()
+    mixed = engine.allocate(full, p, q, process, rule, keep_residuals=True, drafted_support=True)
+    assert not compacted, "a level with a whole-row draft was planned on its drafted support"
+    assert_same_allocation(mixed, engine.allocate(full, p, q, process, rule, keep_residuals=True), "whole rows")
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("spec,rows", [("2,2", "near"), ("((..),.)", "near"), ("(.,(.),(..))", "near"),
+                                       ("3,2", "confident")])
+def test_univer_rules_on_the_drafted_support(process, spec, rows, compacted):
+    """UniVer's rules beyond the grid above — rule 1 and the shape rule on small supports, rule 3, PTS, the
+    coupling, the slot rule — on their drafted support: the undrafted tokens get no marginal (their residual is
+    ``ρp``, 1e-15 relative), and the decisions and E[τ | T] are the whole rows' (1e-12)."""
+    part, _, p, q = truncated_trees(spec, rows, process, len(spec))
+    B = part.parent.shape[0]
+    on, off = (engine.allocate(part, p[:B], q[:B], process, METHODS["univer"], keep_residuals=True,
+                               drafted_support=d) for d in (True, False))
+    assert compacted
+    assert_same_allocation(on, off, "univer")
+    internal = torch.zeros(p[:B].shape, dtype=torch.bool)
+    internal[:, part.parent[0][part.parent[0] >= 0].unique()] = True
+    cell = (q[:B] == 0) & internal
+    rho_p = (on.rho[..., None] * p[:B])[cell]
+    np.testing.assert_allclose(on.residual[cell].numpy(), rho_p.numpy(), rtol=1e-15, atol=0)
+    e = [engine.expected_accepted(part, p[:B], q[:B], process, METHODS["univer"], drafted_support=d)
+         for d in (True, False)]
+    np.testing.assert_allclose(e[0].numpy(), e[1].numpy(), rtol=0, atol=1e-12)
+
+
+def random_support_rows(gen, V, sizes, dtype=torch.float64):
+    p = torch.softmax(torch.randn(len(sizes), V, generator=gen, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(len(sizes), V, generator=gen, dtype=torch.float64), -1)
+    for r, m in enumerate(sizes):
+        q[r, torch.randperm(V, generator=gen)[m:]] = 0
+    return p.to(dtype), (q / q.sum(1, keepdim=True)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_scan_and_compact_contract(dtype):
+    """The compiled CPU scan and the accelerator's torch scan agree: each row's drafted tokens in id order
+    (padding after them), ``p_rest`` = the undrafted target mass summed directly (1e-15 relative); a row drafting
+    more than V/2 tokens gives up.  ``compact`` puts p, q and the children on those columns and keeps the sums;
+    ``tokens`` maps sampled columns back (the undrafted column and padding to V); ``expand`` is its inverse."""
+    gen = torch.Generator().manual_seed(3)
+    V, sizes = 50, [5, 17, 25, 1]
+    p, q = random_support_rows(gen, V, sizes + [3], dtype)
+    src = torch.tensor([4, 0, 1, 2, 3])                   # rows in any order, as the engine gathers them
+    found = [scan(p, q, src, V // 2) for scan in (support._scan_host, support._scan_device)]
+    for cols, rest in found:
+        assert cols.shape == (5, 25)
+        for i, r in enumerate(src.tolist()):
+            drafted = (q[r] > 0).nonzero().squeeze(1)
+            assert torch.equal(cols[i, :drafted.numel()], drafted)
+            assert (cols[i, drafted.numel():] == torch.iinfo(torch.long).max).all()
+            want = p[r].double()[q[r] == 0].sum()
+            assert abs(float(rest[i]) - float(want)) <= 1e-15 * float(want) + 1e-300
+    assert torch.equal(found[0][0], found[1][0])
+    wide = torch.tensor([0, 2])
+    q_wide = q.clone()
+    q_wide[2, :26] = 1 / 26
+    assert support._scan_host(p, q_wide, wide, V // 2) is None and support._scan_device(p, q_wide, wide, V // 2) is None
+    sup = support.scan(p, q, src)
+    children = torch.stack([torch.multinomial(q[r].double(), 1, generator=gen).repeat(2) for r in src.tolist()])
+    p_s, q_s, kids = support.compact(p, q, src, sup, children)
+    assert p_s.shape == (5, 26) and p_s.dtype == dtype and (q_s[:, -1] == 0).all()
+    assert torch.equal(sup.cols.gather(1, kids), children)
+    tol = 2e-7 if dtype == torch.float32 else 1e-15
+    for x_s, x in ((p_s, p), (q_s, q)):
+        torch.testing.assert_close(x_s.double().sum(1), x[src].double().sum(1), rtol=0, atol=tol)
+    columns = torch.tensor([2, 4, 25, 24, 1])      # 25: the undrafted column; the last row drafts 1 token (padding)
+    tok = support.tokens(sup, columns, V)
+    assert tok.tolist() == [int(sup.cols[0, 2]), int(sup.cols[1, 4]), V, int(sup.cols[3, 24]), V]
+    full = support.expand(p_s.double(), p.double(), q.double(), src, sup)
+    torch.testing.assert_close(full, p[src].double(), rtol=1e-15 if dtype == torch.float64 else 1e-7, atol=0)
+
+
+def undrafted_from_p(law: dict, tree: DraftTree, pn, qn) -> dict:
+    """The exact law of the lossy variant that draws an undrafted correction token from all of p instead of
+    ``p·1[q = 0]``: at an internal endpoint u, the mass ``U_u`` the true law puts on u's undrafted tokens is
+    spread as ``U_u·p_u(x)`` over every token (drafted ones included)."""
+    out = dict(law)
+    for u in range(tree.num_nodes):
+        if not tree.children[u]:
+            continue
+        path = tree.path(u)
+        undrafted = [x for x in range(len(pn[u])) if qn[u][x] == 0]
+        mass = sum(float(law.get(path + (x,), 0)) for x in undrafted)
+        for x in undrafted:
+            out[path + (x,)] = 0.0
+        for x in range(len(pn[u])):
+            out[path + (x,)] = out.get(path + (x,), 0.0) + mass * float(pn[u][x])
+    return {k: v for k, v in out.items() if v > 0}
+
+
+N_SAMPLES = 200_000
+#: A wor / iid tree on V = 6 with draft rows on 3 tokens (root: two children, its first child: two).
+SAMPLED = {"wor": DraftTree(parent=(-1, 0, 0, 1, 1), token=(-1, 0, 1, 2, 0), vocab_size=6),
+           "iid": DraftTree(parent=(-1, 0, 0, 1, 1), token=(-1, 0, 0, 2, 2), vocab_size=6)}
+
+
+def sampled_instance(process):
+    """``(tree, pn, qn)``: Dirichlet target rows and draft rows on tokens {0, 1, 2} (undrafted target mass ~1/2)."""
+    rng = np.random.default_rng(11)
+    tree = SAMPLED[process]
+    pn = rng.dirichlet(np.ones(6), size=tree.num_nodes)
+    qn = np.zeros_like(pn)
+    qn[:, :3] = rng.dirichlet(np.ones(3), size=tree.num_nodes)
+    return tree, pn, qn
+
+
+def repeated(tree, pn, qn):
+    """The tree repeated ``N_SAMPLES`` times: ``(batch, p, q)``."""
+    one = TreeBatch.from_trees([tree])
+    batch = TreeBatch(*(x.expand(N_SAMPLES, *x.shape[1:]).contiguous() for x in (one.parent, one.token, one.num_nodes)))
+    return batch, *(torch.tensor(x).expand(N_SAMPLES, *x.shape).contiguous() for x in (pn, qn))
+
+
+@pytest.mark.parametrize("method,process", [("univer", "wor"), ("rrsw", "wor"), ("tv", "iid")])
+def test_sampler_on_the_drafted_support_follows_exact_law(method, process, compacted):
+    """``gpu.verify`` on a truncated draft (every level on its drafted support, correction tokens from the
+    undrafted column drawn again from ``p·1[q = 0]``) follows the exact core's law (G-test, power against the
+    lossy variant that draws them from all of p)."""
+    tree, pn, qn = sampled_instance(process)
+    law = VERIFIERS[method].law(tree, pn, qn, process)
+    batch, p, q = repeated(tree, pn, qn)
+    result = verify(batch, p, q, process, method, torch.Generator().manual_seed(4))
+    assert compacted
+    assert_fits(cell_counts(result, tree), law, {"undrafted from p": undrafted_from_p(law, tree, pn, qn)},
+                f"{method}-{process}")
+
+
+def test_same_test_rejects_undrafted_tokens_from_all_of_p(monkeypatch):
+    """The lossy variant (an undrafted correction token drawn from all of p) is rejected against the true law
+    and fits its own exact law (:func:`undrafted_from_p`)."""
+    tree, pn, qn = sampled_instance("wor")
+    law = VERIFIERS["univer"].law(tree, pn, qn, "wor")
+    lossy = undrafted_from_p(law, tree, pn, qn)
+    monkeypatch.setattr(support, "undrafted_weights", lambda p, q: p)
+    batch, p, q = repeated(tree, pn, qn)
+    counts = cell_counts(verify(batch, p, q, "wor", "univer", torch.Generator().manual_seed(5)), tree)
+    assert_rejects(g_test(counts, law), "undrafted from p")
+    assert_fits(counts, lossy, {"univer": law}, "undrafted from p vs its own exact law")
