@@ -76,13 +76,15 @@ LevelRule = Callable[[LevelContext], LevelDecision]
 class Allocation:
     """Pass-1 result per slot: ``rho``, ``enter`` (from the parent; 1 at the root), ``stop`` ``[B, N]``;
     ``candidate`` correction tokens of internal nodes ``[B, N]`` (sampling only; −1 elsewhere);
-    ``residual [B, N, V]`` (only with ``keep_residuals``, for exactness tests; leaves hold ``p``)."""
+    ``residual [B, N, V]`` (only with ``keep_residuals``, for exactness tests; leaves hold ``p``); ``drafted``,
+    the levels planned on their drafted support (sampling only)."""
 
     rho: torch.Tensor
     enter: torch.Tensor
     stop: torch.Tensor
     candidate: torch.Tensor | None = None
     residual: torch.Tensor | None = None
+    drafted: support.DraftedLevels | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     internal = torch.zeros(B, N + 1, dtype=torch.bool, device=dev)
     candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
     residual = target_probs.clone() if keep_residuals else None
+    drafted = support.DraftedLevels(B * (N + 1), dev) if sample and drafted_support else None
     token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
     shape_ids, shape_keys = batch.subtree_shapes
     shape_ext = torch.cat([shape_ids, torch.full_like(shape_ids[:, :1], -1)], dim=1).view(-1)
@@ -178,7 +181,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         src = rows_of[tree * N + slots]
         children = token_ext[kid_at]
         if found is not None:
-            p, q, children = support.compact(p_rows, q_rows, src, found, children)
+            p, q, children = support.compact(found, children)
         else:
             if not bufs or bufs[0].shape[0] < R:
                 bufs = [p_rows.new_empty(R, V), q_rows.new_empty(R, V)]
@@ -193,6 +196,8 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         if sample:
             y = sample_rows(dec.residual, generator)
             flat(candidate).scatter_(0, at, y if found is None else support.tokens(found, y, V))
+            if found is not None:
+                drafted.add(at, found)
         if keep_residuals:
             residual[tree, slots] = (dec.residual if found is None
                                      else support.expand(dec.residual, p_rows, q_rows, src, found)).to(dtype)
@@ -202,7 +207,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     enter[:, N] = 0                                  # the dump slot is never entered
     rho[:, N] = 0
     return Allocation(rho[:, :N], enter[:, :N], stop[:, :N], None if candidate is None else candidate[:, :N],
-                      residual)
+                      residual, drafted)
 
 
 def _ext(x: torch.Tensor, fill) -> torch.Tensor:
@@ -242,10 +247,9 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     is_leaf = batch.num_children.gather(1, u[:, None]).squeeze(1) == 0
     cand = alloc.candidate.gather(1, u[:, None]).squeeze(1)
     undrafted = ~is_leaf & (cand == V)
-    weights = target_probs.reshape(-1, V)[row_u]
-    if drafted_support:
-        rest = support.undrafted_weights(weights, draft_probs.reshape(-1, V)[row_u])
-        weights = torch.where(undrafted[:, None], rest, weights)
+    weights = target_probs.reshape(-1, V).index_select(0, row_u)
+    if alloc.drafted is not None:
+        weights = alloc.drafted.drop_drafted(weights, torch.arange(B, device=dev) * (N + 1) + u, undrafted)
     y = torch.where(is_leaf | undrafted, sample_rows(weights, generator), cand)
     depth = batch.depth
     tau = depth.gather(1, u[:, None]).squeeze(1)

@@ -12,7 +12,7 @@ So a level is planned on each row's drafted tokens, in token-id order (ties betw
 row), padded to the widest row's ``M`` with ``p = q = 0``, plus one *undrafted* column holding
 ``p_rest = Σ_{q(x)=0} p(x)`` with ``q = 0``.  A residual's undrafted column ``r`` stands for
 ``r·p(x)/p_rest`` on every undrafted token: a correction token drawn from that column is drawn again from
-``p·1[q = 0]``, once per tree and only when the accepted path ends on it (:func:`undrafted_weights`).
+``p·1[q = 0]``, once per tree and only when the accepted path ends on it (:meth:`DraftedLevels.drop_drafted`).
 
 With a draft truncated to its m most likely tokens (a draft process of its own, ``gpu.probs.probs_from_logits``
 ``top = m``) a node then costs one pass over its two rows (:func:`scan`) and O(m log m) after it, instead of the
@@ -30,56 +30,79 @@ import torch
 
 @dataclass(frozen=True)
 class Support:
-    """Drafted tokens of R rows: ``cols [R, M]`` long, each row's tokens with ``q > 0`` ascending, then ``V``;
+    """Drafted tokens of R rows: ``cols [R, M]`` long, each row's tokens with ``q > 0`` ascending, then padding
+    (the largest long); ``target`` / ``draft`` ``[R, M]`` their p and q (0 on padding, the rows' dtype);
     ``rest [R]`` float64, ``Σ_{q(x)=0} p(x)``."""
 
     cols: torch.Tensor
+    target: torch.Tensor
+    draft: torch.Tensor
     rest: torch.Tensor
 
     @property
     def drafted(self) -> torch.Tensor:
         """``[R, M]`` bool: column i of the row is a drafted token (not padding)."""
-        return self.cols < torch.iinfo(self.cols.dtype).max
+        return self.cols < PAD
 
 
-@numba.njit(cache=True, nogil=True)
-def _scan_rows(p, q, src, cols, count, rest):  # pragma: no cover - compiled
-    """Row ``src[i]`` of ``p``, ``q`` in one pass: its drafted tokens into ``cols[i]``, their number into
-    ``count[i]``, ``Σ_{q=0} p`` into ``rest[i]`` (blocks of 256 terms, so the sum's error stays ~(256 + V/256)·ε).
-    False as soon as a row drafts more than ``cols.shape[1]`` tokens."""
-    V, cap = q.shape[1], cols.shape[1]
-    for i in range(src.shape[0]):
-        r, n, total, part = src[i], 0, 0.0, 0.0
+#: Padding of :attr:`Support.cols` (sorts after every token, so ``searchsorted`` finds the children's columns).
+PAD = torch.iinfo(torch.long).max
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
+    """Rows ``src[i]`` of ``p``, ``q``, each read twice in place (the second time from cache): one vectorised pass
+    counts its drafted tokens into ``count[i]`` and sums ``Σ_{q=0} p`` into ``rest[i]`` (reassociated over SIMD
+    lanes: its error is ~(V/lanes)·ε at worst), one pass testing 8 entries of q at a time appends the drafted
+    tokens and their p, q to the flat ``cols``, ``p_s``, ``q_s``.  ``ok`` is False as soon as a row drafts more than
+    ``cap`` tokens."""
+    R, V = src.shape[0], q.shape[1]
+    count, rest = np.zeros(R, np.int64), np.zeros(R, np.float64)
+    size, used = R * 64, 0
+    cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
+    for i in range(R):
+        r, n, total = src[i], 0, 0.0
         for x in range(V):
-            if q[r, x] > 0:
-                if n == cap:
-                    return False
-                cols[i, n] = x
-                n += 1
-            else:
-                part += p[r, x]
-            if x & 255 == 255:
-                total += part
-                part = 0.0
-        count[i] = n
-        rest[i] = total + part
-    return True
+            total += p[r, x] if q[r, x] <= 0 else 0.0
+            n += 1 if q[r, x] > 0 else 0
+        if n > cap:
+            return False, count, rest, cols[:used], p_s[:used], q_s[:used]
+        if used + n > size:
+            size = max(2 * size, used + n)
+            cols = np.concatenate((cols, np.empty(size - cols.shape[0], cols.dtype)))
+            p_s = np.concatenate((p_s, np.empty(size - p_s.shape[0], p_s.dtype)))
+            q_s = np.concatenate((q_s, np.empty(size - q_s.shape[0], q_s.dtype)))
+        for x0 in range(0, V, 8):
+            if x0 + 8 <= V:
+                m = max(max(max(q[r, x0], q[r, x0 + 1]), max(q[r, x0 + 2], q[r, x0 + 3])),
+                        max(max(q[r, x0 + 4], q[r, x0 + 5]), max(q[r, x0 + 6], q[r, x0 + 7])))
+                if not m > 0:
+                    continue
+            for x in range(x0, min(x0 + 8, V)):
+                if q[r, x] > 0:
+                    cols[used], p_s[used], q_s[used] = x, p[r, x], q[r, x]
+                    used += 1
+        count[i], rest[i] = n, total
+    return True, count, rest, cols[:used], p_s[:used], q_s[:used]
 
 
 @torch.compiler.disable
 def _scan_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int):
-    """The CPU scan: one compiled pass over each row in place (torch needs a gather, a comparison, a ``nonzero``
-    and a masked sum — four passes and two row copies).  ``cols`` is allocated ``[R, cap]`` but only its first
-    ``M`` columns are ever written."""
-    R = src.shape[0]
-    cols, count, rest = np.empty((R, cap), np.int64), np.empty(R, np.int64), np.empty(R, np.float64)
-    if not _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cols, count, rest):
+    """The CPU scan: compiled passes over each row in place (:func:`_scan_rows`; torch needs a gather, a
+    comparison, a ``nonzero`` and a masked sum — four passes and two row copies), then the flat drafted entries
+    laid out ``[R, M]``."""
+    ok, count, rest, *flat = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap)
+    if not ok:
         return None
-    M = int(count.max())
-    out = np.full((R, M), np.iinfo(np.int64).max, np.int64)
-    filled = np.arange(M) < count[:, None]
-    out[filled] = cols[:, :M][filled]
-    return torch.from_numpy(out), torch.from_numpy(rest)
+    R, M = count.shape[0], int(count.max())
+    row = np.repeat(np.arange(R), count)
+    slot = np.arange(row.shape[0]) - (np.cumsum(count) - count)[row]
+    out = []
+    for x, fill in zip(flat, (PAD, 0, 0)):
+        y = np.full((R, M), fill, x.dtype)
+        y[row, slot] = x
+        out.append(torch.from_numpy(y))
+    return (*out, torch.from_numpy(rest))
 
 
 def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int):
@@ -92,14 +115,17 @@ def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, 
         return None
     row, col = drafted.nonzero(as_tuple=True)
     slot = torch.arange(row.numel(), device=q.device) - (count.cumsum(0) - count)[row]
-    cols = torch.full((q.shape[0], M), torch.iinfo(torch.long).max, dtype=torch.long, device=q.device)
-    rest = torch.where(drafted, 0, p_rows.index_select(0, src)).sum(1, dtype=torch.float64)
-    return cols.index_put_((row, slot), col), rest
+    cols = torch.full((q.shape[0], M), PAD, dtype=torch.long, device=q.device).index_put_((row, slot), col)
+    p = p_rows.index_select(0, src)
+    rest = torch.where(drafted, 0, p).sum(1, dtype=torch.float64)
+    values = [torch.zeros(q.shape[0], M, dtype=x.dtype, device=x.device).index_put_((row, slot), x[row, col])
+              for x in (p, q)]
+    return cols, *values, rest
 
 
 def scan(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> Support | None:
     """The drafted support of rows ``src [R]`` of ``p_rows``, ``q_rows`` ``[·, V]``, or None when some row drafts
-    more than ``V/2`` tokens (then the level is cheaper on its whole rows).  On the CPU one compiled pass
+    more than ``V/2`` tokens (then the level is cheaper on its whole rows).  On the CPU compiled passes
     (:func:`_scan_rows`), elsewhere torch (:func:`_scan_device`)."""
     cap = q_rows.shape[1] // 2
     scanner = _scan_host if q_rows.device.type == "cpu" else _scan_device
@@ -107,30 +133,49 @@ def scan(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> Suppo
     return None if out is None else Support(*out)
 
 
-def compact(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, support: Support,
-            children: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def compact(support: Support, children: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(p_s, q_s [R, M + 1], children_s [R, K])``: the rows on their drafted columns plus the undrafted one
     (``p_rest`` in the rows' dtype, ``q = 0``), and each child's column (absent children: column 0)."""
-    drafted = support.drafted
-    at = torch.where(drafted, support.cols, 0)
-    rows = src[:, None]
-    p_s = torch.cat([torch.where(drafted, p_rows[rows, at], 0), support.rest.to(p_rows.dtype)[:, None]], 1)
-    q_s = torch.cat([torch.where(drafted, q_rows[rows, at], 0), torch.zeros_like(p_s[:, :1])], 1)
+    p_s = torch.cat([support.target, support.rest.to(support.target.dtype)[:, None]], 1)
+    q_s = torch.cat([support.draft, torch.zeros_like(support.draft[:, :1])], 1)
     children_s = torch.searchsorted(support.cols, children.contiguous()).clamp(max=support.cols.shape[1] - 1)
     return p_s, q_s, children_s
 
 
 def tokens(support: Support, columns: torch.Tensor, vocab: int) -> torch.Tensor:
     """Token ids ``[R]`` of sampled compact ``columns [R]``; the undrafted column (and padding) give ``vocab``,
-    the marker of "a token drawn from ``p·1[q = 0]``" (:func:`undrafted_weights`)."""
+    the marker of "a token drawn from ``p·1[q = 0]``" (:meth:`DraftedLevels.drop_drafted`)."""
     M = support.cols.shape[1]
     tok = support.cols.gather(1, columns.clamp(max=M - 1)[:, None]).squeeze(1)
     return torch.where((columns < M) & (tok < vocab), tok, vocab)
 
 
-def undrafted_weights(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """``p·1[q = 0]`` per row: the law of a token drawn from a residual's undrafted column."""
-    return torch.where(q > 0, 0, p)
+class DraftedLevels:
+    """The drafted columns of every level planned on its drafted support, by flat slot ``tree·(N + 1) + slot``
+    (kept by :func:`gpu.engine.allocate` while sampling), so that a correction token drawn from an endpoint's
+    undrafted column can be drawn again from ``p·1[q = 0]`` without reading that node's draft row."""
+
+    def __init__(self, slots: int, device: torch.device):
+        self.row = torch.zeros(slots, dtype=torch.long, device=device)       # the slot's row in its level
+        self.level = torch.full((slots,), -1, dtype=torch.long, device=device)
+        self.cols: list[torch.Tensor] = []
+
+    def add(self, at: torch.Tensor, support: Support) -> None:
+        """Level ``len(cols)``: flat slots ``at [R]`` with their drafted columns."""
+        self.row[at] = torch.arange(at.shape[0], device=at.device)
+        self.level[at] = len(self.cols)
+        self.cols.append(support.cols)
+
+    def drop_drafted(self, p: torch.Tensor, at: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``p [B, V]`` (row i: the target row of flat slot ``at[i]``) with that node's drafted tokens set to 0 in
+        the rows where ``rows [B]`` holds, in place: the law ``p·1[q = 0]`` of a token drawn from its residual's
+        undrafted column.  O(B·M) per level (a product scatter, so absent entries multiply by 1)."""
+        row, level = self.row[at], self.level[at]
+        for i, cols in enumerate(self.cols):
+            c = cols.index_select(0, row.clamp(max=cols.shape[0] - 1))
+            hit = (rows & (level == i))[:, None] & (c != PAD)
+            p.scatter_reduce_(1, torch.where(hit, c, 0), (~hit).to(p.dtype), "prod")
+        return p
 
 
 def expand(residual_s: torch.Tensor, p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor,
@@ -140,6 +185,6 @@ def expand(residual_s: torch.Tensor, p_rows: torch.Tensor, q_rows: torch.Tensor,
     p, q = p_rows.index_select(0, src), q_rows.index_select(0, src)
     rest = support.rest.to(residual_s.dtype)
     factor = torch.where(rest > 0, residual_s[:, -1] / torch.where(rest > 0, rest, 1), 0)
-    full = undrafted_weights(p, q).to(residual_s.dtype) * factor[:, None]
+    full = torch.where(q > 0, 0, p).to(residual_s.dtype) * factor[:, None]
     drafted = support.drafted
     return full.scatter_add_(1, torch.where(drafted, support.cols, 0), torch.where(drafted, residual_s[:, :-1], 0))

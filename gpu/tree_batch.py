@@ -38,6 +38,20 @@ def _long_pair(where: str, a, a_name: str, b, b_name: str, device):
     return a, b
 
 
+def _unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.unique(rows, dim=0, return_inverse=True)`` (distinct rows in lexicographic order) by stable sorts
+    on the columns, last to first — vectorised, where the CPU's ``unique(dim=0)`` compares rows one by one."""
+    order = torch.arange(rows.shape[0], device=rows.device)
+    for j in reversed(range(rows.shape[1])):
+        order = order[torch.sort(rows[order, j], stable=True).indices]
+    ranked = rows[order]
+    new = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
+    new[1:] = (ranked[1:] != ranked[:-1]).any(1)
+    inverse = torch.empty_like(order)
+    inverse[order] = new.cumsum(0) - 1
+    return ranked[new], inverse
+
+
 @dataclass(frozen=True)
 class TreeBatch:
     """``B`` draft trees padded to ``N`` slots (see the module docstring for the layout).
@@ -249,7 +263,7 @@ class TreeBatch:
         for h in range(1, self.max_depth + 1):
             at = height == h
             rows = ids.gather(1, self.children.reshape(B, -1)).view(B, N, -1)[at]      # [M, K], −1 = no child
-            uniq, inverse = torch.unique(rows, dim=0, return_inverse=True)
+            uniq, inverse = _unique_rows(rows)
             ids[:, :N][at] = len(keys) + inverse
             keys += ["(" + ",".join(keys[c] for c in row if c >= 0) + ")" for row in uniq.tolist()]
         return ids[:, :N], tuple(keys)

@@ -45,7 +45,7 @@ def compacted(monkeypatch):
     real = support.compact
 
     def spy(*args):
-        calls.append(args[0].shape)
+        calls.append(args[0].cols.shape)
         return real(*args)
 
     monkeypatch.setattr(support, "compact", spy)
@@ -126,22 +126,25 @@ def test_scan_and_compact_contract(dtype):
     p, q = random_support_rows(gen, V, sizes + [3], dtype)
     src = torch.tensor([4, 0, 1, 2, 3])                   # rows in any order, as the engine gathers them
     found = [scan(p, q, src, V // 2) for scan in (support._scan_host, support._scan_device)]
-    for cols, rest in found:
+    for cols, p_s, q_s, rest in found:
         assert cols.shape == (5, 25)
         for i, r in enumerate(src.tolist()):
             drafted = (q[r] > 0).nonzero().squeeze(1)
             assert torch.equal(cols[i, :drafted.numel()], drafted)
-            assert (cols[i, drafted.numel():] == torch.iinfo(torch.long).max).all()
+            assert (cols[i, drafted.numel():] == support.PAD).all()
             want = p[r].double()[q[r] == 0].sum()
             assert abs(float(rest[i]) - float(want)) <= 1e-15 * float(want) + 1e-300
-    assert torch.equal(found[0][0], found[1][0])
+            assert torch.equal(p_s[i, :drafted.numel()], p[r, drafted]) and (p_s[i, drafted.numel():] == 0).all()
+            assert torch.equal(q_s[i, :drafted.numel()], q[r, drafted]) and (q_s[i, drafted.numel():] == 0).all()
+    for a, b in zip(found[0][:3], found[1][:3]):
+        assert torch.equal(a, b)
     wide = torch.tensor([0, 2])
     q_wide = q.clone()
     q_wide[2, :26] = 1 / 26
     assert support._scan_host(p, q_wide, wide, V // 2) is None and support._scan_device(p, q_wide, wide, V // 2) is None
     sup = support.scan(p, q, src)
     children = torch.stack([torch.multinomial(q[r].double(), 1, generator=gen).repeat(2) for r in src.tolist()])
-    p_s, q_s, kids = support.compact(p, q, src, sup, children)
+    p_s, q_s, kids = support.compact(sup, children)
     assert p_s.shape == (5, 26) and p_s.dtype == dtype and (q_s[:, -1] == 0).all()
     assert torch.equal(sup.cols.gather(1, kids), children)
     tol = 2e-7 if dtype == torch.float32 else 1e-15
@@ -215,7 +218,7 @@ def test_same_test_rejects_undrafted_tokens_from_all_of_p(monkeypatch):
     tree, pn, qn = sampled_instance("wor")
     law = VERIFIERS["univer"].law(tree, pn, qn, "wor")
     lossy = undrafted_from_p(law, tree, pn, qn)
-    monkeypatch.setattr(support, "undrafted_weights", lambda p, q: p)
+    monkeypatch.setattr(support.DraftedLevels, "drop_drafted", lambda self, p, at, rows: p)
     batch, p, q = repeated(tree, pn, qn)
     counts = cell_counts(verify(batch, p, q, "wor", "univer", torch.Generator().manual_seed(5)), tree)
     assert_rejects(g_test(counts, law), "undrafted from p")
