@@ -49,22 +49,38 @@ class Support:
 PAD = torch.iinfo(torch.long).max
 
 
+#: Tokens per block of :func:`_scan_rows`'s counting pass.
+SCAN_BLOCK = 64
+
+
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
-    """Rows ``src[i]`` of ``p``, ``q``, each read twice in place (the second time from cache): one vectorised pass
-    counts its drafted tokens into ``count[i]`` and sums ``Σ_{q=0} p`` into ``rest[i]`` (reassociated over SIMD
-    lanes: its error is ~(V/lanes)·ε at worst), one pass testing 8 entries of q at a time appends the drafted
-    tokens and their p, q to the flat ``cols``, ``p_s``, ``q_s``.  ``ok`` is False as soon as a row drafts more than
-    ``cap`` tokens."""
-    R, V = src.shape[0], q.shape[1]
+    """Rows ``src[i]`` of ``p``, ``q``, read in place: a vectorised pass over blocks of :data:`SCAN_BLOCK` tokens
+    counts each block's drafted tokens and sums ``rest[i] = Σ_{q=0} p`` (reassociated over SIMD lanes: its error is
+    ~(V/lanes)·ε at worst), then the blocks holding drafted tokens are read again (from cache) to append those
+    tokens and their p, q to the flat ``cols``, ``p_s``, ``q_s``; ``count[i]`` tokens per row.  ``ok`` is False as
+    soon as a row drafts more than ``cap`` tokens."""
+    R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
+    full = V // B
+    drafted_in = np.zeros(full + 1, np.int64)
     count, rest = np.zeros(R, np.int64), np.zeros(R, np.float64)
-    size, used = R * 64, 0
+    size, used = R * B, 0
     cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
     for i in range(R):
-        r, n, total = src[i], 0, 0.0
-        for x in range(V):
-            total += p[r, x] if q[r, x] <= 0 else 0.0
-            n += 1 if q[r, x] > 0 else 0
+        r, total = src[i], 0.0
+        for b in range(full + 1):     # full blocks have a fixed trip count (vectorised); then the tail
+            s, c = 0.0, 0
+            if b < full:
+                for x in range(b * B, b * B + B):
+                    s += p[r, x] if q[r, x] <= 0 else 0.0
+                    c += 1 if q[r, x] > 0 else 0
+            else:
+                for x in range(b * B, V):
+                    s += p[r, x] if q[r, x] <= 0 else 0.0
+                    c += 1 if q[r, x] > 0 else 0
+            total += s
+            drafted_in[b] = c
+        n = drafted_in.sum()
         if n > cap:
             return False, count, rest, cols[:used], p_s[:used], q_s[:used]
         if used + n > size:
@@ -72,16 +88,12 @@ def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
             cols = np.concatenate((cols, np.empty(size - cols.shape[0], cols.dtype)))
             p_s = np.concatenate((p_s, np.empty(size - p_s.shape[0], p_s.dtype)))
             q_s = np.concatenate((q_s, np.empty(size - q_s.shape[0], q_s.dtype)))
-        for x0 in range(0, V, 8):
-            if x0 + 8 <= V:
-                m = max(max(max(q[r, x0], q[r, x0 + 1]), max(q[r, x0 + 2], q[r, x0 + 3])),
-                        max(max(q[r, x0 + 4], q[r, x0 + 5]), max(q[r, x0 + 6], q[r, x0 + 7])))
-                if not m > 0:
-                    continue
-            for x in range(x0, min(x0 + 8, V)):
-                if q[r, x] > 0:
-                    cols[used], p_s[used], q_s[used] = x, p[r, x], q[r, x]
-                    used += 1
+        for b in range(full + 1):
+            if drafted_in[b]:
+                for x in range(b * B, min(b * B + B, V)):
+                    if q[r, x] > 0:
+                        cols[used], p_s[used], q_s[used] = x, p[r, x], q[r, x]
+                        used += 1
         count[i], rest[i] = n, total
     return True, count, rest, cols[:used], p_s[:used], q_s[:used]
 
