@@ -18,8 +18,9 @@ one depth, across the batch) from a :class:`LevelContext` and returns a :class:`
   accepted tokens below).
 
 Slots are padded with a *dump* index ``N``: tensors indexed by slot have ``N + 1`` columns so padded children
-scatter harmlessly into the last one.  The engine itself does not synchronise with the host inside the per-depth
-loops (the level structure comes from :attr:`TreeBatch.level_nodes`, computed once per batch); the baseline
+scatter harmlessly into the last one.  The engine itself reads the host inside the per-depth loops only for a
+level's drafted width (:func:`gpu.support.scan`, when planning on the drafted support; the level structure comes
+from :attr:`TreeBatch.level_nodes`, computed once per batch); the baseline
 rules (:mod:`gpu.rules`) do not either, except a free check on the CPU; UniVer's level rule reads the host for
 data-dependent shapes and loop counts (row subsets, block sizes, the clock grid's length, simplex pivots,
 convergence tests — README, "Host reads").

@@ -3,8 +3,9 @@
 With i.i.d. or without-replacement children, every level rule of :data:`gpu.verify.METHODS` reads a token the
 node's draft cannot propose (``q(x) = 0``) only through the total target mass of such tokens:
 
-* it is never a child, and every update of the rejection rules (RRS, RRSw, NSS, TV, K-SEQ) subtracts a draft
-  mass that is 0 there, so each such token keeps ``residual(x) = c·p(x)`` with one factor ``c`` per node;
+* it is never a child, and every update of the rejection rules changes drafted tokens only (RRS, RRSw, TV and
+  K-SEQ subtract draft mass, 0 there; NSS and the without-replacement updates remove a drafted child), so each
+  such token keeps ``residual(x) = c·p(x)`` with one factor ``c`` per node;
 * UniVer's and Global Resolution's plans give it ``a(x) = 0`` and it comes last in every ratio order (no
   minimising prefix of α*(ρ) needs it: the prefix of all drafted tokens costs less), so ``residual(x) = ρp(x)``.
 
