@@ -127,11 +127,17 @@ def summarise(groups: list[list[DecodeResult]]) -> dict:
             "new_tokens": tokens, "steps": steps, "wall_s": wall}
 
 
+#: Tokens of each method's untimed warm-up run in :func:`speed_compare` (a compiled kernel's first call loads its
+#: cache, ~0.4 s, which would otherwise land on whichever method verifies first).
+WARMUP_TOKENS = 2
+
+
 def speed_compare(pair: ModelPair, prompts: list[list[int]], methods: list[SpeedMethod], process: str,
                   temperature: float, max_new_tokens: int, seed: int = 0, progress: bool = True,
                   batch: int = 1, draft_top: int | None = None) -> dict:
     """``{"methods": {name: summary}, "per_prompt": {name: [tokens/s …]}}`` (per group of ``batch`` prompts),
-    methods interleaved per group; ``draft_top``: :func:`run_method`."""
+    methods interleaved per group, after one untimed run of each method on the first group
+    (:data:`WARMUP_TOKENS` tokens); ``draft_top``: :func:`run_method`."""
     if not methods:
         raise ValueError("speed_compare: no method to run")
     if not 1 <= batch <= len(prompts):
@@ -141,6 +147,9 @@ def speed_compare(pair: ModelPair, prompts: list[list[int]], methods: list[Speed
         if bad:
             raise ValueError(f"speed_compare: method(s) {list(bad)} cannot batch requests ({'; '.join(bad.values())})"
                              "; leave them out or use batch 1")
+    for m in methods:                   # untimed: one-time costs (compiled kernels' caches, lazy imports) land here
+        run_method(pair, m, prompts[:batch], process, temperature, min(WARMUP_TOKENS, max_new_tokens), seed, False,
+                   draft_top)
     runs: dict[str, list[list[DecodeResult]]] = {m.name: [] for m in methods}
     starts = range(0, len(prompts), batch)
     with tqdm(total=len(starts) * len(methods), desc="speed", unit="run", disable=not progress) as bar:

@@ -126,14 +126,21 @@ def test_batched_decoders_reject_missing_or_empty_prompts(tiny_pair, prompts):
         sample_plain_batch(tiny_pair, prompts, 1.0, 2)
 
 
-def test_speed_compare_batches_groups_and_counts_every_request(tiny_pair):
+def test_speed_compare_batches_groups_and_counts_every_request(tiny_pair, monkeypatch):
     """``batch = 2`` over 3 prompts: groups of 2 and 1, each group's wall counted once, tokens and steps summed
-    over requests; hf-assisted cannot batch, and a batch outside [1, #prompts] is refused."""
+    over requests, after one untimed warm-up run per method (not counted); hf-assisted cannot batch, and a batch
+    outside [1, #prompts] is refused."""
+    import gpu.llm.speed as speed
     from gpu.llm.speed import SpeedMethod, speed_compare
 
+    calls = []
+    real = speed.run_method
+    monkeypatch.setattr(speed, "run_method", lambda *a: calls.append((a[1].name, len(a[2]), a[5])) or real(*a))
     prompts = [[1, 2, 3], [4], [5, 6]]
     methods = [SpeedMethod("plain", "plain"), SpeedMethod("tv", "tv", tree_shape("binary:2"))]
     report = speed_compare(tiny_pair, prompts, methods, "wor", 1.0, 5, seed=0, progress=False, batch=2)
+    warm = [(m.name, 2, speed.WARMUP_TOKENS) for m in methods]
+    assert calls == warm + [(m.name, n, 5) for n in (2, 1) for m in methods]
     for name, m in report["methods"].items():
         assert len(report["per_prompt"][name]) == 2
         assert 3 <= m["new_tokens"] <= 15
