@@ -65,7 +65,7 @@ def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
     full = V // B
     drafted_in = np.zeros(full + 1, np.int64)
     count, rest = np.zeros(R, np.int64), np.zeros(R, np.float64)
-    size, used = R * B, 0
+    size, used = R * B, 0                 # flat outputs: room for B drafted tokens a row, doubled when short
     cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
     for i in range(R):
         r, total = src[i], 0.0
