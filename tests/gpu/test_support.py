@@ -141,6 +141,10 @@ def test_scan_and_compact_contract(dtype):
             assert torch.equal(q_s[i, :drafted.numel()], q[r, drafted]) and (q_s[i, drafted.numel():] == 0).all()
     for a, b in zip(found[0][:3], found[1][:3]):
         assert torch.equal(a, b)
+    many = random_support_rows(gen, 300, [140, 100, 120, 90], dtype)   # more than the scan's first room (64 a row)
+    rows = torch.arange(4)
+    for a, b in zip(support._scan_host(*many, rows, 150), support._scan_device(*many, rows, 150)):
+        torch.testing.assert_close(a, b, rtol=1e-15, atol=0)
     wide = torch.tensor([0, 2])
     q_wide = q.clone()
     q_wide[2, :26] = 1 / 26
