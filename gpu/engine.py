@@ -129,17 +129,19 @@ def _row_blocks(tree, slots, kids, active, step: int | None):
 
 
 def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: bool):
-    """``(tree, slots, kids, active, support)`` per unit of work: a whole level on its drafted support
-    (:mod:`gpu.support`; ``support`` not None), else the level's rows in blocks (CPU: :data:`CPU_BLOCK_BYTES`
-    per ``[rows, V]`` tensor)."""
+    """``(tree, slots, kids, active, src, support)`` per unit of work (``src``: the units' rows of ``p_rows`` /
+    ``q_rows``): a whole level on its drafted support (:mod:`gpu.support`; ``support`` not None), else the level's
+    rows in blocks (CPU: :data:`CPU_BLOCK_BYTES` per ``[rows, V]`` tensor)."""
     N, V = batch.parent.shape[1], p_rows.shape[1]
     step = max(1, CPU_BLOCK_BYTES // (V * p_rows.element_size())) if batch.device.type == "cpu" else None
     for tree, slots, kids, active in batch.level_nodes:
-        found = support.scan(p_rows, q_rows, rows_of[tree * N + slots]) if drafted_support else None
+        src = rows_of[tree * N + slots]
+        found = support.scan(p_rows, q_rows, src) if drafted_support else None
         if found is not None:
-            yield tree, slots, kids, active, found
+            yield tree, slots, kids, active, src, found
         else:
-            yield from (unit + (None,) for unit in _row_blocks(tree, slots, kids, active, step))
+            yield from (unit + (rows_of[unit[0] * N + unit[1]], None)
+                        for unit in _row_blocks(tree, slots, kids, active, step))
 
 
 def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tensor:
@@ -176,10 +178,9 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     p_rows, q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)    # [B·N, V] (views if contiguous)
     rows_of = row_numbers(batch, row_index).reshape(-1)
     bufs = []                                        # whole-row gathers [rows, V], reused by every block
-    for tree, slots, kids, active, found in _level_units(batch, p_rows, q_rows, rows_of, drafted_support):
+    for tree, slots, kids, active, src, found in _level_units(batch, p_rows, q_rows, rows_of, drafted_support):
         at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
         R = tree.shape[0]
-        src = rows_of[tree * N + slots]
         children = token_ext[kid_at]
         if found is not None:
             p, q, children = support.compact(found, children)
