@@ -99,6 +99,14 @@ def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
     return True, count, rest, cols[:used], p_s[:used], q_s[:used]
 
 
+def _layout(row: torch.Tensor, count: torch.Tensor, M: int, entries) -> tuple[torch.Tensor, ...]:
+    """Flat drafted entries (row-major: row ``row[e]``, each row's tokens ascending; ``count [R]`` per row) laid out
+    ``[R, M]``: ``entries`` = (token ids, their p, their q), padded with :data:`PAD`, 0, 0."""
+    slot = torch.arange(row.numel(), device=row.device) - (count.cumsum(0) - count)[row]
+    return tuple(torch.full((count.shape[0], M), fill, dtype=x.dtype, device=x.device).index_put_((row, slot), x)
+                 for x, fill in zip(entries, (PAD, 0, 0)))
+
+
 @torch.compiler.disable
 def _scan_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int):
     """The CPU scan: compiled passes over each row in place (:func:`_scan_rows`; torch needs a gather, a
@@ -107,15 +115,9 @@ def _scan_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, ca
     ok, count, rest, *flat = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap)
     if not ok:
         return None
-    R, M = count.shape[0], int(count.max())
-    row = np.repeat(np.arange(R), count)
-    slot = np.arange(row.shape[0]) - (np.cumsum(count) - count)[row]
-    out = []
-    for x, fill in zip(flat, (PAD, 0, 0)):
-        y = np.full((R, M), fill, x.dtype)
-        y[row, slot] = x
-        out.append(torch.from_numpy(y))
-    return (*out, torch.from_numpy(rest))
+    count = torch.from_numpy(count)
+    row = torch.repeat_interleave(torch.arange(count.shape[0]), count)
+    return (*_layout(row, count, int(count.max()), [torch.from_numpy(x) for x in flat]), torch.from_numpy(rest))
 
 
 def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int):
@@ -127,13 +129,9 @@ def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, 
     if M > cap:
         return None
     row, col = drafted.nonzero(as_tuple=True)
-    slot = torch.arange(row.numel(), device=q.device) - (count.cumsum(0) - count)[row]
-    cols = torch.full((q.shape[0], M), PAD, dtype=torch.long, device=q.device).index_put_((row, slot), col)
     p = p_rows.index_select(0, src)
     rest = torch.where(drafted, 0, p).sum(1, dtype=torch.float64)
-    values = [torch.zeros(q.shape[0], M, dtype=x.dtype, device=x.device).index_put_((row, slot), x[row, col])
-              for x in (p, q)]
-    return cols, *values, rest
+    return (*_layout(row, count, M, (col, p[row, col], q[row, col])), rest)
 
 
 def scan(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> Support | None:
