@@ -68,3 +68,13 @@ def wrong_update_rule(ctx: LevelContext):
 #: torch rule → name of its exact twin in univer_theory.BUG_ZOO.
 TORCH_ZOO = {"rrs-skip-duplicates": skip_duplicates_rule, "tv-original-p": original_p_rule,
              "tv-wrong-update": wrong_update_rule}
+
+
+def repeated(tree, pn, qn, n):
+    """One tree with node rows ``pn``, ``qn`` (numpy ``[N, V]``) repeated n times: ``(batch, target_probs,
+    draft_probs)``."""
+    one = TreeBatch.from_trees([tree])
+    rows = lambda x: torch.tensor(x, dtype=torch.float64).expand(n, *x.shape).contiguous()
+    batch = TreeBatch(one.parent.expand(n, -1).contiguous(), one.token.expand(n, -1).contiguous(),
+                      one.num_nodes.expand(n).contiguous())
+    return batch, rows(pn), rows(qn)

@@ -16,26 +16,16 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import TreeBatch, draft_tree, sample_children, verify
+from gpu import draft_tree, sample_children, verify
 from gpu.engine import sample
 from univer_theory import BUG_ZOO, VERIFIERS, TableModel, TreeShape
 from univer_theory.processes import enumerate_trees, tuple_law
 
 from ..gof_instances import instance
 from ..stats import assert_fits, assert_power, assert_rejects, g_test
-from .helpers import TORCH_ZOO, cell_counts
+from .helpers import TORCH_ZOO, cell_counts, repeated
 
 N_SAMPLES = 200_000
-
-
-def repeated(model, tree, n, dtype=torch.float64):
-    """One tree repeated n times: ``(batch, target_probs, draft_probs)``."""
-    one = TreeBatch.from_trees([tree])
-    pn, qn = model.node_probs(tree)
-    rows = lambda x: torch.tensor(x, dtype=dtype).expand(n, *x.shape).contiguous()
-    batch = TreeBatch(one.parent.expand(n, -1).contiguous(), one.token.expand(n, -1).contiguous(),
-                      one.num_nodes.expand(n).contiguous())
-    return batch, rows(pn), rows(qn)
 
 
 def zoo_laws(model, tree, process) -> dict:
@@ -56,7 +46,7 @@ CASES = [("nss", "iid"), ("nss", "topk"), ("nss", "greedy"), ("rrs", "iid"), ("r
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
 def test_sampler_follows_exact_per_tree_law(method, process):
     model, tree = instance(process)
-    batch, p, q = repeated(model, tree, N_SAMPLES)
+    batch, p, q = repeated(tree, *model.node_probs(tree), N_SAMPLES)
     result = verify(batch, p, q, process, method, torch.Generator().manual_seed(1))
     law = VERIFIERS[method].law(tree, *model.node_probs(tree), process)
     assert_fits(cell_counts(result, tree), law, zoo_laws(model, tree, process), f"{method}-{process}")
@@ -71,7 +61,7 @@ def test_same_test_rejects_bug_zoo(name):
     correct = VERIFIERS[reference].law(tree, pn, qn, process)
     lossy = BUG_ZOO[name].law(tree, pn, qn, process)
     assert_power(correct, {name: lossy}, N_SAMPLES)
-    batch, p, q = repeated(model, tree, N_SAMPLES)
+    batch, p, q = repeated(tree, *model.node_probs(tree), N_SAMPLES)
     counts = cell_counts(sample(batch, p, q, process, TORCH_ZOO[name], torch.Generator().manual_seed(2)), tree)
     assert_rejects(g_test(counts, correct), name)
     assert_fits(counts, lossy, {reference: correct}, f"{name} vs its own exact law")

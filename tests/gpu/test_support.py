@@ -14,7 +14,7 @@ from gpu.verify import DRAFTED_SUPPORT, METHODS
 from univer_theory import VERIFIERS, DraftTree, TreeShape
 
 from ..stats import assert_fits, assert_rejects, g_test
-from .helpers import cell_counts
+from .helpers import cell_counts, repeated
 
 CASES = [(m, pr) for m in METHODS for pr in DRAFTED_SUPPORT if pr in VERIFIERS[m].processes]
 
@@ -198,13 +198,6 @@ def sampled_instance(process):
     return tree, pn, qn
 
 
-def repeated(tree, pn, qn):
-    """The tree repeated ``N_SAMPLES`` times: ``(batch, p, q)``."""
-    one = TreeBatch.from_trees([tree])
-    batch = TreeBatch(*(x.expand(N_SAMPLES, *x.shape[1:]).contiguous() for x in (one.parent, one.token, one.num_nodes)))
-    return batch, *(torch.tensor(x).expand(N_SAMPLES, *x.shape).contiguous() for x in (pn, qn))
-
-
 @pytest.mark.parametrize("method,process", [("univer", "wor"), ("rrsw", "wor"), ("tv", "iid")])
 def test_sampler_on_the_drafted_support_follows_exact_law(method, process, compacted):
     """``gpu.verify`` on a truncated draft (every level on its drafted support, correction tokens from the
@@ -212,7 +205,7 @@ def test_sampler_on_the_drafted_support_follows_exact_law(method, process, compa
     lossy variant that draws them from all of p)."""
     tree, pn, qn = sampled_instance(process)
     law = VERIFIERS[method].law(tree, pn, qn, process)
-    batch, p, q = repeated(tree, pn, qn)
+    batch, p, q = repeated(tree, pn, qn, N_SAMPLES)
     result = verify(batch, p, q, process, method, torch.Generator().manual_seed(4))
     assert compacted
     assert_fits(cell_counts(result, tree), law, {"undrafted from p": undrafted_from_p(law, tree, pn, qn)},
@@ -226,7 +219,7 @@ def test_same_test_rejects_undrafted_tokens_from_all_of_p(monkeypatch):
     law = VERIFIERS["univer"].law(tree, pn, qn, "wor")
     lossy = undrafted_from_p(law, tree, pn, qn)
     monkeypatch.setattr(support.DraftedLevels, "drop_drafted", lambda self, p, at, rows: p)
-    batch, p, q = repeated(tree, pn, qn)
+    batch, p, q = repeated(tree, pn, qn, N_SAMPLES)
     counts = cell_counts(verify(batch, p, q, "wor", "univer", torch.Generator().manual_seed(5)), tree)
     assert_rejects(g_test(counts, law), "undrafted from p")
     assert_fits(counts, lossy, {"univer": law}, "undrafted from p vs its own exact law")
