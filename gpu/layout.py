@@ -14,7 +14,7 @@ rows (its docstring has the math and the proofs); the exact core runs it on one 
   by Gauss–Legendre on the group intervals, chunked (:data:`~univer_theory.plans.layout.TUPLE_CHUNK`).
 
 What is torch's own here is the batching: several tuples per row (``children [R, T, K]``) lay out each distinct
-(row, earliest block) once (``torch.unique``), where the exact core caches its blocks per node, and the blocks of a
+(row, earliest block) once (:func:`gpu.unique.unique_rows`), where the exact core caches its blocks per node, and the blocks of a
 level are laid out in buckets of similar size (:func:`_bucketed_layout`), where the exact core has one block a call.
 On the CPU the four functions run on numpy views of the level's tensors (:func:`gpu.host.on_host`).
 """
@@ -25,6 +25,7 @@ import torch
 from univer_theory.plans.layout import LayoutRows, acceptance, block_layout, first_blocks, layout_rows, tuple_weights
 
 from .host import on_host
+from .unique import unique_rows
 
 
 def inverse_permutation(order: torch.Tensor) -> torch.Tensor:
@@ -85,7 +86,7 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
         row, block, at = torch.arange(R, device=q.device), first[:, 0], torch.arange(R, device=q.device)
     else:                               # one layout per distinct (row, block)
         tr = torch.arange(R, device=q.device).repeat_interleave(T)
-        pairs, at = torch.unique(torch.stack([tr, first.reshape(-1)], -1), dim=0, return_inverse=True)
+        pairs, at = unique_rows(torch.stack([tr, first.reshape(-1)], -1))
         row, block = pairs[:, 0], pairs[:, 1]
     lay = _bucketed_layout(q, k, rows, row, block, K)
     w = on_host(tuple_weights, acceptance(c, rows.b), q, tuples, child_mask, in_first, lay, at)

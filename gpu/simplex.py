@@ -1,36 +1,45 @@
 """A batched dense simplex for many small node LPs at once (the slot rule's and rule 1's: :mod:`gpu.slot_rule`,
 :mod:`gpu.condot`).  A second algorithm beside the exact core's HiGHS (:mod:`solvers.highs_lp`) on purpose:
-HiGHS solves one LP at a time on the host; a level's LPs are solved here together, on their device — written
-once against :mod:`univer_theory.nx`, run in torch on an accelerator and in numpy on the CPU (on views of the
-CPU tensors' memory: a pivot is a few dozen small operations, each ~4× cheaper in numpy; the same floats).
+HiGHS solves one LP at a time on the host; a level's LPs are solved here together, on their device.
 
 .. math::
 
     \\operatorname{lexmax}_{x ≥ 0,\\ A x = b} \\ (c_1·x,\\ c_2·x,\\ …,\\ c_L·x)
 
-— maximise ``c_1·x``, then ``c_2·x`` on its optimal face, and so on — for ``B`` LPs of the same size, in
-lockstep on their device: a full tableau ``[B, m, n + 1]`` and L reduced-cost rows, one pivot per step for
-every LP not yet optimal (python loops over pivots only, never over LPs).  It starts from a given basis that
+— maximise ``c_1·x``, then ``c_2·x`` on its optimal face, and so on — for ``B`` LPs of the same size: a full
+tableau ``[m, n + 1]`` and L reduced-cost rows per LP, one pivot per step.  It starts from a given basis that
 is the identity in A (e.g. slack and artificial columns; ``b ≥ 0`` makes it feasible); a phase 1 is a first
 level ``c_1 = −Σ artificials``.
 
 A column may enter when its reduced cost is *lexicographically* positive (the first level where it is not 0
 within :data:`TOL` says > 0), i.e. it improves ``Σ_l M^{L−l} c_l`` for M large.  Pricing is Dantzig's (the
-largest reduced cost at the lowest level that has an improving column) until an LP has made
-:data:`STALL` degenerate pivots in a row; from then on that LP uses Bland's rule (lowest improving column;
-among rows tied in the ratio test, the lowest basic column), which cannot cycle.  The answer is a basic
-solution ``x_B = B⁻¹b``.  A pivot rewrites only the tableau rows with an entry in the entering column (on
-the node LPs' network matrices, the few rows of one path of the basis forest).  When the LP's optimum is
-unique (the node LPs' are, by :mod:`solvers.tie_break`) it is the point any exact solver returns, whatever the
-pivots.  On a totally unimodular A the tableau stays in {−1, 0, 1}, so the pivots themselves are exact.
+largest reduced cost at the lowest level that has an improving column; the lowest such column) until an LP has
+made :data:`STALL` degenerate pivots in a row; from then on that LP uses Bland's rule (lowest improving column;
+among rows tied in the ratio test, the lowest basic column), which cannot cycle; otherwise the first tied row
+leaves.  The answer is a basic solution ``x_B = B⁻¹b``.  A pivot rewrites only the tableau rows with an entry in
+the entering column (on the node LPs' network matrices, the few rows of one path of the basis forest).  When
+the LP's optimum is unique (the node LPs' are, by :mod:`solvers.tie_break`) it is the point any exact solver
+returns, whatever the pivots.  On a totally unimodular A the tableau stays in {−1, 0, 1}, so the pivots
+themselves are exact.
+
+Two runs of these same pivots, one per kind of device (the only algorithm written twice in :mod:`gpu`, because a
+pivot is a few dozen tiny operations that cost their call overhead, not their arithmetic):
+
+* the CPU: a compiled loop over the LPs and their pivots (:func:`_simplex_rows`, numba; ~1 µs a pivot where
+  the lockstep version below costs ~100 µs in numpy);
+* an accelerator: every LP of the level in lockstep in torch (:func:`_lex_simplex`, written against
+  :mod:`univer_theory.nx`; python loops over pivots only, never over LPs), one host read per pivot (whether an
+  LP is still improving).
+
+Both take the same decisions on the same floats (``tests/gpu/test_slot_rule.py`` runs them side by side).
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
+import torch
 
 from univer_theory.nx import array_module, get_backend
-
-from .host import on_host
 
 #: Reduced costs and tableau entries within this of 0 count as 0 (ratio ties: relative to the LP's max b).
 TOL = 1e-12
@@ -52,9 +61,8 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     -------
     ``(x [B, n], optimal [B] bool)`` — ``optimal`` False for an LP unbounded or stopped by the cap.
 
-    Torch tensors or numpy arrays (:mod:`univer_theory.nx`: one implementation).  CPU tensors are solved on
-    numpy views of their memory (:func:`gpu.host.on_host`): a pivot is a few dozen operations on small tables,
-    whose per-call cost is ~4× lower in numpy; accelerators keep their tensors.
+    Torch tensors: on the CPU the compiled loop (:func:`_simplex_host`), on an accelerator the lockstep torch run
+    (:func:`_lex_simplex`) — module docstring.
     """
     B, m, n = A.shape
     L = costs.shape[1]
@@ -63,11 +71,14 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
                          f"costs {tuple(costs.shape)}, basis {tuple(basis.shape)}")
     if (b < 0).any():
         raise ValueError("lex_simplex: b must be ≥ 0 (the starting basis must be feasible)")
-    return on_host(_lex_simplex, A, b, costs, basis, max_pivots)
+    cap = max_pivots if max_pivots is not None else 20 * (m + n)
+    if A.device.type == "cpu":
+        return _simplex_host(A, b, costs, basis, cap)
+    return _lex_simplex(A, b, costs, basis, cap)
 
 
-def _lex_simplex(A, b, costs, basis, max_pivots):
-    """:func:`lex_simplex` on validated inputs of one backend."""
+def _lex_simplex(A, b, costs, basis, cap: int):
+    """:func:`lex_simplex` on validated inputs of one backend, every LP in lockstep (at most ``cap`` pivots)."""
     nx, xp = get_backend(A), array_module(A)
     B, m, n = A.shape
     L = costs.shape[1]
@@ -79,7 +90,6 @@ def _lex_simplex(A, b, costs, basis, max_pivots):
     optimal = nx.zeros_like(b[:, 0]) == 0
     stalled = 0 * nx.arange(B, A)
     batch = nx.arange(B, A)
-    cap = max_pivots if max_pivots is not None else 20 * (m + n)
     for step in range(cap + 1):
         enter, active = _price(reduced[:, :, :n], stalled >= STALL)
         active &= optimal
@@ -135,3 +145,95 @@ def _basic_solution(table, basis, n: int):
     """``x [B, n]``: ``x_B = B⁻¹b`` (round-off below 0 clipped), 0 off the basis."""
     nx = get_backend(table)
     return nx.put(0 * table[:, 0, :n], basis, nx.maximum(table[:, :, n], 0.0))
+
+
+@torch.compiler.disable
+def _simplex_host(A: torch.Tensor, b: torch.Tensor, costs: torch.Tensor, basis: torch.Tensor, cap: int):
+    """:func:`lex_simplex` on CPU tensors: :func:`_simplex_rows` on their memory (float64), the answer as tensors."""
+    x, optimal = _simplex_rows(*(np.ascontiguousarray(t.numpy(), np.float64) for t in (A, b, costs)),
+                               np.ascontiguousarray(basis.numpy(), np.int64), cap)
+    return torch.from_numpy(x).to(A.dtype), torch.from_numpy(optimal)
+
+
+@numba.njit(cache=True, nogil=True)
+def _simplex_rows(A, b, costs, basis, cap):  # pragma: no cover - compiled
+    """The pivots of :func:`_lex_simplex` (module docstring), one LP after the other: ``(x [B, n], optimal [B])``."""
+    B, m, n = A.shape
+    L = costs.shape[1]
+    x = np.zeros((B, n))
+    optimal = np.ones(B, np.bool_)
+    table, reduced = np.empty((m, n + 1)), np.empty((L, n + 1))
+    row = np.empty(n + 1)
+    for t in range(B):
+        table[:, :n] = A[t]
+        table[:, n] = b[t]
+        bas = basis[t].copy()
+        for level in range(L):                                  # c − c_B·B⁻¹[A | b]
+            reduced[level, :n] = costs[t, level]
+            reduced[level, n] = 0.0
+            for i in range(m):
+                cost = costs[t, level, bas[i]]
+                if cost != 0.0:
+                    for j in range(n + 1):
+                        reduced[level, j] -= cost * table[i, j]
+        scale = max(b[t].max() if m else 0.0, np.finfo(np.float64).tiny)
+        stalled = 0
+        for step in range(cap + 1):
+            bland = stalled >= STALL
+            enter = _price_row(reduced, n, bland)
+            if enter < 0:
+                break
+            if step == cap:
+                optimal[t] = False
+                break
+            least = np.inf
+            for i in range(m):
+                if table[i, enter] > TOL:
+                    least = min(least, max(table[i, n], 0.0) / table[i, enter])
+            if least == np.inf:                                 # unbounded
+                optimal[t] = False
+                break
+            leave = -1
+            for i in range(m):
+                if table[i, enter] > TOL and max(table[i, n], 0.0) / table[i, enter] <= least + TOL * scale:
+                    if leave < 0 or (bland and bas[i] < bas[leave]):
+                        leave = i
+                    if not bland:
+                        break
+            stalled = 0 if least > TOL * scale else stalled + 1
+            pivot = table[leave, enter]
+            for j in range(n + 1):
+                row[j] = table[leave, j] / pivot
+            for i in range(m):
+                factor = table[i, enter]
+                if i != leave and factor != 0.0:
+                    for j in range(n + 1):
+                        table[i, j] -= factor * row[j]
+            table[leave] = row
+            for level in range(L):
+                factor = reduced[level, enter]
+                for j in range(n + 1):
+                    reduced[level, j] -= factor * row[j]
+            bas[leave] = enter
+        for i in range(m):
+            x[t, bas[i]] = max(table[i, n], 0.0)
+    return x, optimal
+
+
+@numba.njit(cache=True, nogil=True)
+def _price_row(reduced, n, bland):  # pragma: no cover - compiled
+    """:func:`_price` for one LP: the entering column, or −1 when no column is lexicographically positive."""
+    L = reduced.shape[0]
+    best, enter, deciding = -np.inf, -1, L
+    for j in range(n):
+        for level in range(L):
+            r = reduced[level, j]
+            if r > TOL:                                         # open at this level and improving
+                if bland:
+                    return j
+                if level < deciding or (level == deciding and r > best):
+                    deciding, best, enter = level, r, j
+                break
+            if abs(r) > TOL:                                    # negative here: closed below
+                break
+    return enter

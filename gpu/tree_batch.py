@@ -20,6 +20,8 @@ import torch
 
 from univer_theory import DraftTree
 
+from .unique import unique_rows
+
 
 def _as_long(x, where: str, name: str, device) -> torch.Tensor:
     t = torch.as_tensor(x, device=device)
@@ -36,20 +38,6 @@ def _long_pair(where: str, a, a_name: str, b, b_name: str, device):
         raise ValueError(f"{where}: {a_name} and {b_name} must both be [B, N] with N ≥ 1, got "
                          f"{tuple(a.shape)} and {tuple(b.shape)}")
     return a, b
-
-
-def _unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.unique(rows, dim=0, return_inverse=True)`` (distinct rows in lexicographic order) by stable sorts
-    on the columns, last to first — vectorised, where the CPU's ``unique(dim=0)`` compares rows one by one."""
-    order = torch.arange(rows.shape[0], device=rows.device)
-    for j in reversed(range(rows.shape[1])):
-        order = order[torch.sort(rows[order, j], stable=True).indices]
-    ranked = rows[order]
-    new = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
-    new[1:] = (ranked[1:] != ranked[:-1]).any(1)
-    inverse = torch.empty_like(order)
-    inverse[order] = new.cumsum(0) - 1
-    return ranked[new], inverse
 
 
 @dataclass(frozen=True)
@@ -253,8 +241,8 @@ class TreeBatch:
     def subtree_shapes(self) -> tuple[torch.Tensor, tuple[str, ...]]:
         """``(ids [B, N] long, keys)``: the ordered subtree under every node as an index into ``keys``, its
         nested form (``"."`` a leaf, ``"(k1,k2,…)"``, as :attr:`univer_theory.DraftTree.subtree_keys`); −1 for
-        padding.  Built bottom-up, one ``torch.unique`` over the nodes of each height (no loop over trees);
-        only the distinct shapes are spelled out on the host."""
+        padding.  Built bottom-up, one :func:`gpu.unique.unique_rows` over the nodes of each height (no loop over
+        trees); only the distinct shapes are spelled out on the host."""
         B, N = self.parent.shape
         ids = torch.full((B, N + 1), -1, dtype=torch.long, device=self.device)
         height = self.height
@@ -263,7 +251,7 @@ class TreeBatch:
         for h in range(1, self.max_depth + 1):
             at = height == h
             rows = ids.gather(1, self.children.reshape(B, -1)).view(B, N, -1)[at]      # [M, K], −1 = no child
-            uniq, inverse = _unique_rows(rows)
+            uniq, inverse = unique_rows(rows)
             ids[:, :N][at] = len(keys) + inverse
             keys += ["(" + ",".join(keys[c] for c in row if c >= 0) + ")" for row in uniq.tolist()]
         return ids[:, :N], tuple(keys)

@@ -46,6 +46,7 @@ from .condot import condot_weights
 from .engine import LevelContext, LevelDecision
 from .layout import layout_weights
 from .slot_rule import slot_lp, slot_pair
+from .unique import unique_rows
 from .wor_plans import wor_weights
 
 
@@ -77,7 +78,7 @@ def _greedy_fill(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child
 def _shape_rule_rows(ctx: LevelContext, k: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
     """``[R]``: nodes small enough for the shape rule's LP (:func:`univer_theory.plans.shape_lp.within_limits`,
     asked once per distinct (support, k) of the level)."""
-    sig, inverse = torch.unique(torch.stack([support, k], 1), dim=0, return_inverse=True)
+    sig, inverse = unique_rows(torch.stack([support, k], 1))
     verdict = [shape_lp.within_limits(s, n, ctx.process) for s, n in sig.tolist()]
     return torch.tensor(verdict, dtype=torch.bool, device=k.device)[inverse]
 

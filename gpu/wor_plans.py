@@ -63,6 +63,7 @@ from .condot import condot_weights
 from .host import on_host
 from .layout import inverse_permutation, layout_weights
 from .luce import luce_rows, luce_rows_weights
+from .unique import unique_rows
 
 def _at(x: torch.Tensor, tuples: torch.Tensor) -> torch.Tensor:
     """``x [R, V]`` read at the tokens of ``tuples [R, T, k]`` → ``[R, T, k]``."""
@@ -269,7 +270,7 @@ def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):
     R, n, k = seqs.shape
     canon, perm = seqs.sort(dim=-1, stable=True)
     rows = torch.arange(R, device=q.device)[:, None, None].expand(R, n, 1)
-    uniq, inverse = torch.unique(torch.cat([rows, canon], -1).reshape(-1, k + 1), dim=0, return_inverse=True)
+    uniq, inverse = unique_rows(torch.cat([rows, canon], -1).reshape(-1, k + 1))
     count = torch.bincount(uniq[:, 0], minlength=R)
     start = count.cumsum(0) - count
     at = start[:, None] + torch.minimum(torch.arange(int(count.max()), device=q.device)[None, :], count[:, None] - 1)

@@ -1,4 +1,5 @@
-"""The batched simplex (gpu/simplex.py) against scipy's HiGHS, and the batched slot rule (gpu/slot_rule.py)
+"""The batched simplex (gpu/simplex.py: the compiled CPU loop, and the lockstep torch run an accelerator uses,
+side by side) against scipy's HiGHS, and the batched slot rule (gpu/slot_rule.py)
 against the exact core's :func:`solvers.slot_rule.slot_rule_lp` — the same w(S) to 1e-13, which needs the
 LP's unique-optimum tie-break (without it the two solvers pick different optimal vertices)."""
 import itertools
@@ -11,6 +12,11 @@ from scipy.optimize import linprog
 from gpu.simplex import _lex_simplex, lex_simplex
 from gpu.slot_rule import slot_lp, tuple_probs
 from solvers.slot_rule import multiset_class, slot_rule_lp, tuple_probability
+
+
+def lockstep(A, b, costs, basis):
+    """The accelerator's run of :func:`lex_simplex` (torch, every LP in lockstep) on the same tensors."""
+    return _lex_simplex(A, b, costs, basis, 20 * sum(A.shape[1:]))
 
 
 def slack_lps(rng, B, m, n, integer):
@@ -32,9 +38,9 @@ def test_simplex_reaches_highs_optimum(integer):
     full[:, 0, :12] = np.where(A.sum(1) == 0, 1.0, full[:, 0, :12])
     basis = torch.arange(12, 19).expand(40, -1)
     inputs = (torch.tensor(full), torch.tensor(b), torch.tensor(costs)[:, None, :], basis)
-    x, ok = lex_simplex(*inputs)                 # CPU tensors: solved on numpy views
+    x, ok = lex_simplex(*inputs)                 # CPU tensors: the compiled loop
     assert ok.all()
-    x_torch, ok_torch = _lex_simplex(*inputs, None)  # the same function in torch, as on an accelerator
+    x_torch, ok_torch = lockstep(*inputs)        # the same pivots in torch, as on an accelerator
     assert torch.equal(x_torch, x) and torch.equal(ok_torch, ok)
     x = x.numpy()
     for i in range(40):
@@ -68,7 +74,7 @@ def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
     basis = torch.tensor([[2], [2]])
     x, ok = lex_simplex(A, b, costs, basis)
     assert ok.tolist() == [False, True] and x[1].tolist() == [1.0, 0.0, 0.0]
-    x_torch, ok_torch = _lex_simplex(A, b, costs, basis, None)
+    x_torch, ok_torch = lockstep(A, b, costs, basis)
     assert torch.equal(x_torch, x) and torch.equal(ok_torch, ok)
     _, ok = lex_simplex(A[1:], b[1:], costs[1:], basis[1:], max_pivots=0)
     assert ok.tolist() == [False]

@@ -1,6 +1,6 @@
 """The torch path of the node formulas that the CPU runs in numpy (:func:`gpu.host.on_host`: rule 3, α*(ρ), the
-layout's four steps, the batched simplex) and of the drafted-support scan (:func:`gpu.support.scan`, compiled on
-the CPU).  An accelerator runs them in torch, which this machine may not have;
+layout's four steps), of the batched simplex and of the drafted-support scan (:func:`gpu.simplex.lex_simplex`,
+:func:`gpu.support.scan`: compiled loops on the CPU).  An accelerator runs them in torch, which this machine may not have;
 here the host branch is switched off so that CPU tensors go through torch, and a representative set of the
 batched-vs-exact-core tests runs again: E[τ | T] on wide and asymmetric trees (every wor rule, the layout, the
 slot LP's simplex), rule 3 and PTS by enumeration, the layout by enumeration, and truncated drafts planned on
@@ -10,6 +10,7 @@ host branch the same functions form numpy arrays of the same sizes."""
 import pytest
 
 import gpu.host
+import gpu.simplex
 import gpu.support
 
 from . import test_compile_memory, test_support, test_univer, test_wor_plans
@@ -26,6 +27,7 @@ def torch_on_cpu(monkeypatch):
 
     monkeypatch.setattr(gpu.host, "_numpy_call", direct)
     monkeypatch.setattr(gpu.support, "_scan_host", gpu.support._scan_device)
+    monkeypatch.setattr(gpu.simplex, "_simplex_host", gpu.simplex._lex_simplex)
     yield calls
     assert calls, "no formula went through gpu.host.on_host: the test exercised nothing of the torch path"
 
