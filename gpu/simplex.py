@@ -61,8 +61,9 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     -------
     ``(x [B, n], optimal [B] bool)`` — ``optimal`` False for an LP unbounded or stopped by the cap.
 
-    Torch tensors: on the CPU the compiled loop (:func:`_simplex_host`), on an accelerator the lockstep torch run
-    (:func:`_lex_simplex`) — module docstring.
+    Torch tensors or numpy arrays: on the CPU (numpy, or CPU tensors) the compiled loop (:func:`_simplex_host`), on
+    an accelerator the lockstep torch run (:func:`_lex_simplex`) — module docstring.  The answer is of the inputs'
+    kind.
     """
     B, m, n = A.shape
     L = costs.shape[1]
@@ -72,7 +73,7 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     if (b < 0).any():
         raise ValueError("lex_simplex: b must be ≥ 0 (the starting basis must be feasible)")
     cap = max_pivots if max_pivots is not None else 20 * (m + n)
-    if A.device.type == "cpu":
+    if not torch.is_tensor(A) or A.device.type == "cpu":
         return _simplex_host(A, b, costs, basis, cap)
     return _lex_simplex(A, b, costs, basis, cap)
 
@@ -148,11 +149,14 @@ def _basic_solution(table, basis, n: int):
 
 
 @torch.compiler.disable
-def _simplex_host(A: torch.Tensor, b: torch.Tensor, costs: torch.Tensor, basis: torch.Tensor, cap: int):
-    """:func:`lex_simplex` on CPU tensors: :func:`_simplex_rows` on their memory (float64), the answer as tensors."""
-    x, optimal = _simplex_rows(*(np.ascontiguousarray(t.numpy(), np.float64) for t in (A, b, costs)),
-                               np.ascontiguousarray(basis.numpy(), np.int64), cap)
-    return torch.from_numpy(x).to(A.dtype), torch.from_numpy(optimal)
+def _simplex_host(A, b, costs, basis, cap: int):
+    """:func:`lex_simplex` on numpy arrays or CPU tensors: :func:`_simplex_rows` on their memory (float64)."""
+    tensors = torch.is_tensor(A)
+    A, b, costs, basis = (np.asarray(t.numpy() if tensors else t) for t in (A, b, costs, basis))
+    x, optimal = _simplex_rows(*(np.ascontiguousarray(t, np.float64) for t in (A, b, costs)),
+                               np.ascontiguousarray(basis, np.int64), cap)
+    x = x.astype(A.dtype, copy=False)
+    return (torch.from_numpy(x), torch.from_numpy(optimal)) if tensors else (x, optimal)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -24,9 +24,11 @@ import torch
 
 from solvers.slot_rule import ordering_code, tie_break
 from solvers.slot_rule import slot_pair as core_slot_pair
+from univer_theory.nx import array_module, get_backend
 from univer_theory.plans.lp_plan import capped_rows
 from univer_theory.processes import tuple_probs
 
+from .host import on_host
 from .simplex import lex_simplex
 
 
@@ -42,42 +44,49 @@ def slot_pair(w_s: torch.Tensor, w_r: torch.Tensor, children: torch.Tensor, q: t
 def slot_lp(w_all: torch.Tensor, children: torch.Tensor, q: torch.Tensor, omega: torch.Tensor, process: str,
             perms: list) -> torch.Tensor:
     """The slot rule for k ≥ 3 (module docstring): ``w(S) [R, k]`` from ``w_all [R, P, k]``, the plan on the
-    orderings ``children[:, perms[p]]`` (``perms[0]`` the identity, P = k!)."""
+    orderings ``children[:, perms[p]]`` (``perms[0]`` the identity, P = k!).  On the CPU on numpy views
+    (:func:`gpu.host.on_host`: the LP is built from ~60 small operations)."""
+    return on_host(_slot_lp, w_all, children, q, omega, process, perms)
+
+
+def _slot_lp(w_all, children, q, omega, process: str, perms: list):
+    """:func:`slot_lp` on one backend (:mod:`univer_theory.nx`)."""
+    nx, xp = get_backend(w_all), array_module(w_all)
     R, P, k = w_all.shape
-    dev, dt = w_all.device, w_all.dtype
-    perm = torch.tensor(perms, device=dev)
+    perm = nx.index(perms, w_all)
     # d_i: rank of S_i among S's distinct tokens; an ordering's code Σ d_i k^{k−1−i} names it within the class
-    first = ~torch.tril(children[:, :, None] == children[:, None, :], -1).any(2)          # [R, k] first occurrences
+    first = ~xp.tril(children[:, :, None] == children[:, None, :], -1).any(2)            # [R, k] first occurrences
     rank = ((children[:, None, :] < children[:, :, None]) & first[:, None, :]).sum(2)    # [R, k]
     ranks = rank[:, perm]                                                                  # [R, P, k]
     code = ordering_code(ranks)                                                            # [R, P]
-    repeat = torch.tril(code[:, :, None] == code[:, None, :], -1).any(2)                   # an earlier ordering
+    repeat = xp.tril(code[:, :, None] == code[:, None, :], -1).any(2)                      # an earlier ordering
     probs = tuple_probs(q, children[:, perm], process)
     keep = ~repeat & (probs > 0)                                                           # the class C(S)
-    z0 = torch.where(keep[..., None], w_all * probs[..., None], 0).flatten(1)                  # [R, P·k]
+    z0 = nx.where(keep[..., None], w_all * probs[..., None], 0.0).reshape(R, P * k)        # [R, P·k]
     # z = z0 + u − v; columns u, v (P·k each), capacity slacks (P), z ≥ 0 slacks (P·k), mass artificials (k)
     n_z = P * k
-    cols = torch.arange(n_z, device=dev)
-    on = keep.repeat_interleave(k, 1).to(dt)                                               # [R, P·k]
-    A = torch.zeros(R, P + k + n_z, 3 * n_z + P + k, dtype=dt, device=dev)
+    cols, rows = nx.arange(n_z, w_all), nx.arange(R, w_all)[:, None]
+    on = nx.asarray(xp.broadcast_to(keep[..., None], (R, P, k)).reshape(R, n_z), w_all)       # [R, P·k]
+    A = nx.full((R, P + k + n_z, 3 * n_z + P + k), 0.0, w_all)
     for sign, at in ((1, cols), (-1, n_z + cols)):
         A[:, cols // k, at] = sign * on                                                    # Σ_j (u − v) ≤ spare
-        A[torch.arange(R, device=dev)[:, None], P + ranks.flatten(1), at] = sign * on     # Σ (u − v) = 0 per token
+        A[rows, P + ranks.reshape(R, n_z), at] = sign * on                                 # Σ (u − v) = 0 per token
         A[:, P + k + cols, at] = -sign * on                                                # v − u ≤ z0
-    slack = torch.cat([torch.arange(P), P + k + torch.arange(n_z), P + torch.arange(k)]).to(dev)
-    A[:, slack, 2 * n_z + torch.arange(P + k + n_z, device=dev)] = 1
-    spare = (torch.where(keep, probs, 0) - z0.view(R, P, k).sum(2)).clamp(min=0)
-    b = torch.cat([spare, torch.zeros(R, k, dtype=dt, device=dev), z0], 1)
-    tie = tie_break(code, k).flatten(1)                                                    # r [R, P·k]
-    costs = torch.zeros(R, 4, A.shape[2], dtype=dt, device=dev)
-    costs[:, 0, :2 * n_z] = (on - 1).repeat(1, 2)                                          # columns not in the class
+    slack = nx.concat([nx.arange(P, w_all), P + k + cols, P + nx.arange(k, w_all)])
+    A[:, slack, 2 * n_z + nx.arange(P + k + n_z, w_all)] = 1.0
+    spare = nx.maximum(nx.where(keep, probs, 0.0) - z0.reshape(R, P, k).sum(2), 0.0)
+    b = nx.concat([spare, nx.full((R, k), 0.0, w_all), z0])
+    tie = tie_break(code, k).reshape(R, n_z)                                               # r [R, P·k]
+    om = xp.broadcast_to(omega[:, None, :], (R, P, k)).reshape(R, n_z)
+    costs = nx.full((R, 4, A.shape[2]), 0.0, w_all)
+    costs[:, 0, :n_z] = costs[:, 0, n_z:2 * n_z] = on - 1                                  # columns not in the class
     costs[:, 0, 2 * n_z + P + n_z:] = -1                                                   # phase 1
     for sign, at in ((1, slice(0, n_z)), (-1, slice(n_z, 2 * n_z))):
-        costs[:, 1, at] = sign * omega.repeat(1, P) * on                                   # ω·z
+        costs[:, 1, at] = sign * om * on                                                   # ω·z
         costs[:, 2, at] = -on                                                              # −|z − z0|
         costs[:, 3, at] = sign * tie * on                                                  # the tie-break
-    basis = torch.empty(P + k + n_z, dtype=torch.long, device=dev)
-    basis[slack] = 2 * n_z + torch.arange(P + k + n_z, device=dev)
-    x, optimal = lex_simplex(A, b, costs, basis.expand(R, -1))
+    basis = nx.arange(P + k + n_z, w_all)
+    basis[slack] = 2 * n_z + nx.arange(P + k + n_z, w_all)
+    x, optimal = lex_simplex(A, b, costs, xp.broadcast_to(basis[None], (R, P + k + n_z)))
     z = z0[:, :k] + x[:, :k] - x[:, n_z:n_z + k]                                           # ordering 0 = S
-    return torch.where(optimal[:, None], capped_rows(z.clamp(min=0) / probs[:, :1]), w_all[:, 0])
+    return nx.where(optimal[:, None], capped_rows(nx.maximum(z, 0.0) / probs[:, :1]), w_all[:, 0])
