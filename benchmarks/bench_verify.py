@@ -11,7 +11,10 @@ Sections (all printed as a table, and as one JSON object with ``--json``):
   each ``--processes``, ``--batches`` trees at a time.  Per method (univer, rrsw — rrs on i.i.d. trees —, tv):
   ``batched`` = one ``gpu.verify(validate=False)`` of the B trees (a fresh ``TreeBatch``); ``loop`` =
   ``univer_theory.engine.tree_sample`` per tree with a fresh node rule (UniVer's plan cache empty: a cold
-  run); ``batched_over_loop`` = loop / batched (the speed-up of batching, > 1 is faster).  With the target
+  run); ``batched_over_loop`` = loop / batched (the speed-up of batching, > 1 is faster).  On truncated drafts
+  also ``scan`` = ``gpu.support.scan`` of the internal nodes' p and q rows alone (the one read of every row that a
+  batched call starts with, compiled, about the machine's memory bandwidth) and ``loop_over_scan`` = loop / scan:
+  the most ``batched_over_loop`` a verifier that reads each row once at that speed can reach.  With the target
   model available (``--no-model`` skips it) and B = 1: ``forward`` = SmolLM2's forward of the same tree after a
   fixed context (``gpu.llm.decode.score_trees``, the decoder's one target forward per step: the context's
   last token and the tree's nodes) and ``verify_over_forward`` = batched / forward.
@@ -46,6 +49,7 @@ import torch
 from gpu import TreeBatch, verify
 from gpu.drafting import draft_tree
 from gpu.probs import probs_from_logits
+from gpu.support import scan
 from univer_theory import VERIFIERS
 from univer_theory.alpha_star import alpha_star, alpha_star_rows
 from univer_theory.engine import tree_sample
@@ -137,6 +141,15 @@ def batched_call(method, batch, p, q, process):
                           validate=False)
 
 
+def scan_call(batch, p, q):
+    """The drafted-support scan of the batch's internal nodes' rows alone (module docstring: ``scan``)."""
+    parent = batch.parent
+    internal = torch.zeros(parent.shape, dtype=torch.bool).scatter_(1, parent.clamp(min=0), parent >= 0)
+    src = internal.flatten().nonzero().squeeze(1)
+    V = p.shape[-1]
+    return lambda: scan(p.reshape(-1, V), q.reshape(-1, V), src)
+
+
 # ----------------------------------------------------------------------------------------- sections
 def alpha_star_section(V: int, repeat: int) -> dict:
     gen = torch.Generator().manual_seed(0)
@@ -204,7 +217,7 @@ def synthetic_section(args, target) -> list[dict]:
                 batch, q = draft_tree(shape, q, process, B, gen)
                 trees = batch.to_trees(args.vocab)
                 rows = [(p[i].numpy(), q[i].numpy()) for i in range(B)]
-                calls = {}
+                calls = {} if top is None else {"scan": scan_call(batch, p, q)}
                 if target is not None and B == 1:
                     calls["forward"] = lambda: target.forward(batch)
                 for method in methods(args, process):
@@ -222,6 +235,9 @@ def synthetic_section(args, target) -> list[dict]:
                            "batched_over_loop": lp["median_ms"] / b["median_ms"], "inputs_mb": inputs_mb,
                            "peak_mb_batched": peak_mb(calls[f"{method} batched"]),
                            "peak_mb_loop": peak_mb(calls[f"{method} loop"])}
+                    if "scan" in times:
+                        row["scan"] = summary(times["scan"])
+                        row["loop_over_scan"] = lp["median_ms"] / row["scan"]["median_ms"]
                     if "forward" in times:
                         row["forward"] = summary(times["forward"])
                         row["verify_over_forward"] = b["median_ms"] / row["forward"]["median_ms"]
@@ -270,7 +286,9 @@ def print_row(row: dict, quiet: bool) -> None:
     print(f"{row['rows']:>8} {row['shape']:>9} {row['process']:>4} {top:>5} {row['B']:>3} {row['method']:>6} "
           f"{row['batched']['median_ms']:>10.1f} {row.get('loop', {}).get('median_ms', float('nan')):>10.1f} "
           f"{row.get('forward', {}).get('median_ms', float('nan')):>9.1f} {vof:>8} {bol:>8} "
-          f"{'-' if peak is None else f'{peak:.0f}':>7} {row['inputs_mb']:>7.1f}", flush=True)
+          f"{'-' if peak is None else f'{peak:.0f}':>7} {row['inputs_mb']:>7.1f} "
+          f"{row.get('scan', {}).get('median_ms', float('nan')):>8.1f} {row.get('loop_over_scan', float('nan')):>9.2f}",
+          flush=True)
 
 
 def main(argv=None):
@@ -298,7 +316,7 @@ def main(argv=None):
               f"(min {a['wor']['min_ms']:.1f}; torch {a['wor_torch']['median_ms']:.1f}), "
               f"iid median {a['iid']['median_ms']:.1f} ms")
         print(f"{'rows':>8} {'shape':>9} {'proc':>4} {'top':>5} {'B':>3} {'method':>6} {'batch ms':>10} {'loop ms':>10} "
-              f"{'fwd ms':>9} {'ver/fwd':>8} {'loop/bat':>8} {'peak MB':>7} {'in MB':>7}")
+              f"{'fwd ms':>9} {'ver/fwd':>8} {'loop/bat':>8} {'peak MB':>7} {'in MB':>7} {'scan ms':>8} {'loop/scan':>9}")
     target = None if args.no_model else Target()
     result["synthetic"] = synthetic_section(args, target)
     result["real"] = real_section(args, target) if target is not None and args.real_trees > 0 else []

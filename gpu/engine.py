@@ -222,7 +222,7 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
            row_index: torch.Tensor | None = None, drafted_support: bool = False) -> VerifyResult:
     """Pass 1 + pass 2 with independent coins: one verification per tree.  Y is the endpoint's candidate, or
     ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
-    (:mod:`gpu.support`) — one row per tree."""
+    (:mod:`gpu.support`) — a target row read only for the trees that need one."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dev = target_probs.device
@@ -249,10 +249,11 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     is_leaf = batch.num_children.gather(1, u[:, None]).squeeze(1) == 0
     cand = alloc.candidate.gather(1, u[:, None]).squeeze(1)
     undrafted = ~is_leaf & (cand == V)
-    weights = target_probs.reshape(-1, V).index_select(0, row_u)
+    draw = (is_leaf | undrafted).nonzero().squeeze(1)       # host read: the trees whose Y is drawn from a row
+    weights = target_probs.reshape(-1, V).index_select(0, row_u[draw])
     if alloc.drafted is not None:
-        weights = alloc.drafted.drop_drafted(weights, torch.arange(B, device=dev) * (N + 1) + u, undrafted)
-    y = torch.where(is_leaf | undrafted, sample_rows(weights, generator), cand)
+        weights = alloc.drafted.drop_drafted(weights, draw * (N + 1) + u[draw], undrafted[draw])
+    y = cand.index_put((draw,), sample_rows(weights, generator))
     depth = batch.depth
     tau = depth.gather(1, u[:, None]).squeeze(1)
     D = batch.max_depth
