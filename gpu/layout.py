@@ -39,15 +39,22 @@ def inverse_permutation(order: torch.Tensor) -> torch.Tensor:
 _PADDING = {"g_valid": False, "fwd": 1.0, "bwd_next": 1.0, "right": 0.0, "left": 0.0}
 
 
+#: Blocks laid out in one call, padded to the largest, when (blocks × largest block) is at most this (a level's
+#: rows on their drafted support, :mod:`gpu.support`): every call costs its ~100 small operations.
+ONE_CALL = 1 << 16
+
+
 def _bucketed_layout(q: torch.Tensor, k: torch.Tensor, rows: LayoutRows, row: torch.Tensor, block: torch.Tensor,
                      K: int) -> dict:
     """:func:`~univer_theory.plans.layout.block_layout` of the blocks ``block [U]`` of rows ``row [U]``, computed
     in buckets of block sizes within a factor 2 (a level's blocks range from one token to most of the vocabulary;
-    one call pads every block to the largest) and padded together to the largest group count for
+    one call pads every block to the largest — done when that is small, :data:`ONE_CALL`) and padded together to the largest group count for
     :func:`~univer_theory.plans.layout.tuple_weights` (which reads only ``G`` groups of each, :data:`_PADDING`;
     the edges are padded with each layout's last edge, so every width stays finite)."""
     size = (rows.block[row] == block[:, None]).sum(1)
     bucket = torch.ceil(torch.log2(size.clamp(min=1).double())).long()
+    if row.shape[0] * int(size.max()) <= ONE_CALL:    # host read: small enough to pad every block to the largest
+        bucket = torch.zeros_like(bucket)
     parts = []
     for b in bucket.unique().tolist():  # host read: the buckets present
         sel = (bucket == b).nonzero().squeeze(1)

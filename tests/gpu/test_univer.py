@@ -18,7 +18,7 @@ from gpu.univer_rule import univer_rule
 from solvers.condot import condot_value
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
 from univer_theory.alpha_star import alpha_star_iid
-from univer_theory.plans.layout import layout_plan, layout_rows, layout_targets, mu_k
+from univer_theory.plans.layout import block_layout, layout_plan, layout_rows, layout_targets, mu_k
 from univer_theory.processes import tuple_law
 
 from .helpers import padded_rows
@@ -99,6 +99,17 @@ def test_layout_weights_match_the_exact_plan(V, zeros):
     np.testing.assert_allclose(w.numpy(), np.array(want_w), rtol=0, atol=1e-12)
     np.testing.assert_allclose(a.numpy(), np.array(want_a), rtol=0, atol=1e-15)
     assert (w.sum(1) <= 1 + 1e-15).all() and (w[~torch.tensor(mask)] == 0).all()
+
+
+def test_layout_blocks_bucketed_by_size_match_the_exact_plan(monkeypatch):
+    """Whole rows lay out their blocks in buckets of similar size (one call padded to the largest is kept for
+    drafted supports, ``gpu.layout.ONE_CALL``): the same test with buckets forced, which do form here."""
+    import gpu.layout
+    calls = []
+    monkeypatch.setattr(gpu.layout, "ONE_CALL", 0)
+    monkeypatch.setattr(gpu.layout, "block_layout", lambda *a: calls.append(a) or block_layout(*a))
+    test_layout_weights_match_the_exact_plan(3000, 0)
+    assert len(calls) >= 2
 
 
 def test_layout_weights_on_corner_cases():
