@@ -17,6 +17,8 @@ import torch
 
 def _convert(x, leaf):
     """``x`` with ``leaf`` applied to every array inside tuples, named tuples, dicts and dataclasses."""
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        return leaf(x)
     if isinstance(x, dict):
         return {key: _convert(v, leaf) for key, v in x.items()}
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
