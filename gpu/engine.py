@@ -222,7 +222,8 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
            row_index: torch.Tensor | None = None, drafted_support: bool = False) -> VerifyResult:
     """Pass 1 + pass 2 with independent coins: one verification per tree.  Y is the endpoint's candidate, or
     ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
-    (:mod:`gpu.support`) — a target row read only for the trees that need one."""
+    (:mod:`gpu.support`: one block of the endpoint's rows, by the scan's undrafted block masses) — a target row is
+    read whole only at a drafted leaf."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dev = target_probs.device
@@ -248,12 +249,13 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     row_u = row_numbers(batch, row_index).gather(1, u[:, None]).squeeze(1)
     is_leaf = batch.num_children.gather(1, u[:, None]).squeeze(1) == 0
     cand = alloc.candidate.gather(1, u[:, None]).squeeze(1)
-    undrafted = ~is_leaf & (cand == V)
-    draw = (is_leaf | undrafted).nonzero().squeeze(1)       # host read: the trees whose Y is drawn from a row
-    weights = target_probs.reshape(-1, V).index_select(0, row_u[draw])
-    if alloc.drafted is not None:
-        weights = alloc.drafted.drop_drafted(weights, draw * (N + 1) + u[draw], undrafted[draw])
-    y = cand.index_put((draw,), sample_rows(weights, generator))
+    p_rows = target_probs.reshape(-1, V)
+    leaf = is_leaf.nonzero().squeeze(1)                     # host read: the trees whose Y is drawn from p
+    y = cand.index_put((leaf,), sample_rows(p_rows.index_select(0, row_u[leaf]), generator))
+    if alloc.drafted is not None and alloc.drafted.blocks:     # some level was planned on its drafted support
+        at = (~is_leaf & (cand == V)).nonzero().squeeze(1)  # host read: those drawing from p·1[q = 0]
+        y = y.index_put((at,), alloc.drafted.draw_undrafted(p_rows, draft_probs.reshape(-1, V), at * (N + 1) + u[at],
+                                                            row_u[at], generator))
     depth = batch.depth
     tau = depth.gather(1, u[:, None]).squeeze(1)
     D = batch.max_depth

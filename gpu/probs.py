@@ -116,7 +116,7 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None,
     block's or the row's total).  An all-zero row returns an arbitrary index.
     """
     R, V = weights.shape
-    S, b, c = num_samples or 1, SAMPLE_BLOCK, SAMPLE_CHUNK
+    b, c = SAMPLE_BLOCK, SAMPLE_CHUNK
     full = V // b * b
     parts = []
     if full:
@@ -125,15 +125,29 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None,
     if full < V:
         parts.append(weights[:, full:].sum(-1, keepdim=True, dtype=torch.float64))
     mass = torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+
+    def read(cols):
+        return weights.gather(1, cols.flatten(1)).view(cols.shape)
+    return sample_blocks(mass, b, read, V, generator, num_samples)
+
+
+def sample_blocks(mass: torch.Tensor, width: int, read, vocab: int, generator: torch.Generator | None = None,
+                  num_samples: int | None = None) -> torch.Tensor:
+    """The two-level inverse CDF of :func:`sample_rows` from given block masses: ``mass [R, blocks]`` (float64,
+    block i = tokens ``i·width … (i+1)·width − 1`` of ``vocab``), ``read(cols [R, S, width])`` the weights at those
+    token ids (clipped to ``vocab − 1``: entries past it are masked here).  Only the chosen block of each row is
+    read (:mod:`gpu.support` keeps a level's undrafted block masses from its scan)."""
+    R, b = mass.shape[0], width
+    S = num_samples or 1
     cdf = mass.cumsum(-1)                                                    # [R, blocks]
     total = cdf[:, -1:].contiguous()
-    u = torch.rand(R, S, dtype=torch.float64, device=weights.device, generator=generator) * total
+    u = torch.rand(R, S, dtype=torch.float64, device=mass.device, generator=generator) * total
     blk = torch.searchsorted(cdf, u, right=True)
     blk = torch.minimum(blk, torch.searchsorted(cdf, total, right=False))     # last block with positive mass
     before = torch.where(blk > 0, cdf.gather(1, (blk - 1).clamp(min=0)), 0)
-    cols = blk[:, :, None] * b + torch.arange(b, device=weights.device)       # [R, S, b]
-    w = weights.gather(1, cols.clamp(max=V - 1).view(R, S * b)).view(R, S, b)
-    inner = torch.where(cols < V, w, 0).cumsum(-1, dtype=torch.float64)
+    cols = blk[:, :, None] * b + torch.arange(b, device=mass.device)          # [R, S, b]
+    w = read(cols.clamp(max=vocab - 1))
+    inner = torch.where(cols < vocab, w, 0).cumsum(-1, dtype=torch.float64)
     idx = torch.searchsorted(inner, (u - before)[:, :, None], right=True)
     last = torch.searchsorted(inner, inner[:, :, -1:].contiguous(), right=False)  # last positive
     idx = blk * b + torch.minimum(idx, last).squeeze(2)

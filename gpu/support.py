@@ -13,7 +13,8 @@ So a level is planned on each row's drafted tokens, in token-id order (ties betw
 row), padded to the widest row's ``M`` with ``p = q = 0``, plus one *undrafted* column holding
 ``p_rest = Σ_{q(x)=0} p(x)`` with ``q = 0``.  A residual's undrafted column ``r`` stands for
 ``r·p(x)/p_rest`` on every undrafted token: a correction token drawn from that column is drawn again from
-``p·1[q = 0]``, once per tree and only when the accepted path ends on it (:meth:`DraftedLevels.drop_drafted`).
+``p·1[q = 0]``, once per tree and only when the accepted path ends on it (:meth:`DraftedLevels.draw_undrafted`:
+by the scan's undrafted mass per block of 64 token ids, then within one block).
 
 With a draft truncated to its m most likely tokens (a draft process of its own, ``gpu.probs.probs_from_logits``
 ``top = m``) a node then costs one pass over its two rows (:func:`scan`) and O(m log m) after it, instead of the
@@ -28,17 +29,21 @@ import numba
 import numpy as np
 import torch
 
+from .probs import sample_blocks
+
 
 @dataclass(frozen=True)
 class Support:
     """Drafted tokens of R rows: ``cols [R, M]`` long, each row's tokens with ``q > 0`` ascending, then padding
     (the largest long); ``target`` / ``draft`` ``[R, M]`` their p and q (0 on padding, the rows' dtype);
-    ``rest [R]`` float64, ``Σ_{q(x)=0} p(x)``."""
+    ``rest [R]`` float64, ``Σ_{q(x)=0} p(x)``; ``blocks [R, V // SCAN_BLOCK + 1]`` float64, that sum per block of
+    :data:`SCAN_BLOCK` token ids (the last block the tail, possibly empty)."""
 
     cols: torch.Tensor
     target: torch.Tensor
     draft: torch.Tensor
     rest: torch.Tensor
+    blocks: torch.Tensor
 
     @property
     def drafted(self) -> torch.Tensor:
@@ -57,14 +62,15 @@ SCAN_BLOCK = 64
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
     """Rows ``src[i]`` of ``p``, ``q``, read in place: a vectorised pass over blocks of :data:`SCAN_BLOCK` tokens
-    counts each block's drafted tokens and sums ``rest[i] = Σ_{q=0} p`` (reassociated over SIMD lanes: its error is
-    ~(V/lanes)·ε at worst), then the blocks holding drafted tokens are read again (from cache) to append those
+    counts each block's drafted tokens and sums its undrafted target mass ``blocks[i, b]`` and ``rest[i] = Σ_{q=0} p``
+    (reassociated over SIMD lanes: the error is ~(V/lanes)·ε at worst), then the blocks holding drafted tokens are read again (from cache) to append those
     tokens and their p, q to the flat ``cols``, ``p_s``, ``q_s``; ``count[i]`` tokens per row.  ``ok`` is False as
     soon as a row drafts more than ``cap`` tokens."""
     R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
     full = V // B
     drafted_in = np.zeros(full + 1, np.int64)
     count, rest = np.zeros(R, np.int64), np.zeros(R, np.float64)
+    blocks = np.zeros((R, full + 1), np.float64)
     size, used = R * B, 0                 # flat outputs: room for B drafted tokens a row, doubled when short
     cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
     for i in range(R):
@@ -80,10 +86,11 @@ def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
                     s += p[r, x] if q[r, x] <= 0 else 0.0
                     c += 1 if q[r, x] > 0 else 0
             total += s
+            blocks[i, b] = s
             drafted_in[b] = c
         n = drafted_in.sum()
         if n > cap:
-            return False, count, rest, cols[:used], p_s[:used], q_s[:used]
+            return False, count, rest, blocks, cols[:used], p_s[:used], q_s[:used]
         if used + n > size:
             size = max(2 * size, used + n)
             cols = np.concatenate((cols, np.empty(size - cols.shape[0], cols.dtype)))
@@ -96,7 +103,7 @@ def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
                         cols[used], p_s[used], q_s[used] = x, p[r, x], q[r, x]
                         used += 1
         count[i], rest[i] = n, total
-    return True, count, rest, cols[:used], p_s[:used], q_s[:used]
+    return True, count, rest, blocks, cols[:used], p_s[:used], q_s[:used]
 
 
 def _layout(row: torch.Tensor, count: torch.Tensor, M: int, entries) -> tuple[torch.Tensor, ...]:
@@ -112,12 +119,13 @@ def _scan_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, ca
     """The CPU scan: compiled passes over each row in place (:func:`_scan_rows`; torch needs a gather, a
     comparison, a ``nonzero`` and a masked sum — four passes and two row copies), then the flat drafted entries
     laid out ``[R, M]``."""
-    ok, count, rest, *flat = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap)
+    ok, count, rest, blocks, *flat = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap)
     if not ok:
         return None
     count = torch.from_numpy(count)
     row = torch.repeat_interleave(torch.arange(count.shape[0]), count)
-    return (*_layout(row, count, int(count.max()), [torch.from_numpy(x) for x in flat]), torch.from_numpy(rest))
+    return (*_layout(row, count, int(count.max()), [torch.from_numpy(x) for x in flat]), torch.from_numpy(rest),
+            torch.from_numpy(blocks))
 
 
 def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int):
@@ -130,8 +138,9 @@ def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, 
         return None
     row, col = drafted.nonzero(as_tuple=True)
     p = p_rows.index_select(0, src)
-    rest = torch.where(drafted, 0, p).sum(1, dtype=torch.float64)
-    return (*_layout(row, count, M, (col, p[row, col], q[row, col])), rest)
+    undrafted = torch.nn.functional.pad(torch.where(drafted, 0, p), (0, SCAN_BLOCK - p.shape[1] % SCAN_BLOCK))
+    blocks = undrafted.view(p.shape[0], -1, SCAN_BLOCK).sum(2, dtype=torch.float64)
+    return (*_layout(row, count, M, (col, p[row, col], q[row, col])), blocks.sum(1), blocks)
 
 
 def scan(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> Support | None:
@@ -155,38 +164,42 @@ def compact(support: Support, children: torch.Tensor) -> tuple[torch.Tensor, tor
 
 def tokens(support: Support, columns: torch.Tensor, vocab: int) -> torch.Tensor:
     """Token ids ``[R]`` of sampled compact ``columns [R]``; the undrafted column (and padding) give ``vocab``,
-    the marker of "a token drawn from ``p·1[q = 0]``" (:meth:`DraftedLevels.drop_drafted`)."""
+    the marker of "a token drawn from ``p·1[q = 0]``" (:meth:`DraftedLevels.draw_undrafted`)."""
     M = support.cols.shape[1]
     tok = support.cols.gather(1, columns.clamp(max=M - 1)[:, None]).squeeze(1)
     return torch.where((columns < M) & (tok < vocab), tok, vocab)
 
 
 class DraftedLevels:
-    """The drafted columns of every level planned on its drafted support, by flat slot ``tree·(N + 1) + slot``
-    (kept by :func:`gpu.engine.allocate` while sampling), so that a correction token drawn from an endpoint's
-    undrafted column can be drawn again from ``p·1[q = 0]`` without reading that node's draft row."""
+    """The undrafted block masses of every level planned on its drafted support (:attr:`Support.blocks`), by flat
+    slot ``tree·(N + 1) + slot`` (kept by :func:`gpu.engine.allocate` while sampling), so that a correction token
+    drawn from an endpoint's undrafted column is drawn again from ``p·1[q = 0]`` reading one block of its rows."""
 
     def __init__(self, slots: int, device: torch.device):
         self.row = torch.zeros(slots, dtype=torch.long, device=device)       # the slot's row in its level
         self.level = torch.full((slots,), -1, dtype=torch.long, device=device)
-        self.cols: list[torch.Tensor] = []
+        self.blocks: list[torch.Tensor] = []
 
     def add(self, at: torch.Tensor, support: Support) -> None:
-        """Level ``len(cols)``: flat slots ``at [R]`` with their drafted columns."""
+        """Level ``len(blocks)``: flat slots ``at [R]`` with their undrafted block masses."""
         self.row[at] = torch.arange(at.shape[0], device=at.device)
-        self.level[at] = len(self.cols)
-        self.cols.append(support.cols)
+        self.level[at] = len(self.blocks)
+        self.blocks.append(support.blocks)
 
-    def drop_drafted(self, p: torch.Tensor, at: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """``p [B, V]`` (row i: the target row of flat slot ``at[i]``) with that node's drafted tokens set to 0 in
-        the rows where ``rows [B]`` holds, in place: the law ``p·1[q = 0]`` of a token drawn from its residual's
-        undrafted column.  O(B·M) per level (a product scatter, so absent entries multiply by 1)."""
+    def draw_undrafted(self, p_rows: torch.Tensor, q_rows: torch.Tensor, at: torch.Tensor, src: torch.Tensor,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+        """Tokens ``[n]`` from ``p·1[q = 0]`` of rows ``src [n]`` of ``p_rows``, ``q_rows`` (flat slots ``at [n]``):
+        the block by the scan's undrafted masses, the token within it from its p with drafted tokens at 0
+        (:func:`gpu.probs.sample_blocks`) — O(n·(V/64 + 64)), no row read whole."""
         row, level = self.row[at], self.level[at]
-        for i, cols in enumerate(self.cols):
-            c = cols.index_select(0, row.clamp(max=cols.shape[0] - 1))
-            hit = (rows & (level == i))[:, None] & (c != PAD)
-            p.scatter_reduce_(1, torch.where(hit, c, 0), (~hit).to(p.dtype), "prod")
-        return p
+        mass = torch.zeros(at.shape[0], self.blocks[0].shape[1], dtype=torch.float64, device=at.device)
+        for i, blocks in enumerate(self.blocks):
+            mass = torch.where((level == i)[:, None], blocks.index_select(0, row.clamp(max=blocks.shape[0] - 1)), mass)
+
+        def read(cols):
+            r = src[:, None, None]
+            return torch.where(q_rows[r, cols] > 0, 0, p_rows[r, cols])
+        return sample_blocks(mass, SCAN_BLOCK, read, p_rows.shape[1], generator)
 
 
 def expand(residual_s: torch.Tensor, p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor,

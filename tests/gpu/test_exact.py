@@ -115,3 +115,24 @@ def test_probs_from_logits():
     for bad in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="top"):
             probs_from_logits(logits, 1.0, top=bad)
+
+
+@pytest.mark.parametrize("V", [7, 256, 300, 1000])
+def test_sample_rows_returns_positive_tokens_only(V):
+    """The two-level inverse CDF (:func:`gpu.probs.sample_rows`, blocks through :func:`gpu.probs.sample_blocks`):
+    a row with one positive token returns it wherever it sits (first, last, at a block edge; float32 too), a
+    draw never lands on a zero-weight token, and no rows give no tokens."""
+    from gpu.probs import SAMPLE_BLOCK, sample_rows
+    gen = torch.Generator().manual_seed(V)
+    spots = sorted({0, V - 1, min(V - 1, SAMPLE_BLOCK - 1), min(V - 1, SAMPLE_BLOCK), V // 2})
+    for dtype in (torch.float64, torch.float32):
+        one = torch.zeros(len(spots), V, dtype=dtype)
+        one[torch.arange(len(spots)), torch.tensor(spots)] = 0.25
+        assert sample_rows(one, gen, num_samples=50).eq(torch.tensor(spots)[:, None]).all()
+        keep = torch.rand(16, V, generator=gen) < 0.05
+        sparse = torch.rand(16, V, generator=gen, dtype=torch.float64).to(dtype) * keep
+        sparse[:, V - 1] = 1e-3                                         # every row positive somewhere
+        got = sample_rows(sparse, gen, num_samples=200)
+        assert (sparse.gather(1, got) > 0).all()
+    assert sample_rows(torch.zeros(0, V)).shape == (0,) and sample_rows(torch.zeros(0, V), num_samples=3).shape == (0, 3)
+

@@ -10,6 +10,7 @@ import gpu.engine as engine
 import gpu.support as support
 from gpu import TreeBatch, expected_accepted_length, verify
 from gpu.drafting import draft_tree
+from gpu.probs import sample_rows
 from gpu.verify import DRAFTED_SUPPORT, METHODS
 from univer_theory import VERIFIERS, DraftTree, TreeShape
 
@@ -121,16 +122,17 @@ def random_support_rows(gen, V, sizes, dtype=torch.float64):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_scan_and_compact_contract(dtype):
     """The compiled CPU scan and the accelerator's torch scan agree: each row's drafted tokens in id order
-    (padding after them), ``p_rest`` = the undrafted target mass summed directly (1e-15 relative); a row drafting
-    more than V/2 tokens gives up.  ``compact`` puts p, q and the children on those columns and keeps the sums;
+    (padding after them), ``p_rest`` = the undrafted target mass summed directly (1e-15 relative), and per block
+    of 64 token ids; a row drafting more than V/2 tokens gives up.  ``compact`` puts p, q and the children on those columns and keeps the sums;
     ``tokens`` maps sampled columns back (the undrafted column and padding to V); ``expand`` is its inverse."""
     gen = torch.Generator().manual_seed(3)
     V, sizes = 50, [5, 17, 25, 1]
     p, q = random_support_rows(gen, V, sizes + [3], dtype)
     src = torch.tensor([4, 0, 1, 2, 3])                   # rows in any order, as the engine gathers them
     found = [scan(p, q, src, V // 2) for scan in (support._scan_host, support._scan_device)]
-    for cols, p_s, q_s, rest in found:
-        assert cols.shape == (5, 25)
+    for cols, p_s, q_s, rest, blocks in found:
+        assert cols.shape == (5, 25) and blocks.shape == (5, 1)
+        torch.testing.assert_close(blocks[:, 0], rest, rtol=1e-15, atol=0)
         for i, r in enumerate(src.tolist()):
             drafted = (q[r] > 0).nonzero().squeeze(1)
             assert torch.equal(cols[i, :drafted.numel()], drafted)
@@ -145,6 +147,10 @@ def test_scan_and_compact_contract(dtype):
     rows = torch.arange(4)
     for a, b in zip(support._scan_host(*many, rows, 150), support._scan_device(*many, rows, 150)):
         torch.testing.assert_close(a, b, rtol=1e-15, atol=0)
+    blocks = support._scan_host(*many, rows, 150)[-1]
+    undrafted = torch.where(many[1] > 0, 0, many[0]).double()
+    want = torch.stack([undrafted[:, i:i + 64].sum(1) for i in range(0, 320, 64)], 1)      # 4 blocks and the tail
+    torch.testing.assert_close(blocks, want, rtol=1e-14, atol=0)
     wide = torch.tensor([0, 2])
     q_wide = q.clone()
     q_wide[2, :26] = 1 / 26
@@ -218,7 +224,8 @@ def test_same_test_rejects_undrafted_tokens_from_all_of_p(monkeypatch):
     tree, pn, qn = sampled_instance("wor")
     law = VERIFIERS["univer"].law(tree, pn, qn, "wor")
     lossy = undrafted_from_p(law, tree, pn, qn)
-    monkeypatch.setattr(support.DraftedLevels, "drop_drafted", lambda self, p, at, rows: p)
+    monkeypatch.setattr(support.DraftedLevels, "draw_undrafted",
+                        lambda self, p_rows, q_rows, at, src, gen: sample_rows(p_rows.index_select(0, src), gen))
     batch, p, q = repeated(tree, pn, qn, N_SAMPLES)
     counts = cell_counts(verify(batch, p, q, "wor", "univer", torch.Generator().manual_seed(5)), tree)
     assert_rejects(g_test(counts, law), "undrafted from p")
