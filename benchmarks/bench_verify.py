@@ -143,9 +143,7 @@ def batched_call(method, batch, p, q, process):
 
 def scan_call(batch, p, q):
     """The drafted-support scan of the batch's internal nodes' rows alone (module docstring: ``scan``)."""
-    parent = batch.parent
-    internal = torch.zeros(parent.shape, dtype=torch.bool).scatter_(1, parent.clamp(min=0), parent >= 0)
-    src = internal.flatten().nonzero().squeeze(1)
+    src = (batch.num_children > 0).flatten().nonzero().squeeze(1)
     V = p.shape[-1]
     return lambda: scan(p.reshape(-1, V), q.reshape(-1, V), src)
 

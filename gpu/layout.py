@@ -14,8 +14,9 @@ rows (its docstring has the math and the proofs); the exact core runs it on one 
   by Gauss–Legendre on the group intervals, chunked (:data:`~univer_theory.plans.layout.TUPLE_CHUNK`).
 
 What is torch's own here is the batching: several tuples per row (``children [R, T, K]``) lay out each distinct
-(row, earliest block) once (:func:`gpu.unique.unique_rows`), where the exact core caches its blocks per node, and the blocks of a
-level are laid out in buckets of similar size (:func:`_bucketed_layout`), where the exact core has one block a call.
+(row, earliest block) once (:func:`gpu.unique.unique_rows`), where the exact core caches its blocks per node, and
+the blocks of a level are laid out in buckets of similar size (:func:`_bucketed_layout`), where the exact core has
+one block a call.
 On the CPU the four functions run on numpy views of the level's tensors (:func:`gpu.host.on_host`).
 """
 from __future__ import annotations
@@ -48,8 +49,8 @@ def _bucketed_layout(q: torch.Tensor, k: torch.Tensor, rows: LayoutRows, row: to
                      K: int) -> dict:
     """:func:`~univer_theory.plans.layout.block_layout` of the blocks ``block [U]`` of rows ``row [U]``, computed
     in buckets of block sizes within a factor 2 (a level's blocks range from one token to most of the vocabulary;
-    one call pads every block to the largest — done when that is small, :data:`ONE_CALL`) and padded together to the largest group count for
-    :func:`~univer_theory.plans.layout.tuple_weights` (which reads only ``G`` groups of each, :data:`_PADDING`;
+    one call pads every block to the largest — done when that is small, :data:`ONE_CALL`) and padded together to
+    the largest group count for :func:`~univer_theory.plans.layout.tuple_weights` (which reads only ``G`` groups of each, :data:`_PADDING`;
     the edges are padded with each layout's last edge, so every width stays finite)."""
     size = (rows.block[row] == block[:, None]).sum(1)
     bucket = torch.ceil(torch.log2(size.clamp(min=1).double())).long()

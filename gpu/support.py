@@ -36,14 +36,18 @@ from .probs import sample_blocks
 class Support:
     """Drafted tokens of R rows: ``cols [R, M]`` long, each row's tokens with ``q > 0`` ascending, then padding
     (the largest long); ``target`` / ``draft`` ``[R, M]`` their p and q (0 on padding, the rows' dtype);
-    ``rest [R]`` float64, ``Σ_{q(x)=0} p(x)``; ``blocks [R, V // SCAN_BLOCK + 1]`` float64, that sum per block of
-    :data:`SCAN_BLOCK` token ids (the last block the tail, possibly empty)."""
+    ``blocks [R, V // SCAN_BLOCK + 1]`` float64, ``Σ_{q(x)=0} p(x)`` per block of :data:`SCAN_BLOCK` token ids (the
+    last block the tail, possibly empty)."""
 
     cols: torch.Tensor
     target: torch.Tensor
     draft: torch.Tensor
-    rest: torch.Tensor
     blocks: torch.Tensor
+
+    @property
+    def rest(self) -> torch.Tensor:
+        """``[R]`` float64: ``p_rest = Σ_{q(x)=0} p(x)``, the undrafted column's target mass."""
+        return self.blocks.sum(1)
 
     @property
     def drafted(self) -> torch.Tensor:
@@ -62,19 +66,19 @@ SCAN_BLOCK = 64
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
     """Rows ``src[i]`` of ``p``, ``q``, read in place: a vectorised pass over blocks of :data:`SCAN_BLOCK` tokens
-    counts each block's drafted tokens and sums its undrafted target mass ``blocks[i, b]`` and ``rest[i] = Σ_{q=0} p``
-    (reassociated over SIMD lanes: the error is ~(V/lanes)·ε at worst), then the blocks holding drafted tokens are read again (from cache) to append those
+    counts each block's drafted tokens and sums its undrafted target mass ``blocks[i, b] = Σ_{q=0} p`` (reassociated
+    over SIMD lanes: the error is ~(SCAN_BLOCK/lanes)·ε at worst), then the blocks holding drafted tokens are read again (from cache) to append those
     tokens and their p, q to the flat ``cols``, ``p_s``, ``q_s``; ``count[i]`` tokens per row.  ``ok`` is False as
     soon as a row drafts more than ``cap`` tokens."""
     R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
     full = V // B
     drafted_in = np.zeros(full + 1, np.int64)
-    count, rest = np.zeros(R, np.int64), np.zeros(R, np.float64)
+    count = np.zeros(R, np.int64)
     blocks = np.zeros((R, full + 1), np.float64)
     size, used = R * B, 0                 # flat outputs: room for B drafted tokens a row, doubled when short
     cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
     for i in range(R):
-        r, total = src[i], 0.0
+        r = src[i]
         for b in range(full + 1):     # full blocks have a fixed trip count (vectorised); then the tail
             s, c = 0.0, 0
             if b < full:
@@ -85,12 +89,11 @@ def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
                 for x in range(b * B, V):
                     s += p[r, x] if q[r, x] <= 0 else 0.0
                     c += 1 if q[r, x] > 0 else 0
-            total += s
             blocks[i, b] = s
             drafted_in[b] = c
         n = drafted_in.sum()
         if n > cap:
-            return False, count, rest, blocks, cols[:used], p_s[:used], q_s[:used]
+            return False, count, blocks, cols[:used], p_s[:used], q_s[:used]
         if used + n > size:
             size = max(2 * size, used + n)
             cols = np.concatenate((cols, np.empty(size - cols.shape[0], cols.dtype)))
@@ -102,8 +105,8 @@ def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
                     if q[r, x] > 0:
                         cols[used], p_s[used], q_s[used] = x, p[r, x], q[r, x]
                         used += 1
-        count[i], rest[i] = n, total
-    return True, count, rest, blocks, cols[:used], p_s[:used], q_s[:used]
+        count[i] = n
+    return True, count, blocks, cols[:used], p_s[:used], q_s[:used]
 
 
 def _layout(row: torch.Tensor, count: torch.Tensor, M: int, entries) -> tuple[torch.Tensor, ...]:
@@ -119,13 +122,12 @@ def _scan_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, ca
     """The CPU scan: compiled passes over each row in place (:func:`_scan_rows`; torch needs a gather, a
     comparison, a ``nonzero`` and a masked sum — four passes and two row copies), then the flat drafted entries
     laid out ``[R, M]``."""
-    ok, count, rest, blocks, *flat = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap)
+    ok, count, blocks, *flat = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap)
     if not ok:
         return None
     count = torch.from_numpy(count)
     row = torch.repeat_interleave(torch.arange(count.shape[0]), count)
-    return (*_layout(row, count, int(count.max()), [torch.from_numpy(x) for x in flat]), torch.from_numpy(rest),
-            torch.from_numpy(blocks))
+    return (*_layout(row, count, int(count.max()), [torch.from_numpy(x) for x in flat]), torch.from_numpy(blocks))
 
 
 def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int):
@@ -138,9 +140,9 @@ def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, 
         return None
     row, col = drafted.nonzero(as_tuple=True)
     p = p_rows.index_select(0, src)
-    undrafted = torch.nn.functional.pad(torch.where(drafted, 0, p), (0, SCAN_BLOCK - p.shape[1] % SCAN_BLOCK))
+    undrafted = torch.nn.functional.pad(undrafted_weights(p, q), (0, SCAN_BLOCK - p.shape[1] % SCAN_BLOCK))
     blocks = undrafted.view(p.shape[0], -1, SCAN_BLOCK).sum(2, dtype=torch.float64)
-    return (*_layout(row, count, M, (col, p[row, col], q[row, col])), blocks.sum(1), blocks)
+    return (*_layout(row, count, M, (col, p[row, col], q[row, col])), blocks)
 
 
 def scan(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> Support | None:
@@ -160,6 +162,11 @@ def compact(support: Support, children: torch.Tensor) -> tuple[torch.Tensor, tor
     q_s = torch.cat([support.draft, torch.zeros_like(support.draft[:, :1])], 1)
     children_s = torch.searchsorted(support.cols, children.contiguous()).clamp(max=support.cols.shape[1] - 1)
     return p_s, q_s, children_s
+
+
+def undrafted_weights(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``p·1[q = 0]`` entrywise: the law (unnormalised) of a token drawn from a residual's undrafted column."""
+    return torch.where(q > 0, 0, p)
 
 
 def tokens(support: Support, columns: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -198,7 +205,7 @@ class DraftedLevels:
 
         def read(cols):
             r = src[:, None, None]
-            return torch.where(q_rows[r, cols] > 0, 0, p_rows[r, cols])
+            return undrafted_weights(p_rows[r, cols], q_rows[r, cols])
         return sample_blocks(mass, SCAN_BLOCK, read, p_rows.shape[1], generator)
 
 
@@ -209,6 +216,6 @@ def expand(residual_s: torch.Tensor, p_rows: torch.Tensor, q_rows: torch.Tensor,
     p, q = p_rows.index_select(0, src), q_rows.index_select(0, src)
     rest = support.rest.to(residual_s.dtype)
     factor = torch.where(rest > 0, residual_s[:, -1] / torch.where(rest > 0, rest, 1), 0)
-    full = torch.where(q > 0, 0, p).to(residual_s.dtype) * factor[:, None]
+    full = undrafted_weights(p, q).to(residual_s.dtype) * factor[:, None]
     drafted = support.drafted
     return full.scatter_add_(1, torch.where(drafted, support.cols, 0), torch.where(drafted, residual_s[:, :-1], 0))

@@ -135,4 +135,3 @@ def test_sample_rows_returns_positive_tokens_only(V):
         got = sample_rows(sparse, gen, num_samples=200)
         assert (sparse.gather(1, got) > 0).all()
     assert sample_rows(torch.zeros(0, V)).shape == (0,) and sample_rows(torch.zeros(0, V), num_samples=3).shape == (0, 3)
-
