@@ -19,34 +19,40 @@ def _convert(x, leaf):
     """``x`` with ``leaf`` applied to every array inside tuples, named tuples, dicts and dataclasses."""
     if isinstance(x, (torch.Tensor, np.ndarray)):
         return leaf(x)
+    if isinstance(x, tuple):
+        values = [_convert(v, leaf) for v in x]
+        return type(x)(*values) if hasattr(x, "_fields") else tuple(values)
     if isinstance(x, dict):
         return {key: _convert(v, leaf) for key, v in x.items()}
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return dataclasses.replace(x, **{f.name: _convert(getattr(x, f.name), leaf) for f in dataclasses.fields(x)})
-    if isinstance(x, tuple):
-        values = [_convert(v, leaf) for v in x]
-        return type(x)(*values) if hasattr(x, "_fields") else tuple(values)
     return leaf(x)
 
 
 def _numpy(x):
-    return x.numpy() if torch.is_tensor(x) else x
+    return x.numpy() if isinstance(x, torch.Tensor) else x
 
 
 def _tensor(x):
     return torch.from_numpy(x) if isinstance(x, np.ndarray) else torch.as_tensor(x) if isinstance(x, np.generic) else x
 
 
-def _on_accelerator(x) -> bool:
-    found = []
-    _convert(x, lambda v: found.append(torch.is_tensor(v) and v.device.type != "cpu"))
-    return any(found)
+def _devices(x) -> set:
+    """The device types of the tensors inside ``x`` (tuples, named tuples, dicts, dataclasses)."""
+    if isinstance(x, torch.Tensor):
+        return {x.device.type}
+    if isinstance(x, dict):
+        x = tuple(x.values())
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        x = tuple(getattr(x, f.name) for f in dataclasses.fields(x))
+    return set().union(*(_devices(v) for v in x)) if isinstance(x, tuple) else set()
 
 
 def on_host(fn, *args):
     """``fn(*args)`` on numpy views when every tensor among the arguments (also inside tuples, dicts and
-    dataclasses) is on the CPU, its results back as tensors; ``fn(*args)`` itself otherwise."""
-    if _on_accelerator(args):
+    dataclasses) is on the CPU, its results back as tensors; ``fn(*args)`` itself otherwise — on an accelerator,
+    and without any tensor (numpy in, numpy out: a host function calling another)."""
+    if _devices(args) != {"cpu"}:
         return fn(*args)
     return _numpy_call(fn, args)
 

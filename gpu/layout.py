@@ -13,16 +13,17 @@ rows (its docstring has the math and the proofs); the exact core runs it on one 
 * :func:`~univer_theory.plans.layout.tuple_weights` — ``w_j(S) = t(y_j)·Pr(copy j has the smallest position | S)``
   by Gauss–Legendre on the group intervals, chunked (:data:`~univer_theory.plans.layout.TUPLE_CHUNK`).
 
-What is torch's own here is the batching: several tuples per row (``children [R, T, K]``) lay out each distinct
-(row, earliest block) once (:func:`gpu.unique.unique_rows`), where the exact core caches its blocks per node, and
-the blocks of a level are laid out in buckets of similar size (:func:`_bucketed_layout`), where the exact core has
-one block a call.
-On the CPU the four functions run on numpy views of the level's tensors (:func:`gpu.host.on_host`).
+What is the batch's own here is its bookkeeping: several tuples per row (``children [R, T, K]``) lay out each
+distinct (row, earliest block) once (:func:`gpu.unique.unique_rows`), where the exact core caches its blocks per
+node, and the blocks of a level are laid out in buckets of similar size (:func:`_bucketed_layout`), where the exact
+core has one block a call.  That too is written against :mod:`univer_theory.nx`, so on the CPU the whole
+composition runs on numpy views of the level's tensors, one host call (:func:`gpu.host.on_host`).
 """
 from __future__ import annotations
 
 import torch
 
+from univer_theory.nx import array_module, get_backend
 from univer_theory.plans.layout import LayoutRows, acceptance, block_layout, first_blocks, layout_rows, tuple_weights
 
 from .host import on_host
@@ -45,36 +46,33 @@ _PADDING = {"g_valid": False, "fwd": 1.0, "bwd_next": 1.0, "right": 0.0, "left":
 ONE_CALL = 1 << 16
 
 
-def _bucketed_layout(q: torch.Tensor, k: torch.Tensor, rows: LayoutRows, row: torch.Tensor, block: torch.Tensor,
-                     K: int) -> dict:
+def _bucketed_layout(q, k, rows: LayoutRows, row, block, K: int) -> dict:
     """:func:`~univer_theory.plans.layout.block_layout` of the blocks ``block [U]`` of rows ``row [U]``, computed
     in buckets of block sizes within a factor 2 (a level's blocks range from one token to most of the vocabulary;
     one call pads every block to the largest — done when that is small, :data:`ONE_CALL`) and padded together to
-    the largest group count for :func:`~univer_theory.plans.layout.tuple_weights` (which reads only ``G`` groups of each, :data:`_PADDING`;
-    the edges are padded with each layout's last edge, so every width stays finite)."""
-    size = (rows.block[row] == block[:, None]).sum(1)
-    bucket = torch.ceil(torch.log2(size.clamp(min=1).double())).long()
+    the largest group count for :func:`~univer_theory.plans.layout.tuple_weights` (which reads only ``G`` groups
+    of each, :data:`_PADDING`; the edges are padded with each layout's last edge, so every width stays finite).
+    numpy or torch (:mod:`univer_theory.nx`)."""
+    nx, xp = get_backend(q), array_module(q)
+    size = nx.sum(rows.block[row] == block[:, None])
     if row.shape[0] * int(size.max()) <= ONE_CALL:    # host read: small enough to pad every block to the largest
-        bucket = torch.zeros_like(bucket)
+        return block_layout(q[row], k[row], LayoutRows(*(x[row] for x in rows)), block, K)
+    bucket = xp.ceil(xp.log2(nx.asarray(nx.maximum(size, 1), q)))
     parts = []
-    for b in bucket.unique().tolist():  # host read: the buckets present
-        sel = (bucket == b).nonzero().squeeze(1)
+    for b in sorted(set(bucket.tolist())):              # host read: the buckets present
+        sel = nx.nonzero(bucket == b)[0]
         r = row[sel]
-        parts.append((sel, on_host(block_layout, q[r], k[r], LayoutRows(*(x[r] for x in rows)), block[sel], K)))
-    if len(parts) == 1:
-        return parts[0][1]
-    U, gmax = row.shape[0], max(lay["g_valid"].shape[-1] for _, lay in parts)
-    first = parts[0][1]
-    out = {name: first[name].new_empty((U, *first[name].shape[1:])) for name in ("G", "slot")}
+        parts.append((sel, block_layout(q[r], k[r], LayoutRows(*(x[r] for x in rows)), block[sel], K)))
+    gmax = max(lay["g_valid"].shape[-1] for _, lay in parts)
+    back = nx.argsort(nx.concat([sel for sel, _ in parts]))       # the parts' rows, concatenated, back in order
+    out = {name: nx.concat([lay[name] for _, lay in parts], axis=0)[back] for name in ("G", "slot")}
     for name in (*_PADDING, "edges"):   # group arrays: gmax + (their width − their layout's group count) columns
-        width = gmax + first[name].shape[-1] - first["g_valid"].shape[-1]
-        out[name] = first[name].new_full((U, width), _PADDING.get(name, 0.0))
-    for sel, lay in parts:
-        out["G"][sel], out["slot"][sel] = lay["G"], lay["slot"]
-        for name in _PADDING:
-            out[name][sel, :lay[name].shape[-1]] = lay[name]
-        out["edges"][sel] = lay["edges"][:, -1:]                         # each layout's last edge, then its edges
-        out["edges"][sel, :lay["edges"].shape[-1]] = lay["edges"]
+        padded = []
+        for _, lay in parts:
+            x = lay[name]
+            fill = nx.full((x.shape[0], gmax - lay["g_valid"].shape[-1]), _PADDING.get(name, 0.0), x)
+            padded.append(nx.concat([x, x[:, -1:] + fill if name == "edges" else fill]))   # edges: the last one
+        out[name] = nx.concat(padded, axis=0)[back]
     return out
 
 
@@ -83,19 +81,26 @@ def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, chi
     marks the k ≥ 2 existing children of each row; duplicates are separate copies) and its marginal
     ``a = min(b, c)`` — ``univer_theory.plans.layout.layout_plan(...)``'s ``select(S)`` and ``marginal``, the same
     functions on a batch.  ``children [R, T, K]`` evaluates T tuples per row (same mask) on targets built once per
-    row and lays out each distinct (row, earliest block) once; ``w`` has the shape of ``children``."""
-    k = child_mask.sum(1)
-    rows = on_host(layout_rows, c, q, k)
+    row and lays out each distinct (row, earliest block) once; ``w`` has the shape of ``children``.  On the CPU
+    on numpy views (:func:`gpu.host.on_host`)."""
+    return on_host(_layout_weights, c, q, children, child_mask)
+
+
+def _layout_weights(c, q, children, child_mask):
+    """:func:`layout_weights` on one backend (:mod:`univer_theory.nx`)."""
+    nx = get_backend(c, q)
+    k = nx.sum(child_mask)
+    rows = layout_rows(c, q, k)
     R, K = children.shape[0], children.shape[-1]
     tuples = children.reshape(R, -1, K)
     T = tuples.shape[1]
-    first, in_first = on_host(first_blocks, rows.block_of, tuples, child_mask)
+    first, in_first = first_blocks(rows.block_of, tuples, child_mask)
+    tree = nx.arange(R * T, q) // T                     # each tuple's row
     if T == 1:
-        row, block, at = torch.arange(R, device=q.device), first[:, 0], torch.arange(R, device=q.device)
+        row, block, at = tree, first[:, 0], tree
     else:                               # one layout per distinct (row, block)
-        tr = torch.arange(R, device=q.device).repeat_interleave(T)
-        pairs, at = unique_rows(torch.stack([tr, first.reshape(-1)], -1))
+        pairs, at = unique_rows(nx.stack([tree, first.reshape(-1)]))
         row, block = pairs[:, 0], pairs[:, 1]
     lay = _bucketed_layout(q, k, rows, row, block, K)
-    w = on_host(tuple_weights, acceptance(c, rows.b), q, tuples, child_mask, in_first, lay, at)
-    return w.view(children.shape), torch.minimum(rows.b, c)
+    w = tuple_weights(acceptance(c, rows.b), q, tuples, child_mask, in_first, lay, at)
+    return w.reshape(children.shape), nx.minimum(rows.b, c)

@@ -36,9 +36,14 @@ def slot_pair(w_s: torch.Tensor, w_r: torch.Tensor, children: torch.Tensor, q: t
               omega: torch.Tensor, process: str) -> torch.Tensor:
     """The k = 2 slot rule in closed form: ``w(S) [R, 2]`` from the plan on the realised S and on its reversal,
     the orderings' probabilities and the position weights — :func:`solvers.slot_rule.slot_pair` (the exact
-    core's function) on the level's rows."""
-    Q_s, Q_r = tuple_probs(q, torch.stack([children, children.flip(1)], 1), process).unbind(1)
-    return core_slot_pair(w_s, w_r, Q_s, Q_r, omega, children[:, 0] == children[:, 1])[0]
+    core's function) on the level's rows; on the CPU on numpy views (:func:`gpu.host.on_host`)."""
+    return on_host(_slot_pair, w_s, w_r, children, q, omega, process)
+
+
+def _slot_pair(w_s, w_r, children, q, omega, process: str):
+    """:func:`slot_pair` on one backend (:mod:`univer_theory.nx`)."""
+    probs = tuple_probs(q, children[:, [[0, 1], [1, 0]]], process)        # S and its reversal [R, 2]
+    return core_slot_pair(w_s, w_r, probs[:, 0], probs[:, 1], omega, children[:, 0] == children[:, 1])[0]
 
 
 def slot_lp(w_all: torch.Tensor, children: torch.Tensor, q: torch.Tensor, omega: torch.Tensor, process: str,

@@ -3,17 +3,26 @@ from __future__ import annotations
 
 import torch
 
+from univer_theory.nx import get_backend
 
-def unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+from .host import on_host
+
+
+def unique_rows(rows):
     """``torch.unique(rows, dim=0, return_inverse=True)`` for ``rows [M, K]`` (distinct rows in lexicographic
-    order, and each row's index among them) by stable sorts on the columns, last to first — K small sorts, where
-    the CPU's ``unique(dim=0)`` compares rows one by one (~10× slower on a level's few hundred rows)."""
-    order = torch.arange(rows.shape[0], device=rows.device)
-    for j in reversed(range(rows.shape[1])):
-        order = order[torch.sort(rows[order, j], stable=True).indices]
+    order, and each row's index among them) from the table's lexicographic order (``nx.row_order``: numpy's
+    lexsort on the CPU, K stable sorts on an accelerator), where the CPU's ``unique(dim=0)`` compares rows one
+    by one (~10× slower on a level's few hundred rows).  Tensors (on the CPU through numpy,
+    :func:`gpu.host.on_host`) or numpy arrays."""
+    return on_host(_unique_rows, rows)
+
+
+def _unique_rows(rows):
+    """:func:`unique_rows` on one backend (:mod:`univer_theory.nx`)."""
+    nx = get_backend(rows)
+    order = nx.row_order(rows)
     ranked = rows[order]
-    new = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
-    new[1:] = (ranked[1:] != ranked[:-1]).any(1)
-    inverse = torch.empty_like(order)
-    inverse[order] = new.cumsum(0) - 1
+    new = (ranked != nx.concat([ranked[:1] - 1, ranked[:-1]], axis=0)).any(1)     # differs from the row before
+    inverse = order * 0
+    inverse[order] = nx.cumsum(new, axis=0) - 1
     return ranked[new], inverse

@@ -96,32 +96,30 @@ def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
     shaped = uneven & _shape_rule_rows(ctx, k, support) if bool(uneven.any()) else uneven
     slot = uneven & (k <= SLOT_RULE_MAX_K)
 
-    def plan(rows, n, kids):
-        """The plans of ``rows`` (all with n children) on ``kids [r, n]`` or ``[r, T, n]``: ``(w, a)``."""
-        if ctx.process == "iid":
-            return layout_weights(c[rows], q[rows], kids, ctx.child_mask[rows, :n])
-        return wor_weights(c[rows], q[rows], rho[rows], p[rows], kids, walk)
-
-    for n in k[base].unique().tolist():
-        rows = (shaped & (k == n)).nonzero().squeeze(1)
-        if rows.numel():                # the shape rule; a row whose simplex did not finish keeps the slot rule
-            w_s, a_s, solved = condot_weights(c[rows], q[rows], ctx.children[rows, :n], ctx.process, omega[rows, :n])
-            w[rows[solved], :n], a[rows[solved]] = w_s[solved], a_s[solved]
-            shaped[rows[~solved]] = False
-        rows = (base & ~shaped & ~slot & (k == n)).nonzero().squeeze(1)
+    for n in k[shaped].unique().tolist():
+        rows = (shaped & (k == n)).nonzero().squeeze(1)      # the shape rule; a row whose simplex did not finish
+        w_s, a_s, solved = condot_weights(c[rows], q[rows], ctx.children[rows, :n], ctx.process, omega[rows, :n])
+        w[rows[solved], :n], a[rows[solved]] = w_s[solved], a_s[solved]   # keeps the plan below
+        shaped[rows[~solved]] = False
+    rest = base & ~shaped
+    if ctx.process == "iid":            # the layout, every k at once (child_mask); on the slot rule's rows too:
+        rows = rest.nonzero().squeeze(1)    # it is symmetric in its copies, w(σS) = σ·w(S) — one evaluation
         if rows.numel():
-            w[rows, :n], a[rows] = plan(rows, n, ctx.children[rows, :n])
-        rows = (slot & ~shaped & (k == n)).nonzero().squeeze(1)
+            w[rows], a[rows] = layout_weights(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
+    for n in k[rest].unique().tolist():
+        kids = ctx.children[:, :n]
+        rows = (rest & ~slot & (k == n)).nonzero().squeeze(1)
+        if ctx.process == "wor" and rows.numel():
+            w[rows, :n], a[rows] = wor_weights(c[rows], q[rows], rho[rows], p[rows], kids[rows], walk)
+        rows = (rest & slot & (k == n)).nonzero().squeeze(1)
         if rows.numel():                # the plan on every ordering of S (S first), then the slot rule
             perms = list(itertools.permutations(range(n)))
-            kids = ctx.children[rows, :n]
-            if ctx.process == "iid":    # the layout is symmetric in its copies, w(σS) = σ·w(S): one evaluation
-                w_one, a[rows] = plan(rows, n, kids)
-                w_all = w_one[:, perms]
+            if ctx.process == "iid":
+                w_all = w[rows, :n][:, perms]
             else:
-                w_all, a[rows] = plan(rows, n, kids[:, perms])
-            w[rows, :n] = (slot_pair(w_all[:, 0], w_all[:, 1], kids, q[rows], omega[rows, :n], ctx.process) if n == 2
-                           else slot_lp(w_all, kids, q[rows], omega[rows, :n], ctx.process, perms))
+                w_all, a[rows] = wor_weights(c[rows], q[rows], rho[rows], p[rows], kids[rows][:, perms], walk)
+            w[rows, :n] = (slot_pair(w_all[:, 0], w_all[:, 1], kids[rows], q[rows], omega[rows, :n], ctx.process)
+                           if n == 2 else slot_lp(w_all, kids[rows], q[rows], omega[rows, :n], ctx.process, perms))
 
 
 def planning_rows(ctx: LevelContext):

@@ -49,6 +49,7 @@ import math
 import torch
 
 from univer_theory.alpha_star import alpha_star_rows
+from univer_theory.nx import get_backend
 from univer_theory.orders import descending_ratio_order, ratio_argsort, top_tokens
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT, single_child_rows, single_child_weights
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
@@ -251,33 +252,42 @@ def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
     ``iid_coupling_plan(...)`` (``select``, ``marginal``) — its functions on a batch: the virtual sequences'
     conditional probabilities (:func:`~univer_theory.plans.iid_coupling.virtual_draw_probs`), the layout on
     them (one call for every tuple's sequences, on targets built once per row) and the mixing
-    (:func:`~univer_theory.plans.iid_coupling.mix_virtual`)."""
+    (:func:`~univer_theory.plans.iid_coupling.mix_virtual`).  On the CPU on numpy views, one host call
+    (:func:`gpu.host.on_host`)."""
+    return on_host(_coupling_weights, c, q, children)
+
+
+def _coupling_weights(c, q, children):
+    """:func:`coupling_weights` on one backend (:mod:`univer_theory.nx`)."""
+    nx = get_backend(c, q)
     R, k = children.shape[0], children.shape[-1]
     tuples = children.reshape(R, -1, k)
     T = tuples.shape[1]
-    pos = torch.tensor(growth_strings(k), device=q.device)              # [n, k]
+    pos = nx.index(growth_strings(k), q)                                  # [n, k]
     n = pos.shape[0]
     w_iid, a = _symmetric_layout(c, q, tuples[:, :, pos].reshape(R, T * n, k))
-    w = mix_virtual(virtual_draw_probs(q, tuples), w_iid.view(R, T, n, k))
-    return w.view(children.shape), a
+    w = mix_virtual(virtual_draw_probs(q, tuples), w_iid.reshape(R, T, n, k))
+    return w.reshape(children.shape), a
 
 
-def _symmetric_layout(c: torch.Tensor, q: torch.Tensor, seqs: torch.Tensor):
+def _symmetric_layout(c, q, seqs):
     """:func:`gpu.layout.layout_weights` on i.i.d. sequences ``seqs [R, n, k]`` (all k present), evaluated once
     per distinct multiset of each row: the layout is symmetric in the positions (``w_j`` is copy j's share), so
     the sequences are sorted, de-duplicated, laid out and the weights put back in place (the slot rule's 24
-    orderings of a wor 4-tuple have 24·15 virtual sequences, in 35 multisets)."""
+    orderings of a wor 4-tuple have 24·15 virtual sequences, in 35 multisets).  numpy or torch."""
+    nx = get_backend(c, q)
     R, n, k = seqs.shape
-    canon, perm = seqs.sort(dim=-1, stable=True)
-    rows = torch.arange(R, device=q.device)[:, None, None].expand(R, n, 1)
-    uniq, inverse = unique_rows(torch.cat([rows, canon], -1).reshape(-1, k + 1))
-    count = torch.bincount(uniq[:, 0], minlength=R)
-    start = count.cumsum(0) - count
-    at = start[:, None] + torch.minimum(torch.arange(int(count.max()), device=q.device)[None, :], count[:, None] - 1)
-    w_uniq, a = layout_weights(c, q, uniq[at, 1:], torch.ones(R, k, dtype=torch.bool, device=q.device))
-    slot = (torch.arange(uniq.shape[0], device=q.device) - start[uniq[:, 0]])[inverse].view(R, n)
-    w_canon = w_uniq.gather(1, slot[..., None].expand(R, n, k))
-    return torch.zeros_like(w_canon).scatter(-1, perm, w_canon), a
+    perm = nx.argsort(seqs)
+    canon = nx.take(seqs, perm)
+    tree = nx.arange(R, q)
+    uniq, inverse = unique_rows(nx.concat([tree[:, None, None] + 0 * canon[..., :1], canon]).reshape(-1, k + 1))
+    count = nx.sum(uniq[:, 0][None, :] == tree[:, None])                   # distinct multisets per row
+    start = nx.cumsum(count) - count
+    at = start[:, None] + nx.minimum(nx.arange(int(count.max()), q)[None, :], count[:, None] - 1)
+    w_uniq, a = layout_weights(c, q, uniq[at, 1:], canon[:, 0] >= 0)      # every copy present
+    slot = (nx.arange(uniq.shape[0], q) - start[uniq[:, 0]])[inverse].reshape(R, n)
+    w_canon = w_uniq[tree[:, None], slot]                                  # [R, n, k]
+    return nx.put(0 * w_canon, perm, w_canon), a
 
 
 # ----------------------------------------------------------------------------------------- the choice

@@ -41,6 +41,12 @@ class NumpyBackend:
         return np.argsort(x, axis=-1, kind="stable")
 
     @staticmethod
+    def row_order(rows):
+        """The order that sorts the rows of an integer table ``[M, K]`` lexicographically (stable: equal rows
+        keep index order)."""
+        return np.lexsort(rows.T[::-1])
+
+    @staticmethod
     def argmax(x):
         """``[..., 1]``: the index of the first largest entry along the last axis (the lowest index among ties)."""
         return np.argmax(x, axis=-1)[..., None]
@@ -187,6 +193,12 @@ class TorchBackend:
 
     def argsort(self, x):
         return self.torch.sort(x, dim=-1, stable=True).indices
+
+    def row_order(self, rows):
+        order = self.torch.arange(rows.shape[0], device=rows.device)    # stable sorts, last column first
+        for j in reversed(range(rows.shape[1])):
+            order = order[self.torch.sort(rows[order, j], stable=True).indices]
+        return order
 
     @staticmethod
     def argmax(x):

@@ -1,11 +1,11 @@
 """The torch path of the node formulas that the CPU runs in numpy (:func:`gpu.host.on_host`: rule 3, α*(ρ), the
-layout's four steps), of the batched simplex and of the drafted-support scan (:func:`gpu.simplex.lex_simplex`,
-:func:`gpu.support.scan`: compiled loops on the CPU).  An accelerator runs them in torch, which this machine may not have;
-here the host branch is switched off so that CPU tensors go through torch, and a representative set of the
-batched-vs-exact-core tests runs again: E[τ | T] on wide and asymmetric trees (every wor rule, the layout, the
-slot LP's simplex), rule 3 and PTS by enumeration, the layout by enumeration, and truncated drafts planned on
-their drafted support.  Each then compares the torch run with the exact core or the enumeration oracle at the
-original test's tolerance.  The memory test runs here too: its dispatch mode sees torch tensors only, and on the
+layout), of the batched simplex and of the drafted-support scan (:func:`gpu.simplex.lex_simplex`,
+:func:`gpu.support.scan`: compiled loops on the CPU).  An accelerator runs them in torch, which this machine may not
+have; here the host branch is switched off so that CPU tensors go through torch, and a representative set of the
+batched-vs-exact-core tests runs again: E[τ | T] on wide and asymmetric trees (every wor rule, the layout, the slot
+LP's simplex), rule 3 and PTS by enumeration, the layout by enumeration and in size buckets, and truncated drafts
+planned on their drafted support.  Each then compares the torch run with the exact core or the enumeration oracle at
+the original test's tolerance.  The memory test runs here too: its dispatch mode sees torch tensors only, and on the
 host branch the same functions form numpy arrays of the same sizes."""
 import pytest
 
@@ -44,6 +44,10 @@ def test_drafted_support(process, compacted):  # noqa: F811
 
 def test_layout_by_enumeration():
     test_univer.test_layout_weights_on_tensors_are_exact_by_enumeration(5, 3, 0.6)
+
+
+def test_layout_buckets(monkeypatch):
+    test_univer.test_layout_blocks_bucketed_by_size_match_the_exact_plan(monkeypatch)
 
 
 def test_wor_pair_and_pts_by_enumeration():

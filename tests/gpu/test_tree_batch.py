@@ -43,13 +43,15 @@ def test_subtree_shapes_spell_the_draft_trees_subtree_keys():
 
 @pytest.mark.parametrize("M,K,high", [(1, 1, 2), (0, 3, 2), (60, 3, 3), (500, 4, 5), (7, 10, 2), (1000, 2, 40)])
 def test_unique_rows_is_torch_unique_by_rows(M, K, high):
-    """The grouping of shapes, layouts and tuples (stable column sorts) returns what ``torch.unique(dim=0, return_inverse=True)`` does:
-    the distinct rows in lexicographic order and each row's index among them."""
-    from gpu.unique import unique_rows
+    """The grouping of shapes, layouts and tuples returns what ``torch.unique(dim=0, return_inverse=True)`` does:
+    the distinct rows in lexicographic order and each row's index among them — on the CPU (numpy's lexsort) and
+    on torch itself (an accelerator's stable column sorts)."""
+    from gpu.unique import _unique_rows, unique_rows
 
     rows = torch.randint(-1, high, (M, K), generator=torch.Generator().manual_seed(M + K))
-    want, got = torch.unique(rows, dim=0, return_inverse=True), unique_rows(rows)
-    assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+    want = torch.unique(rows, dim=0, return_inverse=True)
+    for got in (unique_rows(rows), _unique_rows(rows)):
+        assert torch.is_tensor(got[0]) and torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
 
 
 def nesting(key):

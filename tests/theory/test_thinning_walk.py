@@ -125,11 +125,11 @@ def test_walk_memory_model():
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_left_out_nodes_and_row_chunks(monkeypatch, k):
     """The nodes the walk leaves out, and its row chunks: past :func:`live_nodes` (2k clocks certainly arrived)
-    the terms are exact zeros — the walk over them too, one row a chunk, gives the same bits; below
-    :func:`early_nodes` they are below 2^-56 of each availability — the walk over them too agrees to
-    1e-15 relative (plus the conditioning slack of :func:`assert_close`).  On Zipf, Dirichlet and confident rows;
-    the cuts are real (Zipf rows keep under half of the default grid for k ≥ 3), and a cut inside the integrands'
-    support would show."""
+    the terms are exact zeros — the walk over them too, one row a chunk (its clock factors formed a block at a
+    time, not once for the row), gives the same bits; below :func:`early_nodes` they are below 2^-56 of each
+    availability — the walk over them too agrees to 1e-15 relative (plus the conditioning slack of
+    :func:`assert_close`).  On Zipf, Dirichlet and confident rows; the cuts are real (Zipf rows keep under half
+    of the default grid for k ≥ 3), and a cut inside the integrands' support would show."""
     cases = [walk_inputs(p, q, k, 0.7) for _, p, q in rows(300, k)]
     s = max((c[2] for c in cases), key=len)
     W = np.stack([np.concatenate([c[3], np.zeros(s.size - c[3].size)]) for c in cases])

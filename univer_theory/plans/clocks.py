@@ -105,8 +105,9 @@ def acceptance(avail, c_num, c_den):
 
 
 #: Bytes of the polynomial states of one chunk of rows of :func:`thinning_walk` (:func:`walk_states` states of
-#: ``2·k·t`` floats a row): cache-sized — at V = 49 152 one row a chunk, many rows at small V (three rows at
-#: V = 49 152 in one chunk took 1.4× as long as one at a time).
+#: ``2·k·t`` floats a row, and where they fit beside them the row's clock factors, ``3·m·t`` floats, formed
+#: once instead of once per pass): cache-sized — at V = 49 152 one row a chunk, many rows at small V (three
+#: rows at V = 49 152 in one chunk took 1.4× as long as one at a time).
 WALK_BYTES = 2**23
 
 
@@ -114,7 +115,7 @@ def walk_states(m: int, k: int) -> int:
     """How many ``[2, k, t]`` polynomial states :func:`thinning_walk` holds per row of m positions: one
     checkpoint per block of ``b = ⌈√m⌉`` positions, the suffix state after each position of one block, and the
     prefix and running suffix — ``2⌈√m⌉ + 2`` at most; plus the block's clock factors (3 ``[t]`` arrays per
-    position, ``3/(2k)`` of a state each)."""
+    position, ``3/(2k)`` of a state each; the whole row's instead when they fit in :data:`WALK_BYTES`)."""
     block = _walk_block(m)
     return -(-m // block) + block + 2 + -(-3 * block // (2 * k))
 
@@ -211,18 +212,23 @@ def _prefix_walk(prefix, after, e, ring, qe, w, hq, c_num, c_den, theta, avail):
     (:func:`acceptance`, on scalars) and the prefix step (:func:`_step`) with ``g = 1 − θ_y``.  Writes ``theta,
     avail [R, J]``."""
     R, k, t = prefix.shape[0], prefix.shape[2], prefix.shape[3]
+    first, later = np.empty(t), np.empty(t)     # per node: [u^{k−1}]P·S and [u^{k−2}](D·S + P·S_D)
     for r in range(R):
         pre = prefix[r]
         for i in range(e.shape[1]):
+            suf = after[r, i]
+            for n in range(t):                  # the node loops innermost: they vectorise
+                first[n] = pre[0, 0, n] * suf[0, k - 1, n]
+                later[n] = 0.0
+            for j in range(1, k):
+                for n in range(t):
+                    first[n] += pre[0, j, n] * suf[0, k - 1 - j, n]
+            for j in range(k - 1):
+                for n in range(t):
+                    later[n] += pre[1, j, n] * suf[0, k - 2 - j, n] + pre[0, j, n] * suf[1, k - 2 - j, n]
             total = 0.0
             for n in range(t):
-                first = 0.0
-                for j in range(k):
-                    first += pre[0, j, n] * after[r, i, 0, k - 1 - j, n]
-                later = 0.0
-                for j in range(k - 1):
-                    later += pre[1, j, n] * after[r, i, 0, k - 2 - j, n] + pre[0, j, n] * after[r, i, 1, k - 2 - j, n]
-                total += w[r, n] * (qe[r, i, n] * first + ring[r, i, n] * later)
+                total += w[r, n] * (qe[r, i, n] * first[n] + ring[r, i, n] * later[n])
             av = max(total, 0.0) + hq[r, i]
             th = c_num[r, i] / max(av, c_den[r, i])
             theta[r, i], avail[r, i] = th, av
@@ -237,8 +243,9 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     :func:`sequential_thinning_avail`).
 
     The walk is sequential over the m priority positions; the arithmetic of each position is compiled
-    (:func:`_prefix_walk`, :func:`_suffix_steps`, every row of a chunk in one call), the clock factors are formed
-    by numpy a block at a time (:func:`_clock_factors`).  The suffix products over the lower-priority tokens
+    (:func:`_prefix_walk`, :func:`_suffix_steps`, every row of a chunk in one call; the loops over the nodes
+    innermost), the clock factors are formed by numpy (:func:`_clock_factors`) for the chunk's rows at once
+    when they fit in :data:`WALK_BYTES` (m ≲ 3 000), else a block at a time, in each of the two passes.  The suffix products over the lower-priority tokens
     (g = 1) are stepped once from the end, keeping a checkpoint at the end of each block of ``b = ⌈√m⌉``
     positions; going forward, each block's suffix states are swept back from its checkpoint, then the block is
     walked: per position the availability (the product of the prefix and suffix polynomials, its ``u^{k−1}``
@@ -255,10 +262,17 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     t0 = early_nodes(k, s)
     t1 = max(t0, max(live_nodes(row, k, s, w) for row, w in zip(qs, weights)))
     t = t1 - t0
-    step = max(1, WALK_BYTES // (8 * walk_states(m, k) * 2 * k * max(t, 1)))
+    row_bytes = 8 * walk_states(m, k) * 2 * k * max(t, 1)
+    kept = row_bytes + 8 * 3 * m * max(t, 1) <= WALK_BYTES       # a row's clock factors formed once, kept
+    step = max(1, WALK_BYTES // (row_bytes + kept * 8 * 3 * m * max(t, 1)))
     for r0 in range(0, R, step):
         rows = slice(r0, min(R, r0 + step))
         q, s_t, w = qs[rows], s[t0:t1], np.ascontiguousarray(weights[rows, t0:t1])
+        factors = _clock_factors(q, s_t) if kept else None
+
+        def clocks(lo, hi, q=q, s_t=s_t, factors=factors):
+            """The clock factors of positions ``lo:hi`` of the chunk's rows."""
+            return tuple(f[:, lo:hi] for f in factors) if kept else _clock_factors(q[:, lo:hi], s_t)
         c_num, c_den = acceptance_caps(cs[rows])
         hq = head * q
         n = q.shape[0]
@@ -268,16 +282,16 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
         checkpoints[-1] = state
         after, none = np.empty((n, block, 2, k, t)), np.empty((0, block, 2, k, t))
         for b in range(blocks - 1, 0, -1):                          # checkpoints[b]: the suffix after block b
-            _suffix_steps(state, *_clock_factors(q[:, b * block:(b + 1) * block], s_t), none)
+            _suffix_steps(state, *clocks(b * block, (b + 1) * block), none)
             checkpoints[b - 1] = state
         prefix = np.zeros((n, 2, k, t))
         prefix[:, 0, 0] = 1.0
         th, av = np.empty((n, block)), np.empty((n, block))
         for b in range(blocks):
             lo, hi = b * block, min(m, (b + 1) * block)
-            clocks = _clock_factors(q[:, lo:hi], s_t)
-            _suffix_steps(checkpoints[b].copy(), *clocks, after)
-            _prefix_walk(prefix, after, *clocks, w, *(np.ascontiguousarray(x[:, lo:hi]) for x in (hq, c_num, c_den)),
+            here = clocks(lo, hi)
+            _suffix_steps(checkpoints[b].copy(), *here, after)
+            _prefix_walk(prefix, after, *here, w, *(np.ascontiguousarray(x[:, lo:hi]) for x in (hq, c_num, c_den)),
                          th, av)
             theta[rows, lo:hi], avail[rows, lo:hi] = th[:, :hi - lo], av[:, :hi - lo]
     return theta, avail
