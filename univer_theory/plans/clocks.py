@@ -205,12 +205,12 @@ def _suffix_steps(state, e, ring, qe, after):
 
 
 @numba.njit(cache=True)
-def _prefix_walk(prefix, after, e, ring, qe, w, hq, c_num, c_den, theta, avail):
+def _prefix_walk(prefix, after, e, ring, qe, w, lo, hq, c_num, c_den, theta, avail):
     """The walk over one block's J positions of each row from its prefix ``(P, D)`` before the block
     (``prefix [R, 2, k, t]``, updated in place): ``avail(y) = Σ_t w·(qT e_y·[u^{k−1}]P·S + (1 − e_y)·[u^{k−2}](D·S +
     P·S_D)) + hq_y`` against the suffix ``(S, S_D) = after[r, y]``, then ``θ_y = c⁺/max(avail, c′)``
-    (:func:`acceptance`, on scalars) and the prefix step (:func:`_step`) with ``g = 1 − θ_y``.  Writes ``theta,
-    avail [R, J]``."""
+    (:func:`acceptance`, on scalars) and the prefix step (:func:`_step`) with ``g = 1 − θ_y``.  The block starts
+    at position ``lo`` of the rows' ``hq, c_num, c_den`` and of the outputs ``theta, avail [R, m]``."""
     R, k, t = prefix.shape[0], prefix.shape[2], prefix.shape[3]
     first, later = np.empty(t), np.empty(t)     # per node: [u^{k−1}]P·S and [u^{k−2}](D·S + P·S_D)
     for r in range(R):
@@ -229,9 +229,9 @@ def _prefix_walk(prefix, after, e, ring, qe, w, hq, c_num, c_den, theta, avail):
             total = 0.0
             for n in range(t):
                 total += w[r, n] * (qe[r, i, n] * first[n] + ring[r, i, n] * later[n])
-            av = max(total, 0.0) + hq[r, i]
-            th = c_num[r, i] / max(av, c_den[r, i])
-            theta[r, i], avail[r, i] = th, av
+            av = max(total, 0.0) + hq[r, lo + i]
+            th = c_num[r, lo + i] / max(av, c_den[r, lo + i])
+            theta[r, lo + i], avail[r, lo + i] = th, av
             _step(pre, e, ring, qe, r, i, 1.0 - th)
 
 
@@ -273,7 +273,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
         def clocks(lo, hi, q=q, s_t=s_t, factors=factors):
             """The clock factors of positions ``lo:hi`` of the chunk's rows."""
             return tuple(f[:, lo:hi] for f in factors) if kept else _clock_factors(q[:, lo:hi], s_t)
-        c_num, c_den = acceptance_caps(cs[rows])
+        c_num, c_den = (np.ascontiguousarray(x) for x in acceptance_caps(cs[rows]))
         hq = head * q
         n = q.shape[0]
         state = np.zeros((n, 2, k, t))
@@ -286,14 +286,12 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
             checkpoints[b - 1] = state
         prefix = np.zeros((n, 2, k, t))
         prefix[:, 0, 0] = 1.0
-        th, av = np.empty((n, block)), np.empty((n, block))
+        th, av = np.empty((n, m)), np.empty((n, m))
         for b in range(blocks):
-            lo, hi = b * block, min(m, (b + 1) * block)
-            here = clocks(lo, hi)
+            here = clocks(b * block, (b + 1) * block)
             _suffix_steps(checkpoints[b].copy(), *here, after)
-            _prefix_walk(prefix, after, *here, w, *(np.ascontiguousarray(x[:, lo:hi]) for x in (hq, c_num, c_den)),
-                         th, av)
-            theta[rows, lo:hi], avail[rows, lo:hi] = th[:, :hi - lo], av[:, :hi - lo]
+            _prefix_walk(prefix, after, *here, w, b * block, hq, c_num, c_den, th, av)
+        theta[rows], avail[rows] = th, av
     return theta, avail
 
 
