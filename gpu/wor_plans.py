@@ -58,7 +58,7 @@ from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal,
 from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
 from univer_theory.plans.pts import pair_avail, thinning_fixed_point
 from univer_theory.plans.wor_pair import (OPTIMALITY_TOL, exclusive_cumsum, leave_one_out, pair_rule,
-                                          pair_weights)
+                                          pair_weights, quiet)
 
 from .condot import condot_weights
 from .host import on_host
@@ -203,6 +203,16 @@ def _walk(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: 
     return torch.from_numpy(theta).to(qs.device), torch.from_numpy(avail).to(qs.device)
 
 
+def _pair_fixed_point(qs, on, cs):
+    """k = 2: ``(θ, avail, finite)`` on rows in priority order — the fixed point on the closed form
+    (:func:`~univer_theory.plans.pts.pair_avail`, :func:`~univer_theory.plans.pts.thinning_fixed_point`) on the
+    rows where it is finite (``finite [R]``); θ = avail = 0 on the others.  numpy or torch."""
+    avail_of, finite = pair_avail(qs, on)
+    with quiet(qs):                     # the rows left out form inf / nan lanes, masked
+        theta, avail = thinning_fixed_point(avail_of, on & finite[:, None], cs)
+    return theta, avail, finite
+
+
 #: How PTS's θ is found for k ≥ 3 (the ``walk`` argument of :func:`pts_weights`): ``"fixed_point"`` (batched
 #: clock integrals, :func:`_clock_avail`), ``"sequential"`` (the compiled priority walk,
 #: :func:`_walk`) or ``"auto"`` — the walk on the CPU, the fixed point on an accelerator.  At V = 49 152
@@ -217,7 +227,8 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
     ``w`` shaped as ``children``, as ``univer_theory.plans.pts.pts_plan(...)`` (module docstring: the walk as a
     fixed point; k = 2 in closed form, k ≥ 3 by the clock integral or the walk, per ``walk`` — :data:`WALKS`).
     The fixed point stops at its first pass that changes nothing (a data-dependent pass count: one host read
-    per pass).  ``order``: the rows' ascending ratio order when the caller has it."""
+    per pass; for k = 2 on the CPU on numpy views, :func:`gpu.host.on_host`).  ``order``: the rows' ascending
+    ratio order when the caller has it."""
     if walk not in WALKS:
         raise ValueError(f"pts_weights: walk must be one of {list(WALKS)}, got {walk!r}")
     k = children.shape[-1]
@@ -227,16 +238,13 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
         theta, avail = _walk(qs, cs, k, *_clock_grid(qs, k))
     else:
         if k == 2:
-            avail_of, finite = pair_avail(qs, on)
+            theta, avail, finite = on_host(_pair_fixed_point, qs, on, cs)
             bad = (~finite).nonzero().squeeze(1)
             if bad.numel():             # the closed form overflows there: the clock integral, as the exact core
-                pair_of, clock_of = avail_of, _clock_avail(qs[bad], 2, *_clock_grid(qs[bad], 2))
-
-                def avail_of(g):
-                    return pair_of(g).index_copy(0, bad, clock_of(g[bad]))
+                theta[bad], avail[bad] = thinning_fixed_point(
+                    _clock_avail(qs[bad], 2, *_clock_grid(qs[bad], 2)), on[bad], cs[bad])
         else:
-            avail_of = _clock_avail(qs, k, *_clock_grid(qs, k))
-        theta, avail = thinning_fixed_point(avail_of, on, cs)
+            theta, avail = thinning_fixed_point(_clock_avail(qs, k, *_clock_grid(qs, k)), on, cs)
     tuples = children.reshape(q.shape[0], -1, k)
     th = _at(torch.zeros_like(q).scatter(1, order, theta), tuples)       # [R, T, k]
     rk = _at(rank, tuples)
