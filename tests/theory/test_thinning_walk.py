@@ -115,11 +115,17 @@ def test_walk_matches_the_plain_formula(V, k):
 
 def test_walk_memory_model():
     """The states held grow as ~(2 + 3/(2k))·√m (the checkpoints and one block, plus its clock factors), far
-    below m."""
+    below m; a row walked as one block (every state kept) stays within half of ``WALK_BYTES``, and a whole
+    vocabulary's row is walked in blocks."""
     for k in (1, 3, 8):
         for m in (1, 2, 5, 100, 49_152):
             assert walk_states(m, k) <= (2 + 1.5 / k) * np.sqrt(m) + 5
+            for t in (1, 107, 400):
+                block, _, row_bytes = clocks._walk_plan(m, k, t)
+                blocked = block == np.ceil(np.sqrt(m)) < m
+                assert blocked or (block == m and row_bytes <= clocks.WALK_BYTES // 2), (m, k, t)
         assert walk_states(49_152, k) < 49_152 // 20
+        assert clocks._walk_plan(49_152, k, 107)[0] < 49_152
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])

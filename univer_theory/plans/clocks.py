@@ -112,7 +112,8 @@ WALK_BYTES = 2**23
 
 
 def walk_states(m: int, k: int) -> int:
-    """How many ``[2, k, t]`` polynomial states :func:`thinning_walk` holds per row of m positions: one
+    """How many ``[2, k, t]`` polynomial states :func:`thinning_walk` holds per row of m positions in blocks (a
+    short row, one block, holds m + 3 within half of :data:`WALK_BYTES`, :func:`_walk_plan`): one
     checkpoint per block of ``b = ⌈√m⌉`` positions, the suffix state after each position of one block, and the
     prefix and running suffix — ``2⌈√m⌉ + 2`` at most; plus the block's clock factors (3 ``[t]`` arrays per
     position, ``3/(2k)`` of a state each; the whole row's instead when they fit in :data:`WALK_BYTES`)."""
@@ -123,6 +124,23 @@ def walk_states(m: int, k: int) -> int:
 def _walk_block(m: int) -> int:
     """Positions per block of :func:`thinning_walk` (``⌈√m⌉``: the checkpoints and one block's states balance)."""
     return math.isqrt(m - 1) + 1 if m > 1 else 1
+
+
+def _walk_plan(m: int, k: int, t: int) -> tuple[int, bool, int]:
+    """``(block, kept, bytes a row)`` of :func:`thinning_walk` on rows of m positions with k children and t nodes:
+    one block of all m positions (every suffix state kept: no checkpoint pass, two compiled calls a chunk) when a
+    row's states and clock factors fit in half of :data:`WALK_BYTES` (a few hundred positions: the call overhead
+    of the blocks is then a third of the walk; at ~1 000 positions the blocked walk, whose blocks stay in cache,
+    is as fast); else blocks of ``⌈√m⌉`` positions with their checkpoints (:func:`walk_states`), the row's clock
+    factors formed once (``kept``) when they fit beside them.  The blocks change which states are held, not the
+    floats: a suffix state is the same steps from the end."""
+    t = max(t, 1)
+    whole = 8 * t * (2 * k * (m + 3) + 3 * m)
+    if whole <= WALK_BYTES // 2:
+        return m, True, whole
+    states = 8 * t * 2 * k * walk_states(m, k)
+    kept = states + 8 * t * 3 * m <= WALK_BYTES
+    return _walk_block(m), kept, states + kept * 8 * t * 3 * m
 
 
 #: ``q·T`` beyond which ``e^{−qT}`` is exactly 0 in float64 (it underflows past ~745.13; the margin keeps any
@@ -244,27 +262,26 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
 
     The walk is sequential over the m priority positions; the arithmetic of each position is compiled
     (:func:`_prefix_walk`, :func:`_suffix_steps`, every row of a chunk in one call; the loops over the nodes
-    innermost), the clock factors are formed by numpy (:func:`_clock_factors`) for the chunk's rows at once
-    when they fit in :data:`WALK_BYTES` (m ≲ 3 000), else a block at a time, in each of the two passes.  The suffix products over the lower-priority tokens
-    (g = 1) are stepped once from the end, keeping a checkpoint at the end of each block of ``b = ⌈√m⌉``
-    positions; going forward, each block's suffix states are swept back from its checkpoint, then the block is
-    walked: per position the availability (the product of the prefix and suffix polynomials, its ``u^{k−1}``
-    coefficient, summed over the nodes), θ and one prefix step.  Only the nodes from :func:`early_nodes` to the
-    rows' :func:`live_nodes` are stepped (the others add exact zeros, or below 2^-56 of each
-    availability: 107 of the default grid's 400 nodes remain on a Zipf row at V = 49 152, k = 3).  The sum over the nodes
-    is reassociated against a plain walk (every term non-negative).  Memory: :func:`walk_states` states of
-    ``2·k·t`` floats a row, rows in chunks of :data:`WALK_BYTES`."""
+    innermost).  The suffix products over the lower-priority tokens (g = 1) are stepped once from the end,
+    keeping a checkpoint at the end of each block of ``b = ⌈√m⌉`` positions; going forward, each block's suffix
+    states are swept back from its checkpoint, then the block is walked: per position the availability (the
+    product of the prefix and suffix polynomials, its ``u^{k−1}`` coefficient, summed over the nodes), θ and one
+    prefix step.  A short row is one block (:func:`_walk_plan`).  The clock factors are formed by numpy
+    (:func:`_clock_factors`) for the chunk's rows at once when they fit in :data:`WALK_BYTES` (m ≲ 3 000), else
+    a block at a time, in each of the two passes.  Only the nodes from :func:`early_nodes` to the rows'
+    :func:`live_nodes` are stepped (the others add exact zeros, or below 2^-56 of each availability: 107 of the
+    default grid's 400 nodes remain on a Zipf row at V = 49 152, k = 3).  The sum over the nodes is reassociated
+    against a plain walk (every term non-negative).  Memory: :func:`walk_states` states of ``2·k·t`` floats a
+    row, rows in chunks of :data:`WALK_BYTES`."""
     qs, cs, s, weights = (np.ascontiguousarray(x, dtype=np.float64) for x in (qs, cs, s, weights))
     R, m = qs.shape
-    block = _walk_block(m)
-    blocks = -(-m // block)
     theta, avail = np.zeros((R, m)), np.zeros((R, m))
     t0 = early_nodes(k, s)
     t1 = max(t0, max(live_nodes(row, k, s, w) for row, w in zip(qs, weights)))
     t = t1 - t0
-    row_bytes = 8 * walk_states(m, k) * 2 * k * max(t, 1)
-    kept = row_bytes + 8 * 3 * m * max(t, 1) <= WALK_BYTES       # a row's clock factors formed once, kept
-    step = max(1, WALK_BYTES // (row_bytes + kept * 8 * 3 * m * max(t, 1)))
+    block, kept, row_bytes = _walk_plan(m, k, t)
+    blocks = -(-m // block)
+    step = max(1, WALK_BYTES // row_bytes)
     for r0 in range(0, R, step):
         rows = slice(r0, min(R, r0 + step))
         q, s_t, w = qs[rows], s[t0:t1], np.ascontiguousarray(weights[rows, t0:t1])
