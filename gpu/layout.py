@@ -30,12 +30,6 @@ from .host import on_host
 from .unique import unique_rows
 
 
-def inverse_permutation(order: torch.Tensor) -> torch.Tensor:
-    """Row-wise inverse of a permutation ``order [R, V]`` (e.g. a sort's indices): the rank of every entry."""
-    return torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device)
-                                            .expand_as(order))
-
-
 #: What the padding of a layout's group arrays holds (:func:`_bucketed_layout`): nothing that reaches a weight —
 #: ``g_valid`` masks every read past a block's G groups; finite values keep the masked arithmetic finite.
 _PADDING = {"g_valid": False, "fwd": 1.0, "bwd_next": 1.0, "right": 0.0, "left": 0.0}

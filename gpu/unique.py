@@ -1,8 +1,6 @@
 """Distinct rows of an integer table, vectorised on every device."""
 from __future__ import annotations
 
-import torch
-
 from univer_theory.nx import get_backend
 
 from .host import on_host

@@ -62,13 +62,9 @@ from univer_theory.plans.wor_pair import (OPTIMALITY_TOL, exclusive_cumsum, leav
 
 from .condot import condot_weights
 from .host import on_host
-from .layout import inverse_permutation, layout_weights
+from .layout import layout_weights
 from .luce import luce_rows, luce_rows_weights
 from .unique import unique_rows
-
-def _at(x: torch.Tensor, tuples: torch.Tensor) -> torch.Tensor:
-    """``x [R, V]`` read at the tokens of ``tuples [R, T, k]`` → ``[R, T, k]``."""
-    return x.gather(1, tuples.reshape(tuples.shape[0], -1)).view(tuples.shape)
 
 
 # ----------------------------------------------------------------------------------------- wor pair (rule 3)
@@ -101,10 +97,30 @@ def _pair_rule_weights(c, q, rho, p, tuples, order):
 def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, ascending: torch.Tensor):
     """The priority order (``p/q`` descending, ties by token id, undrafted last) from the ascending ratio order
     ``ascending`` (:func:`univer_theory.orders.descending_ratio_order`: O(V), no second sort): ``order [R, V]``,
-    ``rank``, ``on`` (drafted, in order) and ``q``, ``c`` in that order."""
-    order = on_host(descending_ratio_order, ascending, p, q)
-    rank = inverse_permutation(order)
-    return order, rank, (q > 0).gather(1, order), q.gather(1, order), c.gather(1, order)
+    ``rank``, ``on`` (drafted, in order) and ``q``, ``c`` in that order.  On the CPU on numpy views
+    (:func:`gpu.host.on_host`)."""
+    return on_host(_priority_rows, c, q, p, ascending)
+
+
+def _priority_rows(c, q, p, ascending):
+    """:func:`_priority` on one backend (:mod:`univer_theory.nx`)."""
+    nx = get_backend(c, q)
+    order = descending_ratio_order(ascending, p, q)
+    rank = nx.put(order, order, nx.arange(order.shape[-1], order) + 0 * order)      # rank[order[j]] = j
+    return order, rank, nx.take(q > 0, order), nx.take(q, order), nx.take(c, order)
+
+
+def _thinned(theta, avail, order, rank, q, tuples):
+    """PTS on the tuples ``[R, T, k]`` from θ and the availabilities in priority order (:func:`_priority`):
+    ``w_j = θ_{y_j} Π_{l walked before j} (1 − θ_{y_l})`` ``[R, T, k]``, and the marginal ``a = θ·avail`` back in
+    token order ``[R, V]``.  numpy or torch."""
+    nx = get_backend(theta, q)
+    R, T, k = tuples.shape
+    flat = tuples.reshape(R, T * k)
+    th = nx.take(nx.put(0 * q, order, theta), flat).reshape(R, T, k)
+    rk = nx.take(rank, flat).reshape(R, T, k)
+    before = rk[..., None, :] < rk[..., :, None]                         # [.., j, l]: l walked before j
+    return th * nx.where(before, (1 - th)[..., None, :], 1.0).prod(-1), nx.put(0 * q, order, theta * avail)
 
 
 def _symmetric_sums(r: torch.Tensor, h: torch.Tensor, k: int, reverse: bool):
@@ -245,12 +261,8 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
                     _clock_avail(qs[bad], 2, *_clock_grid(qs[bad], 2)), on[bad], cs[bad])
         else:
             theta, avail = thinning_fixed_point(_clock_avail(qs, k, *_clock_grid(qs, k)), on, cs)
-    tuples = children.reshape(q.shape[0], -1, k)
-    th = _at(torch.zeros_like(q).scatter(1, order, theta), tuples)       # [R, T, k]
-    rk = _at(rank, tuples)
-    before = rk[..., None, :] < rk[..., :, None]                         # [.., j, l]: l walked before j
-    w = th * torch.where(before, (1 - th)[..., None, :], 1.0).prod(-1)
-    return w.view(children.shape), torch.zeros_like(q).scatter(1, order, theta * avail)
+    w, a = on_host(_thinned, theta, avail, order, rank, q, children.reshape(q.shape[0], -1, k))
+    return w.view(children.shape), a
 
 
 # ----------------------------------------------------------------------------------------- iid coupling (rule 5)

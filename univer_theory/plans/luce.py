@@ -42,7 +42,6 @@ compositions fit :data:`LUCE_SETS` (:func:`luce_budget`).
 from __future__ import annotations
 
 import itertools
-import math
 from functools import lru_cache
 
 import numpy as np
