@@ -20,7 +20,27 @@ import torch
 
 from univer_theory import DraftTree
 
+from univer_theory.nx import get_backend
+
+from .host import on_host
 from .unique import unique_rows
+
+
+def _shape_ids(children, height, max_depth: int):
+    """:attr:`TreeBatch.subtree_shapes` from the batch's ``children [B, N, K]`` (dump slot N) and ``height
+    [B, N]``, on one backend (:mod:`univer_theory.nx`; numpy views on the CPU, :func:`gpu.host.on_host`)."""
+    nx = get_backend(children)
+    B, N, _ = children.shape
+    ids = nx.full((B, N + 1), -1, children)
+    ids[:, :N][height == 0] = 0
+    keys = ["."]
+    for h in range(1, max_depth + 1):
+        at = height == h
+        rows = nx.take(ids, children.reshape(B, -1)).reshape(B, N, -1)[at]     # [M, K], −1 = no child
+        uniq, inverse = unique_rows(rows)
+        ids[:, :N][at] = len(keys) + inverse
+        keys += ["(" + ",".join(keys[c] for c in row if c >= 0) + ")" for row in uniq.tolist()]
+    return ids[:, :N], tuple(keys)
 
 
 def _as_long(x, where: str, name: str, device) -> torch.Tensor:
@@ -242,19 +262,8 @@ class TreeBatch:
         """``(ids [B, N] long, keys)``: the ordered subtree under every node as an index into ``keys``, its
         nested form (``"."`` a leaf, ``"(k1,k2,…)"``, as :attr:`univer_theory.DraftTree.subtree_keys`); −1 for
         padding.  Built bottom-up, one :func:`gpu.unique.unique_rows` over the nodes of each height (no loop over
-        trees); only the distinct shapes are spelled out on the host."""
-        B, N = self.parent.shape
-        ids = torch.full((B, N + 1), -1, dtype=torch.long, device=self.device)
-        height = self.height
-        ids[:, :N][height == 0] = 0
-        keys = ["."]
-        for h in range(1, self.max_depth + 1):
-            at = height == h
-            rows = ids.gather(1, self.children.reshape(B, -1)).view(B, N, -1)[at]      # [M, K], −1 = no child
-            uniq, inverse = unique_rows(rows)
-            ids[:, :N][at] = len(keys) + inverse
-            keys += ["(" + ",".join(keys[c] for c in row if c >= 0) + ")" for row in uniq.tolist()]
-        return ids[:, :N], tuple(keys)
+        trees); only the distinct shapes are spelled out on the host (:func:`_shape_ids`)."""
+        return on_host(_shape_ids, self.children, self.height, self.max_depth)
 
     @cached_property
     def children(self) -> torch.Tensor:

@@ -13,7 +13,7 @@ import gpu.host
 import gpu.simplex
 import gpu.support
 
-from . import test_compile_memory, test_support, test_univer, test_wor_plans
+from . import test_compile_memory, test_support, test_tree_batch, test_univer, test_wor_plans
 from .test_support import compacted  # noqa: F401  (a fixture)
 
 
@@ -44,6 +44,10 @@ def test_drafted_support(process, compacted):  # noqa: F811
 
 def test_layout_by_enumeration():
     test_univer.test_layout_weights_on_tensors_are_exact_by_enumeration(5, 3, 0.6)
+
+
+def test_subtree_shapes():
+    test_tree_batch.test_subtree_shapes_spell_the_draft_trees_subtree_keys()
 
 
 def test_layout_buckets(monkeypatch):
