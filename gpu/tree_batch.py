@@ -19,7 +19,6 @@ from functools import cached_property
 import torch
 
 from univer_theory import DraftTree
-
 from univer_theory.nx import get_backend
 
 from .host import on_host

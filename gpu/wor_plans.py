@@ -301,7 +301,7 @@ def _symmetric_layout(c, q, seqs):
     canon = nx.take(seqs, perm)
     tree = nx.arange(R, q)
     uniq, inverse = unique_rows(nx.concat([tree[:, None, None] + 0 * canon[..., :1], canon]).reshape(-1, k + 1))
-    count = nx.sum(uniq[:, 0][None, :] == tree[:, None])                   # distinct multisets per row
+    count = nx.bincount(uniq[:, 0], R)                                     # distinct multisets per row
     start = nx.cumsum(count) - count
     at = start[:, None] + nx.minimum(nx.arange(int(count.max()), q)[None, :], count[:, None] - 1)
     w_uniq, a = layout_weights(c, q, uniq[at, 1:], canon[:, 0] >= 0)      # every copy present

@@ -41,6 +41,11 @@ class NumpyBackend:
         return np.argsort(x, axis=-1, kind="stable")
 
     @staticmethod
+    def bincount(x, minlength: int):
+        """Occurrences of each of ``0..minlength−1`` (and beyond) in the non-negative ints ``x [n]``."""
+        return np.bincount(x, minlength=minlength)
+
+    @staticmethod
     def row_order(rows):
         """The order that sorts the rows of an integer table ``[M, K]`` lexicographically (stable: equal rows
         keep index order)."""
@@ -193,6 +198,10 @@ class TorchBackend:
 
     def argsort(self, x):
         return self.torch.sort(x, dim=-1, stable=True).indices
+
+    @staticmethod
+    def bincount(x, minlength: int):
+        return x.bincount(minlength=minlength)
 
     def row_order(self, rows):
         order = self.torch.arange(rows.shape[0], device=rows.device)    # stable sorts, last column first

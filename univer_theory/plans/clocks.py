@@ -290,6 +290,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
         def clocks(lo, hi, q=q, s_t=s_t, factors=factors):
             """The clock factors of positions ``lo:hi`` of the chunk's rows."""
             return tuple(f[:, lo:hi] for f in factors) if kept else _clock_factors(q[:, lo:hi], s_t)
+
         c_num, c_den = (np.ascontiguousarray(x) for x in acceptance_caps(cs[rows]))
         hq = head * q
         n = q.shape[0]
