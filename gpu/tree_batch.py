@@ -20,6 +20,7 @@ import torch
 
 from univer_theory import DraftTree
 from univer_theory.nx import get_backend
+from univer_theory.orders import order_ranks
 
 from .host import on_host
 from .unique import unique_rows
@@ -422,6 +423,5 @@ def sglang_slot_order(retrive_next_token, retrive_next_sibling, num_nodes=None) 
         pick = torch.where(ready.any(1), ready.to(torch.int8).argmax(1), v)
         order[:, v] = pick
         placed.scatter_(1, pick[:, None], True)
-    inv = torch.empty_like(order).scatter_(1, order, slot)
-    parent = torch.where(par >= 0, inv.gather(1, par.clamp(min=0)), -1).gather(1, order)
+    parent = torch.where(par >= 0, order_ranks(order).gather(1, par.clamp(min=0)), -1).gather(1, order)
     return parent.contiguous(), order.contiguous()

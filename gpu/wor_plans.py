@@ -50,7 +50,7 @@ import torch
 
 from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.nx import get_backend
-from univer_theory.orders import descending_ratio_order, ratio_argsort, top_tokens
+from univer_theory.orders import descending_ratio_order, order_ranks, ratio_argsort, top_tokens
 from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT, single_child_rows, single_child_weights
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         thinning_walk)
@@ -106,8 +106,7 @@ def _priority_rows(c, q, p, ascending):
     """:func:`_priority` on one backend (:mod:`univer_theory.nx`)."""
     nx = get_backend(c, q)
     order = descending_ratio_order(ascending, p, q)
-    rank = nx.put(order, order, nx.arange(order.shape[-1], order) + 0 * order)      # rank[order[j]] = j
-    return order, rank, nx.take(q > 0, order), nx.take(q, order), nx.take(c, order)
+    return order, order_ranks(order), nx.take(q > 0, order), nx.take(q, order), nx.take(c, order)
 
 
 def _thinned(theta, avail, order, rank, q, tuples):

@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from .nx import array_module, get_backend
-from .orders import ratio_argsort, top_tokens
+from .orders import order_ranks, ratio_argsort, top_tokens
 from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper
 from .processes import PROCESSES
 from .validation import check_choice, check_simplex
@@ -352,8 +352,7 @@ def _prefix_cut(p, rho, miss, order):
     nx = get_backend(p, miss)
     cost = rho[..., None] * _prefix(nx.take(p, order)) + miss
     j = array_module(cost).argmin(cost, -1)[..., None]
-    rank = nx.put(order, order, nx.arange(p.shape[-1], p) + 0 * order)       # the inverse permutation
-    return nx.take(cost, j)[..., 0], rank < j
+    return nx.take(cost, j)[..., 0], order_ranks(order) < j
 
 
 def _iid_miss(q_sorted, k: int):

@@ -3,7 +3,7 @@
 * :func:`ratio_argsort` — tokens by ``p/q`` (:func:`ratio_key`), ties by token id, ``q = 0`` last: ascending,
   its prefixes hold a minimising cut of CondOT(ρ) (α*, the wor k = 2 cut, K-SEQ's β); descending, PTS's
   priority (``num = p``) and the layout's blocks (``num = ρp``); :func:`descending_ratio_order` turns the
-  ascending order into the descending one in O(V);
+  ascending order into the descending one in O(V), :func:`order_ranks` inverts an order;
 * :func:`top_tokens` — the m most likely draft tokens, ties to the lower id: the topk list, greedy's fixed
   list, SpecHub's hub.
 """
@@ -52,6 +52,13 @@ def descending_ratio_order(order, num, den):
     end = nx.cummin(nx.where(last, j, V), reverse=True)
     rank = nx.where(j < m, (m - 1 - end) + (j - start), j)
     return nx.put(order, rank, order)
+
+
+def order_ranks(order):
+    """The inverse permutation of ``order [..., V]`` (a permutation of ``0..V−1`` per row): ``rank[order[j]] = j``,
+    each token's position in the order; numpy arrays or torch tensors."""
+    nx = get_backend(order)
+    return nx.put(order, order, nx.arange(order.shape[-1], order) + 0 * order)
 
 
 def top_tokens(q, m: int):
