@@ -66,10 +66,10 @@ SCAN_BLOCK = 64
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
     """Rows ``src[i]`` of ``p``, ``q``, read in place: a vectorised pass over blocks of :data:`SCAN_BLOCK` tokens
-    counts each block's drafted tokens and sums its undrafted target mass ``blocks[i, b] = Σ_{q=0} p`` (reassociated
-    over SIMD lanes: the error is ~(SCAN_BLOCK/lanes)·ε at worst), then the blocks holding drafted tokens are read again (from cache) to append those
-    tokens and their p, q to the flat ``cols``, ``p_s``, ``q_s``; ``count[i]`` tokens per row.  ``ok`` is False as
-    soon as a row drafts more than ``cap`` tokens."""
+    counts each block's drafted tokens and sums its undrafted target mass ``blocks[i, b] = Σ_{q=0} p``
+    (reassociated over SIMD lanes: the error is ~(SCAN_BLOCK/lanes)·ε at worst), then the blocks holding drafted
+    tokens are read again (from cache) to append those tokens and their p, q to the flat ``cols``, ``p_s``,
+    ``q_s``; ``count[i]`` tokens per row.  ``ok`` is False as soon as a row drafts more than ``cap`` tokens."""
     R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
     full = V // B
     drafted_in = np.zeros(full + 1, np.int64)

@@ -123,8 +123,9 @@ def random_support_rows(gen, V, sizes, dtype=torch.float64):
 def test_scan_and_compact_contract(dtype):
     """The compiled CPU scan and the accelerator's torch scan agree: each row's drafted tokens in id order
     (padding after them), ``p_rest`` = the undrafted target mass summed directly (1e-15 relative), and per block
-    of 64 token ids; a row drafting more than V/2 tokens gives up.  ``compact`` puts p, q and the children on those
-    columns and keeps the sums; ``tokens`` maps sampled columns back (the undrafted column and padding to V); ``expand`` is its inverse."""
+    of 64 token ids; a row drafting more than V/2 tokens gives up.  ``compact`` puts p, q and the children on
+    those columns and keeps the sums; ``tokens`` maps sampled columns back (the undrafted column and padding to
+    V); ``expand`` is its inverse."""
     gen = torch.Generator().manual_seed(3)
     V, sizes = 50, [5, 17, 25, 1]
     p, q = random_support_rows(gen, V, sizes + [3], dtype)
