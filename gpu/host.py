@@ -48,6 +48,12 @@ def _devices(x) -> set:
     return set().union(*(_devices(v) for v in x)) if isinstance(x, tuple) else set()
 
 
+def device_kind(x) -> str:
+    """``"cpu"`` for a numpy array or a CPU tensor, ``"accelerator"`` otherwise (what a rule's chunk sizes and
+    algorithm choices are keyed by)."""
+    return "cpu" if not isinstance(x, torch.Tensor) or x.device.type == "cpu" else "accelerator"
+
+
 def on_host(fn, *args):
     """``fn(*args)`` on numpy views when every tensor among the arguments (also inside tuples, dicts and
     dataclasses) is on the CPU, its results back as tensors; ``fn(*args)`` itself otherwise — on an accelerator,

@@ -29,14 +29,15 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
 * every node: ``f``, the residual ``[ρp − a]_+`` and the scalings ``s_j`` from ``w``; ``α = Σ a``.
 
 The children's subtrees come as shape ids, ``LevelContext.child_shapes``, from :attr:`TreeBatch.subtree_shapes`.
-Inputs in float32 are planned in float64 (rows renormalised) and the decisions cast back.
+Inputs in float32 are planned in float64 (rows renormalised) and the decisions cast back.  The whole rule is written
+against :mod:`univer_theory.nx`: on the CPU a level is one host call on numpy views of its rows
+(:func:`gpu.host.on_host`), on an accelerator the same code runs in torch.
 """
 from __future__ import annotations
 
 import itertools
 
-import torch
-
+from univer_theory.nx import get_backend
 from univer_theory.plans import shape_lp
 from univer_theory.plans.base import residual_rows, shares_rows, stop_rows
 from univer_theory.plans.choose import fill_weights, greedy_fill_rows, single_child_rows, single_child_weights
@@ -44,120 +45,139 @@ from univer_theory.univer import SLOT_RULE_MAX_K
 
 from .condot import condot_weights
 from .engine import LevelContext, LevelDecision
+from .host import on_host
 from .layout import layout_weights
 from .slot_rule import slot_lp, slot_pair
 from .unique import unique_rows
-from .wor_plans import wor_weights
+from .wor_plans import WALKS, wor_weights
 
 
-def single_child(ctx: LevelContext, c: torch.Tensor):
+def single_child(ctx: LevelContext, c):
     """``k = 1``: ``(w [R], a [R, V])`` with ``Q_1 = q`` (one-hot top draft token for topk), by
-    :func:`univer_theory.plans.choose.single_child_rows` / ``single_child_weights``."""
+    :func:`univer_theory.plans.choose.single_child_rows` / ``single_child_weights``.  numpy or torch."""
     q1, a = single_child_rows(c, ctx.draft, ctx.process)
     return single_child_weights(c, q1, ctx.children[:, :1])[:, 0], a
 
 
-def _greedy_fill(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor):
+def _greedy_fill(c, q, children, child_mask):
     """``(w [R, K], a [R, V])`` of :func:`univer_theory.plans.choose.greedy_fill_plan` for greedy rows with k ≥ 2:
     the fixed top-(k−1) children first, the drawn child z last (:func:`~univer_theory.plans.choose.greedy_fill_rows`
-    on the rows, then the repair: the exact core tabulates the plan over every z, here ``a`` is scaled)."""
+    on the rows, then the repair: the exact core tabulates the plan over every z, here ``a`` is scaled).  numpy or
+    torch."""
+    nx = get_backend(c, q)
     K = children.shape[1]
-    k = child_mask.sum(1)
-    j = torch.arange(K, device=c.device)[None, :]
+    k = child_mask.sum(-1)
+    j = nx.arange(K, c)[None, :]
     fixed_pos = child_mask & (j < (k - 1)[:, None])
-    z = children.gather(1, (k - 1)[:, None]).squeeze(1)
-    in_t = torch.zeros_like(q, dtype=torch.bool).scatter_(1, torch.where(fixed_pos, children, z[:, None]), fixed_pos)
+    z = nx.take(children, (k - 1)[:, None])[:, 0]
+    in_t = nx.put(q < 0, nx.where(fixed_pos, children, z[:, None]), fixed_pos)     # the fixed tokens T
     _, last, share, a = greedy_fill_rows(c, q, in_t)
     # the repair of rule 1: entries of a token with a > c scaled by c/a
-    shrink = torch.where(a > c, c / torch.where(a > c, a, 1), 1.0)
-    w_fixed = (1 - last.gather(1, z[:, None])) * share.gather(1, children)
-    w = torch.where(fixed_pos, w_fixed, torch.where(j == (k - 1)[:, None], last.gather(1, children), 0))
-    return w * shrink.gather(1, children), a * shrink
+    shrink = nx.where(a > c, c / nx.where(a > c, a, 1.0), 1.0)
+    w_fixed = (1 - nx.take(last, z[:, None])) * nx.take(share, children)
+    w = nx.where(fixed_pos, w_fixed, nx.where(j == (k - 1)[:, None], nx.take(last, children), 0.0))
+    return w * nx.take(shrink, children), a * shrink
 
 
-def _shape_rule_rows(ctx: LevelContext, k: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+def _shape_rule_rows(ctx: LevelContext, k, support):
     """``[R]``: nodes small enough for the shape rule's LP (:func:`univer_theory.plans.shape_lp.within_limits`,
     asked once per distinct (support, k) of the level)."""
-    sig, inverse = unique_rows(torch.stack([support, k], 1))
-    verdict = [shape_lp.within_limits(s, n, ctx.process) for s, n in sig.tolist()]
-    return torch.tensor(verdict, dtype=torch.bool, device=k.device)[inverse]
+    nx = get_backend(k)
+    sig, inverse = unique_rows(nx.stack([support, k]))
+    verdict = [shape_lp.within_limits(s, n, ctx.process) for s, n in nx.to_numpy(sig).tolist()]
+    return (nx.index(verdict, k) > 0)[inverse]
+
+
+def _sizes(nx, k) -> list:
+    """The distinct values of the ints ``k`` (a host read: one plan call per child count)."""
+    return sorted(set(nx.to_numpy(k).tolist()))
 
 
 def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
     """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a`` (``walk``: PTS's, :func:`univer_rule`)."""
-    k = ctx.child_mask.sum(1)
-    support = (q > 0).sum(1)
+    nx = get_backend(p, q)
+    k = ctx.child_mask.sum(-1)
+    support = (q > 0).sum(-1)
     c = rho[:, None] * p
-    shapes = ctx.child_shapes if ctx.child_shapes is not None else torch.zeros_like(ctx.children)
-    omega = torch.tensor(shape_lp.position_weights(ctx.shape_keys), dtype=w.dtype, device=w.device)[shapes]
-    equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(1)
+    shapes = ctx.child_shapes if ctx.child_shapes is not None else 0 * ctx.children
+    omega = nx.asarray(shape_lp.position_weights(ctx.shape_keys), p)[shapes]
+    equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(-1)
     base = k >= 2
     uneven = base & ~equal
     shaped = uneven & _shape_rule_rows(ctx, k, support) if bool(uneven.any()) else uneven
     slot = uneven & (k <= SLOT_RULE_MAX_K)
 
-    for n in k[shaped].unique().tolist():
-        rows = (shaped & (k == n)).nonzero().squeeze(1)      # the shape rule; a row whose simplex did not finish
+    for n in _sizes(nx, k[shaped]):
+        rows = nx.nonzero(shaped & (k == n))[0]      # the shape rule; a row whose simplex did not finish
         w_s, a_s, solved = condot_weights(c[rows], q[rows], ctx.children[rows, :n], ctx.process, omega[rows, :n])
         w[rows[solved], :n], a[rows[solved]] = w_s[solved], a_s[solved]   # keeps the plan below
         shaped[rows[~solved]] = False
     rest = base & ~shaped
     if ctx.process == "iid":            # the layout, every k at once (child_mask); on the slot rule's rows too:
-        rows = rest.nonzero().squeeze(1)    # it is symmetric in its copies, w(σS) = σ·w(S) — one evaluation
-        if rows.numel():
+        rows = nx.nonzero(rest)[0]          # it is symmetric in its copies, w(σS) = σ·w(S) — one evaluation
+        if rows.shape[0]:
             w[rows], a[rows] = layout_weights(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
-    for n in k[rest].unique().tolist():
+    for n in _sizes(nx, k[rest]):
         kids = ctx.children[:, :n]
-        rows = (rest & ~slot & (k == n)).nonzero().squeeze(1)
-        if ctx.process == "wor" and rows.numel():
+        rows = nx.nonzero(rest & ~slot & (k == n))[0]
+        if ctx.process == "wor" and rows.shape[0]:
             w[rows, :n], a[rows] = wor_weights(c[rows], q[rows], rho[rows], p[rows], kids[rows], walk)
-        rows = (rest & slot & (k == n)).nonzero().squeeze(1)
-        if rows.numel():                # the plan on every ordering of S (S first), then the slot rule
+        rows = nx.nonzero(rest & slot & (k == n))[0]
+        if rows.shape[0]:               # the plan on every ordering of S (S first), then the slot rule
             perms = list(itertools.permutations(range(n)))
+            at = nx.index(perms, kids)
             if ctx.process == "iid":
-                w_all = w[rows, :n][:, perms]
+                w_all = w[rows, :n][:, at]
             else:
-                w_all, a[rows] = wor_weights(c[rows], q[rows], rho[rows], p[rows], kids[rows][:, perms], walk)
+                w_all, a[rows] = wor_weights(c[rows], q[rows], rho[rows], p[rows], kids[rows][:, at], walk)
             w[rows, :n] = (slot_pair(w_all[:, 0], w_all[:, 1], kids[rows], q[rows], omega[rows, :n], ctx.process)
                            if n == 2 else slot_lp(w_all, kids[rows], q[rows], omega[rows, :n], ctx.process, perms))
 
 
 def planning_rows(ctx: LevelContext):
-    """``(p, q, ρ)`` in float64; float32 rows are put back onto the simplex (float64 ones are planned as given)."""
-    p, q, rho = ctx.target.double(), ctx.draft.double(), ctx.rho.double()
-    if ctx.target.dtype != torch.float64:
-        p, q = (x / torch.where(x.sum(1, keepdim=True) > 0, x.sum(1, keepdim=True), 1) for x in (p, q))
+    """``(p, q, ρ)`` in float64; float32 rows are put back onto the simplex (float64 ones are planned as given).
+    numpy or torch."""
+    nx = get_backend(ctx.target)
+    p, q, rho = (nx.asarray(x, x) for x in (ctx.target, ctx.draft, ctx.rho))
+    if ctx.target.dtype != p.dtype:
+        p, q = (x / nx.where(nx.sum(x, keepdims=True) > 0, nx.sum(x, keepdims=True), 1.0) for x in (p, q))
     return p, q, rho
 
 
 def univer_rule(ctx: LevelContext, walk: str = "auto") -> LevelDecision:
     """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children.  ``walk``: how PTS finds
     θ for k ≥ 3 wor children (:data:`gpu.wor_plans.WALKS`; bind it with ``functools.partial`` to pass the rule
-    to :mod:`gpu.engine`)."""
-    dtype = ctx.target.dtype
+    to :mod:`gpu.engine`).  On the CPU one host call on numpy views of the level (:func:`gpu.host.on_host`)."""
+    if walk not in WALKS:
+        raise ValueError(f"univer_rule: walk must be one of {list(WALKS)}, got {walk!r}")
+    return on_host(_univer_rule, ctx, walk)
+
+
+def _univer_rule(ctx: LevelContext, walk: str) -> LevelDecision:
+    """:func:`univer_rule` on one backend (:mod:`univer_theory.nx`)."""
+    nx = get_backend(ctx.target)
     p, q, rho = planning_rows(ctx)
     c = rho[:, None] * p
-    k = ctx.child_mask.sum(1)
-    R, K = ctx.children.shape
-    w = torch.zeros(R, K, dtype=torch.float64, device=p.device)
-    a = torch.zeros_like(p)
+    k = ctx.child_mask.sum(-1)
+    w = nx.full(ctx.children.shape, 0.0, p)
+    a = nx.zeros_like(p)
     one = k == 1
     if one.any():
         w1, a1 = single_child(LevelContext(rho, p, q, ctx.children, ctx.child_mask, ctx.process), c)
-        w[:, 0] = torch.where(one, w1, 0)
-        a = torch.where(one[:, None], a1, a)
+        w[:, 0] = nx.where(one, w1, 0.0)
+        a = nx.where(one[:, None], a1, a)
     many = k >= 2
     if ctx.process == "topk":         # the fixed top-k list, filled in drafting order (plans.choose.topk_fill_plan)
-        w = torch.where(many[:, None], fill_weights(c.gather(1, ctx.children), many[:, None] & ctx.child_mask), w)
-        a = torch.where(many[:, None], torch.zeros_like(a).scatter_add(1, ctx.children, torch.where(
-            ctx.child_mask, w, 0)), a)
+        w = nx.where(many[:, None], fill_weights(nx.take(c, ctx.children), many[:, None] & ctx.child_mask), w)
+        a = nx.where(many[:, None], nx.scatter_add(nx.zeros_like(a), ctx.children,
+                                                   nx.where(ctx.child_mask, w, 0.0)), a)
     elif ctx.process == "greedy":     # closed form (plans.choose.greedy_fill_plan)
-        rows = many.nonzero().squeeze(1)
-        if rows.numel():
+        rows = nx.nonzero(many)[0]
+        if rows.shape[0]:
             w[rows], a[rows] = _greedy_fill(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
     else:
         _iid_wor(ctx, p, q, rho, w, a, walk)
     alpha = a.sum(-1)
-    scale = shares_rows(w).to(dtype)
-    return LevelDecision(torch.ones_like(scale), scale, stop_rows(rho, alpha).to(dtype),
-                         residual_rows(c, a).to(dtype))
+    scale = nx.astype(shares_rows(w), ctx.target)
+    return LevelDecision(1.0 + 0 * scale, scale, nx.astype(stop_rows(rho, alpha), ctx.target),
+                         nx.astype(residual_rows(c, a), ctx.target))

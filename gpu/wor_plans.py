@@ -61,7 +61,7 @@ from univer_theory.plans.wor_pair import (OPTIMALITY_TOL, exclusive_cumsum, leav
                                           pair_weights, quiet)
 
 from .condot import condot_weights
-from .host import on_host
+from .host import device_kind, on_host
 from .layout import layout_weights
 from .luce import luce_rows, luce_rows_weights
 from .unique import unique_rows
@@ -94,16 +94,10 @@ def _pair_rule_weights(c, q, rho, p, tuples, order):
 
 
 # ----------------------------------------------------------------------------------------- PTS (rule 4)
-def _priority(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, ascending: torch.Tensor):
+def _priority(c, q, p, ascending):
     """The priority order (``p/q`` descending, ties by token id, undrafted last) from the ascending ratio order
     ``ascending`` (:func:`univer_theory.orders.descending_ratio_order`: O(V), no second sort): ``order [R, V]``,
-    ``rank``, ``on`` (drafted, in order) and ``q``, ``c`` in that order.  On the CPU on numpy views
-    (:func:`gpu.host.on_host`)."""
-    return on_host(_priority_rows, c, q, p, ascending)
-
-
-def _priority_rows(c, q, p, ascending):
-    """:func:`_priority` on one backend (:mod:`univer_theory.nx`)."""
+    ``rank``, ``on`` (drafted, in order) and ``q``, ``c`` in that order.  numpy or torch."""
     nx = get_backend(c, q)
     order = descending_ratio_order(ascending, p, q)
     return order, order_ranks(order), nx.take(q > 0, order), nx.take(q, order), nx.take(c, order)
@@ -122,12 +116,12 @@ def _thinned(theta, avail, order, rank, q, tuples):
     return th * nx.where(before, (1 - th)[..., None, :], 1.0).prod(-1), nx.put(0 * q, order, theta * avail)
 
 
-def _symmetric_sums(r: torch.Tensor, h: torch.Tensor, k: int, reverse: bool):
+def _symmetric_sums(r, h, k: int, reverse: bool):
     """Over the tokens before each i (after it with ``reverse``), ``r, h [R, m, t]``: the elementary symmetric
     sums ``P_n = e_n(r)`` for n < k and ``D_n = Σ_j h_j e_n(r without j)`` for n < k − 1 — nested exclusive
     cumulative sums of non-negative terms, ``P_n(i) = Σ_{j<i} r_j P_{n−1}(j)``,
-    ``D_n(i) = Σ_{j<i} h_j P_n(j) + r_j D_{n−1}(j)``."""
-    P = [torch.ones_like(r)]
+    ``D_n(i) = Σ_{j<i} h_j P_n(j) + r_j D_{n−1}(j)``.  numpy or torch."""
+    P = [1.0 + 0 * r]
     D = [exclusive_cumsum(h, reverse, axis=1)]
     for n in range(1, k):
         P.append(exclusive_cumsum(r * P[-1], reverse, axis=1))
@@ -144,23 +138,23 @@ CLOCK_CHUNK = {"cpu": 2**20, "accelerator": 2**25}
 CLOCK_CACHE = {"cpu": 2**26, "accelerator": 2**30}
 
 
-def _clock_grid(qs: torch.Tensor, k: int):
+def _clock_grid(qs, k: int):
     """Every row's Gauss–Legendre grid of the exact core (``plans.clocks``: panels of width 60 from
     ``s = −30``, as many as :func:`~univer_theory.plans.clocks.grid_panels` asks for the row's k-th largest
     rate): ``(s [t], weights [R, t])`` — the panels are the same for every row, a row's weights are 0 beyond its
     own.  The grid's length ``t`` (400 × the most panels of any row) is a data-dependent shape: its one host
-    read per call (a fixed 13-panel grid would cost 13× on every row)."""
-    slowest = qs.topk(k, dim=1).values[:, -1]
-    panels = torch.as_tensor(grid_panels(torch.where(slowest > 0, slowest, 1.0)), dtype=qs.dtype,
-                             device=qs.device).expand(qs.shape[0])
+    read per call (a fixed 13-panel grid would cost 13× on every row).  numpy or torch."""
+    nx = get_backend(qs)
+    slowest = nx.top_values(qs, k)[:, -1]
+    panels = grid_panels(nx.where(slowest > 0, slowest, 1.0))
     most = int(panels.max())
-    s, weights = (torch.tensor(x, dtype=qs.dtype, device=qs.device)
+    s, weights = (nx.asarray(x, qs)
                   for x in log_time_grid(LOG_T_NODES, LOG_T_RANGE[0] + (LOG_T_RANGE[1] - LOG_T_RANGE[0]) * most))
-    panel = torch.arange(s.numel(), device=qs.device) // LOG_T_NODES
-    return s, torch.where(panel[None, :] < panels[:, None], weights, 0.0)
+    panel = nx.arange(s.shape[0], qs) // LOG_T_NODES
+    return s, nx.where(panel[None, :] < panels[:, None], weights, 0.0)
 
 
-def _clock_avail(qs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):
+def _clock_avail(qs, k: int, s, weights):
     """k ≥ 2: ``g ↦ avail`` by the exponential-clock integral of
     :func:`univer_theory.plans.clocks.sequential_thinning_avail` on the rows' grids (:func:`_clock_grid`), all
     tokens at once.  With ``e_z = e^{−q_z T}``, ``f_z = e_z + g_z(1 − e_z)u`` the products over the tokens before y
@@ -168,38 +162,40 @@ def _clock_avail(qs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tenso
     ``ẽ_z = max(e_z, δ)``, ``r_z = g_z(1 − e_z)/ẽ_z`` and ``D = Π ẽ · Σ_n (Σ_j h_j e_n(r without j)) u^n``,
     ``h_z = g_z q_z e_z/ẽ_z`` (:func:`_symmetric_sums`); ``Π ẽ`` is taken as ``exp`` of a sum of logs.
     ``δ = e^{−λ}`` with ``(k − 1)(λ + log m) ≤ 690`` keeps every ``e_n(r)`` finite in float64; it changes each
-    polynomial coefficient by at most ``m·δ`` (``λ ≥ 60`` is required: k ≤ :data:`PTS_MAX_K`)."""
+    polynomial coefficient by at most ``m·δ`` (``λ ≥ 60`` is required: k ≤ :data:`PTS_MAX_K`).  numpy or
+    torch."""
+    nx = get_backend(qs)
     R, m = qs.shape
     lam = 690.0 / (k - 1) - math.log(m)
     if lam < 60:
         raise ValueError(f"_clock_avail: k = {k} children over {m} tokens is beyond the float64 range of the "
                          f"scaled clock products (k ≤ {PTS_MAX_K} at V ≤ 2^16)")
-    device = "cpu" if qs.device.type == "cpu" else "accelerator"
+    device = device_kind(qs)
     step = max(1, CLOCK_CHUNK[device] // (R * m))
-    chunks = [(s[i:i + step], weights[:, i:i + step]) for i in range(0, s.numel(), step)]
+    chunks = [(s[i:i + step], weights[:, i:i + step]) for i in range(0, s.shape[0], step)]
 
     def fixed(S):
         """The parts of one chunk that do not depend on g: clocks, ratios, sums after y (g = 1), Π_{z≠y} ẽ_z.
         Rates enter as ``q·T = exp(log q + log T)`` with the Jacobian T in them (``plans.clocks``)."""
         qt = rate_times(qs[..., None], S)                               # q·T [R, m, t]
-        e, ring = torch.exp(-qt), -torch.expm1(-qt)
-        log_e = (-qt).clamp(min=-lam)
-        e_clamped = torch.exp(log_e)
+        e, ring = nx.exp(-qt), -nx.expm1(-qt)
+        log_e = nx.maximum(-qt, -lam)
+        e_clamped = nx.exp(log_e)
         r, h = ring / e_clamped, qt * e / e_clamped
         Ps, Ds = _symmetric_sums(r, h, k, reverse=True)
-        return qt, e, ring, r, h, Ps, Ds, torch.exp(leave_one_out(log_e, axis=1))
+        return qt, e, ring, r, h, Ps, Ds, nx.exp(leave_one_out(log_e, axis=1))
 
-    cache = [fixed(S) for S, _ in chunks] if R * m * s.numel() * (2 * k + 4) <= CLOCK_CACHE[device] else None
+    cache = [fixed(S) for S, _ in chunks] if R * m * s.shape[0] * (2 * k + 4) <= CLOCK_CACHE[device] else None
 
     def avail(g):
-        out = torch.zeros_like(qs)
+        out = nx.zeros_like(qs)
         for i, (S, W) in enumerate(chunks):
             qt, e, ring, r, h, Ps, Ds, scale = cache[i] if cache else fixed(S)
             Pp, Dp = _symmetric_sums(g[..., None] * r, g[..., None] * h, k, reverse=False)   # before y: its g
             first = qt * e * sum(Pp[n] * Ps[k - 1 - n] for n in range(k))
             later = ring * sum(Dp[n] * Ps[k - 2 - n] + Pp[n] * Ds[k - 2 - n] for n in range(k - 1))
             out = out + (scale * (first + later) * W[:, None, :]).sum(-1)
-        return out.clamp(min=0)
+        return nx.maximum(out, 0.0)
     return avail
 
 
@@ -208,14 +204,14 @@ def _clock_avail(qs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tenso
 PTS_MAX_K = 8
 
 
-def _walk(qs: torch.Tensor, cs: torch.Tensor, k: int, s: torch.Tensor, weights: torch.Tensor):
+def _walk(qs, cs, k: int, s, weights):
     """``(θ, avail)`` in priority order by the exact core's priority walk,
     :func:`univer_theory.plans.clocks.thinning_walk` (compiled, on the host, in cache-sized row chunks; the same
-    function the exact core runs on its one row): on the CPU on numpy views of the same memory; on an accelerator
-    the rows are copied to the host and back (a sequential walk has no parallel form there — the fixed point is
-    the accelerator's path, :data:`WALKS`)."""
-    theta, avail = thinning_walk(*(x.cpu().numpy() for x in (qs, cs)), k, s.cpu().numpy(), weights.cpu().numpy())
-    return torch.from_numpy(theta).to(qs.device), torch.from_numpy(avail).to(qs.device)
+    function the exact core runs on its one row): numpy rows directly; tensors are copied to the host and back (a
+    sequential walk has no parallel form on an accelerator — the fixed point is its path, :data:`WALKS`)."""
+    nx = get_backend(qs)
+    theta, avail = thinning_walk(*(nx.to_numpy(x) for x in (qs, cs)), k, nx.to_numpy(s), nx.to_numpy(weights))
+    return nx.asarray(theta, qs), nx.asarray(avail, qs)
 
 
 def _pair_fixed_point(qs, on, cs):
@@ -242,26 +238,30 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
     ``w`` shaped as ``children``, as ``univer_theory.plans.pts.pts_plan(...)`` (module docstring: the walk as a
     fixed point; k = 2 in closed form, k ≥ 3 by the clock integral or the walk, per ``walk`` — :data:`WALKS`).
     The fixed point stops at its first pass that changes nothing (a data-dependent pass count: one host read
-    per pass; for k = 2 on the CPU on numpy views, :func:`gpu.host.on_host`).  ``order``: the rows' ascending
-    ratio order when the caller has it."""
+    per pass).  ``order``: the rows' ascending ratio order when the caller has it.  On the CPU on numpy views,
+    one host call (:func:`gpu.host.on_host`)."""
     if walk not in WALKS:
         raise ValueError(f"pts_weights: walk must be one of {list(WALKS)}, got {walk!r}")
+    return on_host(_pts_weights, c, q, p, children, walk, order)
+
+
+def _pts_weights(c, q, p, children, walk: str, order):
+    """:func:`pts_weights` on one backend (:mod:`univer_theory.nx`)."""
     k = children.shape[-1]
-    order, rank, on, qs, cs = _priority(c, q, p, on_host(ratio_argsort, p, q) if order is None else order)
-    walk = walk if walk != "auto" else ("sequential" if q.device.type == "cpu" else "fixed_point")
+    order, rank, on, qs, cs = _priority(c, q, p, ratio_argsort(p, q) if order is None else order)
+    walk = walk if walk != "auto" else ("sequential" if device_kind(q) == "cpu" else "fixed_point")
     if k > PTS_MAX_K or (k >= 3 and walk == "sequential"):
         theta, avail = _walk(qs, cs, k, *_clock_grid(qs, k))
+    elif k == 2:
+        theta, avail, finite = _pair_fixed_point(qs, on, cs)
+        bad = get_backend(qs).nonzero(~finite)[0]
+        if bad.shape[0]:                # the closed form overflows there: the clock integral, as the exact core
+            theta[bad], avail[bad] = thinning_fixed_point(
+                _clock_avail(qs[bad], 2, *_clock_grid(qs[bad], 2)), on[bad], cs[bad])
     else:
-        if k == 2:
-            theta, avail, finite = on_host(_pair_fixed_point, qs, on, cs)
-            bad = (~finite).nonzero().squeeze(1)
-            if bad.numel():             # the closed form overflows there: the clock integral, as the exact core
-                theta[bad], avail[bad] = thinning_fixed_point(
-                    _clock_avail(qs[bad], 2, *_clock_grid(qs[bad], 2)), on[bad], cs[bad])
-        else:
-            theta, avail = thinning_fixed_point(_clock_avail(qs, k, *_clock_grid(qs, k)), on, cs)
-    w, a = on_host(_thinned, theta, avail, order, rank, q, children.reshape(q.shape[0], -1, k))
-    return w.view(children.shape), a
+        theta, avail = thinning_fixed_point(_clock_avail(qs, k, *_clock_grid(qs, k)), on, cs)
+    w, a = _thinned(theta, avail, order, rank, q, children.reshape(q.shape[0], -1, k))
+    return w.reshape(children.shape), a
 
 
 # ----------------------------------------------------------------------------------------- iid coupling (rule 5)
@@ -310,40 +310,43 @@ def _symmetric_layout(c, q, seqs):
 
 
 # ----------------------------------------------------------------------------------------- the choice
-def _first_draw(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, walk: str):
+def _first_draw(c, q, children, walk: str):
     """Rule 8 (:mod:`univer_theory.plans.first_draw`) on rows ``c, q [r, V]`` for ``children [r, k]`` or
     ``[r, T, k]``: the inner (k − 1)-child plan is :func:`wor_weights` itself (k − 1 ≥ 2) or the single-child
     rule, on ``(S_2, …, S_k)``; tuples whose first child is not the top token take the room that leaves
     (:func:`univer_theory.plans.first_draw.first_draw_weights`; for the inner plan their tails are replaced by the
-    inner row's top k − 1 tokens, a valid tuple whose inner weights are discarded)."""
+    inner row's top k − 1 tokens, a valid tuple whose inner weights are discarded).  numpy or torch."""
+    nx = get_backend(c, q)
     t, pi, q_in, rho_in, p_in = first_draw_rows(c, q)
     c_in = rho_in[:, None] * p_in       # c' = ρ'p', formed as the core's inner choice forms it
-    lead = (1,) * (children.dim() - 2)
-    first = children[..., 0] == t.view(-1, *lead)
+    lead = (1,) * (children.ndim - 2)
+    first = children[..., 0] == t.reshape(-1, *lead)
     k = children.shape[-1]
-    tails = torch.where(first[..., None], children[..., 1:], top_tokens(q_in, k - 1).view(-1, *lead, k - 1))
+    tails = nx.where(first[..., None], children[..., 1:], top_tokens(q_in, k - 1).reshape(-1, *lead, k - 1))
     if k > 2:
-        w_in, a_in = wor_weights(c_in, q_in, rho_in, p_in, tails, walk)
+        w_in, a_in = _wor_weights(c_in, q_in, rho_in, p_in, tails, walk)
     else:
         q1, a_in = single_child_rows(c_in, q_in, "wor")
-        w_in = single_child_weights(c_in, q1, tails.reshape(tails.shape[0], -1)).view(tails.shape)
+        w_in = single_child_weights(c_in, q1, tails.reshape(tails.shape[0], -1)).reshape(tails.shape)
     a, tau, u, v = first_draw_marginal(c, q, t, pi, a_in)
-    u1 = u.gather(1, children[..., 0].reshape(children.shape[0], -1)).view(first.shape)
-    second = children[..., 1] == t.view(-1, *lead)
-    return first_draw_weights(first, w_in, tau.view(-1, *lead), u1, second, v.view(-1, *lead)), a
+    u1 = nx.take(u, children[..., 0].reshape(children.shape[0], -1)).reshape(first.shape)
+    second = children[..., 1] == t.reshape(-1, *lead)
+    return first_draw_weights(first, w_in, tau.reshape(-1, *lead), u1, second, v.reshape(-1, *lead)), a
 
 
 def _take(w, a, rows, take, chosen, other):
     """In place, ``(w, a)[rows] = chosen`` where ``take [n]`` holds, ``other`` elsewhere."""
-    w[rows] = torch.where(take.view(-1, *(1,) * (w.dim() - 1)), chosen[0], other[0])
-    a[rows] = torch.where(take[:, None], chosen[1], other[1])
+    nx = get_backend(w, a)
+    w[rows] = nx.where(take.reshape(-1, *(1,) * (w.ndim - 1)), chosen[0], other[0])
+    a[rows] = nx.where(take[:, None], chosen[1], other[1])
 
 
 def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Tensor, children: torch.Tensor,
                 walk: str = "auto"):
     """UniVer's automatic choice for k ≥ 2 wor children: for k = 2 rule 3 where feasible (its α within
     ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``; the
-    coupling, which attains α*_iid(ρ) exactly, built only where that exceeds PTS's α), replaced on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
+    coupling, which attains α*_iid(ρ) exactly, built only where that exceeds PTS's α), replaced on draft supports
+    of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
     where its α is larger by more than ``ALPHA_TIE``, and on larger supports within the Luce budget by rule 7
     (:func:`gpu.luce.luce_rows_weights`, on rows whose classes of exchangeable tokens fit its budget,
     :func:`gpu.luce.luce_rows`) where its α is larger by more than ``OPTIMALITY_TOL`` —
@@ -354,49 +357,58 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     rule 8 (:func:`_first_draw`) where it is better by more than ``OPTIMALITY_TOL``, as there.
     ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
     shaped as ``children``; ``walk``: how PTS finds θ (:func:`pts_weights`).  Rows with ρ = 0 are never reached:
-    ``w = a = 0`` there and no rule is built (``choose.unreached_plan``)."""
+    ``w = a = 0`` there and no rule is built (``choose.unreached_plan``).  On the CPU the whole choice is one host
+    call on numpy views (:func:`gpu.host.on_host`)."""
+    if walk not in WALKS:
+        raise ValueError(f"wor_weights: walk must be one of {list(WALKS)}, got {walk!r}")
+    return on_host(_wor_weights, c, q, rho, p, children, walk)
+
+
+def _wor_weights(c, q, rho, p, children, walk: str):
+    """:func:`wor_weights` on one backend (:mod:`univer_theory.nx`)."""
+    nx = get_backend(c, q)
+    w, a = nx.full(children.shape, 0.0, c), nx.zeros_like(c)
     live = rho > 0
     if not bool(live.all()):
-        w, a = torch.zeros_like(children, dtype=c.dtype), torch.zeros_like(c)
-        rows = live.nonzero().squeeze(1)
-        if rows.numel():
-            w[rows], a[rows] = wor_weights(c[rows], q[rows], rho[rows], p[rows], children[rows], walk)
+        rows = nx.nonzero(live)[0]
+        if rows.shape[0]:
+            w[rows], a[rows] = _wor_weights(c[rows], q[rows], rho[rows], p[rows], children[rows], walk)
         return w, a
-    order = on_host(ratio_argsort, p, q)        # the ratio order of α*(ρ), rule 3's cut and PTS's priority
-    if children.shape[-1] == 2:
-        w, a, feasible = wor_pair_weights(c, q, rho, p, children, order)
-    else:
-        w, a = torch.zeros_like(children, dtype=c.dtype), torch.zeros_like(c)
-        feasible = torch.zeros_like(rho, dtype=torch.bool)
+    order = ratio_argsort(p, q)         # the ratio order of α*(ρ), rule 3's cut and PTS's priority
     k = children.shape[-1]
-    rows = (~feasible).nonzero().squeeze(1)
-    if rows.numel():
-        w_pts, a_pts = pts_weights(c[rows], q[rows], p[rows], children[rows], walk, order[rows])
+    if k == 2:
+        w_pair, a, feasible = _pair_rule_weights(c, q, rho, p, children.reshape(q.shape[0], -1, 2), order)
+        w = w_pair.reshape(children.shape)
+    else:
+        feasible = ~live                # all False: no row has a plan yet
+    rows = nx.nonzero(~feasible)[0]
+    if rows.shape[0]:
+        w_pts, a_pts = _pts_weights(c[rows], q[rows], p[rows], children[rows], walk, order[rows])
         w[rows], a[rows] = w_pts, a_pts
-        alpha = a_pts.sum(1)        # the coupling attains α*_iid(ρ): built only where that exceeds PTS's α
-        rows = rows[on_host(alpha_star_rows, p[rows], q[rows], k, "iid", rho[rows], order[rows])[0] > alpha]
-    if rows.numel():
-        w_cp, a_cp = coupling_weights(c[rows], q[rows], children[rows])
-        _take(w, a, rows, a_cp.sum(1) > a[rows].sum(1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))
-    support = (q > 0).sum(1)
-    rows = (~feasible & (support <= SMALL_SUPPORT)).nonzero().squeeze(1)
-    if rows.numel():                    # rule 1 on small supports, where it beats them by more than ALPHA_TIE
+        alpha = a_pts.sum(-1)           # the coupling attains α*_iid(ρ): built only where that exceeds PTS's α
+        rows = rows[alpha_star_rows(p[rows], q[rows], k, "iid", rho[rows], order[rows])[0] > alpha]
+    if rows.shape[0]:
+        w_cp, a_cp = _coupling_weights(c[rows], q[rows], children[rows])
+        _take(w, a, rows, a_cp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))
+    support = (q > 0).sum(-1)
+    rows = nx.nonzero(~feasible & (support <= SMALL_SUPPORT))[0]
+    if rows.shape[0]:                   # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
-        _take(w, a, rows, solved & (a_lp.sum(1) > a[rows].sum(1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
-    rows = (~feasible & (support > SMALL_SUPPORT)).nonzero().squeeze(1)
-    if rows.numel():                    # rules 7 and 8 where the plan so far is short of α*(ρ) by more than OPTIMALITY_TOL
-        alpha = a[rows].sum(1)
+        _take(w, a, rows, solved & (a_lp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
+    rows = nx.nonzero(~feasible & (support > SMALL_SUPPORT))[0]
+    if rows.shape[0]:                   # rules 7 and 8 where the plan so far is short of α*(ρ) by more than OPTIMALITY_TOL
+        alpha = a[rows].sum(-1)
         first = first_draw_gate(q[rows], alpha, OPTIMALITY_TOL)
         luce = luce_rows(c[rows], q[rows], k)
         rows, first, luce, alpha = rows[first | luce], first[first | luce], luce[first | luce], alpha[first | luce]
-    if rows.numel():
-        star = on_host(alpha_star_rows, p[rows], q[rows], k, "wor", rho[rows], order[rows])[0] - OPTIMALITY_TOL
+    if rows.shape[0]:
+        star = alpha_star_rows(p[rows], q[rows], k, "wor", rho[rows], order[rows])[0] - OPTIMALITY_TOL
         fit = rows[luce & (alpha < star)]
-        if fit.numel():                 # rule 7 where it beats the rest by more than OPTIMALITY_TOL
+        if fit.shape[0]:                # rule 7 where it beats the rest by more than OPTIMALITY_TOL
             w_l, a_l = luce_rows_weights(c[fit], q[fit], children[fit])
-            _take(w, a, fit, a_l.sum(1) > a[fit].sum(1) + OPTIMALITY_TOL, (w_l, a_l), (w[fit], a[fit]))
-        fit = rows[first & (a[rows].sum(1) < star)]
-        if fit.numel():                 # rule 8 where it beats the rest by more than OPTIMALITY_TOL
+            _take(w, a, fit, a_l.sum(-1) > a[fit].sum(-1) + OPTIMALITY_TOL, (w_l, a_l), (w[fit], a[fit]))
+        fit = rows[first & (a[rows].sum(-1) < star)]
+        if fit.shape[0]:                # rule 8 where it beats the rest by more than OPTIMALITY_TOL
             w_f, a_f = _first_draw(c[fit], q[fit], children[fit], walk)
-            _take(w, a, fit, a_f.sum(1) > a[fit].sum(1) + OPTIMALITY_TOL, (w_f, a_f), (w[fit], a[fit]))
+            _take(w, a, fit, a_f.sum(-1) > a[fit].sum(-1) + OPTIMALITY_TOL, (w_f, a_f), (w[fit], a[fit]))
     return w, a

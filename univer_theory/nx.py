@@ -57,6 +57,13 @@ class NumpyBackend:
         return np.argmax(x, axis=-1)[..., None]
 
     @staticmethod
+    def top_values(x, n: int):
+        """``[..., n]``: the n largest entries along the last axis, largest first (a partition, then a sort of
+        those n)."""
+        top = -np.partition(-x, n - 1, axis=-1)[..., :n] if n < x.shape[-1] else x
+        return -np.sort(-top, axis=-1)
+
+    @staticmethod
     def take(x, idx):
         """``x[..., idx[..., j]]`` along the last axis (``take_along_axis``; batch axes broadcast)."""
         if x.ndim == 2 and idx.ndim == 2:               # rows: plain fancy indexing (take_along_axis's checks
@@ -170,6 +177,11 @@ class NumpyBackend:
         return np.asarray(x)
 
     @staticmethod
+    def astype(x, like):
+        """``x`` in ``like``'s dtype (no copy when it already is)."""
+        return x.astype(like.dtype, copy=False)
+
+    @staticmethod
     def expm1(x):
         return np.expm1(x)
 
@@ -212,6 +224,10 @@ class TorchBackend:
     @staticmethod
     def argmax(x):
         return x.argmax(-1, keepdim=True)              # the first maximal entry, as numpy
+
+    @staticmethod
+    def top_values(x, n: int):
+        return x.topk(n, -1).values
 
     @staticmethod
     def take(x, idx):
@@ -301,6 +317,10 @@ class TorchBackend:
     @staticmethod
     def to_numpy(x):
         return x.detach().cpu().numpy()
+
+    @staticmethod
+    def astype(x, like):
+        return x.to(like.dtype)
 
     @staticmethod
     def expm1(x):

@@ -107,7 +107,7 @@ def first_token_counts(batch, p_rows, q_rows, gen):
 def fixed_clock_range(monkeypatch):
     """The known-lossy variant: the clock grid's fixed upper end log T = 30 of before."""
     monkeypatch.setattr(clocks, "grid_panels", lambda rate: 1)
-    monkeypatch.setattr(wor_plans, "grid_panels", lambda rate: 1)
+    monkeypatch.setattr(wor_plans, "grid_panels", lambda rate: 1 + 0 * rate)
 
 
 def audit_row(V=12, e=1e-16):
@@ -124,8 +124,8 @@ def test_verify_emits_the_target_law_on_the_audit_row(monkeypatch):
     samples are rejected.  Rules 7 (Luce) and 8 (first draw) are switched off, so the root takes PTS's clock
     integral as on a row beyond Luce's budget whose top token is not confident (their batched plans are checked
     exactly in tests/gpu/test_luce.py and test_choice_realises_its_marginal_and_matches_the_core)."""
-    monkeypatch.setattr(wor_plans, "luce_rows", lambda c, q, k: torch.zeros(q.shape[0], dtype=torch.bool))
-    monkeypatch.setattr(wor_plans, "first_draw_gate", lambda q, alpha, tol: torch.zeros_like(alpha, dtype=torch.bool))
+    monkeypatch.setattr(wor_plans, "luce_rows", lambda c, q, k: q[:, 0] < 0)            # no row qualifies
+    monkeypatch.setattr(wor_plans, "first_draw_gate", lambda q, alpha, tol: alpha < 0)  # no row qualifies
     p, q = audit_row()
     batch, p_rows, q_rows, gen = drafted(p, q, 3, 20_000, 0)
     with monkeypatch.context() as m:

@@ -38,11 +38,13 @@ LOG_RATE_TIME_CAP = math.log(1e4)
 def grid_panels(slowest_rate):
     """Panels of width 60 from ``s = −30`` that cover ``q_(k)·T ≤ TAIL_RATE_TIME`` for a slowest relevant clock
     rate ``q_(k) > 0`` (module docstring): ``1 + max(0, ⌈(log(50/q_(k)) − 30)/60⌉)``, 1 to 13 in float64.  A
-    float, or a torch tensor of rates (one count per row, as floats, on the rates' device: no host read)."""
+    float, or an array of rates, numpy or torch (one count per row, as floats, beside the rates: no host read)."""
     width = LOG_T_RANGE[1] - LOG_T_RANGE[0]
     if isinstance(slowest_rate, (int, float)):
         return 1 + max(0, math.ceil((math.log(TAIL_RATE_TIME) - math.log(slowest_rate) - LOG_T_RANGE[1]) / width))
-    return 1 + ((math.log(TAIL_RATE_TIME) - slowest_rate.log() - LOG_T_RANGE[1]) / width).ceil().clamp(min=0)
+    nx = get_backend(slowest_rate)
+    return 1 + nx.maximum(array_module(slowest_rate).ceil(
+        (math.log(TAIL_RATE_TIME) - nx.log(slowest_rate) - LOG_T_RANGE[1]) / width), 0.0)
 
 
 def log_time_upper(slowest_rate: float) -> float:
