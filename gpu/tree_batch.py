@@ -43,6 +43,52 @@ def _shape_ids(children, height, max_depth: int):
     return ids[:, :N], tuple(keys)
 
 
+def _depths(parent, valid):
+    """:attr:`TreeBatch.depth` by pointer jumping: ``d(u)`` starts at 1 below a parent (0 at a root) and ``a(u)``
+    at the parent (the root itself); each round ``d(u) += d(a(u))``, ``a(u) = a(a(u))`` doubles the span summed,
+    so ⌈log₂ N⌉ rounds reach every root.  numpy or torch (:mod:`univer_theory.nx`)."""
+    nx = get_backend(parent)
+    N = parent.shape[1]
+    has = parent >= 0
+    depth = nx.where(has, 1, 0) + 0 * parent
+    anc = nx.where(has, parent, nx.arange(N, parent)[None, :] + 0 * parent)
+    for _ in range(max(N - 1, 1).bit_length()):
+        depth = depth + nx.take(depth, anc)
+        anc = nx.take(anc, anc)
+    return nx.where(valid, depth, -1)
+
+
+def _heights(children, internal, valid, max_depth: int):
+    """:attr:`TreeBatch.height` from ``children [B, N, K]`` (dump slot N): ``max_depth`` rounds of
+    ``h(u) = 1 + max_j h(child_j)`` (round t makes every height ≤ t + 1 right).  numpy or torch."""
+    nx = get_backend(children)
+    B, N, _ = children.shape
+    height = nx.full((B, N + 1), 0, children)
+    height[:, N] = -1                                     # the dump slot ``children`` pads with
+    for _ in range(max_depth):
+        below = nx.amax(nx.take(height, children.reshape(B, -1)).reshape(B, N, -1))
+        height[:, :N] = nx.where(internal, below + 1, 0)
+    return nx.where(valid, height[:, :N], -1)
+
+
+def _level_nodes(num_children, valid, depth, children, max_depth: int):
+    """:attr:`TreeBatch.level_nodes` on one backend (:mod:`univer_theory.nx`): per depth one stable sort of the
+    branching, largest first, and the count of rows with a j-th child (a host read: the level's shapes)."""
+    nx = get_backend(num_children)
+    N = num_children.shape[1]
+    k = nx.where((num_children > 0) & valid, num_children, 0).reshape(-1)
+    depth = depth.reshape(-1)
+    out = []
+    for d in range(max_depth):
+        k_d = nx.where(depth == d, k, 0)
+        order = nx.argsort(-k_d)                          # largest branching first, ties in (tree, slot) order
+        counts = (k_d[:, None] > nx.arange(int(k_d.max()), k_d)).sum(0).tolist()
+        order = order[:counts[0]]
+        tree, slot = order // N, order % N
+        out.append((tree, slot, children[tree, slot, :len(counts)], tuple(counts)))
+    return tuple(out)
+
+
 def _as_long(x, where: str, name: str, device) -> torch.Tensor:
     t = torch.as_tensor(x, device=device)
     if t.dtype.is_floating_point or t.dtype == torch.bool or t.is_complex():
@@ -210,14 +256,9 @@ class TreeBatch:
 
     @cached_property
     def depth(self) -> torch.Tensor:
-        """``[B, N]`` long: depth of every node (root 0, a drafted child of the root 1); −1 for padding."""
-        B, N = self.parent.shape
-        depth = torch.zeros(B, N, dtype=torch.long, device=self.device)
-        has_parent = self.parent >= 0
-        par = self.parent.clamp(min=0)
-        for _ in range(N - 1):  # after step t every node of depth ≤ t+1 is right
-            depth = torch.where(has_parent, depth.gather(1, par) + 1, depth)
-        return torch.where(self.valid, depth, -1)
+        """``[B, N]`` long: depth of every node (root 0, a drafted child of the root 1); −1 for padding.  By pointer
+        jumping (:func:`_depths`)."""
+        return on_host(_depths, self.parent, self.valid)
 
     @cached_property
     def max_depth(self) -> int:
@@ -247,15 +288,8 @@ class TreeBatch:
 
     @cached_property
     def height(self) -> torch.Tensor:
-        """``[B, N]`` long: height of every node (a leaf 0, its parent 1, …); −1 for padding."""
-        B, N = self.parent.shape
-        internal = self.num_children > 0
-        height = torch.zeros(B, N + 1, dtype=torch.long, device=self.device)
-        height[:, N] = -1                                     # the dump slot ``children`` pads with
-        for _ in range(self.max_depth):  # after step t every node of height ≤ t+1 is right
-            below = height.gather(1, self.children.reshape(B, -1)).view(B, N, -1).amax(-1)
-            height[:, :N] = torch.where(internal, below + 1, 0)
-        return torch.where(self.valid, height[:, :N], -1)
+        """``[B, N]`` long: height of every node (a leaf 0, its parent 1, …); −1 for padding (:func:`_heights`)."""
+        return on_host(_heights, self.children, self.num_children > 0, self.valid, self.max_depth)
 
     @cached_property
     def subtree_shapes(self) -> tuple[torch.Tensor, tuple[str, ...]]:
@@ -282,19 +316,9 @@ class TreeBatch:
         """Per depth ``d < D``, the internal nodes at depth d of all trees packed into ``R_d`` rows (no padding
         across trees): ``(tree [R_d], slot [R_d], kids [R_d, K_d], active)``.  Rows are sorted by branching,
         largest first (ties in (tree, slot) order), so ``active[j]`` — the number of rows with a j-th child —
-        makes every row ``≥ active[j]`` childless at sibling index j; ``kids`` is padded with ``N``."""
-        B, N = self.parent.shape
-        k = torch.where((self.num_children > 0) & self.valid, self.num_children, 0).reshape(-1)
-        depth = self.depth.reshape(-1)
-        out = []
-        for d in range(self.max_depth):
-            k_d = torch.where(depth == d, k, 0)
-            order = torch.sort(k_d, descending=True, stable=True).indices
-            counts = (k_d[:, None] > torch.arange(int(k_d.max()), device=self.device)).sum(0).tolist()
-            order = order[:counts[0]]
-            tree, slot = order // N, order % N
-            out.append((tree, slot, self.children[tree, slot, :len(counts)], tuple(counts)))
-        return tuple(out)
+        makes every row ``≥ active[j]`` childless at sibling index j; ``kids`` is padded with ``N``
+        (:func:`_level_nodes`)."""
+        return on_host(_level_nodes, self.num_children, self.valid, self.depth, self.children, self.max_depth)
 
     # ---------------------------------------------------------------------------------------------------
     # Conversions

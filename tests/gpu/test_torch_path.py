@@ -1,10 +1,12 @@
-"""The torch path of the node formulas that the CPU runs in numpy (:func:`gpu.host.on_host`: rule 3, α*(ρ), the
-layout), of the batched simplex and of the drafted-support scan (:func:`gpu.simplex.lex_simplex`,
-:func:`gpu.support.scan`: compiled loops on the CPU).  An accelerator runs them in torch, which this machine may not
-have; here the host branch is switched off so that CPU tensors go through torch, and a representative set of the
-batched-vs-exact-core tests runs again: E[τ | T] on wide and asymmetric trees (every wor rule, the layout, the slot
-LP's simplex), rule 3 and PTS by enumeration, the layout by enumeration and in size buckets, and truncated drafts
-planned on their drafted support.  Each then compares the torch run with the exact core or the enumeration oracle at
+"""The torch path of what the CPU runs in numpy (:func:`gpu.host.on_host`: the whole UniVer level rule — the wor
+choice with rules 1, 3, 4, 5, 7, 8, α*(ρ), the layout, the slot rules —, the tree structure), of the batched simplex
+and of the drafted-support scan (:func:`gpu.simplex.lex_simplex`, :func:`gpu.support.scan`: compiled loops on the
+CPU).  An accelerator runs them in torch, which this machine may not have; here the host branch is switched off so
+that CPU tensors go through torch, and a representative set of the batched-vs-exact-core tests runs again: E[τ | T]
+on wide and asymmetric trees (every wor rule, the layout, the slot LP's simplex) and on small-vocabulary wor trees
+(rule 1's LPs), rule 3 and PTS by enumeration, PTS's clock fixed point against the walk, the wor choice on confident
+rows and where it takes rules 7 and 8, the layout by enumeration and in size buckets, and truncated drafts planned
+on their drafted support.  Each then compares the torch run with the exact core or the enumeration oracle at
 the original test's tolerance.  The memory test runs here too: its dispatch mode sees torch tensors only, and on the
 host branch the same functions form numpy arrays of the same sizes."""
 import pytest
@@ -13,7 +15,8 @@ import gpu.host
 import gpu.simplex
 import gpu.support
 
-from . import test_compile_memory, test_support, test_tree_batch, test_univer, test_wor_plans
+from . import (test_compile_memory, test_condot, test_confident_rows, test_luce, test_support, test_tree_batch,
+               test_univer, test_wor_plans)
 from .test_support import compacted  # noqa: F401  (a fixture)
 
 
@@ -64,3 +67,20 @@ def test_binary_wor_trees():
 
 def test_wide_wor_node_memory():
     test_compile_memory.test_wide_wor_node_allocates_near_its_inputs()
+
+
+def test_small_vocabulary_wor_trees():
+    test_condot.test_small_vocabulary_wor_trees_match_the_exact_core(5, ["2,2", "3,1", "4"])
+
+
+def test_pts_clock_fixed_point():
+    test_confident_rows.test_pts_fixed_point_equals_the_walk(3)
+
+
+def test_wor_choice_on_confident_rows():
+    test_confident_rows.test_choice_realises_its_marginal_and_matches_the_core(6, 3)
+
+
+def test_wor_choice_takes_rules_7_and_8():
+    test_luce.test_the_batched_choice_takes_rule_7_as_the_core(3)
+    test_confident_rows.test_the_batched_choice_takes_rule_8_as_the_core()

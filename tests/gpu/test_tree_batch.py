@@ -1,4 +1,5 @@
 """TreeBatch: padding, derived structure, SGLang round trip, attention mask, validation of raw tensors."""
+import numpy as np
 import pytest
 import torch
 
@@ -52,6 +53,25 @@ def test_unique_rows_is_torch_unique_by_rows(M, K, high):
     want = torch.unique(rows, dim=0, return_inverse=True)
     for got in (unique_rows(rows), _unique_rows(rows)):
         assert torch.is_tensor(got[0]) and torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_distinct_rows_groups_equal_rows_and_never_merges_different_ones(backend):
+    """``distinct_rows`` (the de-duplication of a level's probability rows before rule 1's LPs and rule 7's fit):
+    equal rows share a group whose first row is the lowest index, different rows never do — also when their
+    fingerprints (sum, index-weighted sum) collide, where every row is its own group."""
+    from gpu.unique import distinct_rows
+
+    to = (lambda x: x) if backend == "numpy" else torch.from_numpy
+    rng = np.random.default_rng(0)
+    base = rng.dirichlet(np.ones(9), size=4)
+    x = base[[2, 0, 2, 3, 1, 0, 0]]
+    first, inverse = (np.asarray(v) for v in distinct_rows(to(x)))
+    assert sorted(first.tolist()) == [0, 1, 3, 4]                  # the lowest index of each of the 4 rows
+    assert np.array_equal(x[first][inverse], x)
+    collide = np.array([[0.0, 0.5, 0.5, 0.0], [0.5, 0.0, 0.0, 0.5], [0.0, 0.5, 0.5, 0.0]])   # same sum, same Σ i·x_i
+    first, inverse = (np.asarray(v) for v in distinct_rows(to(collide)))
+    assert first.tolist() == [0, 1, 2] and inverse.tolist() == [0, 1, 2]
 
 
 def nesting(key):
