@@ -54,15 +54,10 @@ from .node_inputs import check_node_inputs
 #: side's scale ``max(1, max c, max q·q(s)/R)`` (:func:`side_tolerance`): float round-off of O(V) sums whose
 #: terms reach that scale — ~1e5 when one token holds all but 1e-5 of q, where b is known to ~1e-11 only.
 #: Violations within it are removed by the thinning ``t = min(1, c/b)``, which keeps the plan exactly lossless
-#: and costs α at most this much.  Also the (absolute) tolerance of the 1-D searches (:func:`bisect_increasing`).
+#: and costs α at most this much.  Also the (absolute) tolerance of the 1-D searches (:func:`first_crossing`).
 FEASIBILITY_TOL = 1e-13
 #: A plan counts as α*-optimal (so the rule returns it) when ``α ≥ α*(ρ) − OPTIMALITY_TOL``.
 OPTIMALITY_TOL = 1e-9
-#: Steps of the 1-D searches (each row stops earlier once its bracket's ends are adjacent floats).
-BISECTION_STEPS = 200
-#: ITP's truncation constant of the 1-D searches (:func:`bisect_increasing`), relative to the first bracket's
-#: width: ``κ₁ = ITP_K1/W₀`` (the authors' suggestion, 0.2/W₀), with ``κ₂ = 2`` and ``n₀ = 1``.
-ITP_K1 = 0.2
 #: The families, tried in this order on each side (``family`` codes of :func:`solve_side`: their index).
 FAMILIES = ("beta", "yield_accept")
 
@@ -102,54 +97,35 @@ def safe_div(a, b, where, fill: float = 0.0):
     return nx.where(where, a / nx.where(where, b, 1.0), fill)
 
 
-def bisect_increasing(f, lo, hi, active, start_tol=FEASIBILITY_TOL):
-    """Per row, the smallest E (to float resolution) with ``f(E) ≥ −FEASIBILITY_TOL`` for a non-decreasing
-    ``f`` (``f(E) [R]`` for ``E [R]``) with ``f(lo) ≤ 0 ≤ f(hi)``; ``lo`` itself where ``f(lo) ≥ −start_tol``;
-    rows not ``active`` keep ``hi``.
+def first_crossing(flo, lo, hi, knots, dslope, slope, active, start_tol=FEASIBILITY_TOL):
+    """Per row, the smallest ``E`` in ``[lo, hi]`` with ``f(E) ≥ −FEASIBILITY_TOL`` for a continuous,
+    non-decreasing, piecewise-linear ``f`` with ``f(lo) ≤ 0 ≤ f(hi)`` — exactly, from its pieces: ``flo = f(lo)``
+    ``[R]`` (evaluated by the caller), its slope ``slope [R]`` just after ``lo`` before any knot, and the slope
+    changes ``dslope [R, n]`` at ``knots [R, n]`` (any order; knots outside ``[lo, hi]`` act at its ends, so an
+    infinite one is harmless).  With the knots sorted, ``f`` at each is ``f(lo)`` plus the prefix sums of slope ×
+    gap; the crossing lies on the piece after the last knot still below ``−FEASIBILITY_TOL`` and is interpolated
+    there (that piece's slope is positive: ``f`` rises across it).  ``lo`` itself where ``f(lo) ≥ −start_tol``;
+    ``hi`` on rows not ``active``.
 
     The tolerances make the answer independent of the summation order where ``f`` has a plateau at 0 (the
     β-family when p = q and ρ = 1: every plateau point solves it, and the float sign of ``f`` is round-off
     noise): the search takes the plateau's start.  The plateau starts at ``lo``, and the β-family passes its
     side's scaled tolerance (:func:`side_tolerance`) as ``start_tol``, since its sums' round-off grows with
-    their terms (~1e-11 when one token holds all but 1e-5 of q).
-
-    The bracket ``f(lo) < −tol ≤ f(hi)`` shrinks until ``lo`` and ``hi`` are adjacent floats, so the answer is
-    the bracket's end whatever points are tried (up to the float ``f``'s round-off non-monotonicity at its
-    crossing).  The points are ITP's (Oliveira & Takahashi 2020: regula falsi on ``f + tol``, truncated by
-    ``κ₁W²`` toward the midpoint and projected onto a ball about it, :data:`ITP_K1`): superlinear on the
-    piecewise-linear functions searched here (one ``gpu.verify`` of a binary:4 wor tree at V = 49 152: 10–45
-    evaluations per search, where midpoints took 53–85), and the projection keeps the bracket within twice the
-    bisection's width after as many steps (at most one step more).  Each row stops at adjacency; the loop ends
-    when every row has (one host read per step)."""
-    nx = get_backend(lo, hi)
-    flo = f(lo)
-    done = ~active | (flo >= -start_tol)
-    hi = nx.where(done & active, lo, hi)
-    with quiet(lo):
-        fhi = f(hi)
-        w0 = hi - lo
-        k1 = ITP_K1 / w0
-    for j in range(BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        done = done | ~((lo < mid) & (mid < hi))
-        if bool(done.all()):
-            break
-        with quiet(lo):
-            width = hi - lo
-            glo, ghi = flo + FEASIBILITY_TOL, fhi + FEASIBILITY_TOL
-            falsi = (hi * glo - lo * ghi) / (glo - ghi)            # regula falsi: g(lo) < 0 ≤ g(hi)
-            toward = nx.where(mid >= falsi, 1.0 + 0 * mid, -1.0)
-            delta = k1 * width * width                             # truncation
-            x = nx.where(delta <= abs(mid - falsi), falsi + toward * delta, mid)
-            radius = nx.maximum(w0 * 0.5 ** j - 0.5 * width, 0.0)  # projection: bisection's worst case
-            x = nx.where(abs(x - mid) <= radius, x, mid - toward * radius)
-        x = nx.where((lo < x) & (x < hi), x, mid)
-        fx = f(x)
-        below = fx < -FEASIBILITY_TOL
-        up, down = ~done & below, ~done & ~below
-        lo, flo = nx.where(up, x, lo), nx.where(up, fx, flo)
-        hi, fhi = nx.where(down, x, hi), nx.where(down, fx, fhi)
-    return hi
+    their terms (~1e-11 when one token holds all but 1e-5 of q).  One sort of the knots and a few prefix sums,
+    where a bracketing search (ITP, before) evaluated ``f`` 10–45 times per row (docs/deviations.md item 46)."""
+    nx = get_backend(knots)
+    order = nx.argsort(knots)
+    x = nx.minimum(nx.maximum(nx.take(knots, order), lo[..., None]), hi[..., None])
+    after = slope[..., None] + nx.cumsum(nx.take(dslope, order))           # the slope after each knot
+    before = nx.concat([slope[..., None], after[..., :-1]])
+    f_at = flo[..., None] + nx.cumsum(before * (x - nx.concat([lo[..., None], x[..., :-1]])))
+    reached = f_at >= -FEASIBILITY_TOL
+    n = knots.shape[-1]
+    piece = nx.where(reached.any(-1), nx.argmax(reached)[..., 0], n)[..., None]     # [R, 1]: after knot piece − 1
+    x0, f0 = (nx.take(nx.concat([a[..., None], b]), piece)[..., 0] for a, b in ((lo, x), (flo, f_at)))
+    rise = nx.take(nx.concat([before, after[..., -1:]]), piece)[..., 0]
+    E = nx.where(rise > 0, x0 + (-FEASIBILITY_TOL - f0) / nx.where(rise > 0, rise, 1.0), x0)
+    return nx.where(active & (flo < -start_tol), nx.minimum(nx.maximum(E, lo), hi), nx.where(active, lo, hi))
 
 
 def side_columns(mask):
@@ -220,26 +196,19 @@ def beta_family(side: Side, tol):
     room = nx.where(spread, side.c - lo0, 0.0)           # elsewhere β = 0 (span = 0: no contribution)
     span_or_1 = nx.where(spread, span, 1.0)
 
-    xp = array_module(q)
+    def beta_at(qE):
+        return nx.clip((room - qE) / span_or_1, 0.0, 1.0)
 
-    def beta_at(qE, out=None):
-        out = xp.subtract(room, qE, out=out)
-        xp.divide(out, span_or_1, out=out)
-        return xp.clip(out, 0.0, 1.0, out=out)
-
-    qE, term = xp.empty_like(q), xp.empty_like(q)
-
-    def excess(E):
-        """``Σ_x (lo0 + qE + span·β(E)) − P`` in two buffers kept across the search (in place: ~3× faster at
-        V = 49 152 than fresh arrays; the same float operations)."""
-        xp.multiply(q, E[..., None], out=qE)
-        xp.multiply(span, beta_at(qE, out=term), out=term)
-        xp.add(lo0, qE, out=qE)
-        return xp.add(qE, term, out=qE).sum(-1) - total
-
-    hi = (q / rest).sum(-1)
-    E = bisect_increasing(excess, nx.zeros_like(hi), hi, on.any(-1), tol)
-    return nx.where(on, beta_at(q * E[..., None]), 1.0), 1.0 + 0 * q, nx.zeros_like(hi) == 0
+    # Σ_x (lo0 + qE + span·β(E)) − P rises in E: each spread token's term has slope q, except 0 on
+    # qE ∈ [room − span, room]
+    q_or_1 = nx.where(spread, q, 1.0)
+    with quiet(q):                                        # a tiny q puts its knots at ±inf: they act at the ends
+        knots = nx.concat([nx.where(spread, (room - span) / q_or_1, 0.0), nx.where(spread, room / q_or_1, 0.0)])
+    dslope = nx.concat([nx.where(spread, -q, 0.0), nx.where(spread, q, 0.0)])
+    zero = nx.zeros_like(total)
+    excess = (lo0 + span * beta_at(0 * q)).sum(-1) - total
+    E = first_crossing(excess, zero, (q / rest).sum(-1), knots, dslope, q.sum(-1), on.any(-1), tol)
+    return nx.where(on, beta_at(q * E[..., None]), 1.0), 1.0 + 0 * q, zero == 0
 
 
 def yield_accept(side: Side):
@@ -258,14 +227,8 @@ def yield_accept(side: Side):
         act = D > 0
         ok = ~act | (under.sum(-1) >= D)
         run = act & ok
-        buffer = xp.empty_like(q)
-
-        def shortfall(E):
-            """``Σ_takers min(q_x E, room_x) − D`` (in place)."""
-            xp.multiply(q, E[..., None], out=buffer)
-            return xp.minimum(buffer, under, out=buffer).sum(-1) - D
-
-        E = bisect_increasing(shortfall, nx.zeros_like(D), xp.amax(ratio, -1), run)
+        E = first_crossing(-D, nx.zeros_like(D), xp.amax(ratio, -1), ratio,   # Σ_takers min(qE, room) − D:
+                           nx.where(takers, -q, 0.0), nx.where(takers, q, 0.0).sum(-1), run)   # slope q to room/q
         G = safe_div(D, E, run)
         beta = nx.where(givers & run[..., None], 1 - safe_div(over * rest, q * G[..., None], givers), beta)
         gamma = nx.where(takers & run[..., None],
