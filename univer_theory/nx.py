@@ -221,8 +221,8 @@ class TorchBackend:
             order = order[self.torch.sort(rows[order, j], stable=True).indices]
         return order
 
-    @staticmethod
-    def argmax(x):
+    def argmax(self, x):
+        x = x.to(self.torch.uint8) if x.dtype == self.torch.bool else x   # (torch has no bool argmax)
         return x.argmax(-1, keepdim=True)              # the first maximal entry, as numpy
 
     @staticmethod
