@@ -81,7 +81,10 @@ class NumpyBackend:
     def cumsum(x, reverse=False, axis=-1):
         """Prefix sums along the last axis (or ``axis``); suffix sums (``Σ_{j ≥ i}``, summed from the end) with
         ``reverse``."""
-        return np.flip(np.cumsum(np.flip(x, axis), axis=axis), axis) if reverse else np.cumsum(x, axis=axis)
+        if not reverse:
+            return x.cumsum(axis)
+        flip = (slice(None),) * (axis % x.ndim) + (slice(None, None, -1),)
+        return x[flip].cumsum(axis)[flip]
 
     @staticmethod
     def sum(x, keepdims=False):

@@ -79,10 +79,12 @@ def exclusive_cumsum(x, reverse: bool = False, axis: int = -1):
     token axis of ``gpu.wor_plans``' ``[R, m, t]`` clock arrays): sequential sums."""
     nx = get_backend(x)
     at = (slice(None),) * (axis % x.ndim)
-    zero = nx.zeros_like(x[at + (slice(0, 1),)])
+    out = nx.zeros_like(x)
     if reverse:
-        return nx.concat([nx.cumsum(x, reverse=True, axis=axis)[at + (slice(1, None),)], zero], axis=axis)
-    return nx.concat([zero, nx.cumsum(x, axis=axis)[at + (slice(None, -1),)]], axis=axis)
+        out[at + (slice(None, -1),)] = nx.cumsum(x[at + (slice(1, None),)], reverse=True, axis=axis)
+    else:
+        out[at + (slice(1, None),)] = nx.cumsum(x[at + (slice(None, -1),)], axis=axis)
+    return out
 
 
 def leave_one_out(v, axis: int = -1):
