@@ -20,7 +20,9 @@ probs, input check, row sampling), :mod:`gpu.drafting` (batched draft processes)
 two-pass engine), :mod:`gpu.rules` (level rules), :mod:`gpu.verify` (public wrappers), :mod:`gpu.engines`
 (SGLang's and vLLM's verification contracts); UniVer's node plans in
 :mod:`gpu.univer_rule` with :mod:`gpu.layout`, :mod:`gpu.wor_plans`, :mod:`gpu.condot`, :mod:`gpu.slot_rule`
-and the batched simplex of :mod:`gpu.simplex`.
+and the batched simplex of :mod:`gpu.simplex`.  The node formulas are written once against
+:mod:`univer_theory.nx`; on the CPU a level's plan runs on numpy views of its tensors (:mod:`gpu.host`), on an
+accelerator in torch.
 """
 from .drafting import draft_tree, sample_children
 from .engine import VerifyResult

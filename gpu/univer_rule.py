@@ -5,7 +5,7 @@ At every internal node X (scaling ρ, target p, draft q, realised children S, k 
 denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1 − α)`` with
 ``Y ~ norm(ρp − a)``, ``α = Σ_y a(y)``.
 
-**Batched in torch over the R nodes of a level** (rows ``[R, V]``):
+**Batched over the R nodes of a level** (rows ``[R, V]``):
 
 * ``k = 1`` (any process): the unique plan ``w = min(1, ρp(y)/Q_1(y))``, ``a = min(ρp, Q_1)`` (``Q_1 = q``;
   the point mass on the top draft token for ``topk``) — nothing else is needed for these nodes;

@@ -34,13 +34,14 @@ The cut's order (``p/q`` ascending) is sorted once per call and serves α*(ρ), 
 (descending) is derived from it in O(V) (:func:`univer_theory.orders.descending_ratio_order`): both break ties to
 the lower token id, so on tied ratios neither is the other reversed.
 
-No Python loop over rows: loops run over bisection / fixed-point steps (until every row has converged),
-quadrature chunks, the children and the virtual sequences; the k ≥ 3 walk on the CPU is compiled host code
-looping over priority positions (rows in cache-sized chunks; on an accelerator, :data:`WALKS`).  Host reads: the
-convergence tests of those loops, the clock grid's length (:func:`_clock_grid`) and the sizes of the row subsets
-each plan runs on (``nonzero``) — data-dependent shapes and loop counts.  On the CPU, rule 3 and α*(ρ) run on
-numpy views of the rows (:func:`gpu.host.on_host`: the same functions, cheaper per call on the narrow rows of a
-truncated draft).
+No Python loop over rows: loops run over fixed-point steps (until every row has converged), quadrature chunks,
+the children and the virtual sequences; the k ≥ 3 walk on the CPU is compiled host code looping over priority
+positions (rows in cache-sized chunks; on an accelerator, :data:`WALKS`).  Host reads: the convergence tests of
+those loops, the clock grid's length (:func:`_clock_grid`) and the sizes of the row subsets each plan runs on
+(``nonzero``) — data-dependent shapes and loop counts.  Everything here is written against
+:mod:`univer_theory.nx`; on the CPU :func:`wor_weights` is one host call on numpy views of the level's rows
+(:func:`gpu.host.on_host`: the same functions, cheaper per call on the narrow rows of a truncated draft), and
+:func:`wor_pair_weights`, :func:`pts_weights`, :func:`coupling_weights` called alone are one host call each.
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ A* give ``a = c`` on A*.  Within a side s (H or A*), a pair ``(y_1, y_2)`` takes
 with ``X_x = q(A*)/(1 − q_x) + Σ_{y∈A*} q_y/(1 − q_y)`` on H (pairs meeting A*) and ``X_x = 0`` on A*
 (``1 − q_x`` is evaluated as the rest mass ``R_x = Σ_{y≠x} q_y``, as in the wor tuple law).  H needs
 ``b ≤ c``, A* needs ``b ≥ c``; then every token is thinned by ``t = min(1, c/b)`` (``a = c`` on A*; on H this
-only absorbs round-off).  Two families, each settled by a monotone 1-D search per side:
+only absorbs round-off).  Two families, each settled by a monotone piecewise-linear 1-D equation per side,
+solved exactly on its pieces (:func:`first_crossing`):
 
 * **β-family** (γ ≡ 1, §6.5): for a trial ``E`` every β_x is ``clip((c_x − lo_x(E))/(hi_x(E) − lo_x(E)))``
   where ``lo/hi`` are b at β_x = 0/1; ``Σ_x clip(c_x, lo_x(E), hi_x(E))`` increases in E and equals the
