@@ -11,14 +11,15 @@ For rows whose draft support holds s tokens, every row's LP
 over the ordered tuples of the support (``s^k`` for iid, ``s!/(s−k)!`` for wor) is solved at once by
 :func:`gpu.simplex.lex_simplex` — the ω level only for the shape rule (:mod:`univer_theory.plans.shape_lp`,
 ``ω_j = 1 + |subtree at position j|``).  Not HiGHS, as in the exact core: HiGHS solves one LP at a time on the
-host, and a level's small LPs are solved together on the device.  The tie-break (:mod:`solvers.tie_break`) makes the optimum unique, so it
-is the exact core's plan (:func:`solvers.condot.condot_plan`): ``r(S, j) = frac(√P_{t·k + j})`` for the t-th
-tuple in the exact core's order (lexicographic in the support's ranks: t is the tuple's rank in base s for iid,
-its Lehmer rank for wor).  Rows are padded to the largest support; tuples through a padded rank have no
-columns; identical rows are solved once (:func:`gpu.unique.distinct_rows`).  The plan is then repaired by the exact core's function
+host, and a level's small LPs are solved together on the device.  The tie-break (:mod:`solvers.tie_break`) makes
+the optimum unique, so it is the exact core's plan (:func:`solvers.condot.condot_plan`):
+``r(S, j) = frac(√P_{t·k + j})`` for the t-th tuple in the exact core's order (lexicographic in the support's
+ranks: t is the tuple's rank in base s for iid, its Lehmer rank for wor).  Rows are padded to the largest
+support; tuples through a padded rank have no columns; identical rows are solved once
+(:func:`gpu.unique.distinct_rows`).  The plan is then repaired by the exact core's function
 (:func:`~univer_theory.plans.lp_plan.repaired_plan`, on support ranks): clip, rows scaled to ``Σ_j w_j ≤ 1``,
-tokens with ``a > ρp`` scaled down, ``a`` recomputed.  Dense tableaus of ``(n + s) × (n(k + 1) + s)`` entries, n tuples,
-solved ``CONDOT_CHUNK`` entries at a time.
+tokens with ``a > ρp`` scaled down, ``a`` recomputed.  Dense tableaus of ``(n + s) × (n(k + 1) + s)`` entries,
+n tuples, solved ``CONDOT_CHUNK`` entries at a time.  Written against :mod:`univer_theory.nx` (numpy or torch).
 """
 from __future__ import annotations
 

@@ -94,7 +94,8 @@ def _sizes(nx, k) -> list:
 
 
 def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
-    """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a`` (``walk``: PTS's, :func:`univer_rule`)."""
+    """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a`` (``walk``: PTS's,
+    :func:`univer_rule`).  numpy or torch."""
     nx = get_backend(p, q)
     k = ctx.child_mask.sum(-1)
     support = (q > 0).sum(-1)

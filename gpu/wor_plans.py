@@ -397,7 +397,7 @@ def _wor_weights(c, q, rho, p, children, walk: str):
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         _take(w, a, rows, solved & (a_lp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
     rows = nx.nonzero(~feasible & (support > SMALL_SUPPORT))[0]
-    if rows.shape[0]:                   # rules 7 and 8 where the plan so far is short of α*(ρ) by more than OPTIMALITY_TOL
+    if rows.shape[0]:                   # rules 7 and 8 where the plan so far is short of α*(ρ) by > OPTIMALITY_TOL
         alpha = a[rows].sum(-1)
         first = first_draw_gate(q[rows], alpha, OPTIMALITY_TOL)
         luce = luce_rows(c[rows], q[rows], k)

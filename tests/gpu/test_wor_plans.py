@@ -266,3 +266,17 @@ def test_several_tuples_per_row_share_one_plan():
             w1, a1 = fn(both[:, t])
             torch.testing.assert_close(w[:, t], w1, rtol=0, atol=0, msg=name)
             torch.testing.assert_close(a, a1, rtol=0, atol=0, msg=name)
+
+
+def test_an_unknown_walk_is_rejected_by_name():
+    """``walk`` (how PTS finds θ for k ≥ 3) is checked where it enters: the level rule, the wor choice and PTS."""
+    import functools
+
+    from gpu.univer_rule import univer_rule
+
+    p = torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64)
+    kids, rho = torch.tensor([[0, 1]]), torch.ones(1, dtype=torch.float64)
+    for call in (lambda: wor_weights(p, p, rho, p, kids, "bogus"), lambda: pts_weights(p, p, p, kids, "bogus"),
+                 functools.partial(univer_rule, None, "bogus")):
+        with pytest.raises(ValueError, match="walk must be one of"):
+            call()

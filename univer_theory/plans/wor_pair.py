@@ -117,7 +117,7 @@ def first_crossing(flo, lo, hi, knots, dslope, slope, active, start_tol=FEASIBIL
     their terms (~1e-11 when one token holds all but 1e-5 of q).  One sort of the knots and a few prefix sums,
     where a bracketing search (ITP, before) evaluated ``f`` 10–45 times per row (docs/deviations.md item 46)."""
     nx = get_backend(knots)
-    order = nx.argsort(knots)
+    order = nx.argsort(knots, stable=False)             # the order of tied knots does not move f at any knot
     x = nx.minimum(nx.maximum(nx.take(knots, order), lo[..., None]), hi[..., None])
     after = slope[..., None] + nx.cumsum(nx.take(dslope, order))           # the slope after each knot
     before = nx.concat([slope[..., None], after[..., :-1]])
