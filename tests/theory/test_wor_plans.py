@@ -138,6 +138,40 @@ def test_wor_pair_dominant_draft_token():
     assert plan.alpha == pytest.approx(brute_alpha_star(p, q, 2, rho), abs=TOL)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_first_crossing_is_the_first_point_where_a_piecewise_linear_f_reaches_minus_tol(backend):
+    """Rule 3's 1-D solve (``wor_pair.first_crossing``) on seeded continuous non-decreasing piecewise-linear f —
+    knots with ties, knots outside [lo, hi] (they act at its ends), plateaus, given in shuffled order: f, evaluated
+    independently as ``f(lo) + s·(E − lo) + Σ_j d_j·(E − clip(x_j, lo, hi))_+``, is −tol at the answer (to
+    round-off) and below −tol just before it; rows already at −start_tol or above return lo, inactive rows hi."""
+    from univer_theory.plans.wor_pair import FEASIBILITY_TOL, first_crossing
+
+    rng = np.random.default_rng(46)
+    R, n = 60, 12
+    knots = np.sort(np.round(rng.uniform(-0.5, 3.0, (R, n)), 1), 1)         # ties, and knots beyond the bracket
+    slopes = rng.uniform(0.05, 1.0, (R, n + 1)) * (rng.uniform(size=(R, n + 1)) < 0.7)    # ≥ 0; 0 on plateaus
+    slopes[:, 0] += 0.05
+    dslope = np.diff(slopes, axis=1)                     # the slope changes at the sorted knots
+    shuffle = np.argsort(rng.uniform(size=(R, n)), 1)
+    knots, dslope = np.take_along_axis(knots, shuffle, 1), np.take_along_axis(dslope, shuffle, 1)
+    lo, hi = np.zeros(R), np.full(R, 2.5)
+    flo = -rng.uniform(0.0, 1.5, R)
+    flo[:3] = [-1e-14, 0.0, 0.3]                                            # already reached at lo
+    active = np.arange(R) != 5
+
+    def f(E):
+        x = np.clip(knots, lo[:, None], hi[:, None])
+        return flo + slopes[:, 0] * (E - lo) + (dslope * np.maximum(E[:, None] - x, 0.0)).sum(1)
+
+    to = (lambda x: x) if backend == "numpy" else __import__("torch").from_numpy
+    E = np.asarray(first_crossing(*(to(x) for x in (flo, lo, hi, knots, dslope, slopes[:, 0], active))))
+    assert E[5] == hi[5] and np.all(E[:3] == lo[:3])
+    reach = active & (flo < -FEASIBILITY_TOL) & (f(hi) >= -FEASIBILITY_TOL)
+    assert reach.sum() >= 30
+    assert np.all(np.abs(f(E)[reach] + FEASIBILITY_TOL) <= 5e-15)              # on the level −tol itself …
+    assert np.all(f(E - 1e-9)[reach] < -FEASIBILITY_TOL)                       # … and first there
+
+
 @pytest.mark.parametrize("k,process", [(3, "wor"), (1, "wor"), (2, "iid"), (2, "topk"), (2, "greedy")])
 def test_wor_pair_does_not_apply(k, process):
     p, q = instance(5, 0)
