@@ -102,7 +102,7 @@ def _lex_simplex(A, b, costs, basis, cap: int):
         least = nx.amin(ratio, keepdims=True)
         tied = ok & (ratio <= least + TOL * scale)
         leave = nx.where(stalled >= STALL, _first(-nx.where(tied, basis, n)),   # Bland: lowest basic column
-                         _first(nx.asarray(tied, A)))                             # else the first tied row
+                         _first(tied))                                            # else the first tied row
         optimal &= ~(active & ~ok.any(1))                                         # unbounded
         active &= ok.any(1)
         stalled = nx.where(least[:, 0] > TOL * scale[:, 0], 0, stalled + 1)
@@ -136,10 +136,10 @@ def _price(reduced, bland):
         opens.append(opens[-1] & settled[:, level - 1])
     here = xp.stack(opens, 1) & (reduced > TOL)                                   # [B, L, n]
     improving = here.any(1)
-    level = _first(nx.asarray(here.any(2), reduced))                              # the lowest level with any
+    level = _first(here.any(2))                                                   # the lowest level with any
     batch = nx.arange(B, reduced)
     score = nx.where(here[batch, level], reduced[batch, level], -nx.inf)
-    return nx.where(bland, _first(nx.asarray(improving, reduced)), _first(score)), improving.any(1)
+    return nx.where(bland, _first(improving), _first(score)), improving.any(1)
 
 
 def _basic_solution(table, basis, n: int):
