@@ -93,13 +93,12 @@ def _sizes(nx, k) -> list:
     return sorted(set(nx.to_numpy(k).tolist()))
 
 
-def _iid_wor(ctx: LevelContext, p, q, rho, w, a, walk: str) -> None:
-    """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a`` (``walk``: PTS's,
+def _iid_wor(ctx: LevelContext, p, q, rho, c, w, a, walk: str) -> None:
+    """Plan the iid / wor nodes with k ≥ 2 (module docstring) into ``w``, ``a`` (``c = ρp``; ``walk``: PTS's,
     :func:`univer_rule`).  numpy or torch."""
     nx = get_backend(p, q)
     k = ctx.child_mask.sum(-1)
     support = (q > 0).sum(-1)
-    c = rho[:, None] * p
     shapes = ctx.child_shapes if ctx.child_shapes is not None else 0 * ctx.children
     omega = nx.asarray(shape_lp.position_weights(ctx.shape_keys), p)[shapes]
     equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(-1)
@@ -177,7 +176,7 @@ def _univer_rule(ctx: LevelContext, walk: str) -> LevelDecision:
         if rows.shape[0]:
             w[rows], a[rows] = _greedy_fill(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
     else:
-        _iid_wor(ctx, p, q, rho, w, a, walk)
+        _iid_wor(ctx, p, q, rho, c, w, a, walk)
     alpha = a.sum(-1)
     scale = nx.astype(shares_rows(w), ctx.target)
     return LevelDecision(1.0 + 0 * scale, scale, nx.astype(stop_rows(rho, alpha), ctx.target),

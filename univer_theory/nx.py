@@ -48,8 +48,8 @@ class NumpyBackend:
 
     @staticmethod
     def row_order(rows):
-        """The order that sorts the rows of an integer table ``[M, K]`` lexicographically (stable: equal rows
-        keep index order)."""
+        """The order that sorts the rows of a table ``[M, K]`` (ints, or floats without NaN) lexicographically
+        (stable: equal rows keep index order)."""
         return np.lexsort(rows.T[::-1])
 
     @staticmethod
