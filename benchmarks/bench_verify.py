@@ -12,9 +12,9 @@ Sections (all printed as a table, and as one JSON object with ``--json``):
   ``batched`` = one ``gpu.verify(validate=False)`` of the B trees (a fresh ``TreeBatch``); ``loop`` =
   ``univer_theory.engine.tree_sample`` per tree with a fresh node rule (UniVer's plan cache empty: a cold
   run); ``batched_over_loop`` = loop / batched (the speed-up of batching, > 1 is faster).  On truncated drafts
-  also ``scan`` = ``gpu.support.scan`` of the internal nodes' p and q rows alone (the one read of every row that a
-  batched call starts with, compiled, about the machine's memory bandwidth) and ``loop_over_scan`` = loop / scan:
-  the most ``batched_over_loop`` a verifier that reads each row once at that speed can reach.  With the target
+  also ``scan`` = ``gpu.support.scan`` of the internal nodes' rows alone (the one read of every draft row, and of
+  the target rows at the drafted tokens, that a batched call starts with; compiled) and ``loop_over_scan`` = loop
+  / scan: the most ``batched_over_loop`` a verifier that reads each draft row once at that speed can reach.  With the target
   model available (``--no-model`` skips it) and B = 1: ``forward`` = SmolLM2's forward of the same tree after a
   fixed context (``gpu.llm.decode.score_trees``, the decoder's one target forward per step: the context's
   last token and the tree's nodes) and ``verify_over_forward`` = batched / forward.

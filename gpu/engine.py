@@ -77,15 +77,13 @@ LevelRule = Callable[[LevelContext], LevelDecision]
 class Allocation:
     """Pass-1 result per slot: ``rho``, ``enter`` (from the parent; 1 at the root), ``stop`` ``[B, N]``;
     ``candidate`` correction tokens of internal nodes ``[B, N]`` (sampling only; −1 elsewhere);
-    ``residual [B, N, V]`` (only with ``keep_residuals``, for exactness tests; leaves hold ``p``); ``drafted``,
-    the levels planned on their drafted support (sampling only)."""
+    ``residual [B, N, V]`` (only with ``keep_residuals``, for exactness tests; leaves hold ``p``)."""
 
     rho: torch.Tensor
     enter: torch.Tensor
     stop: torch.Tensor
     candidate: torch.Tensor | None = None
     residual: torch.Tensor | None = None
-    drafted: support.DraftedLevels | None = None
 
 
 @dataclass(frozen=True)
@@ -170,7 +168,6 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     internal = torch.zeros(B, N + 1, dtype=torch.bool, device=dev)
     candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
     residual = target_probs.clone() if keep_residuals else None
-    drafted = support.DraftedLevels(B * (N + 1), dev) if sample and drafted_support else None
     token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
     shape_ids, shape_keys = batch.subtree_shapes
     shape_ext = torch.cat([shape_ids, torch.full_like(shape_ids[:, :1], -1)], dim=1).view(-1)
@@ -198,8 +195,6 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         if sample:
             y = sample_rows(dec.residual, generator)
             flat(candidate).scatter_(0, at, y if found is None else support.tokens(found, y, V))
-            if found is not None:
-                drafted.add(at, found)
         if keep_residuals:
             residual[tree, slots] = (dec.residual if found is None
                                      else support.expand(dec.residual, p_rows, q_rows, src, found)).to(dtype)
@@ -209,7 +204,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     enter[:, N] = 0                                  # the dump slot is never entered
     rho[:, N] = 0
     return Allocation(rho[:, :N], enter[:, :N], stop[:, :N], None if candidate is None else candidate[:, :N],
-                      residual, drafted)
+                      residual)
 
 
 def _ext(x: torch.Tensor, fill) -> torch.Tensor:
@@ -222,8 +217,7 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
            row_index: torch.Tensor | None = None, drafted_support: bool = False) -> VerifyResult:
     """Pass 1 + pass 2 with independent coins: one verification per tree.  Y is the endpoint's candidate, or
     ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
-    (:mod:`gpu.support`: one block of the endpoint's rows, by the scan's undrafted block masses) — a target row is
-    read whole only at a drafted leaf."""
+    (:func:`gpu.support.draw_undrafted`) — rows are read whole only at the endpoint, once per tree."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dev = target_probs.device
@@ -252,10 +246,9 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     p_rows = target_probs.reshape(-1, V)
     leaf = is_leaf.nonzero().squeeze(1)                     # host read: the trees whose Y is drawn from p
     y = cand.index_put((leaf,), sample_rows(p_rows.index_select(0, row_u[leaf]), generator))
-    if alloc.drafted is not None and alloc.drafted.blocks:     # some level was planned on its drafted support
+    if drafted_support:                                      # V: drawn from a level's undrafted column
         at = (~is_leaf & (cand == V)).nonzero().squeeze(1)  # host read: those drawing from p·1[q = 0]
-        y = y.index_put((at,), alloc.drafted.draw_undrafted(p_rows, draft_probs.reshape(-1, V), at * (N + 1) + u[at],
-                                                            row_u[at], generator))
+        y = y.index_put((at,), support.draw_undrafted(p_rows, draft_probs.reshape(-1, V), row_u[at], generator))
     depth = batch.depth
     tau = depth.gather(1, u[:, None]).squeeze(1)
     D = batch.max_depth

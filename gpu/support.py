@@ -13,13 +13,13 @@ So a level is planned on each row's drafted tokens, in token-id order (ties betw
 row), padded to the widest row's ``M`` with ``p = q = 0``, plus one *undrafted* column holding
 ``p_rest = Σ_{q(x)=0} p(x)`` with ``q = 0``.  A residual's undrafted column ``r`` stands for
 ``r·p(x)/p_rest`` on every undrafted token: a correction token drawn from that column is drawn again from
-``p·1[q = 0]``, once per tree and only when the accepted path ends on it (:meth:`DraftedLevels.draw_undrafted`:
-by the scan's undrafted mass per block of 64 token ids, then within one block).
+``p·1[q = 0]``, once per tree and only when the accepted path ends on it (:func:`draw_undrafted`).
 
 With a draft truncated to its m most likely tokens (a draft process of its own, ``gpu.probs.probs_from_logits``
-``top = m``) a node then costs one pass over its two rows (:func:`scan`) and O(m log m) after it, instead of the
-rule's dozens of O(V) passes; on whole rows the scan gives up at the first row with more than ``V/2`` drafted
-tokens and the level is planned on all V as before.
+``top = m``) a node then costs one pass over its draft row (:func:`scan`; ``p_rest = 1 − Σ_drafted p``, the
+target row read whole only where that is small) and O(m log m) after it, instead of the rule's dozens of O(V)
+passes over both rows; on whole rows the scan gives up at the first row with more than ``V/2`` drafted tokens
+and the level is planned on all V as before.
 """
 from __future__ import annotations
 
@@ -36,18 +36,12 @@ from .probs import sample_blocks
 class Support:
     """Drafted tokens of R rows: ``cols [R, M]`` long, each row's tokens with ``q > 0`` ascending, then padding
     (the largest long); ``target`` / ``draft`` ``[R, M]`` their p and q (0 on padding, the rows' dtype);
-    ``blocks [R, V // SCAN_BLOCK + 1]`` float64, ``Σ_{q(x)=0} p(x)`` per block of :data:`SCAN_BLOCK` token ids (the
-    last block the tail, possibly empty)."""
+    ``rest [R]`` float64, the undrafted column's target mass ``p_rest`` (:func:`scan`)."""
 
     cols: torch.Tensor
     target: torch.Tensor
     draft: torch.Tensor
-    blocks: torch.Tensor
-
-    @property
-    def rest(self) -> torch.Tensor:
-        """``[R]`` float64: ``p_rest = Σ_{q(x)=0} p(x)``, the undrafted column's target mass."""
-        return self.blocks.sum(1)
+    rest: torch.Tensor
 
     @property
     def drafted(self) -> torch.Tensor:
@@ -59,54 +53,79 @@ class Support:
 PAD = torch.iinfo(torch.long).max
 
 
-#: Tokens per block of :func:`_scan_rows`'s counting pass.
-SCAN_BLOCK = 64
+#: Tokens per block of :func:`_scan_rows`'s pass over q (a fixed trip count, vectorised; 128 measured ~25%
+#: faster than 64 — fewer horizontal sums and branches — and 256 no faster).
+SCAN_BLOCK = 128
+
+#: ``p_rest`` is ``1 − Σ_drafted p`` at or above this value and summed over the undrafted tokens below it, per
+#: dtype (:func:`scan`): the complement's relative error is ``|1 − Σ p|`` / ``p_rest``, ≤ ~1e-10 for a float64
+#: softmax row (``|1 − Σ p|`` ~ 1e-16) and ≤ ~1e-5 for a float32 one (~1e-7).
+EXACT_REST_BELOW = {torch.float64: 1e-6, torch.float32: 1e-2}
+
+
+@numba.njit(cache=True, nogil=True)
+def _complement(p_s, lo, hi):  # pragma: no cover - compiled
+    """``1 − Σ p_s[lo:hi]`` in float64, compensated (Neumaier: error ~ε, not ~(hi − lo)·ε); no fast-math, which
+    would cancel the compensation."""
+    s, c = 1.0, 0.0
+    for x in range(lo, hi):
+        v = -np.float64(p_s[x])
+        t = s + v
+        c += (s - t) + v if abs(s) >= abs(v) else (v - t) + s
+        s = t
+    return s + c
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-def _scan_rows(p, q, src, cap):  # pragma: no cover - compiled
-    """Rows ``src[i]`` of ``p``, ``q``, read in place: a vectorised pass over blocks of :data:`SCAN_BLOCK` tokens
-    counts each block's drafted tokens and sums its undrafted target mass ``blocks[i, b] = Σ_{q=0} p``
-    (reassociated over SIMD lanes: the error is ~(SCAN_BLOCK/lanes)·ε at worst), then the blocks holding drafted
-    tokens are read again (from cache) to append those tokens and their p, q to the flat ``cols``, ``p_s``,
-    ``q_s``; ``count[i]`` tokens per row.  ``ok`` is False as soon as a row drafts more than ``cap`` tokens."""
+def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
+    """Rows ``src[i]`` of ``p``, ``q``, read in place: a vectorised pass over each row's q, a block of
+    :data:`SCAN_BLOCK` tokens at a time, sums the block's draft mass (a block drafts a token iff it is positive:
+    a sum of nonnegative terms is 0 only if every term is), and a block with drafted tokens is read again (from
+    L1) to append them and their q to the flat ``cols``, ``q_s``, ``count[i]`` tokens per row; then the row's p
+    is read at those tokens only (a loop of independent loads, so the cache misses overlap) into ``p_s``, and
+    ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below ``exact_below``, where the
+    complement's relative error could matter (and a 0 must stay 0), and ``rest[i] = Σ_{q=0} p`` is summed over
+    the row (reassociated over SIMD lanes: ~(V/lanes)·ε relative at worst).  ``ok`` is False after the first row
+    that drafts more than ``cap`` tokens.  (The outputs grow between rows only: growing them inside the block
+    loop stops its vectorisation.)"""
     R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
     full = V // B
-    drafted_in = np.zeros(full + 1, np.int64)
     count = np.zeros(R, np.int64)
-    blocks = np.zeros((R, full + 1), np.float64)
-    size, used = R * B, 0                 # flat outputs: room for B drafted tokens a row, doubled when short
+    rest = np.zeros(R, np.float64)
+    size, used = max(R * 64, V), 0        # flat outputs, doubled whenever a whole row might not fit
     cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
     for i in range(R):
-        r = src[i]
-        for b in range(full + 1):     # full blocks have a fixed trip count (vectorised); then the tail
-            s, c = 0.0, 0
-            if b < full:
-                for x in range(b * B, b * B + B):
-                    s += p[r, x] if q[r, x] <= 0 else 0.0
-                    c += 1 if q[r, x] > 0 else 0
-            else:
-                for x in range(b * B, V):
-                    s += p[r, x] if q[r, x] <= 0 else 0.0
-                    c += 1 if q[r, x] > 0 else 0
-            blocks[i, b] = s
-            drafted_in[b] = c
-        n = drafted_in.sum()
-        if n > cap:
-            return False, count, blocks, cols[:used], p_s[:used], q_s[:used]
-        if used + n > size:
-            size = max(2 * size, used + n)
+        while used + V > size:
+            size *= 2
             cols = np.concatenate((cols, np.empty(size - cols.shape[0], cols.dtype)))
             p_s = np.concatenate((p_s, np.empty(size - p_s.shape[0], p_s.dtype)))
             q_s = np.concatenate((q_s, np.empty(size - q_s.shape[0], q_s.dtype)))
+        pr, qr, start = p[src[i]], q[src[i]], used
         for b in range(full + 1):
-            if drafted_in[b]:
+            m = 0.0
+            if b < full:
+                for x in range(b * B, b * B + B):
+                    m += qr[x]
+            else:                     # the tail
+                for x in range(b * B, V):
+                    m += qr[x]
+            if m > 0:
                 for x in range(b * B, min(b * B + B, V)):
-                    if q[r, x] > 0:
-                        cols[used], p_s[used], q_s[used] = x, p[r, x], q[r, x]
+                    if qr[x] > 0:
+                        cols[used], q_s[used] = x, qr[x]
                         used += 1
-        count[i] = n
-    return True, count, blocks, cols[:used], p_s[:used], q_s[:used]
+        count[i] = used - start
+        if count[i] > cap:
+            return False, count, rest, cols[:used], p_s[:used], q_s[:used]
+        for e in range(start, used):
+            p_s[e] = pr[cols[e]]
+        r = _complement(p_s, start, used)
+        if r < exact_below:
+            r = 0.0
+            for x in range(V):
+                r += pr[x] if qr[x] <= 0 else 0.0
+        rest[i] = r
+    return True, count, rest, cols[:used], p_s[:used], q_s[:used]
 
 
 def _layout(row: torch.Tensor, count: torch.Tensor, M: int, entries) -> tuple[torch.Tensor, ...]:
@@ -118,20 +137,22 @@ def _layout(row: torch.Tensor, count: torch.Tensor, M: int, entries) -> tuple[to
 
 
 @torch.compiler.disable
-def _scan_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int):
+def _scan_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int, exact_below: float):
     """The CPU scan: compiled passes over each row in place (:func:`_scan_rows`; torch needs a gather, a
     comparison, a ``nonzero`` and a masked sum — four passes and two row copies), then the flat drafted entries
     laid out ``[R, M]``."""
-    ok, count, blocks, *flat = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap)
+    ok, count, rest, *flat = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap, exact_below)
     if not ok:
         return None
     count = torch.from_numpy(count)
     row = torch.repeat_interleave(torch.arange(count.shape[0]), count)
-    return (*_layout(row, count, int(count.max()), [torch.from_numpy(x) for x in flat]), torch.from_numpy(blocks))
+    return (*_layout(row, count, int(count.max()), [torch.from_numpy(x) for x in flat]), torch.from_numpy(rest))
 
 
-def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int):
-    """The accelerator's scan in torch: the rows' drafted entries by ``nonzero`` (row-major, so ascending)."""
+def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int, exact_below: float):
+    """The accelerator's scan in torch: the rows' drafted entries by ``nonzero`` (row-major, so ascending);
+    ``p_rest`` as on the CPU but for the complement's sum (float64, not compensated: ~M·ε), the undrafted sum
+    taken for every row (bandwidth is cheap there) and kept where the complement is below ``exact_below``."""
     q = q_rows.index_select(0, src)
     drafted = q > 0
     count = drafted.sum(1)
@@ -139,19 +160,24 @@ def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, 
     if M > cap:
         return None
     row, col = drafted.nonzero(as_tuple=True)
-    p = p_rows.index_select(0, src)
-    undrafted = torch.nn.functional.pad(undrafted_weights(p, q), (0, SCAN_BLOCK - p.shape[1] % SCAN_BLOCK))
-    blocks = undrafted.view(p.shape[0], -1, SCAN_BLOCK).sum(2, dtype=torch.float64)
-    return (*_layout(row, count, M, (col, p[row, col], q[row, col])), blocks)
+    cols, target, draft = _layout(row, count, M, (col, p_rows[src[row], col], q[row, col]))
+    complement = 1 - target.sum(1, dtype=torch.float64)
+    undrafted = undrafted_weights(p_rows.index_select(0, src), q).sum(1, dtype=torch.float64)
+    return cols, target, draft, torch.where(complement < exact_below, undrafted, complement)
 
 
 def scan(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> Support | None:
     """The drafted support of rows ``src [R]`` of ``p_rows``, ``q_rows`` ``[·, V]``, or None when some row drafts
     more than ``V/2`` tokens (then the level is cheaper on its whole rows).  On the CPU compiled passes
-    (:func:`_scan_rows`), elsewhere torch (:func:`_scan_device`)."""
+    (:func:`_scan_rows`), elsewhere torch (:func:`_scan_device`).
+
+    ``p_rest = 1 − Σ_drafted p`` where that is at least :data:`EXACT_REST_BELOW` of the rows' dtype, so that
+    only q is read whole, else ``Σ_{q=0} p`` over the row: the level then plans against
+    ``p̃ = (p on drafted tokens, p_rest · p/Σ_{q=0} p on the others)``, a distribution within ``|1 − Σ p|`` of
+    p in total variation (p itself for a row on the simplex) — docs/deviations.md item 47."""
     cap = q_rows.shape[1] // 2
     scanner = _scan_host if q_rows.device.type == "cpu" else _scan_device
-    out = scanner(p_rows, q_rows, src, cap)
+    out = scanner(p_rows, q_rows, src, cap, EXACT_REST_BELOW[p_rows.dtype])
     return None if out is None else Support(*out)
 
 
@@ -171,51 +197,67 @@ def undrafted_weights(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def tokens(support: Support, columns: torch.Tensor, vocab: int) -> torch.Tensor:
     """Token ids ``[R]`` of sampled compact ``columns [R]``; the undrafted column (and padding) give ``vocab``,
-    the marker of "a token drawn from ``p·1[q = 0]``" (:meth:`DraftedLevels.draw_undrafted`)."""
+    the marker of "a token drawn from ``p·1[q = 0]``" (:func:`draw_undrafted`)."""
     M = support.cols.shape[1]
     tok = support.cols.gather(1, columns.clamp(max=M - 1)[:, None]).squeeze(1)
     return torch.where((columns < M) & (tok < vocab), tok, vocab)
 
 
-class DraftedLevels:
-    """The undrafted block masses of every level planned on its drafted support (:attr:`Support.blocks`), by flat
-    slot ``tree·(N + 1) + slot`` (kept by :func:`gpu.engine.allocate` while sampling), so that a correction token
-    drawn from an endpoint's undrafted column is drawn again from ``p·1[q = 0]`` reading one block of its rows."""
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _undrafted_blocks_rows(p, q, src):  # pragma: no cover - compiled
+    """``mass[i, b] = Σ_{q=0} p`` over block b of :data:`SCAN_BLOCK` token ids of rows ``src[i]`` (the last block
+    the tail, possibly empty), read in place; reassociated over SIMD lanes (~(SCAN_BLOCK/lanes)·ε relative)."""
+    R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
+    full = V // B
+    mass = np.zeros((R, full + 1), np.float64)
+    for i in range(R):
+        pr, qr = p[src[i]], q[src[i]]
+        for b in range(full):
+            s = 0.0
+            for x in range(b * B, b * B + B):
+                s += pr[x] if qr[x] <= 0 else 0.0
+            mass[i, b] = s
+        s = 0.0
+        for x in range(full * B, V):
+            s += pr[x] if qr[x] <= 0 else 0.0
+        mass[i, full] = s
+    return mass
 
-    def __init__(self, slots: int, device: torch.device):
-        self.row = torch.zeros(slots, dtype=torch.long, device=device)       # the slot's row in its level
-        self.level = torch.full((slots,), -1, dtype=torch.long, device=device)
-        self.blocks: list[torch.Tensor] = []
 
-    def add(self, at: torch.Tensor, support: Support) -> None:
-        """Level ``len(blocks)``: flat slots ``at [R]`` with their undrafted block masses."""
-        self.row[at] = torch.arange(at.shape[0], device=at.device)
-        self.level[at] = len(self.blocks)
-        self.blocks.append(support.blocks)
+@torch.compiler.disable
+def _undrafted_blocks_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """``[n, V // SCAN_BLOCK + 1]`` float64: the undrafted target mass ``Σ_{q=0} p`` per block of token ids of rows
+    ``src [n]``, one compiled pass over the rows in place (:func:`_undrafted_blocks_rows`)."""
+    return torch.from_numpy(_undrafted_blocks_rows(p_rows.numpy(), q_rows.numpy(), src.numpy()))
 
-    def draw_undrafted(self, p_rows: torch.Tensor, q_rows: torch.Tensor, at: torch.Tensor, src: torch.Tensor,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
-        """Tokens ``[n]`` from ``p·1[q = 0]`` of rows ``src [n]`` of ``p_rows``, ``q_rows`` (flat slots ``at [n]``):
-        the block by the scan's undrafted masses, the token within it from its p with drafted tokens at 0
-        (:func:`gpu.probs.sample_blocks`) — O(n·(V/64 + 64)), no row read whole."""
-        row, level = self.row[at], self.level[at]
-        mass = torch.zeros(at.shape[0], self.blocks[0].shape[1], dtype=torch.float64, device=at.device)
-        for i, blocks in enumerate(self.blocks):
-            mass = torch.where((level == i)[:, None], blocks.index_select(0, row.clamp(max=blocks.shape[0] - 1)), mass)
 
-        def read(cols):
-            r = src[:, None, None]
-            return undrafted_weights(p_rows[r, cols], q_rows[r, cols])
-        return sample_blocks(mass, SCAN_BLOCK, read, p_rows.shape[1], generator)
+def _undrafted_blocks_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """:func:`_undrafted_blocks_host` in torch (an accelerator's)."""
+    w = undrafted_weights(p_rows.index_select(0, src), q_rows.index_select(0, src))
+    w = torch.nn.functional.pad(w, (0, SCAN_BLOCK - w.shape[1] % SCAN_BLOCK))
+    return w.view(w.shape[0], -1, SCAN_BLOCK).sum(2, dtype=torch.float64)
+
+
+def draw_undrafted(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """Tokens ``[n]`` from ``p·1[q = 0]`` of rows ``src [n]`` of ``p_rows``, ``q_rows``: a correction token sampled
+    from a level's undrafted column (:func:`tokens`), drawn again from the tokens it stands for, once per tree —
+    the block by the rows' undrafted block masses (:func:`_undrafted_blocks_host`, one pass), the token within it from
+    its p with drafted tokens at 0 (:func:`gpu.probs.sample_blocks`)."""
+    def read(cols):
+        r = src[:, None, None]
+        return undrafted_weights(p_rows[r, cols], q_rows[r, cols])
+    blocks = _undrafted_blocks_host if p_rows.device.type == "cpu" else _undrafted_blocks_device
+    return sample_blocks(blocks(p_rows, q_rows, src), SCAN_BLOCK, read, p_rows.shape[1], generator)
 
 
 def expand(residual_s: torch.Tensor, p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor,
            support: Support) -> torch.Tensor:
     """A compact residual ``[R, M + 1]`` back on all V tokens: drafted columns in place, the undrafted column
-    spread as ``r·p(x)/p_rest`` (kept only for exactness tests: :func:`gpu.engine.allocate` ``keep_residuals``)."""
-    p, q = p_rows.index_select(0, src), q_rows.index_select(0, src)
-    rest = support.rest.to(residual_s.dtype)
-    factor = torch.where(rest > 0, residual_s[:, -1] / torch.where(rest > 0, rest, 1), 0)
-    full = undrafted_weights(p, q).to(residual_s.dtype) * factor[:, None]
+    ``r`` spread as ``r·p(x)/Σ_{q=0} p`` (:func:`draw_undrafted`'s law; kept only for exactness tests:
+    :func:`gpu.engine.allocate` ``keep_residuals``)."""
+    full = undrafted_weights(p_rows.index_select(0, src), q_rows.index_select(0, src)).to(residual_s.dtype)
+    mass = full.sum(1)
+    full *= torch.where(mass > 0, residual_s[:, -1] / torch.where(mass > 0, mass, 1), 0)[:, None]
     drafted = support.drafted
     return full.scatter_add_(1, torch.where(drafted, support.cols, 0), torch.where(drafted, residual_s[:, :-1], 0))

@@ -2,6 +2,8 @@
 and the exact laws: every method of ``gpu.verify`` with i.i.d. / wor children, pass-1 decisions, E[τ | T], the
 first-token law and the sampler (G-test, with the lossy variant that draws an undrafted correction from all of p
 shown to be rejected)."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -94,7 +96,8 @@ def test_every_method_plans_a_level_on_its_drafted_support(method, process, spec
 def test_univer_rules_on_the_drafted_support(process, spec, rows, compacted):
     """UniVer's rules beyond the grid above — rule 1 and the shape rule on small supports, rule 3, PTS, the
     coupling, the slot rule — on their drafted support: the undrafted tokens get no marginal (their residual is
-    ``ρp``, 1e-15 relative), and the decisions and E[τ | T] are the whole rows' (1e-12)."""
+    ``ρp``, 1e-15 relative beside the complement's ``|1 − Σ p| / p_rest``), and the decisions and E[τ | T] are the
+    whole rows' (1e-12)."""
     part, _, p, q = truncated_trees(spec, rows, process, len(spec))
     B = part.parent.shape[0]
     on, off = (engine.allocate(part, p[:B], q[:B], process, METHODS["univer"], keep_residuals=True,
@@ -105,7 +108,9 @@ def test_univer_rules_on_the_drafted_support(process, spec, rows, compacted):
     internal[:, part.parent[0][part.parent[0] >= 0].unique()] = True
     cell = (q[:B] == 0) & internal
     rho_p = (on.rho[..., None] * p[:B])[cell]
-    np.testing.assert_allclose(on.residual[cell].numpy(), rho_p.numpy(), rtol=1e-15, atol=0)
+    rest = torch.where(q[:B] == 0, p[:B], 0).sum(-1, keepdim=True)
+    slack = ((1 - p[:B].sum(-1, keepdim=True)).abs() + 4e-16) / rest + 1e-15     # support.scan's complement
+    assert ((on.residual[cell] - rho_p).abs() <= slack.expand_as(p[:B])[cell] * rho_p).all()
     e = [engine.expected_accepted(part, p[:B], q[:B], process, METHODS["univer"], drafted_support=d)
          for d in (True, False)]
     np.testing.assert_allclose(e[0].numpy(), e[1].numpy(), rtol=0, atol=1e-12)
@@ -122,40 +127,56 @@ def random_support_rows(gen, V, sizes, dtype=torch.float64):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_scan_and_compact_contract(dtype):
     """The compiled CPU scan and the accelerator's torch scan agree: each row's drafted tokens in id order
-    (padding after them), ``p_rest`` = the undrafted target mass summed directly (1e-15 relative), and per block
-    of 64 token ids; a row drafting more than V/2 tokens gives up.  ``compact`` puts p, q and the children on
-    those columns and keeps the sums; ``tokens`` maps sampled columns back (the undrafted column and padding to
-    V); ``expand`` is its inverse."""
+    (padding after them) and ``p_rest`` — ``1 − Σ_drafted p`` (to ~ε of its correctly rounded value, so within
+    ``|1 − Σ p|`` of the undrafted mass) where that is at least ``EXACT_REST_BELOW``, else the undrafted mass
+    summed (1e-15 relative; exactly 0 when no undrafted token has mass, though the complement is ±ε there); a row
+    drafting more than V/2 tokens gives up; both give the undrafted mass per block of token ids (for the final
+    draw).  ``compact`` puts p, q and the children on those columns and keeps the sums; ``tokens`` maps sampled
+    columns back (the undrafted column and padding to V); ``expand`` is its inverse."""
     gen = torch.Generator().manual_seed(3)
-    V, sizes = 50, [5, 17, 25, 1]
-    p, q = random_support_rows(gen, V, sizes + [3], dtype)
-    src = torch.tensor([4, 0, 1, 2, 3])                   # rows in any order, as the engine gathers them
-    found = [scan(p, q, src, V // 2) for scan in (support._scan_host, support._scan_device)]
-    for cols, p_s, q_s, blocks in found:
-        assert cols.shape == (5, 25) and blocks.shape == (5, 1)
-        rest = support.Support(cols, p_s, q_s, blocks).rest
+    V, sizes = 50, [5, 17, 25, 1, 3, 4, 6]
+    p, q = random_support_rows(gen, V, sizes, dtype)
+    p[4] = q[4]                                                     # no undrafted mass: p_rest must be 0
+    p[5] = torch.where(q[5] > 0, q[5] * (1 - 1e-9), 1e-9 / (V - 4)).to(dtype)   # p_rest 1e-9: summed
+    p[6] = torch.where(q[6] > 0, q[6] * (1 - 1e-3), 1e-3 / (V - 6)).to(dtype)   # 1e-3: summed in float32 only
+    src = torch.tensor([4, 0, 1, 2, 3, 5, 6])             # rows in any order, as the engine gathers them
+    found = [scan(p, q, src, V // 2, support.EXACT_REST_BELOW[dtype])
+             for scan in (support._scan_host, support._scan_device)]
+    for (cols, p_s, q_s, rest), summed_error in zip(found, (4e-16, 25 * 1.2e-16)):   # compensated on the CPU
+        assert cols.shape == (7, 25) and rest.dtype == torch.float64
         for i, r in enumerate(src.tolist()):
             drafted = (q[r] > 0).nonzero().squeeze(1)
             assert torch.equal(cols[i, :drafted.numel()], drafted)
             assert (cols[i, drafted.numel():] == support.PAD).all()
-            want = p[r].double()[q[r] == 0].sum()
-            assert abs(float(rest[i]) - float(want)) <= 1e-15 * float(want) + 1e-300
+            undrafted = p[r].double()[q[r] == 0].sum()
+            complement = math.fsum([1.0] + (-p[r, drafted].double()).tolist())   # correctly rounded
+            if complement >= support.EXACT_REST_BELOW[dtype]:
+                assert abs(float(rest[i]) - complement) <= 4e-16 * complement + summed_error
+                assert abs(float(rest[i]) - float(undrafted)) <= abs(1 - math.fsum(p[r].double().tolist())) + 4e-15
+            else:
+                assert abs(float(rest[i]) - float(undrafted)) <= 1e-15 * float(undrafted)
             assert torch.equal(p_s[i, :drafted.numel()], p[r, drafted]) and (p_s[i, drafted.numel():] == 0).all()
             assert torch.equal(q_s[i, :drafted.numel()], q[r, drafted]) and (q_s[i, drafted.numel():] == 0).all()
+    assert float(found[0][3][0]) == 0.0 and float(found[1][3][0]) == 0.0
+    summed = [float(found[0][3][5])] + ([float(found[0][3][6])] if dtype == torch.float32 else [])
+    assert all(x < support.EXACT_REST_BELOW[dtype] for x in summed)
     for a, b in zip(found[0][:3], found[1][:3]):
         assert torch.equal(a, b)
-    many = random_support_rows(gen, 300, [140, 100, 120, 90], dtype)   # more than the scan's first room (64 a row)
+    torch.testing.assert_close(found[0][3], found[1][3], rtol=0, atol=4e-15)
+    many = random_support_rows(gen, 300, [140, 100, 120, 90], dtype)   # more than the scan's first room
     rows = torch.arange(4)
-    for a, b in zip(support._scan_host(*many, rows, 150), support._scan_device(*many, rows, 150)):
-        torch.testing.assert_close(a, b, rtol=1e-15, atol=0)
-    blocks = support._scan_host(*many, rows, 150)[-1]
+    for a, b in zip(support._scan_host(*many, rows, 150, 1e-6), support._scan_device(*many, rows, 150, 1e-6)):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-14)
     undrafted = torch.where(many[1] > 0, 0, many[0]).double()
-    want = torch.stack([undrafted[:, i:i + 64].sum(1) for i in range(0, 320, 64)], 1)      # 4 blocks and the tail
-    torch.testing.assert_close(blocks, want, rtol=1e-14, atol=0)
+    B = support.SCAN_BLOCK
+    want = torch.stack([undrafted[:, i:i + B].sum(1) for i in range(0, 300 // B * B + 1, B)], 1)  # and the tail
+    for blocks in (support._undrafted_blocks_host, support._undrafted_blocks_device):
+        torch.testing.assert_close(blocks(*many, rows), want, rtol=1e-14, atol=0)
     wide = torch.tensor([0, 2])
     q_wide = q.clone()
     q_wide[2, :26] = 1 / 26
-    assert support._scan_host(p, q_wide, wide, V // 2) is None and support._scan_device(p, q_wide, wide, V // 2) is None
+    assert all(scan(p, q_wide, wide, V // 2, 1e-6) is None for scan in (support._scan_host, support._scan_device))
+    src = src[:5]
     sup = support.scan(p, q, src)
     children = torch.stack([torch.multinomial(q[r].double(), 1, generator=gen).repeat(2) for r in src.tolist()])
     p_s, q_s, kids = support.compact(sup, children)
@@ -225,8 +246,8 @@ def test_same_test_rejects_undrafted_tokens_from_all_of_p(monkeypatch):
     tree, pn, qn = sampled_instance("wor")
     law = VERIFIERS["univer"].law(tree, pn, qn, "wor")
     lossy = undrafted_from_p(law, tree, pn, qn)
-    monkeypatch.setattr(support.DraftedLevels, "draw_undrafted",
-                        lambda self, p_rows, q_rows, at, src, gen: sample_rows(p_rows.index_select(0, src), gen))
+    monkeypatch.setattr(support, "draw_undrafted",
+                        lambda p_rows, q_rows, src, gen: sample_rows(p_rows.index_select(0, src), gen))
     batch, p, q = repeated(tree, pn, qn, N_SAMPLES)
     counts = cell_counts(verify(batch, p, q, "wor", "univer", torch.Generator().manual_seed(5)), tree)
     assert_rejects(g_test(counts, law), "undrafted from p")
