@@ -112,11 +112,17 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None,
     taken in the rows' dtype: sums of ``c`` nonnegative terms are exact to ``(c − 1)·ε`` relative (float32:
     ≤ 9e-7 for ``c = 16``, independent of V), so no token's probability drifts by more than that relative
     amount, and a float32 → float64 copy of the rows is avoided.  A zero-weight token is never returned for a
-    row with positive mass (neither CDF rises across it; the ``last`` guards cover ``U·Σ`` rounding up to a
-    block's or the row's total).  An all-zero row returns an arbitrary index.
+    row with positive mass (neither CDF rises across it; :func:`_first_above` covers ``U·Σ`` rounding up to a
+    block's or the row's total).  Rows of at most one block (a level on its drafted support) take their one
+    float64 cumsum directly.  An all-zero row returns an arbitrary index.
     """
     R, V = weights.shape
     b, c = SAMPLE_BLOCK, SAMPLE_CHUNK
+    if V <= b:                          # one block (a level on its drafted support): its inverse CDF directly
+        cdf = weights.cumsum(-1, dtype=torch.float64)
+        u = torch.rand(R, num_samples or 1, dtype=torch.float64, device=weights.device, generator=generator)
+        idx = _first_above(cdf, u * cdf[:, -1:])
+        return idx if num_samples else idx.squeeze(1)
     full = V // b * b
     parts = []
     if full:
@@ -131,6 +137,13 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None,
     return sample_blocks(mass, b, read, V, generator, num_samples)
 
 
+def _first_above(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row, the first index whose cumulative mass ``cdf [..., n]`` exceeds each of ``u [..., S]`` — never past
+    the last index with positive mass (``u`` rounding up to the total)."""
+    return torch.minimum(torch.searchsorted(cdf, u, right=True),
+                         torch.searchsorted(cdf, cdf[..., -1:].contiguous(), right=False))
+
+
 def sample_blocks(mass: torch.Tensor, width: int, read, vocab: int, generator: torch.Generator | None = None,
                   num_samples: int | None = None) -> torch.Tensor:
     """The two-level inverse CDF of :func:`sample_rows` from given block masses: ``mass [R, blocks]`` (float64,
@@ -140,17 +153,13 @@ def sample_blocks(mass: torch.Tensor, width: int, read, vocab: int, generator: t
     R, b = mass.shape[0], width
     S = num_samples or 1
     cdf = mass.cumsum(-1)                                                    # [R, blocks]
-    total = cdf[:, -1:].contiguous()
-    u = torch.rand(R, S, dtype=torch.float64, device=mass.device, generator=generator) * total
-    blk = torch.searchsorted(cdf, u, right=True)
-    blk = torch.minimum(blk, torch.searchsorted(cdf, total, right=False))     # last block with positive mass
+    u = torch.rand(R, S, dtype=torch.float64, device=mass.device, generator=generator) * cdf[:, -1:]
+    blk = _first_above(cdf, u)                                               # not past the last positive block
     before = torch.where(blk > 0, cdf.gather(1, (blk - 1).clamp(min=0)), 0)
     cols = blk[:, :, None] * b + torch.arange(b, device=mass.device)          # [R, S, b]
     w = read(cols.clamp(max=vocab - 1))
     inner = torch.where(cols < vocab, w, 0).cumsum(-1, dtype=torch.float64)
-    idx = torch.searchsorted(inner, (u - before)[:, :, None], right=True)
-    last = torch.searchsorted(inner, inner[:, :, -1:].contiguous(), right=False)  # last positive
-    idx = blk * b + torch.minimum(idx, last).squeeze(2)
+    idx = blk * b + _first_above(inner, (u - before)[:, :, None]).squeeze(2)
     return idx if num_samples else idx.squeeze(1)
 
 
