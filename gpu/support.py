@@ -85,14 +85,15 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
     is read at those tokens only (a loop of independent loads, so the cache misses overlap) into ``p_s``, and
     ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below ``exact_below``, where the
     complement's relative error could matter (and a 0 must stay 0), and ``rest[i] = Σ_{q=0} p`` is summed over
-    the row (reassociated over SIMD lanes: ~(V/lanes)·ε relative at worst).  ``ok`` is False after the first row
-    that drafts more than ``cap`` tokens.  (The outputs grow between rows only: growing them inside the block
-    loop stops its vectorisation.)"""
+    the row (reassociated over SIMD lanes: ~(V/lanes)·ε relative at worst).  Returns ``ok`` (False after the
+    first row that drafts more than ``cap`` tokens, the rest then meaningless) and the entries laid out ``[R, M]``
+    (``M`` the widest row; padded with :data:`PAD`, 0, 0) with ``rest``.  (The flat outputs grow between rows
+    only: growing them inside the block loop stops its vectorisation.)"""
     R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
     full = V // B
     count = np.zeros(R, np.int64)
     rest = np.zeros(R, np.float64)
-    size, used = max(R * 64, V), 0        # flat outputs, doubled whenever a whole row might not fit
+    size, used = R * 64 + V, 0            # flat outputs: room for 64 a row, doubled whenever a row might not fit
     cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
     for i in range(R):
         while used + V > size:
@@ -116,7 +117,7 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
                         used += 1
         count[i] = used - start
         if count[i] > cap:
-            return False, count, rest, cols[:used], p_s[:used], q_s[:used]
+            return False, cols[:0].reshape(0, 0), p_s[:0].reshape(0, 0), q_s[:0].reshape(0, 0), rest
         for e in range(start, used):
             p_s[e] = pr[cols[e]]
         r = _complement(p_s, start, used)
@@ -125,7 +126,14 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
             for x in range(V):
                 r += pr[x] if qr[x] <= 0 else 0.0
         rest[i] = r
-    return True, count, rest, cols[:used], p_s[:used], q_s[:used]
+    M = count.max() if R else 0
+    cols2, p2, q2 = np.full((R, M), PAD, np.int64), np.zeros((R, M), p.dtype), np.zeros((R, M), q.dtype)
+    e = 0
+    for i in range(R):
+        for j in range(count[i]):
+            cols2[i, j], p2[i, j], q2[i, j] = cols[e], p_s[e], q_s[e]
+            e += 1
+    return True, cols2, p2, q2, rest
 
 
 def _layout(row: torch.Tensor, count: torch.Tensor, M: int, entries) -> tuple[torch.Tensor, ...]:
@@ -139,14 +147,9 @@ def _layout(row: torch.Tensor, count: torch.Tensor, M: int, entries) -> tuple[to
 @torch.compiler.disable
 def _scan_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int, exact_below: float):
     """The CPU scan: compiled passes over each row in place (:func:`_scan_rows`; torch needs a gather, a
-    comparison, a ``nonzero`` and a masked sum — four passes and two row copies), then the flat drafted entries
-    laid out ``[R, M]``."""
-    ok, count, rest, *flat = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap, exact_below)
-    if not ok:
-        return None
-    count = torch.from_numpy(count)
-    row = torch.repeat_interleave(torch.arange(count.shape[0]), count)
-    return (*_layout(row, count, int(count.max()), [torch.from_numpy(x) for x in flat]), torch.from_numpy(rest))
+    comparison, a ``nonzero`` and a masked sum — four passes and two row copies)."""
+    ok, *out = _scan_rows(p_rows.numpy(), q_rows.numpy(), src.numpy(), cap, exact_below)
+    return tuple(torch.from_numpy(x) for x in out) if ok else None
 
 
 def _scan_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cap: int, exact_below: float):
