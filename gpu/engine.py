@@ -154,11 +154,13 @@ def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tenso
 def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
              rule: LevelRule, generator: torch.Generator | None = None, sample: bool = False,
              keep_residuals: bool = False, row_index: torch.Tensor | None = None,
-             drafted_support: bool = False) -> Allocation:
+             drafted_support: bool = False, shapes: bool = True) -> Allocation:
     """Pass 1 from the root down (inputs assumed valid; see :func:`gpu.verify.verify`; ``row_index``:
     :func:`row_numbers`).  ``drafted_support``: plan each level on its rows' drafted tokens (:mod:`gpu.support`;
     only for rules that read undrafted tokens through their total mass); a candidate token equal to ``V`` then
-    stands for a draw from ``p·1[q = 0]`` (:func:`sample` makes it)."""
+    stands for a draw from ``p·1[q = 0]`` (:func:`sample` makes it).  ``shapes``: give each level its children's
+    subtree shapes (:attr:`TreeBatch.subtree_shapes`, ``LevelContext.child_shapes``; only for rules that read
+    them)."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dtype, dev = target_probs.dtype, target_probs.device
@@ -169,8 +171,9 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
     residual = target_probs.clone() if keep_residuals else None
     token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
-    shape_ids, shape_keys = batch.subtree_shapes
-    shape_ext = torch.cat([shape_ids, torch.full_like(shape_ids[:, :1], -1)], dim=1).view(-1)
+    if shapes:
+        shape_ids, shape_keys = batch.subtree_shapes
+        shape_ext = torch.cat([shape_ids, torch.full_like(shape_ids[:, :1], -1)], dim=1).view(-1)
     flat = lambda x: x.view(-1)                      # [B, N+1] state ↔ flat index tree·(N+1) + slot
     p_rows, q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)    # [B·N, V] (views if contiguous)
     rows_of = row_numbers(batch, row_index).reshape(-1)
@@ -186,7 +189,8 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
                 bufs = [p_rows.new_empty(R, V), q_rows.new_empty(R, V)]
             p = torch.index_select(p_rows, 0, src, out=bufs[0][:R])
             q = torch.index_select(q_rows, 0, src, out=bufs[1][:R])
-        ctx = LevelContext(flat(rho)[at], p, q, children, kids < N, process, shape_ext[kid_at], shape_keys, active)
+        ctx = LevelContext(flat(rho)[at], p, q, children, kids < N, process, *(
+            (shape_ext[kid_at], shape_keys) if shapes else (None, (".",))), active)
         dec = rule(ctx)
         flat(rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
         flat(enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
@@ -214,7 +218,7 @@ def _ext(x: torch.Tensor, fill) -> torch.Tensor:
 
 def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
            rule: LevelRule, generator: torch.Generator | None = None,
-           row_index: torch.Tensor | None = None, drafted_support: bool = False) -> VerifyResult:
+           row_index: torch.Tensor | None = None, drafted_support: bool = False, shapes: bool = True) -> VerifyResult:
     """Pass 1 + pass 2 with independent coins: one verification per tree.  Y is the endpoint's candidate, or
     ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
     (:func:`gpu.support.draw_undrafted`) — rows are read whole only at the endpoint, once per tree."""
@@ -222,7 +226,7 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     V = target_probs.shape[-1]
     dev = target_probs.device
     alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True, row_index=row_index,
-                     drafted_support=drafted_support)
+                     drafted_support=drafted_support, shapes=shapes)
     entered = _ext(uniform((B, N), dev, generator) < alloc.enter.to(torch.float64), False)
     stops = uniform((B, N), dev, generator) < alloc.stop.to(torch.float64)
     kids = batch.children                                    # [B, N, K], dump N
@@ -286,10 +290,10 @@ def _success_sweeps(batch: TreeBatch, alloc: Allocation) -> tuple[torch.Tensor, 
 
 def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
                       rule: LevelRule, row_index: torch.Tensor | None = None,
-                      drafted_support: bool = False) -> torch.Tensor:
+                      drafted_support: bool = False, shapes: bool = True) -> torch.Tensor:
     """``E[τ | T]`` per tree ``[B]``: ``e`` at the root of :func:`_success_sweeps`."""
     alloc = allocate(batch, target_probs, draft_probs, process, rule, row_index=row_index,
-                     drafted_support=drafted_support)
+                     drafted_support=drafted_support, shapes=shapes)
     return _success_sweeps(batch, alloc)[1][:, 0]
 
 

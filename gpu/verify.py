@@ -28,6 +28,10 @@ from .univer_rule import univer_rule
 METHODS = {"nss": nss_rule, "rrs": rrs_rule, "rrsw": rrsw_rule, "kseq": kseq_rule, "tv": tv_rule,
            "univer": univer_rule, "gr": gr_rule}
 
+#: Methods whose level rule reads the children's subtree shapes (``LevelContext.child_shapes``); the others'
+#: calls skip building them.
+SHAPE_METHODS = ("univer",)
+
 #: Draft processes whose levels every method plans on the drafted tokens (:mod:`gpu.support`): with i.i.d. or
 #: without-replacement children each rule reads an undrafted token only through their total target mass.
 DRAFTED_SUPPORT = ("iid", "wor")
@@ -155,7 +159,7 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     if validate:
         validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
     return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index,
-                         drafted_support=process in DRAFTED_SUPPORT)
+                         drafted_support=process in DRAFTED_SUPPORT, shapes=method in SHAPE_METHODS)
 
 
 def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,
@@ -166,4 +170,4 @@ def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft
     if validate:
         validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process, row_index)
     return engine.expected_accepted(batch, target_probs, draft_probs, process, rule, row_index,
-                                    drafted_support=process in DRAFTED_SUPPORT)
+                                    drafted_support=process in DRAFTED_SUPPORT, shapes=method in SHAPE_METHODS)

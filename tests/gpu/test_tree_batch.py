@@ -42,6 +42,31 @@ def test_subtree_shapes_spell_the_draft_trees_subtree_keys():
         assert b.height[i, :t.num_nodes].tolist() == [nesting(k) for k in t.subtree_keys]
 
 
+
+def test_only_methods_reading_subtree_shapes_build_them(monkeypatch):
+    """``gpu.verify`` builds ``TreeBatch.subtree_shapes`` only for the methods of ``SHAPE_METHODS`` (UniVer's
+    shape and slot rules); the others never touch it (a decode step's batch is fresh, so it would be built)."""
+    from gpu import expected_accepted_length, verify
+    from gpu.verify import METHODS, SHAPE_METHODS
+    from univer_theory import VERIFIERS
+    built = []
+    real = TreeBatch.subtree_shapes.func
+
+    def spy(self):
+        built.append(True)
+        return real(self)
+    monkeypatch.setattr(TreeBatch, "subtree_shapes", property(spy))
+    tree = DraftTree.from_shape(TreeShape.parse("((..),.)"), [0, 1, 2, 1])
+    gen = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(1, 5, 4, generator=gen, dtype=torch.float64), -1)
+    for method in METHODS:
+        if "wor" not in VERIFIERS[method].processes:
+            continue
+        built.clear()
+        verify(TreeBatch.from_trees([tree]), p, p, "wor", method, gen)
+        expected_accepted_length(TreeBatch.from_trees([tree]), p, p, "wor", method)
+        assert bool(built) == (method in SHAPE_METHODS), method
+
 @pytest.mark.parametrize("M,K,high", [(1, 1, 2), (0, 3, 2), (60, 3, 3), (500, 4, 5), (7, 10, 2), (1000, 2, 40)])
 def test_unique_rows_is_torch_unique_by_rows(M, K, high):
     """The grouping of shapes, layouts and tuples returns what ``torch.unique(dim=0, return_inverse=True)`` does:
