@@ -10,22 +10,37 @@ vectorised, so results may differ from a torch run in the last bits (the exact c
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import torch
+
+
+#: Leaves that hold no array (returned as they are, without the container checks).
+_PLAIN = (str, int, float, bool, type(None), np.generic)
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls) -> tuple[str, ...] | None:
+    """The field names of a dataclass type, None for any other type (cached: ``dataclasses.fields`` builds them
+    on every call)."""
+    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
 def _convert(x, leaf):
     """``x`` with ``leaf`` applied to every array inside tuples, named tuples, dicts and dataclasses."""
     if isinstance(x, (torch.Tensor, np.ndarray)):
         return leaf(x)
+    if isinstance(x, _PLAIN):
+        return x
     if isinstance(x, tuple):
         values = [_convert(v, leaf) for v in x]
         return type(x)(*values) if hasattr(x, "_fields") else tuple(values)
     if isinstance(x, dict):
         return {key: _convert(v, leaf) for key, v in x.items()}
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return dataclasses.replace(x, **{f.name: _convert(getattr(x, f.name), leaf) for f in dataclasses.fields(x)})
+    names = _field_names(type(x))
+    if names is not None:
+        return dataclasses.replace(x, **{name: _convert(getattr(x, name), leaf) for name in names})
     return leaf(x)
 
 
@@ -41,10 +56,12 @@ def _devices(x) -> set:
     """The device types of the tensors inside ``x`` (tuples, named tuples, dicts, dataclasses)."""
     if isinstance(x, torch.Tensor):
         return {x.device.type}
+    if isinstance(x, (np.ndarray, *_PLAIN)):
+        return set()
     if isinstance(x, dict):
         x = tuple(x.values())
-    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-        x = tuple(getattr(x, f.name) for f in dataclasses.fields(x))
+    elif (names := _field_names(type(x))) is not None:
+        x = tuple(getattr(x, name) for name in names)
     return set().union(*(_devices(v) for v in x)) if isinstance(x, tuple) else set()
 
 
