@@ -167,7 +167,6 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     rho = torch.ones(B, N + 1, dtype=dtype, device=dev)
     enter = torch.ones(B, N + 1, dtype=dtype, device=dev)
     stop = torch.zeros(B, N + 1, dtype=dtype, device=dev)
-    internal = torch.zeros(B, N + 1, dtype=torch.bool, device=dev)
     candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
     residual = target_probs.clone() if keep_residuals else None
     token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
@@ -195,14 +194,13 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         flat(rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
         flat(enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
         flat(stop).scatter_(0, at, dec.stop.to(dtype))
-        flat(internal)[at] = True
         if sample:
             y = sample_rows(dec.residual, generator)
             flat(candidate).scatter_(0, at, y if found is None else support.tokens(found, y, V))
         if keep_residuals:
             residual[tree, slots] = (dec.residual if found is None
                                      else support.expand(dec.residual, p_rows, q_rows, src, found)).to(dtype)
-    internal[:, N] = False
+    internal = _ext(batch.num_children > 0, False)   # exactly the nodes some level decided
     stop = torch.where(internal, stop, rho)          # a drafted leaf (or a lone root) succeeds w.p. ρ
     stop[:, 0] = 1                                   # the root never fails (as univer_theory.engine.allocate)
     enter[:, N] = 0                                  # the dump slot is never entered

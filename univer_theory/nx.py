@@ -75,7 +75,10 @@ class NumpyBackend:
     def put(x, idx, values):
         """A copy of ``x`` with ``values`` written at ``idx`` along the last axis."""
         out = np.array(x, copy=True)
-        np.put_along_axis(out, idx, values, axis=-1)
+        if out.ndim == 2 and idx.ndim == 2:             # rows: plain fancy indexing, as :meth:`take`
+            out[np.arange(out.shape[0])[:, None], idx] = values
+        else:
+            np.put_along_axis(out, idx, values, axis=-1)
         return out
 
     @staticmethod
