@@ -93,7 +93,7 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
     full = V // B
     count = np.zeros(R, np.int64)
     rest = np.zeros(R, np.float64)
-    size, used = R * 64 + 4 * V, 0        # flat outputs (pages touched only as written), doubled when a row might not fit
+    size, used = R * 64 + 4 * V, 0        # flat outputs (pages touched only as written), doubled as needed
     cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
     for i in range(R):
         while used + V > size:

@@ -163,10 +163,12 @@ def test_scan_and_compact_contract(dtype):
     for a, b in zip(found[0][:3], found[1][:3]):
         assert torch.equal(a, b)
     torch.testing.assert_close(found[0][3], found[1][3], rtol=0, atol=4e-15)
-    many = random_support_rows(gen, 300, [140, 100, 120, 90], dtype)   # more than the scan's first room
-    rows = torch.arange(4)
-    for a, b in zip(support._scan_host(*many, rows, 150, 1e-6), support._scan_device(*many, rows, 150, 1e-6)):
+    wide_rows = random_support_rows(gen, 300, [140] * 20, dtype)       # more than the scan's first room: it grows
+    rows = torch.arange(20)
+    for a, b in zip(support._scan_host(*wide_rows, rows, 150, 1e-6), support._scan_device(*wide_rows, rows, 150, 1e-6)):
         torch.testing.assert_close(a, b, rtol=0, atol=2e-14)
+    many = random_support_rows(gen, 300, [140, 100, 120, 90], dtype)
+    rows = torch.arange(4)
     undrafted = torch.where(many[1] > 0, 0, many[0]).double()
     B = support.SCAN_BLOCK
     want = torch.stack([undrafted[:, i:i + B].sum(1) for i in range(0, 300 // B * B + 1, B)], 1)  # and the tail
