@@ -96,6 +96,9 @@ def check_rows(where: str, name: str, rows: torch.Tensor, valid: torch.Tensor | 
 
 #: Block width of the two-level inverse CDF of :func:`sample_rows`, and the chunk summed in the rows' dtype.
 SAMPLE_BLOCK, SAMPLE_CHUNK = 256, 16
+#: Rows of at most this many columns (levels on their drafted support) take one float64 cumsum instead: 3–5× faster
+#: on 1 025 columns, where the two levels' ~20 operations cost more than the sums.
+SAMPLE_DIRECT = 4096
 
 
 def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None,
@@ -113,12 +116,12 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None,
     ≤ 9e-7 for ``c = 16``, independent of V), so no token's probability drifts by more than that relative
     amount, and a float32 → float64 copy of the rows is avoided.  A zero-weight token is never returned for a
     row with positive mass (neither CDF rises across it; :func:`_first_above` covers ``U·Σ`` rounding up to a
-    block's or the row's total).  Rows of at most one block (a level on its drafted support) take their one
-    float64 cumsum directly.  An all-zero row returns an arbitrary index.
+    block's or the row's total).  Rows of at most :data:`SAMPLE_DIRECT` columns (a level on its drafted support)
+    take their one float64 cumsum directly.  An all-zero row returns an arbitrary index.
     """
     R, V = weights.shape
     b, c = SAMPLE_BLOCK, SAMPLE_CHUNK
-    if V <= b:                          # one block (a level on its drafted support): its inverse CDF directly
+    if V <= SAMPLE_DIRECT:              # a short row (a level on its drafted support): its inverse CDF directly
         cdf = weights.cumsum(-1, dtype=torch.float64)
         u = torch.rand(R, num_samples or 1, dtype=torch.float64, device=weights.device, generator=generator)
         idx = _first_above(cdf, u * cdf[:, -1:])

@@ -117,7 +117,26 @@ def test_probs_from_logits():
             probs_from_logits(logits, 1.0, top=bad)
 
 
-@pytest.mark.parametrize("V", [7, 256, 300, 1000])
+@pytest.mark.parametrize("V", [65, 1025, 4096, 4097, 49152])
+def test_sample_rows_is_the_inverse_cdf_of_its_uniforms(V):
+    """Both paths of :func:`gpu.probs.sample_rows` (one float64 cumsum up to ``SAMPLE_DIRECT`` columns, the two-level
+    block search above it) map each of their uniforms ``U`` to the token a full-row float64 inverse CDF gives for
+    ``U·Σ`` — the first token whose cumulative mass exceeds it — on seeded rows with zeros and a 10-decade spread:
+    the law is exactly ``norm(weights)``, not only its support.  The uniforms are replayed from the same seed (the
+    sampler draws one ``torch.rand(R, S)``)."""
+    from gpu.probs import sample_rows
+    gen = torch.Generator().manual_seed(V)
+    w = torch.rand(6, V, generator=gen, dtype=torch.float64) * 10.0 ** (-10 * torch.rand(6, V, generator=gen,
+                                                                                           dtype=torch.float64))
+    w = torch.where(torch.rand(6, V, generator=gen) < 0.3, 0.0, w)
+    got = sample_rows(w, torch.Generator().manual_seed(1), num_samples=2000)
+    u = torch.rand(6, 2000, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    cdf = w.cumsum(-1)
+    want = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    assert torch.equal(got, want)               # ties at a cumulative-mass boundary have probability ~1e-16
+
+
+@pytest.mark.parametrize("V", [7, 256, 1000, 4097, 5000])
 def test_sample_rows_returns_positive_tokens_only(V):
     """The two-level inverse CDF (:func:`gpu.probs.sample_rows`, blocks through :func:`gpu.probs.sample_blocks`):
     a row with one positive token returns it wherever it sits (first, last, at a block edge; float32 too), a
