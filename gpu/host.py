@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 
-#: Leaves that hold no array (returned as they are, without the container checks).
-_PLAIN = (str, int, float, bool, type(None), np.generic)
+#: Leaves that hold no array (returned as they are, without the container checks; numpy scalars, which subclass
+#: some of these, are arrays to :func:`_convert` and checked before).
+_PLAIN = (str, int, float, bool, type(None))
 
 
 @functools.lru_cache(maxsize=None)
@@ -29,7 +30,7 @@ def _field_names(cls) -> tuple[str, ...] | None:
 
 def _convert(x, leaf):
     """``x`` with ``leaf`` applied to every array inside tuples, named tuples, dicts and dataclasses."""
-    if isinstance(x, (torch.Tensor, np.ndarray)):
+    if isinstance(x, (torch.Tensor, np.ndarray, np.generic)):
         return leaf(x)
     if isinstance(x, _PLAIN):
         return x
@@ -56,7 +57,7 @@ def _devices(x) -> set:
     """The device types of the tensors inside ``x`` (tuples, named tuples, dicts, dataclasses)."""
     if isinstance(x, torch.Tensor):
         return {x.device.type}
-    if isinstance(x, (np.ndarray, *_PLAIN)):
+    if isinstance(x, (np.ndarray, np.generic, *_PLAIN)):
         return set()
     if isinstance(x, dict):
         x = tuple(x.values())
