@@ -188,8 +188,8 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
                 bufs = [p_rows.new_empty(R, V), q_rows.new_empty(R, V)]
             p = torch.index_select(p_rows, 0, src, out=bufs[0][:R])
             q = torch.index_select(q_rows, 0, src, out=bufs[1][:R])
-        ctx = LevelContext(flat(rho)[at], p, q, children, kids < N, process, *(
-            (shape_ext[kid_at], shape_keys) if shapes else (None, (".",))), active)
+        ctx = LevelContext(flat(rho)[at], p, q, children, kids < N, process, active=active,
+                           **({"child_shapes": shape_ext[kid_at], "shape_keys": shape_keys} if shapes else {}))
         dec = rule(ctx)
         flat(rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
         flat(enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
@@ -250,7 +250,8 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     y = cand.index_put((leaf,), sample_rows(p_rows.index_select(0, row_u[leaf]), generator))
     if drafted_support:                                      # V: drawn from a level's undrafted column
         at = (~is_leaf & (cand == V)).nonzero().squeeze(1)  # host read: those drawing from p·1[q = 0]
-        y = y.index_put((at,), support.draw_undrafted(p_rows, draft_probs.reshape(-1, V), row_u[at], generator))
+        if at.numel():                                      # (none on whole rows: no pass over empty blocks)
+            y = y.index_put((at,), support.draw_undrafted(p_rows, draft_probs.reshape(-1, V), row_u[at], generator))
     depth = batch.depth
     tau = depth.gather(1, u[:, None]).squeeze(1)
     D = batch.max_depth
