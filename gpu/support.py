@@ -76,6 +76,16 @@ def _complement(p_s, lo, hi):  # pragma: no cover - compiled
     return s + c
 
 
+@numba.njit(cache=True, inline="always", fastmath={"reassoc"})
+def _undrafted_mass(pr, qr, lo, hi):  # pragma: no cover - compiled
+    """``Σ_{q(x)=0} p(x)`` over tokens ``lo ≤ x < hi`` of one row, reassociated over SIMD lanes
+    (~((hi − lo)/lanes)·ε relative at worst)."""
+    s = 0.0
+    for x in range(lo, hi):
+        s += pr[x] if qr[x] <= 0 else 0.0
+    return s
+
+
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
     """Rows ``src[i]`` of ``p``, ``q``, read in place: a vectorised pass over each row's q, a block of
@@ -85,10 +95,10 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
     is read at those tokens only (a loop of independent loads, so the cache misses overlap) into ``p_s``, and
     ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below ``exact_below``, where the
     complement's relative error could matter (and a 0 must stay 0), and ``rest[i] = Σ_{q=0} p`` is summed over
-    the row (reassociated over SIMD lanes: ~(V/lanes)·ε relative at worst).  Returns ``ok`` (False after the
-    first row that drafts more than ``cap`` tokens, the rest then meaningless) and the entries laid out ``[R, M]``
-    (``M`` the widest row; padded with :data:`PAD`, 0, 0) with ``rest``.  (The flat outputs grow between rows
-    only: growing them inside the block loop stops its vectorisation.)"""
+    the row (:func:`_undrafted_mass`).  Returns ``ok`` (False after the first row that drafts more than ``cap``
+    tokens, the rest then meaningless) and the entries laid out ``[R, M]`` (``M`` the widest row; padded with
+    :data:`PAD`, 0, 0) with ``rest``.  (The flat outputs grow between rows only: growing them inside the block
+    loop stops its vectorisation.)"""
     R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
     full = V // B
     count = np.zeros(R, np.int64)
@@ -121,11 +131,7 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
         for e in range(start, used):
             p_s[e] = pr[cols[e]]
         r = _complement(p_s, start, used)
-        if r < exact_below:
-            r = 0.0
-            for x in range(V):
-                r += pr[x] if qr[x] <= 0 else 0.0
-        rest[i] = r
+        rest[i] = r if r >= exact_below else _undrafted_mass(pr, qr, 0, V)
     M = count.max() if R else 0
     cols2, p2, q2 = np.full((R, M), PAD, np.int64), np.zeros((R, M), p.dtype), np.zeros((R, M), q.dtype)
     e = 0
@@ -208,22 +214,16 @@ def tokens(support: Support, columns: torch.Tensor, vocab: int) -> torch.Tensor:
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _undrafted_blocks_rows(p, q, src):  # pragma: no cover - compiled
-    """``mass[i, b] = Σ_{q=0} p`` over block b of :data:`SCAN_BLOCK` token ids of rows ``src[i]`` (the last block
-    the tail, possibly empty), read in place; reassociated over SIMD lanes (~(SCAN_BLOCK/lanes)·ε relative)."""
+    """``mass[i, b]`` = :func:`_undrafted_mass` over block b of :data:`SCAN_BLOCK` token ids of rows ``src[i]`` (the
+    last block the tail, possibly empty), read in place."""
     R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
     full = V // B
     mass = np.zeros((R, full + 1), np.float64)
     for i in range(R):
         pr, qr = p[src[i]], q[src[i]]
         for b in range(full):
-            s = 0.0
-            for x in range(b * B, b * B + B):
-                s += pr[x] if qr[x] <= 0 else 0.0
-            mass[i, b] = s
-        s = 0.0
-        for x in range(full * B, V):
-            s += pr[x] if qr[x] <= 0 else 0.0
-        mass[i, full] = s
+            mass[i, b] = _undrafted_mass(pr, qr, b * B, b * B + B)
+        mass[i, full] = _undrafted_mass(pr, qr, full * B, V)
     return mass
 
 
