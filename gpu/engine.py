@@ -77,13 +77,16 @@ LevelRule = Callable[[LevelContext], LevelDecision]
 class Allocation:
     """Pass-1 result per slot: ``rho``, ``enter`` (from the parent; 1 at the root), ``stop`` ``[B, N]``;
     ``candidate`` correction tokens of internal nodes ``[B, N]`` (sampling only; −1 elsewhere);
-    ``residual [B, N, V]`` (only with ``keep_residuals``, for exactness tests; leaves hold ``p``)."""
+    ``residual [B, N, V]`` (only with ``keep_residuals``, for exactness tests; leaves hold ``p``); ``drafted``:
+    ``(at [R], Support.cols [R, M])`` of each level planned on its drafted support (sampling only; ``at`` the
+    flat slots ``tree·(N + 1) + slot``), for :func:`gpu.support.draw_undrafted`."""
 
     rho: torch.Tensor
     enter: torch.Tensor
     stop: torch.Tensor
     candidate: torch.Tensor | None = None
     residual: torch.Tensor | None = None
+    drafted: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     p_rows, q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)    # [B·N, V] (views if contiguous)
     rows_of = row_numbers(batch, row_index).reshape(-1)
     bufs = []                                        # whole-row gathers [rows, V], reused by every block
+    drafted = []
     for tree, slots, kids, active, src, found in _level_units(batch, p_rows, q_rows, rows_of, drafted_support):
         at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
         R = tree.shape[0]
@@ -197,6 +201,8 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         if sample:
             y = sample_rows(dec.residual, generator)
             flat(candidate).scatter_(0, at, y if found is None else support.tokens(found, y, V))
+            if found is not None:
+                drafted.append((at, found.cols))
         if keep_residuals:
             residual[tree, slots] = (dec.residual if found is None
                                      else support.expand(dec.residual, p_rows, q_rows, src, found)).to(dtype)
@@ -206,7 +212,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     enter[:, N] = 0                                  # the dump slot is never entered
     rho[:, N] = 0
     return Allocation(rho[:, :N], enter[:, :N], stop[:, :N], None if candidate is None else candidate[:, :N],
-                      residual)
+                      residual, tuple(drafted))
 
 
 def _ext(x: torch.Tensor, fill) -> torch.Tensor:
@@ -251,7 +257,9 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     if drafted_support:                                      # V: drawn from a level's undrafted column
         at = (~is_leaf & (cand == V)).nonzero().squeeze(1)  # host read: those drawing from p·1[q = 0]
         if at.numel():                                      # (none on whole rows: no pass over empty blocks)
-            y = y.index_put((at,), support.draw_undrafted(p_rows, draft_probs.reshape(-1, V), row_u[at], generator))
+            cols = support.cols_at(alloc.drafted, at * (N + 1) + u[at], B * (N + 1))
+            y = y.index_put((at,), support.draw_undrafted(p_rows, draft_probs.reshape(-1, V), row_u[at], cols,
+                                                          generator))
     depth = batch.depth
     tau = depth.gather(1, u[:, None]).squeeze(1)
     D = batch.max_depth

@@ -79,7 +79,7 @@ def _complement(p_s, lo, hi):  # pragma: no cover - compiled
 @numba.njit(cache=True, inline="always", fastmath={"reassoc"})
 def _undrafted_mass(pr, qr, lo, hi):  # pragma: no cover - compiled
     """``Σ_{q(x)=0} p(x)`` over tokens ``lo ≤ x < hi`` of one row, reassociated over SIMD lanes
-    (~((hi − lo)/lanes)·ε relative at worst)."""
+    (~((hi − lo)/lanes)·ε relative at worst); ``qr`` the row's q, or any mark positive exactly where q is."""
     s = 0.0
     for x in range(lo, hi):
         s += pr[x] if qr[x] <= 0 else 0.0
@@ -213,45 +213,70 @@ def tokens(support: Support, columns: torch.Tensor, vocab: int) -> torch.Tensor:
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-def _undrafted_blocks_rows(p, q, src):  # pragma: no cover - compiled
-    """``mass[i, b]`` = :func:`_undrafted_mass` over block b of :data:`SCAN_BLOCK` token ids of rows ``src[i]`` (the
-    last block the tail, possibly empty), read in place."""
-    R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
+def _undrafted_blocks_rows(p, src, cols):  # pragma: no cover - compiled
+    """``mass[i, b]`` = :func:`_undrafted_mass` over block b of :data:`SCAN_BLOCK` token ids of rows ``src[i]`` of
+    ``p`` (the last block the tail, possibly empty), read in place, with the row's drafted tokens ``cols[i]``
+    (:attr:`Support.cols`, :data:`PAD` padded) marked in a byte mask instead of reading its draft row."""
+    R, V, B = src.shape[0], p.shape[1], SCAN_BLOCK
     full = V // B
     mass = np.zeros((R, full + 1), np.float64)
+    drafted = np.zeros(V, np.uint8)
     for i in range(R):
-        pr, qr = p[src[i]], q[src[i]]
-        for b in range(full):
-            mass[i, b] = _undrafted_mass(pr, qr, b * B, b * B + B)
-        mass[i, full] = _undrafted_mass(pr, qr, full * B, V)
+        for mark in (1, 0):
+            for c in cols[i]:
+                if c < V:
+                    drafted[c] = mark
+            if mark:
+                pr = p[src[i]]
+                for b in range(full):
+                    mass[i, b] = _undrafted_mass(pr, drafted, b * B, b * B + B)
+                mass[i, full] = _undrafted_mass(pr, drafted, full * B, V)
     return mass
 
 
 @torch.compiler.disable
-def _undrafted_blocks_host(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+def _undrafted_blocks_host(p_rows: torch.Tensor, src: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """``[n, V // SCAN_BLOCK + 1]`` float64: the undrafted target mass ``Σ_{q=0} p`` per block of token ids of rows
-    ``src [n]``, one compiled pass over the rows in place (:func:`_undrafted_blocks_rows`)."""
-    return torch.from_numpy(_undrafted_blocks_rows(p_rows.numpy(), q_rows.numpy(), src.numpy()))
+    ``src [n]`` whose drafted tokens are ``cols [n, M]``, one compiled pass over the target rows in place
+    (:func:`_undrafted_blocks_rows`)."""
+    return torch.from_numpy(_undrafted_blocks_rows(p_rows.numpy(), src.numpy(), cols.numpy()))
 
 
-def _undrafted_blocks_device(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+def _undrafted_blocks_device(p_rows: torch.Tensor, src: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """:func:`_undrafted_blocks_host` in torch (an accelerator's)."""
-    w = undrafted_weights(p_rows.index_select(0, src), q_rows.index_select(0, src))
-    w = torch.nn.functional.pad(w, (0, SCAN_BLOCK - w.shape[1] % SCAN_BLOCK))
+    V = p_rows.shape[1]
+    w = torch.nn.functional.pad(p_rows.index_select(0, src), (0, 1))         # column V: where padding points
+    w = w.scatter_(1, cols.clamp(max=V), 0)[:, :V]
+    w = torch.nn.functional.pad(w, (0, SCAN_BLOCK - V % SCAN_BLOCK))
     return w.view(w.shape[0], -1, SCAN_BLOCK).sum(2, dtype=torch.float64)
 
 
-def draw_undrafted(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor,
+def draw_undrafted(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cols: torch.Tensor,
                    generator: torch.Generator | None = None) -> torch.Tensor:
-    """Tokens ``[n]`` from ``p·1[q = 0]`` of rows ``src [n]`` of ``p_rows``, ``q_rows``: a correction token sampled
-    from a level's undrafted column (:func:`tokens`), drawn again from the tokens it stands for, once per tree —
-    the block by the rows' undrafted block masses (:func:`_undrafted_blocks_host`, one pass), the token within it from
-    its p with drafted tokens at 0 (:func:`gpu.probs.sample_blocks`)."""
-    def read(cols):
+    """Tokens ``[n]`` from ``p·1[q = 0]`` of rows ``src [n]`` of ``p_rows``, ``q_rows``, whose drafted tokens are
+    ``cols [n, M]`` (their levels' :attr:`Support.cols`): a correction token sampled from a level's undrafted
+    column (:func:`tokens`), drawn again from the tokens it stands for, once per tree — the block by the rows'
+    undrafted block masses (:func:`_undrafted_blocks_host`: one pass over the target rows), the token within it
+    from its p with drafted tokens at 0 (:func:`gpu.probs.sample_blocks`; the draft rows read there only)."""
+    def read(block):
         r = src[:, None, None]
-        return undrafted_weights(p_rows[r, cols], q_rows[r, cols])
+        return undrafted_weights(p_rows[r, block], q_rows[r, block])
     blocks = _undrafted_blocks_host if p_rows.device.type == "cpu" else _undrafted_blocks_device
-    return sample_blocks(blocks(p_rows, q_rows, src), SCAN_BLOCK, read, p_rows.shape[1], generator)
+    return sample_blocks(blocks(p_rows, src, cols), SCAN_BLOCK, read, p_rows.shape[1], generator)
+
+
+def cols_at(levels, slots: torch.Tensor, size: int) -> torch.Tensor:
+    """``[n, M]`` (:data:`PAD` padded): the drafted tokens (:attr:`Support.cols`) of the rows at flat slots
+    ``slots [n]`` of ``size`` slots, from ``levels`` = ``(at [R], cols [R, M_l])`` per level planned on its
+    drafted support (each slot in at most one level; slots in none get padding only)."""
+    out = torch.full((slots.shape[0], max(c.shape[1] for _, c in levels)), PAD, device=slots.device)
+    for at, cols in levels:
+        where = torch.full((size,), -1, device=slots.device).index_put_((at,), torch.arange(at.shape[0],
+                                                                                           device=slots.device))
+        idx = where[slots]
+        hit = (idx >= 0).nonzero().squeeze(1)
+        out[hit, :cols.shape[1]] = cols[idx[hit]]
+    return out
 
 
 def expand(residual_s: torch.Tensor, p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor,

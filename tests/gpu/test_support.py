@@ -172,8 +172,9 @@ def test_scan_and_compact_contract(dtype):
     undrafted = torch.where(many[1] > 0, 0, many[0]).double()
     B = support.SCAN_BLOCK
     want = torch.stack([undrafted[:, i:i + B].sum(1) for i in range(0, 300 // B * B + 1, B)], 1)  # and the tail
+    cols = support.scan(*many, rows).cols                           # each row's drafted tokens, PAD padded
     for blocks in (support._undrafted_blocks_host, support._undrafted_blocks_device):
-        torch.testing.assert_close(blocks(*many, rows), want, rtol=1e-14, atol=0)
+        torch.testing.assert_close(blocks(many[0], rows, cols), want, rtol=1e-14, atol=0)
     wide = torch.tensor([0, 2])
     q_wide = q.clone()
     q_wide[2, :26] = 1 / 26
@@ -219,12 +220,15 @@ SAMPLED = {"wor": DraftTree(parent=(-1, 0, 0, 1, 1), token=(-1, 0, 1, 2, 0), voc
 
 
 def sampled_instance(process):
-    """``(tree, pn, qn)``: Dirichlet target rows and draft rows on tokens {0, 1, 2} (undrafted target mass ~1/2)."""
+    """``(tree, pn, qn)``: Dirichlet target rows and draft rows on three tokens each (undrafted target mass ~1/2):
+    {0, 1, 3} at the root, {0, 2, 4} at its first child — endpoints with different drafted sets, so that an
+    undrafted draw reading another row's drafted tokens shows — and {0, 1, 2} at the leaves."""
     rng = np.random.default_rng(11)
     tree = SAMPLED[process]
     pn = rng.dirichlet(np.ones(6), size=tree.num_nodes)
     qn = np.zeros_like(pn)
-    qn[:, :3] = rng.dirichlet(np.ones(3), size=tree.num_nodes)
+    for u, drafted in enumerate([[0, 1, 3], [0, 2, 4]] + [[0, 1, 2]] * (tree.num_nodes - 2)):
+        qn[u, drafted] = rng.dirichlet(np.ones(3))
     return tree, pn, qn
 
 
@@ -249,8 +253,27 @@ def test_same_test_rejects_undrafted_tokens_from_all_of_p(monkeypatch):
     law = VERIFIERS["univer"].law(tree, pn, qn, "wor")
     lossy = undrafted_from_p(law, tree, pn, qn)
     monkeypatch.setattr(support, "draw_undrafted",
-                        lambda p_rows, q_rows, src, gen: sample_rows(p_rows.index_select(0, src), gen))
+                        lambda p_rows, q_rows, src, cols, gen: sample_rows(p_rows.index_select(0, src), gen))
     batch, p, q = repeated(tree, pn, qn, N_SAMPLES)
     counts = cell_counts(verify(batch, p, q, "wor", "univer", torch.Generator().manual_seed(5)), tree)
     assert_rejects(g_test(counts, law), "undrafted from p")
     assert_fits(counts, lossy, {"univer": law}, "undrafted from p vs its own exact law")
+
+
+def test_undrafted_draw_reads_each_endpoints_own_drafted_tokens():
+    """``cols_at`` gives each endpoint slot its own level row's drafted tokens (levels of different widths, slots
+    in any order, a slot in no level padded), and ``draw_undrafted`` with them never returns a token its row
+    drafts, on rows whose drafted sets differ (their law: the block masses above and
+    ``test_sampler_on_the_drafted_support_follows_exact_law``)."""
+    at = [torch.tensor([0, 7, 3]), torch.tensor([5, 1])]
+    cols = [torch.tensor([[1, 4, support.PAD], [2, 3, 9], [0, support.PAD, support.PAD]]), torch.tensor([[6], [8]])]
+    got = support.cols_at(list(zip(at, cols)), torch.tensor([1, 3, 2, 7, 5]), 8)
+    P = support.PAD
+    assert got.tolist() == [[8, P, P], [0, P, P], [P, P, P], [2, 3, 9], [6, P, P]]
+    gen = torch.Generator().manual_seed(3)
+    p, q = random_support_rows(gen, 400, [30, 200, 1, 120])
+    rows = torch.arange(4).repeat(2000)
+    drafted = support.scan(p, q, torch.arange(4)).cols
+    y = support.draw_undrafted(p, q, rows, drafted[rows], gen)
+    assert not (q[rows, y] > 0).any()
+    assert all(len(set(y[rows == r].tolist())) > 100 for r in range(4))       # spread over the undrafted tokens
