@@ -23,6 +23,7 @@ from functools import lru_cache
 import numba
 import numpy as np
 
+from ..fpu import flushed
 from ..nx import array_module, get_backend
 
 #: Gauss–Legendre nodes per panel of width 60 in log T (theory.md §4.1: 400 nodes on log t ∈ [−30, 30]).
@@ -143,6 +144,14 @@ def _walk_plan(m: int, k: int, t: int) -> tuple[int, bool, int]:
     states = 8 * t * 2 * k * walk_states(m, k)
     kept = states + 8 * t * 3 * m <= WALK_BYTES
     return _walk_block(m), kept, states + kept * 8 * t * 3 * m
+
+
+#: Smallest drafted clock rate of a chunk of rows that :func:`thinning_walk` walks with subnormal floats flushed
+#: to 0 (:func:`univer_theory.fpu.flushed`: the polynomial lanes of the largest times decay through the
+#: subnormal range, ~2.5× slower at V = 49 152).  A flushed term is below 2^-1022 and changes an availability
+#: by at most ~1e-305 absolute; rows with smaller rates (confident rows' subnormal tails, whose availabilities
+#: are themselves that small and are kept to their relative precision) are walked unflushed.
+FLUSH_MIN_RATE = 2.0 ** -900
 
 
 #: ``q·T`` beyond which ``e^{−qT}`` is exactly 0 in float64 (it underflows past ~745.13; the margin keeps any
@@ -301,16 +310,20 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
         checkpoints = np.empty((blocks, n, 2, k, t))
         checkpoints[-1] = state
         after, none = np.empty((n, block, 2, k, t)), np.empty((0, block, 2, k, t))
+        flush = np.min(q, initial=np.inf, where=q > 0) >= FLUSH_MIN_RATE
         for b in range(blocks - 1, 0, -1):                          # checkpoints[b]: the suffix after block b
-            _suffix_steps(state, *clocks(b * block, (b + 1) * block), none)
+            here = clocks(b * block, (b + 1) * block)
+            with flushed(flush):
+                _suffix_steps(state, *here, none)
             checkpoints[b - 1] = state
         prefix = np.zeros((n, 2, k, t))
         prefix[:, 0, 0] = 1.0
         th, av = np.empty((n, m)), np.empty((n, m))
         for b in range(blocks):
             here = clocks(b * block, (b + 1) * block)
-            _suffix_steps(checkpoints[b].copy(), *here, after)
-            _prefix_walk(prefix, after, *here, w, b * block, hq, c_num, c_den, th, av)
+            with flushed(flush):
+                _suffix_steps(checkpoints[b].copy(), *here, after)
+                _prefix_walk(prefix, after, *here, w, b * block, hq, c_num, c_den, th, av)
         theta[rows], avail[rows] = th, av
     return theta, avail
 
