@@ -146,9 +146,9 @@ def _walk_plan(m: int, k: int, t: int) -> tuple[int, bool, int]:
     return _walk_block(m), kept, states + kept * 8 * t * 3 * m
 
 
-#: Smallest drafted clock rate of a chunk of rows that :func:`thinning_walk` walks with subnormal floats flushed
-#: to 0 (:func:`univer_theory.fpu.flushed`: the polynomial lanes of the largest times decay through the
-#: subnormal range, ~2.5× slower at V = 49 152).  A flushed term is below 2^-1022 and changes an availability
+#: Smallest drafted clock rate of a chunk of rows that :func:`thinning_walk` walks — clock factors and compiled
+#: passes — with subnormal floats flushed to 0 (:func:`univer_theory.fpu.flushed`: the polynomial lanes of the
+#: largest times decay through the subnormal range, which made the passes ~2.5× slower at V = 49 152).  A flushed term is below 2^-1022 and changes an availability
 #: by at most ~1e-305 absolute; rows with smaller rates (confident rows' subnormal tails, whose availabilities
 #: are themselves that small and are kept to their relative precision) are walked unflushed.
 FLUSH_MIN_RATE = 2.0 ** -900
@@ -264,6 +264,37 @@ def _prefix_walk(prefix, after, e, ring, qe, w, lo, hq, c_num, c_den, theta, ava
             _step(pre, e, ring, qe, r, i, 1.0 - th)
 
 
+def _walk_chunk(q, cs, k: int, s_t, w, head: float, block: int, kept: bool):
+    """:func:`thinning_walk` on one chunk of rows ``q, cs [n, m]`` over the nodes ``s_t [t]`` it keeps (weights
+    ``w [n, t]``) in blocks of ``block`` positions, the clock factors formed once for the chunk when ``kept``."""
+    n, m, t = q.shape[0], q.shape[1], s_t.shape[0]
+    blocks = -(-m // block)
+    factors = _clock_factors(q, s_t) if kept else None
+
+    def clocks(lo, hi):
+        """The clock factors of positions ``lo:hi`` of the chunk's rows."""
+        return tuple(f[:, lo:hi] for f in factors) if kept else _clock_factors(q[:, lo:hi], s_t)
+
+    c_num, c_den = (np.ascontiguousarray(x) for x in acceptance_caps(cs))
+    hq = head * q
+    state = np.zeros((n, 2, k, t))
+    state[:, 0, 0] = 1.0                                            # the empty product (P, D) = (1, 0)
+    checkpoints = np.empty((blocks, n, 2, k, t))
+    checkpoints[-1] = state
+    after, none = np.empty((n, block, 2, k, t)), np.empty((0, block, 2, k, t))
+    for b in range(blocks - 1, 0, -1):                              # checkpoints[b]: the suffix after block b
+        _suffix_steps(state, *clocks(b * block, (b + 1) * block), none)
+        checkpoints[b - 1] = state
+    prefix = np.zeros((n, 2, k, t))
+    prefix[:, 0, 0] = 1.0
+    th, av = np.empty((n, m)), np.empty((n, m))
+    for b in range(blocks):
+        here = clocks(b * block, (b + 1) * block)
+        _suffix_steps(checkpoints[b].copy(), *here, after)
+        _prefix_walk(prefix, after, *here, w, b * block, hq, c_num, c_den, th, av)
+    return th, av
+
+
 def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     """PTS's priority walk (module docstring; :func:`sequential_thinning_avail`) on rows already in priority
     order: ``qs, cs [R, m]`` (q and ρp; undrafted positions, q = 0, come last and are identity steps with
@@ -282,8 +313,9 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     a block at a time, in each of the two passes.  Only the nodes from :func:`early_nodes` to the rows'
     :func:`live_nodes` are stepped (the others add exact zeros, or below 2^-56 of each availability: 107 of the
     default grid's 400 nodes remain on a Zipf row at V = 49 152, k = 3).  The sum over the nodes is reassociated
-    against a plain walk (every term non-negative).  Memory: :func:`walk_states` states of ``2·k·t`` floats a
-    row, rows in chunks of :data:`WALK_BYTES`."""
+    against a plain walk (every term non-negative).  A chunk whose drafted rates are all at least
+    :data:`FLUSH_MIN_RATE` is walked with subnormal floats as 0 (:func:`univer_theory.fpu.flushed`).  Memory:
+    :func:`walk_states` states of ``2·k·t`` floats a row, rows in chunks of :data:`WALK_BYTES`."""
     qs, cs, s, weights = (np.ascontiguousarray(x, dtype=np.float64) for x in (qs, cs, s, weights))
     R, m = qs.shape
     theta, avail = np.zeros((R, m)), np.zeros((R, m))
@@ -291,40 +323,13 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     t1 = max(t0, max(live_nodes(row, k, s, w) for row, w in zip(qs, weights)))
     t = t1 - t0
     block, kept, row_bytes = _walk_plan(m, k, t)
-    blocks = -(-m // block)
     step = max(1, WALK_BYTES // row_bytes)
     for r0 in range(0, R, step):
         rows = slice(r0, min(R, r0 + step))
-        q, s_t, w = qs[rows], s[t0:t1], np.ascontiguousarray(weights[rows, t0:t1])
-        factors = _clock_factors(q, s_t) if kept else None
-
-        def clocks(lo, hi, q=q, s_t=s_t, factors=factors):
-            """The clock factors of positions ``lo:hi`` of the chunk's rows."""
-            return tuple(f[:, lo:hi] for f in factors) if kept else _clock_factors(q[:, lo:hi], s_t)
-
-        c_num, c_den = (np.ascontiguousarray(x) for x in acceptance_caps(cs[rows]))
-        hq = head * q
-        n = q.shape[0]
-        state = np.zeros((n, 2, k, t))
-        state[:, 0, 0] = 1.0                                        # the empty product (P, D) = (1, 0)
-        checkpoints = np.empty((blocks, n, 2, k, t))
-        checkpoints[-1] = state
-        after, none = np.empty((n, block, 2, k, t)), np.empty((0, block, 2, k, t))
-        flush = np.min(q, initial=np.inf, where=q > 0) >= FLUSH_MIN_RATE
-        for b in range(blocks - 1, 0, -1):                          # checkpoints[b]: the suffix after block b
-            here = clocks(b * block, (b + 1) * block)
-            with flushed(flush):
-                _suffix_steps(state, *here, none)
-            checkpoints[b - 1] = state
-        prefix = np.zeros((n, 2, k, t))
-        prefix[:, 0, 0] = 1.0
-        th, av = np.empty((n, m)), np.empty((n, m))
-        for b in range(blocks):
-            here = clocks(b * block, (b + 1) * block)
-            with flushed(flush):
-                _suffix_steps(checkpoints[b].copy(), *here, after)
-                _prefix_walk(prefix, after, *here, w, b * block, hq, c_num, c_den, th, av)
-        theta[rows], avail[rows] = th, av
+        q = qs[rows]
+        with flushed(np.min(q, initial=np.inf, where=q > 0) >= FLUSH_MIN_RATE):
+            theta[rows], avail[rows] = _walk_chunk(q, cs[rows], k, s[t0:t1],
+                                                   np.ascontiguousarray(weights[rows, t0:t1]), head, block, kept)
     return theta, avail
 
 
