@@ -47,7 +47,8 @@ the longest group.
 **Selection on the realised tuple.**  ``w_j(S) = t(y_j)·∫ f_j(u) Π_{l≠j} (1 − F_l(u)) du`` (f_j = θ_{y_j}/q(y_j),
 F_l its CDF): only copies in the earliest block S touches can be smallest (blocks are consecutive intervals); on
 that block's group intervals every f is constant and every F affine, so the integrand is a polynomial of degree
-≤ k−1, integrated exactly by Gauss–Legendre with ⌈k/2⌉+1 nodes; ``Π_{l≠j}`` as prefix × suffix products.
+≤ k−1, integrated exactly by Gauss–Legendre with ⌈k/2⌉ nodes (exact to degree 2⌈k/2⌉ − 1 ≥ k − 1; theory.md
+says ⌈k/2⌉+1, one more than exactness needs); ``Π_{l≠j}`` as prefix × suffix products.
 Duplicated tokens keep separate copies (each gets the same share).
 
 **One implementation.**  Every float function here takes rows ``[R, V]`` as numpy arrays or torch tensors
@@ -345,7 +346,7 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     mk = (mask[:, None, :] & (tuples == tuples)).reshape(R * T, K)
     inf = in_first.reshape(R * T, K)
     g_of = nx.where(inf, lay["slot"][at[:, None], tk], 0)              # group of each child in its block
-    nodes, weights = gauss_legendre(math.ceil(K / 2) + 1)              # exact for every k ≤ K (no read of k)
+    nodes, weights = gauss_legendre(math.ceil(K / 2))                  # exact for every k ≤ K (no read of k)
     counts = nx.to_numpy(lay["G"][at])                                 # host read: group counts set the chunks
     by_count = np.argsort(counts, kind="stable")
     ascending = counts[by_count]
@@ -368,7 +369,7 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
 def _tuple_shares(g_of, qy, mask, in_first, lay, nodes, weights):
     """``Pr(copy j has the smallest private position | S)`` ``[N, K]`` for a chunk of :func:`tuple_weights`'
     tuples: ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals, ``f_j = θ_{y_j}/q(y_j)`` constant on
-    each, so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉+1 nodes, exact)."""
+    each, so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉ nodes, exact)."""
     nx = get_backend(qy)
     N, K = g_of.shape
     x = nx.where(lay["g_valid"][:, None, :] & in_first[:, :, None], inverse_columns(lay, g_of), 0.0)
