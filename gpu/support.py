@@ -222,15 +222,16 @@ def _undrafted_blocks_rows(p, src, cols):  # pragma: no cover - compiled
     mass = np.zeros((R, full + 1), np.float64)
     drafted = np.zeros(V, np.uint8)
     for i in range(R):
-        for mark in (1, 0):
-            for c in cols[i]:
-                if c < V:
-                    drafted[c] = mark
-            if mark:
-                pr = p[src[i]]
-                for b in range(full):
-                    mass[i, b] = _undrafted_mass(pr, drafted, b * B, b * B + B)
-                mass[i, full] = _undrafted_mass(pr, drafted, full * B, V)
+        for c in cols[i]:
+            if c < V:
+                drafted[c] = 1
+        pr = p[src[i]]
+        for b in range(full):
+            mass[i, b] = _undrafted_mass(pr, drafted, b * B, b * B + B)
+        mass[i, full] = _undrafted_mass(pr, drafted, full * B, V)
+        for c in cols[i]:                       # cleared for the next row
+            if c < V:
+                drafted[c] = 0
     return mass
 
 

@@ -148,9 +148,10 @@ def _walk_plan(m: int, k: int, t: int) -> tuple[int, bool, int]:
 
 #: Smallest drafted clock rate of a chunk of rows that :func:`thinning_walk` walks — clock factors and compiled
 #: passes — with subnormal floats flushed to 0 (:func:`univer_theory.fpu.flushed`: the polynomial lanes of the
-#: largest times decay through the subnormal range, which made the passes ~2.5× slower at V = 49 152).  A flushed term is below 2^-1022 and changes an availability
-#: by at most ~1e-305 absolute; rows with smaller rates (confident rows' subnormal tails, whose availabilities
-#: are themselves that small and are kept to their relative precision) are walked unflushed.
+#: largest times decay through the subnormal range, which made the passes ~2.5× slower at V = 49 152).  A
+#: flushed term is below 2^-1022 and changes an availability by at most ~1e-305 absolute; rows with smaller rates
+#: (confident rows' subnormal tails, whose availabilities are themselves that small and are kept to their
+#: relative precision) are walked unflushed.
 FLUSH_MIN_RATE = 2.0 ** -900
 
 
