@@ -47,6 +47,12 @@ class NumpyBackend:
         return np.bincount(x, minlength=minlength)
 
     @staticmethod
+    def unique(x):
+        """``(values, inverse)``: the distinct entries of the ints ``x [n]``, ascending, and each entry's index
+        among them (``values[inverse] == x``)."""
+        return np.unique(x, return_inverse=True)
+
+    @staticmethod
     def row_order(rows):
         """The order that sorts the rows of a table ``[M, K]`` (ints, or floats without NaN) lexicographically
         (stable: equal rows keep index order)."""
@@ -221,6 +227,9 @@ class TorchBackend:
     @staticmethod
     def bincount(x, minlength: int):
         return x.bincount(minlength=minlength)
+
+    def unique(self, x):
+        return self.torch.unique(x, return_inverse=True)
 
     def row_order(self, rows):
         order = self.torch.arange(rows.shape[0], device=rows.device)    # stable sorts, last column first

@@ -340,12 +340,15 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     zeros: ``f = 0`` on them)."""
     nx = get_backend(q)
     R, T, K = tuples.shape
+    V = q.shape[-1]
     flat = tuples.reshape(R, T * K)
     ty, qy = nx.take(accept, flat).reshape(R * T, K), nx.take(q, flat).reshape(R * T, K)
     tk = tuples.reshape(R * T, K)
     mk = (mask[:, None, :] & (tuples == tuples)).reshape(R * T, K)
     inf = in_first.reshape(R * T, K)
-    g_of = nx.where(inf, lay["slot"][at[:, None], tk], 0)              # group of each child in its block
+    # a child's density and CDF depend on its layout entry, token and membership of the first block alone: one
+    # column per distinct (entry, token, in_first), shared by the tuples holding it (35 multisets of 4 tokens: 4)
+    key = (at[:, None] * V + tk) * 2 + nx.astype(inf, tk)
     nodes, weights = gauss_legendre(math.ceil(K / 2))                  # exact for every k ≤ K (no read of k)
     counts = nx.to_numpy(lay["G"][at])                                 # host read: group counts set the chunks
     by_count = np.argsort(counts, kind="stable")
@@ -358,26 +361,40 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
         g = max(int(ascending[j - 1]), 1)
         idx = nx.index(by_count[i:j], qy)
         cut = {"edges": g + 1, "right": g - 1, "left": g - 1}
-        chunk = {name: (lay[name][:, :cut.get(name, g)] if lay[name].ndim == 2 else lay[name])[at[idx]]
+        cols, inv = nx.unique(key[idx].reshape(-1))
+        first = cols % 2 == 1
+        entry, token = cols // 2 // V, cols // 2 % V
+        chunk = {name: (lay[name][:, :cut.get(name, g)] if lay[name].ndim == 2 else lay[name])[entry]
                  for name in _SHARE_KEYS}                              # not the [U, V+1] slot table
-        share[idx] = _tuple_shares(g_of[idx], qy[idx], mk[idx], inf[idx], chunk, nodes, weights)
+        q_col = nx.put(nx.asarray(0.0 * first, qy), inv, qy[idx].reshape(-1))   # the same q at every copy
+        f, cdf = _child_columns(chunk, nx.where(first, lay["slot"][entry, token], 0), q_col, first)
+        share[idx] = _tuple_shares(f, cdf, chunk["edges"], inv.reshape(-1, K), mk[idx], nodes, weights)
         i = j
     w = nx.where(mk & inf & (share > 0), ty * share, 0.0)              # share > 0 drops round-off and 0/0
     return (w / nx.maximum(nx.sum(w, keepdims=True), 1.0)).reshape(R, T, K)
 
 
-def _tuple_shares(g_of, qy, mask, in_first, lay, nodes, weights):
-    """``Pr(copy j has the smallest private position | S)`` ``[N, K]`` for a chunk of :func:`tuple_weights`'
-    tuples: ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals, ``f_j = θ_{y_j}/q(y_j)`` constant on
-    each, so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉ nodes, exact)."""
-    nx = get_backend(qy)
-    N, K = g_of.shape
-    x = nx.where(lay["g_valid"][:, None, :] & in_first[:, :, None], inverse_columns(lay, g_of), 0.0)
-    f = (qy[:, :, None] * x) / qy[:, :, None]                                    # θ_y/q_y (θ_y = q_y·x)
-    del x
+def _child_columns(lay, group, q_col, first):
+    """``(f [D, G], F [D, G + 1])`` of D children of a chunk of :func:`tuple_weights`' tuples, each on its own
+    layout row ``lay`` (:func:`block_layout` entries): the density ``f = θ_y/q_y`` on its block's groups
+    (``θ_y = q_y·x``, x the column of ``A⁻¹`` at the child's ``group``; 0 outside the first block) and its CDF at
+    the group starts."""
+    nx = get_backend(q_col)
+    x = nx.where(lay["g_valid"] & first[:, None], inverse_columns(lay, group[:, None])[:, 0], 0.0)
+    f = (q_col[:, None] * x) / q_col[:, None]
     edges = lay["edges"]
-    width = (edges[:, 1:] - edges[:, :-1])[:, None, :]                           # [N, 1, G]
-    cdf = nx.concat([0.0 * f[:, :, :1], nx.cumsum(f * width)])                   # F_l at group starts
+    return f, nx.concat([0.0 * f[:, :1], nx.cumsum(f * (edges[:, 1:] - edges[:, :-1]))])
+
+
+def _tuple_shares(f, cdf, edges, column, mask, nodes, weights):
+    """``Pr(copy j has the smallest private position | S)`` ``[N, K]`` for a chunk of :func:`tuple_weights`'
+    tuples, copy j being child ``column[i, j]`` of :func:`_child_columns`' ``f``, ``F`` (``edges [D, G + 1]``, its
+    block's group edges): ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals, ``f_j`` constant on each,
+    so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉ nodes, exact)."""
+    nx = get_backend(f)
+    N, K = column.shape
+    f, cdf = f[column], cdf[column]                                              # [N, K, G], [N, K, G + 1]
+    width = (edges[:, 1:] - edges[:, :-1])[column[:, 0]][:, None, :]             # [N, 1, G]: one block a tuple
     lo, rise = cdf[:, :, :-1], cdf[:, :, 1:] - cdf[:, :, :-1]
     acc = 0.0 * f
     for node, weight in zip(nodes.tolist(), weights.tolist()):
