@@ -94,24 +94,31 @@ def mu_k(lo, hi, k: int):
 
 def mu_k_width(lo, width, k, k_max: int | None = None):
     """``μ_k([lo, lo + width))``, evaluated as ``width·Σ_{i<k} (1−lo)^i (1−lo−width)^{k−1−i}`` (no cancellation for
-    short pieces; relative accuracy even when ``width`` is below the spacing of floats near ``lo``).
+    short pieces; relative accuracy even when ``width`` is below the spacing of floats near ``lo``), the sum by
+    Horner's rule in ``A = 1 − lo``: ``s_1 = 1``, ``s_{j+1} = A·s_j + B^j`` with ``B = A − width`` — every term
+    non-negative, so ~2k ulps relative, and no powers.
 
-    ``k``: an int, or an integer array broadcasting against ``lo`` (one k per row, e.g. ``[R, 1]``), summed over
-    ``i < k_max`` terms (default ``max k``; a bound known to the caller spares a host read).  numpy or torch."""
+    ``k``: an int, or an integer array broadcasting against ``lo`` (one k per row, e.g. ``[R, 1]``), summed up
+    to ``k_max`` terms (default ``max k``; a bound known to the caller spares a host read).  numpy or torch."""
     xp = array_module(lo)
     if xp is np:
         lo, width = np.asarray(lo, dtype=np.float64), np.asarray(width, dtype=np.float64)
     A = 1.0 - lo
     B = A - width
-    s = 0.0 * (A + B)
+    one = 0.0 * (A + B) + 1.0
+    s, power = one, one                                  # s_1 and B^0
     if isinstance(k, (int, np.integer)):
-        for i in range(int(k)):
-            s = s + A ** i * B ** (int(k) - 1 - i)
-        return width * s
+        for _ in range(1, int(k)):
+            power = power * B
+            s = A * s + power
+        return width * s if k > 0 else 0.0 * width
     nx = get_backend(lo, k)
-    for i in range(int(k.max()) if k_max is None else k_max):
-        s = s + nx.where(i < k, A ** i * B ** nx.maximum(k - 1 - i, 0), 0.0)
-    return width * s
+    out = nx.where(k == 1, s, 0.0)
+    for j in range(2, (int(k.max()) if k_max is None else k_max) + 1):
+        power = power * B
+        s = A * s + power
+        out = nx.where(k == j, s, out)
+    return width * out
 
 
 def cum_f(X, k):
