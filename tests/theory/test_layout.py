@@ -223,3 +223,21 @@ def test_mobius_scan_is_its_recurrence(backend):
                 s = Fraction(Q[r, g]) + (lg * s / (lg + s) if lg > 0 else 0)
             want = float(s)
             assert got[r, g] == want == 0.0 or abs(got[r, g] - want) <= 1e-13 * want, (r, g, got[r, g], want)
+
+
+def test_mu_k_width_against_fractions():
+    """``μ_k([lo, lo + width)) = (1 − lo)^k − (1 − lo − width)^k`` to 1e-14 relative against Fractions, on pieces
+    anywhere in [0, 1) with widths down to 1e-17 of what remains (where the difference form cancels entirely),
+    k = 1…11; one k per row gives the scalar-k floats exactly; k = 0 gives 0."""
+    from fractions import Fraction
+    rng = np.random.default_rng(5)
+    lo = rng.random(600) * rng.choice([1.0, 1e-3, 1 - 1e-9], 600)
+    width = rng.random(600) * (1 - lo) * rng.choice([1.0, 1e-8, 1e-17], 600)
+    k = rng.integers(1, 12, 600)
+    rows = mu_k_width(lo[:, None], width[:, None], k[:, None], 11)[:, 0]
+    for x, w, kk, row in zip(lo, width, k, rows):
+        got = mu_k_width(np.array(x), np.array(w), int(kk))
+        want = (1 - Fraction(x)) ** int(kk) - (1 - Fraction(x) - Fraction(w)) ** int(kk)
+        assert row == got
+        assert abs(Fraction(float(got)) - want) <= Fraction(1, 10**14) * want, (x, w, kk)
+    assert mu_k_width(np.array(0.3), np.array(0.2), 0) == 0.0
