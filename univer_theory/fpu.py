@@ -1,10 +1,10 @@
 """Subnormal floats as zero inside a compiled kernel (x86-64's MXCSR flush-to-zero and denormals-are-zero bits).
 
 An x86 core takes a microcode assist, ~100 cycles, for every arithmetic operation that reads or produces a
-subnormal float64 (``|x| < 2^-1022 ≈ 2.2e-308``).  PTS's priority walk (:func:`univer_theory.plans.clocks.
-thinning_walk`) carries products of clock factors ``e^{−qT}`` that decay through the subnormal range at the
-largest times before they reach an exact 0, and about 1% of its polynomial lanes sit there at V = 49 152: the
-assists made its compiled passes ~2.5× slower.  :func:`flushed` sets both bits around such a kernel (the
+subnormal float64 (``|x| < 2^-1022 ≈ 2.2e-308``).  PTS's priority walk
+(:func:`univer_theory.plans.clocks.thinning_walk`) carries products of clock factors ``e^{−qT}`` that decay
+through the subnormal range at the largest times before they reach an exact 0, and about 1% of its polynomial
+lanes sit there at V = 49 152: the assists made its compiled passes ~2.5× slower.  :func:`flushed` sets both bits around such a kernel (the
 calling thread's floating-point state, restored afterwards, also on an exception): every subnormal input or
 result is then 0, a change below ``2^-1022`` of each operation's result.  Elsewhere (another architecture) it
 does nothing.
