@@ -15,12 +15,13 @@ token marginal ``a [R, V]``:
   before y → less availability at y → larger θ_y).  Iterating ``Φ`` from ``θ ≡ 1`` therefore decreases to the
   walk's θ; entry i is final after i + 1 steps at the latest, so stopping at the first step that changes
   nothing returns the walk's θ exactly (measured: 9–16 steps at V = 49 152 instead of a 49 152-step walk;
-  :func:`univer_theory.plans.pts.thinning_fixed_point`, the exact core's k = 2 path too).  k = 2: ``Φ`` by
-  cumulative sums (closed form, :func:`univer_theory.plans.pts.pair_avail`); k ≥ 3: the exponential-clock
-  integral on the exact core's quadrature grid, the polynomial products over the tokens before / after y as
-  elementary symmetric sums — nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29
-  passes at V = 49 152).  On the CPU those passes cost ~300× one walk, so there the walk itself is used for
-  k ≥ 3 (:func:`_walk`: the exact core's compiled walk; the ``walk`` argument, :data:`WALKS`);
+  :func:`univer_theory.plans.pts.thinning_fixed_point`).  k = 2: ``Φ`` by cumulative sums (closed form,
+  :func:`univer_theory.plans.pts.pair_avail`); k ≥ 3: the exponential-clock integral on the exact core's
+  quadrature grid, the polynomial products over the tokens before / after y as elementary symmetric sums —
+  nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29 passes at V = 49 152).  On the CPU
+  those passes cost more than one walk (~300× for k ≥ 3, 9–16 passes against one for k = 2), so there the walk
+  itself is used (the exact core's compiled walks, :func:`_walk` and
+  :func:`univer_theory.plans.pts.pair_thinning_walk`; the ``walk`` argument, :data:`WALKS`);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities — the functions of
@@ -35,7 +36,7 @@ The cut's order (``p/q`` ascending) is sorted once per call and serves α*(ρ), 
 the lower token id, so on tied ratios neither is the other reversed.
 
 No Python loop over rows: loops run over fixed-point steps (until every row has converged), quadrature chunks,
-the children and the virtual sequences; the k ≥ 3 walk on the CPU is compiled host code looping over priority
+the children and the virtual sequences; PTS's walk on the CPU is compiled host code looping over priority
 positions (rows in cache-sized chunks; on an accelerator, :data:`WALKS`).  Host reads: the convergence tests of
 those loops, the clock grid's length (:func:`_clock_grid`) and the sizes of the row subsets each plan runs on
 (``nonzero``) — data-dependent shapes and loop counts.  Everything here is written against
@@ -57,7 +58,7 @@ from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, l
                                         thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
 from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
-from univer_theory.plans.pts import pair_avail, thinning_fixed_point
+from univer_theory.plans.pts import pair_avail, pair_thinning_walk, thinning_fixed_point
 from univer_theory.plans.wor_pair import (OPTIMALITY_TOL, exclusive_cumsum, leave_one_out, pair_rule,
                                           pair_weights, quiet)
 
@@ -215,21 +216,29 @@ def _walk(qs, cs, k: int, s, weights):
     return nx.asarray(theta, qs), nx.asarray(avail, qs)
 
 
-def _pair_fixed_point(qs, on, cs):
-    """k = 2: ``(θ, avail, finite)`` on rows in priority order — the fixed point on the closed form
-    (:func:`~univer_theory.plans.pts.pair_avail`, :func:`~univer_theory.plans.pts.thinning_fixed_point`) on the
-    rows where it is finite (``finite [R]``); θ = avail = 0 on the others.  numpy or torch."""
+def _pair_theta(qs, on, cs, walk: str):
+    """k = 2: ``(θ, avail, finite)`` on rows in priority order, θ = avail = 0 on the rows where the closed form is
+    not finite (``finite [R]``): the compiled walk (:func:`univer_theory.plans.pts.pair_thinning_walk`, on the
+    host: one O(m) pass a row) for ``walk = "sequential"``, else the fixed point on the closed form
+    (:func:`~univer_theory.plans.pts.pair_avail`, :func:`~univer_theory.plans.pts.thinning_fixed_point`: 9–16
+    passes of cumulative sums, each parallel on an accelerator) — the same floats.  numpy or torch."""
+    nx = get_backend(qs)
+    if walk == "sequential":
+        theta, avail, finite = pair_thinning_walk(*(nx.to_numpy(x) for x in (qs, on, cs)))
+        return nx.asarray(theta, qs), nx.asarray(avail, qs), nx.asarray(finite, qs) > 0
     avail_of, finite = pair_avail(qs, on)
     with quiet(qs):                     # the rows left out form inf / nan lanes, masked
         theta, avail = thinning_fixed_point(avail_of, on & finite[:, None], cs)
     return theta, avail, finite
 
 
-#: How PTS's θ is found for k ≥ 3 (the ``walk`` argument of :func:`pts_weights`): ``"fixed_point"`` (batched
-#: clock integrals, :func:`_clock_avail`), ``"sequential"`` (the compiled priority walk,
-#: :func:`_walk`) or ``"auto"`` — the walk on the CPU, the fixed point on an accelerator.  At V = 49 152
-#: (k = 3, 4) the fixed point takes 24–29 passes over ``[R, V, 400]`` arrays — one parallel pass each on a GPU,
-#: ~300× the walk on one CPU thread (50 s against 0.15 s for one k = 3 row, docs/deviations.md item 37).
+#: How PTS's θ is found (the ``walk`` argument of :func:`pts_weights`): ``"fixed_point"`` (batched clock
+#: integrals, :func:`_clock_avail`; k = 2: cumulative sums), ``"sequential"`` (the compiled priority walks,
+#: :func:`_walk`, :func:`_pair_theta`) or ``"auto"`` — the walk on the CPU, the fixed point on an accelerator.  At
+#: V = 49 152 (k = 3, 4) the fixed point takes 24–29 passes over ``[R, V, 400]`` arrays — one parallel pass each
+#: on a GPU, ~300× the walk on one CPU thread (50 s against 0.15 s for one k = 3 row, docs/deviations.md item
+#: 37); for k = 2 its 9–16 passes of cumulative sums took ~3 ms of a ~19 ms SmolLM2 binary:4 wor verification
+#: at top 1 024 (item 49).
 WALKS = ("auto", "fixed_point", "sequential")
 
 
@@ -246,21 +255,27 @@ def pts_weights(c: torch.Tensor, q: torch.Tensor, p: torch.Tensor, children: tor
     return on_host(_pts_weights, c, q, p, children, walk, order)
 
 
+def _clock_theta(qs, on, cs, k: int, walk: str):
+    """``(θ, avail)`` in priority order from the clock integral: the walk (:func:`_walk`) for ``walk =
+    "sequential"`` or beyond :data:`PTS_MAX_K`, else the fixed point on the batched integral (:func:`_clock_avail`).
+    numpy or torch."""
+    if walk == "sequential" or k > PTS_MAX_K:
+        return _walk(qs, cs, k, *_clock_grid(qs, k))
+    return thinning_fixed_point(_clock_avail(qs, k, *_clock_grid(qs, k)), on, cs)
+
+
 def _pts_weights(c, q, p, children, walk: str, order):
     """:func:`pts_weights` on one backend (:mod:`univer_theory.nx`)."""
     k = children.shape[-1]
     order, rank, on, qs, cs = _priority(c, q, p, ratio_argsort(p, q) if order is None else order)
     walk = walk if walk != "auto" else ("sequential" if device_kind(q) == "cpu" else "fixed_point")
-    if k > PTS_MAX_K or (k >= 3 and walk == "sequential"):
-        theta, avail = _walk(qs, cs, k, *_clock_grid(qs, k))
-    elif k == 2:
-        theta, avail, finite = _pair_fixed_point(qs, on, cs)
+    if k == 2:
+        theta, avail, finite = _pair_theta(qs, on, cs, walk)
         bad = get_backend(qs).nonzero(~finite)[0]
         if bad.shape[0]:                # the closed form overflows there: the clock integral, as the exact core
-            theta[bad], avail[bad] = thinning_fixed_point(
-                _clock_avail(qs[bad], 2, *_clock_grid(qs[bad], 2)), on[bad], cs[bad])
+            theta[bad], avail[bad] = _clock_theta(qs[bad], on[bad], cs[bad], 2, walk)
     else:
-        theta, avail = thinning_fixed_point(_clock_avail(qs, k, *_clock_grid(qs, k)), on, cs)
+        theta, avail = _clock_theta(qs, on, cs, k, walk)
     w, a = _thinned(theta, avail, order, rank, q, children.reshape(q.shape[0], -1, k))
     return w.reshape(children.shape), a
 

@@ -18,7 +18,7 @@ from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans import clocks
 from univer_theory.plans.clocks import (LOG_T_NODES, early_nodes, kth_largest, live_nodes, log_time_grid,
                                         log_time_upper, rate_times, thinning_walk, walk_states)
-from univer_theory.plans.pts import priority_order
+from univer_theory.plans.pts import pair_avail, pair_thinning_walk, priority_order, thinning_fixed_point
 
 RTOL = 1e-13
 
@@ -157,3 +157,30 @@ def test_left_out_nodes_and_row_chunks(monkeypatch, k):
     monkeypatch.setattr(clocks, "live_nodes", live)
     monkeypatch.setattr(clocks, "CLOCK_DEAD", 0.01)
     assert not np.array_equal(thinning_walk(qs, cs, k, s, W)[1], want[1])
+
+
+@pytest.mark.parametrize("V", [2, 7, 60, 3000])
+def test_pair_walk_is_the_fixed_point_bit_for_bit(V):
+    """k = 2: the compiled walk (``pair_thinning_walk``, the CPU's path) returns the fixed point's floats
+    exactly — the accelerator's path (``pair_avail`` + ``thinning_fixed_point``) — on Zipf, Dirichlet (peaky
+    and flat, a quarter undrafted), p = q, zero targets and confident rows (tails to 1e-310, where the closed
+    form overflows and both leave the row to the clock integral), ρ ∈ {1, 0.5, 0}, all rows in one batch."""
+    rng = np.random.default_rng(V)
+    cases = list(rows(V, 2))
+    for concentration in (0.05, 1.0, 5.0):
+        q = rng.dirichlet(np.full(V, concentration))
+        q[rng.choice(V, V // 4, replace=False)] = 0.0
+        cases.append((f"dirichlet {concentration}", rng.dirichlet(np.full(V, concentration)), q / q.sum()))
+    p = rng.dirichlet(np.ones(V))
+    cases += [("p = q", p, p), ("zero targets", np.where(np.arange(V) % 2 == 0, 2 * p, 0.0) / (2 * p[::2].sum()), p)]
+    qs, cs = zip(*(walk_inputs(p, q, 2, rho)[:2] for _, p, q in cases for rho in (1.0, 0.5, 0.0)))
+    qs, cs = np.stack(qs), np.stack(cs)
+    on = qs > 0
+    theta, avail, finite = pair_thinning_walk(qs, on, cs)
+    avail_of, finite_fp = pair_avail(qs, on)
+    with np.errstate(all="ignore"):
+        theta_fp, avail_fp = thinning_fixed_point(avail_of, on & finite_fp[:, None], cs)
+    assert (finite == finite_fp).all() and finite.any() and (V < 3 or not finite.all())
+    worst = np.abs(np.concatenate([theta - theta_fp, avail - avail_fp])).max()
+    assert (theta == theta_fp).all() and (avail == avail_fp).all(), f"largest difference {worst:.2e}"
+    assert (theta[~finite] == 0).all() and (avail[~finite] == 0).all()

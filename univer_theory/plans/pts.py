@@ -19,19 +19,22 @@ q_y q_z (1/R_y + 1/R_z)`` (``R_x = Σ_{w≠x} q_w``, the wor law's ``1 − q_x``
 
 two prefix sums over the higher-priority tokens plus two suffix sums, all of non-negative terms — O(m) per
 pass for m drafted tokens, exact (no quadrature), instead of the clock integral's O(m·k·nodes)
-(:func:`pair_avail`).  θ is found as the walk's fixed point (:func:`thinning_fixed_point`: the same floats as
-the sequential walk, in 9–16 passes at V = 49 152).  The closed form divides by ``R_x``; when one token holds
-all but a subnormal mass, ``q_x/R_x`` overflows: :func:`pair_thinning_avail` then declines and the row takes
-the clock integral instead (it forms no such ratio).
+(:func:`pair_availability`, the one spelling).  On the host θ comes from the walk itself, compiled
+(:func:`pair_thinning_walk`: one O(m) pass a row, the prefix sums carried as scalars); on an accelerator from the
+walk's fixed point (:func:`pair_avail`, :func:`thinning_fixed_point`: 9–16 passes of cumulative sums at
+V = 49 152, each parallel) — the same floats, bit for bit (``tests/theory/test_thinning_walk.py``).  The closed
+form divides by ``R_x``; when one token holds all but a subnormal mass, ``q_x/R_x`` overflows:
+:func:`pair_thinning_avail` then declines and the row takes the clock integral instead (it forms no such ratio).
 
-One implementation (:mod:`univer_theory.nx`): :func:`pair_avail` and :func:`thinning_fixed_point` take rows
-``[R, m]`` in priority order — numpy for the exact core (:func:`pair_thinning_avail`, a batch of one row), torch
-for ``gpu.wor_plans.pts_weights`` (every row of a level; there the fixed point also runs on the k ≥ 3 clock
-integral).  The checks stay apart: the tuple-law enumeration and the clock integral
-(``tests/theory/test_wor_plans.py``).
+One implementation (:mod:`univer_theory.nx`): :func:`pair_sums`, :func:`pair_avail` and
+:func:`thinning_fixed_point` take rows ``[R, m]`` in priority order, numpy or torch (``gpu.wor_plans.pts_weights``
+on every row of a level; there the fixed point also runs on the k ≥ 3 clock integral); the walk reads the same
+sums and formula.  The exact core runs the walk on a batch of one row (:func:`pair_thinning_avail`).  The checks
+stay apart: the tuple-law enumeration and the clock integral (``tests/theory/test_wor_plans.py``).
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ..nx import array_module, get_backend
@@ -48,20 +51,70 @@ def priority_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> list[in
     return [int(x) for x in order[:np.count_nonzero(draft_probs > 0)]]
 
 
-def pair_avail(qs, on):
-    """k = 2: the map ``g ↦ avail`` in closed form (module docstring) on rows already in priority order
-    ``qs [R, m]`` (``on``: drafted; undrafted positions, q = 0, add exact zeros), and the rows where that form is
-    finite (``Σ_x q_x/R_x < ∞``; the others need the clock integral) — numpy arrays or torch tensors."""
+def pair_availability(q, rest, before, before_odds, after, after_odds):
+    """The closed form (module docstring) at one token y: ``q_y[(Σ_{z≺y} g_z q_z + Σ_{z≻y} q_z)/R_y +
+    Σ_{z≺y} g_z q_z/R_z + Σ_{z≻y} q_z/R_z]`` from its four sums — plain arithmetic, so the one spelling serves
+    arrays (numpy or torch, :func:`pair_avail`) and, compiled, the walk's scalars (:func:`_pair_walk`)."""
+    return q * ((before + after) / rest + before_odds + after_odds)
+
+
+_pair_availability = numba.njit(inline="always")(pair_availability)
+
+
+def pair_sums(qs, on):
+    """k = 2: the parts of the closed form that do not depend on θ, on rows in priority order ``qs [R, m]``
+    (``on``: drafted): ``(R_x, Σ_{z≻x} q_z, Σ_{z≻x} q_z/R_z, finite [R])`` — ``R_x = Σ_{w≠x} q_w`` (1 off the
+    support) and the suffix sums over the lower-priority tokens (g = 1 there), and the rows where the form is
+    finite (``Σ_x q_x/R_x < ∞``; the others need the clock integral).  Numpy arrays or torch tensors."""
     nx = get_backend(qs)
-    rest = nx.where(on, leave_one_out(qs), 1.0)                        # R_x = Σ_{w≠x} q_w
+    rest = nx.where(on, leave_one_out(qs), 1.0)
     with quiet(qs):
         odds = qs / rest
         finite = array_module(qs).isfinite(odds.sum(-1))
-    t1, t2 = exclusive_cumsum(qs, reverse=True), exclusive_cumsum(odds, reverse=True)   # g = 1 after y
+    return rest, exclusive_cumsum(qs, reverse=True), exclusive_cumsum(odds, reverse=True), finite
+
+
+def pair_avail(qs, on):
+    """k = 2: the map ``g ↦ avail`` in closed form (module docstring) on rows already in priority order
+    ``qs [R, m]`` (``on``: drafted; undrafted positions, q = 0, add exact zeros), and the rows where that form is
+    finite (:func:`pair_sums`) — numpy arrays or torch tensors."""
+    rest, after, after_odds, finite = pair_sums(qs, on)
 
     def avail_of(g):
-        return qs * ((exclusive_cumsum(g * qs) + t1) / rest + exclusive_cumsum(g * qs / rest) + t2)
+        return pair_availability(qs, rest, exclusive_cumsum(g * qs), exclusive_cumsum(g * qs / rest), after,
+                                 after_odds)
     return avail_of, finite
+
+
+@numba.njit(cache=True)
+def _pair_walk(qs, rest, after, after_odds, c_num, c_den, rows):  # pragma: no cover - compiled
+    """The k = 2 walk on rows ``rows`` of ``qs [R, m]`` (priority order; :func:`pair_sums`' parts, the caps'
+    forms of :func:`~univer_theory.plans.clocks.acceptance_caps`): ``(θ, avail) [R, m]``, zero on other rows.
+    The prefix sums are accumulated one position at a time, in the order and with the operations of
+    :func:`pair_avail`'s exclusive cumulative sums, so each availability is the fixed point's float."""
+    R, m = qs.shape
+    theta, avail = np.zeros((R, m)), np.zeros((R, m))
+    for r in rows:
+        before, before_odds = 0.0, 0.0
+        for i in range(m):
+            av = _pair_availability(qs[r, i], rest[r, i], before, before_odds, after[r, i], after_odds[r, i])
+            th = c_num[r, i] / max(av, c_den[r, i])
+            theta[r, i], avail[r, i] = th, av
+            gq = (1.0 - th) * qs[r, i]
+            before += gq
+            before_odds += gq / rest[r, i]
+    return theta, avail
+
+
+def pair_thinning_walk(qs, on, cs):
+    """k = 2: PTS's ``(θ, avail, finite)`` on numpy rows in priority order ``qs, cs [R, m]`` (``on``: drafted) by
+    the sequential walk, compiled (one pass of O(m) per row; :func:`thinning_fixed_point` takes 9–16 passes of
+    cumulative sums, the path for an accelerator) — the same floats; θ = avail = 0 on the rows that are not
+    ``finite`` (:func:`pair_sums`) and off the support."""
+    rest, after, after_odds, finite = pair_sums(qs, on)
+    c_num, c_den = acceptance_caps(np.where(on, cs, 0.0))
+    theta, avail = _pair_walk(qs, rest, after, after_odds, c_num, c_den, np.flatnonzero(finite))
+    return theta, avail, finite
 
 
 def thinning_fixed_point(avail_of, on, cs):
@@ -91,16 +144,14 @@ def pair_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray):
     """PTS availabilities and acceptance probabilities for k = 2 wor children, in closed form (module
     docstring); same contract as :func:`~univer_theory.plans.clocks.sequential_thinning_avail` with k = 2, or
     None where the closed form is not finite (``Σ_x q_x/R_x`` overflows: a subnormal rest mass).
-    :func:`pair_avail` and :func:`thinning_fixed_point` on a batch of one row (the drafted tokens in ``order``).
+    :func:`pair_thinning_walk` on a batch of one row (the drafted tokens in ``order``).
     """
     order = np.asarray(order, dtype=np.int64)
     q = np.asarray(draft_probs, dtype=np.float64)
     qs = q[order][None]
-    on = qs > 0
-    avail_of, finite = pair_avail(qs, on)
+    theta_s, avail_s, finite = pair_thinning_walk(qs, qs > 0, np.asarray(c, dtype=np.float64)[order][None])
     if not finite[0]:
         return None
-    theta_s, avail_s = thinning_fixed_point(avail_of, on, np.asarray(c, dtype=np.float64)[order][None])
     avail, theta = np.zeros(q.size), np.zeros(q.size)
     avail[order], theta[order] = avail_s[0], theta_s[0]
     return avail, theta
