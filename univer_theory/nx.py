@@ -12,11 +12,49 @@ backend's own type (numpy ``int64`` / torch ``long``).  Every op works along the
 Fraction (object) rows never come here: the exact core's Fraction computations are kept apart, as the
 independent checkers.
 Only the ops the ported rules need are here, each spelled as numpy / torch spell it; torch is imported only
-when a tensor is passed.
+when a tensor is passed.  Two numpy ops on rows ``[R, V]`` are compiled loops (:func:`_cumsum_rows`,
+:func:`_take_rows`): numpy's row gather and accumulate cost ~5× their arithmetic on the ~1 000-column rows of a
+level drafted from its top 1 024 tokens (each is called hundreds of times a verification); the loops give numpy's
+values exactly (a sequential sum per row, in order; a gather raising ``IndexError`` out of bounds).
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def _cumsum_rows(x, reverse):  # pragma: no cover - compiled
+    """Prefix sums along the last axis of ``x [R, V]`` (suffix sums, summed from the end, with ``reverse``): each
+    row summed sequentially in order, as numpy's ``cumsum`` — the same floats; the rows' independent chains
+    interleaved in the inner loop."""
+    R, V = x.shape
+    out = np.empty((R, V), x.dtype)
+    if V == 0:
+        return out
+    first, step = (V - 1, -1) if reverse else (0, 1)
+    for r in range(R):
+        out[r, first] = x[r, first]
+    for i in range(first + step, V - 1 - first + step, step):
+        for r in range(R):
+            out[r, i] = out[r, i - step] + x[r, i]
+    return out
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=True)
+def _take_rows(x, idx):  # pragma: no cover - compiled
+    """``x[r, idx[r, j]]`` ``[R, M]`` for ``x [R, V]`` (negative indices from the end, as numpy's; out of bounds
+    raises ``IndexError``)."""
+    R, M = idx.shape
+    out = np.empty((R, M), x.dtype)
+    for r in range(R):
+        for j in range(M):
+            out[r, j] = x[r, idx[r, j]]
+    return out
+
+
+#: The dtypes :meth:`NumpyBackend.cumsum` accumulates in the compiled loop (numpy's result dtype is the input's).
+_ROW_SUM_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
 
 class NumpyBackend:
@@ -73,8 +111,10 @@ class NumpyBackend:
     @staticmethod
     def take(x, idx):
         """``x[..., idx[..., j]]`` along the last axis (``take_along_axis``; batch axes broadcast)."""
-        if x.ndim == 2 and idx.ndim == 2:               # rows: plain fancy indexing (take_along_axis's checks
-            return x[np.arange(x.shape[0])[:, None], idx]   # cost more than the gather on small rows)
+        if x.ndim == 2 and idx.ndim == 2:               # rows: a compiled gather (:func:`_take_rows`), or plain
+            if x.shape[0] == idx.shape[0]:              # fancy indexing where one side broadcasts
+                return _take_rows(x, idx)
+            return x[np.arange(x.shape[0])[:, None], idx]
         return np.take_along_axis(x, idx, axis=-1)
 
     @staticmethod
@@ -91,6 +131,8 @@ class NumpyBackend:
     def cumsum(x, reverse=False, axis=-1):
         """Prefix sums along the last axis (or ``axis``); suffix sums (``Σ_{j ≥ i}``, summed from the end) with
         ``reverse``."""
+        if x.ndim == 2 and axis % 2 == 1 and x.dtype in _ROW_SUM_DTYPES:
+            return _cumsum_rows(x, reverse)             # rows: the compiled loop (module docstring)
         if not reverse:
             return x.cumsum(axis)
         flip = (slice(None),) * (axis % x.ndim) + (slice(None, None, -1),)

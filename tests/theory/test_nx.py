@@ -1,0 +1,53 @@
+"""The numpy backend's compiled row ops (:mod:`univer_theory.nx`) against numpy's own: prefix / suffix sums equal
+numpy's sequential ``cumsum`` bit for bit (float64 and int64, contiguous rows and strided views, spreads from
+1e-300 to 1e300, infinities and NaN), and the row gather equals fancy indexing (negative indices from the end, an
+out-of-bounds index raises ``IndexError``, broadcast rows, bool / int / float rows)."""
+import numpy as np
+import pytest
+
+from univer_theory.nx import NUMPY
+
+
+def numpy_cumsum(x, reverse):
+    return x[:, ::-1].cumsum(-1)[:, ::-1] if reverse else x.cumsum(-1)
+
+
+def rows(rng, R, V):
+    """Float rows of widely spread magnitudes (signs mixed), one with an infinity and a NaN when V > 2."""
+    x = rng.standard_normal((R, V)) * 10.0 ** rng.uniform(-300, 300, (R, V))
+    if V > 2 and R > 1:
+        x[1, 1], x[-1, 2] = np.inf, np.nan
+    return x
+
+
+@pytest.mark.parametrize("R,V", [(1, 1), (3, 2), (8, 1025), (30, 65), (2, 0), (0, 5)])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumsum_is_numpys_bit_for_bit(R, V, reverse):
+    rng = np.random.default_rng(R * 1000 + V)
+    for x in (rows(rng, R, V), rows(rng, R, 2 * V + 1)[:, 1::2], rng.integers(-2**40, 2**40, (R, V))):
+        got, want = NUMPY.cumsum(x, reverse=reverse), numpy_cumsum(x, reverse)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)               # NaN where numpy has NaN, else the same bits
+        assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("R,V,M", [(1, 1, 1), (4, 9, 20), (8, 1025, 1025), (3, 5, 0)])
+def test_take_is_fancy_indexing(R, V, M):
+    rng = np.random.default_rng(R + V + M)
+    idx = rng.integers(-V, V, (R, M))                           # negative indices count from the end
+    for x in (rows(rng, R, V), rng.random((R, V)) > 0.5, rng.integers(0, 99, (R, V)), rows(rng, R, 2 * V)[:, ::2]):
+        want = x[np.arange(R)[:, None], idx]
+        got = NUMPY.take(x, idx)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        for one, other in ((x[:1], idx), (x, idx[:1])):         # a broadcast side: numpy's own indexing
+            np.testing.assert_array_equal(NUMPY.take(one, other),
+                                          one[np.arange(one.shape[0])[:, None], other])
+
+
+@pytest.mark.parametrize("bad", [5, -6])
+def test_take_out_of_bounds_raises(bad):
+    x, idx = np.arange(10.0).reshape(2, 5), np.zeros((2, 3), dtype=np.int64)
+    idx[1, 2] = bad
+    with pytest.raises(IndexError):
+        NUMPY.take(x, idx)
