@@ -15,7 +15,10 @@ Only the ops the ported rules need are here, each spelled as numpy / torch spell
 when a tensor is passed.  Two numpy ops on rows ``[R, V]`` are compiled loops (:func:`_cumsum_rows`,
 :func:`_take_rows`): numpy's row gather and accumulate cost ~5× their arithmetic on the ~1 000-column rows of a
 level drafted from its top 1 024 tokens (each is called hundreds of times a verification); the loops give numpy's
-values exactly (a sequential sum per row, in order; a gather raising ``IndexError`` out of bounds).
+values exactly (a sequential sum per row, in order; a gather raising ``IndexError`` out of bounds), as does the
+row scatter-add (:func:`_scatter_add_rows`, in place of ``ufunc.at``).  And the
+stable argsort of long float rows is numpy's vectorised quicksort with its ties put back in index order
+(:func:`_stable_float_argsort`): the same permutation as numpy's stable sort, 2–4× faster.
 """
 from __future__ import annotations
 
@@ -53,6 +56,53 @@ def _take_rows(x, idx):  # pragma: no cover - compiled
     return out
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=True)
+def _scatter_add_rows(out, idx, values):  # pragma: no cover - compiled
+    """In place, ``out[r, idx[r, j]] += values[r, j]`` in index order (as ``np.add.at``: the same sums); returns
+    ``out``."""
+    R, M = idx.shape
+    for r in range(R):
+        for j in range(M):
+            out[r, idx[r, j]] += values[r, j]
+    return out
+
+
+#: Float rows from this length on are argsorted stably by :func:`_stable_float_argsort` (shorter ones by numpy's
+#: stable sort, as fast there).
+RUN_SORT_MIN = 128
+
+
+def _stable_float_argsort(x):
+    """``np.argsort(x, axis=-1, kind="stable")`` of float rows, the same permutation: numpy's quicksort (vectorised
+    on x86-64: ~4× numpy's stable merge sort on rows of 10³–10⁵ random floats, ~2× where half the row ties) leaves
+    each run of equal keys contiguous but in any order, and :func:`_ties_in_index_order` puts each run's indices
+    back in ascending order."""
+    V = x.shape[-1]
+    order = np.argsort(x, axis=-1, kind="quicksort")
+    return _ties_in_index_order(x.reshape(-1, V), order.reshape(-1, V)).reshape(order.shape)
+
+
+@numba.njit(cache=True, nogil=True)
+def _ties_in_index_order(x, order):  # pragma: no cover - compiled
+    """In place on ``order [R, V]``, an ascending argsort of ``x [R, V]``: each run of equal keys (NaNs, which
+    numpy sorts last, one run; −0.0 and 0.0 equal, as in numpy's stable sort) sorted by index.  Returns ``order``."""
+    R, V = order.shape
+    for r in range(R):
+        i = 0
+        while i < V:
+            a = x[r, order[r, i]]
+            j = i + 1
+            while j < V:
+                b = x[r, order[r, j]]
+                if not (b == a or (b != b and a != a)):
+                    break
+                j += 1
+            if j - i > 1:
+                order[r, i:j] = np.sort(order[r, i:j])
+            i = j
+    return order
+
+
 #: The dtypes :meth:`NumpyBackend.cumsum` accumulates in the compiled loop (numpy's result dtype is the input's).
 _ROW_SUM_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
@@ -75,8 +125,11 @@ class NumpyBackend:
 
     @staticmethod
     def argsort(x, stable: bool = True):
-        """Ascending argsort along the last axis; ``stable``: ties keep index order (else in any order, ~1.7×
-        faster on long rows)."""
+        """Ascending argsort along the last axis; ``stable``: ties keep index order (else in any order).  Float
+        rows of at least :data:`RUN_SORT_MIN` entries are sorted stably by :func:`_stable_float_argsort` (numpy's
+        vectorised quicksort, then the ties put in index order: the stable order, ~2–4× faster)."""
+        if stable and x.dtype == np.float64 and x.shape[-1] >= RUN_SORT_MIN:
+            return _stable_float_argsort(x)
         return np.argsort(x, axis=-1, kind="stable" if stable else "quicksort")
 
     @staticmethod
@@ -215,8 +268,11 @@ class NumpyBackend:
         """A copy of ``x`` with ``values`` (shaped as ``idx``) added at ``idx`` along the last axis, in index
         order (repeated indices accumulate)."""
         out = np.array(x, copy=True)
+        values = np.broadcast_to(values, idx.shape)
+        if out.ndim == 2 and idx.ndim == 2 and out.shape[0] == idx.shape[0] and values.dtype == out.dtype:
+            return _scatter_add_rows(out, idx, values)  # rows: a compiled loop (``ufunc.at`` is ~10× slower)
         lead = tuple(np.broadcast_to(g[..., None], idx.shape) for g in np.indices(idx.shape[:-1], sparse=True))
-        np.add.at(out, lead + (idx,), np.broadcast_to(values, idx.shape))
+        np.add.at(out, lead + (idx,), values)
         return out
 
     @staticmethod

@@ -51,3 +51,43 @@ def test_take_out_of_bounds_raises(bad):
     idx[1, 2] = bad
     with pytest.raises(IndexError):
         NUMPY.take(x, idx)
+
+
+def sort_rows(rng, V):
+    """Float rows to argsort: random, few distinct values (long runs of ties), infinities, NaNs and signed zeros
+    among them, all equal, and a batch axis."""
+    yield rng.random((4, V))
+    yield rng.integers(0, 7, (4, V)).astype(float)
+    x = rng.random((3, V))
+    x[:, ::3] = np.inf
+    x[0, 5::7], x[1, ::5], x[2, 1::5], x[2, 2::5] = np.nan, -0.0, 0.0, -np.inf
+    yield x
+    yield np.ones((2, V))
+    yield rng.random(V)
+    yield np.where(rng.random((2, 3, V)) < 0.5, 0.25, rng.random((2, 3, V)))
+    yield rng.random((3, 2 * V))[:, ::2]
+
+
+@pytest.mark.parametrize("V", [1, 127, 128, 1025, 49152])
+def test_stable_argsort_is_numpys_stable_sort(V):
+    rng = np.random.default_rng(V)
+    for x in sort_rows(rng, V):
+        np.testing.assert_array_equal(NUMPY.argsort(x), np.argsort(x, axis=-1, kind="stable"))
+        assert set(NUMPY.argsort(x, stable=False).reshape(-1, V)[0].tolist()) == set(range(V))
+
+
+@pytest.mark.parametrize("R,V,M", [(1, 1, 3), (4, 9, 40), (8, 1025, 3000)])
+def test_scatter_add_is_add_at(R, V, M):
+    """Repeated indices accumulate in index order, as ``np.add.at`` (the same floats, widely spread terms);
+    broadcast values; int rows; an out-of-bounds index raises."""
+    rng = np.random.default_rng(R + V)
+    idx = rng.integers(-V, V, (R, M))
+    for x, values in ((rows(rng, R, V), rows(rng, R, M)), (rows(rng, R, V), rows(rng, R, 1)),
+                      (rng.integers(0, 9, (R, V)), rng.integers(0, 9, (R, M)))):
+        want = x.copy()
+        np.add.at(want, (np.arange(R)[:, None], idx), np.broadcast_to(values, idx.shape))
+        got = NUMPY.scatter_add(x, idx, values)
+        assert got.tobytes() == want.tobytes() and got.dtype == want.dtype
+        assert not np.shares_memory(got, x)
+    with pytest.raises(IndexError):
+        NUMPY.scatter_add(np.zeros((R, V)), idx + 2 * V, np.ones((R, M)))
