@@ -19,6 +19,8 @@ import torch
 #: Leaves that hold no array (returned as they are, without the container checks; numpy scalars, which subclass
 #: some of these, are arrays to :func:`_convert` and checked before).
 _PLAIN = (str, int, float, bool, type(None))
+#: Leaves that hold no tensor (skipped by :func:`_devices`).
+_LEAVES = (np.ndarray, np.generic, *_PLAIN)
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,7 +37,7 @@ def _convert(x, leaf):
     if isinstance(x, _PLAIN):
         return x
     if isinstance(x, tuple):
-        values = [_convert(v, leaf) for v in x]
+        values = [v if isinstance(v, _PLAIN) else _convert(v, leaf) for v in x]
         return type(x)(*values) if hasattr(x, "_fields") else tuple(values)
     if isinstance(x, dict):
         return {key: _convert(v, leaf) for key, v in x.items()}
@@ -53,17 +55,20 @@ def _tensor(x):
     return torch.from_numpy(x) if isinstance(x, np.ndarray) else torch.as_tensor(x) if isinstance(x, np.generic) else x
 
 
-def _devices(x) -> set:
-    """The device types of the tensors inside ``x`` (tuples, named tuples, dicts, dataclasses)."""
+def _devices(x, out: set | None = None) -> set:
+    """The device types of the tensors inside ``x`` (tuples, named tuples, dicts, dataclasses), added to ``out``."""
+    out = set() if out is None else out
     if isinstance(x, torch.Tensor):
-        return {x.device.type}
-    if isinstance(x, (np.ndarray, np.generic, *_PLAIN)):
-        return set()
-    if isinstance(x, dict):
-        x = tuple(x.values())
+        out.add(x.device.type)
+    elif isinstance(x, tuple):
+        for v in x:
+            if not isinstance(v, _LEAVES):
+                _devices(v, out)
+    elif isinstance(x, dict):
+        _devices(tuple(x.values()), out)
     elif (names := _field_names(type(x))) is not None:
-        x = tuple(getattr(x, name) for name in names)
-    return set().union(*(_devices(v) for v in x)) if isinstance(x, tuple) else set()
+        _devices(tuple(getattr(x, name) for name in names), out)
+    return out
 
 
 def device_kind(x) -> str:

@@ -400,12 +400,14 @@ def _tuple_shares(f, cdf, edges, column, mask, nodes, weights):
     so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉ nodes, exact)."""
     nx = get_backend(f)
     N, K = column.shape
-    f, cdf = f[column], cdf[column]                                              # [N, K, G], [N, K, G + 1]
     width = (edges[:, 1:] - edges[:, :-1])[column[:, 0]][:, None, :]             # [N, 1, G]: one block a tuple
-    lo, rise = cdf[:, :, :-1], cdf[:, :, 1:] - cdf[:, :, :-1]
+    lo, rise = cdf[:, :-1], cdf[:, 1:] - cdf[:, :-1]                             # [D, G]: per distinct child
+    at = nx.where(mask, column, f.shape[0])                                      # absent copies: survival 1
+    one = nx.full((1, lo.shape[1]), 1.0, lo)                  # not 1 + 0·lo: an absent child's columns may be NaN
+    f = f[column]                                                                # [N, K, G]
     acc = 0.0 * f
     for node, weight in zip(nodes.tolist(), weights.tolist()):
-        surv = nx.where(mask[:, :, None], 1.0 - (lo + rise * ((1 + node) / 2)), 1.0)   # [N, K, G]
+        surv = nx.concat([1.0 - (lo + rise * ((1 + node) / 2)), one], axis=0)[at]       # [N, K, G]
         before, run = [], None                                                  # Π_{l<j} (1 − F_l)
         for j in range(K):
             before.append(run)
