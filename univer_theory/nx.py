@@ -85,8 +85,11 @@ def _stable_float_argsort(x):
 @numba.njit(cache=True, nogil=True)
 def _ties_in_index_order(x, order):  # pragma: no cover - compiled
     """In place on ``order [R, V]``, an ascending argsort of ``x [R, V]``: each run of equal keys (NaNs, which
-    numpy sorts last, one run; −0.0 and 0.0 equal, as in numpy's stable sort) sorted by index.  Returns ``order``."""
+    numpy sorts last, one run; −0.0 and 0.0 equal, as in numpy's stable sort) put in index order — a sort of the
+    run, or for a run of at least ``V/8`` indices (the undrafted tokens' tie of a truncated draft) a mark per index
+    over the run's range and one pass over it.  Returns ``order``."""
     R, V = order.shape
+    mark = np.zeros(V, np.bool_)
     for r in range(R):
         i = 0
         while i < V:
@@ -97,7 +100,18 @@ def _ties_in_index_order(x, order):  # pragma: no cover - compiled
                 if not (b == a or (b != b and a != a)):
                     break
                 j += 1
-            if j - i > 1:
+            if j - i > max(64, V // 8):
+                lo, hi = V, 0
+                for t in range(i, j):
+                    mark[order[r, t]] = True
+                    lo, hi = min(lo, order[r, t]), max(hi, order[r, t])
+                t = i
+                for v in range(lo, hi + 1):
+                    if mark[v]:
+                        order[r, t] = v
+                        mark[v] = False
+                        t += 1
+            elif j - i > 1:
                 order[r, i:j] = np.sort(order[r, i:j])
             i = j
     return order
