@@ -27,20 +27,41 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def _cumsum_rows(x, reverse):  # pragma: no cover - compiled
-    """Prefix sums along the last axis of ``x [R, V]`` (suffix sums, summed from the end, with ``reverse``): each
-    row summed sequentially in order, as numpy's ``cumsum`` — the same floats; the rows' independent chains
-    interleaved in the inner loop."""
+def _cumsum_rows(x, reverse, exclusive):  # pragma: no cover - compiled
+    """Prefix sums along the last axis of ``x [R, V]`` (suffix sums, summed from the end, with ``reverse``; with
+    ``exclusive`` the sums before each entry, ``Σ_{j<i}`` / ``Σ_{j>i}``, 0 at the first): each row summed
+    sequentially in order, as numpy's ``cumsum`` (exclusive: numpy's cumsum of the row without its last entry,
+    shifted by one) — the same floats; the rows' independent chains interleaved in the inner loop."""
     R, V = x.shape
     out = np.empty((R, V), x.dtype)
     if V == 0:
         return out
     first, step = (V - 1, -1) if reverse else (0, 1)
-    for r in range(R):
-        out[r, first] = x[r, first]
-    for i in range(first + step, V - 1 - first + step, step):
+    lag = step if exclusive else 0
+    if exclusive:
         for r in range(R):
-            out[r, i] = out[r, i - step] + x[r, i]
+            out[r, first] = 0
+        first += step                       # the first sum is the first entry itself, as numpy's (−0.0 kept)
+        if V == 1:
+            return out
+    for r in range(R):
+        out[r, first] = x[r, first - lag]
+    for i in range(first + step, V if step == 1 else -1, step):
+        for r in range(R):
+            out[r, i] = out[r, i - step] + x[r, i - lag]
+    return out
+
+
+def shifted_cumsum(nx, x, reverse: bool, axis: int):
+    """``Σ_{j<i} x_j`` (``Σ_{j>i}`` with ``reverse``) along ``axis`` on backend ``nx``: its cumulative sums of the
+    array without its last (first) entry, shifted by one, 0 at the first — sums of the same terms in the same
+    order as the inclusive ones."""
+    at = (slice(None),) * (axis % x.ndim)
+    out = nx.zeros_like(x)
+    if reverse:
+        out[at + (slice(None, -1),)] = nx.cumsum(x[at + (slice(1, None),)], reverse=True, axis=axis)
+    else:
+        out[at + (slice(1, None),)] = nx.cumsum(x[at + (slice(None, -1),)], axis=axis)
     return out
 
 
@@ -199,11 +220,19 @@ class NumpyBackend:
         """Prefix sums along the last axis (or ``axis``); suffix sums (``Σ_{j ≥ i}``, summed from the end) with
         ``reverse``."""
         if x.ndim == 2 and axis % 2 == 1 and x.dtype in _ROW_SUM_DTYPES:
-            return _cumsum_rows(x, reverse)             # rows: the compiled loop (module docstring)
+            return _cumsum_rows(x, reverse, False)      # rows: the compiled loop (module docstring)
         if not reverse:
             return x.cumsum(axis)
         flip = (slice(None),) * (axis % x.ndim) + (slice(None, None, -1),)
         return x[flip].cumsum(axis)[flip]
+
+    @staticmethod
+    def exclusive_cumsum(x, reverse=False, axis=-1):
+        """``Σ_{j<i} x_j`` along the last axis (or ``axis``; ``Σ_{j>i}``, summed from the end, with ``reverse``):
+        :func:`shifted_cumsum`, on rows the compiled loop (the same floats)."""
+        if x.ndim == 2 and axis % 2 == 1 and x.dtype in _ROW_SUM_DTYPES:
+            return _cumsum_rows(x, reverse, True)
+        return shifted_cumsum(NumpyBackend, x, reverse, axis)
 
     @staticmethod
     def sum(x, keepdims=False):
@@ -368,6 +397,9 @@ class TorchBackend:
     @staticmethod
     def cumsum(x, reverse=False, axis=-1):
         return x.flip(axis).cumsum(axis).flip(axis) if reverse else x.cumsum(axis)
+
+    def exclusive_cumsum(self, x, reverse=False, axis=-1):
+        return shifted_cumsum(self, x, reverse, axis)
 
     @staticmethod
     def sum(x, keepdims=False):

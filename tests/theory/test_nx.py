@@ -5,7 +5,7 @@ out-of-bounds index raises ``IndexError``, broadcast rows, bool / int / float ro
 import numpy as np
 import pytest
 
-from univer_theory.nx import NUMPY
+from univer_theory.nx import NUMPY, shifted_cumsum
 
 
 def numpy_cumsum(x, reverse):
@@ -23,12 +23,15 @@ def rows(rng, R, V):
 @pytest.mark.parametrize("R,V", [(1, 1), (3, 2), (8, 1025), (30, 65), (2, 0), (0, 5)])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_cumsum_is_numpys_bit_for_bit(R, V, reverse):
+    """Inclusive and exclusive (``Σ_{j<i}``, 0 first; signed zeros kept) prefix / suffix sums."""
     rng = np.random.default_rng(R * 1000 + V)
-    for x in (rows(rng, R, V), rows(rng, R, 2 * V + 1)[:, 1::2], rng.integers(-2**40, 2**40, (R, V))):
+    for x in (rows(rng, R, V), rows(rng, R, 2 * V + 1)[:, 1::2], rng.integers(-2**40, 2**40, (R, V)), -np.zeros((R, V))):
         got, want = NUMPY.cumsum(x, reverse=reverse), numpy_cumsum(x, reverse)
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)               # NaN where numpy has NaN, else the same bits
         assert got.tobytes() == want.tobytes()
+        got, want = NUMPY.exclusive_cumsum(x, reverse=reverse), shifted_cumsum(NUMPY, x[None], reverse, -1)[0]
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()   # (3-D: numpy's own cumsum, shifted)
 
 
 @pytest.mark.parametrize("R,V,M", [(1, 1, 1), (4, 9, 20), (8, 1025, 1025), (3, 5, 0)])

@@ -77,15 +77,9 @@ def quiet(x):
 
 def exclusive_cumsum(x, reverse: bool = False, axis: int = -1):
     """``Σ_{j<i} x_j`` (``Σ_{j>i}`` with ``reverse``, summed from the end) along the last axis (or ``axis``: the
-    token axis of ``gpu.wor_plans``' ``[R, m, t]`` clock arrays): sequential sums."""
-    nx = get_backend(x)
-    at = (slice(None),) * (axis % x.ndim)
-    out = nx.zeros_like(x)
-    if reverse:
-        out[at + (slice(None, -1),)] = nx.cumsum(x[at + (slice(1, None),)], reverse=True, axis=axis)
-    else:
-        out[at + (slice(1, None),)] = nx.cumsum(x[at + (slice(None, -1),)], axis=axis)
-    return out
+    token axis of ``gpu.wor_plans``' ``[R, m, t]`` clock arrays): sequential sums (the backend's
+    ``exclusive_cumsum``, :func:`univer_theory.nx.shifted_cumsum`)."""
+    return get_backend(x).exclusive_cumsum(x, reverse, axis)
 
 
 def leave_one_out(v, axis: int = -1):
