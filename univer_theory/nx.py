@@ -12,12 +12,12 @@ backend's own type (numpy ``int64`` / torch ``long``).  Every op works along the
 Fraction (object) rows never come here: the exact core's Fraction computations are kept apart, as the
 independent checkers.
 Only the ops the ported rules need are here, each spelled as numpy / torch spell it; torch is imported only
-when a tensor is passed.  Two numpy ops on rows ``[R, V]`` are compiled loops (:func:`_cumsum_rows`,
-:func:`_take_rows`): numpy's row gather and accumulate cost ~5× their arithmetic on the ~1 000-column rows of a
-level drafted from its top 1 024 tokens (each is called hundreds of times a verification); the loops give numpy's
-values exactly (a sequential sum per row, in order; a gather raising ``IndexError`` out of bounds), as does the
-row scatter-add (:func:`_scatter_add_rows`, in place of ``ufunc.at``).  And the
-stable argsort of long float rows is numpy's vectorised quicksort with its ties put back in index order
+when a tensor is passed.  On numpy rows ``[R, V]`` the gather, the (exclusive) prefix / suffix sums and the
+scatter-add are compiled loops (:func:`_take_rows`, :func:`_cumsum_rows`, :func:`_scatter_add_rows`): numpy's row
+gather and accumulate cost ~5× their arithmetic on the ~1 000-column rows of a level drafted from its top 1 024
+tokens (each is called hundreds of times a verification), ``ufunc.at`` ~10×; the loops give numpy's values
+exactly (a sequential sum per row, in order; an index out of bounds raises ``IndexError``).  And the stable
+argsort of long float rows is numpy's vectorised quicksort with its ties put back in index order
 (:func:`_stable_float_argsort`): the same permutation as numpy's stable sort, 2–4× faster.
 """
 from __future__ import annotations
@@ -107,8 +107,8 @@ def _stable_float_argsort(x):
 def _ties_in_index_order(x, order):  # pragma: no cover - compiled
     """In place on ``order [R, V]``, an ascending argsort of ``x [R, V]``: each run of equal keys (NaNs, which
     numpy sorts last, one run; −0.0 and 0.0 equal, as in numpy's stable sort) put in index order — a sort of the
-    run, or for a run of at least ``V/8`` indices (the undrafted tokens' tie of a truncated draft) a mark per index
-    over the run's range and one pass over it.  Returns ``order``."""
+    run, or for a run of more than ``max(64, V/8)`` indices (the undrafted tokens' tie of a truncated draft) a mark
+    per index over the run's range and one pass over it.  Returns ``order``."""
     R, V = order.shape
     mark = np.zeros(V, np.bool_)
     for r in range(R):
