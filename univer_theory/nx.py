@@ -142,6 +142,12 @@ def _ties_in_index_order(x, order):  # pragma: no cover - compiled
 _ROW_SUM_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
 
 
+def _summed_as_rows(x, axis: int) -> bool:
+    """Whether (exclusive) cumulative sums of ``x`` along ``axis`` run in :func:`_cumsum_rows`: rows ``[R, V]``
+    summed along V, in one of :data:`_ROW_SUM_DTYPES`."""
+    return x.ndim == 2 and axis % 2 == 1 and x.dtype in _ROW_SUM_DTYPES
+
+
 class NumpyBackend:
     """numpy: the exact core's float path (a batch of one)."""
 
@@ -219,7 +225,7 @@ class NumpyBackend:
     def cumsum(x, reverse=False, axis=-1):
         """Prefix sums along the last axis (or ``axis``); suffix sums (``Σ_{j ≥ i}``, summed from the end) with
         ``reverse``."""
-        if x.ndim == 2 and axis % 2 == 1 and x.dtype in _ROW_SUM_DTYPES:
+        if _summed_as_rows(x, axis):
             return _cumsum_rows(x, reverse, False)      # rows: the compiled loop (module docstring)
         if not reverse:
             return x.cumsum(axis)
@@ -230,7 +236,7 @@ class NumpyBackend:
     def exclusive_cumsum(x, reverse=False, axis=-1):
         """``Σ_{j<i} x_j`` along the last axis (or ``axis``; ``Σ_{j>i}``, summed from the end, with ``reverse``):
         :func:`shifted_cumsum`, on rows the compiled loop (the same floats)."""
-        if x.ndim == 2 and axis % 2 == 1 and x.dtype in _ROW_SUM_DTYPES:
+        if _summed_as_rows(x, axis):
             return _cumsum_rows(x, reverse, True)
         return shifted_cumsum(NumpyBackend, x, reverse, axis)
 

@@ -101,10 +101,17 @@ def acceptance(avail, c_num, c_den):
     """PTS's acceptance probability ``θ = min(1, c/avail)`` (0 where ``c = 0``; theory.md §6.3 rule 4) from the
     caps' forms ``(c⁺, c′)`` of :func:`acceptance_caps`, branch-free: ``θ = c⁺/max(avail, c′)`` — where c > 0,
     ``c ≥ avail`` gives ``c/c = 1`` exactly and otherwise the quotient ``c/avail`` itself; where c = 0,
-    ``0/max(avail, 1) = 0``.  The one spelling of θ: the fixed point
-    (:func:`univer_theory.plans.pts.thinning_fixed_point`) and, on scalars inside its compiled loop, the walk
-    (:func:`_prefix_walk`, on the caps of :func:`acceptance_caps`).  Numpy arrays or torch tensors."""
+    ``0/max(avail, 1) = 0``.  The spelling of θ on arrays (the fixed point,
+    :func:`univer_theory.plans.pts.thinning_fixed_point`); the compiled walks take it on scalars from
+    :func:`walk_acceptance`.  Numpy arrays or torch tensors."""
     return c_num / array_module(avail).maximum(avail, c_den)
+
+
+@numba.njit(inline="always")
+def walk_acceptance(avail, c_num, c_den):  # pragma: no cover - compiled
+    """:func:`acceptance` on one position's floats, the same operations, inside the compiled walks
+    (:func:`_prefix_walk`; k = 2, :func:`univer_theory.plans.pts.pair_thinning_walk`)."""
+    return c_num / max(avail, c_den)
 
 
 #: Bytes of the polynomial states of one chunk of rows of :func:`thinning_walk` (:func:`walk_states` states of
@@ -239,7 +246,7 @@ def _prefix_walk(prefix, after, e, ring, qe, w, lo, hq, c_num, c_den, theta, ava
     """The walk over one block's J positions of each row from its prefix ``(P, D)`` before the block
     (``prefix [R, 2, k, t]``, updated in place): ``avail(y) = Σ_t w·(qT e_y·[u^{k−1}]P·S + (1 − e_y)·[u^{k−2}](D·S +
     P·S_D)) + hq_y`` against the suffix ``(S, S_D) = after[r, y]``, then ``θ_y = c⁺/max(avail, c′)``
-    (:func:`acceptance`, on scalars) and the prefix step (:func:`_step`) with ``g = 1 − θ_y``.  The block starts
+    (:func:`walk_acceptance`) and the prefix step (:func:`_step`) with ``g = 1 − θ_y``.  The block starts
     at position ``lo`` of the rows' ``hq, c_num, c_den`` and of the outputs ``theta, avail [R, m]``."""
     R, k, t = prefix.shape[0], prefix.shape[2], prefix.shape[3]
     first, later = np.empty(t), np.empty(t)     # per node: [u^{k−1}]P·S and [u^{k−2}](D·S + P·S_D)
@@ -260,7 +267,7 @@ def _prefix_walk(prefix, after, e, ring, qe, w, lo, hq, c_num, c_den, theta, ava
             for n in range(t):
                 total += w[r, n] * (qe[r, i, n] * first[n] + ring[r, i, n] * later[n])
             av = max(total, 0.0) + hq[r, lo + i]
-            th = c_num[r, lo + i] / max(av, c_den[r, lo + i])
+            th = walk_acceptance(av, c_num[r, lo + i], c_den[r, lo + i])
             theta[r, lo + i], avail[r, lo + i] = th, av
             _step(pre, e, ring, qe, r, i, 1.0 - th)
 

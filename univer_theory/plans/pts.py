@@ -40,7 +40,7 @@ import numpy as np
 from ..nx import array_module, get_backend
 from ..orders import ratio_argsort
 from .base import NodePlan
-from .clocks import LOG_T_NODES, acceptance, acceptance_caps, sequential_thinning_avail
+from .clocks import LOG_T_NODES, acceptance, acceptance_caps, sequential_thinning_avail, walk_acceptance
 from .node_inputs import check_node_inputs
 from .wor_pair import exclusive_cumsum, leave_one_out, quiet
 
@@ -98,7 +98,7 @@ def _pair_walk(qs, rest, after, after_odds, c_num, c_den, rows):  # pragma: no c
         before, before_odds = 0.0, 0.0
         for i in range(m):
             av = _pair_availability(qs[r, i], rest[r, i], before, before_odds, after[r, i], after_odds[r, i])
-            th = c_num[r, i] / max(av, c_den[r, i])
+            th = walk_acceptance(av, c_num[r, i], c_den[r, i])
             theta[r, i], avail[r, i] = th, av
             gq = (1.0 - th) * qs[r, i]
             before += gq
