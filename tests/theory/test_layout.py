@@ -241,3 +241,37 @@ def test_mu_k_width_against_fractions():
         assert row == got
         assert abs(Fraction(float(got)) - want) <= Fraction(1, 10**14) * want, (x, w, kk)
     assert mu_k_width(np.array(0.3), np.array(0.2), 0) == 0.0
+
+
+def test_share_integrand_compiled_is_the_array_form_bit_for_bit(monkeypatch):
+    """The tuple integrals' integrand per group (``layout._share_integrand``: ``Σ_nodes w·f_j·Π_{l≠j}(1 − F_l)``
+    times half the group's width) — numpy's compiled loop (``_share_integrand_rows``) against the array form on
+    the same numpy inputs, bit for bit (NaN lanes included): K = 1…5 copies, duplicated children, absent copies
+    (survival 1) whose columns are NaN, densities and CDFs from 1e-300 to 1, widths with subnormals.  A survival
+    reassociated in the array form (``1 − lo − rise·x``: one rounding moved) changes bits, so the comparison is
+    sharp."""
+    from univer_theory.plans import layout
+    from univer_theory.plans.layout import _share_integrand, _share_integrand_rows, gauss_legendre
+
+    rng = np.random.default_rng(50)
+    cases = []
+    for K in range(1, 6):
+        for D, G, N in ((1, 1, 1), (4, 33, 35), (7, 120, 20)):
+            f = 10.0 ** rng.uniform(-300, 0, (D, G))
+            rise = rng.random((D, G)) * 10.0 ** rng.uniform(-300, 0, (D, G))
+            cdf = np.concatenate([np.zeros((D, 1)), np.cumsum(rise, 1)], 1)
+            cdf /= np.maximum(cdf[:, -1:], 1e-300)
+            width = 10.0 ** rng.uniform(-320, 0, (D, G))
+            column = rng.integers(0, D, (N, K))
+            mask = rng.random((N, K)) < 0.8
+            if D > 1:                                          # an absent child's columns may be NaN
+                f[D - 1], cdf[D - 1] = np.nan, np.nan
+                mask[column == D - 1] = False
+            cases.append((f, cdf[:, :-1], cdf[:, 1:] - cdf[:, :-1], width, column, np.where(mask, column, D),
+                          *gauss_legendre(-(-K // 2))))
+    for args in cases:
+        want = _share_integrand(*args)
+        assert np.array_equal(_share_integrand_rows(*args), want, equal_nan=True)
+    assert sum(np.isnan(_share_integrand(*a)).any() for a in cases) >= 5           # NaN lanes were compared
+    monkeypatch.setattr(layout, "survival", lambda lo, rise, node: 1.0 - lo - rise * ((1 + node) / 2))
+    assert any(not np.array_equal(_share_integrand_rows(*a), _share_integrand(*a), equal_nan=True) for a in cases)

@@ -354,3 +354,48 @@ def test_bad_input_raises(name, case):
     with pytest.raises(ValueError, match=message) as err:
         CONSTRUCTIONS[name](*args)
     assert f"{name}_plan" in str(err.value)
+
+
+def test_crossing_compiled_is_the_array_form_bit_for_bit():
+    """``first_crossing``'s crossing before its clamp (``wor_pair._crossing``) — numpy's compiled loop
+    (``_crossing_rows``, which stops at the first knot reached) against the array form on the same inputs, bit for
+    bit and sign of zero: seeded rows of 1…40 sorted knots with ties and knots clamped at the bracket's ends,
+    slope changes with zeros and −0, plateaus (slope 0), f(lo) = 0 and ±0 brackets; the grid covers a crossing on
+    the first piece, inside, after the last knot and on a plateau (``rise = 0``: E = the piece's start)."""
+    from univer_theory.plans.wor_pair import _crossing, _crossing_rows
+
+    rng = np.random.default_rng(51)
+    pieces = set()
+    for _ in range(400):
+        R, n = int(rng.integers(1, 6)), int(rng.integers(1, 41))
+        x = np.clip(np.sort(np.round(rng.uniform(-0.5, 3.0, (R, n)), 1), 1), 0.0, 2.5)
+        x[:, 0] = np.where(rng.random(R) < 0.3, -0.0, x[:, 0])
+        d = rng.normal(size=(R, n)) * (rng.random((R, n)) < 0.7)
+        d[rng.random((R, n)) < 0.1] = -0.0
+        slope = rng.uniform(0.0, 1.0, R) * (rng.random(R) < 0.8)
+        flo = np.where(rng.random(R) < 0.2, 0.0, -rng.uniform(0.0, 2.0, R))
+        lo = np.where(rng.random(R) < 0.5, 0.0, -0.0)
+        want, got = _crossing(x, d, slope, flo, lo), _crossing_rows(x, d, slope, flo, lo)
+        assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
+        after = slope[:, None] + np.cumsum(d, 1)
+        f_at = flo[:, None] + np.cumsum(np.concatenate([slope[:, None], after[:, :-1]], 1)
+                                        * np.diff(np.concatenate([lo[:, None], x], 1), axis=1), 1)
+        reached = f_at >= -1e-13
+        piece = np.where(reached.any(1), reached.argmax(1), n)
+        rise = np.concatenate([slope[:, None], after], 1)[np.arange(R), piece]
+        pieces |= {"first" if p == 0 else "last" if p == n else "inside" for p in piece}
+        pieces |= {"plateau" for r in rise if r <= 0}
+    assert pieces == {"first", "inside", "last", "plateau"}
+
+
+def test_side_columns_compiled_is_the_array_form():
+    """Rule 3's side compaction (``wor_pair.side_columns``): numpy's compiled pass against the array form (torch),
+    the same integers and dtypes — rows empty, full, sparse and dense, V = 1…1 025."""
+    torch = pytest.importorskip("torch")
+    from univer_theory.plans.wor_pair import side_columns
+
+    rng = np.random.default_rng(52)
+    for R, V in ((1, 1), (3, 7), (8, 1025), (2, 64)):
+        mask = rng.random((R, V)) < rng.choice([0.0, 0.05, 0.5, 1.0], (R, 1))
+        for got, want in zip(side_columns(mask), side_columns(torch.from_numpy(mask))):
+            assert got.dtype == want.numpy().dtype and np.array_equal(got, want.numpy())

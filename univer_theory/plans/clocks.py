@@ -24,7 +24,7 @@ import numba
 import numpy as np
 
 from ..fpu import flushed
-from ..nx import array_module, get_backend
+from ..nx import NUMPY, array_module, get_backend
 
 #: Gauss–Legendre nodes per panel of width 60 in log T (theory.md §4.1: 400 nodes on log t ∈ [−30, 30]).
 LOG_T_NODES = 400
@@ -86,7 +86,10 @@ def rate_times(rates, s):
     capped at ``e^{LOG_RATE_TIME_CAP}``, where every clock term is exactly 0 or 1.  numpy arrays or torch tensors
     (:mod:`univer_theory.nx`; the batched clock integral of ``gpu.wor_plans`` uses it)."""
     nx = get_backend(rates, s)
-    return nx.exp(nx.clip(nx.log(rates) + s, None, LOG_RATE_TIME_CAP))
+    x = nx.log(rates) + s
+    if nx is NUMPY:                  # in place: the walk's [R, m, t] grids are MBs, each temporary page-faulted
+        return np.exp(np.clip(x, None, LOG_RATE_TIME_CAP, out=x), out=x)
+    return nx.exp(nx.clip(x, None, LOG_RATE_TIME_CAP))
 
 
 def acceptance_caps(c):
@@ -204,9 +207,11 @@ def early_nodes(k: int, s: np.ndarray) -> int:
 def _clock_factors(qs: np.ndarray, s: np.ndarray):
     """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of the positions ``qs [R, J]`` at the nodes ``s [t]``, ``[R, J, t]``
     each (expm1 keeps tiny q's precision; the third carries the Jacobian, module docstring)."""
-    minus = -rate_times(qs[..., None], s)
+    qt = rate_times(qs[..., None], s)
+    minus = -qt
     e = np.exp(minus)
-    return e, -np.expm1(minus), -minus * e
+    ring = np.negative(np.expm1(minus, out=minus), out=minus)
+    return e, ring, np.multiply(qt, e, out=qt)        # in place (rate_times); qT·e is −(−qT)·e to the bit
 
 
 @numba.njit(cache=True, inline="always")

@@ -72,7 +72,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from ..nx import array_module, get_backend
+from ..nx import NUMPY, array_module, get_backend
 from ..orders import ratio_argsort
 from .base import NodePlan
 from .node_inputs import check_node_inputs
@@ -393,21 +393,42 @@ def _child_columns(lay, group, q_col, first):
     return f, nx.concat([0.0 * f[:, :1], nx.cumsum(f * (edges[:, 1:] - edges[:, :-1]))])
 
 
+def survival(lo, rise, node):
+    """``1 − F`` of a child at the Gauss–Legendre node ``node ∈ (−1, 1)`` of a group across which its CDF rises
+    linearly from ``lo`` by ``rise``: arrays (:func:`_share_integrand`), or floats in the compiled integrand
+    (:func:`_share_integrand_rows`) — one spelling."""
+    return 1.0 - (lo + rise * ((1 + node) / 2))
+
+
+_survival = numba.njit(inline="always")(survival)
+
+
 def _tuple_shares(f, cdf, edges, column, mask, nodes, weights):
     """``Pr(copy j has the smallest private position | S)`` ``[N, K]`` for a chunk of :func:`tuple_weights`'
     tuples, copy j being child ``column[i, j]`` of :func:`_child_columns`' ``f``, ``F`` (``edges [D, G + 1]``, its
     block's group edges): ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals, ``f_j`` constant on each,
-    so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉ nodes, exact)."""
+    so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉ nodes, exact) — the sum over
+    the groups of :func:`_share_integrand` (numpy: its compiled loop, :func:`_share_integrand_rows`)."""
     nx = get_backend(f)
-    N, K = column.shape
-    width = (edges[:, 1:] - edges[:, :-1])[column[:, 0]][:, None, :]             # [N, 1, G]: one block a tuple
+    width = edges[:, 1:] - edges[:, :-1]                                         # [D, G]
     lo, rise = cdf[:, :-1], cdf[:, 1:] - cdf[:, :-1]                             # [D, G]: per distinct child
     at = nx.where(mask, column, f.shape[0])                                      # absent copies: survival 1
+    args = (f, lo, rise, width, column, at, nodes, weights)
+    return nx.sum(_share_integrand_rows(*args) if nx is NUMPY else _share_integrand(*args))
+
+
+def _share_integrand(f, lo, rise, width, column, at, nodes, weights):
+    """The integrand of :func:`_tuple_shares` per group ``[N, K, G]``: ``Σ_nodes weight·f_j·Π_{l≠j} (1 − F_l)``
+    (:func:`survival` at the node; an absent copy, ``at = D``, has survival 1) times half the group's width;
+    the products over the copies before j and after it, each from its end.  numpy or torch."""
+    nx = get_backend(f)
+    width = width[column[:, 0]][:, None, :]                                      # [N, 1, G]: one block a tuple
     one = nx.full((1, lo.shape[1]), 1.0, lo)                  # not 1 + 0·lo: an absent child's columns may be NaN
     f = f[column]                                                                # [N, K, G]
+    K = column.shape[1]
     acc = 0.0 * f
     for node, weight in zip(nodes.tolist(), weights.tolist()):
-        surv = nx.concat([1.0 - (lo + rise * ((1 + node) / 2)), one], axis=0)[at]       # [N, K, G]
+        surv = nx.concat([survival(lo, rise, node), one], axis=0)[at]           # [N, K, G]
         before, run = [], None                                                  # Π_{l<j} (1 − F_l)
         for j in range(K):
             before.append(run)
@@ -418,7 +439,48 @@ def _tuple_shares(f, cdf, edges, column, mask, nodes, weights):
             acc[:, j] += f[:, j] * (others[0] * others[1] if len(others) == 2 else others[0] if others else 1.0) \
                 * weight
             run = surv[:, j] if run is None else run * surv[:, j]
-    return nx.sum(acc * width / 2)
+    return acc * width / 2
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _share_integrand_rows(f, lo, rise, width, column, at, nodes, weights):  # pragma: no cover - compiled
+    """:func:`_share_integrand` as loops, the same floats: each distinct child's survival formed once per node
+    (the array form gathers it per copy), then per tuple the products over the copies before and after each, the
+    groups innermost (they vectorise); an empty product is 1.0, and ``x·1.0 = x`` exactly, so the array form's
+    missing factors need no case here.  In numpy its ~15 array passes per node cost ~5 ms of a SmolLM2
+    EAGLE-like wor verification at top 1 024 (35 multisets of the root's four children over ~1 000 groups)."""
+    N, K = column.shape
+    D, G = lo.shape
+    out = np.empty((N, K, G))
+    surv = np.empty((nodes.shape[0], D + 1, G))
+    for n in range(nodes.shape[0]):
+        for d in range(D):
+            for g in range(G):
+                surv[n, d, g] = _survival(lo[d, g], rise[d, g], nodes[n])
+        surv[n, D] = 1.0                                                        # an absent copy
+    before, run = np.empty((K, G)), np.empty(G)
+    for i in range(N):
+        for j in range(K):
+            for g in range(G):
+                out[i, j, g] = 0.0 * f[column[i, j], g]
+        for n in range(nodes.shape[0]):
+            run[:] = 1.0
+            for j in range(K):
+                s = surv[n, at[i, j]]
+                for g in range(G):
+                    before[j, g] = run[g]
+                    run[g] = run[g] * s[g]
+            run[:] = 1.0
+            for j in range(K - 1, -1, -1):
+                s, fj, w = surv[n, at[i, j]], f[column[i, j]], weights[n]
+                for g in range(G):
+                    out[i, j, g] += fj[g] * (before[j, g] * run[g]) * w
+                    run[g] = run[g] * s[g]
+        half = width[column[i, 0]]
+        for j in range(K):
+            for g in range(G):
+                out[i, j, g] = out[i, j, g] * half[g] / 2
+    return out
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from ..alpha_star import alpha_star_and_cut
@@ -113,16 +114,47 @@ def first_crossing(flo, lo, hi, knots, dslope, slope, active, start_tol=FEASIBIL
     nx = get_backend(knots)
     order = nx.argsort(knots, stable=False)             # the order of tied knots does not move f at any knot
     x = nx.minimum(nx.maximum(nx.take(knots, order), lo[..., None]), hi[..., None])
-    after = slope[..., None] + nx.cumsum(nx.take(dslope, order))           # the slope after each knot
+    E = (_crossing_rows if nx is NUMPY else _crossing)(x, nx.take(dslope, order), slope, flo, lo)
+    return nx.where(active & (flo < -start_tol), nx.minimum(nx.maximum(E, lo), hi), nx.where(active, lo, hi))
+
+
+def _crossing(x, d, slope, flo, lo):
+    """:func:`first_crossing`'s crossing before its clamp, from the knots ``x [R, n]`` (sorted, clamped to the
+    bracket) and their slope changes ``d``: the slope after each knot ``slope + Σ_{≤i} d``, f at each knot
+    ``f(lo) + Σ_{≤i} slope·gap`` (cumulative sums), the first knot with ``f ≥ −FEASIBILITY_TOL`` and the
+    interpolation on the piece before it.  numpy or torch."""
+    nx = get_backend(x)
+    after = slope[..., None] + nx.cumsum(d)                                 # the slope after each knot
     before = nx.concat([slope[..., None], after[..., :-1]])
     f_at = flo[..., None] + nx.cumsum(before * (x - nx.concat([lo[..., None], x[..., :-1]])))
     reached = f_at >= -FEASIBILITY_TOL
-    n = knots.shape[-1]
+    n = x.shape[-1]
     piece = nx.where(reached.any(-1), nx.argmax(reached)[..., 0], n)[..., None]     # [R, 1]: after knot piece − 1
     x0, f0 = (nx.take(nx.concat([a[..., None], b]), piece)[..., 0] for a, b in ((lo, x), (flo, f_at)))
     rise = nx.take(nx.concat([before, after[..., -1:]]), piece)[..., 0]
-    E = nx.where(rise > 0, x0 + (-FEASIBILITY_TOL - f0) / nx.where(rise > 0, rise, 1.0), x0)
-    return nx.where(active & (flo < -start_tol), nx.minimum(nx.maximum(E, lo), hi), nx.where(active, lo, hi))
+    return nx.where(rise > 0, x0 + (-FEASIBILITY_TOL - f0) / nx.where(rise > 0, rise, 1.0), x0)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _crossing_rows(x, d, slope, flo, lo):  # pragma: no cover - compiled
+    """:func:`_crossing` a row at a time, the same floats, up to the first knot reached (the array form's ~20
+    passes over ``[R, n]`` were ~40% of rule 3 on a level at top 1 024).  The cumulative sums start from their
+    first term, as numpy's do (``0 + (−0) = +0``)."""
+    R, n = x.shape
+    E = np.empty(R)
+    for r in range(R):
+        x0, f0, rise = lo[r], flo[r], slope[r]                              # the piece before knot 0
+        gaps, changes = 0.0, 0.0                                            # Σ_{≤i} slope·gap, Σ_{≤i} d
+        for i in range(n):
+            changes = d[r, i] if i == 0 else changes + d[r, i]
+            term = rise * (x[r, i] - (lo[r] if i == 0 else x[r, i - 1]))
+            gaps = term if i == 0 else gaps + term
+            f_at = flo[r] + gaps
+            if f_at >= -FEASIBILITY_TOL:
+                break
+            x0, f0, rise = x[r, i], f_at, slope[r] + changes
+        E[r] = x0 + (-FEASIBILITY_TOL - f0) / rise if rise > 0 else x0
+    return E
 
 
 def side_columns(mask):
@@ -133,12 +165,29 @@ def side_columns(mask):
     nx = get_backend(mask)
     count = mask.sum(-1)
     M = max(1, int(count.max()))
+    if nx is NUMPY:
+        return _side_columns_rows(mask, M)
     pos = mask.cumsum(-1) - 1
     V = mask.shape[-1]
     tokens = _arange(V, pos) + 0 * pos
     slots = nx.put(0 * pos[..., :1] + _arange(M + 1, pos), nx.where(mask, pos, M), tokens)[..., :M]
     on = _arange(M, pos) < count[..., None]
     return nx.where(on, slots, 0), on, nx.clip(pos, 0, M - 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _side_columns_rows(mask, M):  # pragma: no cover - compiled
+    """:func:`side_columns` a row at a time (the same integers; one pass where the array form makes seven)."""
+    R, V = mask.shape
+    cols, on, pos = np.zeros((R, M), np.int64), np.zeros((R, M), np.bool_), np.empty((R, V), np.int64)
+    for r in range(R):
+        last = -1                                           # the column of the row's last side token so far
+        for v in range(V):
+            if mask[r, v]:
+                last += 1
+                cols[r, last], on[r, last] = v, True
+            pos[r, v] = min(max(last, 0), M - 1)
+    return cols, on, pos
 
 
 @dataclass(frozen=True)
