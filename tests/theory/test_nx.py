@@ -9,7 +9,18 @@ from univer_theory.nx import NUMPY, shifted_cumsum
 
 
 def numpy_cumsum(x, reverse):
-    return x[:, ::-1].cumsum(-1)[:, ::-1] if reverse else x.cumsum(-1)
+    return x[..., ::-1].cumsum(-1)[..., ::-1] if reverse else x.cumsum(-1)
+
+
+def numpy_exclusive(x, reverse):
+    """``Σ_{j<i}`` (``Σ_{j>i}``) by numpy's own cumsum of the array without its last (first) entry, shifted."""
+    out = np.zeros_like(x)
+    if x.shape[-1]:
+        if reverse:
+            out[..., :-1] = numpy_cumsum(x[..., 1:], True)
+        else:
+            out[..., 1:] = numpy_cumsum(x[..., :-1], False)
+    return out
 
 
 def rows(rng, R, V):
@@ -23,15 +34,18 @@ def rows(rng, R, V):
 @pytest.mark.parametrize("R,V", [(1, 1), (3, 2), (8, 1025), (30, 65), (2, 0), (0, 5)])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_cumsum_is_numpys_bit_for_bit(R, V, reverse):
-    """Inclusive and exclusive (``Σ_{j<i}``, 0 first; signed zeros kept) prefix / suffix sums."""
+    """Inclusive and exclusive (``Σ_{j<i}``, 0 first; signed zeros kept) prefix / suffix sums — on rows, strided
+    rows, int rows, negative zeros, and the same as ``[2, R, V]`` and ``[V]`` arrays (summed as rows too)."""
     rng = np.random.default_rng(R * 1000 + V)
-    for x in (rows(rng, R, V), rows(rng, R, 2 * V + 1)[:, 1::2], rng.integers(-2**40, 2**40, (R, V)), -np.zeros((R, V))):
+    for x in (rows(rng, R, V), rows(rng, R, 2 * V + 1)[:, 1::2], rng.integers(-2**40, 2**40, (R, V)), -np.zeros((R, V)),
+              np.stack([rows(rng, R, V), rows(rng, R, V)]), rows(rng, 1, V)[0]):
         got, want = NUMPY.cumsum(x, reverse=reverse), numpy_cumsum(x, reverse)
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)               # NaN where numpy has NaN, else the same bits
         assert got.tobytes() == want.tobytes()
-        got, want = NUMPY.exclusive_cumsum(x, reverse=reverse), shifted_cumsum(NUMPY, x[None], reverse, -1)[0]
-        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()   # (3-D: numpy's own cumsum, shifted)
+        got, want = NUMPY.exclusive_cumsum(x, reverse=reverse), numpy_exclusive(x, reverse)
+        assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+        assert shifted_cumsum(NUMPY, x, reverse, -1).tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("R,V,M", [(1, 1, 1), (4, 9, 20), (8, 1025, 1025), (3, 5, 0)])
