@@ -69,3 +69,31 @@ def test_clock_range_is_checked():
     q = np.full(128_000, 1 / 128_000)
     with pytest.raises(ValueError, match="k = 20 children over V = 128000 tokens"):
         alpha_star(q, q, 20, "wor")
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 7])
+def test_symmetric_below_compiled_is_the_nested_cumulative_sums(k):
+    """α*(ρ)'s ``Σ_{n<k} e_n`` of every prefix (``alpha_star._symmetric_below``; numpy: one compiled pass per n)
+    against the nested cumulative sums written with numpy's own ``cumsum``, bit for bit — odds from 1e-300 to
+    1e300, a fifth of them 0, an infinite first odds in some rows, and odds of like magnitudes (where a sum
+    reassociated, ``e_1 + (1 + e_2)``, changes bits); rows shorter than k, ``[R, V]`` and ``[B, nodes, V]``."""
+    import importlib
+    alpha_star = importlib.import_module("univer_theory.alpha_star")
+
+    def nested(odds):
+        V = odds.shape[-1]
+        e_n = np.cumsum(odds, -1)
+        total = e_n + 1.0
+        for _ in range(2, k):
+            e_n = np.cumsum(odds[..., V - e_n.shape[-1] + 1:] * e_n[..., :-1], -1)
+            total[..., V - e_n.shape[-1]:] += e_n
+        return total
+
+    rng = np.random.default_rng(53 + k)
+    with np.errstate(all="ignore"):
+        for shape in ((1, 1), (2, 2), (3, k), (4, 50), (2, 3, 400)):
+            spread = 10.0 ** rng.uniform(-300, 300, shape) * (rng.random(shape) < 0.8)
+            spread[..., 0] = np.where(rng.random(shape[:-1]) < 0.3, np.inf, spread[..., 0])
+            for odds in (spread, rng.uniform(0.0, 2.0, shape)):    # like magnitudes: every rounding shows
+                got, want = alpha_star._symmetric_below(odds, k), nested(odds)
+                assert got.shape == want.shape and got.tobytes() == want.tobytes()
