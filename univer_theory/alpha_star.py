@@ -223,7 +223,7 @@ def _symmetric_below_rows(odds, k):  # pragma: no cover - compiled
         last = tot[1]
         tot[1] = (last + 1.0) + acc
         if k > 3:
-            prev[0], prev[1] = 0.0, acc
+            prev[1] = acc                               # e_2 lives at j ≥ 1
         for j in range(2, V):
             cur = tot[j]                                # e_1(j)
             acc = acc + o[j] * last

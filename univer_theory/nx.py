@@ -12,9 +12,10 @@ backend's own type (numpy ``int64`` / torch ``long``).  Every op works along the
 Fraction (object) rows never come here: the exact core's Fraction computations are kept apart, as the
 independent checkers.
 Only the ops the ported rules need are here, each spelled as numpy / torch spell it; torch is imported only
-when a tensor is passed.  On numpy rows ``[R, V]`` the gather, the (exclusive) prefix / suffix sums and the
-scatter-add are compiled loops (:func:`_take_rows`, :func:`_cumsum_rows`, :func:`_scatter_add_rows`): numpy's row
-gather and accumulate cost ~5× their arithmetic on the ~1 000-column rows of a level drafted from its top 1 024
+when a tensor is passed.  On numpy rows ``[R, V]`` the gather, the (exclusive) prefix / suffix sums (of any
+array along its last axis, as rows) and the scatter-add are compiled loops (:func:`_take_rows`,
+:func:`_cumsum_rows`, :func:`_scatter_add_rows`): numpy's row gather and accumulate cost ~5× their arithmetic on the
+~1 000-column rows of a level drafted from its top 1 024
 tokens (each is called hundreds of times a verification), ``ufunc.at`` ~10×; the loops give numpy's values
 exactly (a sequential sum per row, in order; an index out of bounds raises ``IndexError``).  And the stable
 argsort of long float rows is numpy's vectorised quicksort with its ties put back in index order
