@@ -204,11 +204,11 @@ def _symmetric_below_rows(odds, k):  # pragma: no cover - compiled
     V = 128 000, k = 3."""
     R, V = odds.shape
     total, prev = np.empty((R, V)), np.empty(V if k > 3 else 0)
+    if V == 0:
+        return total
     one = 1.0 if k == 2 else 0.0                        # k = 2: the total is e_1 + 1 at once
     for r in range(R):
         o, tot = odds[r], total[r]
-        if V == 0:
-            continue
         acc = o[0]                                      # e_1(j): the cumulative sum of the odds
         tot[0] = acc + one
         for j in range(1, V):

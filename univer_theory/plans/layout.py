@@ -476,10 +476,10 @@ def _share_integrand_rows(f, lo, rise, width, column, at, nodes, weights):  # pr
                 for g in range(G):
                     out[i, j, g] += fj[g] * (before[j, g] * run[g]) * w
                     run[g] = run[g] * s[g]
-        half = width[column[i, 0]]
+        block = width[column[i, 0]]                                             # the tuple's block's widths
         for j in range(K):
             for g in range(G):
-                out[i, j, g] = out[i, j, g] * half[g] / 2
+                out[i, j, g] = out[i, j, g] * block[g] / 2
     return out
 
 

@@ -38,8 +38,8 @@ cut (``alpha_star_and_cut`` / ``gpu.wor_plans.wor_cut_k2``), :func:`pair_weights
 Each side runs on its own tokens only, compacted in token-id order (:func:`side_columns`, padded to the widest
 row; the padding is masked to exact zeros).  On numpy rows the compaction and the 1-D crossing's scan are compiled
 loops with the array form's results (:func:`_side_columns_rows`, :func:`_crossing_rows`); the array form is
-torch's.  The checks of these floats stay apart: exact enumeration of the
-tuple law and the brute-force α*(ρ) over all cuts (``tests/theory/test_wor_plans.py``).
+torch's.  The checks of these floats stay apart: exact enumeration of the tuple law and the brute-force α*(ρ)
+over all cuts (``tests/theory/test_wor_plans.py``).
 """
 from __future__ import annotations
 
