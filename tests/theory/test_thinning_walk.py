@@ -184,3 +184,43 @@ def test_pair_walk_is_the_fixed_point_bit_for_bit(V):
     worst = np.abs(np.concatenate([theta - theta_fp, avail - avail_fp])).max()
     assert (theta == theta_fp).all() and (avail == avail_fp).all(), f"largest difference {worst:.2e}"
     assert (theta[~finite] == 0).all() and (avail[~finite] == 0).all()
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_walk_plans_give_the_same_bits(monkeypatch, k):
+    """How the walk is laid out changes which states it holds, not a float: on Zipf, Dirichlet and confident rows
+    (V = 300, three rows a chunk), one block (every suffix state kept), blocks of ⌈√m⌉ with the chunk's clock
+    factors formed once (one compiled call a pass) and blocks with the factors formed a block at a time (a call a
+    block) return the same θ and availabilities bit for bit.  (A block plan that dropped a checkpoint or
+    misplaced a block's suffix states would differ.)"""
+    cases = [walk_inputs(p, q, k, 0.7) for _, p, q in rows(300, k)]
+    s = max((c[2] for c in cases), key=len)
+    W = np.stack([np.concatenate([c[3], np.zeros(s.size - c[3].size)]) for c in cases])
+    qs, cs = np.stack([c[0] for c in cases]), np.stack([c[1] for c in cases])
+    results = []
+    for block, kept in ((300, True), (18, True), (18, False), (7, False)):
+        monkeypatch.setattr(clocks, "_walk_plan", lambda m, k, t: (block, kept, 1))
+        results.append(thinning_walk(qs, cs, k, s, W))
+    for theta, avail in results[1:]:
+        assert np.array_equal(theta, results[0][0]) and np.array_equal(avail, results[0][1])
+
+
+def test_walks_on_threads_keep_their_own_scratch():
+    """The clock factors live in a scratch buffer kept between walks (``clocks._workspace``), one per thread: walks
+    of different rows and sizes run on four threads at once, switching every microsecond, return the bits of the
+    same walks run one after another."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+    jobs = [walk_inputs(p, q, k, 0.7) + (k,) for k in (3, 4) for V in (40, 300) for _, p, q in rows(V, k)]
+    run = lambda job: thinning_walk(job[0][None], job[1][None], job[4], job[2], job[3][None])
+    serial = [run(job) for job in jobs]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            threaded = list(pool.map(run, jobs * 3))
+    finally:
+        sys.setswitchinterval(interval)
+    for i, (theta, avail) in enumerate(threaded):
+        want = serial[i % len(jobs)]
+        assert np.array_equal(theta, want[0]) and np.array_equal(avail, want[1]), jobs[i % len(jobs)][4]

@@ -18,6 +18,7 @@ so rates down to the smallest denormal stay finite.  ``1 − e^{−qT}`` is take
 from __future__ import annotations
 
 import math
+import threading
 from functools import lru_cache
 
 import numba
@@ -81,14 +82,16 @@ def log_time_grid(nodes: int = LOG_T_NODES, upper: float = LOG_T_RANGE[1]):
     return s, weights
 
 
-def rate_times(rates, s):
+def rate_times(rates, s, out=None):
     """``q·T = exp(log q + s)`` for rates ``[..., 1]`` against nodes ``s [t]`` (0 where q = 0), never forming T;
     capped at ``e^{LOG_RATE_TIME_CAP}``, where every clock term is exactly 0 or 1.  numpy arrays or torch tensors
-    (:mod:`univer_theory.nx`; the batched clock integral of ``gpu.wor_plans`` uses it)."""
+    (:mod:`univer_theory.nx`; the batched clock integral of ``gpu.wor_plans`` uses it); ``out``: a numpy array of
+    the result's shape to write it into."""
     nx = get_backend(rates, s)
-    x = nx.log(rates) + s
     if nx is NUMPY:                  # in place: the walk's [R, m, t] grids are MBs, each temporary page-faulted
+        x = np.add(nx.log(rates), s, out=out)
         return np.exp(np.clip(x, None, LOG_RATE_TIME_CAP, out=x), out=x)
+    x = nx.log(rates) + s
     return nx.exp(nx.clip(x, None, LOG_RATE_TIME_CAP))
 
 
@@ -204,14 +207,30 @@ def early_nodes(k: int, s: np.ndarray) -> int:
     return int(np.count_nonzero(np.asarray(s) < lower))
 
 
+_scratch = threading.local()
+
+
+def _workspace(size: int) -> np.ndarray:
+    """This thread's float64 scratch buffer, ``size`` entries of it (grown, never shrunk: at most the clock factors
+    of one chunk of :func:`thinning_walk`, :data:`WALK_BYTES`).  The clock factors are MBs, and a fresh array is
+    page-faulted in on every call — ~1 200 faults of a SmolLM2 EAGLE-like wor verification at top 1 024, more time
+    than the exponentials that fill them on a virtual machine."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _scratch.buf = np.empty(size)
+    return buf[:size]
+
+
 def _clock_factors(qs: np.ndarray, s: np.ndarray):
     """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of the positions ``qs [R, J]`` at the nodes ``s [t]``, ``[R, J, t]``
-    each (expm1 keeps tiny q's precision; the third carries the Jacobian, module docstring)."""
-    qt = rate_times(qs[..., None], s)
-    minus = -qt
-    e = np.exp(minus)
+    each (expm1 keeps tiny q's precision; the third carries the Jacobian, module docstring), in this thread's
+    :func:`_workspace` — valid until the next call."""
+    qt, minus, e = _workspace(3 * qs.size * s.shape[0]).reshape(3, *qs.shape, s.shape[0])
+    rate_times(qs[..., None], s, out=qt)
+    np.negative(qt, out=minus)
+    np.exp(minus, out=e)
     ring = np.negative(np.expm1(minus, out=minus), out=minus)
-    return e, ring, np.multiply(qt, e, out=qt)        # in place (rate_times); qT·e is −(−qT)·e to the bit
+    return e, ring, np.multiply(qt, e, out=qt)        # qT·e is −(−qT)·e to the bit
 
 
 @numba.njit(cache=True, inline="always")
@@ -233,32 +252,33 @@ def _step(state, e, ring, qe, r, i, g):
 
 
 @numba.njit(cache=True)
-def _suffix_steps(state, e, ring, qe, after):
-    """Step each row's suffix ``(P, D)`` (``state [R, 2, k, t]``; g = 1, degree lowest first) back over a block's
-    positions ``J − 1, …, 0`` (clock factors ``[R, J, t]``), in place; with ``after [R, J, 2, k, t]`` (else
-    ``[0, …]``), also keep the suffix after each position (:func:`_step` with g = 1)."""
+def _suffix_steps(state, e, ring, qe, j0, j1, after):
+    """Step each row's suffix ``(P, D)`` (``state [R, 2, k, t]``; g = 1, degree lowest first) back over the
+    positions ``j1 − 1, …, j0`` of the clock factors ``[R, J, t]``, in place; with ``after [R, ≥ j1 − j0, 2, k, t]``
+    (else ``[0, …]``), also keep the suffix after each position i as ``after[:, i − j0]`` (:func:`_step`, g = 1)."""
     R = state.shape[0]
     for r in range(R):
         st = state[r]
-        for i in range(e.shape[1] - 1, -1, -1):
+        for i in range(j1 - 1, j0 - 1, -1):
             if after.shape[0]:
-                after[r, i] = st
+                after[r, i - j0] = st
             _step(st, e, ring, qe, r, i, 1.0)
 
 
 @numba.njit(cache=True)
-def _prefix_walk(prefix, after, e, ring, qe, w, lo, hq, c_num, c_den, theta, avail):
-    """The walk over one block's J positions of each row from its prefix ``(P, D)`` before the block
-    (``prefix [R, 2, k, t]``, updated in place): ``avail(y) = Σ_t w·(qT e_y·[u^{k−1}]P·S + (1 − e_y)·[u^{k−2}](D·S +
-    P·S_D)) + hq_y`` against the suffix ``(S, S_D) = after[r, y]``, then ``θ_y = c⁺/max(avail, c′)``
-    (:func:`walk_acceptance`) and the prefix step (:func:`_step`) with ``g = 1 − θ_y``.  The block starts
-    at position ``lo`` of the rows' ``hq, c_num, c_den`` and of the outputs ``theta, avail [R, m]``."""
+def _prefix_walk(prefix, after, e, ring, qe, j0, j1, w, lo, hq, c_num, c_den, theta, avail):
+    """The walk over one block — positions ``j0 … j1 − 1`` of the clock factors ``[R, J, t]`` — of each row from
+    its prefix ``(P, D)`` before the block (``prefix [R, 2, k, t]``, updated in place): ``avail(y) = Σ_t w·(qT
+    e_y·[u^{k−1}]P·S + (1 − e_y)·[u^{k−2}](D·S + P·S_D)) + hq_y`` against the suffix ``(S, S_D) = after[r, i − j0]``,
+    then ``θ_y = c⁺/max(avail, c′)`` (:func:`walk_acceptance`) and the prefix step (:func:`_step`) with
+    ``g = 1 − θ_y``.  The factors start at position ``lo`` of the rows' ``hq, c_num, c_den`` and of the outputs
+    ``theta, avail [R, m]``."""
     R, k, t = prefix.shape[0], prefix.shape[2], prefix.shape[3]
     first, later = np.empty(t), np.empty(t)     # per node: [u^{k−1}]P·S and [u^{k−2}](D·S + P·S_D)
     for r in range(R):
         pre = prefix[r]
-        for i in range(e.shape[1]):
-            suf = after[r, i]
+        for i in range(j0, j1):
+            suf = after[r, i - j0]
             for n in range(t):                  # the node loops innermost: they vectorise
                 first[n] = pre[0, 0, n] * suf[0, k - 1, n]
                 later[n] = 0.0
@@ -277,16 +297,47 @@ def _prefix_walk(prefix, after, e, ring, qe, w, lo, hq, c_num, c_den, theta, ava
             _step(pre, e, ring, qe, r, i, 1.0 - th)
 
 
+@numba.njit(cache=True)
+def _checkpoint_span(state, e, ring, qe, lo, block, checkpoints):
+    """The backward pass over the blocks of positions ``lo, …, lo + J − 1`` (clock factors ``[R, J, t]``; ``lo`` a
+    multiple of ``block``), last block first: each row's suffix ``state [R, 2, k, t]`` stepped over a block
+    (:func:`_suffix_steps`), then kept as ``checkpoints[b − 1]`` (the suffix after block b − 1); block 0 is not
+    stepped (nothing before it needs its suffix)."""
+    none = np.empty((0, block) + state.shape[1:])
+    J = e.shape[1]
+    for j0 in range(((J - 1) // block) * block, -1, -block):
+        b = (lo + j0) // block
+        if b == 0:
+            break
+        _suffix_steps(state, e, ring, qe, j0, min(j0 + block, J), none)
+        checkpoints[b - 1] = state
+
+
+@numba.njit(cache=True)
+def _forward_span(prefix, checkpoints, after, e, ring, qe, w, lo, block, hq, c_num, c_den, theta, avail):
+    """The forward pass over the blocks of positions ``lo, …, lo + J − 1`` (clock factors ``[R, J, t]``): per block
+    b, its suffix states swept back from ``checkpoints[b]`` into ``after`` (:func:`_suffix_steps`), then the block
+    walked from the running ``prefix`` (:func:`_prefix_walk`)."""
+    J = e.shape[1]
+    for j0 in range(0, J, block):
+        j1 = min(j0 + block, J)
+        _suffix_steps(checkpoints[(lo + j0) // block].copy(), e, ring, qe, j0, j1, after)
+        _prefix_walk(prefix, after, e, ring, qe, j0, j1, w, lo, hq, c_num, c_den, theta, avail)
+
+
 def _walk_chunk(q, cs, k: int, s_t, w, head: float, block: int, kept: bool):
     """:func:`thinning_walk` on one chunk of rows ``q, cs [n, m]`` over the nodes ``s_t [t]`` it keeps (weights
-    ``w [n, t]``) in blocks of ``block`` positions, the clock factors formed once for the chunk when ``kept``."""
+    ``w [n, t]``) in blocks of ``block`` positions: the clock factors formed once for the chunk when ``kept`` (each
+    pass one compiled call, :func:`_checkpoint_span`, :func:`_forward_span`), else a block at a time (a call a
+    block)."""
     n, m, t = q.shape[0], q.shape[1], s_t.shape[0]
     blocks = -(-m // block)
+    spans = [(0, m)] if kept else [(b * block, min(m, (b + 1) * block)) for b in range(blocks)]
     factors = _clock_factors(q, s_t) if kept else None
 
     def clocks(lo, hi):
         """The clock factors of positions ``lo:hi`` of the chunk's rows."""
-        return tuple(f[:, lo:hi] for f in factors) if kept else _clock_factors(q[:, lo:hi], s_t)
+        return factors if kept else _clock_factors(q[:, lo:hi], s_t)
 
     c_num, c_den = (np.ascontiguousarray(x) for x in acceptance_caps(cs))
     hq = head * q
@@ -294,17 +345,15 @@ def _walk_chunk(q, cs, k: int, s_t, w, head: float, block: int, kept: bool):
     state[:, 0, 0] = 1.0                                            # the empty product (P, D) = (1, 0)
     checkpoints = np.empty((blocks, n, 2, k, t))
     checkpoints[-1] = state
-    after, none = np.empty((n, block, 2, k, t)), np.empty((0, block, 2, k, t))
-    for b in range(blocks - 1, 0, -1):                              # checkpoints[b]: the suffix after block b
-        _suffix_steps(state, *clocks(b * block, (b + 1) * block), none)
-        checkpoints[b - 1] = state
+    for lo, hi in reversed(spans):                                  # checkpoints[b]: the suffix after block b
+        if hi > block:
+            _checkpoint_span(state, *clocks(lo, hi), lo, block, checkpoints)
     prefix = np.zeros((n, 2, k, t))
     prefix[:, 0, 0] = 1.0
     th, av = np.empty((n, m)), np.empty((n, m))
-    for b in range(blocks):
-        here = clocks(b * block, (b + 1) * block)
-        _suffix_steps(checkpoints[b].copy(), *here, after)
-        _prefix_walk(prefix, after, *here, w, b * block, hq, c_num, c_den, th, av)
+    after = np.empty((n, block, 2, k, t))
+    for lo, hi in spans:
+        _forward_span(prefix, checkpoints, after, *clocks(lo, hi), w, lo, block, hq, c_num, c_den, th, av)
     return th, av
 
 
@@ -322,8 +371,9 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     states are swept back from its checkpoint, then the block is walked: per position the availability (the
     product of the prefix and suffix polynomials, its ``u^{k−1}`` coefficient, summed over the nodes), θ and one
     prefix step.  A short row is one block (:func:`_walk_plan`).  The clock factors are formed by numpy
-    (:func:`_clock_factors`) for the chunk's rows at once when they fit in :data:`WALK_BYTES` (m ≲ 3 000), else
-    a block at a time, in each of the two passes.  Only the nodes from :func:`early_nodes` to the rows'
+    (:func:`_clock_factors`, in a scratch buffer kept per thread) for the chunk's rows at once when they fit in
+    :data:`WALK_BYTES` (m ≲ 3 000; each pass is then one compiled call), else a block at a time, in each of the
+    two passes.  Only the nodes from :func:`early_nodes` to the rows'
     :func:`live_nodes` are stepped (the others add exact zeros, or below 2^-56 of each availability: 107 of the
     default grid's 400 nodes remain on a Zipf row at V = 49 152, k = 3).  The sum over the nodes is reassociated
     against a plain walk (every term non-negative).  A chunk whose drafted rates are all at least
