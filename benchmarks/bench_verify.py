@@ -9,7 +9,9 @@ Sections (all printed as a table, and as one JSON object with ``--json``):
 * ``synthetic``: Zipf rows (``p ∝ rank^{-1.1}`` over a random permutation per node, ``q = norm(p·e^{0.8 z})``,
   float64) at V = ``--vocab``, trees of each ``--shapes`` skeleton drafted by ``gpu.drafting.draft_tree`` for
   each ``--processes``, ``--batches`` trees at a time.  Per method (univer, rrsw — rrs on i.i.d. trees —, tv):
-  ``batched`` = one ``gpu.verify(validate=False)`` of the B trees (a fresh ``TreeBatch``); ``loop`` =
+  ``batched`` = one ``gpu.verify(validate=False)`` of the B trees on the batch a decode step of their skeleton
+  builds (:meth:`gpu.TreeBatch.with_tokens`: the skeleton's structure derived once), ``structure`` = a fresh
+  ``TreeBatch`` of them and its derived structure (what a step with a new skeleton adds); ``loop`` =
   ``univer_theory.engine.tree_sample`` per tree with a fresh node rule (UniVer's plan cache empty: a cold
   run); ``batched_over_loop`` = loop / batched (the speed-up of batching, > 1 is faster).  On truncated drafts
   also ``scan`` = ``gpu.support.scan`` of the internal nodes' rows alone (the one read of every draft row, and of
@@ -50,6 +52,7 @@ from gpu import TreeBatch, verify
 from gpu.drafting import draft_tree
 from gpu.probs import probs_from_logits
 from gpu.support import scan
+from gpu.tree_batch import STRUCTURE
 from univer_theory import VERIFIERS
 from univer_theory.alpha_star import alpha_star, alpha_star_rows
 from univer_theory.engine import tree_sample
@@ -134,11 +137,20 @@ def loop_call(method, trees, rows, process):
 
 
 def batched_call(method, batch, p, q, process):
-    """One ``gpu.verify`` on a fresh :class:`gpu.TreeBatch` (its derived structure is computed inside the call,
-    as in a decode step)."""
+    """One ``gpu.verify`` of the trees on the batch a decode step of their fixed skeleton builds: the drafted tokens
+    on a batch sharing the skeleton's derived structure (:meth:`gpu.TreeBatch.with_tokens`, as
+    :func:`gpu.drafting.draft_tree` builds its batches; derived once, outside timing — the loop's trees, too, are
+    built once).  A new skeleton's structure is :func:`structure_call`."""
     gen = torch.Generator().manual_seed(1)
-    return lambda: verify(TreeBatch(batch.parent, batch.token, batch.num_nodes), p, q, process, method, gen,
-                          validate=False)
+    skeleton = TreeBatch(batch.parent, batch.token, batch.num_nodes)
+    skeleton.with_tokens(batch.token)
+    return lambda: verify(skeleton.with_tokens(batch.token), p, q, process, method, gen, validate=False)
+
+
+def structure_call(batch):
+    """A fresh batch of the trees and its derived structure (:data:`gpu.tree_batch.STRUCTURE`): what a step whose
+    skeleton is new (a dynamic tree) adds to ``batched``."""
+    return lambda: [getattr(TreeBatch(batch.parent, batch.token, batch.num_nodes), name) for name in STRUCTURE]
 
 
 def scan_call(batch, p, q):
@@ -215,7 +227,9 @@ def synthetic_section(args, target) -> list[dict]:
                 batch, q = draft_tree(shape, q, process, B, gen)
                 trees = batch.to_trees(args.vocab)
                 rows = [(p[i].numpy(), q[i].numpy()) for i in range(B)]
-                calls = {} if top is None else {"scan": scan_call(batch, p, q)}
+                calls = {"structure": structure_call(batch)}
+                if top is not None:
+                    calls["scan"] = scan_call(batch, p, q)
                 if target is not None and B == 1:
                     calls["forward"] = lambda: target.forward(batch)
                 for method in methods(args, process):
@@ -230,7 +244,8 @@ def synthetic_section(args, target) -> list[dict]:
                     b, lp = summary(times[f"{method} batched"]), summary(times[f"{method} loop"])
                     row = {"rows": "zipf", "shape": spec, "nodes": N, "process": process, "draft_top": top, "B": B,
                            "method": method, "vocab": args.vocab, "batched": b, "loop": lp,
-                           "batched_over_loop": lp["median_ms"] / b["median_ms"], "inputs_mb": inputs_mb,
+                           "batched_over_loop": lp["median_ms"] / b["median_ms"],
+                           "structure": summary(times["structure"]), "inputs_mb": inputs_mb,
                            "peak_mb_batched": peak_mb(calls[f"{method} batched"]),
                            "peak_mb_loop": peak_mb(calls[f"{method} loop"])}
                     if "scan" in times:
@@ -255,7 +270,7 @@ def real_section(args, target) -> list[dict]:
                 gen = torch.Generator().manual_seed(i)
                 batch, q = target.draft(shape, process, gen, top)
                 p = probs_from_logits(target.forward(batch).double(), 1.0)[None]
-                calls = {"forward": lambda: target.forward(batch)}
+                calls = {"forward": lambda: target.forward(batch), "structure": structure_call(batch)}
                 for method in methods(args, process):
                     calls[method] = batched_call(method, batch, p, q, process)
                 times = {name: [] for name in calls}
@@ -268,6 +283,7 @@ def real_section(args, target) -> list[dict]:
                     row = {"rows": "smollm2", "shape": spec, "nodes": shape.num_nodes, "process": process,
                            "draft_top": top, "B": 1, "tree": i, "method": method, "vocab": p.shape[-1], "batched": b,
                            "forward": fwd, "verify_over_forward": b["median_ms"] / fwd["median_ms"],
+                           "structure": summary(times["structure"]),
                            "inputs_mb": 2 * p.numel() * 8 / 2**20, "peak_mb_batched": peak_mb(calls[method])}
                     rows_out.append(row)
                     print_row(row, args.json)

@@ -11,6 +11,7 @@ nodes at once:
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -123,5 +124,16 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
             kids = sample_children(rows_k, k, process, generator).view(B, len(idx), k)
             for col, i in enumerate(idx):
                 token[:, list(shape.children[nodes[i]])] = kids[:, col]
-    parent = torch.tensor(shape.parent, dtype=torch.long, device=token.device).expand(B, N).contiguous()
-    return TreeBatch(parent, token, torch.full((B,), N, dtype=torch.long, device=token.device)), out
+    return skeleton_batch(shape, B, token.device).with_tokens(token), out
+
+
+@functools.lru_cache(maxsize=64)
+def skeleton_batch(shape: TreeShape, batch_size: int, device: torch.device) -> TreeBatch:
+    """``batch_size`` trees of ``shape`` (every drafted token 0), one per (shape, size, device) and kept: the batch
+    whose derived structure every batch :func:`draft_tree` drafts with that skeleton shares
+    (:meth:`TreeBatch.with_tokens`) — a decode loop drafting one shape derives its depths, children and
+    per-depth node lists once."""
+    N = shape.num_nodes
+    parent = torch.tensor(shape.parent, dtype=torch.long, device=device).expand(batch_size, N).contiguous()
+    token = torch.where(parent >= 0, 0, -1)
+    return TreeBatch(parent, token, torch.full((batch_size,), N, dtype=torch.long, device=device))

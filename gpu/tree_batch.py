@@ -9,7 +9,8 @@ Layout (``B`` trees, ``N`` slots per tree, the largest tree's node count)::
 Exactly as in :class:`univer_theory.DraftTree`: parents precede children, siblings keep their drafting order
 (= slot order), i.i.d. duplicates are separate children.  Derived tensors (``depth``, ``children``, the
 per-depth lists of internal nodes) are computed once per batch and cached; computing them is the batch's one
-host synchronisation (a level rule may add its own for data-dependent shapes: :mod:`gpu.engine`).
+host synchronisation (a level rule may add its own for data-dependent shapes: :mod:`gpu.engine`).  Batches of
+one skeleton share them (:meth:`TreeBatch.with_tokens`: a decode step of a static tree derives nothing).
 """
 from __future__ import annotations
 
@@ -104,6 +105,12 @@ def _long_pair(where: str, a, a_name: str, b, b_name: str, device):
         raise ValueError(f"{where}: {a_name} and {b_name} must both be [B, N] with N ≥ 1, got "
                          f"{tuple(a.shape)} and {tuple(b.shape)}")
     return a, b
+
+
+#: The derived properties of a :class:`TreeBatch` — cached on first use — that read its parents and node counts
+#: only, never a token: what :meth:`TreeBatch.with_tokens` shares between batches of one skeleton.
+STRUCTURE = ("valid", "num_children", "depth", "max_depth", "sibling_rank", "children", "level_nodes", "height",
+             "subtree_shapes")
 
 
 @dataclass(frozen=True)
@@ -248,6 +255,25 @@ class TreeBatch:
 
     def to(self, device) -> "TreeBatch":
         return TreeBatch(self.parent.to(device), self.token.to(device), self.num_nodes.to(device))
+
+    def with_tokens(self, token) -> "TreeBatch":
+        """The same trees — parents and node counts — carrying the drafted tokens ``token [B, N]`` (−1 at the
+        root and on padded slots), validated as any batch, and sharing this batch's derived structure
+        (:data:`STRUCTURE`: depths, children, the per-depth node lists, subtree shapes — none reads a token).
+
+        A decode step with a fixed draft skeleton (a static tree: every step drafts the same shape) builds its
+        batch this way from one batch of that skeleton (:func:`gpu.drafting.draft_tree` does), so the structure
+        is derived once instead of at every step (~1.3–2 ms of small host operations for a 31-node tree on the
+        CPU, and the per-depth host reads on an accelerator).  This batch's structure is derived here the first
+        time; the shared tensors are read-only for every caller, as a batch's are."""
+        where = "TreeBatch.with_tokens"
+        token = _as_long(token, where, "token", self.device)
+        if token.shape != self.parent.shape:
+            raise ValueError(f"{where}: token must be [B, N] = {list(self.parent.shape)} (the batch's slots), got "
+                             f"{list(token.shape)}")
+        batch = TreeBatch(self.parent, token.contiguous(), self.num_nodes)
+        batch.__dict__.update({name: getattr(self, name) for name in STRUCTURE})
+        return batch
 
     @cached_property
     def valid(self) -> torch.Tensor:

@@ -164,9 +164,11 @@ def test_scan_and_compact_contract(dtype):
         assert torch.equal(a, b)
     torch.testing.assert_close(found[0][3], found[1][3], rtol=0, atol=4e-15)
     wide_rows = random_support_rows(gen, 300, [140] * 20, dtype)       # more than the scan's first room: it grows
-    rows = torch.arange(20)
-    for a, b in zip(support._scan_host(*wide_rows, rows, 150, 1e-6), support._scan_device(*wide_rows, rows, 150, 1e-6)):
-        torch.testing.assert_close(a, b, rtol=0, atol=2e-14)
+    sparse_rows = random_support_rows(gen, 1000, [1, 7, 30, 120, 499], dtype)   # blocks and sub-blocks skipped
+    for rows_, cap in ((wide_rows, 150), (sparse_rows, 500)):
+        rows = torch.arange(rows_[0].shape[0])
+        for a, b in zip(support._scan_host(*rows_, rows, cap, 1e-6), support._scan_device(*rows_, rows, cap, 1e-6)):
+            torch.testing.assert_close(a, b, rtol=0, atol=2e-14)
     many = random_support_rows(gen, 300, [140, 100, 120, 90], dtype)
     rows = torch.arange(4)
     undrafted = torch.where(many[1] > 0, 0, many[0]).double()

@@ -45,7 +45,7 @@ def test_subtree_shapes_spell_the_draft_trees_subtree_keys():
 
 def test_only_methods_reading_subtree_shapes_build_them(monkeypatch):
     """``gpu.verify`` builds ``TreeBatch.subtree_shapes`` only for the methods of ``SHAPE_METHODS`` (UniVer's
-    shape and slot rules); the others never touch it (a decode step's batch is fresh, so it would be built)."""
+    shape and slot rules); the others never touch it (a fresh batch's would be built)."""
     from gpu import expected_accepted_length, verify
     from gpu.verify import METHODS, SHAPE_METHODS
     from univer_theory import VERIFIERS
@@ -177,6 +177,72 @@ def test_tree_attention_mask_is_ancestor_or_self():
 def test_from_tensors_rejects_malformed_trees(parent, token, num_nodes, rule):
     with pytest.raises(ValueError, match=rule):
         TreeBatch.from_tensors(torch.tensor(parent), torch.tensor(token), num_nodes, vocab_size=4)
+
+
+def test_with_tokens_shares_the_structure_and_gives_a_fresh_batchs_results():
+    """A batch of one skeleton with other tokens (a static tree's decode step) holds the skeleton's derived
+    structure itself — the same objects, none derived again — equal to what a fresh batch of those trees derives,
+    and verifies as that fresh batch does, draw for draw."""
+    from gpu import expected_accepted_length, verify
+    from gpu.tree_batch import STRUCTURE
+
+    skeleton = TreeBatch.from_trees(TREES)
+    other = [DraftTree(t.parent, tuple(-1 if u == 0 else (7 * u + i) % 5 for u in range(t.num_nodes)))
+             for i, t in enumerate(TREES)]
+    fresh = TreeBatch.from_trees(other)
+    shared = skeleton.with_tokens(fresh.token)
+    assert torch.equal(shared.token, fresh.token) and shared.to_trees() == other
+    for name in STRUCTURE:
+        mine, want = getattr(shared, name), getattr(fresh, name)
+        assert mine is getattr(skeleton, name), name
+        assert repr(mine) == repr(want), name        # tensors, tuples of tensors and key tuples alike
+    gen = torch.Generator().manual_seed(3)
+    p = torch.softmax(3 * torch.randn(len(TREES), skeleton.max_nodes, 5, generator=gen, dtype=torch.float64), -1)
+    q = torch.softmax(3 * torch.randn(len(TREES), skeleton.max_nodes, 5, generator=gen, dtype=torch.float64), -1)
+    for method in ("univer", "rrs", "tv"):
+        a, b = (verify(x, p, q, "iid", method, torch.Generator().manual_seed(1)) for x in (shared, fresh))
+        for field in ("accepted_nodes", "num_accepted", "next_token"):
+            assert torch.equal(getattr(a, field), getattr(b, field)), (method, field)
+        assert torch.equal(expected_accepted_length(shared, p, q, "iid", method),
+                           expected_accepted_length(fresh, p, q, "iid", method)), method
+
+
+@pytest.mark.parametrize("token, rule", [
+    ([[-1, 1, 2]], r"token must be \[B, N\] = \[4, 7\]"),
+    ("root", "slot 0 must be the root"),
+    ("negative", "drafted tokens must be ≥ 0"),
+    ("padding", "padded slots"),
+    ("float", "must hold integers"),
+])
+def test_with_tokens_checks_the_tokens(token, rule):
+    skeleton = TreeBatch.from_trees(TREES)
+    bad = skeleton.token.clone()
+    if token == "root":
+        bad[0, 0] = 3
+    elif token == "negative":
+        bad[1, 2] = -2
+    elif token == "padding":
+        bad[2, 4] = 1                                    # tree 2 is a lone root: slot 4 is padding
+    elif token == "float":
+        bad = bad.double()
+    else:
+        bad = torch.tensor(token)
+    with pytest.raises(ValueError, match=rule):
+        skeleton.with_tokens(bad)
+
+
+def test_draft_tree_batches_of_one_skeleton_share_its_structure():
+    """Every batch ``draft_tree`` drafts with one (shape, size, device) carries the same derived structure: a
+    decode loop derives it once."""
+    from gpu.drafting import draft_tree
+
+    shape = TreeShape.parse("((..),.)")
+    q = torch.softmax(torch.randn(6, generator=torch.Generator().manual_seed(0), dtype=torch.float64), -1)
+    one, two, wide = (draft_tree(shape, q, "wor", B, torch.Generator().manual_seed(s))[0]
+                      for B, s in ((3, 1), (3, 2), (4, 1)))
+    assert not torch.equal(one.token, two.token)
+    assert one.level_nodes is two.level_nodes and one.subtree_shapes is two.subtree_shapes
+    assert wide.level_nodes is not one.level_nodes and wide.batch_size == 4
 
 
 def test_from_tensors_accepts_ragged_valid_batch():
