@@ -138,13 +138,11 @@ def loop_call(method, trees, rows, process):
 
 def batched_call(method, batch, p, q, process):
     """One ``gpu.verify`` of the trees on the batch a decode step of their fixed skeleton builds: the drafted tokens
-    on a batch sharing the skeleton's derived structure (:meth:`gpu.TreeBatch.with_tokens`, as
-    :func:`gpu.drafting.draft_tree` builds its batches; derived once, outside timing — the loop's trees, too, are
-    built once).  A new skeleton's structure is :func:`structure_call`."""
+    on a batch sharing the skeleton's derived structure (:meth:`gpu.TreeBatch.with_tokens` of ``batch``, which
+    :func:`gpu.drafting.draft_tree` drafted with that structure already derived — the loop's trees, too, are built
+    once).  A new skeleton's structure is :func:`structure_call`."""
     gen = torch.Generator().manual_seed(1)
-    skeleton = TreeBatch(batch.parent, batch.token, batch.num_nodes)
-    skeleton.with_tokens(batch.token)
-    return lambda: verify(skeleton.with_tokens(batch.token), p, q, process, method, gen, validate=False)
+    return lambda: verify(batch.with_tokens(batch.token), p, q, process, method, gen, validate=False)
 
 
 def structure_call(batch):
