@@ -12,5 +12,5 @@ main: install
 	univer check
 
 test: install
-	$(PY) -m pytest -q
-	$(PY) -m pytest -q -m extras
+	$(PY) -m pytest -q -n auto --maxprocesses 4
+	$(PY) -m pytest -q -n 3 -m extras
