@@ -109,9 +109,10 @@ class VerifyResult:
         return torch.where(nodes >= 0, tok, -1)
 
 
-#: On the CPU a level's rows are decided in blocks of about this many bytes per ``[rows, V]`` tensor, so that a
-#: rule's few working rows stay in cache across its sibling steps (and are small enough for the allocator to
-#: reuse); accelerators take a whole level at once.
+#: On the CPU a level's rows are decided in blocks of about this many bytes per ``[rows, V]`` tensor (the
+#: default of ``block_bytes``), so that a rule's few working rows stay in cache across its sibling steps (and are
+#: small enough for the allocator to reuse); accelerators take a whole level at once.  A rule with many whole-row
+#: temporaries is given smaller blocks (:data:`gpu.verify.BLOCK_BYTES`).
 CPU_BLOCK_BYTES = 1 << 22
 
 
@@ -129,12 +130,12 @@ def _row_blocks(tree, slots, kids, active, step: int | None):
         yield tree[lo:hi], slots[lo:hi], kids[lo:hi, :k], sub[:k]
 
 
-def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: bool):
+def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: bool, block_bytes: int):
     """``(tree, slots, kids, active, src, support)`` per unit of work (``src``: the units' rows of ``p_rows`` /
     ``q_rows``): a whole level on its drafted support (:mod:`gpu.support`; ``support`` not None), else the level's
-    rows in blocks (CPU: :data:`CPU_BLOCK_BYTES` per ``[rows, V]`` tensor)."""
+    rows in blocks (CPU: ``block_bytes`` per ``[rows, V]`` tensor, at least one row)."""
     N, V = batch.parent.shape[1], p_rows.shape[1]
-    step = max(1, CPU_BLOCK_BYTES // (V * p_rows.element_size())) if batch.device.type == "cpu" else None
+    step = max(1, block_bytes // (V * p_rows.element_size())) if batch.device.type == "cpu" else None
     for tree, slots, kids, active in batch.level_nodes:
         src = rows_of[tree * N + slots]
         found = support.scan(p_rows, q_rows, src) if drafted_support else None
@@ -157,13 +158,14 @@ def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tenso
 def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
              rule: LevelRule, generator: torch.Generator | None = None, sample: bool = False,
              keep_residuals: bool = False, row_index: torch.Tensor | None = None,
-             drafted_support: bool = False, shapes: bool = True) -> Allocation:
+             drafted_support: bool = False, shapes: bool = True, block_bytes: int = CPU_BLOCK_BYTES) -> Allocation:
     """Pass 1 from the root down (inputs assumed valid; see :func:`gpu.verify.verify`; ``row_index``:
     :func:`row_numbers`).  ``drafted_support``: plan each level on its rows' drafted tokens (:mod:`gpu.support`;
     only for rules that read undrafted tokens through their total mass); a candidate token equal to ``V`` then
     stands for a draw from ``p·1[q = 0]`` (:func:`sample` makes it).  ``shapes``: give each level its children's
     subtree shapes (:attr:`TreeBatch.subtree_shapes`, ``LevelContext.child_shapes``; only for rules that read
-    them)."""
+    them).  ``block_bytes``: the CPU's row blocks on whole rows (:data:`CPU_BLOCK_BYTES`); rows are independent
+    in every rule, so the blocks change no float and no draw, only the time."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dtype, dev = target_probs.dtype, target_probs.device
@@ -181,7 +183,8 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     rows_of = row_numbers(batch, row_index).reshape(-1)
     bufs = []                                        # whole-row gathers [rows, V], reused by every block
     drafted = []
-    for tree, slots, kids, active, src, found in _level_units(batch, p_rows, q_rows, rows_of, drafted_support):
+    for tree, slots, kids, active, src, found in _level_units(batch, p_rows, q_rows, rows_of, drafted_support,
+                                                              block_bytes):
         at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
         R = tree.shape[0]
         children = token_ext[kid_at]
@@ -222,7 +225,8 @@ def _ext(x: torch.Tensor, fill) -> torch.Tensor:
 
 def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
            rule: LevelRule, generator: torch.Generator | None = None,
-           row_index: torch.Tensor | None = None, drafted_support: bool = False, shapes: bool = True) -> VerifyResult:
+           row_index: torch.Tensor | None = None, drafted_support: bool = False, shapes: bool = True,
+           block_bytes: int = CPU_BLOCK_BYTES) -> VerifyResult:
     """Pass 1 + pass 2 with independent coins: one verification per tree.  Y is the endpoint's candidate, or
     ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
     (:func:`gpu.support.draw_undrafted`) — rows are read whole only at the endpoint, once per tree."""
@@ -230,7 +234,7 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     V = target_probs.shape[-1]
     dev = target_probs.device
     alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True, row_index=row_index,
-                     drafted_support=drafted_support, shapes=shapes)
+                     drafted_support=drafted_support, shapes=shapes, block_bytes=block_bytes)
     entered = _ext(uniform((B, N), dev, generator) < alloc.enter.to(torch.float64), False)
     stops = uniform((B, N), dev, generator) < alloc.stop.to(torch.float64)
     kids = batch.children                                    # [B, N, K], dump N
@@ -297,10 +301,11 @@ def _success_sweeps(batch: TreeBatch, alloc: Allocation) -> tuple[torch.Tensor, 
 
 def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
                       rule: LevelRule, row_index: torch.Tensor | None = None,
-                      drafted_support: bool = False, shapes: bool = True) -> torch.Tensor:
+                      drafted_support: bool = False, shapes: bool = True,
+                      block_bytes: int = CPU_BLOCK_BYTES) -> torch.Tensor:
     """``E[τ | T]`` per tree ``[B]``: ``e`` at the root of :func:`_success_sweeps`."""
     alloc = allocate(batch, target_probs, draft_probs, process, rule, row_index=row_index,
-                     drafted_support=drafted_support, shapes=shapes)
+                     drafted_support=drafted_support, shapes=shapes, block_bytes=block_bytes)
     return _success_sweeps(batch, alloc)[1][:, 0]
 
 

@@ -32,6 +32,13 @@ METHODS = {"nss": nss_rule, "rrs": rrs_rule, "rrsw": rrsw_rule, "kseq": kseq_rul
 #: calls skip building them.
 SHAPE_METHODS = ("univer",)
 
+#: Method → the CPU's row blocks on whole rows (``block_bytes`` of :func:`gpu.engine.allocate`; the others take
+#: :data:`gpu.engine.CPU_BLOCK_BYTES`): UniVer's node plans hold ~20 whole-row temporaries and sort and walk each row,
+#: so at V = 49 152 a block of one row runs a whole-row verification 20–30% faster than blocks of ten, whose
+#: temporaries outgrow the caches; RRSw's and TV's rules stream their rows and lose 5–15% to a call a row
+#: (docs/deviations.md item 53).
+BLOCK_BYTES = {"univer": 1 << 19}
+
 #: Draft processes whose levels every method plans on the drafted tokens (:mod:`gpu.support`): with i.i.d. or
 #: without-replacement children each rule reads an undrafted token only through their total target mass.
 DRAFTED_SUPPORT = ("iid", "wor")
@@ -161,7 +168,8 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     if validate:
         validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
     return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index,
-                         drafted_support=process in DRAFTED_SUPPORT, shapes=method in SHAPE_METHODS)
+                         drafted_support=process in DRAFTED_SUPPORT, shapes=method in SHAPE_METHODS,
+                         block_bytes=BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES))
 
 
 def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,
@@ -172,4 +180,5 @@ def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft
     if validate:
         validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process, row_index)
     return engine.expected_accepted(batch, target_probs, draft_probs, process, rule, row_index,
-                                    drafted_support=process in DRAFTED_SUPPORT, shapes=method in SHAPE_METHODS)
+                                    drafted_support=process in DRAFTED_SUPPORT, shapes=method in SHAPE_METHODS,
+                                    block_bytes=BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES))

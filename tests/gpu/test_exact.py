@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import METHODS, expected_accepted_length, probs_from_logits
+from gpu import METHODS, engine, expected_accepted_length, probs_from_logits, verify
 from gpu.engine import allocate, first_token_law
 from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, TreeShape, sample_tree
 from univer_theory.engine import allocate as exact_allocate
@@ -66,6 +66,43 @@ def test_every_node_decision_matches_exact_allocate(method, process):
     """ρ, enter, stop and the normalised residual of every node equal the exact engine's pass 1 (1e-12)."""
     model, trees = random_batch(process, 5, seed=11, count=8)
     assert decision_gap(trees, model, process, METHODS[method], VERIFIERS[method].rule) < 1e-12
+
+
+@pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+def test_row_blocks_change_no_float_and_no_draw(method, process):
+    """On the CPU a level's whole rows are decided in blocks (``block_bytes`` of :func:`gpu.engine.allocate`;
+    UniVer's hold one row at V = 49 152, ``gpu.verify.BLOCK_BYTES``): blocks of one row give the same allocation,
+    bit for bit, and the same draws as one block a level (levels of up to 40 rows here)."""
+    model, trees = random_batch(process, 6, seed=11, count=40)
+    batch, p, q = padded_rows(trees, model)
+    rule = METHODS[method]
+    one_row, whole = 1, 1 << 30
+    assert max(len(level[0]) for level in batch.level_nodes) >= 16
+    a, b = (allocate(batch, p, q, process, rule, keep_residuals=True, block_bytes=n) for n in (one_row, whole))
+    for name in ("rho", "enter", "stop", "residual"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    draws = [engine.sample(batch, p, q, process, rule, torch.Generator().manual_seed(5), block_bytes=n)
+             for n in (one_row, whole)]
+    for name in ("accepted_nodes", "num_accepted", "next_token"):
+        assert torch.equal(getattr(draws[0], name), getattr(draws[1], name)), name
+
+
+def test_each_method_is_given_its_row_blocks(monkeypatch):
+    """``gpu.verify`` and ``gpu.expected_accepted_length`` hand the engine a method's own row blocks
+    (``gpu.verify.BLOCK_BYTES``, one row of 49 152 float64 for UniVer) and :data:`gpu.engine.CPU_BLOCK_BYTES`
+    to the others."""
+    from gpu.verify import BLOCK_BYTES
+    assert 49152 * 8 <= BLOCK_BYTES["univer"] < 2 * 49152 * 8
+    seen, real = [], engine.allocate
+    monkeypatch.setattr(engine, "allocate", lambda *a, **kw: seen.append(kw["block_bytes"]) or real(*a, **kw))
+    model, trees = random_batch("wor", 4, seed=2, count=3)
+    batch, p, q = padded_rows(trees, model)
+    for method in METHODS:
+        if "wor" in VERIFIERS[method].processes:
+            seen.clear()
+            verify(batch, p, q, "wor", method, torch.Generator().manual_seed(0))
+            expected_accepted_length(batch, p, q, "wor", method)
+            assert seen == [BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES)] * 2, method
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_ZOO))
