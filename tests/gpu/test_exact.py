@@ -72,7 +72,7 @@ def test_every_node_decision_matches_exact_allocate(method, process):
 def test_row_blocks_change_no_float_and_no_draw(method, process):
     """On the CPU a level's whole rows are decided in blocks (``block_bytes`` of :func:`gpu.engine.allocate`;
     UniVer's hold one row at V = 49 152, ``gpu.verify.BLOCK_BYTES``): blocks of one row give the same allocation,
-    bit for bit, and the same draws as one block a level (levels of up to 40 rows here)."""
+    bit for bit, and the same draws as one block a level (levels of 23 to 64 rows here)."""
     model, trees = random_batch(process, 6, seed=11, count=40)
     batch, p, q = padded_rows(trees, model)
     rule = METHODS[method]

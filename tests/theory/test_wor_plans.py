@@ -5,6 +5,7 @@ marginal of its ``select`` (the verifier's losslessness rests on it), with ``a �
 ``Σ_j w_j ≤ 1``.  Acceptance rates are compared with α*(ρ) computed here by brute force over *all* cuts
 ``A ⊆ V`` of the min-cut formula (§4.2), independently of the prefix structure the constructions use.
 """
+import warnings
 from itertools import combinations
 
 import numpy as np
@@ -124,6 +125,17 @@ def test_wor_pair_cut_structure():
     for S, _ in tuple_law(q, 2, "wor"):
         if on_h[S[0]] != on_h[S[1]]:
             np.testing.assert_allclose(plan.select(S), [float(on_h[S[0]]), float(on_h[S[1]])], atol=1e-15)
+
+
+def test_wor_pair_divides_only_where_it_uses_the_quotient():
+    """A side whose yield/accept family cannot shed its givers' excess (its takers' room is short) is not run, and
+    forms no quotient there: its ``G`` is 0, and ``β`` divided by it (a RuntimeWarning, the value discarded) on a
+    seeded pair (V = 3) and on SmolLM2's whole rows.  Rule 3 declines this pair (PTS and the coupling plan it)."""
+    p = np.array([0.15925446, 0.72426239, 0.11648314])
+    q = np.array([0.03403359, 0.78332508, 0.18264132])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert wor_pair_plan(p / p.sum(), q / q.sum(), 1.0, 2, "wor") is None
 
 
 def test_wor_pair_dominant_draft_token():

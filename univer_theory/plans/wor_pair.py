@@ -278,7 +278,8 @@ def yield_accept(side: Side):
         E = first_crossing(-D, nx.zeros_like(D), xp.amax(ratio, -1), ratio,   # Σ_takers min(qE, room) − D:
                            nx.where(takers, -q, 0.0), nx.where(takers, q, 0.0).sum(-1), run)   # slope q to room/q
         G = safe_div(D, E, run)
-        beta = nx.where(givers & run[..., None], 1 - safe_div(over * rest, q * G[..., None], givers), beta)
+        give = givers & run[..., None]                    # G = 0 on the rows not run: no division there
+        beta = nx.where(give, 1 - safe_div(over * rest, q * G[..., None], give), beta)
         gamma = nx.where(takers & run[..., None],
                          nx.minimum(safe_div(under, q * E[..., None], takers), 1.0), gamma)
     else:                                                 # cover the takers' deficit from the givers' surplus
