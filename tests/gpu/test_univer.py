@@ -112,6 +112,55 @@ def test_layout_blocks_bucketed_by_size_match_the_exact_plan(monkeypatch):
     assert len(calls) >= 2
 
 
+def test_tuple_weights_form_each_runs_columns_once(monkeypatch):
+    """The tuple integrals cut the tuples into chunks of ``TUPLE_CHUNK`` elements and form the children's columns
+    once per run of chunks cut to one group count (``layout._column_runs``): with chunks of a few tuples (every
+    i.i.d. 4-tuple of three rows, V = 6), the runs give the same w and a, bit for bit, as a column set per chunk,
+    with fewer column sets than chunks; and within 1e-15 of the level taken in one chunk."""
+    from univer_theory.plans import layout
+    rng = np.random.default_rng(3)
+    V, k = 6, 4
+    rows = [(rng.dirichlet(np.full(V, 0.7)), rng.dirichlet(np.full(V, 0.7))) for _ in range(3)]
+    c = torch.tensor(np.stack([0.8 * p for p, _ in rows]))
+    q = torch.tensor(np.stack([q for _, q in rows]))
+    kids = torch.tensor([[S for S, _ in tuple_law(qi, k, "iid")] for _, qi in rows])      # [3, 1 296, 4]
+    mask = torch.ones(3, k, dtype=torch.bool)
+    whole = layout_weights(c, q, kids, mask)
+    calls = {"_child_columns": 0, "_tuple_shares": 0}
+
+    def counted(name):
+        real = getattr(layout, name)
+
+        def call(*args):
+            calls[name] += 1
+            return real(*args)
+        return call
+    for name in calls:
+        monkeypatch.setattr(layout, name, counted(name))
+    monkeypatch.setattr(layout, "TUPLE_CHUNK", 4 * V * 3)
+    grouped = layout_weights(c, q, kids, mask)
+    assert calls["_tuple_shares"] > 2 * calls["_child_columns"] > 0, calls
+    runs = layout._column_runs
+    monkeypatch.setattr(layout, "_column_runs", lambda *a: [[chunk] for run in runs(*a) for chunk in run])
+    apart = layout_weights(c, q, kids, mask)
+    for x, y, z in zip(grouped, apart, whole):
+        assert torch.equal(x, y)
+        np.testing.assert_allclose(x.numpy(), z.numpy(), rtol=0, atol=1e-15)
+
+
+def test_column_runs_group_chunks_of_one_count(monkeypatch):
+    """``layout._column_runs`` by hand, ``TUPLE_CHUNK = 20``, K = 2: counts 5, 5, 5, 5, 9 make chunks [0, 2),
+    [2, 4) (2·2·5 = 20 elements each) and [4, 5) (2·9 = 18); the first two share g = 5 and their 3 distinct keys
+    hold 15 ≤ 20 elements, so they are one run; with 5 distinct keys (25 > 20) they are two."""
+    from univer_theory.plans import layout
+    monkeypatch.setattr(layout, "TUPLE_CHUNK", 20)
+    ascending = np.array([5, 5, 5, 5, 9])
+    keys = np.array([[1, 2], [2, 1], [2, 3], [3, 3], [4, 5]])
+    assert layout._column_runs(ascending, keys, 2) == [[(0, 2, 5), (2, 4, 5)], [(4, 5, 9)]]
+    keys[2:4] = [[7, 8], [9, 9]]
+    assert layout._column_runs(ascending, keys, 2) == [[(0, 2, 5)], [(2, 4, 5)], [(4, 5, 9)]]
+
+
 def test_layout_weights_on_corner_cases():
     """Support of one token, ρ = 0, p = q (ties in every ratio and density), a zero target entry, equal ratios,
     and random small rows with draft zeros, all in padded batches: w(S) as the exact plan (1e-12), finite."""

@@ -344,7 +344,9 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     the exact core's batch of one is one chunk), one Gauss–Legendre node at a time.  Tuples are taken in order of
     their block's group count and each chunk's arrays are cut to its largest count, so a level whose blocks range
     from one group to tens of thousands does not integrate every tuple over the largest (padding groups add exact
-    zeros: ``f = 0`` on them)."""
+    zeros: ``f = 0`` on them).  The children's columns are formed once for a run of chunks cut to the same count
+    (:func:`_column_runs`) and each chunk integrates its own of them — on whole rows a chunk holds one tuple, and
+    the 35 multisets of a 4-child node would form the same 4 columns 35 times."""
     nx = get_backend(q)
     R, T, K = tuples.shape
     V = q.shape[-1]
@@ -359,26 +361,47 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     nodes, weights = gauss_legendre(math.ceil(K / 2))                  # exact for every k ≤ K (no read of k)
     counts = nx.to_numpy(lay["G"][at])                                 # host read: group counts set the chunks
     by_count = np.argsort(counts, kind="stable")
-    ascending = counts[by_count]
     share = 0.0 * qy
-    i = 0
-    while i < R * T:                    # [i, j): ascending counts, (j − i)·K·counts[j − 1] ≤ TUPLE_CHUNK, j > i
-        j = i + max(1, int(np.searchsorted(ascending[i:] * K * np.arange(1, R * T - i + 1), TUPLE_CHUNK,
-                                           side="right")))
-        g = max(int(ascending[j - 1]), 1)
-        idx = nx.index(by_count[i:j], qy)
+    for run in _column_runs(counts[by_count], nx.to_numpy(key)[by_count], K):   # host read: the runs' columns
+        (lo, _, g), hi = run[0], run[-1][1]
+        idx = nx.index(by_count[lo:hi], qy)
         cut = {"edges": g + 1, "right": g - 1, "left": g - 1}
         cols, inv = nx.unique(key[idx].reshape(-1))
         first = cols % 2 == 1
         entry, token = cols // 2 // V, cols // 2 % V
-        chunk = {name: (lay[name][:, :cut.get(name, g)] if lay[name].ndim == 2 else lay[name])[entry]
-                 for name in _SHARE_KEYS}                              # not the [U, V+1] slot table
+        lays = {name: (lay[name][:, :cut.get(name, g)] if lay[name].ndim == 2 else lay[name])[entry]
+                for name in _SHARE_KEYS}                               # not the [U, V+1] slot table
         q_col = nx.put(nx.asarray(0.0 * first, qy), inv, qy[idx].reshape(-1))   # the same q at every copy
-        f, cdf = _child_columns(chunk, nx.where(first, lay["slot"][entry, token], 0), q_col, first)
-        share[idx] = _tuple_shares(f, cdf, chunk["edges"], inv.reshape(-1, K), mk[idx], nodes, weights)
-        i = j
+        f, cdf = _child_columns(lays, nx.where(first, lay["slot"][entry, token], 0), q_col, first)
+        for i, j, _ in run:             # a chunk's columns in ascending key order, as its own unique gives them
+            sub, own = nx.unique(inv[(i - lo) * K:(j - lo) * K])
+            at_ij = nx.index(by_count[i:j], qy)
+            share[at_ij] = _tuple_shares(f[sub], cdf[sub], lays["edges"][sub], own.reshape(-1, K), mk[at_ij], nodes,
+                                         weights)
     w = nx.where(mk & inf & (share > 0), ty * share, 0.0)              # share > 0 drops round-off and 0/0
     return (w / nx.maximum(nx.sum(w, keepdims=True), 1.0)).reshape(R, T, K)
+
+
+def _column_runs(ascending, keys, K: int) -> list:
+    """The chunks of :func:`tuple_weights` in runs: ``[[(i, j, g), …], …]`` over the tuples in ascending group
+    count ``ascending [n]`` (host ints) — a chunk ``[i, j)`` holds ``(j − i)·K·g ≤ TUPLE_CHUNK`` elements,
+    ``g = ascending[j − 1]`` (at least 1; at least one tuple) — and a run is consecutive chunks of one ``g`` whose
+    distinct column keys (``keys [n, K]``, host) number at most ``TUPLE_CHUNK / g`` (a run of one chunk may hold
+    more: a tuple of K columns wider than that), so a run's columns take no more memory than a chunk's integrand."""
+    n, runs, i, seen = ascending.shape[0], [], 0, None
+    while i < n:
+        j = i + max(1, int(np.searchsorted(ascending[i:] * K * np.arange(1, n - i + 1), TUPLE_CHUNK, side="right")))
+        g = max(int(ascending[j - 1]), 1)
+        new = np.unique(keys[i:j])
+        union = np.union1d(seen, new) if runs and runs[-1][-1][2] == g else None
+        if union is not None and union.size * g <= TUPLE_CHUNK:
+            runs[-1].append((i, j, g))
+            seen = union
+        else:
+            runs.append([(i, j, g)])
+            seen = new
+        i = j
+    return runs
 
 
 def _child_columns(lay, group, q_col, first):
