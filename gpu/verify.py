@@ -34,7 +34,7 @@ SHAPE_METHODS = ("univer",)
 
 #: Method → the CPU's row blocks on whole rows (``block_bytes`` of :func:`gpu.engine.allocate`; the others take
 #: :data:`gpu.engine.CPU_BLOCK_BYTES`): UniVer's node plans hold ~20 whole-row temporaries and sort and walk each row,
-#: so at V = 49 152 a block of one row runs a whole-row verification 20–30% faster than blocks of ten, whose
+#: so at V = 49 152 a block of one row runs whole-row verifications up to 30% faster than blocks of ten, whose
 #: temporaries outgrow the caches; RRSw's and TV's rules stream their rows and lose 5–15% to a call a row
 #: (docs/deviations.md item 53).
 BLOCK_BYTES = {"univer": 1 << 19}
