@@ -131,6 +131,14 @@ def _rule(where: str, method: str, process: str):
     return METHODS[method]
 
 
+def _engine_options(method: str, process: str) -> dict:
+    """The engine's per-call settings for a method and process: plan on the drafted support
+    (:data:`DRAFTED_SUPPORT`), build the subtree shapes (:data:`SHAPE_METHODS`), the CPU's row blocks
+    (:data:`BLOCK_BYTES`)."""
+    return {"drafted_support": process in DRAFTED_SUPPORT, "shapes": method in SHAPE_METHODS,
+            "block_bytes": BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES)}
+
+
 def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
            method: str, generator: torch.Generator | None = None, validate: bool = True,
            row_index: torch.Tensor | None = None) -> VerifyResult:
@@ -168,8 +176,7 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     if validate:
         validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
     return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index,
-                         drafted_support=process in DRAFTED_SUPPORT, shapes=method in SHAPE_METHODS,
-                         block_bytes=BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES))
+                         **_engine_options(method, process))
 
 
 def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,
@@ -180,5 +187,4 @@ def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft
     if validate:
         validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process, row_index)
     return engine.expected_accepted(batch, target_probs, draft_probs, process, rule, row_index,
-                                    drafted_support=process in DRAFTED_SUPPORT, shapes=method in SHAPE_METHODS,
-                                    block_bytes=BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES))
+                                    **_engine_options(method, process))
