@@ -83,7 +83,9 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
             problem = NodeProblem(p, np.asarray(ctx.draft, dtype=np.float64), len(keys), ctx.process,
                                   child_value(keys, ctx.prefix))
             g, _, pi, _ = problem.solve(rho)
-            plan = tabulated_plan("value-aware", pi / problem.probs[:, None], problem.tuples, problem.probs, p, rho)
+            probs = problem.probs[:, None]          # a tuple whose probability underflows to 0 selects nothing
+            w = np.divide(pi, probs, out=np.zeros_like(pi), where=probs > 0)
+            plan = tabulated_plan("value-aware", w, problem.tuples, problem.probs, p, rho)
             cache[key] = (plan, g)
         return cache[key]
 
