@@ -4,11 +4,12 @@ and of the drafted-support scan (:func:`gpu.simplex.lex_simplex`, :func:`gpu.sup
 CPU).  An accelerator runs them in torch, which this machine may not have; here the host branch is switched off so
 that CPU tensors go through torch, and a representative set of the batched-vs-exact-core tests runs again: E[τ | T]
 on wide and asymmetric trees (every wor rule, the layout, the slot LP's simplex) and on small-vocabulary wor trees
-(rule 1's LPs), rule 3 and PTS by enumeration, PTS's clock fixed point against the walk, the wor choice on confident
-rows and where it takes rules 7 and 8, the layout by enumeration and in size buckets, and truncated drafts planned
-on their drafted support.  Each then compares the torch run with the exact core or the enumeration oracle at
-the original test's tolerance.  The memory test runs here too: its dispatch mode sees torch tensors only, and on the
-host branch the same functions form numpy arrays of the same sizes."""
+(rule 1's LPs), rule 3 and PTS by enumeration, rule 3 with its claim family against the exact core, PTS's clock
+fixed point against the walk, the wor choice on confident rows and where it takes rules 7 and 8, the layout by
+enumeration and in size buckets, and truncated drafts planned on their drafted support.  Each then compares the
+torch run with the exact core or the enumeration oracle at the original test's tolerance.  The memory test runs
+here too: its dispatch mode sees torch tensors only, and on the host branch the same functions form numpy arrays of
+the same sizes."""
 import pytest
 
 import gpu.host
@@ -59,6 +60,10 @@ def test_layout_buckets(monkeypatch):
 
 def test_wor_pair_and_pts_by_enumeration():
     test_wor_plans.test_wor_pair_and_pts_against_enumeration(9)
+
+
+def test_wor_pair_claim_rows():
+    test_wor_plans.test_wor_pair_and_pts_batch_as_a_batch_of_one(500)
 
 
 def test_binary_wor_trees():

@@ -116,6 +116,20 @@ def test_wor_pair_yield_accept(i, side):
     check_pair_optimal(plan, p, q, rho)
 
 
+@pytest.mark.parametrize("i,concentration", [(5, 0.8), (33, 0.8), (42, 3.0)])
+def test_wor_pair_claim(i, concentration):
+    """Seeded instances where neither product family meets A*'s bound (b ≥ c) and the claim family takes over
+    (docs/deviations.md item 55), still at α* and exact by enumeration; some claimed share lies strictly inside
+    (0, 1), so both orders of such a pair are weighed (``1 − t(y_1)`` with y_1 first in the claim order,
+    ``t(y_2)`` with y_2 first)."""
+    p, q, rho = seeded_pair(i, concentration)
+    plan = wor_pair_plan(p, q, rho, 2, "wor")
+    assert plan.info["families"]["A"] == "claim"
+    t = plan.info["beta"][plan.info["rank"] >= 0]
+    assert ((t > 0) & (t < 1)).any()
+    check_pair_optimal(plan, p, q, rho)
+
+
 def test_wor_pair_cut_structure():
     """Pairs meeting both sides of the cut select their H child with weight 1 (no thinning on H)."""
     p, q = instance(6, 3)
@@ -398,6 +412,40 @@ def test_crossing_compiled_is_the_array_form_bit_for_bit():
         pieces |= {"first" if p == 0 else "last" if p == n else "inside" for p in piece}
         pieces |= {"plateau" for r in rise if r <= 0}
     assert pieces == {"first", "inside", "last", "plateau"}
+
+
+@pytest.mark.parametrize("V", [3, 40, 5000])
+def test_claim_compiled_is_the_fixed_point_bit_for_bit(V):
+    """The claim family's recurrence (``wor_pair.claim_shares``): numpy's compiled loop against torch's fixed
+    point (an accelerator's path) on the same rows in claim order, bit for bit — Dirichlet and LLM-like rows with
+    undrafted tokens (the padding's q = 0 last), caps from ρ = 0 to ρ = 1 (shares clipped at 0, at 1 and inside);
+    and the whole family (``claim_family``: its sort, sums and scatter) on numpy and on torch rows to 1e-15."""
+    torch = pytest.importorskip("torch")
+    from univer_theory.orders import ratio_argsort
+    from univer_theory.plans.wor_pair import (Side, _claim_rows, claim_family, claim_shares, exclusive_cumsum,
+                                              leave_one_out)
+
+    rng = np.random.default_rng(53)
+    rows_p, rows_q = rng.dirichlet(np.full(V, 0.5), 6), rng.dirichlet(np.full(V, 0.5), 6)
+    rows_q[::2] = np.exp(3 * rng.normal(size=(3, V)))
+    rows_q[rng.random((6, V)) < 0.2] = 0.0
+    rows_q[:, 0] = np.maximum(rows_q[:, 0], 1e-3)
+    q = rows_q / rows_q.sum(1, keepdims=True)
+    c = np.array([1.0, 0.8, 0.5, 0.2, 0.05, 0.0])[:, None] * rows_p
+    side = Side.of(q, leave_one_out(q), c, 0 * q, q > 0, upper=False)
+    order = ratio_argsort(side.c, side.q, descending=True)
+    qo, ro, co = (np.take_along_axis(x, order, -1) for x in (side.q, side.rest, side.c))
+    u = qo / ro
+    later = qo * exclusive_cumsum(u, reverse=True) + u * exclusive_cumsum(qo, reverse=True)
+    t, left = _claim_rows(qo, u, co, later)
+    t_fp, left_fp = claim_shares(*(torch.from_numpy(x) for x in (qo, u, co, later)))
+    assert np.array_equal(t, t_fp.numpy()) and np.array_equal(left, left_fp.numpy())
+    if V > 3:
+        assert (t == 0).any() and (t == 1).any() and ((t > 0) & (t < 1)).any()
+    torch_side = Side(*(torch.from_numpy(np.asarray(x)) for x in (side.q, side.rest, side.c, side.cross, side.on)),
+                      upper=False)
+    for got, want in zip(claim_family(torch_side), claim_family(side)):
+        np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-15)
 
 
 def test_side_columns_compiled_is_the_array_form():

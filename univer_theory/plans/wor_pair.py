@@ -13,7 +13,7 @@ with ``X_x = q(A*)/(1 − q_x) + Σ_{y∈A*} q_y/(1 − q_y)`` on H (pairs meeti
 (``1 − q_x`` is evaluated as the rest mass ``R_x = Σ_{y≠x} q_y``, as in the wor tuple law).  H needs
 ``b ≤ c``, A* needs ``b ≥ c``; then every token is thinned by ``t = min(1, c/b)`` (``a = c`` on A*; on H this
 only absorbs round-off).  Two families, each settled by a monotone piecewise-linear 1-D equation per side,
-solved exactly on its pieces (:func:`first_crossing`):
+solved exactly on its pieces (:func:`first_crossing`), and on A* a third, a sequential claim:
 
 * **β-family** (γ ≡ 1, §6.5): for a trial ``E`` every β_x is ``clip((c_x − lo_x(E))/(hi_x(E) − lo_x(E)))``
   where ``lo/hi`` are b at β_x = 0/1; ``Σ_x clip(c_x, lo_x(E), hi_x(E))`` increases in E and equals the
@@ -23,6 +23,11 @@ solved exactly on its pieces (:func:`first_crossing`):
   (``b_x = b_x(β≡1, γ≡0) − G·q_x(1−β_x)/(1−q_x) + E·q_xγ_x``): on H givers shed exactly their excess and
   E is the root of ``Σ_takers min(q_x E, room_x) = D``; on A* takers receive exactly their deficit at the
   smallest E with γ ≤ 1.
+* **claim** (A* only; this toolkit's addition, docs/deviations.md item 55): in ratio order, each token takes the
+  least share ``t_x`` of every pair it forms with a later token that brings b up to its cap, and leaves the rest
+  to that later token (:func:`claim_family`).  The product families fail on A* where a few high-ratio tokens
+  need more than a product form ``(1 − β(y_1))γ(y_2)`` can route to them (measured: 33 nodes of the SmolLM2 and
+  Zipf-row wor trees of the benchmark, 3–47 tokens short by up to 5e-4); the claim meets ``b ≥ c`` on 30 of them.
 
 Whenever both sides are feasible the plan attains α*_wor(ρ) (to float round-off); otherwise the rule
 returns ``None`` and the caller falls through to another construction.  "Feasible" is also checked on the
@@ -51,6 +56,7 @@ import numpy as np
 
 from ..alpha_star import alpha_star_and_cut
 from ..nx import NUMPY, array_module, get_backend
+from ..orders import order_ranks, ratio_argsort
 from .base import NodePlan
 from .node_inputs import check_node_inputs
 
@@ -62,8 +68,9 @@ from .node_inputs import check_node_inputs
 FEASIBILITY_TOL = 1e-13
 #: A plan counts as α*-optimal (so the rule returns it) when ``α ≥ α*(ρ) − OPTIMALITY_TOL``.
 OPTIMALITY_TOL = 1e-9
-#: The families, tried in this order on each side (``family`` codes of :func:`solve_side`: their index).
-FAMILIES = ("beta", "yield_accept")
+#: The families, tried in this order on each side (``family`` codes of :func:`solve_side`: their index); the
+#: claim family on A* only.
+FAMILIES = ("beta", "yield_accept", "claim")
 
 
 def _arange(n: int, like):
@@ -298,36 +305,106 @@ def yield_accept(side: Side):
     return nx.clip(beta, 0.0, 1.0), nx.clip(gamma, 0.0, 1.0), ok
 
 
+def claim_family(side: Side):
+    """Claim family on A* (module docstring): the side's tokens in ratio order (``c/q`` descending, ties by token,
+    :func:`~univer_theory.orders.ratio_argsort`; the padding last).  With ``u = q/R``, token i of that order
+    receives from each earlier token j the share ``1 − t_j`` of their pair and claims ``t_i`` of each pair with a
+    later token:
+
+    ``L_i = q_i Σ_{j<i} u_j(1 − t_j) + u_i Σ_{j<i} q_j(1 − t_j)``,  ``K_i = q_i Σ_{l>i} u_l + u_i Σ_{l>i} q_l``,
+    ``t_i = clip((c_i − L_i)/K_i, 0, 1)`` (0 where ``K_i = 0``),  ``b_i = L_i + t_i K_i``
+
+    (the pair {x, y} has probability ``q_x q_y (1/R_x + 1/R_y)``; :func:`claim_shares`).  Taking the least share
+    leaves the most to the tokens after.  Within the side the ordered pair (y_1, y_2) takes child 2 w.p.
+    ``1 − t(y_1)`` when y_1 comes first in the order, else ``t(y_2)`` (:func:`pair_weights`, from β = t, γ = 1 and
+    the order's ``rank``).  ``(β, γ, exists, b, rank)`` ``[R, M]`` (``exists [R]``: always; whether ``b ≥ c`` is
+    :func:`solve_side`'s check)."""
+    nx = get_backend(side.q)
+    order = ratio_argsort(side.c, side.q, descending=True)
+    q, rest, c = (nx.take(x, order) for x in (side.q, side.rest, side.c))
+    u = q / rest
+    later = q * exclusive_cumsum(u, reverse=True) + u * exclusive_cumsum(q, reverse=True)
+    t, left = claim_shares(q, u, c, later)
+    b = left + t * later
+    return (nx.put(0 * q, order, t), 1.0 + 0 * q, side.on.any(-1) | True, nx.put(0 * q, order, b),
+            order_ranks(order))
+
+
+def claim_shares(q, u, c, later):
+    """The claim family's recurrence on rows in its order ``[R, n]`` (:func:`claim_family`: ``later`` = K):
+    ``(t, L)``.  numpy: one compiled loop (:func:`_claim_rows`); torch: the fixed point ``t = Φ(t)`` from t ≡ 0 —
+    Φ is triangular (t_i reads the tokens before i) and monotone (larger t before i → less left to i → larger
+    t_i), so the iterates increase to the loop's t, entry i final after i + 1 passes, and the first pass that
+    changes nothing gives the loop's floats (the same sums, in the same order).  One host read per pass."""
+    nx = get_backend(q)
+    if nx is NUMPY:
+        return _claim_rows(q, u, c, later)
+    t = 0 * q
+    for _ in range(q.shape[-1] + 1):
+        left = q * exclusive_cumsum(u * (1 - t)) + u * exclusive_cumsum(q * (1 - t))
+        new = nx.where(later > 0, nx.clip((c - left) / nx.where(later > 0, later, 1.0), 0.0, 1.0), 0.0)
+        if bool((new == t).all()):
+            break
+        t = new
+    return t, left
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _claim_rows(q, u, c, later):  # pragma: no cover - compiled
+    """:func:`claim_shares` a row at a time, the same floats: the sums of what the earlier tokens left run in
+    order from their first term (as the exclusive cumulative sums of the array form)."""
+    R, n = q.shape
+    t, left = np.zeros((R, n)), np.zeros((R, n))
+    for r in range(R):
+        A, B = 0.0, 0.0                                     # Σ_{j<i} u_j(1 − t_j), Σ_{j<i} q_j(1 − t_j)
+        for i in range(n):
+            left[r, i] = q[r, i] * A + u[r, i] * B
+            if later[r, i] > 0:
+                t[r, i] = min(max((c[r, i] - left[r, i]) / later[r, i], 0.0), 1.0)
+            A += u[r, i] * (1 - t[r, i])
+            B += q[r, i] * (1 - t[r, i])
+    return t, left
+
+
 def solve_side(side: Side):
-    """Per row, the first family (:data:`FAMILIES`) whose base marginal meets the side's bound (within
-    :func:`side_tolerance`): ``(β, γ, b, family [R])`` — ``family`` the family's index, −1 where none does
-    (the rule does not apply), and β ≡ γ ≡ 1, b ≡ 0 on an empty side (index 0).  Each family runs on the rows
-    left by the ones before it only (a host read of which rows those are)."""
-    xp = array_module(side.q)
+    """Per row, the first family (:data:`FAMILIES`; the claim family on A* only) whose base marginal meets the
+    side's bound (within :func:`side_tolerance`): ``(β, γ, b, family [R], rank)`` — ``family`` the family's
+    index, −1 where none does (the rule does not apply), and β ≡ γ ≡ 1, b ≡ 0 on an empty side (index 0); ``rank``
+    each token's position in the claim order where that family is taken, −1 elsewhere (None where it did not run).
+    Each family runs on the rows left by the ones before it only (a host read of which rows those are)."""
+    nx, xp = get_backend(side.q), array_module(side.q)
     tol = side_tolerance(side)
-    beta, gamma, b = 1.0 + 0 * side.q, 1.0 + 0 * side.q, 0 * side.q
-    family = get_backend(side.q).where(side.on.any(-1), -1, 0)
-    for i, run in enumerate((beta_family, lambda sub, _: yield_accept(sub))):
+    beta, gamma, b, rank = 1.0 + 0 * side.q, 1.0 + 0 * side.q, 0 * side.q, None
+    family = nx.where(side.on.any(-1), -1, 0)
+    runs = [beta_family, lambda sub, _: yield_accept(sub)]
+    if not side.upper:
+        runs.append(lambda sub, _: claim_family(sub))
+    for i, run in enumerate(runs):
         rows = xp.where(family < 0)[0]
         if rows.shape[0] == 0:
             break
         sub = Side(*(x[rows] for x in (side.q, side.rest, side.c, side.cross, side.on)), side.upper)
-        fb, fg, exists = run(sub, tol[rows])
-        fm = side_marginal(sub, fb, fg)
+        fb, fg, exists, *claimed = run(sub, tol[rows])
+        fm, fr = claimed if claimed else (side_marginal(sub, fb, fg), None)
         meets = (fm <= sub.c + tol[rows][..., None]) if side.upper else (fm >= sub.c - tol[rows][..., None])
         good = exists & (meets | ~sub.on).all(-1)
         take = good[..., None] & sub.on
         beta[rows], gamma[rows], b[rows] = (xp.where(take, x, full[rows]) for x, full in
                                             ((fb, beta), (fg, gamma), (fm, b)))
+        if fr is not None:              # the claim family (the last one): its order where it is taken
+            rank = nx.where(side.on, -1, -1)
+            rank[rows] = xp.where(take, fr, -1)
         family[rows] = xp.where(good, i, family[rows])
-    return beta, gamma, b, family
+    return beta, gamma, b, family, rank
 
 
 @dataclass(frozen=True)
 class PairRule:
     """Rule 3 on rows ``[R, V]`` (:func:`pair_rule`): ``β, γ``, the thinning ``t``, the marginal ``a = t·b``,
-    ``on_h`` (drafted tokens of H), ``feasible [R]`` (both sides solved and ``α ≥ α* − OPTIMALITY_TOL``) and
-    the family index of each side ``family_h, family_a [R]`` (:data:`FAMILIES`; −1: none)."""
+    ``on_h`` (drafted tokens of H), ``feasible [R]`` (both sides solved and ``α ≥ α* − OPTIMALITY_TOL``), the
+    family index of each side ``family_h, family_a [R]`` (:data:`FAMILIES`; −1: none) and ``rank [R, V]``: each
+    A* token's position in the claim order on rows whose A* takes the claim family, −1 elsewhere (None where no
+    row's A* ran it)."""
 
     beta: object
     gamma: object
@@ -337,6 +414,7 @@ class PairRule:
     feasible: object
     family_h: object
     family_a: object
+    rank: object
 
 
 def pair_rule(c, q, alpha_star, in_cut) -> PairRule:
@@ -346,7 +424,7 @@ def pair_rule(c, q, alpha_star, in_cut) -> PairRule:
     drafted = q > 0
     rest = leave_one_out(q)                               # R_x = Σ_{y≠x} q_y, the wor law's "1 − q_x"
     on_h, on_a = drafted & ~in_cut, drafted & in_cut
-    beta, gamma, b = 1.0 + 0 * q, 1.0 + 0 * q, 0 * q
+    beta, gamma, b, rank = 1.0 + 0 * q, 1.0 + 0 * q, 0 * q, None
     families = []
     cross = 0 * q
     for mask, upper in ((on_a, False), (on_h, True)):     # A* first: H's cross term sums over it
@@ -354,18 +432,21 @@ def pair_rule(c, q, alpha_star, in_cut) -> PairRule:
         side = Side.of(*(nx.take(x, cols) for x in (q, rest, c, cross)), on, upper)
         if not upper:
             cross = side.q.sum(-1)[..., None] / rest + (side.q / side.rest).sum(-1)[..., None]
-        sb, sg, sm, family = solve_side(side)
+        sb, sg, sm, family, sr = solve_side(side)
         beta, gamma, b = (nx.where(mask, nx.take(x, pos), full) for full, x in ((beta, sb), (gamma, sg), (b, sm)))
+        if sr is not None:              # A* only
+            rank = nx.where(mask, nx.take(sr, pos), -1)
         families.append(family)
     thin = safe_div(c, b, b > c, 1.0)
     marginal = thin * b
     feasible = (families[0] >= 0) & (families[1] >= 0) & (marginal.sum(-1) >= alpha_star - OPTIMALITY_TOL)
-    return PairRule(beta, gamma, thin, marginal, on_h, feasible, families[1], families[0])
+    return PairRule(beta, gamma, thin, marginal, on_h, feasible, families[1], families[0], rank)
 
 
 def pair_weights(rule: PairRule, tuples):
     """The plan on ordered pairs ``tuples [R, T, 2]`` (T per row): ``w [R, T, 2]`` — the H child with weight 1
-    on pairs meeting both sides, else child 2 with ``(1 − β(y_1))γ(y_2)``; times the thinning."""
+    on pairs meeting both sides, else child 2 with ``(1 − β(y_1))γ(y_2)``, or ``β(y_2)`` on a claim family's
+    pair whose second token comes first in its order (:func:`claim_family`: β = t, γ = 1); times the thinning."""
     nx = get_backend(rule.beta)
     flat = tuples.reshape(tuples.shape[0], -1)
 
@@ -374,13 +455,18 @@ def pair_weights(rule: PairRule, tuples):
 
     h = at(nx.where(rule.on_h, 1.0 + 0 * rule.beta, 0.0))
     h1, h2 = h[..., 0], h[..., 1]
-    second = (1 - at(rule.beta)[..., 0]) * at(rule.gamma)[..., 1]
+    beta = at(rule.beta)
+    second = (1 - beta[..., 0]) * at(rule.gamma)[..., 1]
+    if rule.rank is not None:
+        rank = at(rule.rank)
+        claimed = (rank[..., 1] >= 0) & (rank[..., 0] > rank[..., 1])      # y_2 first in the claim order
+        second = nx.where(claimed, beta[..., 1], second)
     w = nx.stack([nx.where(h1 == h2, 1 - second, h1), nx.where(h1 == h2, second, h2)])
     return w * at(rule.thin)
 
 
 def wor_pair_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
-    """α*-optimal closed-form plan for ``wor``, k = 2 (None for other k / process, or if both families fail):
+    """α*-optimal closed-form plan for ``wor``, k = 2 (None for other k / process, or where a side has no family):
     :func:`pair_rule` on a batch of one row.
 
     Parameters
@@ -392,8 +478,8 @@ def wor_pair_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None
 
     Returns
     -------
-    NodePlan whose ``info`` holds the cut (``in_cut``: mask of A*), the per-side family used, β, γ and the
-    thinning t.
+    NodePlan whose ``info`` holds the cut (``in_cut``: mask of A*), the per-side family used, β, γ, the claim
+    order's ``rank`` (:class:`PairRule`) and the thinning t.
     """
     p, q, rho = check_node_inputs("wor_pair_plan", target_probs, draft_probs, rho, k, process)
     if process != "wor" or k != 2:
@@ -412,4 +498,4 @@ def wor_pair_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None
 
     return NodePlan("wor_pair", rho, p, rule.marginal[0], select,
                     {"in_cut": in_cut, "families": names, "beta": rule.beta[0], "gamma": rule.gamma[0],
-                     "thin": rule.thin[0]})
+                     "rank": None if rule.rank is None else rule.rank[0], "thin": rule.thin[0]})
