@@ -38,10 +38,12 @@ NAME = "optimality"
 NODE_TOL = 1e-9
 #: Slack of the E[τ] comparisons (beyond CF's own stated tolerance).
 VALUE_TOL = 1e-9
+
+
 def relative(value: float, reference: float) -> float:
-    """``value / reference``, 1 where the reference is within ``VALUE_TOL`` of 0: every E[τ] of such an instance is
-    (the confident rows' tails of 1e-300 give E[τ] ~ 1e-300, where the LP's CF bound is 0 at its tolerance) and
-    the check's comparisons count them as ties."""
+    """``value / reference``, 1 where the reference is within ``VALUE_TOL`` of 0 — as every E[τ] of such an
+    instance then is (the confident rows' tails of 1e-300 give E[τ] ~ 1e-300, where the LP's CF bound is 0 at its
+    tolerance), and the check's comparisons count them as ties."""
     return value / reference if reference > VALUE_TOL else 1.0
 
 
