@@ -414,6 +414,32 @@ def test_crossing_compiled_is_the_array_form_bit_for_bit():
     assert pieces == {"first", "inside", "last", "plateau"}
 
 
+def test_beta_family_marginal_is_the_general_form_with_gamma_one():
+    """Rule 3's base marginal with γ ≡ 1 (``side_marginal(side, β, None)``, the β-family's) gives the general
+    form's floats at ``γ = 1`` bit for bit — its sums of ``q(1 − γ) = 0`` left out — on numpy and torch sides with
+    masked (q = 0) entries, a dominant token, cross terms, rest masses reaching past the side (a cut row's) and β at 0, 1 and
+    inside."""
+    torch = pytest.importorskip("torch")
+    from univer_theory.plans.wor_pair import Side, leave_one_out, side_marginal
+
+    rng = np.random.default_rng(56)
+    q = rng.dirichlet(np.full(300, 0.3), 6)
+    q[1, 0] = 1 - 1e-9
+    q[1, 1:] *= 1e-9 / q[1, 1:].sum()
+    q[rng.random(q.shape) < 0.1] = 0.0
+    q /= q.sum(1, keepdims=True)
+    cross = np.where(rng.random(6) < 0.5, 0.0, rng.uniform(0, 3, 6))[:, None] + 0 * q
+    other = rng.uniform(0.0, 0.5, 6)[:, None] * (rng.random((6, 1)) < 0.8)     # the other side's mass
+    side = Side.of(q * (1 - other), leave_one_out(q * (1 - other)) + other, q, cross, q > 0, upper=False)
+    beta = np.clip(rng.uniform(-0.5, 1.5, q.shape), 0.0, 1.0)
+    assert (beta == 0).any() and (beta == 1).any() and ((beta > 0) & (beta < 1)).any()
+    for sd, b in ((side, beta), (Side(*(torch.from_numpy(np.asarray(x)) for x in
+                                        (side.q, side.rest, side.c, side.cross, side.on)), upper=False),
+                                 torch.from_numpy(beta))):
+        got, want = side_marginal(sd, b, None), side_marginal(sd, b, 1.0 + 0 * sd.q)
+        assert (got == want).all() and (got > 0).any()
+
+
 @pytest.mark.parametrize("V", [3, 40, 5000])
 def test_claim_compiled_is_the_fixed_point_bit_for_bit(V):
     """The claim family's recurrence (``wor_pair.claim_shares``): numpy's compiled loop against torch's fixed

@@ -227,7 +227,8 @@ def side_tolerance(side: Side):
 
 
 def side_marginal(side: Side, beta, gamma):
-    """Base marginal ``b`` of a side's drafted tokens (module docstring), from the plan's parameters.
+    """Base marginal ``b`` of a side's drafted tokens (module docstring), from the plan's parameters (``gamma``
+    None: γ ≡ 1, the β-family's — the same floats without the sums of ``q(1 − γ) = 0``).
 
     ``1 − q_x`` is the rest mass ``R_x`` (as in the wor tuple law), and the bracket is evaluated as
     ``X_x + (Σ_{y≠x} q_y(1−γ_y) + β_x Σ_{y≠x} q_yγ_y)/R_x + γ_x Σ_{y≠x} q_y(1−β_y)/R_y``
@@ -235,17 +236,20 @@ def side_marginal(side: Side, beta, gamma):
     catastrophically when one token holds almost all of q (errors ~1e-11 seen at 1 − q_x ≈ 3e-6).
     """
     q, rest = side.q, side.rest
+    if gamma is None:
+        return q * (side.cross + beta * leave_one_out(q) / rest + leave_one_out(q * (1 - beta) / rest))
     kept = leave_one_out(q * (1 - gamma)) + beta * leave_one_out(q * gamma)
     return q * (side.cross + kept / rest + gamma * leave_one_out(q * (1 - beta) / rest))
 
 
 def beta_family(side: Side, tol):
     """β-family (γ ≡ 1); one clip serves both bound directions (module docstring).  ``tol [R]``: the side's
-    scaled slack (:func:`side_tolerance`), for the plateau test at E = 0.  ``(β, γ, exists [R])``."""
+    scaled slack (:func:`side_tolerance`), for the plateau test at E = 0.  ``(β, None, exists [R])``: γ ≡ 1."""
     nx = get_backend(side.q)
     q, rest, on = side.q, side.rest, side.on
-    lo0 = q * (side.cross - q / rest)                     # b at β_x = 0, E = 0
-    span = q * q.sum(-1)[..., None] / rest               # hi − lo
+    odds, mass = q / rest, q.sum(-1)
+    lo0 = q * (side.cross - odds)                         # b at β_x = 0, E = 0
+    span = q * mass[..., None] / rest                    # hi − lo
     total = (lo0 + span).sum(-1)                          # the side's total P (β ≡ 1 ⇒ E = 0)
     spread = on & (span > 0)
     room = nx.where(spread, side.c - lo0, 0.0)           # elsewhere β = 0 (span = 0: no contribution)
@@ -262,12 +266,13 @@ def beta_family(side: Side, tol):
     dslope = nx.concat([nx.where(spread, -q, 0.0), nx.where(spread, q, 0.0)])
     zero = nx.zeros_like(total)
     excess = (lo0 + span * beta_at(0 * q)).sum(-1) - total
-    E = first_crossing(excess, zero, (q / rest).sum(-1), knots, dslope, q.sum(-1), on.any(-1), tol)
-    return nx.where(on, beta_at(q * E[..., None]), 1.0), 1.0 + 0 * q, zero == 0
+    E = first_crossing(excess, zero, odds.sum(-1), knots, dslope, mass, on.any(-1), tol)
+    return nx.where(on, beta_at(q * E[..., None]), 1.0), None, zero == 0
 
 
 def yield_accept(side: Side):
-    """Yield/accept family: givers (γ = 0) yield child 2, takers (β = 1) accept it.  ``(β, γ, exists [R])``."""
+    """Yield/accept family: givers (γ = 0) yield child 2, takers (β = 1) accept it.  ``(β, γ, exists [R])``; on A*,
+    where no row runs (a host read: none can cover its deficit, or none has one), β ≡ 1 and γ ≡ 0 as they start."""
     nx = get_backend(side.q)
     xp = array_module(side.q)
     q, rest, c, on = side.q, side.rest, side.c, side.on
@@ -299,6 +304,8 @@ def yield_accept(side: Side):
         total = cap.sum(-1)
         ok = ~act | (total >= E)
         run = act & ok
+        if not bool(run.any()):         # nothing to cover on any row, or no row can cover it: β ≡ 1, γ ≡ 0
+            return beta, gamma, ok
         share = safe_div(E, total, run)
         beta = nx.where(givers & run[..., None], 1 - safe_div(cap * share[..., None] * rest, q, givers), beta)
         gamma = nx.where(takers & run[..., None], safe_div(under, q * E[..., None], takers), gamma)
@@ -371,7 +378,9 @@ def solve_side(side: Side):
     side's bound (within :func:`side_tolerance`): ``(β, γ, b, family [R], rank)`` — ``family`` the family's
     index, −1 where none does (the rule does not apply), and β ≡ γ ≡ 1, b ≡ 0 on an empty side (index 0); ``rank``
     each token's position in the claim order where that family is taken, −1 elsewhere (None where it did not run).
-    Each family runs on the rows left by the ones before it only (a host read of which rows those are)."""
+    Each family runs on the rows left by the ones before it only (a host read of which rows those are; the
+    side itself when that is every row), and its base marginal is formed only where some row has the family (a
+    host read; yield/accept on A* mostly has none)."""
     nx, xp = get_backend(side.q), array_module(side.q)
     tol = side_tolerance(side)
     beta, gamma, b, rank = 1.0 + 0 * side.q, 1.0 + 0 * side.q, 0 * side.q, None
@@ -383,14 +392,24 @@ def solve_side(side: Side):
         rows = xp.where(family < 0)[0]
         if rows.shape[0] == 0:
             break
-        sub = Side(*(x[rows] for x in (side.q, side.rest, side.c, side.cross, side.on)), side.upper)
-        fb, fg, exists, *claimed = run(sub, tol[rows])
-        fm, fr = claimed if claimed else (side_marginal(sub, fb, fg), None)
-        meets = (fm <= sub.c + tol[rows][..., None]) if side.upper else (fm >= sub.c - tol[rows][..., None])
+        every = rows.shape[0] == family.shape[0]          # (the first family, mostly): no row gathers
+        sub = side if every else Side(*(x[rows] for x in (side.q, side.rest, side.c, side.cross, side.on)),
+                                      side.upper)
+        sub_tol = tol if every else tol[rows]
+        fb, fg, exists, *claimed = run(sub, sub_tol)
+        if claimed:
+            fm, fr = claimed
+        else:                           # no row has the family (yield/accept on A*, mostly): b is never read
+            fm, fr = side_marginal(sub, fb, fg) if bool(exists.any()) else 0 * sub.q, None
+        meets = (fm <= sub.c + sub_tol[..., None]) if side.upper else (fm >= sub.c - sub_tol[..., None])
         good = exists & (meets | ~sub.on).all(-1)
         take = good[..., None] & sub.on
-        beta[rows], gamma[rows], b[rows] = (xp.where(take, x, full[rows]) for x, full in
-                                            ((fb, beta), (fg, gamma), (fm, b)))
+        fg = 1.0 if fg is None else fg
+        if every:
+            beta, gamma, b = (xp.where(take, x, full) for x, full in ((fb, beta), (fg, gamma), (fm, b)))
+        else:
+            beta[rows], gamma[rows], b[rows] = (xp.where(take, x, full[rows]) for x, full in
+                                                ((fb, beta), (fg, gamma), (fm, b)))
         if fr is not None:              # the claim family (the last one): its order where it is taken
             rank = nx.where(side.on, -1, -1)
             rank[rows] = xp.where(take, fr, -1)
@@ -424,7 +443,7 @@ def pair_rule(c, q, alpha_star, in_cut) -> PairRule:
     drafted = q > 0
     rest = leave_one_out(q)                               # R_x = Σ_{y≠x} q_y, the wor law's "1 − q_x"
     on_h, on_a = drafted & ~in_cut, drafted & in_cut
-    beta, gamma, b, rank = 1.0 + 0 * q, 1.0 + 0 * q, 0 * q, None
+    beta, gamma, b, rank = 1.0, 1.0, 0.0, None                 # off the drafted support
     families = []
     cross = 0 * q
     for mask, upper in ((on_a, False), (on_h, True)):     # A* first: H's cross term sums over it
