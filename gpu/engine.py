@@ -20,7 +20,8 @@ one depth, across the batch) from a :class:`LevelContext` and returns a :class:`
 Slots are padded with a *dump* index ``N``: tensors indexed by slot have ``N + 1`` columns so padded children
 scatter harmlessly into the last one.  The engine itself reads the host inside the per-depth loops only for a
 level's drafted width (:func:`gpu.support.scan`, when planning on the drafted support; the level structure comes
-from :attr:`TreeBatch.level_nodes`, computed once per batch); the baseline
+from :attr:`TreeBatch.level_nodes`, computed once per batch) and, for a rule that leaves nodes with ``ρ = 0``
+unplanned (``reached_only``: UniVer's), which of a level's rows are reached; the baseline
 rules (:mod:`gpu.rules`) do not either, except a free check on the CPU; UniVer's level rule reads the host for
 data-dependent shapes and loop counts (row subsets, block sizes, the clock grid's length, simplex pivots,
 convergence tests — README, "Host reads").
@@ -130,20 +131,52 @@ def _row_blocks(tree, slots, kids, active, step: int | None):
         yield tree[lo:hi], slots[lo:hi], kids[lo:hi, :k], sub[:k]
 
 
-def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: bool, block_bytes: int):
-    """``(tree, slots, kids, active, src, support)`` per unit of work (``src``: the units' rows of ``p_rows`` /
-    ``q_rows``): a whole level on its drafted support (:mod:`gpu.support`; ``support`` not None), else the level's
-    rows in blocks (CPU: ``block_bytes`` per ``[rows, V]`` tensor, at least one row)."""
+def _reached_rows(tree, slots, kids, active, live):
+    """A level's rows with ``live`` (bool ``[R]``, a host read) — ``(tree, slots, kids, active)`` of those rows,
+    still sorted by branching, ``active`` and the branching ``K`` recounted — and ``(R, keep, dead_kids)``: the
+    level's row count, the kept rows' positions among them and the others' ``(tree, slots, kids)``."""
+    keep = live.nonzero().squeeze(1)
+    before = torch.cat([live.new_zeros(1, dtype=torch.long), live.cumsum(0)]).tolist()
+    active = tuple(before[a] for a in active)
+    k = max(1, sum(a > 0 for a in active))
+    dead = (tree[~live], slots[~live], kids[~live])
+    return (tree[keep], slots[keep], kids[keep, :k], active[:k]), (tree.shape[0], keep, dead)
+
+
+def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: bool, block_bytes: int,
+                 reached=None):
+    """``(tree, slots, kids, active, src, support, spread)`` per unit of work (``src``: the units' rows of
+    ``p_rows`` / ``q_rows``): a whole level on its drafted support (:mod:`gpu.support`; ``support`` not None),
+    else the level's rows in blocks (CPU: ``block_bytes`` per ``[rows, V]`` tensor, at least one row).
+
+    ``reached``: None, or a function giving a level's rows' ``ρ > 0`` from their flat slots (read when the level
+    is reached, after the level above wrote its ρ): rows with ``ρ = 0`` are never reached, and a rule that says
+    so (:func:`allocate`'s ``reached_only``) is not run on them — a level on its drafted support is scanned and
+    planned on its reached rows alone, a block of whole rows none of which is reached is not planned at all.
+    ``spread`` is then ``(R, keep, (tree, slots, kids))`` — the unit's row count before, the planned rows'
+    positions among them and the unreached rows — else None."""
     N, V = batch.parent.shape[1], p_rows.shape[1]
     step = max(1, block_bytes // (V * p_rows.element_size())) if batch.device.type == "cpu" else None
-    for tree, slots, kids, active in batch.level_nodes:
+
+    def spread_of(unit):
+        live = reached(unit[0] * (N + 1) + unit[1])
+        return None if bool(live.all()) else _reached_rows(*unit, live)            # host read
+
+    for level in batch.level_nodes:
+        cut = spread_of(level) if reached is not None and drafted_support else None
+        unit, spread = cut if cut is not None else (level, None)
+        tree, slots = unit[0], unit[1]
         src = rows_of[tree * N + slots]
-        found = support.scan(p_rows, q_rows, src) if drafted_support else None
-        if found is not None:
-            yield tree, slots, kids, active, src, found
-        else:
-            yield from (unit + (rows_of[unit[0] * N + unit[1]], None)
-                        for unit in _row_blocks(tree, slots, kids, active, step))
+        found = (support.scan(p_rows, q_rows, src) if tree.shape[0] else None) if drafted_support else None
+        if found is not None or (spread is not None and tree.shape[0] == 0):
+            yield unit + (src, found, spread)
+            continue
+        for block in _row_blocks(*level, step):         # whole rows: blocks of the level's rows, as before
+            cut = spread_of(block) if reached is not None else None
+            if cut is not None and cut[0][0].shape[0]:
+                cut = None                              # some row of the block is reached: planned as a whole
+            unit = cut[0] if cut is not None else block
+            yield unit + (rows_of[unit[0] * N + unit[1]], None, None if cut is None else cut[1])
 
 
 def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tensor:
@@ -158,14 +191,18 @@ def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tenso
 def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
              rule: LevelRule, generator: torch.Generator | None = None, sample: bool = False,
              keep_residuals: bool = False, row_index: torch.Tensor | None = None,
-             drafted_support: bool = False, shapes: bool = True, block_bytes: int = CPU_BLOCK_BYTES) -> Allocation:
+             drafted_support: bool = False, shapes: bool = True, block_bytes: int = CPU_BLOCK_BYTES,
+             reached_only: bool = False) -> Allocation:
     """Pass 1 from the root down (inputs assumed valid; see :func:`gpu.verify.verify`; ``row_index``:
     :func:`row_numbers`).  ``drafted_support``: plan each level on its rows' drafted tokens (:mod:`gpu.support`;
     only for rules that read undrafted tokens through their total mass); a candidate token equal to ``V`` then
     stands for a draw from ``p·1[q = 0]`` (:func:`sample` makes it).  ``shapes``: give each level its children's
     subtree shapes (:attr:`TreeBatch.subtree_shapes`, ``LevelContext.child_shapes``; only for rules that read
     them).  ``block_bytes``: the CPU's row blocks on whole rows (:data:`CPU_BLOCK_BYTES`); rows are independent
-    in every rule, so the blocks change no float and no draw, only the time."""
+    in every rule, so the blocks change no float and no draw, only the time.  ``reached_only``: the rule decides a
+    node with ``ρ = 0`` as never reached (children's scalings 0, enter 1, stop 0, residual 0: UniVer's), so such
+    rows are not planned (:func:`_level_units`) and get that decision here — their candidate stays −1 (a zero
+    residual's draw, which no path reads), the draws of the others are the same."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dtype, dev = target_probs.dtype, target_probs.device
@@ -183,8 +220,18 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     rows_of = row_numbers(batch, row_index).reshape(-1)
     bufs = []                                        # whole-row gathers [rows, V], reused by every block
     drafted = []
-    for tree, slots, kids, active, src, found in _level_units(batch, p_rows, q_rows, rows_of, drafted_support,
-                                                              block_bytes):
+    reached = (lambda at: flat(rho)[at] > 0) if reached_only else None
+    for tree, slots, kids, active, src, found, spread in _level_units(batch, p_rows, q_rows, rows_of,
+                                                                      drafted_support, block_bytes, reached):
+        if spread is not None:                       # rows never reached: their children keep ρ = 0
+            full, keep, (dead_tree, dead_slots, dead_kids) = spread
+            flat(rho).scatter_(0, (dead_tree[:, None] * (N + 1) + dead_kids).view(-1), 0.0)
+            if keep_residuals:
+                residual[dead_tree, dead_slots] = 0
+            if tree.shape[0] == 0:
+                if sample:                           # each row's one uniform, as a zero residual's draw takes
+                    sample_rows(target_probs.new_zeros(full, 1), generator)
+                continue
         at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
         R = tree.shape[0]
         children = token_ext[kid_at]
@@ -202,7 +249,11 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         flat(enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
         flat(stop).scatter_(0, at, dec.stop.to(dtype))
         if sample:
-            y = sample_rows(dec.residual, generator)
+            if spread is None:
+                y = sample_rows(dec.residual, generator)
+            else:                                    # the unreached rows draw from zero residuals, in row order
+                y = sample_rows(dec.residual.new_zeros(full, dec.residual.shape[1]).index_copy_(
+                    0, keep, dec.residual), generator)[keep]
             flat(candidate).scatter_(0, at, y if found is None else support.tokens(found, y, V))
             if found is not None:
                 drafted.append((at, found.cols))
@@ -226,7 +277,7 @@ def _ext(x: torch.Tensor, fill) -> torch.Tensor:
 def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
            rule: LevelRule, generator: torch.Generator | None = None,
            row_index: torch.Tensor | None = None, drafted_support: bool = False, shapes: bool = True,
-           block_bytes: int = CPU_BLOCK_BYTES) -> VerifyResult:
+           block_bytes: int = CPU_BLOCK_BYTES, reached_only: bool = False) -> VerifyResult:
     """Pass 1 + pass 2 with independent coins: one verification per tree.  Y is the endpoint's candidate, or
     ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
     (:func:`gpu.support.draw_undrafted`) — rows are read whole only at the endpoint, once per tree."""
@@ -234,7 +285,8 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     V = target_probs.shape[-1]
     dev = target_probs.device
     alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True, row_index=row_index,
-                     drafted_support=drafted_support, shapes=shapes, block_bytes=block_bytes)
+                     drafted_support=drafted_support, shapes=shapes, block_bytes=block_bytes,
+                     reached_only=reached_only)
     entered = _ext(uniform((B, N), dev, generator) < alloc.enter.to(torch.float64), False)
     stops = uniform((B, N), dev, generator) < alloc.stop.to(torch.float64)
     kids = batch.children                                    # [B, N, K], dump N
@@ -302,10 +354,11 @@ def _success_sweeps(batch: TreeBatch, alloc: Allocation) -> tuple[torch.Tensor, 
 def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
                       rule: LevelRule, row_index: torch.Tensor | None = None,
                       drafted_support: bool = False, shapes: bool = True,
-                      block_bytes: int = CPU_BLOCK_BYTES) -> torch.Tensor:
+                      block_bytes: int = CPU_BLOCK_BYTES, reached_only: bool = False) -> torch.Tensor:
     """``E[τ | T]`` per tree ``[B]``: ``e`` at the root of :func:`_success_sweeps`."""
     alloc = allocate(batch, target_probs, draft_probs, process, rule, row_index=row_index,
-                     drafted_support=drafted_support, shapes=shapes, block_bytes=block_bytes)
+                     drafted_support=drafted_support, shapes=shapes, block_bytes=block_bytes,
+                     reached_only=reached_only)
     return _success_sweeps(batch, alloc)[1][:, 0]
 
 

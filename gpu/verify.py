@@ -32,6 +32,12 @@ METHODS = {"nss": nss_rule, "rrs": rrs_rule, "rrsw": rrsw_rule, "kseq": kseq_rul
 #: calls skip building them.
 SHAPE_METHODS = ("univer",)
 
+#: Methods whose level rule decides a node with ρ = 0 as never reached (children's scalings 0, enter 1, stop 0,
+#: residual 0), so the engine leaves such rows unplanned (``reached_only`` of :func:`gpu.engine.allocate`: the same
+#: floats and draws): UniVer routes no ρ to the child of a pair that meets both sides of the cut, and 4–13 of the
+#: 14–15 internal nodes of the benchmark's SmolLM2-drafted and Zipf-row trees at top 1 024 are unreached.
+REACHED_ONLY = ("univer",)
+
 #: Method → the CPU's row blocks on whole rows (``block_bytes`` of :func:`gpu.engine.allocate`; the others take
 #: :data:`gpu.engine.CPU_BLOCK_BYTES`): UniVer's node plans hold ~20 whole-row temporaries and sort and walk each row,
 #: so at V = 49 152 a block of one row runs whole-row verifications up to 30% faster than blocks of ten, whose
@@ -134,9 +140,9 @@ def _rule(where: str, method: str, process: str):
 def _engine_options(method: str, process: str) -> dict:
     """The engine's per-call settings for a method and process: plan on the drafted support
     (:data:`DRAFTED_SUPPORT`), build the subtree shapes (:data:`SHAPE_METHODS`), the CPU's row blocks
-    (:data:`BLOCK_BYTES`)."""
+    (:data:`BLOCK_BYTES`), leave the unreached rows unplanned (:data:`REACHED_ONLY`)."""
     return {"drafted_support": process in DRAFTED_SUPPORT, "shapes": method in SHAPE_METHODS,
-            "block_bytes": BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES)}
+            "block_bytes": BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES), "reached_only": method in REACHED_ONLY}
 
 
 def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,

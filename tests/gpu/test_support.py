@@ -279,3 +279,63 @@ def test_undrafted_draw_reads_each_endpoints_own_drafted_tokens():
     y = support.draw_undrafted(p, q, rows, drafted[rows], gen)
     assert not (q[rows, y] > 0).any()
     assert all(len(set(y[rows == r].tolist())) > 100 for r in range(4))       # spread over the undrafted tokens
+
+
+def far_trees(spec: str, process: str, seed: int, top: int | None, V: int = 200, B: int = 4):
+    """``(batch, p, q)``: B trees of ``spec`` drafted from rows far from the target (independent softmaxes of
+    3·N(0, 1) logits), truncated to their ``top`` tokens unless None — many pairs meet both sides of UniVer's cut,
+    whose A* child is then never reached (ρ = 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = TreeShape.parse(spec)
+    p, q = (torch.softmax(3 * torch.randn(B, shape.num_nodes, V, generator=gen, dtype=torch.float64), -1)
+            for _ in range(2))
+    if top is not None:
+        kept = q.topk(top, -1).indices
+        q = torch.zeros_like(q).scatter(-1, kept, q.gather(-1, kept))
+        q = q / q.sum(-1, keepdim=True)
+    batch, q = draft_tree(shape, q, process, B, gen)
+    return batch, p, q
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("spec", ["2,2,2", "(.,(.),(..))"])
+def test_unreached_rows_are_left_unplanned(process, spec):
+    """UniVer's nodes with ρ = 0 (never reached: ``gpu.verify.REACHED_ONLY``) left out of their level — scan,
+    compaction and rule — give the allocation (ρ, enter, stop, residuals), E[τ | T] and draws of planning every
+    row, bit for bit: on a level's drafted support (truncated trees) and on whole rows, in blocks of one row (a
+    block of unreached rows is not planned) and of every row (planned whole); the candidates of reached nodes are
+    the same, an unreached node left out keeps −1.  (Fails when its children's ρ is not zeroed, or when an
+    unreached row does not take its uniform.)"""
+    planned = []
+
+    def rule(ctx):
+        planned.append(ctx.rho.shape[0])
+        return METHODS["univer"](ctx)
+
+    for top, support_, block in ((20, True, engine.CPU_BLOCK_BYTES), (None, False, 8 * 200),
+                                 (None, False, engine.CPU_BLOCK_BYTES)):
+        batch, tp, dq = far_trees(spec, process, 5, top)
+        opts = {"drafted_support": support_, "block_bytes": block}
+        counts, allocs = [], []
+        for reached in (False, True):
+            planned.clear()
+            allocs.append(engine.allocate(batch, tp, dq, process, rule, torch.Generator().manual_seed(3),
+                                          sample=True, keep_residuals=True, reached_only=reached, **opts))
+            counts.append(sum(planned))
+        off, on = allocs
+        internal = batch.num_children > 0
+        unreached = internal & (off.rho == 0)
+        assert unreached.any(), "no unreached node: the case tests nothing"
+        for name in ("rho", "enter", "stop", "residual"):
+            assert torch.equal(getattr(on, name), getattr(off, name)), name
+        assert torch.equal(on.candidate[internal & ~unreached], off.candidate[internal & ~unreached])
+        if support_ or block < engine.CPU_BLOCK_BYTES:  # left out: fewer rows planned
+            assert (on.candidate[unreached] == -1).all() and counts[1] < counts[0]
+        else:                                           # one block holding reached rows: planned whole
+            assert torch.equal(on.candidate, off.candidate) and counts[1] == counts[0]
+        e = [engine.expected_accepted(batch, tp, dq, process, rule, reached_only=r, **opts) for r in (False, True)]
+        assert torch.equal(e[0], e[1])
+        for seed in range(4):
+            a, b = (engine.sample(batch, tp, dq, process, rule, torch.Generator().manual_seed(seed),
+                                  reached_only=r, **opts) for r in (False, True))
+            assert torch.equal(a.accepted_nodes, b.accepted_nodes) and torch.equal(a.next_token, b.next_token)
