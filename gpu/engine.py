@@ -133,8 +133,8 @@ def _row_blocks(tree, slots, kids, active, step: int | None):
 
 def _reached_rows(tree, slots, kids, active, live):
     """A level's rows with ``live`` (bool ``[R]``, a host read) — ``(tree, slots, kids, active)`` of those rows,
-    still sorted by branching, ``active`` and the branching ``K`` recounted — and ``(R, keep, dead_kids)``: the
-    level's row count, the kept rows' positions among them and the others' ``(tree, slots, kids)``."""
+    still sorted by branching, ``active`` and the branching ``K`` recounted — and ``(R, keep, dead)``: the level's
+    row count, the kept rows' positions among them and the others' ``(tree, slots, kids)``."""
     keep = live.nonzero().squeeze(1)
     before = torch.cat([live.new_zeros(1, dtype=torch.long), live.cumsum(0)]).tolist()
     active = tuple(before[a] for a in active)
