@@ -158,13 +158,15 @@ def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: boo
     N, V = batch.parent.shape[1], p_rows.shape[1]
     step = max(1, block_bytes // (V * p_rows.element_size())) if batch.device.type == "cpu" else None
 
-    def spread_of(unit):
-        live = reached(unit[0] * (N + 1) + unit[1])
-        return None if bool(live.all()) else _reached_rows(*unit, live)            # host read
+    def live_of(unit):
+        return reached(unit[0] * (N + 1) + unit[1])
 
     for level in batch.level_nodes:
-        cut = spread_of(level) if reached is not None and drafted_support else None
-        unit, spread = cut if cut is not None else (level, None)
+        unit, spread = level, None
+        if reached is not None and drafted_support:
+            live = live_of(level)
+            if not bool(live.all()):                    # host read
+                unit, spread = _reached_rows(*level, live)
         tree, slots = unit[0], unit[1]
         src = rows_of[tree * N + slots]
         found = (support.scan(p_rows, q_rows, src) if tree.shape[0] else None) if drafted_support else None
@@ -172,11 +174,12 @@ def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: boo
             yield unit + (src, found, spread)
             continue
         for block in _row_blocks(*level, step):         # whole rows: blocks of the level's rows, as before
-            cut = spread_of(block) if reached is not None else None
-            if cut is not None and cut[0][0].shape[0]:
-                cut = None                              # some row of the block is reached: planned as a whole
-            unit = cut[0] if cut is not None else block
-            yield unit + (rows_of[unit[0] * N + unit[1]], None, None if cut is None else cut[1])
+            unit, spread = block, None                  # a block with a reached row is planned as a whole
+            if reached is not None:
+                live = live_of(block)
+                if not bool(live.any()):                # host read
+                    unit, spread = _reached_rows(*block, live)
+            yield unit + (rows_of[unit[0] * N + unit[1]], None, spread)
 
 
 def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tensor:
