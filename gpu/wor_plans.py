@@ -53,7 +53,8 @@ import torch
 from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.nx import get_backend
 from univer_theory.orders import descending_ratio_order, order_ranks, ratio_argsort, top_tokens
-from univer_theory.plans.choose import ALPHA_TIE, SMALL_SUPPORT, single_child_rows, single_child_weights
+from univer_theory.plans.choose import (ALPHA_TIE, SMALL_SUPPORT, coupling_can_win, single_child_rows,
+                                        single_child_weights)
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
@@ -361,9 +362,9 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
                 walk: str = "auto"):
     """UniVer's automatic choice for k ≥ 2 wor children: for k = 2 rule 3 where feasible (its α within
     ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``; the
-    coupling, which attains α*_iid(ρ) exactly, built only where that exceeds PTS's α), replaced on draft supports
-    of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`)
-    where its α is larger by more than ``ALPHA_TIE``, and on larger supports within the Luce budget by rule 7
+    coupling, which attains α*_iid(ρ) exactly, built only where it can win: ``choose.coupling_can_win``), replaced
+    on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`) where its α
+    is larger by more than ``ALPHA_TIE``, and on larger supports within the Luce budget by rule 7
     (:func:`gpu.luce.luce_rows_weights`, on rows whose classes of exchangeable tokens fit its budget,
     :func:`gpu.luce.luce_rows`) where its α is larger by more than ``OPTIMALITY_TOL`` —
     :func:`univer_theory.plans.choose.choose_plan`.  As there, rule 7 is fitted only on the rows whose α is below
@@ -401,8 +402,8 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     if rows.shape[0]:
         w_pts, a_pts = _pts_weights(c[rows], q[rows], p[rows], children[rows], walk, order[rows])
         w[rows], a[rows] = w_pts, a_pts
-        alpha = a_pts.sum(-1)           # the coupling attains α*_iid(ρ): built only where that exceeds PTS's α
-        rows = rows[alpha_star_rows(p[rows], q[rows], k, "iid", rho[rows], order[rows])[0] > alpha]
+        star = alpha_star_rows(p[rows], q[rows], k, "iid", rho[rows], order[rows])[0]
+        rows = rows[coupling_can_win(star, a_pts.sum(-1))]     # the coupling attains α*_iid(ρ)
     if rows.shape[0]:
         w_cp, a_cp = _coupling_weights(c[rows], q[rows], children[rows])
         _take(w, a, rows, a_cp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))

@@ -5,16 +5,16 @@
 * ``wor`` at ρ = 0: the node is never reached; the plan selects nothing (``unreached``, no rule is built);
 * ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible, which it is only when its exact α is within
   ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
-  exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``; not built where PTS reaches α*_iid(ρ), which the
-  coupling attains exactly); on a small draft support (≤ :data:`SMALL_SUPPORT`
-  tokens) rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; on a larger
-  support, where they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first rule 7 (``luce``, α*-exact) when
-  the classes of exchangeable tokens are within the Luce budget (:func:`~univer_theory.plans.luce.luce_budget`),
-  then, if still short, rule 8 (``first_draw``, the node seen through its first draw,
-  :mod:`~univer_theory.plans.first_draw`) when the top token's first-draw probability π exceeds the plan's α by
-  more than that (what rule 8's tuples starting with t can give is at most π); each replaces the plan when it is better by more than
-  ``OPTIMALITY_TOL``.  Neither is built when the plan is within ``OPTIMALITY_TOL`` of α*(ρ), which gives the same
-  choice as building them always (their α never exceeds α*);
+  exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``; not built where PTS comes within ``ALPHA_TIE`` of
+  α*_iid(ρ), which the coupling attains exactly: :func:`coupling_can_win`); on a small draft support
+  (≤ :data:`SMALL_SUPPORT` tokens) rule 1 (``lp``, α*-optimal) replaces them when it is better by more than
+  :data:`ALPHA_TIE`; on a larger support, where they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first
+  rule 7 (``luce``, α*-exact) when the classes of exchangeable tokens are within the Luce budget
+  (:func:`~univer_theory.plans.luce.luce_budget`), then, if still short, rule 8 (``first_draw``, the node seen
+  through its first draw, :mod:`~univer_theory.plans.first_draw`) when the top token's first-draw probability π
+  exceeds the plan's α by more than that (what rule 8's tuples starting with t can give is at most π); each
+  replaces the plan when it is better by more than ``OPTIMALITY_TOL``.  Neither is built when the plan is within
+  ``OPTIMALITY_TOL`` of α*(ρ), which gives the same choice as building them always (their α never exceeds α*);
 * ``topk``: the fixed top-k list filled in drafting order (``fill``, closed form, α*-optimal, exact in Fraction
   mode); ``greedy``: the closed-form ``greedy_fill`` (α*-optimal);
 * rule 6 (``tv``) as the last resort.
@@ -56,6 +56,9 @@ CONSTRUCTIONS = {
 SMALL_SUPPORT = 8
 #: α differences below this count as ties (the earlier, closed-form construction wins).
 ALPHA_TIE = 1e-12
+#: How far rule 5's float α may sit from the closed-form α*_iid(ρ) it attains (measured ≤ 6e-15; checked to this
+#: bound on a seeded grid): the margin of :func:`coupling_can_win`.
+COUPLING_GAP = 1e-13
 
 
 def single_child_rows(c, q, process: str):
@@ -271,12 +274,19 @@ def unreached_plan(target_probs, k: int) -> NodePlan:
     return NodePlan("unreached", 0.0, p, np.zeros(p.size), lambda S: np.zeros(k))
 
 
+def coupling_can_win(star_iid, alpha_pts):
+    """Where rule 5 can beat PTS's α by more than ``ALPHA_TIE``: ``α*_iid(ρ) > α_PTS + ALPHA_TIE − COUPLING_GAP``.
+    The coupling attains α*_iid(ρ) exactly (theory.md §6.3 rule 5; its float α within :data:`COUPLING_GAP` of the
+    closed form's), so elsewhere it would lose or tie and is not built: the choice is the same.  Floats or
+    arrays (numpy or torch)."""
+    return star_iid > alpha_pts + (ALPHA_TIE - COUPLING_GAP)
+
+
 def _pts_or_coupling(target_probs, draft_probs, rho, k: int) -> NodePlan:
-    """Rules 4 and 5 (wor): the larger α, PTS on ties within ``ALPHA_TIE``.  The coupling attains α*_iid(ρ)
-    exactly (theory.md §6.3 rule 5; its float α is within ~6e-15 of the closed form's, far below ``ALPHA_TIE``), so
-    where PTS already reaches ``α*_iid(ρ)`` it is not built: the choice is the same."""
+    """Rules 4 and 5 (wor): the larger α, PTS on ties within ``ALPHA_TIE``; the coupling built only where it can
+    win (:func:`coupling_can_win`)."""
     pts = pts_plan(target_probs, draft_probs, rho, k, "wor")
-    if float(alpha_star(target_probs, draft_probs, k, "iid", rho)) <= float(pts.alpha):
+    if not coupling_can_win(float(alpha_star(target_probs, draft_probs, k, "iid", rho)), float(pts.alpha)):
         return pts
     return _best([pts, iid_coupling_plan(target_probs, draft_probs, rho, k, "wor")])
 
