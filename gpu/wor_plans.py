@@ -54,7 +54,7 @@ from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.nx import get_backend
 from univer_theory.orders import descending_ratio_order, order_ranks, ratio_argsort, top_tokens
 from univer_theory.plans.choose import (ALPHA_TIE, SMALL_SUPPORT, coupling_can_win, single_child_rows,
-                                        single_child_weights)
+                                        single_child_weights, under_ceiling)
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
@@ -369,9 +369,10 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     :func:`gpu.luce.luce_rows`) where its α is larger by more than ``OPTIMALITY_TOL`` —
     :func:`univer_theory.plans.choose.choose_plan`.  As there, rule 7 is fitted only on the rows whose α is below
     α*(ρ) (:func:`univer_theory.alpha_star.alpha_star_rows`) by more than ``OPTIMALITY_TOL``: its α never
-    exceeds α*, so the choice is the same; rule 1 is solved on every small support, as there.  Then, on the rows
-    still short of α*(ρ) whose top token's first-draw probability exceeded their α by more than ``OPTIMALITY_TOL``,
-    rule 8 (:func:`_first_draw`) where it is better by more than ``OPTIMALITY_TOL``, as there.
+    exceeds α*, so the choice is the same (nor where α reaches the ceiling ``ρ·p(supp q)`` of every α less
+    ``OPTIMALITY_TOL/2``: ``choose.under_ceiling``); rule 1 is solved on every small support, as there.  Then, on
+    the rows still short of α*(ρ) whose top token's first-draw probability exceeded their α by more than
+    ``OPTIMALITY_TOL``, rule 8 (:func:`_first_draw`) where it is better by more than ``OPTIMALITY_TOL``, as there.
     ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
     shaped as ``children``; ``walk``: how PTS finds θ (:func:`pts_weights`).  Rows with ρ = 0 are never reached:
     ``w = a = 0`` there and no rule is built (``choose.unreached_plan``).  On the CPU the whole choice is one host
@@ -417,7 +418,8 @@ def _wor_weights(c, q, rho, p, children, walk: str):
         alpha = a[rows].sum(-1)
         first = first_draw_gate(q[rows], alpha, OPTIMALITY_TOL)
         luce = luce_rows(c[rows], q[rows], k)
-        rows, first, luce, alpha = rows[first | luce], first[first | luce], luce[first | luce], alpha[first | luce]
+        gate = (first | luce) & under_ceiling(c[rows], q[rows], alpha)
+        rows, first, luce, alpha = rows[gate], first[gate], luce[gate], alpha[gate]
     if rows.shape[0]:
         star = alpha_star_rows(p[rows], q[rows], k, "wor", rho[rows], order[rows])[0] - OPTIMALITY_TOL
         fit = rows[luce & (alpha < star)]

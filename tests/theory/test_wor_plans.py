@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from univer_theory import ConfidentModel
 from univer_theory.alpha_star import alpha_star_iid, alpha_star_wor
+from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans.clocks import sequential_thinning_avail
 from univer_theory.plans.iid_coupling import iid_coupling_plan, virtual_draws
 from univer_theory.plans.luce import luce_plan
@@ -328,6 +330,60 @@ def test_choice_builds_the_coupling_only_where_it_can_win():
                         counts["tied" if star > float(pts.alpha) else "skipped"] += 1
     assert worst[0] <= COUPLING_GAP, f"coupling α vs α*_iid: worst {worst}"
     assert all(counts.values()), counts
+
+
+def ceiling_rows(V, k):
+    """Zipf-like rows with whole drafts and drafts truncated to their top max(V/4, 2k) tokens, then confident rows
+    (one draft token holding all but 1e-8 or 1e-3 of q; every target family)."""
+    for seed in range(3):
+        rng = np.random.default_rng(100 * V + 10 * k + seed)
+        p = np.arange(1, V + 1, dtype=float) ** -1.1
+        p = p[rng.permutation(V)] / p.sum()
+        q = p * np.exp(0.8 * rng.standard_normal(V))
+        if seed:
+            q[np.argsort(-q)[max(V // 4, 2 * k):]] = 0.0
+        yield p, q / q.sum()
+    for seed, target in enumerate(CONFIDENT_TARGETS):
+        for tail in (1e-8, 1e-3):
+            model = ConfidentModel(V, seed=seed, tail=tail, target=target)
+            yield model.target(()), model.draft(())
+
+
+def test_rules_7_and_8_are_not_gated_at_the_ceiling(monkeypatch):
+    """Every plan's α, α*(ρ) included, is at most ``ρ·p(supp q)``, so a plan within ``OPTIMALITY_TOL/2`` of it is
+    not short of α*(ρ) and rules 7 and 8 are not built: ``choose.under_ceiling`` spares forming α*(ρ) there.  On the
+    rows of :func:`ceiling_rows` (V = 12, 40, 300; k = 3, 4; ρ = 1 … 0.05) the choice is the one made with the
+    check off (construction and marginal), α*_wor(ρ) ≤ ρ·p(supp q) + 1e-12 everywhere (worst reported), the check
+    spares α*(ρ) on some node whose cheap gates passed, and rule 7 is still built on some other."""
+    import univer_theory.plans.choose as choose
+    calls, worst, built = [], (-1.0, ()), set()
+    counted = choose.alpha_star
+
+    def alpha_star(*args, **kwargs):
+        calls.append(args[3])
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(choose, "alpha_star", alpha_star)
+    made = {True: 0, False: 0}
+    for V in (12, 40, 300):
+        for k in (3, 4):
+            for i, (p, q) in enumerate(ceiling_rows(V, k)):
+                for rho in (1.0, 0.5, 0.2, 0.05):
+                    where, plans = (V, k, i, rho), {}
+                    for check in (True, False):
+                        with monkeypatch.context() as m:
+                            if not check:
+                                m.setattr(choose, "under_ceiling", lambda c, q, alpha: True)
+                            del calls[:]
+                            plans[check] = choose.choose_plan(p, q, rho, k, "wor")
+                            made[check] += calls.count("wor")
+                    assert plans[True].construction == plans[False].construction, where
+                    assert np.array_equal(plans[True].marginal, plans[False].marginal), where
+                    built.add(plans[True].construction)
+                    over = float(alpha_star_wor(p, q, k, rho)) - rho * float(p[q > 0].sum())
+                    worst = max(worst, (over, where))
+    assert worst[0] <= 1e-12, f"α*_wor above the ceiling: worst {worst}"
+    assert 0 < made[True] < made[False] and "luce" in built, (made, built)
 
 
 # ----------------------------------------------------------------------------------------------- all rules

@@ -227,15 +227,26 @@ def build_plan(construction: str, target_probs, draft_probs, rho, k: int, proces
     return plan
 
 
+def under_ceiling(c, q, alpha):
+    """``[...]`` bool: where a plan of acceptance ``α`` on rows ``c = ρp``, ``q`` ``[..., V]`` may still fall short of
+    α*(ρ) by more than ``OPTIMALITY_TOL``: ``α < ρ·p(supp q) − OPTIMALITY_TOL/2``.  Every plan's α, α*(ρ) included,
+    is at most ``ρ·p(supp q) = Σ_{q>0} c`` (``a ≤ ρp``, and ``a = 0`` off the draft support), so elsewhere α is
+    within ``OPTIMALITY_TOL/2`` of α*(ρ) — and of its float closed form, within 1e-12 of the LP — and rules 7 and
+    8 would not be built: α*(ρ) need not be formed.  numpy or torch."""
+    nx = get_backend(c, q)
+    return alpha < nx.sum(nx.where(q > 0, c, 0.0)) - OPTIMALITY_TOL / 2
+
+
 def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
     """wor on a large support: rules 7, then 8, where ``plan`` falls short of α*(ρ) by more than ``OPTIMALITY_TOL``
-    (module docstring); α*(ρ) is computed only when one of their cheap gates passes."""
+    (module docstring); α*(ρ) is computed only when one of their cheap gates passes and the plan is below the
+    ceiling of every α (:func:`under_ceiling`)."""
     p = np.asarray(target_probs, dtype=np.float64)
     c = float(rho) * p
     alpha = float(plan.alpha)
     first = bool(first_draw_gate(q, alpha, OPTIMALITY_TOL))
     luce = luce_budget(token_classes(q, c)[1], k)
-    if not (first or luce):
+    if not ((first or luce) and under_ceiling(c, q, alpha)):
         return plan
     star = float(alpha_star(target_probs, q, k, "wor", rho)) - OPTIMALITY_TOL
     if luce and alpha < star:
