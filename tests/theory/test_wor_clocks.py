@@ -97,3 +97,30 @@ def test_symmetric_below_compiled_is_the_nested_cumulative_sums(k):
             for odds in (spread, rng.uniform(0.0, 2.0, shape)):    # like magnitudes: every rounding shows
                 got, want = alpha_star._symmetric_below(odds, k), nested(odds)
                 assert got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_rate_times_is_the_broadcast_exponent_bit_for_bit():
+    """``rate_times`` on numpy (its exponent in one compiled pass) equals numpy's broadcast form
+    ``exp(min(log q + s, LOG_RATE_TIME_CAP))`` bit for bit — rates with exact zeros, subnormal and confident ones,
+    capped and uncapped nodes; rows ``[R, m, 1]``, ``[m, 1]``, one rate ``[1]``, and into a given ``out`` — and
+    rejects rates that are not ``[..., 1]`` or nodes that are not ``[t]``."""
+    from univer_theory.plans.clocks import LOG_RATE_TIME_CAP
+    s = log_time_grid(LOG_T_NODES, log_time_upper(1e-310))[0]
+    capped = 0
+    for name, _, q in rows(300):
+        q = q.copy()
+        q[:2] = 5e-324, 0.0
+        for r in (q[None, :, None], q[:, None], q[:1]):
+            with np.errstate(divide="ignore"):
+                x = np.add(np.log(r), s)
+                want = np.exp(np.clip(x, None, LOG_RATE_TIME_CAP))
+                out = np.full(want.shape, np.nan)
+                got, into = rate_times(r, s), rate_times(r, s, out=out)
+            assert got.shape == want.shape and np.array_equal(got, want), name
+            assert into is out and np.array_equal(out, want), name
+            capped += int((x > LOG_RATE_TIME_CAP).sum())
+    assert capped
+    with pytest.raises(ValueError, match=r"rates \[\.\.\., 1\]"):
+        rate_times(np.full((3, 2), 0.5), s)
+    with pytest.raises(ValueError, match=r"nodes \[t\]"):
+        rate_times(np.full((3, 1), 0.5), s[None, :])

@@ -85,14 +85,30 @@ def log_time_grid(nodes: int = LOG_T_NODES, upper: float = LOG_T_RANGE[1]):
 def rate_times(rates, s, out=None):
     """``q·T = exp(log q + s)`` for rates ``[..., 1]`` against nodes ``s [t]`` (0 where q = 0), never forming T;
     capped at ``e^{LOG_RATE_TIME_CAP}``, where every clock term is exactly 0 or 1.  numpy arrays or torch tensors
-    (:mod:`univer_theory.nx`; the batched clock integral of ``gpu.wor_plans`` uses it); ``out``: a numpy array of
-    the result's shape to write it into."""
+    (:mod:`univer_theory.nx`; the batched clock integral of ``gpu.wor_plans`` uses it); ``out``: a C-contiguous
+    numpy array of the result's shape to write it into."""
     nx = get_backend(rates, s)
     if nx is NUMPY:                  # in place: the walk's [R, m, t] grids are MBs, each temporary page-faulted
-        x = np.add(nx.log(rates), s, out=out)
-        return np.exp(np.clip(x, None, LOG_RATE_TIME_CAP, out=x), out=x)
+        log_rates, s = nx.log(rates), np.asarray(s, dtype=np.float64)
+        if log_rates.shape[-1:] != (1,) or s.ndim != 1:
+            raise ValueError(f"rate_times: rates [..., 1] against nodes [t], got {log_rates.shape} and {s.shape}")
+        x = np.empty(log_rates.shape[:-1] + s.shape) if out is None else out
+        _capped_log_times(log_rates.reshape(-1), s, LOG_RATE_TIME_CAP, x.reshape(-1, s.shape[0]))
+        return np.exp(x, out=x)
     x = nx.log(rates) + s
     return nx.exp(nx.clip(x, None, LOG_RATE_TIME_CAP))
+
+
+@numba.njit(cache=True, nogil=True)
+def _capped_log_times(log_rates, s, cap, out):  # pragma: no cover - compiled
+    """``out[i, n] = min(log q_i + s_n, cap)`` (``out [N, t]``, a view): :func:`rate_times`' exponent, numpy's
+    broadcast add and clip as one pass — the same IEEE operations (a NaN stays NaN).  numpy's broadcast add runs
+    an inner loop of t per rate, ~7× this loop at t ≈ 100 (~0.2 ms a walk at m = 1 025)."""
+    for i in range(log_rates.shape[0]):
+        a = log_rates[i]
+        for n in range(s.shape[0]):
+            x = a + s[n]
+            out[i, n] = cap if x > cap else x
 
 
 def acceptance_caps(c):
