@@ -416,10 +416,12 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     rows = nx.nonzero(~feasible & (support > SMALL_SUPPORT))[0]
     if rows.shape[0]:                   # rules 7 and 8 where the plan so far is short of α*(ρ) by > OPTIMALITY_TOL
         alpha = a[rows].sum(-1)
+        below = under_ceiling(c[rows], q[rows], alpha)    # the one-pass gate first: the others on its rows only
+        rows, alpha = rows[below], alpha[below]
+    if rows.shape[0]:
         first = first_draw_gate(q[rows], alpha, OPTIMALITY_TOL)
         luce = luce_rows(c[rows], q[rows], k)
-        gate = (first | luce) & under_ceiling(c[rows], q[rows], alpha)
-        rows, first, luce, alpha = rows[gate], first[gate], luce[gate], alpha[gate]
+        rows, first, luce, alpha = rows[first | luce], first[first | luce], luce[first | luce], alpha[first | luce]
     if rows.shape[0]:
         star = alpha_star_rows(p[rows], q[rows], k, "wor", rho[rows], order[rows])[0] - OPTIMALITY_TOL
         fit = rows[luce & (alpha < star)]

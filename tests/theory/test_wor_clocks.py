@@ -103,7 +103,7 @@ def test_rate_times_is_the_broadcast_exponent_bit_for_bit():
     """``rate_times`` on numpy (its exponent in one compiled pass) equals numpy's broadcast form
     ``exp(min(log q + s, LOG_RATE_TIME_CAP))`` bit for bit — rates with exact zeros, subnormal and confident ones,
     capped and uncapped nodes; rows ``[R, m, 1]``, ``[m, 1]``, one rate ``[1]``, and into a given ``out`` — and
-    rejects rates that are not ``[..., 1]`` or nodes that are not ``[t]``."""
+    rejects rates that are not ``[..., 1]``, nodes that are not ``[t]`` and an ``out`` it cannot write in place."""
     from univer_theory.plans.clocks import LOG_RATE_TIME_CAP
     s = log_time_grid(LOG_T_NODES, log_time_upper(1e-310))[0]
     capped = 0
@@ -124,3 +124,5 @@ def test_rate_times_is_the_broadcast_exponent_bit_for_bit():
         rate_times(np.full((3, 2), 0.5), s)
     with pytest.raises(ValueError, match=r"nodes \[t\]"):
         rate_times(np.full((3, 1), 0.5), s[None, :])
+    with pytest.raises(ValueError, match="out must be a C-contiguous"):
+        rate_times(np.full((3, 1), 0.5), s, out=np.empty((s.size, 3)).T)

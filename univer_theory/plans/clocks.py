@@ -93,6 +93,8 @@ def rate_times(rates, s, out=None):
         if log_rates.shape[-1:] != (1,) or s.ndim != 1:
             raise ValueError(f"rate_times: rates [..., 1] against nodes [t], got {log_rates.shape} and {s.shape}")
         x = np.empty(log_rates.shape[:-1] + s.shape) if out is None else out
+        if not x.flags.c_contiguous:        # the compiled pass writes through a flat view of it
+            raise ValueError("rate_times: out must be a C-contiguous numpy array")
         _capped_log_times(log_rates.reshape(-1), s, LOG_RATE_TIME_CAP, x.reshape(-1, s.shape[0]))
         return np.exp(x, out=x)
     x = nx.log(rates) + s
