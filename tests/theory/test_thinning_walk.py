@@ -16,8 +16,8 @@ import pytest
 from univer_theory import ConfidentModel
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans import clocks
-from univer_theory.plans.clocks import (LOG_T_NODES, early_nodes, kth_largest, live_nodes, log_time_grid,
-                                        log_time_upper, rate_times, thinning_walk, walk_states)
+from univer_theory.plans.clocks import (LOG_T_NODES, early_nodes, log_time_grid,
+                                        log_time_upper, rate_times, row_weights, thinning_walk, walk_states)
 from univer_theory.plans.pts import pair_avail, pair_thinning_walk, priority_order, thinning_fixed_point
 
 RTOL = 1e-13
@@ -76,8 +76,13 @@ def walk_inputs(p, q, k, rho):
     order = priority_order(p, q)
     order = order + [y for y in range(q.size) if q[y] == 0]
     qs, cs = q[order], rho * p[order]
-    s, w = log_time_grid(LOG_T_NODES, log_time_upper(kth_largest(qs, k)))
+    s, w = log_time_grid(LOG_T_NODES, log_time_upper(np.sort(qs)[-k]))
     return qs, cs, s, w
+
+
+def own_end(qs, k, s, w):
+    """The row's weights ``[1, t]`` up to its own end, as PTS walks it (:func:`row_weights`)."""
+    return row_weights(w, s, qs[None], np.sort(qs)[::-1][None, :k])
 
 
 def assert_close(got, want, what, qs=None, theta=None, rtol=RTOL):
@@ -130,32 +135,30 @@ def test_walk_memory_model():
 
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_left_out_nodes_and_row_chunks(monkeypatch, k):
-    """The nodes the walk leaves out, and its row chunks: past :func:`live_nodes` (2k clocks certainly arrived)
-    the terms are exact zeros — the walk over them too, one row a chunk (its clock factors formed a block at a
-    time, not once for the row), gives the same bits; below :func:`early_nodes` they are below 2^-56 of each
-    availability — the walk over them too agrees to 1e-15 relative (plus the conditioning slack of
+    """The nodes the walk leaves out, and its row chunks, on the weights PTS walks (each row's own end,
+    :func:`row_weights`; rows of a chunk share the widest grid): one row a chunk (its clock factors formed a block
+    at a time, not once for the row) gives the same bits; below :func:`early_nodes` the nodes hold below 2^-56 of
+    each availability — the walk over them too agrees to 1e-15 relative (plus the conditioning slack of
     :func:`assert_close`).  On Zipf, Dirichlet and confident rows; the cuts are real (Zipf rows keep under half
     of the default grid for k ≥ 3), and a cut inside the integrands' support would show."""
     cases = [walk_inputs(p, q, k, 0.7) for _, p, q in rows(300, k)]
     s = max((c[2] for c in cases), key=len)
-    W = np.stack([np.concatenate([c[3], np.zeros(s.size - c[3].size)]) for c in cases])
+    W = np.stack([np.concatenate([own_end(*c[:1], k, *c[2:])[0], np.zeros(s.size - c[3].size)]) for c in cases])
     qs, cs = np.stack([c[0] for c in cases]), np.stack([c[1] for c in cases])
     want = thinning_walk(qs, cs, k, s, W)
-    kept = [live_nodes(c[0], k, c[2], c[3]) - early_nodes(k, c[2]) for c in cases[:2]]
+    kept = [np.count_nonzero(W[i]) - early_nodes(k, cases[i][2]) for i in range(2)]
     assert all(n < (0.5 if k >= 3 else 0.67) * cases[0][2].size for n in kept), kept
-    live = clocks.live_nodes
-    monkeypatch.setattr(clocks, "live_nodes", lambda qs, k, s, w: s.size)
     monkeypatch.setattr(clocks, "WALK_BYTES", 1)
     got = thinning_walk(qs, cs, k, s, W)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    early = clocks.early_nodes
     monkeypatch.setattr(clocks, "early_nodes", lambda k, s: 0)
     full = thinning_walk(qs, cs, k, s, W)
     for i in range(len(cases)):
         assert_close(want[0][i], full[0][i], "θ without the early nodes", qs[i], full[0][i], rtol=1e-15)
         assert_close(want[1][i], full[1][i], "avail without the early nodes", qs[i], full[0][i], rtol=1e-15)
-    # the comparison sees a cut inside the integrands' support: at q_(2k)·T ≥ 0.01 instead
-    monkeypatch.setattr(clocks, "live_nodes", live)
-    monkeypatch.setattr(clocks, "CLOCK_DEAD", 0.01)
+    # the comparison sees a cut inside the integrands' support: 8 nodes past the early ones
+    monkeypatch.setattr(clocks, "early_nodes", lambda k, s: early(k, s) + 8)
     assert not np.array_equal(thinning_walk(qs, cs, k, s, W)[1], want[1])
 
 
@@ -224,3 +227,46 @@ def test_walks_on_threads_keep_their_own_scratch():
     for i, (theta, avail) in enumerate(threaded):
         want = serial[i % len(jobs)]
         assert np.array_equal(theta, want[0]) and np.array_equal(avail, want[1]), jobs[i % len(jobs)][4]
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_row_weights_leave_out_only_the_grids_tail(monkeypatch, k):
+    """``row_weights`` zeroes the nodes past a row's own end, where the k-th arrival has not come with probability
+    at most ``k·e^{−50}`` (of its two bounds the smaller end; the grid's panels go on to a panel boundary): the walk
+    on them against the walk on the whole panels — every availability within ``k²·e^{−50}`` absolute (plus 1e-15
+    relative: the dropped terms are the last of each sum), θ within the conditioning slack of :func:`assert_close`
+    and that absolute slack over the availability.  On Zipf, Dirichlet and confident rows (tails to 1e-310),
+    and a row whose k largest rates hold all but 3e-298, ρ = 0.7.  The cut is real (the Zipf rows keep ≤ 85% of
+    the nodes they had), each bound sets some row's end,
+    each end holds the k-th arrival's tail to its bound, and ends at ``e^{−5}`` instead show."""
+    heavy = np.concatenate([np.full(k, 1.0 / k), np.full(300 - k, 1e-300)])     # the k largest hold all but 3e-298
+    cases = [walk_inputs(p, q, k, 0.7) for _, p, q in [*rows(300, k), ("k heavy", heavy[::-1], heavy)]]
+    slack = k * k * np.exp(-50.0)
+
+    def compare(cut_off):
+        worst = 0.0
+        for qs, cs, s, w in cases:
+            cut = own_end(qs, k, s, w)
+            assert np.all((cut[0] == w) | (cut[0] == 0)) and np.all(np.diff((cut[0] > 0).astype(int)) <= 0)
+            theta, avail = (x[0] for x in thinning_walk(qs[None], cs[None], k, s, cut))
+            ref_theta, ref_avail = (x[0] for x in thinning_walk(qs[None], cs[None], k, s, w[None]))
+            worst = max(worst, np.max(np.abs(avail - ref_avail) - 1e-15 * np.abs(ref_avail)) / slack)
+            if not cut_off:
+                floor = np.min(ref_avail[ref_avail > 0])
+                assert_close(theta, ref_theta, "θ", qs, ref_theta, rtol=1e-15 + slack / floor)
+        return worst
+
+    assert compare(False) <= 1.0
+    kept, bounds = [], []
+    for qs, _, s, w in cases:
+        n = np.count_nonzero(own_end(qs, k, s, w))
+        kept.append(n / s.size)
+        if n < s.size:                  # the first node left out: the k-th arrival's tail is within its bound there
+            top = np.sort(qs)[::-1]                             # q·T as exp(log q + s): T itself may overflow
+            first = k * np.exp(-np.exp(np.log(top[k - 1]) + s[n]))
+            second = (np.count_nonzero(qs) + 1) ** (k - 1) * np.exp(-np.exp(np.log(top[k - 1:].sum()) + s[n]))
+            bounds.append(first < second)
+            assert min(first, second) <= k * np.exp(-50.0) * (1 + 1e-9), (n, first, second)
+    assert max(kept[:2]) <= 0.85 and len(set(bounds)) == 2, (kept, bounds)
+    monkeypatch.setattr(clocks, "TAIL_RATE_TIME", 5.0)
+    assert compare(True) > 1.0
