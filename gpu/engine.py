@@ -21,7 +21,8 @@ Slots are padded with a *dump* index ``N``: tensors indexed by slot have ``N + 1
 scatter harmlessly into the last one.  The engine itself reads the host inside the per-depth loops only for a
 level's drafted width (:func:`gpu.support.scan`, when planning on the drafted support; the level structure comes
 from :attr:`TreeBatch.level_nodes`, computed once per batch) and, for a rule that leaves nodes with ``ρ = 0``
-unplanned (``reached_only``: UniVer's), which of a level's rows are reached; the baseline
+unplanned (``reached_only``: UniVer's), which of a level's rows are reached, and on the CPU (where a read costs no
+sync) whether a level's whole rows are consecutive input rows, read in place then (:func:`_run_start`); the baseline
 rules (:mod:`gpu.rules`) do not either, except a free check on the CPU; UniVer's level rule reads the host for
 data-dependent shapes and loop counts (row subsets, block sizes, the clock grid's length, simplex pivots,
 convergence tests — README, "Host reads").
@@ -45,9 +46,10 @@ class LevelContext:
     The engine packs a depth's internal nodes of all trees into the ``R`` rows, largest branching first (on the
     CPU in blocks of rows, :data:`CPU_BLOCK_BYTES`), and passes ``active`` so rules can restrict sibling step j
     to the leading ``active[j]`` rows (``child_mask`` stays authoritative inside them).  ``target`` / ``draft``
-    are row copies in buffers the engine reuses for the next block once the decision is consumed, or a level's
-    rows on their drafted columns (:mod:`gpu.support`: ``V`` is then ``M + 1`` and ``children`` are columns);
-    rules are composed (e.g. the bug zoo reuses ``ctx.target``), so a rule never writes into a context's tensors.
+    are row copies in buffers the engine reuses for the next block once the decision is consumed, views of the
+    input rows where those are consecutive (on the CPU, :func:`_run_start`), or a level's rows on their drafted
+    columns (:mod:`gpu.support`: ``V`` is then ``M + 1`` and ``children`` are columns); rules are composed (e.g.
+    the bug zoo reuses ``ctx.target``), so a rule never writes into a context's tensors.
     """
 
     rho: torch.Tensor         # [R]     scaling ρ of each node
@@ -240,6 +242,8 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         children = token_ext[kid_at]
         if found is not None:
             p, q, children = support.compact(found, children)
+        elif (start := _run_start(src)) is not None:     # consecutive input rows: read in place
+            p, q = p_rows[start:start + R], q_rows[start:start + R]
         else:
             if not bufs or bufs[0].shape[0] < R:
                 bufs = [p_rows.new_empty(R, V), q_rows.new_empty(R, V)]
@@ -270,6 +274,15 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     rho[:, N] = 0
     return Allocation(rho[:, :N], enter[:, :N], stop[:, :N], None if candidate is None else candidate[:, :N],
                       residual, tuple(drafted))
+
+
+def _run_start(src: torch.Tensor) -> int | None:
+    """``src[0]`` where the rows ``src [R]`` are consecutive (``src[i] = src[0] + i``), else None; on the CPU only
+    (a host read): there a level's whole rows are then a view of the input rows, not a copy — the copy was a write
+    and a re-read of every row, ~1/8 of an RRSw or TV verification on whole rows."""
+    if src.device.type != "cpu" or not bool((src[1:] - src[:-1] == 1).all()):
+        return None
+    return int(src[0]) if src.shape[0] else None
 
 
 def _ext(x: torch.Tensor, fill) -> torch.Tensor:

@@ -87,6 +87,41 @@ def test_row_blocks_change_no_float_and_no_draw(method, process):
         assert torch.equal(getattr(draws[0], name), getattr(draws[1], name)), name
 
 
+@pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+def test_consecutive_rows_are_read_in_place(monkeypatch, method, process):
+    """On the CPU a level's whole rows that are consecutive input rows reach the rule as a view of the input, not a
+    copy (``gpu.engine._run_start``; every level of one tree here, none of a ragged batch's): no rule writes into
+    them — the inputs are unchanged after pass 1, the draws and E[τ] — and the allocation, E[τ] and the draws are
+    the copies', bit for bit."""
+    model, trees = random_batch(process, 6, seed=3, count=7)
+    seen = []
+
+    def run(batch, p, q):
+        def spy(ctx):
+            seen.append(ctx.target.untyped_storage().data_ptr() == p.untyped_storage().data_ptr())
+            return METHODS[method](ctx)
+        seen.clear()
+        return (allocate(batch, p, q, process, spy, keep_residuals=True),
+                engine.sample(batch, p, q, process, spy, torch.Generator().manual_seed(5)),
+                expected_accepted_length(batch, p, q, process, method))
+
+    run(*padded_rows(trees[:6], model))
+    assert not any(seen), seen                        # six trees: no level's rows are consecutive
+    batch, p, q = padded_rows(trees[6:], model)       # one tree "((.(..)),(.),.)": levels of one and two rows
+    inputs = p.clone(), q.clone()
+    views = run(batch, p, q)
+    assert seen and all(seen), seen
+    assert torch.equal(p, inputs[0]) and torch.equal(q, inputs[1])
+    monkeypatch.setattr(engine, "_run_start", lambda src: None)
+    copies = run(batch, p, q)
+    assert seen and not any(seen), seen
+    for name in ("rho", "enter", "stop", "residual"):
+        assert torch.equal(getattr(views[0], name), getattr(copies[0], name)), name
+    for name in ("accepted_nodes", "num_accepted", "next_token"):
+        assert torch.equal(getattr(views[1], name), getattr(copies[1], name)), name
+    assert torch.equal(views[2], copies[2])
+
+
 def test_each_method_is_given_its_row_blocks(monkeypatch):
     """``gpu.verify`` and ``gpu.expected_accepted_length`` hand the engine a method's own row blocks
     (``gpu.verify.BLOCK_BYTES``, one row of 49 152 float64 for UniVer) and :data:`gpu.engine.CPU_BLOCK_BYTES`
