@@ -16,8 +16,8 @@ import pytest
 from univer_theory import ConfidentModel
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans import clocks
-from univer_theory.plans.clocks import (LOG_T_NODES, early_nodes, log_time_grid,
-                                        log_time_upper, rate_times, row_weights, thinning_walk, walk_states)
+from univer_theory.plans.clocks import (LOG_T_NODES, early_nodes, log_time_grid, log_time_upper, rate_times,
+                                        row_weights, thinning_walk, walk_states)
 from univer_theory.plans.pts import pair_avail, pair_thinning_walk, priority_order, thinning_fixed_point
 
 RTOL = 1e-13
@@ -143,7 +143,7 @@ def test_left_out_nodes_and_row_chunks(monkeypatch, k):
     of the default grid for k ≥ 3), and a cut inside the integrands' support would show."""
     cases = [walk_inputs(p, q, k, 0.7) for _, p, q in rows(300, k)]
     s = max((c[2] for c in cases), key=len)
-    W = np.stack([np.concatenate([own_end(*c[:1], k, *c[2:])[0], np.zeros(s.size - c[3].size)]) for c in cases])
+    W = np.stack([np.concatenate([own_end(c[0], k, c[2], c[3])[0], np.zeros(s.size - c[3].size)]) for c in cases])
     qs, cs = np.stack([c[0] for c in cases]), np.stack([c[1] for c in cases])
     want = thinning_walk(qs, cs, k, s, W)
     kept = [np.count_nonzero(W[i]) - early_nodes(k, cases[i][2]) for i in range(2)]
@@ -237,8 +237,8 @@ def test_row_weights_leave_out_only_the_grids_tail(monkeypatch, k):
     relative: the dropped terms are the last of each sum), θ within the conditioning slack of :func:`assert_close`
     and that absolute slack over the availability.  On Zipf, Dirichlet and confident rows (tails to 1e-310),
     and a row whose k largest rates hold all but 3e-298, ρ = 0.7.  The cut is real (the Zipf rows keep ≤ 85% of
-    the nodes they had), each bound sets some row's end,
-    each end holds the k-th arrival's tail to its bound, and ends at ``e^{−5}`` instead show."""
+    their panel's nodes), each bound sets some row's end, each end holds the k-th arrival's tail to its bound, and
+    ends at ``e^{−5}`` instead show."""
     heavy = np.concatenate([np.full(k, 1.0 / k), np.full(300 - k, 1e-300)])     # the k largest hold all but 3e-298
     cases = [walk_inputs(p, q, k, 0.7) for _, p, q in [*rows(300, k), ("k heavy", heavy[::-1], heavy)]]
     slack = k * k * np.exp(-50.0)
