@@ -139,26 +139,33 @@ def test_left_out_nodes_and_row_chunks(monkeypatch, k):
     :func:`row_weights`; rows of a chunk share the widest grid): one row a chunk (its clock factors formed a block
     at a time, not once for the row) gives the same bits; below :func:`early_nodes` the nodes hold below 2^-56 of
     each availability — the walk over them too agrees to 1e-15 relative (plus the conditioning slack of
-    :func:`assert_close`).  On Zipf, Dirichlet and confident rows; the cuts are real (Zipf rows keep under half
-    of the default grid for k ≥ 3), and a cut inside the integrands' support would show."""
+    :func:`assert_close`), on all the rows in one chunk and on the Zipf rows alone (whose smaller largest rate
+    moves the cut up).  On Zipf, Dirichlet and confident rows; the cuts are real (Zipf rows keep under half of the
+    default grid for k ≥ 3), and a cut inside the integrands' support would show."""
     cases = [walk_inputs(p, q, k, 0.7) for _, p, q in rows(300, k)]
     s = max((c[2] for c in cases), key=len)
     W = np.stack([np.concatenate([own_end(c[0], k, c[2], c[3])[0], np.zeros(s.size - c[3].size)]) for c in cases])
     qs, cs = np.stack([c[0] for c in cases]), np.stack([c[1] for c in cases])
     want = thinning_walk(qs, cs, k, s, W)
-    kept = [np.count_nonzero(W[i]) - early_nodes(k, cases[i][2]) for i in range(2)]
+    kept = [np.count_nonzero(W[i]) - early_nodes(k, cases[i][2], qs.max(), qs.sum(-1).max()) for i in range(2)]
     assert all(n < (0.5 if k >= 3 else 0.67) * cases[0][2].size for n in kept), kept
+    zipf = slice(0, 2)                  # alone, without a confident row's dominant rate: the cut moves up
+    assert early_nodes(k, s, qs[zipf].max(), qs[zipf].sum(-1).max()) > early_nodes(k, s, qs.max(), 1.0)
+    zipf_want = thinning_walk(qs[zipf], cs[zipf], k, s, W[zipf])
     monkeypatch.setattr(clocks, "WALK_BYTES", 1)
     got = thinning_walk(qs, cs, k, s, W)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
     early = clocks.early_nodes
-    monkeypatch.setattr(clocks, "early_nodes", lambda k, s: 0)
+    monkeypatch.setattr(clocks, "early_nodes", lambda k, s, fastest, total: 0)
     full = thinning_walk(qs, cs, k, s, W)
     for i in range(len(cases)):
         assert_close(want[0][i], full[0][i], "θ without the early nodes", qs[i], full[0][i], rtol=1e-15)
         assert_close(want[1][i], full[1][i], "avail without the early nodes", qs[i], full[0][i], rtol=1e-15)
+        if i < 2:
+            assert_close(zipf_want[0][i], full[0][i], "θ, Zipf rows alone", qs[i], full[0][i], rtol=1e-15)
+            assert_close(zipf_want[1][i], full[1][i], "avail, Zipf rows alone", qs[i], full[0][i], rtol=1e-15)
     # the comparison sees a cut inside the integrands' support: 8 nodes past the early ones
-    monkeypatch.setattr(clocks, "early_nodes", lambda k, s: early(k, s) + 8)
+    monkeypatch.setattr(clocks, "early_nodes", lambda *args: early(*args) + 8)
     assert not np.array_equal(thinning_walk(qs, cs, k, s, W)[1], want[1])
 
 

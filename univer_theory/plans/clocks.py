@@ -212,18 +212,27 @@ FLUSH_MIN_RATE = 2.0 ** -900
 EARLY_TAIL = 2.0 ** -56
 
 
-def early_nodes(k: int, s: np.ndarray) -> int:
-    """How many leading nodes of the grid ``s`` (ascending) the walk leaves out for k children: those below
-    ``s_lo = log(EARLY_TAIL·(1 − 2^{−k})/(2^{k−1} e))/k`` — about −20.4 for k = 2, −13.8 for k = 3, −10.5 for
-    k = 4; below the grid's start (−30) for k = 1, whose piece under it is the walk's ``head``.
+def early_nodes(k: int, s: np.ndarray, fastest: float, total: float) -> int:
+    """How many leading nodes of the grid ``s`` (ascending) the walk leaves out for k children on rows whose rates
+    are at most ``fastest`` and sum to at most ``total``: those below ``s_lo = log T_lo`` with
+    ``T_lo = (k·EARLY_TAIL·c^{k−1}·γ(k, Q/q_max))^{1/k}/Q`` (``c = 1 − e^{−1}``, ``Q = total``, ``q_max = fastest``,
+    γ the lower incomplete gamma function) — about −12.7 for k = 3 on a Zipf row truncated to its top 1 024
+    (q_max ≈ 0.17), −9.3 for k = 4 (q_max ≈ 0.07); below the grid's start (−30) for k = 1, whose piece under it is
+    the walk's ``head``.  0 when ``fastest`` is not positive.
 
-    Every term of an availability's integrand (q(V) = 1) is ``h(T) = q_y·Π_{z∈A} g_z(1 − e^{−q_z T})·Π_{z∉A}
-    e^{−q_z T}`` with |A| = k − 1 (or the D-term's like product, with the same power of T), so
-    ``h(T) ≤ q_y Π_A g_z q_z·T^{k−1}`` for all T and ``h(T) ≥ q_y Π_A g_z q_z (T/2)^{k−1} e^{−1}`` on T ≤ 1:
-    ``∫_0^{T_lo} h ≤ T_lo^k·2^{k−1}e/(1 − 2^{−k})·∫_0^∞ h``.  Leaving out the nodes below ``s_lo`` therefore
-    changes every availability by at most :data:`EARLY_TAIL` of itself (twice that for the nodes' spacing) —
-    below its quadrature error (~1e-14) and its ulp."""
-    lower = (math.log(EARLY_TAIL * (1 - 2.0 ** -k) / 2 ** (k - 1)) - 1) / k
+    Every term of an availability's integrand is ``h(T) = q_y·Π_{z∈A} g_z(1 − e^{−q_z T})·Π_{z∉A} e^{−q_z T}`` with
+    |A| = k − 1 (or the D-term's like product: ``(1 − e^{−q_y T})·g_z q_z e^{−q_z T}`` and k − 2 factors
+    ``g(1 − e^{−qT})``, the same power of T), so with ``K = q_y Π_A g_z q_z`` (its like): ``h(T) ≤ K·T^{k−1}`` for
+    all T, and on ``T ≤ 1/q_max``, where every ``q·T ≤ 1`` and ``1 − e^{−x} ≥ c·x``, ``h(T) ≥ K·(cT)^{k−1}e^{−QT}``;
+    so ``∫_0^∞ h ≥ K c^{k−1} γ(k, Q/q_max)/Q^k`` and ``∫_0^{T_lo} h ≤ K T_lo^k/k ≤ EARLY_TAIL·∫_0^∞ h``.  Leaving
+    out the nodes below ``s_lo`` therefore changes every availability by at most :data:`EARLY_TAIL` of itself
+    (twice that for the nodes' spacing) — below its quadrature error (~1e-14) and its ulp.  (The bound with
+    ``q_max = Q = 1`` and ``(T/2)^{k−1}e^{−1}`` on ``T ≤ 1`` cut ~1 unit of s lower: ~5 more nodes a walk.)"""
+    if not fastest > 0:
+        return 0
+    x = total / fastest
+    gamma = math.factorial(k - 1) * -math.expm1(math.log(sum(x ** j / math.factorial(j) for j in range(k))) - x)
+    lower = (math.log(k * EARLY_TAIL * gamma) + (k - 1) * math.log(-math.expm1(-1.0))) / k - math.log(total)
     return int(np.count_nonzero(np.asarray(s) < lower))
 
 
@@ -394,7 +403,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     (:func:`_clock_factors`, in a scratch buffer kept per thread) for the chunk's rows at once when they fit in
     :data:`WALK_BYTES` (m ≲ 3 000; each pass is then one compiled call), else a block at a time, in each of the
     two passes.  Only the nodes from :func:`early_nodes` to the rows' last positive weight are stepped (the
-    others add below 2^-56 of each availability, or nothing; the grid's own end, :func:`row_weights`: 80 of the
+    others add below 2^-56 of each availability, or nothing; the grid's own end, :func:`row_weights`: 74 of the
     default grid's 400 nodes remain on a Zipf row at V = 49 152, k = 3).  The sum over the nodes is reassociated
     against a plain walk (every term non-negative).  A chunk whose drafted rates are all at least
     :data:`FLUSH_MIN_RATE` is walked with subnormal floats as 0 (:func:`univer_theory.fpu.flushed`).  Memory:
@@ -402,7 +411,7 @@ def thinning_walk(qs, cs, k: int, s, weights, head: float = 0.0):
     qs, cs, s, weights = (np.ascontiguousarray(x, dtype=np.float64) for x in (qs, cs, s, weights))
     R, m = qs.shape
     theta, avail = np.zeros((R, m)), np.zeros((R, m))
-    t0 = early_nodes(k, s)
+    t0 = early_nodes(k, s, float(np.max(qs, initial=0.0)), float(np.max(qs.sum(-1), initial=0.0)))
     positive = np.flatnonzero((weights > 0).any(0))
     t1 = max(t0, int(positive[-1]) + 1 if positive.size else 0)
     t = t1 - t0
