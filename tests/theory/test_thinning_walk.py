@@ -277,3 +277,17 @@ def test_row_weights_leave_out_only_the_grids_tail(monkeypatch, k):
     assert max(kept[:2]) <= 0.85 and len(set(bounds)) == 2, (kept, bounds)
     monkeypatch.setattr(clocks, "TAIL_RATE_TIME", 5.0)
     assert compare(True) > 1.0
+
+
+def test_early_nodes_reads_the_rates():
+    """``early_nodes``' cut rises as the largest rate falls (a longer stretch ``T ≤ 1/q_max`` on which the lower
+    bound holds) and as the rows' total falls, never for k = 1 (the grid's head covers it), is none without a
+    positive rate, and stays finite where the sums of ``x^j/j!`` are large (k = 80 over 49 152 tokens)."""
+    s, _ = log_time_grid(LOG_T_NODES, 30.0)
+    for k in (2, 3, 4, 8):
+        cuts = [early_nodes(k, s, fastest, 1.0) for fastest in (1.0, 0.5, 0.1, 1e-3)]
+        assert cuts == sorted(cuts) and cuts[0] < cuts[-1], cuts
+        assert early_nodes(k, s, 0.1, 0.5) >= cuts[2]
+        assert early_nodes(k, s, 0.0, 1.0) == 0
+    assert early_nodes(1, s, 0.01, 1.0) == 0
+    assert 0 < early_nodes(80, s, 1 / 49_152, 1.0) < s.size

@@ -230,8 +230,12 @@ def early_nodes(k: int, s: np.ndarray, fastest: float, total: float) -> int:
     ``q_max = Q = 1`` and ``(T/2)^{k−1}e^{−1}`` on ``T ≤ 1`` cut ~1 unit of s lower: ~5 more nodes a walk.)"""
     if not fastest > 0:
         return 0
-    x = total / fastest
-    gamma = math.factorial(k - 1) * -math.expm1(math.log(sum(x ** j / math.factorial(j) for j in range(k))) - x)
+    x = total / fastest                                   # ≥ 1; γ(k, x) = (k − 1)!·(1 − e^{−x} Σ_{j<k} x^j/j!)
+    terms = [j * math.log(x) - math.lgamma(j + 1) for j in range(k)]
+    log_sum = max(terms) + math.log(sum(math.exp(t - max(terms)) for t in terms))
+    gamma = math.factorial(k - 1) * -math.expm1(log_sum - x)
+    if not gamma > 0:                                     # (round-off at x ≈ 1 and large k): no cut
+        return 0
     lower = (math.log(k * EARLY_TAIL * gamma) + (k - 1) * math.log(-math.expm1(-1.0))) / k - math.log(total)
     return int(np.count_nonzero(np.asarray(s) < lower))
 
