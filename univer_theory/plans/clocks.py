@@ -71,10 +71,7 @@ def row_weights(weights, s, rates, top):
     rates).  Every term of an availability's integrand is a density of "y is among the first k arrivals and the
     k-th comes at T" (:func:`sequential_thinning_avail`, weights ``g ≤ 1``), so the nodes left out change the
     availabilities, summed over y, by at most ``k²·e^{−50}`` (~3e-21 at k = 4).  The walk steps no node past a
-    row's last positive weight (:func:`thinning_walk`): on the SmolLM2-drafted EAGLE-like wor trees at top 1 024
-    the k = 3 and 4 nodes keep ~75% of the nodes they stepped when it stopped where 2k clocks had certainly
-    arrived (an exact-zero cut, ``q_(2k)·T ≥ 750``, which an end at ``q_(k)·T ≤ 50`` always precedes).  numpy or
-    torch."""
+    row's last positive weight (:func:`thinning_walk`; docs/deviations.md item 61).  numpy or torch."""
     nx = get_backend(rates)
     k = top.shape[-1]
     total, m = nx.sum(rates), nx.sum(nx.astype(rates > 0, rates))
@@ -226,13 +223,14 @@ def early_nodes(k: int, s: np.ndarray, fastest: float, total: float) -> int:
     all T, and on ``T ≤ 1/q_max``, where every ``q·T ≤ 1`` and ``1 − e^{−x} ≥ c·x``, ``h(T) ≥ K·(cT)^{k−1}e^{−QT}``;
     so ``∫_0^∞ h ≥ K c^{k−1} γ(k, Q/q_max)/Q^k`` and ``∫_0^{T_lo} h ≤ K T_lo^k/k ≤ EARLY_TAIL·∫_0^∞ h``.  Leaving
     out the nodes below ``s_lo`` therefore changes every availability by at most :data:`EARLY_TAIL` of itself
-    (twice that for the nodes' spacing) — below its quadrature error (~1e-14) and its ulp.  (The bound with
-    ``q_max = Q = 1`` and ``(T/2)^{k−1}e^{−1}`` on ``T ≤ 1`` cut ~1 unit of s lower: ~5 more nodes a walk.)"""
+    (twice that for the nodes' spacing) — below its quadrature error (~1e-14) and its ulp (docs/deviations.md
+    item 63)."""
     if not fastest > 0:
         return 0
     x = total / fastest                                   # ≥ 1; γ(k, x) = (k − 1)!·(1 − e^{−x} Σ_{j<k} x^j/j!)
     terms = [j * math.log(x) - math.lgamma(j + 1) for j in range(k)]
-    log_sum = max(terms) + math.log(sum(math.exp(t - max(terms)) for t in terms))
+    largest = max(terms)
+    log_sum = largest + math.log(sum(math.exp(t - largest) for t in terms))
     gamma = math.factorial(k - 1) * -math.expm1(log_sum - x)
     if not gamma > 0:                                     # (round-off at x ≈ 1 and large k): no cut
         return 0
