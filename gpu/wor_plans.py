@@ -7,8 +7,9 @@ token marginal ``a [R, V]``:
 
 * :func:`wor_pair_weights` (k = 2) — the optimal cut ``A*`` of CondOT(ρ) from the ratio-order prefix costs
   (:func:`wor_cut_k2`), then rule 3 itself: :func:`univer_theory.plans.wor_pair.pair_rule` (each side's
-  β-family and, where it misses the side's bound, yield/accept, then on A* the claim; all rows at once) — the
-  one implementation the exact core runs on its one row; ``feasible [R]`` is False where every family fails on
+  β-family and, where it misses the side's bound, yield/accept, then on A* the claim; all rows at once; on the
+  CPU's numpy views one compiled pass per row with the same floats, :mod:`univer_theory.plans.wor_pair_rows`) —
+  the one implementation the exact core runs on its one row; ``feasible [R]`` is False where every family fails on
   a side (the caller falls back, as the exact core's ``None``);
 * :func:`pts_weights` (any k) — the priority walk's acceptance probabilities θ.  The walk is a triangular
   fixed point ``θ = Φ(θ)`` (θ_y reads sums over the higher-priority tokens), and ``Φ`` is monotone (larger θ

@@ -14,13 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from univer_theory import ConfidentModel
-from univer_theory.alpha_star import alpha_star_iid, alpha_star_wor
+from univer_theory.alpha_star import alpha_star_and_cut, alpha_star_iid, alpha_star_rows, alpha_star_wor
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans.clocks import sequential_thinning_avail
 from univer_theory.plans.iid_coupling import iid_coupling_plan, virtual_draws
 from univer_theory.plans.luce import luce_plan
 from univer_theory.plans.pts import pair_thinning_avail, priority_order, pts_plan
-from univer_theory.plans.wor_pair import wor_pair_plan
+from univer_theory.plans.wor_pair import array_pair_rule, pair_rule, wor_pair_plan
 from univer_theory.processes import tuple_law
 
 TOL = 1e-12
@@ -146,12 +146,16 @@ def test_wor_pair_cut_structure():
 def test_wor_pair_divides_only_where_it_uses_the_quotient():
     """A side whose yield/accept family cannot shed its givers' excess (its takers' room is short) is not run, and
     forms no quotient there: its ``G`` is 0, and ``β`` divided by it (a RuntimeWarning, the value discarded) on a
-    seeded pair (V = 3) and on SmolLM2's whole rows.  Rule 3 declines this pair (PTS and the coupling plan it)."""
+    seeded pair (V = 3), in the array form on numpy rows too (the compiled pass warns of nothing), and on
+    SmolLM2's whole rows.  Rule 3 declines this pair (PTS and the coupling plan it)."""
     p = np.array([0.15925446, 0.72426239, 0.11648314])
     q = np.array([0.03403359, 0.78332508, 0.18264132])
+    p, q = p / p.sum(), q / q.sum()
+    alpha, in_cut = alpha_star_and_cut(p, q, 2, "wor", 1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert wor_pair_plan(p / p.sum(), q / q.sum(), 1.0, 2, "wor") is None
+        assert wor_pair_plan(p, q, 1.0, 2, "wor") is None
+        assert not array_pair_rule(p[None], q[None], np.array([alpha]), np.asarray(in_cut)[None]).feasible[0]
 
 
 def test_wor_pair_dominant_draft_token():
@@ -443,34 +447,44 @@ def test_bad_input_raises(name, case):
 
 
 def test_crossing_compiled_is_the_array_form_bit_for_bit():
-    """``first_crossing``'s crossing before its clamp (``wor_pair._crossing``) — numpy's compiled loop
-    (``_crossing_rows``, which stops at the first knot reached) against the array form on the same inputs, bit for
-    bit and sign of zero: seeded rows of 1…40 sorted knots with ties and knots clamped at the bracket's ends,
-    slope changes with zeros and −0, plateaus (slope 0), f(lo) = 0 and ±0 brackets; the grid covers a crossing on
-    the first piece, inside, after the last knot and on a plateau (``rise = 0``: E = the piece's start)."""
-    from univer_theory.plans.wor_pair import _crossing, _crossing_rows
+    """Rule 3's 1-D solve: the compiled pass's (``wor_pair_rows._first_crossing``, one row, which sorts its knots
+    and stops at the first one reached) against the array form's (``wor_pair.first_crossing``) on numpy rows, bit
+    for bit and sign of zero: seeded rows of 1…40 unsorted knots with ties, knots outside the bracket (clamped to
+    its ends), slope changes with zeros and −0, plateaus (slope 0), f(lo) = 0, ±0 brackets, rows not active and
+    rows already at −start_tol; the grid covers a crossing on the first piece, inside, after the last knot and on
+    a plateau (``rise = 0``: E = the piece's start)."""
+    from univer_theory.plans.wor_pair import FEASIBILITY_TOL, first_crossing
+    from univer_theory.plans.wor_pair_rows import _first_crossing
 
     rng = np.random.default_rng(51)
     pieces = set()
     for _ in range(400):
         R, n = int(rng.integers(1, 6)), int(rng.integers(1, 41))
-        x = np.clip(np.sort(np.round(rng.uniform(-0.5, 3.0, (R, n)), 1), 1), 0.0, 2.5)
-        x[:, 0] = np.where(rng.random(R) < 0.3, -0.0, x[:, 0])
+        knots = np.round(rng.uniform(-0.5, 3.0, (R, n)), 1)
+        knots[:, 0] = np.where(rng.random(R) < 0.3, -0.0, knots[:, 0])
         d = rng.normal(size=(R, n)) * (rng.random((R, n)) < 0.7)
         d[rng.random((R, n)) < 0.1] = -0.0
         slope = rng.uniform(0.0, 1.0, R) * (rng.random(R) < 0.8)
         flo = np.where(rng.random(R) < 0.2, 0.0, -rng.uniform(0.0, 2.0, R))
         lo = np.where(rng.random(R) < 0.5, 0.0, -0.0)
-        want, got = _crossing(x, d, slope, flo, lo), _crossing_rows(x, d, slope, flo, lo)
+        hi = np.full(R, 2.5)
+        active = rng.random(R) < 0.9
+        start_tol = np.where(rng.random(R) < 0.2, 0.5, FEASIBILITY_TOL)
+        want = first_crossing(flo, lo, hi, knots, d, slope, active, start_tol)
+        got = np.array([_first_crossing(flo[r], lo[r], hi[r], knots[r], d[r], slope[r], active[r], start_tol[r],
+                                        FEASIBILITY_TOL) for r in range(R)])
         assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
-        after = slope[:, None] + np.cumsum(d, 1)
+        order = np.argsort(knots, 1, kind="stable")
+        x = np.clip(np.take_along_axis(knots, order, 1), lo[:, None], 2.5)
+        after = slope[:, None] + np.cumsum(np.take_along_axis(d, order, 1), 1)
         f_at = flo[:, None] + np.cumsum(np.concatenate([slope[:, None], after[:, :-1]], 1)
                                         * np.diff(np.concatenate([lo[:, None], x], 1), axis=1), 1)
-        reached = f_at >= -1e-13
+        reached = f_at >= -FEASIBILITY_TOL
         piece = np.where(reached.any(1), reached.argmax(1), n)
         rise = np.concatenate([slope[:, None], after], 1)[np.arange(R), piece]
-        pieces |= {"first" if p == 0 else "last" if p == n else "inside" for p in piece}
-        pieces |= {"plateau" for r in rise if r <= 0}
+        run = active & (flo < -start_tol)
+        pieces |= {"first" if p == 0 else "last" if p == n else "inside" for p in piece[run]}
+        pieces |= {"plateau" for r in rise[run] if r <= 0}
     assert pieces == {"first", "inside", "last", "plateau"}
 
 
@@ -502,14 +516,13 @@ def test_beta_family_marginal_is_the_general_form_with_gamma_one():
 
 @pytest.mark.parametrize("V", [3, 40, 5000])
 def test_claim_compiled_is_the_fixed_point_bit_for_bit(V):
-    """The claim family's recurrence (``wor_pair.claim_shares``): numpy's compiled loop against torch's fixed
-    point (an accelerator's path) on the same rows in claim order, bit for bit — Dirichlet and LLM-like rows with
-    undrafted tokens (the padding's q = 0 last), caps from ρ = 0 to ρ = 1 (shares clipped at 0, at 1 and inside);
-    and the whole family (``claim_family``: its sort, sums and scatter) on numpy and on torch rows to 1e-15."""
+    """The claim family (``wor_pair.claim_family``, its recurrence a fixed point): the compiled pass's sequential
+    loop (``wor_pair_rows._claim_family``, a row at a time) against the array form on numpy rows, bit for bit, and
+    on torch rows (an accelerator's path) to 1e-15 — Dirichlet and LLM-like rows with undrafted tokens (the
+    padding's q = 0 last), caps from ρ = 0 to ρ = 1 (shares clipped at 0, at 1 and inside)."""
     torch = pytest.importorskip("torch")
-    from univer_theory.orders import ratio_argsort
-    from univer_theory.plans.wor_pair import (Side, _claim_rows, claim_family, claim_shares, exclusive_cumsum,
-                                              leave_one_out)
+    from univer_theory.plans.wor_pair import Side, claim_family, leave_one_out
+    from univer_theory.plans.wor_pair_rows import _claim_family
 
     rng = np.random.default_rng(53)
     rows_p, rows_q = rng.dirichlet(np.full(V, 0.5), 6), rng.dirichlet(np.full(V, 0.5), 6)
@@ -519,13 +532,10 @@ def test_claim_compiled_is_the_fixed_point_bit_for_bit(V):
     q = rows_q / rows_q.sum(1, keepdims=True)
     c = np.array([1.0, 0.8, 0.5, 0.2, 0.05, 0.0])[:, None] * rows_p
     side = Side.of(q, leave_one_out(q), c, 0 * q, q > 0, upper=False)
-    order = ratio_argsort(side.c, side.q, descending=True)
-    qo, ro, co = (np.take_along_axis(x, order, -1) for x in (side.q, side.rest, side.c))
-    u = qo / ro
-    later = qo * exclusive_cumsum(u, reverse=True) + u * exclusive_cumsum(qo, reverse=True)
-    t, left = _claim_rows(qo, u, co, later)
-    t_fp, left_fp = claim_shares(*(torch.from_numpy(x) for x in (qo, u, co, later)))
-    assert np.array_equal(t, t_fp.numpy()) and np.array_equal(left, left_fp.numpy())
+    t, _, _, b, rank = claim_family(side)
+    for r in range(6):
+        got = _claim_family(side.q[r], side.rest[r], side.c[r])
+        assert all(np.array_equal(g, w) for g, w in zip(got, (t[r], b[r], rank[r])))
     if V > 3:
         assert (t == 0).any() and (t == 1).any() and ((t > 0) & (t < 1)).any()
     torch_side = Side(*(torch.from_numpy(np.asarray(x)) for x in (side.q, side.rest, side.c, side.cross, side.on)),
@@ -534,14 +544,52 @@ def test_claim_compiled_is_the_fixed_point_bit_for_bit(V):
         np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-15)
 
 
-def test_side_columns_compiled_is_the_array_form():
-    """Rule 3's side compaction (``wor_pair.side_columns``): numpy's compiled pass against the array form (torch),
-    the same integers and dtypes — rows empty, full, sparse and dense, V = 1…1 025."""
-    torch = pytest.importorskip("torch")
-    from univer_theory.plans.wor_pair import side_columns
+def _rule_rows(rng, V, kind):
+    """One seeded ``(p, q)`` row pair of a kind: Dirichlet at three concentrations, LLM-like (log-normal), a
+    confident draft (one token all but 1e-9 or 1e-14), or truncated (most tokens undrafted, two drafted at
+    least)."""
+    conc = {"flat": 3.0, "mid": 0.8, "peaky": 0.2}.get(kind, 0.5)
+    p, q = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
+    if kind == "llm":
+        p, q = np.exp(3 * rng.normal(size=V)), np.exp(3 * rng.normal(size=V) + 0.5 * np.log(p))
+    if kind == "confident":
+        q = q * 10.0 ** -int(rng.choice([9, 14]))
+        q[rng.integers(V)] = 1.0
+    if kind == "truncated" and V > 2:
+        q[rng.random(V) < rng.uniform(0.2, 0.9)] = 0.0
+        q[rng.choice(V, 2, replace=False)] += 0.1       # two drafted tokens at least: k = 2 is a draft
+    return p / p.sum(), q / q.sum()
 
-    rng = np.random.default_rng(52)
-    for R, V in ((1, 1), (3, 7), (8, 1025), (2, 64)):
-        mask = rng.random((R, V)) < rng.choice([0.0, 0.05, 0.5, 1.0], (R, 1))
-        for got, want in zip(side_columns(mask), side_columns(torch.from_numpy(mask))):
-            assert got.dtype == want.numpy().dtype and np.array_equal(got, want.numpy())
+
+def test_pair_rule_compiled_is_the_array_form_bit_for_bit():
+    """Rule 3 on numpy rows (``wor_pair.pair_rule``: the compiled pass of ``wor_pair_rows``) against the array form
+    on the same rows (``array_pair_rule``, torch's), every field bit for bit: seeded batches of 1–6 rows mixing
+    kinds (:func:`_rule_rows`) at V = 2…1 025 and ρ from 0 to 1 — ragged sides (the padded width M and numpy's
+    pairwise sums over it), confident and truncated rows, and the seeded pairs where yield/accept takes A* or H,
+    the claim family A* and no family A* (i = 110, 170); the grid reaches every family on each side, a side with
+    none, and both outcomes."""
+    rng = np.random.default_rng(57)
+    kinds = ("flat", "mid", "peaky", "llm", "confident", "truncated")
+    seen = {"H": set(), "A": set(), "feasible": set()}
+    known = [seeded_pair(i, conc) for i, conc in ((27, 0.2), (60, 0.2), (5, 0.8), (33, 0.8), (42, 3.0),
+                                                  (110, 0.2), (170, 3.0))]
+    for trial in range(120):
+        V = int(rng.choice([2, 3, 5, 6, 40, 300, 1025]))
+        rows = [_rule_rows(rng, V, rng.choice(kinds)) for _ in range(int(rng.integers(1, 7)))]
+        rho = np.where(rng.random(len(rows)) < 0.2, 1.0, rng.uniform(0.0, 1.0, len(rows)))
+        if trial < 4 * len(known):                      # a known pair among rows of its size
+            p, q, r = known[trial % len(known)]
+            rows = [(p, q)] + [_rule_rows(rng, p.size, rng.choice(kinds)) for _ in range(trial % 4)]
+            rho = np.concatenate([[r], rng.uniform(0.0, 1.0, trial % 4)])
+        p, q = (np.stack(x) for x in zip(*rows))
+        alpha, in_cut = alpha_star_rows(p, q, 2, "wor", rho)
+        c = rho[:, None] * p
+        got, want = pair_rule(c, q, alpha, in_cut), array_pair_rule(c, q, alpha, in_cut)
+        for name in ("beta", "gamma", "thin", "marginal", "on_h", "feasible", "family_h", "family_a"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), (trial, name)
+        assert (got.rank is None) == (want.rank is None)
+        assert got.rank is None or np.array_equal(got.rank, want.rank), trial
+        seen["H"] |= set(got.family_h.tolist())
+        seen["A"] |= set(got.family_a.tolist())
+        seen["feasible"] |= set(got.feasible.tolist())
+    assert seen == {"H": {-1, 0, 1}, "A": {-1, 0, 1, 2}, "feasible": {False, True}}, seen

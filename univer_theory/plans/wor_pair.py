@@ -41,17 +41,17 @@ arrays (:func:`wor_pair_plan`, the exact core's float path, a batch of one) or t
 (:func:`gpu.wor_plans.wor_pair_weights`, the R nodes of a level).  :func:`pair_rule` builds the plan from the
 cut (``alpha_star_and_cut`` / ``gpu.wor_plans.wor_cut_k2``), :func:`pair_weights` evaluates it on tuples.
 Each side runs on its own tokens only, compacted in token-id order (:func:`side_columns`, padded to the widest
-row; the padding is masked to exact zeros).  On numpy rows the compaction and the 1-D crossing's scan are compiled
-loops with the array form's results (:func:`_side_columns_rows`, :func:`_crossing_rows`); the array form is
-torch's.  The checks of these floats stay apart: exact enumeration of the tuple law and the brute-force α*(ρ)
-over all cuts (``tests/theory/test_wor_plans.py``).
+row; the padding is masked to exact zeros).  On numpy rows :func:`pair_rule` runs as one compiled pass per row
+with the array form's floats, bit for bit (:mod:`.wor_pair_rows`: the array form's ~300 operations a level cost
+~1 ms in dispatch); the array form is torch's, and is checked against it.  The checks of these floats stay
+apart: exact enumeration of the tuple law and the brute-force α*(ρ) over all cuts
+(``tests/theory/test_wor_plans.py``).
 """
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from ..alpha_star import alpha_star_and_cut
@@ -59,6 +59,7 @@ from ..nx import NUMPY, array_module, get_backend
 from ..orders import order_ranks, ratio_argsort
 from .base import NodePlan
 from .node_inputs import check_node_inputs
+from .wor_pair_rows import pair_rule_rows
 
 #: Slack allowed on ``b ≤ c`` (H) / ``b ≥ c`` (A*) before a family is declared infeasible, relative to the
 #: side's scale ``max(1, max c, max q·q(s)/R)`` (:func:`side_tolerance`): float round-off of O(V) sums whose
@@ -121,9 +122,9 @@ def first_crossing(flo, lo, hi, knots, dslope, slope, active, start_tol=FEASIBIL
     their terms (~1e-11 when one token holds all but 1e-5 of q).  One sort of the knots and a few prefix sums,
     where a bracketing search (ITP, before) evaluated ``f`` 10–45 times per row (docs/deviations.md item 46)."""
     nx = get_backend(knots)
-    order = nx.argsort(knots, stable=False)             # the order of tied knots does not move f at any knot
+    order = nx.argsort(knots)                           # stable: tied knots' slope changes summed in index order
     x = nx.minimum(nx.maximum(nx.take(knots, order), lo[..., None]), hi[..., None])
-    E = (_crossing_rows if nx is NUMPY else _crossing)(x, nx.take(dslope, order), slope, flo, lo)
+    E = _crossing(x, nx.take(dslope, order), slope, flo, lo)
     return nx.where(active & (flo < -start_tol), nx.minimum(nx.maximum(E, lo), hi), nx.where(active, lo, hi))
 
 
@@ -144,28 +145,6 @@ def _crossing(x, d, slope, flo, lo):
     return nx.where(rise > 0, x0 + (-FEASIBILITY_TOL - f0) / nx.where(rise > 0, rise, 1.0), x0)
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _crossing_rows(x, d, slope, flo, lo):  # pragma: no cover - compiled
-    """:func:`_crossing` a row at a time, the same floats, up to the first knot reached (the array form's ~20
-    passes over ``[R, n]`` were ~40% of rule 3 on a level at top 1 024).  The cumulative sums start from their
-    first term, as numpy's do (``0 + (−0) = +0``)."""
-    R, n = x.shape
-    E = np.empty(R)
-    for r in range(R):
-        x0, f0, rise = lo[r], flo[r], slope[r]                              # the piece before knot 0
-        gaps, changes = 0.0, 0.0                                            # Σ_{≤i} slope·gap, Σ_{≤i} d
-        for i in range(n):
-            changes = d[r, i] if i == 0 else changes + d[r, i]
-            term = rise * (x[r, i] - (lo[r] if i == 0 else x[r, i - 1]))
-            gaps = term if i == 0 else gaps + term
-            f_at = flo[r] + gaps
-            if f_at >= -FEASIBILITY_TOL:
-                break
-            x0, f0, rise = x[r, i], f_at, slope[r] + changes
-        E[r] = x0 + (-FEASIBILITY_TOL - f0) / rise if rise > 0 else x0
-    return E
-
-
 def side_columns(mask):
     """The tokens of a side ``mask [R, V]`` compacted, in token-id order: ``(cols [R, M], on [R, M], pos [R, V])``
     with M the most tokens of any row (at least 1), ``on`` the real entries (the padding reads token 0) and
@@ -174,29 +153,12 @@ def side_columns(mask):
     nx = get_backend(mask)
     count = mask.sum(-1)
     M = max(1, int(count.max()))
-    if nx is NUMPY:
-        return _side_columns_rows(mask, M)
     pos = mask.cumsum(-1) - 1
     V = mask.shape[-1]
     tokens = _arange(V, pos) + 0 * pos
     slots = nx.put(0 * pos[..., :1] + _arange(M + 1, pos), nx.where(mask, pos, M), tokens)[..., :M]
     on = _arange(M, pos) < count[..., None]
     return nx.where(on, slots, 0), on, nx.clip(pos, 0, M - 1)
-
-
-@numba.njit(cache=True, nogil=True)
-def _side_columns_rows(mask, M):  # pragma: no cover - compiled
-    """:func:`side_columns` a row at a time (the same integers; one pass where the array form makes seven)."""
-    R, V = mask.shape
-    cols, on, pos = np.zeros((R, M), np.int64), np.zeros((R, M), np.bool_), np.empty((R, V), np.int64)
-    for r in range(R):
-        last = -1                                           # the column of the row's last side token so far
-        for v in range(V):
-            if mask[r, v]:
-                last += 1
-                cols[r, last], on[r, last] = v, True
-            pos[r, v] = min(max(last, 0), M - 1)
-    return cols, on, pos
 
 
 @dataclass(frozen=True)
@@ -339,13 +301,11 @@ def claim_family(side: Side):
 
 def claim_shares(q, u, c, later):
     """The claim family's recurrence on rows in its order ``[R, n]`` (:func:`claim_family`: ``later`` = K):
-    ``(t, L)``.  numpy: one compiled loop (:func:`_claim_rows`); torch: the fixed point ``t = Φ(t)`` from t ≡ 0 —
-    Φ is triangular (t_i reads the tokens before i) and monotone (larger t before i → less left to i → larger
-    t_i), so the iterates increase to the loop's t, entry i final after i + 1 passes, and the first pass that
+    ``(t, L)``: the fixed point ``t = Φ(t)`` from t ≡ 0 — Φ is triangular (t_i reads the tokens before i) and
+    monotone (larger t before i → less left to i → larger t_i), so the iterates increase to the sequential
+    loop's t (:func:`.wor_pair_rows._claim_family`), entry i final after i + 1 passes, and the first pass that
     changes nothing gives the loop's floats (the same sums, in the same order).  One host read per pass."""
     nx = get_backend(q)
-    if nx is NUMPY:
-        return _claim_rows(q, u, c, later)
     t = 0 * q
     for _ in range(q.shape[-1] + 1):
         left = q * exclusive_cumsum(u * (1 - t)) + u * exclusive_cumsum(q * (1 - t))
@@ -353,23 +313,6 @@ def claim_shares(q, u, c, later):
         if bool((new == t).all()):
             break
         t = new
-    return t, left
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _claim_rows(q, u, c, later):  # pragma: no cover - compiled
-    """:func:`claim_shares` a row at a time, the same floats: the sums of what the earlier tokens left run in
-    order from their first term (as the exclusive cumulative sums of the array form)."""
-    R, n = q.shape
-    t, left = np.zeros((R, n)), np.zeros((R, n))
-    for r in range(R):
-        A, B = 0.0, 0.0                                     # Σ_{j<i} u_j(1 − t_j), Σ_{j<i} q_j(1 − t_j)
-        for i in range(n):
-            left[r, i] = q[r, i] * A + u[r, i] * B
-            if later[r, i] > 0:
-                t[r, i] = min(max((c[r, i] - left[r, i]) / later[r, i], 0.0), 1.0)
-            A += u[r, i] * (1 - t[r, i])
-            B += q[r, i] * (1 - t[r, i])
     return t, left
 
 
@@ -438,7 +381,15 @@ class PairRule:
 
 def pair_rule(c, q, alpha_star, in_cut) -> PairRule:
     """Rule 3 (module docstring) on rows ``c = ρp, q [R, V]`` given the optimal cut ``in_cut [R, V]`` (A*) and
-    α*(ρ) ``[R]`` — numpy arrays or torch tensors."""
+    α*(ρ) ``[R]`` — numpy arrays (the compiled pass of :mod:`.wor_pair_rows`, the same floats as
+    :func:`array_pair_rule`) or torch tensors (:func:`array_pair_rule`)."""
+    if get_backend(c, q) is NUMPY:
+        return PairRule(*pair_rule_rows(c, q, alpha_star, in_cut, FEASIBILITY_TOL, OPTIMALITY_TOL))
+    return array_pair_rule(c, q, alpha_star, in_cut)
+
+
+def array_pair_rule(c, q, alpha_star, in_cut) -> PairRule:
+    """:func:`pair_rule` written against the array namespace: numpy arrays or torch tensors."""
     nx = get_backend(c, q)
     drafted = q > 0
     rest = leave_one_out(q)                               # R_x = Σ_{y≠x} q_y, the wor law's "1 − q_x"
