@@ -180,7 +180,7 @@ def _clock_avail(qs, k: int, s, weights):
 
     def fixed(S):
         """The parts of one chunk that do not depend on g: clocks, ratios, sums after y (g = 1), Π_{z≠y} ẽ_z.
-        Rates enter as ``q·T = exp(log q + log T)`` with the Jacobian T in them (``plans.clocks``)."""
+        Rates enter as ``q·T`` (``plans.clocks.rate_times``) with the Jacobian T in them."""
         qt = rate_times(qs[..., None], S)                               # q·T [R, m, t]
         e, ring = nx.exp(-qt), -nx.expm1(-qt)
         log_e = nx.maximum(-qt, -lam)

@@ -99,30 +99,65 @@ def test_symmetric_below_compiled_is_the_nested_cumulative_sums(k):
                 assert got.shape == want.shape and got.tobytes() == want.tobytes()
 
 
-def test_rate_times_is_the_broadcast_exponent_bit_for_bit():
-    """``rate_times`` on numpy (its exponent in one compiled pass) equals numpy's broadcast form
-    ``exp(min(log q + s, LOG_RATE_TIME_CAP))`` bit for bit — rates with exact zeros, subnormal and confident ones,
-    capped and uncapped nodes; rows ``[R, m, 1]``, ``[m, 1]``, one rate ``[1]``, and into a given ``out`` — and
-    rejects rates that are not ``[..., 1]``, nodes that are not ``[t]`` and an ``out`` it cannot write in place."""
-    from univer_theory.plans.clocks import LOG_RATE_TIME_CAP
+def test_rate_times_is_the_product_rounded_once():
+    """``rate_times`` = ``min((q·T₁)·T₂, RATE_TIME_CAP)`` on numpy (one compiled pass): against ``q·e^s`` in 50-digit
+    arithmetic (mpmath) within 1.5 ulp below ``TIME_SPLIT`` (T₁ = e^s within 1 ulp, one product) and 3 above it
+    (two factors, two products; the grid of a 1e-310 rate reaches s = 750), 0 at q = 0, finite and positive for
+    subnormal rates, exactly the cap beyond it — rows ``[R, m, 1]``, ``[m, 1]``, one rate ``[1]``, into a given
+    ``out``, the same floats each way — and rejects rates that are not ``[..., 1]``, nodes that are not ``[t]`` and
+    an ``out`` it cannot write in place."""
+    import mpmath
+    from univer_theory.plans.clocks import RATE_TIME_CAP, TIME_SPLIT
+
     s = log_time_grid(LOG_T_NODES, log_time_upper(1e-310))[0]
+    assert s.max() > TIME_SPLIT
+    mpmath.mp.dps = 50
+    rng = np.random.default_rng(64)
+    worst = {False: 0.0, True: 0.0}
     capped = 0
     for name, _, q in rows(300):
         q = q.copy()
         q[:2] = 5e-324, 0.0
-        for r in (q[None, :, None], q[:, None], q[:1]):
-            with np.errstate(divide="ignore"):
-                x = np.add(np.log(r), s)
-                want = np.exp(np.clip(x, None, LOG_RATE_TIME_CAP))
-                out = np.full(want.shape, np.nan)
-                got, into = rate_times(r, s), rate_times(r, s, out=out)
-            assert got.shape == want.shape and np.array_equal(got, want), name
-            assert into is out and np.array_equal(out, want), name
-            capped += int((x > LOG_RATE_TIME_CAP).sum())
-    assert capped
+        got = rate_times(q[:, None], s)
+        for r in (q[None, :, None], q[:1]):                 # all rows as [1, m, 1], the first as [1]
+            out = np.full(r.shape[:-1] + s.shape, np.nan)
+            assert rate_times(r, s, out=out) is out, name
+            assert np.array_equal(out.reshape(-1, s.size), got[:r.size]), name
+        assert (got[1] == 0).all() and (got[0] > 0).any() and np.isfinite(got).all(), name
+        capped += int((got == RATE_TIME_CAP).sum())
+        for i, n in zip(rng.integers(0, q.size, 300), rng.integers(0, s.size, 300)):
+            exact = mpmath.mpf(float(q[i])) * mpmath.exp(mpmath.mpf(float(s[n])))
+            if q[i] == 0 or exact >= RATE_TIME_CAP or exact < np.finfo(np.float64).tiny:
+                continue
+            want = float(exact)
+            worst[bool(s[n] > TIME_SPLIT)] = max(worst[bool(s[n] > TIME_SPLIT)],
+                                                abs(got[i, n] - want) / np.spacing(want))
+    assert capped and worst[False] <= 1.5 and worst[True] <= 3.0, worst
     with pytest.raises(ValueError, match=r"rates \[\.\.\., 1\]"):
         rate_times(np.full((3, 2), 0.5), s)
     with pytest.raises(ValueError, match=r"nodes \[t\]"):
         rate_times(np.full((3, 1), 0.5), s[None, :])
     with pytest.raises(ValueError, match="out must be a C-contiguous"):
         rate_times(np.full((3, 1), 0.5), s, out=np.empty((s.size, 3)).T)
+
+
+def test_clock_factors_are_the_c_librarys_within_three_ulp():
+    """PTS's clock factors (``clocks._clock_factors``: ``e^{−qT}``, ``1 − e^{−qT}``, ``qT·e^{−qT}`` in one compiled
+    pass, ``univer_theory.vexp``) against numpy's ``exp`` / ``expm1`` of the same ``qT`` (``rate_times``): within 2,
+    2 and 3 ulp (both sides' errors; where e^{−qT} is subnormal, within two of its steps, times qT for the third),
+    exactly 1, 0, 0 at q = 0; rows of every family, with subnormal rates, on a grid to s = 750."""
+    from univer_theory.plans.clocks import _clock_factors
+
+    s = log_time_grid(LOG_T_NODES, log_time_upper(1e-310))[0]
+    tiny = np.finfo(np.float64).tiny
+    for name, _, q in rows(150):
+        q = q.copy()
+        q[:2] = 5e-324, 0.0
+        qt = rate_times(q[:, None], s)
+        e, ring, qe = (x.copy() for x in _clock_factors(q[None], s))
+        want = np.exp(-qt), -np.expm1(-qt), qt * np.exp(-qt)
+        for got, ref, bound, slack in zip((e[0], ring[0], qe[0]), want, (2.0, 2.0, 3.0), (1.0, 1.0, qt)):
+            normal = (np.abs(ref) >= tiny) & (want[0] >= tiny)      # qT·e from a subnormal e: e's step times qT
+            assert (np.abs(got - ref)[normal] / np.spacing(ref[normal])).max() <= bound, name
+            assert (np.abs(got - ref) <= 2 * 5e-324 * slack)[~normal].all(), name
+        assert (e[0, 1] == 1).all() and (ring[0, 1] == 0).all() and (qe[0, 1] == 0).all()

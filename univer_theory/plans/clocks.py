@@ -12,10 +12,11 @@ with ``q_(k)`` the k-th largest clock rate: the k-th arrival comes after ``T`` w
 ``Σ_{j≤k} e^{−q_(j) T} ≤ k·e^{−50}`` there.  A fixed ``[−30, 30]`` misses the arrivals of a tail whose rates
 are below ~1e-12 (a confident draft row), which made PTS's availabilities — and with them its residual — wrong
 by up to the whole tail mass.  The grid goes on to a panel boundary so that rows share it; PTS's walk and fixed
-point weight each row's nodes only up to the row's own end (:func:`row_weights`).  **No time is ever formed**:
-every rate enters as ``q·T = exp(log q + s)``, and the Jacobian ``dT = T ds`` is carried by the one rate factor of
-each integrand (``q_y e_y dT = (q_y T) e_y ds``), so rates down to the smallest denormal stay finite.
-``1 − e^{−qT}`` is taken by expm1.
+point weight each row's nodes only up to the row's own end (:func:`row_weights`).  **No time is formed whole**:
+every rate enters as ``q·T = (q·T₁)·T₂`` with ``T = T₁T₂`` split so that each factor is finite on every grid
+(:func:`rate_times`), and the Jacobian ``dT = T ds`` is carried by the one rate factor of each integrand
+(``q_y e_y dT = (q_y T) e_y ds``), so rates down to the smallest denormal stay finite.  ``1 − e^{−qT}`` is taken
+as ``−expm1(−qT)`` (:mod:`univer_theory.vexp` on numpy rows).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import numba
 import numpy as np
 
 from ..fpu import flushed
+from .. import vexp
 from ..nx import NUMPY, array_module, get_backend
 
 #: Gauss–Legendre nodes per panel of width 60 in log T (theory.md §4.1: 400 nodes on log t ∈ [−30, 30]).
@@ -34,9 +36,14 @@ LOG_T_NODES = 400
 LOG_T_RANGE = (-30.0, 30.0)
 #: The upper end covers ``q_(k)·T ≤ TAIL_RATE_TIME`` (neglected mass ≤ k·e^{−50}).
 TAIL_RATE_TIME = 50.0
-#: ``log`` of the largest ``q·T`` formed: ``e^{−q·T}`` and ``q·T·e^{−q·T}`` are exactly 0 in float64 beyond ~745,
-#: and the cap keeps ``q·T`` finite (an infinite one would give ``∞·0``).
-LOG_RATE_TIME_CAP = math.log(1e4)
+#: The largest ``q·T`` formed: ``e^{−q·T}`` and ``q·T·e^{−q·T}`` are exactly 0 in float64 beyond ~745, and the
+#: cap keeps ``q·T`` finite (an infinite one would give ``∞·0``); and its log (α*'s clock integral,
+#: :mod:`univer_theory.alpha_star`, forms ``q·t`` as ``exp(log q + log t)``).
+RATE_TIME_CAP = 1e4
+LOG_RATE_TIME_CAP = math.log(RATE_TIME_CAP)
+#: A node's time is formed as two factors ``T = T₁·T₂``, ``T₁ = e^{min(s, TIME_SPLIT)}``: each is finite on every
+#: grid (``s ≤ 750``, 13 panels), and ``(q·T₁)·T₂`` stays finite for every rate ≤ 1 until the cap.
+TIME_SPLIT = 600.0
 
 
 def grid_panels(slowest_rate):
@@ -101,35 +108,46 @@ def log_time_grid(nodes: int = LOG_T_NODES, upper: float = LOG_T_RANGE[1]):
     return s, weights
 
 
+def node_times(s):
+    """``(T₁, T₂)`` with ``T₁·T₂ = e^s`` at the nodes ``s [t]`` (:data:`TIME_SPLIT`; ``T₂ = 1`` exactly below it),
+    numpy or torch."""
+    nx = get_backend(s)
+    return nx.exp(nx.minimum(s, TIME_SPLIT)), nx.exp(nx.maximum(s - TIME_SPLIT, 0.0))
+
+
 def rate_times(rates, s, out=None):
-    """``q·T = exp(log q + s)`` for rates ``[..., 1]`` against nodes ``s [t]`` (0 where q = 0), never forming T;
-    capped at ``e^{LOG_RATE_TIME_CAP}``, where every clock term is exactly 0 or 1.  numpy arrays or torch tensors
-    (:mod:`univer_theory.nx`; the batched clock integral of ``gpu.wor_plans`` uses it); ``out``: a C-contiguous
-    numpy array of the result's shape to write it into."""
+    """``q·T = min((q·T₁)·T₂, RATE_TIME_CAP)`` for rates ``[..., 1]`` against nodes ``s [t]`` (:func:`node_times`):
+    one rounded product below :data:`TIME_SPLIT` (two above it), exactly 0 where q = 0, finite for subnormal
+    rates (docs/deviations.md item 65: it was ``exp(log q + s)``, whose rounded ``log q`` moved it by up to ~40
+    ulp).  numpy arrays (one compiled pass, :func:`_rate_time`) or torch tensors (the same IEEE operations: the same
+    floats); ``out``: a C-contiguous numpy array of the result's shape to write it into."""
     nx = get_backend(rates, s)
+    t1, t2 = node_times(s)
     if nx is NUMPY:                  # in place: the walk's [R, m, t] grids are MBs, each temporary page-faulted
-        log_rates, s = nx.log(rates), np.asarray(s, dtype=np.float64)
-        if log_rates.shape[-1:] != (1,) or s.ndim != 1:
-            raise ValueError(f"rate_times: rates [..., 1] against nodes [t], got {log_rates.shape} and {s.shape}")
-        x = np.empty(log_rates.shape[:-1] + s.shape) if out is None else out
+        rates = np.asarray(rates, dtype=np.float64)
+        if rates.shape[-1:] != (1,) or np.ndim(s) != 1:
+            raise ValueError(f"rate_times: rates [..., 1] against nodes [t], got {rates.shape} and {np.shape(s)}")
+        x = np.empty(rates.shape[:-1] + t1.shape) if out is None else out
         if not x.flags.c_contiguous:        # the compiled pass writes through a flat view of it
             raise ValueError("rate_times: out must be a C-contiguous numpy array")
-        _capped_log_times(log_rates.reshape(-1), s, LOG_RATE_TIME_CAP, x.reshape(-1, s.shape[0]))
-        return np.exp(x, out=x)
-    x = nx.log(rates) + s
-    return nx.exp(nx.clip(x, None, LOG_RATE_TIME_CAP))
+        _rate_time_rows(np.ascontiguousarray(rates).reshape(-1), t1, t2, x.reshape(-1, t1.shape[0]))
+        return x
+    return nx.minimum((rates * t1) * t2, RATE_TIME_CAP)
 
 
-@numba.njit(cache=True, nogil=True)
-def _capped_log_times(log_rates, s, cap, out):  # pragma: no cover - compiled
-    """``out[i, n] = min(log q_i + s_n, cap)`` (``out [N, t]``, a view): :func:`rate_times`' exponent, numpy's
-    broadcast add and clip as one pass — the same IEEE operations (a NaN stays NaN).  numpy's broadcast add runs
-    an inner loop of t per rate, ~7× this loop at t ≈ 100 (~0.2 ms a walk at m = 1 025)."""
-    for i in range(log_rates.shape[0]):
-        a = log_rates[i]
-        for n in range(s.shape[0]):
-            x = a + s[n]
-            out[i, n] = cap if x > cap else x
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _rate_time(q, t1, t2):  # pragma: no cover - compiled
+    """``min((q·T₁)·T₂, RATE_TIME_CAP)`` (:func:`rate_times`; a NaN stays NaN)."""
+    x = (q * t1) * t2
+    return RATE_TIME_CAP if x > RATE_TIME_CAP else x
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _rate_time_rows(rates, t1, t2, out):  # pragma: no cover - compiled
+    """``out[i, n] = q_i·T_n`` (``out [N, t]``, a view; :func:`_rate_time`)."""
+    for i in range(rates.shape[0]):
+        for n in range(t1.shape[0]):
+            out[i, n] = _rate_time(rates[i], t1[n], t2[n])
 
 
 def acceptance_caps(c):
@@ -254,14 +272,30 @@ def _workspace(size: int) -> np.ndarray:
 
 def _clock_factors(qs: np.ndarray, s: np.ndarray):
     """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of the positions ``qs [R, J]`` at the nodes ``s [t]``, ``[R, J, t]``
-    each (expm1 keeps tiny q's precision; the third carries the Jacobian, module docstring), in this thread's
-    :func:`_workspace` — valid until the next call."""
-    qt, minus, e = _workspace(3 * qs.size * s.shape[0]).reshape(3, *qs.shape, s.shape[0])
-    rate_times(qs[..., None], s, out=qt)
-    np.negative(qt, out=minus)
-    np.exp(minus, out=e)
-    ring = np.negative(np.expm1(minus, out=minus), out=minus)
-    return e, ring, np.multiply(qt, e, out=qt)        # qT·e is −(−qT)·e to the bit
+    each (``1 − e^{−qT}`` as ``−expm1(−qT)``, which keeps tiny q's precision; the third carries the Jacobian,
+    module docstring), in this thread's :func:`_workspace` — valid until the next call.  One compiled pass
+    (:func:`_clock_factor_rows`)."""
+    e, ring, qe = _workspace(3 * qs.size * s.shape[0]).reshape(3, *qs.shape, s.shape[0])
+    t1, t2 = node_times(np.asarray(s, dtype=np.float64))
+    t = t1.shape[0]
+    _clock_factor_rows(np.ascontiguousarray(qs, dtype=np.float64).reshape(-1), t1, t2, e.reshape(-1, t),
+                       ring.reshape(-1, t), qe.reshape(-1, t))
+    return e, ring, qe
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _clock_factor_rows(rates, t1, t2, e, ring, qe):  # pragma: no cover - compiled
+    """:func:`_clock_factors` into the views ``e, ring, qe [N, t]``: per rate and node ``qT`` (:func:`_rate_time`),
+    ``e^{−qT}`` and ``1 − e^{−qT}`` (:mod:`univer_theory.vexp`: within 2 ulp of the C library's ``exp`` and
+    ``−expm1``, in a loop that vectorises; docs/deviations.md item 65) and ``qT·e^{−qT}``."""
+    for i in range(rates.shape[0]):
+        q, e_i, ring_i, qe_i = rates[i], e[i], ring[i], qe[i]
+        for n in range(t1.shape[0]):
+            qt = _rate_time(q, t1[n], t2[n])
+            f = vexp.exp(-qt)
+            e_i[n] = f
+            ring_i[n] = vexp.one_minus_exp(qt, f)
+            qe_i[n] = qt * f
 
 
 @numba.njit(cache=True, inline="always")
