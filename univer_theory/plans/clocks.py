@@ -270,14 +270,14 @@ def _workspace(size: int) -> np.ndarray:
     return buf[:size]
 
 
-def _clock_factors(qs: np.ndarray, s: np.ndarray):
-    """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of the positions ``qs [R, J]`` at the nodes ``s [t]``, ``[R, J, t]``
-    each (``1 − e^{−qT}`` as ``−expm1(−qT)``, which keeps tiny q's precision; the third carries the Jacobian,
-    module docstring), in this thread's :func:`_workspace` — valid until the next call.  One compiled pass
-    (:func:`_clock_factor_rows`)."""
-    e, ring, qe = _workspace(3 * qs.size * s.shape[0]).reshape(3, *qs.shape, s.shape[0])
-    t1, t2 = node_times(np.asarray(s, dtype=np.float64))
+def _clock_factors(qs: np.ndarray, times):
+    """``(e^{−qT}, 1 − e^{−qT}, qT·e^{−qT})`` of the positions ``qs [R, J]`` at the nodes of ``times``
+    (:func:`node_times` ``(T₁, T₂) [t]``), ``[R, J, t]`` each (``1 − e^{−qT}`` as ``−expm1(−qT)``, which keeps tiny
+    q's precision; the third carries the Jacobian, module docstring), in this thread's :func:`_workspace` — valid
+    until the next call.  One compiled pass (:func:`_clock_factor_rows`)."""
+    t1, t2 = times
     t = t1.shape[0]
+    e, ring, qe = _workspace(3 * qs.size * t).reshape(3, *qs.shape, t)
     _clock_factor_rows(np.ascontiguousarray(qs, dtype=np.float64).reshape(-1), t1, t2, e.reshape(-1, t),
                        ring.reshape(-1, t), qe.reshape(-1, t))
     return e, ring, qe
@@ -398,11 +398,12 @@ def _walk_chunk(q, cs, k: int, s_t, w, head: float, block: int, kept: bool):
     n, m, t = q.shape[0], q.shape[1], s_t.shape[0]
     blocks = -(-m // block)
     spans = [(0, m)] if kept else [(b * block, min(m, (b + 1) * block)) for b in range(blocks)]
-    factors = _clock_factors(q, s_t) if kept else None
+    times = node_times(s_t)
+    factors = _clock_factors(q, times) if kept else None
 
     def clocks(lo, hi):
         """The clock factors of positions ``lo:hi`` of the chunk's rows."""
-        return factors if kept else _clock_factors(q[:, lo:hi], s_t)
+        return factors if kept else _clock_factors(q[:, lo:hi], times)
 
     c_num, c_den = (np.ascontiguousarray(x) for x in acceptance_caps(cs))
     hq = head * q
