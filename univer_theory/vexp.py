@@ -71,11 +71,12 @@ def _pow2(shifted):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, inline="always")
-def _exp_taylor(r):  # pragma: no cover - compiled
-    """``Σ_{j≤13} r^j/j!`` by Horner's rule (``e^r`` for ``|r| ≤ ln 2/2``)."""
-    c = INV_FACT
-    return 1.0 + r * (1.0 + r * (c[2] + r * (c[3] + r * (c[4] + r * (c[5] + r * (c[6] + r * (c[7] + r * (
-        c[8] + r * (c[9] + r * (c[10] + r * (c[11] + r * (c[12] + r * c[13]))))))))))))
+def _series(x, first):  # pragma: no cover - compiled
+    """``Σ_{j≤13} x^j/(j + first)!`` by Horner's rule: ``e^x`` for ``first = 0``, ``(e^x − 1)/x`` for 1."""
+    acc = INV_FACT[13 + first]
+    for j in range(12, -1, -1):
+        acc = INV_FACT[j + first] + x * acc
+    return acc
 
 
 @numba.njit(cache=True, inline="always")
@@ -85,18 +86,14 @@ def exp(x):  # pragma: no cover - compiled
     n = (x * INV_LN2 + ROUND_SHIFT) - ROUND_SHIFT                   # round(x/ln 2), as a float
     r = (x - n * LN2_HI) - n * LN2_LO
     half = (n * 0.5 - 0.25) + ROUND_SHIFT                           # ⌊n/2⌋ + ROUND_SHIFT: n/2 − 1/4 rounds to it
-    return _exp_taylor(r) * _pow2(half) * _pow2((n - (half - ROUND_SHIFT)) + ROUND_SHIFT)
+    return _series(r, 0) * _pow2(half) * _pow2((n - (half - ROUND_SHIFT)) + ROUND_SHIFT)
 
 
 @numba.njit(cache=True, inline="always")
 def one_minus_exp(y, e):  # pragma: no cover - compiled
     """``1 − e^{−y}`` for ``y ≥ 0`` given ``e = e^{−y}`` (module docstring: the series below ``ln 2/2``, else
     ``1 − e``); NaN for NaN."""
-    c = INV_FACT
-    x = -y
-    series = -x * (1.0 + x * (c[2] + x * (c[3] + x * (c[4] + x * (c[5] + x * (c[6] + x * (c[7] + x * (c[8] + x * (
-        c[9] + x * (c[10] + x * (c[11] + x * (c[12] + x * (c[13] + x * c[14])))))))))))))
-    return series if y < HALF_LN2 else 1.0 - e
+    return y * _series(-y, 1) if y < HALF_LN2 else 1.0 - e
 
 
 @numba.njit(cache=True, nogil=True)

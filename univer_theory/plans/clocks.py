@@ -27,8 +27,8 @@ from functools import lru_cache
 import numba
 import numpy as np
 
-from ..fpu import flushed
 from .. import vexp
+from ..fpu import flushed
 from ..nx import NUMPY, array_module, get_backend
 
 #: Gauss–Legendre nodes per panel of width 60 in log T (theory.md §4.1: 400 nodes on log t ∈ [−30, 30]).
@@ -118,9 +118,10 @@ def node_times(s):
 def rate_times(rates, s, out=None):
     """``q·T = min((q·T₁)·T₂, RATE_TIME_CAP)`` for rates ``[..., 1]`` against nodes ``s [t]`` (:func:`node_times`):
     one rounded product below :data:`TIME_SPLIT` (two above it), exactly 0 where q = 0, finite for subnormal
-    rates (docs/deviations.md item 65: it was ``exp(log q + s)``, whose rounded ``log q`` moved it by up to ~40
-    ulp).  numpy arrays (one compiled pass, :func:`_rate_time`) or torch tensors (the same IEEE operations: the same
-    floats); ``out``: a C-contiguous numpy array of the result's shape to write it into."""
+    rates (docs/deviations.md item 65: it was ``exp(log q + s)``, whose rounded ``log q`` moved it by up to ~850
+    ulp at q = 1e-300).  numpy arrays (one compiled pass, :func:`_rate_time`) or torch tensors (the same operations,
+    on ``T₁, T₂`` from the backend's ``exp``); ``out``: a C-contiguous numpy array of the result's shape to write it
+    into."""
     nx = get_backend(rates, s)
     t1, t2 = node_times(s)
     if nx is NUMPY:                  # in place: the walk's [R, m, t] grids are MBs, each temporary page-faulted
