@@ -28,6 +28,8 @@ import math
 import numba
 import numpy as np
 
+from .vexp import float_bits
+
 
 @numba.njit(cache=True, nogil=True)
 def _cumsum_rows(x, reverse, exclusive):  # pragma: no cover - compiled
@@ -97,6 +99,40 @@ def _scatter_add_rows(out, idx, values):  # pragma: no cover - compiled
         for j in range(M):
             out[r, idx[r, j]] += values[r, j]
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def stable_argsort_row(x):  # pragma: no cover - compiled
+    """``np.argsort(x, kind="stable")`` of one float64 row ``x [n]`` inside a compiled kernel (the same
+    permutation): a least-significant-digit radix sort, eight passes of a byte over keys whose unsigned order is the
+    float order (sign bit set for non-negative floats, every bit flipped for negative ones; −0.0 read as 0.0 and
+    every NaN as one NaN, last, as numpy's sort has them), a pass skipped where every key has the same byte.
+    Stable, so ties keep index order; ~2× numba's merge sort at 2 000 entries, ~2.5× at 50 000."""
+    n = x.shape[0]
+    key, idx = np.empty(n, np.uint64), np.arange(n)
+    key2, idx2 = np.empty(n, np.uint64), np.empty(n, np.int64)
+    sign = np.uint64(1) << np.uint64(63)
+    for i in range(n):
+        v = x[i]
+        bits = np.uint64(float_bits(0.0 if v == 0.0 else (np.nan if v != v else v)))
+        key[i] = ~bits if bits & sign else bits | sign
+    count = np.zeros((8, 257), np.int64)                     # every pass's histogram, in one read of the keys
+    for i in range(n):
+        for p in range(8):
+            count[p, ((key[i] >> np.uint64(8 * p)) & np.uint64(255)) + 1] += 1
+    for p in range(8):
+        start = count[p]
+        if start.max() == n:                                # one byte value: the pass would keep the order
+            continue
+        for d in range(256):
+            start[d + 1] += start[d]
+        shift = np.uint64(8 * p)
+        for i in range(n):
+            d = (key[i] >> shift) & np.uint64(255)
+            key2[start[d]], idx2[start[d]] = key[i], idx[i]
+            start[d] += 1
+        key, key2, idx, idx2 = key2, key, idx2, idx
+    return idx
 
 
 #: Float rows from this length on are argsorted stably by :func:`_stable_float_argsort` (shorter ones by numpy's

@@ -51,7 +51,7 @@ def _bits_to_float(typingctx, bits):
 
 
 @intrinsic
-def _float_to_bits(typingctx, x):
+def float_bits(typingctx, x):
     """The bit pattern of the float64 ``x`` as an int64 (a register move)."""
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.IntType(64))
@@ -67,7 +67,7 @@ def _pow2(shifted):  # pragma: no cover - compiled
     """``2^m`` from ``shifted = m + ROUND_SHIFT`` for an integer ``m`` in ``[−1022, 1023]``: m read from the low
     bits of ``shifted`` and written into an exponent field (64-bit integer adds and a left shift, which a loop
     vectorises without AVX-512's float-to-int64 conversion)."""
-    return _bits_to_float((_float_to_bits(shifted) - SHIFT_BITS + 1023) << 52)
+    return _bits_to_float((float_bits(shifted) - SHIFT_BITS + 1023) << 52)
 
 
 @numba.njit(cache=True, inline="always")

@@ -11,7 +11,8 @@ same floats in the same order, including what makes them batch-dependent:
   padding q = c = 0, R = 1), and its sums run over those M columns as numpy's do (:func:`_sum`: numpy's
   pairwise summation, whose grouping depends on the length);
 * prefix and suffix sums are sequential from their first term (:func:`univer_theory.nx._cumsum_rows`);
-* sorts are stable (numba's merge sort; the array form's :func:`univer_theory.nx.NumpyBackend.argsort`), the
+* sorts are stable (:func:`univer_theory.nx.stable_argsort_row`; the array form's
+  :func:`univer_theory.nx.NumpyBackend.argsort`), the
   1-D crossing is :func:`.wor_pair._crossing`'s piece scan, the claim family's recurrence is the loop that
   :func:`.wor_pair.claim_shares`' fixed point reaches;
 * ``np.maximum`` / ``np.minimum`` / ``np.clip`` keep their NaN and signed-zero rules (:func:`_max`, :func:`_min`,
@@ -25,6 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..nx import stable_argsort_row
 from ..orders import RATIO_SCALE
 
 #: :func:`_sum`'s block: numpy's pairwise summation adds up to this many terms in 8 running sums, and splits
@@ -156,7 +158,7 @@ def _first_crossing(flo, lo, hi, knots, dslope, slope, active, start_tol, tol): 
         return hi
     if not flo < -start_tol:
         return lo
-    order = np.argsort(knots, kind="mergesort")
+    order = stable_argsort_row(knots)
     x0, f0, rise = lo, flo, slope                       # the piece before the first knot
     gaps, changes, prev = 0.0, 0.0, lo                  # Σ slope·gap, Σ slope changes, the last knot
     for i in range(order.shape[0]):
@@ -267,7 +269,7 @@ def _claim_family(q, rest, c):  # pragma: no cover - compiled
     key = np.empty(M)
     for j in range(M):                                  # ratio_argsort(c, q, descending=True)'s keys
         key[j] = -((c[j] * RATIO_SCALE) / q[j]) if q[j] > 0 else np.inf
-    order = np.argsort(key, kind="mergesort")
+    order = stable_argsort_row(key)
     qo, ro, co = q[order], rest[order], c[order]
     u = qo / ro
     later = qo * _exclusive(u, True) + u * _exclusive(qo, True)
