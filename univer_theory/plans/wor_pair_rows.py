@@ -2,9 +2,9 @@
 
 :func:`.wor_pair.pair_rule` is written once against the array namespace (numpy or torch rows ``[R, V]``); on
 numpy rows it runs here instead.  The array form's ~300 operations a level on sides of a few hundred tokens cost
-1.0–2.5 ms a level (1–8 rows) at top 1 024, mostly in dispatch; one pass per row costs 0.3–1.8 ms a level, most
-of it the stable sorts of each side's knots (measured on the SmolLM2-drafted wor binary:4 trees of the
-benchmark: rule 3 7.3 → 2.8 ms a tree).  :func:`pair_rule_rows` follows the array form step by step, with the
+1.0–2.5 ms a level (1–8 rows) at top 1 024, mostly in dispatch; one pass per row costs a few tenths of a ms a
+row, most of it the stable sorts of each side's knots (a radix sort, :func:`univer_theory.nx.stable_argsort_row`;
+measured on the SmolLM2-drafted wor binary:4 trees of the benchmark: rule 3 7.3 → 2.2 ms a tree).  :func:`pair_rule_rows` follows the array form step by step, with the
 same floats in the same order, including what makes them batch-dependent:
 
 * a side's tokens sit in ``M`` columns, ``M`` the most of any row of the batch (:func:`.wor_pair.side_columns`:
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..nx import stable_argsort_row
+from ..nx import _cumsum_rows, stable_argsort_row
 from ..orders import RATIO_SCALE
 
 #: :func:`_sum`'s block: numpy's pairwise summation adds up to this many terms in 8 running sums, and splits
@@ -121,25 +121,9 @@ def _sum(a):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _exclusive(x, reverse):  # pragma: no cover - compiled
-    """``Σ_{j<i} x_j`` (``Σ_{j>i}`` with ``reverse``) of one row, summed in order from the first term
-    (:func:`univer_theory.nx._cumsum_rows`)."""
-    n = x.shape[0]
-    out = np.zeros(n)
-    if n < 2:
-        return out
-    if reverse:
-        acc = x[n - 1]
-        out[n - 2] = acc
-        for j in range(n - 3, -1, -1):
-            acc = acc + x[j + 1]
-            out[j] = acc
-    else:
-        acc = x[0]
-        out[1] = acc
-        for j in range(2, n):
-            acc = acc + x[j - 1]
-            out[j] = acc
-    return out
+    """``Σ_{j<i} x_j`` (``Σ_{j>i}`` with ``reverse``) of one row: the numpy backend's own compiled sums
+    (:func:`univer_theory.nx._cumsum_rows`, summed in order from the first term) on it as a batch of one."""
+    return _cumsum_rows(x.reshape(1, x.shape[0]), reverse, True)[0]
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -225,9 +209,9 @@ def _yield_accept(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover -
         if under[j] > 0:
             ratio[j], taken[j], dslope[j] = under[j] / q[j], q[j], -q[j]
     beta, gamma = np.ones(M), np.zeros(M)
-    top = 0.0
-    for j in range(M):
-        top = _max(top, ratio[j]) if j else ratio[0]
+    top = ratio[0]                                      # np.amax(ratio)
+    for j in range(1, M):
+        top = _max(top, ratio[j])
     if upper:
         D = _sum(over)
         act = D > 0
