@@ -31,6 +31,19 @@ import numpy as np
 from .vexp import float_bits
 
 
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def np_max(a, b):  # pragma: no cover - compiled
+    """``np.maximum(a, b)`` of two floats inside a compiled kernel: ``a`` where ``a > b`` or a is NaN, else ``b``
+    (numpy's NaN and signed-zero rules)."""
+    return a if (a > b or a != a) else b
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def np_min(a, b):  # pragma: no cover - compiled
+    """``np.minimum(a, b)`` of two floats inside a compiled kernel: ``a`` where ``a < b`` or a is NaN, else ``b``."""
+    return a if (a < b or a != a) else b
+
+
 @numba.njit(cache=True, nogil=True)
 def _cumsum_rows(x, reverse, exclusive):  # pragma: no cover - compiled
     """Prefix sums along the last axis of ``x [R, V]`` (suffix sums, summed from the end, with ``reverse``; with

@@ -275,3 +275,87 @@ def test_share_integrand_compiled_is_the_array_form_bit_for_bit(monkeypatch):
     assert sum(np.isnan(_share_integrand(*a)).any() for a in cases) >= 5           # NaN lanes were compared
     monkeypatch.setattr(layout, "survival", lambda lo, rise, node: 1.0 - lo - rise * ((1 + node) / 2))
     assert any(not np.array_equal(_share_integrand_rows(*a), _share_integrand(*a), equal_nan=True) for a in cases)
+
+
+def _layout_batch(rng, kind: str, R: int, V: int):
+    """``(c, q, k)`` of R seeded rows of one kind — flat, LLM-like (``p = q·e^{0.8z}``), Zipf, near-equal ratios,
+    confident (a tail of 1e-300), ties (runs of equal q and p: exact density ties) — with dropped tokens."""
+    if kind == "flat":
+        q, p = rng.dirichlet(np.full(V, 0.3), R), rng.dirichlet(np.full(V, 0.3), R)
+    elif kind in ("llm", "confident"):
+        q = np.exp(3 * rng.standard_normal((R, V)))
+        if kind == "confident":
+            q[:, 1:] *= 1e-300
+        p = q * np.exp(0.8 * rng.standard_normal((R, V)))
+    elif kind == "zipf":
+        p = rng.permuted(np.tile(np.arange(1.0, V + 1), (R, 1)), axis=1) ** -1.1
+        q = p * np.exp(0.8 * rng.standard_normal((R, V)))
+    elif kind == "near":
+        q = rng.dirichlet(np.full(V, 2.0), R)
+        p = q * rng.uniform(0.5, 1.5, (R, V))
+    else:
+        q, p = rng.integers(1, 4, (R, V)).astype(float), rng.integers(1, 4, (R, V)).astype(float)
+    q[rng.random((R, V)) < 0.1] = 0.0
+    q[:, 0] += q.max(-1) + 1e-3
+    q, p = q / q.sum(-1, keepdims=True), p / p.sum(-1, keepdims=True)
+    return rng.uniform(0.2, 1.0, R)[:, None] * p, q, rng.integers(1, 7, R)
+
+
+def _layout_grid(seed: int, trials: int):
+    """Seeded ``(q, k, rows, first, k_max, lay)`` of ragged batches of 1–4 rows of :func:`_layout_batch`'s kinds
+    at V = 2…600, each row's first block its largest (hundreds of groups on LLM-like rows) or a random one."""
+    from univer_theory.plans.layout import block_layout, layout_rows
+    rng = np.random.default_rng(seed)
+    kinds = ("flat", "llm", "zipf", "near", "confident", "ties")
+    for trial in range(trials):
+        c, q, k = _layout_batch(rng, kinds[trial % len(kinds)], int(rng.integers(1, 5)),
+                                int(rng.choice([2, 3, 7, 40, 200, 600])))
+        rows = layout_rows(c, q, k)
+        sizes = [np.bincount(b[b >= 0]) for b in rows.block]
+        first = np.array([int(np.argmax(s)) if rng.random() < 0.7 else int(rng.integers(0, s.size)) for s in sizes])
+        k_max = int(k.max()) + int(rng.integers(0, 2))
+        yield trial, q, k, rows, first, k_max, block_layout(q, k, rows, first, k_max)
+
+
+def _same_bits(x, y) -> bool:
+    """Equal shapes, dtypes and bytes (signed zeros and NaN payloads included)."""
+    x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)
+    return x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+def test_block_layout_compiled_is_the_array_form_bit_for_bit():
+    """``block_layout`` on numpy rows (the compiled pass of ``layout_blocks``) against the array form on the same
+    rows (``array_block_layout``, torch's), every entry bit for bit, on :func:`_layout_grid` — ragged batches (the
+    padded block width n and group count gmax), density ties, single-group blocks and blocks of hundreds of
+    groups, k above and at ``k_max``; the grid reaches both kinds of block."""
+    from univer_theory.plans.layout import array_block_layout
+    groups = []
+    for trial, q, k, rows, first, k_max, lay in _layout_grid(64, 150):
+        want = array_block_layout(q, k, rows, first, k_max)
+        assert lay.keys() == want.keys()
+        for name in want:
+            assert _same_bits(lay[name], want[name]), (trial, name)
+        groups += lay["G"].tolist()
+    assert min(groups) == 1 and max(groups) > 300, (min(groups), max(groups))
+
+
+def test_child_columns_compiled_is_the_array_form_bit_for_bit():
+    """The children's densities and CDFs of ``tuple_weights`` (``_child_columns``: on numpy rows the compiled pass
+    of ``layout_blocks``) against the array form (``array_child_columns``, with ``inverse_columns``) bit for bit:
+    up to 8 columns a batch, each on a seeded row of :func:`_layout_grid`'s layouts, tokens in and out of the
+    block, the layout cut to a group count at or below its own, as ``tuple_weights`` cuts its chunks."""
+    from univer_theory.plans.layout import _SHARE_KEYS, _child_columns, array_child_columns
+    rng = np.random.default_rng(65)
+    for trial, q, k, rows, first, k_max, lay in _layout_grid(66, 150):
+        entry = rng.integers(0, q.shape[0], int(rng.integers(1, 9)))
+        token = np.array([rng.choice(np.flatnonzero(q[e] > 0)) for e in entry])
+        g = int(lay["G"].max()) if rng.random() < 0.7 else int(rng.integers(1, lay["G"].max() + 1))
+        cut = {"edges": g + 1, "right": g - 1, "left": g - 1}
+        lays = {name: (lay[name][:, :cut.get(name, g)] if lay[name].ndim == 2 else lay[name])[entry]
+                for name in _SHARE_KEYS}
+        group = lay["slot"][entry, token]
+        inside = (group >= 0) & (group < g)
+        group = np.where(inside, group, 0)
+        got, want = _child_columns(lays, group, q[entry, token], inside), array_child_columns(
+            lays, group, q[entry, token], inside)
+        assert all(_same_bits(x, y) for x, y in zip(got, want)), trial

@@ -57,7 +57,10 @@ Duplicated tokens keep separate copies (each gets the same share).
 :func:`first_blocks`, :func:`acceptance` and :func:`tuple_weights`.  The exact core's :func:`layout_plan` runs
 them on its node as a batch of one (blocks built lazily and cached, ``w(S)`` once per multiset);
 :func:`gpu.layout.layout_weights` composes the same functions on the R nodes of a level.  torch's own part is
-only batching: several tuples per row lay out each distinct (row, block) once.  The tuple integrals are formed
+only batching: several tuples per row lay out each distinct (row, block) once.  On numpy rows
+:func:`block_layout` and the children's columns of :func:`tuple_weights` run as compiled passes with the array
+form's floats (:mod:`.layout_blocks`; the array forms :func:`array_block_layout`, :func:`array_child_columns`
+are torch's).  The tuple integrals are formed
 :data:`TUPLE_CHUNK` elements at a time (memory bounded whatever the batch; one chunk for the exact core).  What
 checks this code stays separate: the exact enumeration of ``Σ_S Q(S) w(S)``, the LP's α*(ρ)
 (``solvers.condot``) and the closed form ``univer_theory.alpha_star.alpha_star_iid``.
@@ -75,6 +78,7 @@ import numpy as np
 from ..nx import NUMPY, array_module, get_backend
 from ..orders import ratio_argsort
 from .base import NodePlan
+from .layout_blocks import block_layout_rows, child_columns_rows
 from .node_inputs import check_node_inputs
 
 
@@ -230,6 +234,14 @@ def _reverse_valid(x, count):
 
 
 def block_layout(q, k, rows: LayoutRows, first, k_max: int) -> dict:
+    """:func:`array_block_layout` — on numpy rows its compiled pass (:mod:`.layout_blocks`, the same floats), on
+    torch rows the array form itself."""
+    if get_backend(q) is NUMPY:
+        return block_layout_rows(q, k, rows, first, k_max, _mobius_rows)
+    return array_block_layout(q, k, rows, first, k_max)
+
+
+def array_block_layout(q, k, rows: LayoutRows, first, k_max: int) -> dict:
     """Per row, the fractional layout of its block ``first [U]`` (module docstring) from ``layout_rows`` of the
     same rows (``q [U, V]``, ``k [U]``; ``k_max ≥ max k``): the block's tokens grouped by density ``b/q`` (exact
     ties), density descending, group lengths ``Q`` (``widths``), μ_k-masses ``m`` (``masses``), the edges, the
@@ -408,7 +420,15 @@ def _child_columns(lay, group, q_col, first):
     """``(f [D, G], F [D, G + 1])`` of D children of a chunk of :func:`tuple_weights`' tuples, each on its own
     layout row ``lay`` (:func:`block_layout` entries): the density ``f = θ_y/q_y`` on its block's groups
     (``θ_y = q_y·x``, x the column of ``A⁻¹`` at the child's ``group``; 0 outside the first block) and its CDF at
-    the group starts."""
+    the group starts — on numpy rows the compiled pass of :mod:`.layout_blocks` (the same floats), on torch rows
+    :func:`array_child_columns`."""
+    if get_backend(q_col) is NUMPY:
+        return child_columns_rows(lay, group, q_col, first)
+    return array_child_columns(lay, group, q_col, first)
+
+
+def array_child_columns(lay, group, q_col, first):
+    """:func:`_child_columns` written against the array namespace: numpy arrays or torch tensors."""
     nx = get_backend(q_col)
     x = nx.where(lay["g_valid"] & first[:, None], inverse_columns(lay, group[:, None])[:, 0], 0.0)
     f = (q_col[:, None] * x) / q_col[:, None]

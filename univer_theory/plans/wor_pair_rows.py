@@ -15,8 +15,8 @@ same floats in the same order, including what makes them batch-dependent:
   :func:`univer_theory.nx.NumpyBackend.argsort`), the
   1-D crossing is :func:`.wor_pair._crossing`'s piece scan, the claim family's recurrence is the loop that
   :func:`.wor_pair.claim_shares`' fixed point reaches;
-* ``np.maximum`` / ``np.minimum`` / ``np.clip`` keep their NaN and signed-zero rules (:func:`_max`, :func:`_min`,
-  :func:`_clip`).
+* ``np.maximum`` / ``np.minimum`` / ``np.clip`` keep their NaN and signed-zero rules (:func:`univer_theory.nx.np_max`,
+  :func:`~univer_theory.nx.np_min`, :func:`_clip`).
 
 ``tests/theory/test_wor_plans.py`` runs both on seeded grids (sides of every family, confident rows, ragged
 batches) and asserts equal arrays.  The math is the array form's; its docstrings state it.
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..nx import _cumsum_rows, stable_argsort_row
+from ..nx import _cumsum_rows, np_max, np_min, stable_argsort_row
 from ..orders import RATIO_SCALE
 
 #: :func:`_sum`'s block: numpy's pairwise summation adds up to this many terms in 8 running sums, and splits
@@ -35,18 +35,6 @@ PAIRWISE_BLOCK = 128
 
 
 # ----------------------------------------------------------------------------------------- numpy's elementwise rules
-@numba.njit(cache=True, inline="always", error_model="numpy")
-def _max(a, b):  # pragma: no cover - compiled
-    """``np.maximum(a, b)``: ``a`` where ``a > b`` or a is NaN, else ``b``."""
-    return a if (a > b or a != a) else b
-
-
-@numba.njit(cache=True, inline="always", error_model="numpy")
-def _min(a, b):  # pragma: no cover - compiled
-    """``np.minimum(a, b)``: ``a`` where ``a < b`` or a is NaN, else ``b``."""
-    return a if (a < b or a != a) else b
-
-
 @numba.njit(cache=True, inline="always", error_model="numpy")
 def _clip(x, lo, hi):  # pragma: no cover - compiled
     """``np.clip(x, lo, hi)``: ``lo`` where ``x < lo``, then ``hi`` where above it (NaN and −0.0 kept)."""
@@ -146,7 +134,7 @@ def _first_crossing(flo, lo, hi, knots, dslope, slope, active, start_tol, tol): 
     x0, f0, rise = lo, flo, slope                       # the piece before the first knot
     gaps, changes, prev = 0.0, 0.0, lo                  # Σ slope·gap, Σ slope changes, the last knot
     for i in range(order.shape[0]):
-        x = _min(_max(knots[order[i]], lo), hi)
+        x = np_min(np_max(knots[order[i]], lo), hi)
         d = dslope[order[i]]
         changes = d if i == 0 else changes + d
         term = rise * (x - prev)
@@ -156,7 +144,7 @@ def _first_crossing(flo, lo, hi, knots, dslope, slope, active, start_tol, tol): 
             break
         x0, f0, rise, prev = x, f_at, slope + changes, x
     E = x0 + (-tol - f0) / rise if rise > 0 else x0
-    return _min(_max(E, lo), hi)
+    return np_min(np_max(E, lo), hi)
 
 
 # ----------------------------------------------------------------------------------------- the families
@@ -205,13 +193,13 @@ def _yield_accept(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover -
     taken, dslope = np.zeros(M), np.zeros(M)            # q and −q on the takers, 0 elsewhere
     for j in range(M):
         if on[j]:
-            over[j], under[j] = _max(base[j] - c[j], 0.0), _max(c[j] - base[j], 0.0)
+            over[j], under[j] = np_max(base[j] - c[j], 0.0), np_max(c[j] - base[j], 0.0)
         if under[j] > 0:
             ratio[j], taken[j], dslope[j] = under[j] / q[j], q[j], -q[j]
     beta, gamma = np.ones(M), np.zeros(M)
     top = ratio[0]                                      # np.amax(ratio)
     for j in range(1, M):
-        top = _max(top, ratio[j])
+        top = np_max(top, ratio[j])
     if upper:
         D = _sum(over)
         act = D > 0
@@ -223,7 +211,7 @@ def _yield_accept(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover -
                 if over[j] > 0:
                     beta[j] = 1 - over[j] * rest[j] / (q[j] * G)
                 if under[j] > 0:
-                    gamma[j] = _min(under[j] / (q[j] * E), 1.0)
+                    gamma[j] = np_min(under[j] / (q[j] * E), 1.0)
     else:
         D = _sum(under)
         act = D > 0
@@ -231,7 +219,7 @@ def _yield_accept(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover -
         cap = np.zeros(M)
         for j in range(M):
             if over[j] > 0:
-                cap[j] = _min(q[j] / rest[j], over[j] * E / (D + 0 * over[j]) if act else 0.0)
+                cap[j] = np_min(q[j] / rest[j], over[j] * E / (D + 0 * over[j]) if act else 0.0)
         total = _sum(cap)
         ok = (not act) or total >= E
         if act and ok:
@@ -279,8 +267,8 @@ def _solve_side(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover - c
     beta, gamma, b, rank = np.ones(M), np.ones(M), np.zeros(M), np.full(M, -1, np.int64)
     if not on.any():
         return beta, gamma, b, 0, rank, False
-    scale = _max(np.max(c), np.max(q * _sum(q) / rest))
-    tol = feas_tol * _max(scale, 1.0)
+    scale = np_max(np.max(c), np.max(q * _sum(q) / rest))
+    tol = feas_tol * np_max(scale, 1.0)
     for family in range(2 if upper else 3):
         fr = rank
         if family == 0:

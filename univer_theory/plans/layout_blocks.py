@@ -1,0 +1,201 @@
+"""Rule 2's block layout (:func:`.layout.block_layout`) on numpy rows as one compiled pass per row — the array
+form's floats, bit for bit.
+
+:func:`.layout.array_block_layout` is written once against the array namespace (numpy or torch rows); on numpy
+rows :func:`.layout.block_layout` runs here instead.  The array form's ~50 operations on a level's blocks cost
+~1 ms a call at top 1 024, mostly in dispatch and in passes over the padded ``[U, n]`` arrays; the pass here costs
+the block's stable sort and a few loops.  It follows the array form step by step, with the same floats in the
+same order, including what depends on the batch:
+
+* a row's block sits in ``n`` columns, ``n`` the largest block of the batch, and is sorted over all ``n`` (its
+  padding last: density −∞); its groups sit in ``gmax`` columns, the most of any row, padded as the array form
+  pads them (unit groups of zero mass, the masked values of every ``where``);
+* sorts are stable (:func:`univer_theory.nx.stable_argsort_row`, the permutation of the array form's
+  :meth:`univer_theory.nx.NumpyBackend.argsort`); group sums add in index order (``scatter_add``), prefix sums
+  sequentially from their first term (``cumsum``);
+* ``np.maximum`` keeps its NaN and signed-zero rules (:func:`univer_theory.nx.np_max`); a product with a mask
+  multiplies by 1.0 or 0.0, as numpy's bool-to-float cast does; the Möbius scans are the same compiled
+  recurrence (:func:`.layout._mobius_rows`).
+
+``tests/theory/test_layout.py`` runs both on seeded grids (ragged batches, ties of density, single-group blocks)
+and asserts equal arrays.  The math is the array form's; its docstrings state it.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..nx import np_max, stable_argsort_row
+
+
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _mu_k_width(lo, width, k, k_max):  # pragma: no cover - compiled
+    """:func:`.layout.mu_k_width` of one group, its Horner steps (``k`` above ``k_max``: 0, as there)."""
+    A = 1.0 - lo
+    B = A - width
+    one = 0.0 * (A + B) + 1.0
+    s, power = one, one
+    out = s if k == 1 else 0.0
+    for j in range(2, k_max + 1):
+        power = power * B
+        s = A * s + power
+        if k == j:
+            out = s
+    return width * out
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _block_rows(q, k, b, order, X, block, first, k_max):  # pragma: no cover - compiled
+    """The rows' blocks sorted into density groups: ``(tok, dens, filled, group [U, n], size, G [U], lo, hi [U])``
+    — the tokens of each row's block ``first`` in the ratio order (``n`` columns, padding past ``size``), stably
+    sorted by density ``b/q`` descending, whether each sorted position holds a token of the block (``filled``: it
+    came from a position before ``size``), and its group (counted from 0 over the positions before ``size``)."""
+    U, V = q.shape
+    size, start = np.zeros(U, np.int64), np.zeros(U, np.int64)
+    for u in range(U):
+        for v in range(V):
+            f = block[u, v]
+            size[u] += f == first[u]
+            start[u] += f >= 0 and f < first[u]
+    n = size.max()
+    tok, dens = np.empty((U, n), np.int64), np.empty((U, n))
+    filled, group, G = np.empty((U, n), np.bool_), np.empty((U, n), np.int64), np.zeros(U, np.int64)
+    lo, hi = np.empty(U), np.empty(U)
+    raw_tok, raw_dens = np.empty(n, np.int64), np.empty(n)
+    for u in range(U):
+        lo[u], hi[u] = X[u, start[u]], X[u, start[u] + size[u]]
+        for j in range(n):
+            t = order[u, min(start[u] + j, V - 1)]
+            raw_tok[j] = t
+            raw_dens[j] = -(b[u, t] / q[u, t]) if j < size[u] else -(-np.inf)
+        o = stable_argsort_row(raw_dens)
+        count = 0
+        for j in range(n):
+            tok[u, j], dens[u, j], filled[u, j] = raw_tok[o[j]], -raw_dens[o[j]], o[j] < size[u]
+            if j < size[u] and (j == 0 or dens[u, j] != dens[u, j - 1]):
+                count += 1
+            group[u, j] = count - 1
+        G[u] = count
+    return tok, dens, filled, group, size, G, lo, hi
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _group_arrays(q, k, b, tok, dens, filled, group, size, G, lo, hi, k_max):  # pragma: no cover - compiled
+    """``(Q, edges, m, ell, clamp)`` of :func:`.layout.array_block_layout` from :func:`_block_rows`: the group
+    lengths, edges, μ_k-masses, exchange rates and clamp (through the group sums ``B``, densities ``d`` and
+    excesses ``E``)."""
+    U, n = tok.shape
+    gmax = G.max()
+    Q, B, d = np.zeros((U, gmax + 1)), np.zeros((U, gmax + 1)), np.zeros((U, gmax + 1))
+    edges, m, E = np.empty((U, gmax + 1)), np.empty((U, gmax)), np.empty((U, gmax))
+    ell, clamp = np.empty((U, max(gmax - 1, 0))), np.empty(U)
+    for u in range(U):
+        for j in range(n):                                  # group sums in index order; padding → dump column
+            valid = j < size[u]
+            at = group[u, j] if valid else gmax
+            Q[u, at] += (q[u, tok[u, j]] if filled[u, j] else 1.0) if valid else 0.0
+            B[u, at] += b[u, tok[u, j]] if filled[u, j] else 0.0
+            d[u, group[u, j] if valid and (j == 0 or dens[u, j] != dens[u, j - 1]) else gmax] = dens[u, j]
+        for g in range(G[u], gmax):
+            Q[u, g] = 1.0
+        edges[u, 0], acc = lo[u], 0.0
+        for g in range(gmax):
+            acc = Q[u, g] if g == 0 else acc + Q[u, g]
+            edges[u, g + 1] = lo[u] + acc
+        edges[u, G[u]] = hi[u]
+        longest, best = 0, Q[u, 0] if G[u] > 0 else -1.0   # np.argmax: the first largest (a NaN first)
+        for g in range(gmax):
+            m[u, g] = _mu_k_width(edges[u, g], Q[u, g], k[u], k_max)
+            term = m[u, g] - B[u, g] if g < G[u] else 0.0
+            E[u, g] = term if g == 0 else E[u, g - 1] + term
+            x = Q[u, g] if g < G[u] else -1.0
+            if g > 0 and best == best and (x > best or x != x):
+                longest, best = g, x
+        last = E[u, G[u] - 1]
+        for g in range(gmax):
+            E[u, g] = E[u, g] - last * (1.0 if g >= longest else 0.0)
+        low = np.inf                                        # np.amin: a NaN wins
+        for g in range(gmax - 1):
+            inner = g < G[u] - 1
+            ell[u, g] = np_max(E[u, g], 0.0) / (d[u, g] - d[u, g + 1]) if inner else 0.0
+            x = E[u, g] if inner else np.inf
+            if low == low and (x < low or x != x):
+                low = x
+        clamp[u] = np_max(-low, 0.0) if gmax > 1 else 0.0 * lo[u]
+    return Q[:, :gmax], edges, m, ell, clamp
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _reversed_rows(x, count):  # pragma: no cover - compiled
+    """:func:`.layout._reverse_valid`: the first ``count[u]`` entries of each row reversed."""
+    out = np.empty_like(x)
+    for u in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            out[u, i] = x[u, count[u] - 1 - i] if i < count[u] else x[u, i]
+    return out
+
+
+def block_layout_rows(q, k, rows, first, k_max: int, mobius) -> dict:
+    """:func:`.layout.array_block_layout` on numpy rows (module docstring): the same dict, the same floats.
+    ``mobius``: the compiled recurrence of :func:`.layout.mobius_scan` on numpy rows."""
+    q, b, X = (np.ascontiguousarray(x, np.float64) for x in (q, rows.b, rows.X))
+    k, order, block, first = (np.ascontiguousarray(x, np.int64) for x in (k, rows.order, rows.block, first))
+    tok, dens, filled, group, size, G, lo, hi = _block_rows(q, k, b, order, X, block, first, k_max)
+    Q, edges, m, ell, clamp = (np.ascontiguousarray(x) for x in _group_arrays(
+        q, k, b, tok, dens, filled, group, size, G, lo, hi, k_max))
+    gmax = Q.shape[1]
+    g_valid = np.arange(gmax)[None, :] < G[:, None]
+    fwd = mobius(Q, ell, g_valid)
+    ell_rev = _reversed_rows(np.concatenate([ell, 0.0 * ell[:, :1]], 1), G - 1)[:, :-1]
+    bwd = _reversed_rows(mobius(_reversed_rows(Q, G), ell_rev, g_valid), G)
+    slot = np.full((q.shape[0], q.shape[1] + 1), -1, rows.order.dtype)
+    valid = np.arange(tok.shape[1])[None, :] < size[:, None]
+    slot[np.arange(q.shape[0])[:, None], np.where(valid, tok, q.shape[1])] = np.where(valid, group, -1)
+    bwd_next = np.concatenate([bwd[:, 1:], 0.0 * bwd[:, :1] + 1.0], 1)
+    inner = np.arange(gmax - 1)[None, :] < (G - 1)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        right = np.where(inner, ell / (bwd_next[:, :-1] + ell), 0.0)
+        left = np.where(inner, ell / (fwd[:, :-1] + ell), 0.0)
+    return {"G": G, "g_valid": g_valid, "edges": edges, "widths": Q, "masses": m, "ell": ell, "clamp": clamp,
+            "fwd": fwd, "bwd": bwd, "bwd_next": bwd_next, "slot": slot, "right": right, "left": left}
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _child_column_rows(G, g_valid, edges, fwd, bwd_next, right, left, group, q_col, first):  # pragma: no cover
+    """:func:`.layout._child_columns` (with :func:`.layout.inverse_columns`) row by row: ``x = A⁻¹ e_g`` from its
+    diagonal entry outwards by running products of the ratios (the array form's cumulative products over all
+    ``gmax`` columns, factors 1.0 off their side, the same products in the same order), ``f = (q·x)/q`` and the
+    CDF's sequential prefix sums."""
+    D, gmax = fwd.shape
+    f, cdf = np.empty((D, gmax)), np.empty((D, gmax + 1))
+    up, down = np.empty(gmax), np.empty(gmax)
+    for r in range(D):
+        g = group[r]
+        one = 0.0 * fwd[r, 0] + 1.0                         # the ratios' appended last factor
+        r_g = right[r, min(g, max(gmax - 2, 0))] if gmax > 1 else 0.0 * fwd[r, 0]
+        x_g = 1.0 / (fwd[r, g] + (r_g * bwd_next[r, g] if g + 1 < G[r] else 0.0))
+        for h in range(gmax):
+            factor = (right[r, h] if h < gmax - 1 else one) if h >= g else 1.0
+            up[h] = factor if h == 0 else up[h - 1] * factor
+        for h in range(gmax - 1, -1, -1):
+            factor = (left[r, h] if h < gmax - 1 else one) if h < g else 1.0
+            down[h] = factor if h == gmax - 1 else down[h + 1] * factor
+        acc = 0.0
+        for h in range(gmax):
+            ratio = (up[h - 1] if h > 0 else 0.0 * up[0] + 1.0) if h > g else (down[h] if h < g else 1.0)
+            x = x_g * ratio if g_valid[r, h] and first[r] else 0.0
+            f[r, h] = (q_col[r] * x) / q_col[r]
+            term = f[r, h] * (edges[r, h + 1] - edges[r, h])
+            acc = term if h == 0 else acc + term
+            cdf[r, h + 1] = acc
+        cdf[r, 0] = 0.0 * f[r, 0]
+    return f, cdf
+
+
+def child_columns_rows(lay: dict, group, q_col, first):
+    """:func:`.layout._child_columns` on numpy rows (module docstring): ``(f, F)``, the same floats."""
+    G, g_valid = np.ascontiguousarray(lay["G"], np.int64), np.ascontiguousarray(lay["g_valid"], np.bool_)
+    edges, fwd, bwd_next, right, left = (np.ascontiguousarray(lay[name], np.float64)
+                                         for name in ("edges", "fwd", "bwd_next", "right", "left"))
+    return _child_column_rows(G, g_valid, edges, fwd, bwd_next, right, left, np.ascontiguousarray(group, np.int64),
+                              np.ascontiguousarray(q_col, np.float64), np.ascontiguousarray(first, np.bool_))
