@@ -323,6 +323,29 @@ def _same_bits(x, y) -> bool:
     return x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
 
 
+def test_layout_rows_compiled_is_the_array_form_bit_for_bit():
+    """``layout_rows`` on numpy rows (after the sort, the compiled passes of ``layout_blocks``) against the array
+    form (``array_layout_rows``, torch's), every field bit for bit, on batches of 1–4 rows of
+    :func:`_layout_batch`'s kinds at V = 1…1 025, k = 1…6, ρ < 1 and ρ = 1; the grid reaches cuts at 0, inside and
+    at the whole support, and rows of one block and of many."""
+    from univer_theory.plans.layout import array_layout_rows, layout_rows
+    rng = np.random.default_rng(63)
+    kinds = ("flat", "llm", "zipf", "near", "confident", "ties")
+    cuts, blocks = set(), set()
+    for trial in range(180):
+        c, q, k = _layout_batch(rng, kinds[trial % len(kinds)], int(rng.integers(1, 5)),
+                                int(rng.choice([1, 2, 3, 7, 40, 200, 1025])))
+        if trial % 3 == 0:
+            c = c / c.sum(-1, keepdims=True)
+        got, want = layout_rows(c, q, k), array_layout_rows(c, q, k)
+        for name in want._fields:
+            assert _same_bits(getattr(got, name), getattr(want, name)), (trial, name)
+        m = (q > 0).sum(-1)
+        cuts |= {"0" if n == 0 else "all" if n == s else "inside" for n, s in zip(got.cut, m)}
+        blocks |= {"one" if b.max() == 0 else "many" for b in got.block}
+    assert cuts == {"0", "inside", "all"} and blocks == {"one", "many"}, (cuts, blocks)
+
+
 def test_block_layout_compiled_is_the_array_form_bit_for_bit():
     """``block_layout`` on numpy rows (the compiled pass of ``layout_blocks``) against the array form on the same
     rows (``array_block_layout``, torch's), every entry bit for bit, on :func:`_layout_grid` — ragged batches (the

@@ -78,7 +78,7 @@ import numpy as np
 from ..nx import NUMPY, array_module, get_backend
 from ..orders import ratio_argsort
 from .base import NodePlan
-from .layout_blocks import block_layout_rows, child_columns_rows
+from .layout_blocks import block_layout_rows, child_columns_rows, layout_rows_rows
 from .node_inputs import check_node_inputs
 
 
@@ -155,7 +155,16 @@ class LayoutRows(NamedTuple):
 def layout_rows(c, q, k) -> LayoutRows:
     """The targets ``b`` and the cut / block structure of rows ``c = ρp``, ``q`` ``[R, V]`` with ``k [R]`` i.i.d.
     children each (O(V log V) per row): sort by ratio, prefix sums ``X``, ``C``, ``D = F(X) − C``, ``n = argmin D``,
-    prefix / suffix minima ``P``, ``S``; a block starts where the running minimum is attained."""
+    prefix / suffix minima ``P``, ``S``; a block starts where the running minimum is attained.  On numpy rows the
+    steps after the sort run as compiled passes (:mod:`.layout_blocks`, the same floats); on torch rows
+    :func:`array_layout_rows`."""
+    if get_backend(c, q) is NUMPY:
+        return LayoutRows(*layout_rows_rows(c, q, ratio_argsort(c, q, descending=True), cum_f, k))
+    return array_layout_rows(c, q, k)
+
+
+def array_layout_rows(c, q, k) -> LayoutRows:
+    """:func:`layout_rows` written against the array namespace: numpy arrays or torch tensors."""
     nx, xp = get_backend(c, q), array_module(q)
     drafted = q > 0
     order = ratio_argsort(c, q, descending=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..nx import np_max, stable_argsort_row
+from ..nx import np_max, np_min, stable_argsort_row
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy")
@@ -199,3 +199,66 @@ def child_columns_rows(lay: dict, group, q_col, first):
                                          for name in ("edges", "fwd", "bwd_next", "right", "left"))
     return _child_column_rows(G, g_valid, edges, fwd, bwd_next, right, left, np.ascontiguousarray(group, np.int64),
                               np.ascontiguousarray(q_col, np.float64), np.ascontiguousarray(first, np.bool_))
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _sorted_sums(c, q, order):  # pragma: no cover - compiled
+    """``(on, qo, co, X, C)`` of :func:`.layout.array_layout_rows`: the rows in the ratio order ``order``, the drafted
+    mask, q and c (0 off the draft), and their prefix sums from 0 (sequential)."""
+    R, V = q.shape
+    on, qo, co = np.empty((R, V), np.bool_), np.empty((R, V)), np.empty((R, V))
+    X, C = np.empty((R, V + 1)), np.empty((R, V + 1))
+    for r in range(R):
+        for l in range(V):
+            t = order[r, l]
+            on[r, l], qo[r, l] = q[r, t] > 0, q[r, t]
+            co[r, l] = c[r, t] if q[r, t] > 0 else 0.0
+        zero = 0.0 * qo[r, 0]
+        X[r, 0], C[r, 0] = zero, zero
+        for l in range(V):
+            X[r, l + 1] = qo[r, 0] if l == 0 else X[r, l] + qo[r, l]
+            C[r, l + 1] = co[r, 0] if l == 0 else C[r, l] + co[r, l]
+    return on, qo, co, X, C
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _cut_blocks(D, co, on, order):  # pragma: no cover - compiled
+    """``(b, block, block_of, starts, n)`` of :func:`.layout.array_layout_rows` from ``D = F(X) − C``: the cut
+    ``n = argmin D`` (np.argmin: the first least, a NaN first), the prefix and suffix minima (np.minimum's
+    accumulations), the targets, the block starts and the blocks in the order and per token."""
+    R, V = co.shape
+    b, block, block_of = np.zeros((R, V)), np.empty((R, V), np.int64), np.empty((R, V), np.int64)
+    starts, n = np.empty((R, V), np.bool_), np.zeros(R, np.int64)
+    P, S = np.empty(V + 1), np.empty(V + 1)
+    for r in range(R):
+        best = D[r, 0]
+        for l in range(1, V + 1):
+            if best == best and (D[r, l] < best or D[r, l] != D[r, l]):
+                best, n[r] = D[r, l], l
+        P[0], S[V] = D[r, 0], D[r, V]
+        for l in range(1, V + 1):
+            P[l] = np_min(P[l - 1], D[r, l])
+            S[V - l] = np_min(S[V - l + 1], D[r, V - l])
+        m = 0
+        for l in range(V):
+            m += on[r, l]
+        count = 0
+        for l in range(V):
+            bo = co[r, l] - (P[l] - P[l + 1]) if l + 1 <= n[r] else co[r, l] + (S[l + 1] - S[l])
+            b[r, order[r, l]] = np_max(bo, 0.0)
+            starts[r, l] = ((l <= n[r] and P[l] == D[r, l]) or (l >= n[r] and S[l] == D[r, l]) or l == 0) and l < m
+            count += starts[r, l]
+            block[r, l] = count - 1 if on[r, l] else -1
+            block_of[r, order[r, l]] = block[r, l]
+    return b, block, block_of, starts, n
+
+
+def layout_rows_rows(c, q, order, cum_f, k):
+    """:func:`.layout.array_layout_rows` on numpy rows given their ratio order (module docstring): its fields, the
+    same floats; ``F(X)`` from ``cum_f`` (the C library's ``expm1`` and ``log1p``, as the array form's)."""
+    c, q = (np.ascontiguousarray(x, np.float64) for x in (c, q))
+    order = np.ascontiguousarray(order, np.int64)
+    on, qo, co, X, C = _sorted_sums(c, q, order)
+    D = cum_f(X, k) - C
+    b, block, block_of, starts, n = _cut_blocks(D, co, on, order)
+    return b, order, block, block_of, X, starts, n, co.sum(-1) + D[np.arange(D.shape[0]), n]
