@@ -17,7 +17,9 @@ What is the batch's own here is its bookkeeping: several tuples per row (``child
 distinct (row, earliest block) once (:func:`gpu.unique.unique_rows`), where the exact core caches its blocks per
 node, and the blocks of a level are laid out in buckets of similar size (:func:`_bucketed_layout`), where the exact
 core has one block a call.  That too is written against :mod:`univer_theory.nx`, so on the CPU the whole
-composition runs on numpy views of the level's tensors, one host call (:func:`gpu.host.on_host`).
+composition runs on numpy views of the level's tensors, one host call (:func:`gpu.host.on_host`), where the
+targets, the block layouts and the children's columns are compiled passes with the same floats
+(:mod:`univer_theory.plans.layout_blocks`).
 """
 from __future__ import annotations
 

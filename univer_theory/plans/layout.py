@@ -58,9 +58,9 @@ Duplicated tokens keep separate copies (each gets the same share).
 them on its node as a batch of one (blocks built lazily and cached, ``w(S)`` once per multiset);
 :func:`gpu.layout.layout_weights` composes the same functions on the R nodes of a level.  torch's own part is
 only batching: several tuples per row lay out each distinct (row, block) once.  On numpy rows
-:func:`block_layout` and the children's columns of :func:`tuple_weights` run as compiled passes with the array
-form's floats (:mod:`.layout_blocks`; the array forms :func:`array_block_layout`, :func:`array_child_columns`
-are torch's).  The tuple integrals are formed
+the steps of :func:`layout_rows` after its sort, :func:`block_layout` and the children's columns of
+:func:`tuple_weights` run as compiled passes with the array forms' floats (:mod:`.layout_blocks`; the array forms
+:func:`array_layout_rows`, :func:`array_block_layout`, :func:`array_child_columns` are torch's).  The tuple integrals are formed
 :data:`TUPLE_CHUNK` elements at a time (memory bounded whatever the batch; one chunk for the exact core).  What
 checks this code stays separate: the exact enumeration of ``Σ_S Q(S) w(S)``, the LP's α*(ρ)
 (``solvers.condot``) and the closed form ``univer_theory.alpha_star.alpha_star_iid``.

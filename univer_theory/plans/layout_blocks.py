@@ -1,24 +1,29 @@
-"""Rule 2's block layout (:func:`.layout.block_layout`) on numpy rows as one compiled pass per row — the array
-form's floats, bit for bit.
+"""Rule 2's layout (:mod:`.layout`) on numpy rows as compiled passes — the array forms' floats, bit for bit.
 
-:func:`.layout.array_block_layout` is written once against the array namespace (numpy or torch rows); on numpy
-rows :func:`.layout.block_layout` runs here instead.  The array form's ~50 operations on a level's blocks cost
-~1 ms a call at top 1 024, mostly in dispatch and in passes over the padded ``[U, n]`` arrays; the pass here costs
-the block's stable sort and a few loops.  It follows the array form step by step, with the same floats in the
-same order, including what depends on the batch:
+The layout's functions are written once against the array namespace (numpy or torch rows); on numpy rows three
+of them run here instead: the targets and blocks after the ratio sort (:func:`layout_rows_rows`, for
+:func:`.layout.layout_rows`), a block's density groups, exchange rates and pivots (:func:`block_layout_rows`, for
+:func:`.layout.block_layout`) and the children's densities and CDFs of the tuple integrals
+(:func:`child_columns_rows`, for :func:`.layout.tuple_weights`).  Their array forms' ~100 operations a level cost
+~2–3 ms a level at top 1 024, mostly in dispatch and in passes over padded ``[U, n]`` arrays; the passes here cost
+a block's stable sort and a few loops (docs/deviations.md item 66).  They follow the array forms step by step,
+with the same floats in the same order, including what depends on the batch:
 
 * a row's block sits in ``n`` columns, ``n`` the largest block of the batch, and is sorted over all ``n`` (its
   padding last: density −∞); its groups sit in ``gmax`` columns, the most of any row, padded as the array form
   pads them (unit groups of zero mass, the masked values of every ``where``);
 * sorts are stable (:func:`univer_theory.nx.stable_argsort_row`, the permutation of the array form's
   :meth:`univer_theory.nx.NumpyBackend.argsort`); group sums add in index order (``scatter_add``), prefix sums
-  sequentially from their first term (``cumsum``);
-* ``np.maximum`` keeps its NaN and signed-zero rules (:func:`univer_theory.nx.np_max`); a product with a mask
-  multiplies by 1.0 or 0.0, as numpy's bool-to-float cast does; the Möbius scans are the same compiled
-  recurrence (:func:`.layout._mobius_rows`).
+  and products run sequentially from their first term (``cumsum``, ``cumprod``), prefix and suffix minima as
+  ``np.minimum``'s accumulations; ``np.argmin`` / ``np.argmax`` take the first extreme (a NaN first);
+* ``np.maximum`` / ``np.minimum`` keep their NaN and signed-zero rules (:func:`univer_theory.nx.np_max`,
+  :func:`~univer_theory.nx.np_min`); a product with a mask multiplies by 1.0 or 0.0, as numpy's bool-to-float
+  cast does; the Möbius scans are the same compiled recurrence (:func:`.layout._mobius_rows`); what calls the C
+  library (``F(X) = −expm1(k·log1p(−X))``) and the row sums stay numpy's, between the passes.
 
-``tests/theory/test_layout.py`` runs both on seeded grids (ragged batches, ties of density, single-group blocks)
-and asserts equal arrays.  The math is the array form's; its docstrings state it.
+``tests/theory/test_layout.py`` runs each against its array form on seeded grids (ragged batches, density ties,
+confident rows, single-group blocks and blocks of hundreds of groups, every kind of cut) and asserts equal bytes.
+The math is the array forms'; their docstrings state it.
 """
 from __future__ import annotations
 
