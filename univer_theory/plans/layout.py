@@ -246,7 +246,7 @@ def block_layout(q, k, rows: LayoutRows, first, k_max: int) -> dict:
     """:func:`array_block_layout` — on numpy rows its compiled pass (:mod:`.layout_blocks`, the same floats), on
     torch rows the array form itself."""
     if get_backend(q) is NUMPY:
-        return block_layout_rows(q, k, rows, first, k_max, _mobius_rows)
+        return _with_pivots(block_layout_rows(q, k, rows, first, k_max, mu_k_width))
     return array_block_layout(q, k, rows, first, k_max)
 
 
@@ -297,13 +297,23 @@ def array_block_layout(q, k, rows: LayoutRows, first, k_max: int) -> dict:
     inner = gidx[:, :-1] < (G - 1)[:, None]                             # ℓ_g for g < G−1
     ell = nx.where(inner, nx.maximum(E[:, :-1], 0.0) / nx.where(inner, d[:, :-1] - d[:, 1:], 1.0), 0.0)
     clamp = nx.maximum(-xp.amin(nx.where(inner, E[:, :-1], nx.inf), -1), 0.0) if gmax > 1 else 0.0 * lo[:, 0]
+    slot = nx.put(nx.full((U, V + 1), -1, rows.order), nx.where(valid, tok, V), nx.where(valid, group, -1))
+    return _with_pivots({"G": G, "g_valid": g_valid, "edges": edges, "widths": Q, "masses": m, "ell": ell,
+                         "clamp": clamp, "slot": slot})
+
+
+def _with_pivots(lay: dict) -> dict:
+    """``lay`` with the pivots of ``A = diag(Q) + Laplacian(ℓ)`` from both ends (``fwd``, ``bwd``: Möbius scans),
+    ``bwd_next`` and the ratios ``right`` / ``left`` that give the columns of ``A⁻¹`` — the last steps of
+    :func:`block_layout`, from its groups' ``G``, ``g_valid``, ``widths`` and ``ell``.  numpy or torch."""
+    nx = get_backend(lay["widths"])
+    G, g_valid, Q, ell = lay["G"], lay["g_valid"], lay["widths"], lay["ell"]
+    inner = nx.arange(ell.shape[-1], ell)[None, :] < (G - 1)[:, None]  # ℓ_g for g < G−1
     fwd = mobius_scan(Q, ell, g_valid)
     ell_rev = _reverse_valid(nx.concat([ell, 0.0 * ell[:, :1]]), G - 1)[:, :-1]
     bwd = _reverse_valid(mobius_scan(_reverse_valid(Q, G), ell_rev, g_valid), G)
-    slot = nx.put(nx.full((U, V + 1), -1, rows.order), nx.where(valid, tok, V), nx.where(valid, group, -1))
     bwd_next = nx.concat([bwd[:, 1:], 0.0 * bwd[:, :1] + 1.0])
-    return {"G": G, "g_valid": g_valid, "edges": edges, "widths": Q, "masses": m, "ell": ell, "clamp": clamp,
-            "fwd": fwd, "bwd": bwd, "bwd_next": bwd_next, "slot": slot,
+    return {**lay, "fwd": fwd, "bwd": bwd, "bwd_next": bwd_next,
             "right": nx.where(inner, ell / (bwd_next[:, :-1] + ell), 0.0),  # [U, G−1]
             "left": nx.where(inner, ell / (fwd[:, :-1] + ell), 0.0)}
 

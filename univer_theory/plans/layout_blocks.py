@@ -18,8 +18,10 @@ with the same floats in the same order, including what depends on the batch:
   ``np.minimum``'s accumulations; ``np.argmin`` / ``np.argmax`` take the first extreme (a NaN first);
 * ``np.maximum`` / ``np.minimum`` keep their NaN and signed-zero rules (:func:`univer_theory.nx.np_max`,
   :func:`~univer_theory.nx.np_min`); a product with a mask multiplies by 1.0 or 0.0, as numpy's bool-to-float
-  cast does; the Möbius scans are the same compiled recurrence (:func:`.layout._mobius_rows`); what calls the C
-  library (``F(X) = −expm1(k·log1p(−X))``) and the row sums stay numpy's, between the passes.
+  cast does.  What is one formula of :mod:`.layout` in its own right stays there, applied between the passes:
+  the μ_k-masses (:func:`.layout.mu_k_width`), ``F(X) = −expm1(k·log1p(−X))`` (the C library's, as numpy calls
+  it), the row sums and a block's pivots and ratios (:func:`.layout._with_pivots`: the Möbius scans, themselves
+  one compiled recurrence on numpy rows).
 
 ``tests/theory/test_layout.py`` runs each against its array form on seeded grids (ragged batches, density ties,
 confident rows, single-group blocks and blocks of hundreds of groups, every kind of cut) and asserts equal bytes.
@@ -33,24 +35,8 @@ import numpy as np
 from ..nx import np_max, np_min, stable_argsort_row
 
 
-@numba.njit(cache=True, inline="always", error_model="numpy")
-def _mu_k_width(lo, width, k, k_max):  # pragma: no cover - compiled
-    """:func:`.layout.mu_k_width` of one group, its Horner steps (``k`` above ``k_max``: 0, as there)."""
-    A = 1.0 - lo
-    B = A - width
-    one = 0.0 * (A + B) + 1.0
-    s, power = one, one
-    out = s if k == 1 else 0.0
-    for j in range(2, k_max + 1):
-        power = power * B
-        s = A * s + power
-        if k == j:
-            out = s
-    return width * out
-
-
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _block_rows(q, k, b, order, X, block, first, k_max):  # pragma: no cover - compiled
+def _block_rows(q, b, order, X, block, first):  # pragma: no cover - compiled
     """The rows' blocks sorted into density groups: ``(tok, dens, filled, group [U, n], size, G [U], lo, hi [U])``
     — the tokens of each row's block ``first`` in the ratio order (``n`` columns, padding past ``size``), stably
     sorted by density ``b/q`` descending, whether each sorted position holds a token of the block (``filled``: it
@@ -85,15 +71,14 @@ def _block_rows(q, k, b, order, X, block, first, k_max):  # pragma: no cover - c
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _group_arrays(q, k, b, tok, dens, filled, group, size, G, lo, hi, k_max):  # pragma: no cover - compiled
-    """``(Q, edges, m, ell, clamp)`` of :func:`.layout.array_block_layout` from :func:`_block_rows`: the group
-    lengths, edges, μ_k-masses, exchange rates and clamp (through the group sums ``B``, densities ``d`` and
-    excesses ``E``)."""
+def _group_sums(q, b, tok, dens, filled, group, size, G, lo, hi):  # pragma: no cover - compiled
+    """``(Q, B, d, edges)`` of :func:`.layout.array_block_layout` from :func:`_block_rows`: the group lengths (unit
+    lengths past a row's G groups), the group sums of b, the densities and the edges (``lo`` plus the lengths'
+    prefix sums, the block's end ``hi`` at edge G)."""
     U, n = tok.shape
     gmax = G.max()
     Q, B, d = np.zeros((U, gmax + 1)), np.zeros((U, gmax + 1)), np.zeros((U, gmax + 1))
-    edges, m, E = np.empty((U, gmax + 1)), np.empty((U, gmax)), np.empty((U, gmax))
-    ell, clamp = np.empty((U, max(gmax - 1, 0))), np.empty(U)
+    edges = np.empty((U, gmax + 1))
     for u in range(U):
         for j in range(n):                                  # group sums in index order; padding → dump column
             valid = j < size[u]
@@ -108,61 +93,54 @@ def _group_arrays(q, k, b, tok, dens, filled, group, size, G, lo, hi, k_max):  #
             acc = Q[u, g] if g == 0 else acc + Q[u, g]
             edges[u, g + 1] = lo[u] + acc
         edges[u, G[u]] = hi[u]
-        longest, best = 0, Q[u, 0] if G[u] > 0 else -1.0   # np.argmax: the first largest (a NaN first)
-        for g in range(gmax):
-            m[u, g] = _mu_k_width(edges[u, g], Q[u, g], k[u], k_max)
-            term = m[u, g] - B[u, g] if g < G[u] else 0.0
-            E[u, g] = term if g == 0 else E[u, g - 1] + term
-            x = Q[u, g] if g < G[u] else -1.0
-            if g > 0 and best == best and (x > best or x != x):
-                longest, best = g, x
-        last = E[u, G[u] - 1]
-        for g in range(gmax):
-            E[u, g] = E[u, g] - last * (1.0 if g >= longest else 0.0)
-        low = np.inf                                        # np.amin: a NaN wins
-        for g in range(gmax - 1):
-            inner = g < G[u] - 1
-            ell[u, g] = np_max(E[u, g], 0.0) / (d[u, g] - d[u, g + 1]) if inner else 0.0
-            x = E[u, g] if inner else np.inf
-            if low == low and (x < low or x != x):
-                low = x
-        clamp[u] = np_max(-low, 0.0) if gmax > 1 else 0.0 * lo[u]
-    return Q[:, :gmax], edges, m, ell, clamp
+    return Q[:, :gmax], B[:, :gmax], d[:, :gmax], edges
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _reversed_rows(x, count):  # pragma: no cover - compiled
-    """:func:`.layout._reverse_valid`: the first ``count[u]`` entries of each row reversed."""
-    out = np.empty_like(x)
-    for u in range(x.shape[0]):
-        for i in range(x.shape[1]):
-            out[u, i] = x[u, count[u] - 1 - i] if i < count[u] else x[u, i]
-    return out
+def _exchange_rates(Q, B, d, m, G, lo):  # pragma: no cover - compiled
+    """``(ell, clamp)`` of :func:`.layout.array_block_layout` from the groups' lengths, b-sums, densities and
+    μ_k-masses ``m``: the excesses ``E`` (prefix sums, their round-off residual charged from the longest group
+    on), ``ℓ_g = max(E_g, 0)/(d_g − d_{g+1})`` and the largest ``−E_g`` clamped."""
+    U, gmax = Q.shape
+    E, ell, clamp = np.empty(gmax), np.empty((U, max(gmax - 1, 0))), np.empty(U)
+    for u in range(U):
+        longest, best = 0, Q[u, 0] if G[u] > 0 else -1.0   # np.argmax: the first largest (a NaN first)
+        for g in range(gmax):
+            term = m[u, g] - B[u, g] if g < G[u] else 0.0
+            E[g] = term if g == 0 else E[g - 1] + term
+            x = Q[u, g] if g < G[u] else -1.0
+            if g > 0 and best == best and (x > best or x != x):
+                longest, best = g, x
+        last = E[G[u] - 1]
+        for g in range(gmax):
+            E[g] = E[g] - last * (1.0 if g >= longest else 0.0)
+        low = np.inf                                        # np.amin: a NaN wins
+        for g in range(gmax - 1):
+            inner = g < G[u] - 1
+            ell[u, g] = np_max(E[g], 0.0) / (d[u, g] - d[u, g + 1]) if inner else 0.0
+            x = E[g] if inner else np.inf
+            if low == low and (x < low or x != x):
+                low = x
+        clamp[u] = np_max(-low, 0.0) if gmax > 1 else 0.0 * lo[u]
+    return ell, clamp
 
 
-def block_layout_rows(q, k, rows, first, k_max: int, mobius) -> dict:
-    """:func:`.layout.array_block_layout` on numpy rows (module docstring): the same dict, the same floats.
-    ``mobius``: the compiled recurrence of :func:`.layout.mobius_scan` on numpy rows."""
+def block_layout_rows(q, k, rows, first, k_max: int, mu_k_width) -> dict:
+    """:func:`.layout.array_block_layout` on numpy rows (module docstring) up to its pivots: the dict's ``G``,
+    ``g_valid``, ``edges``, ``widths``, ``masses``, ``ell``, ``clamp`` and ``slot``, the same floats (the caller adds
+    the rest, :func:`.layout._with_pivots`, as the array form does).  ``mu_k_width``: the masses' one formula
+    (:func:`.layout.mu_k_width`), applied between the passes."""
     q, b, X = (np.ascontiguousarray(x, np.float64) for x in (q, rows.b, rows.X))
-    k, order, block, first = (np.ascontiguousarray(x, np.int64) for x in (k, rows.order, rows.block, first))
-    tok, dens, filled, group, size, G, lo, hi = _block_rows(q, k, b, order, X, block, first, k_max)
-    Q, edges, m, ell, clamp = (np.ascontiguousarray(x) for x in _group_arrays(
-        q, k, b, tok, dens, filled, group, size, G, lo, hi, k_max))
-    gmax = Q.shape[1]
-    g_valid = np.arange(gmax)[None, :] < G[:, None]
-    fwd = mobius(Q, ell, g_valid)
-    ell_rev = _reversed_rows(np.concatenate([ell, 0.0 * ell[:, :1]], 1), G - 1)[:, :-1]
-    bwd = _reversed_rows(mobius(_reversed_rows(Q, G), ell_rev, g_valid), G)
+    order, block, first = (np.ascontiguousarray(x, np.int64) for x in (rows.order, rows.block, first))
+    tok, dens, filled, group, size, G, lo, hi = _block_rows(q, b, order, X, block, first)
+    Q, B, d, edges = (np.ascontiguousarray(x) for x in _group_sums(q, b, tok, dens, filled, group, size, G, lo, hi))
+    m = mu_k_width(edges[:, :-1], Q, np.asarray(k)[:, None], k_max)   # widths Q, not edge differences
+    ell, clamp = _exchange_rates(Q, B, d, m, G, lo)
     slot = np.full((q.shape[0], q.shape[1] + 1), -1, rows.order.dtype)
     valid = np.arange(tok.shape[1])[None, :] < size[:, None]
     slot[np.arange(q.shape[0])[:, None], np.where(valid, tok, q.shape[1])] = np.where(valid, group, -1)
-    bwd_next = np.concatenate([bwd[:, 1:], 0.0 * bwd[:, :1] + 1.0], 1)
-    inner = np.arange(gmax - 1)[None, :] < (G - 1)[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        right = np.where(inner, ell / (bwd_next[:, :-1] + ell), 0.0)
-        left = np.where(inner, ell / (fwd[:, :-1] + ell), 0.0)
-    return {"G": G, "g_valid": g_valid, "edges": edges, "widths": Q, "masses": m, "ell": ell, "clamp": clamp,
-            "fwd": fwd, "bwd": bwd, "bwd_next": bwd_next, "slot": slot, "right": right, "left": left}
+    return {"G": G, "g_valid": np.arange(Q.shape[1])[None, :] < G[:, None], "edges": edges, "widths": Q,
+            "masses": m, "ell": ell, "clamp": clamp, "slot": slot}
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
