@@ -44,6 +44,75 @@ def np_min(a, b):  # pragma: no cover - compiled
     return a if (a < b or a != a) else b
 
 
+#: :func:`np_sum_row`'s block: numpy's pairwise summation adds up to this many terms in 8 running sums, and splits
+#: longer runs in two.
+PAIRWISE_BLOCK = 128
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _block(a, lo, n):  # pragma: no cover - compiled
+    """numpy's pairwise sum of ``a[lo : lo + n]`` for ``n ≤`` :data:`PAIRWISE_BLOCK` (``pairwise_sum_DOUBLE``'s
+    leaf): fewer than 8 terms in order from 0, else 8 interleaved running sums combined as a tree, then the rest
+    in order."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3], a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    for i in range(lo + 8, lo + n - n % 8, 8):
+        r0, r1, r2, r3 = r0 + a[i], r1 + a[i + 1], r2 + a[i + 2], r3 + a[i + 3]
+        r4, r5, r6, r7 = r4 + a[i + 4], r5 + a[i + 5], r6 + a[i + 6], r7 + a[i + 7]
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for i in range(lo + n - n % 8, lo + n):
+        res += a[i]
+    return res
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _half(n):  # pragma: no cover - compiled
+    """Where numpy's pairwise sum splits a run of ``n`` terms: half, rounded down to a multiple of 8."""
+    h = n // 2
+    return h - h % 8
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _pairwise(a, lo, n):  # pragma: no cover - compiled
+    """numpy's pairwise sum of ``a[lo : lo + n]``: runs longer than :data:`PAIRWISE_BLOCK` split at
+    :func:`_half`, the two halves' sums added — the recursion walked with an explicit stack (numba's cache does
+    not keep recursive functions)."""
+    if n <= PAIRWISE_BLOCK:
+        return _block(a, lo, n)
+    start, size = np.empty(64, np.int64), np.empty(64, np.int64)     # the frames: a run, its stage, its left sum
+    stage, left = np.zeros(64, np.int64), np.empty(64)
+    sp, start[0], size[0] = 0, lo, n
+    while True:
+        if size[sp] > PAIRWISE_BLOCK:                  # a fresh long run: its left half first
+            stage[sp] = 1
+            start[sp + 1], size[sp + 1], stage[sp + 1] = start[sp], _half(size[sp]), 0
+            sp += 1
+            continue
+        val = _block(a, start[sp], size[sp])
+        sp -= 1
+        while sp >= 0:                                  # hand the sum to the frames waiting for it
+            if stage[sp] == 1:                          # its left half: now its right half
+                left[sp], stage[sp] = val, 2
+                h = _half(size[sp])
+                start[sp + 1], size[sp + 1], stage[sp + 1] = start[sp] + h, size[sp] - h, 0
+                sp += 1
+                break
+            val = left[sp] + val                        # both halves: its sum, to its own caller
+            sp -= 1
+        if sp < 0:
+            return val
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def np_sum_row(a):  # pragma: no cover - compiled
+    """``a.sum(-1)`` of one row, the same float (``0 +`` numpy's pairwise sum of the whole row)."""
+    return 0.0 + _pairwise(a, 0, a.shape[0])
+
+
 @numba.njit(cache=True, nogil=True)
 def _cumsum_rows(x, reverse, exclusive):  # pragma: no cover - compiled
     """Prefix sums along the last axis of ``x [R, V]`` (suffix sums, summed from the end, with ``reverse``; with

@@ -54,6 +54,10 @@ def test_subtree_shapes():
     test_tree_batch.test_subtree_shapes_spell_the_draft_trees_subtree_keys()
 
 
+def test_layout_runs_of_chunks(monkeypatch):
+    test_univer.test_tuple_weights_form_each_runs_columns_once(monkeypatch)
+
+
 def test_layout_buckets(monkeypatch):
     test_univer.test_layout_blocks_bucketed_by_size_match_the_exact_plan(monkeypatch)
 

@@ -243,38 +243,43 @@ def test_mu_k_width_against_fractions():
     assert mu_k_width(np.array(0.3), np.array(0.2), 0) == 0.0
 
 
-def test_share_integrand_compiled_is_the_array_form_bit_for_bit(monkeypatch):
-    """The tuple integrals' integrand per group (``layout._share_integrand``: ``Σ_nodes w·f_j·Π_{l≠j}(1 − F_l)``
-    times half the group's width) — numpy's compiled loop (``_share_integrand_rows``) against the array form on
-    the same numpy inputs, bit for bit (NaN lanes included): K = 1…5 copies, duplicated children, absent copies
-    (survival 1) whose columns are NaN, densities and CDFs from 1e-300 to 1, widths with subnormals.  A survival
-    reassociated in the array form (``1 − lo − rise·x``: one rounding moved) changes bits, so the comparison is
-    sharp."""
+def test_tuple_shares_compiled_are_the_array_form_bit_for_bit(monkeypatch):
+    """The tuple integrals' shares (``layout._tuple_shares``: the group sum of ``Σ_nodes w·f_j·Π_{l≠j}(1 − F_l)``
+    times half the group's width) — numpy's compiled pass (``share_rows``: the children's columns on layout rows
+    ``entry``, the widths from their edges) against the array form on the same numpy inputs (each column's
+    own edges), bit for bit (NaN lanes included): K = 1…5 copies, duplicated children, absent copies (survival 1)
+    whose columns are NaN, densities and CDFs from 1e-300 to 1, widths with subnormals, 1 to 1 500 groups (numpy's
+    pairwise sums split above 128).  A survival reassociated in the array form (``1 − lo − rise·x``: one rounding
+    moved) changes bits, so the comparison is sharp."""
     from univer_theory.plans import layout
-    from univer_theory.plans.layout import _share_integrand, _share_integrand_rows, gauss_legendre
+    from univer_theory.plans.layout import _tuple_shares, gauss_legendre, share_rows
 
     rng = np.random.default_rng(50)
     cases = []
     for K in range(1, 6):
-        for D, G, N in ((1, 1, 1), (4, 33, 35), (7, 120, 20)):
+        for D, G, N in ((1, 1, 1), (4, 33, 35), (7, 120, 20), (3, 1500, 4)):
             f = 10.0 ** rng.uniform(-300, 0, (D, G))
             rise = rng.random((D, G)) * 10.0 ** rng.uniform(-300, 0, (D, G))
             cdf = np.concatenate([np.zeros((D, 1)), np.cumsum(rise, 1)], 1)
             cdf /= np.maximum(cdf[:, -1:], 1e-300)
-            width = 10.0 ** rng.uniform(-320, 0, (D, G))
+            U = int(rng.integers(1, 4))
+            edges = np.cumsum(np.concatenate([np.zeros((U, 1)), 10.0 ** rng.uniform(-320, 0, (U, G + 5))], 1), 1)
+            entry = rng.integers(0, U, D)
             column = rng.integers(0, D, (N, K))
             mask = rng.random((N, K)) < 0.8
             if D > 1:                                          # an absent child's columns may be NaN
                 f[D - 1], cdf[D - 1] = np.nan, np.nan
                 mask[column == D - 1] = False
-            cases.append((f, cdf[:, :-1], cdf[:, 1:] - cdf[:, :-1], width, column, np.where(mask, column, D),
-                          *gauss_legendre(-(-K // 2))))
+            cases.append((f, cdf, edges, entry, column, mask, *gauss_legendre(-(-K // 2))))
+
+    def both(f, cdf, edges, entry, column, mask, nodes, weights):
+        return (share_rows(f, cdf, edges, entry, column, np.where(mask, column, f.shape[0]), nodes, weights),
+                _tuple_shares(f, cdf, edges[entry][:, :f.shape[1] + 1], column, mask, nodes, weights))
     for args in cases:
-        want = _share_integrand(*args)
-        assert np.array_equal(_share_integrand_rows(*args), want, equal_nan=True)
-    assert sum(np.isnan(_share_integrand(*a)).any() for a in cases) >= 5           # NaN lanes were compared
+        assert _same_bits(*both(*args))
+    assert sum(np.isnan(both(*a)[1]).any() for a in cases) >= 5                   # NaN lanes were compared
     monkeypatch.setattr(layout, "survival", lambda lo, rise, node: 1.0 - lo - rise * ((1 + node) / 2))
-    assert any(not np.array_equal(_share_integrand_rows(*a), _share_integrand(*a), equal_nan=True) for a in cases)
+    assert any(not _same_bits(*both(*a)) for a in cases)
 
 
 def _layout_batch(rng, kind: str, R: int, V: int):
@@ -363,11 +368,13 @@ def test_block_layout_compiled_is_the_array_form_bit_for_bit():
 
 
 def test_child_columns_compiled_is_the_array_form_bit_for_bit():
-    """The children's densities and CDFs of ``tuple_weights`` (``_child_columns``: on numpy rows the compiled pass
-    of ``layout_blocks``) against the array form (``array_child_columns``, with ``inverse_columns``) bit for bit:
+    """The children's densities and CDFs of ``tuple_weights`` — on numpy rows the compiled pass of
+    ``layout_blocks`` (``child_columns_rows``: the layout rows ``entry`` read in place, cut to g groups) — against
+    the array form (``array_child_columns``, with ``inverse_columns``, on those rows gathered and cut) bit for bit:
     up to 8 columns a batch, each on a seeded row of :func:`_layout_grid`'s layouts, tokens in and out of the
-    block, the layout cut to a group count at or below its own, as ``tuple_weights`` cuts its chunks."""
-    from univer_theory.plans.layout import _SHARE_KEYS, _child_columns, array_child_columns
+    block, the layout cut to a group count at or below its own, as ``tuple_weights`` cuts its runs."""
+    from univer_theory.plans.layout import _SHARE_KEYS, array_child_columns
+    from univer_theory.plans.layout_blocks import child_columns_rows
     rng = np.random.default_rng(65)
     for trial, q, k, rows, first, k_max, lay in _layout_grid(66, 150):
         entry = rng.integers(0, q.shape[0], int(rng.integers(1, 9)))
@@ -379,6 +386,6 @@ def test_child_columns_compiled_is_the_array_form_bit_for_bit():
         group = lay["slot"][entry, token]
         inside = (group >= 0) & (group < g)
         group = np.where(inside, group, 0)
-        got, want = _child_columns(lays, group, q[entry, token], inside), array_child_columns(
+        got, want = child_columns_rows(lay, entry, g, group, q[entry, token], inside), array_child_columns(
             lays, group, q[entry, token], inside)
         assert all(_same_bits(x, y) for x, y in zip(got, want)), trial

@@ -1,7 +1,11 @@
 """The numpy backend's compiled row ops (:mod:`univer_theory.nx`) against numpy's own: prefix / suffix sums equal
 numpy's sequential ``cumsum`` bit for bit (float64 and int64, contiguous rows and strided views, spreads from
 1e-300 to 1e300, infinities and NaN), and the row gather equals fancy indexing (negative indices from the end, an
-out-of-bounds index raises ``IndexError``, broadcast rows, bool / int / float rows)."""
+out-of-bounds index raises ``IndexError``, broadcast rows, bool / int / float rows), and the compiled row sum is
+numpy's pairwise ``sum`` bit for bit."""
+import functools
+import operator
+
 import numpy as np
 import pytest
 
@@ -129,3 +133,24 @@ def test_stable_argsort_row_is_numpys_stable_sort():
             else:
                 x = rng.choice([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1.0], n)
             assert np.array_equal(stable_argsort_row(x), np.argsort(x, kind="stable")), (n, kind)
+
+
+def test_sum_row_is_numpys_pairwise_sum_bit_for_bit():
+    """``np_sum_row`` (the compiled kernels' row sum) against ``np.sum(x, -1)`` of ``[N, K, G]`` arrays — how the
+    array forms sum each tuple's integrand — at lengths across numpy's pairwise splits (0…300, 1 024 ± 1,
+    49 152), magnitudes from 1e-300 to 1e300 with mixed signs (so the grouping shows in the bits); a sequential
+    sum, numpy's grouping not kept, differs on the same rows."""
+    from univer_theory.nx import np_sum_row
+    rng = np.random.default_rng(71)
+    lengths = [*range(0, 300), 1023, 1024, 1025, 49152]
+    sequential_differs = 0
+    for G in lengths:
+        x = rng.standard_normal((2, 3, G)) * 10.0 ** rng.uniform(-3, 3, (2, 3, G))
+        if G % 7 == 0:
+            x *= 10.0 ** rng.uniform(-300, 300, (2, 3, G))
+        want = np.sum(x, -1)
+        got = np.array([[np_sum_row(x[i, j]) for j in range(3)] for i in range(2)])
+        assert got.tobytes() == want.tobytes(), G
+        sequential_differs += any(functools.reduce(operator.add, row.tolist(), 0.0) != s
+                                   for row, s in zip(x.reshape(6, G), want.reshape(6)))
+    assert sequential_differs > 50

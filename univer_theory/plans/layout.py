@@ -60,9 +60,9 @@ them on its node as a batch of one (blocks built lazily and cached, ``w(S)`` onc
 only batching: several tuples per row lay out each distinct (row, block) once.  On numpy rows
 the steps of :func:`layout_rows` after its sort, :func:`block_layout` and the children's columns of
 :func:`tuple_weights` run as compiled passes with the array forms' floats (:mod:`.layout_blocks`; the array forms
-:func:`array_layout_rows`, :func:`array_block_layout`, :func:`array_child_columns` are torch's).  The tuple integrals are formed
-:data:`TUPLE_CHUNK` elements at a time (memory bounded whatever the batch; one chunk for the exact core).  What
-checks this code stays separate: the exact enumeration of ``Σ_S Q(S) w(S)``, the LP's α*(ρ)
+:func:`array_layout_rows`, :func:`array_block_layout`, :func:`array_child_columns` are torch's), and so do the tuple
+integrals (:func:`share_rows`, one tuple at a time); in torch those are formed :data:`TUPLE_CHUNK` elements at a
+time (memory bounded whatever the batch).  What checks this code stays separate: the exact enumeration of ``Σ_S Q(S) w(S)``, the LP's α*(ρ)
 (``solvers.condot``) and the closed form ``univer_theory.alpha_star.alpha_star_iid``.
 """
 from __future__ import annotations
@@ -75,7 +75,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from ..nx import NUMPY, array_module, get_backend
+from ..nx import NUMPY, array_module, get_backend, np_sum_row
 from ..orders import ratio_argsort
 from .base import NodePlan
 from .layout_blocks import block_layout_rows, child_columns_rows, layout_rows_rows
@@ -377,7 +377,9 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     from one group to tens of thousands does not integrate every tuple over the largest (padding groups add exact
     zeros: ``f = 0`` on them).  The children's columns are formed once for a run of chunks cut to the same count
     (:func:`_column_runs`) and each chunk integrates its own of them — on whole rows a chunk holds one tuple, and
-    the 35 multisets of a 4-child node would form the same 4 columns 35 times."""
+    the 35 multisets of a 4-child node would form the same 4 columns 35 times.  On numpy rows a run's columns and
+    shares are compiled passes (:func:`.layout_blocks.child_columns_rows`, :func:`share_rows`) that read the layout
+    rows in place and hold one tuple's integrand at a time, so a run needs no chunks; the floats are the same."""
     nx = get_backend(q)
     R, T, K = tuples.shape
     V = q.shape[-1]
@@ -396,14 +398,21 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     for run in _column_runs(counts[by_count], nx.to_numpy(key)[by_count], K):   # host read: the runs' columns
         (lo, _, g), hi = run[0], run[-1][1]
         idx = nx.index(by_count[lo:hi], qy)
-        cut = {"edges": g + 1, "right": g - 1, "left": g - 1}
         cols, inv = nx.unique(key[idx].reshape(-1))
         first = cols % 2 == 1
         entry, token = cols // 2 // V, cols // 2 % V
+        q_col = nx.put(nx.asarray(0.0 * first, qy), inv, qy[idx].reshape(-1))   # the same q at every copy
+        group = nx.where(first, lay["slot"][entry, token], 0)
+        if nx is NUMPY:     # compiled passes on the layout rows themselves, one tuple at a time: no chunks needed
+            f, cdf = child_columns_rows(lay, entry, g, group, q_col, first)
+            column = inv.reshape(-1, K)
+            share[idx] = share_rows(f, cdf, lay["edges"], entry, column, nx.where(mk[idx], column, f.shape[0]),
+                                    nodes, weights)
+            continue
+        cut = {"edges": g + 1, "right": g - 1, "left": g - 1}
         lays = {name: (lay[name][:, :cut.get(name, g)] if lay[name].ndim == 2 else lay[name])[entry]
                 for name in _SHARE_KEYS}                               # not the [U, V+1] slot table
-        q_col = nx.put(nx.asarray(0.0 * first, qy), inv, qy[idx].reshape(-1))   # the same q at every copy
-        f, cdf = _child_columns(lays, nx.where(first, lay["slot"][entry, token], 0), q_col, first)
+        f, cdf = array_child_columns(lays, group, q_col, first)
         for i, j, _ in run:             # a chunk's columns in ascending key order, as its own unique gives them
             sub, own = nx.unique(inv[(i - lo) * K:(j - lo) * K])
             at_ij = nx.index(by_count[i:j], qy)
@@ -435,19 +444,12 @@ def _column_runs(ascending, keys, K: int) -> list:
     return runs
 
 
-def _child_columns(lay, group, q_col, first):
+def array_child_columns(lay, group, q_col, first):
     """``(f [D, G], F [D, G + 1])`` of D children of a chunk of :func:`tuple_weights`' tuples, each on its own
     layout row ``lay`` (:func:`block_layout` entries): the density ``f = θ_y/q_y`` on its block's groups
     (``θ_y = q_y·x``, x the column of ``A⁻¹`` at the child's ``group``; 0 outside the first block) and its CDF at
-    the group starts — on numpy rows the compiled pass of :mod:`.layout_blocks` (the same floats), on torch rows
-    :func:`array_child_columns`."""
-    if get_backend(q_col) is NUMPY:
-        return child_columns_rows(lay, group, q_col, first)
-    return array_child_columns(lay, group, q_col, first)
-
-
-def array_child_columns(lay, group, q_col, first):
-    """:func:`_child_columns` written against the array namespace: numpy arrays or torch tensors."""
+    the group starts.  numpy or torch; on numpy rows :func:`tuple_weights` runs the compiled pass of
+    :mod:`.layout_blocks` instead (``child_columns_rows``: the same floats)."""
     nx = get_backend(q_col)
     x = nx.where(lay["g_valid"] & first[:, None], inverse_columns(lay, group[:, None])[:, 0], 0.0)
     f = (q_col[:, None] * x) / q_col[:, None]
@@ -458,7 +460,7 @@ def array_child_columns(lay, group, q_col, first):
 def survival(lo, rise, node):
     """``1 − F`` of a child at the Gauss–Legendre node ``node ∈ (−1, 1)`` of a group across which its CDF rises
     linearly from ``lo`` by ``rise``: arrays (:func:`_share_integrand`), or floats in the compiled integrand
-    (:func:`_share_integrand_rows`) — one spelling."""
+    (:func:`share_rows`) — one spelling."""
     return 1.0 - (lo + rise * ((1 + node) / 2))
 
 
@@ -467,16 +469,17 @@ _survival = numba.njit(inline="always")(survival)
 
 def _tuple_shares(f, cdf, edges, column, mask, nodes, weights):
     """``Pr(copy j has the smallest private position | S)`` ``[N, K]`` for a chunk of :func:`tuple_weights`'
-    tuples, copy j being child ``column[i, j]`` of :func:`_child_columns`' ``f``, ``F`` (``edges [D, G + 1]``, its
+    tuples, copy j being child ``column[i, j]`` of :func:`array_child_columns`' ``f``, ``F`` (``edges [D, G + 1]``, its
     block's group edges): ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals, ``f_j`` constant on each,
     so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉ nodes, exact) — the sum over
-    the groups of :func:`_share_integrand` (numpy: its compiled loop, :func:`_share_integrand_rows`)."""
+    the groups of :func:`_share_integrand` (on numpy rows :func:`tuple_weights` runs :func:`share_rows` instead:
+    the same floats)."""
     nx = get_backend(f)
     width = edges[:, 1:] - edges[:, :-1]                                         # [D, G]
     lo, rise = cdf[:, :-1], cdf[:, 1:] - cdf[:, :-1]                             # [D, G]: per distinct child
     at = nx.where(mask, column, f.shape[0])                                      # absent copies: survival 1
     args = (f, lo, rise, width, column, at, nodes, weights)
-    return nx.sum(_share_integrand_rows(*args) if nx is NUMPY else _share_integrand(*args))
+    return nx.sum(_share_integrand(*args))
 
 
 def _share_integrand(f, lo, rise, width, column, at, nodes, weights):
@@ -505,26 +508,31 @@ def _share_integrand(f, lo, rise, width, column, at, nodes, weights):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _share_integrand_rows(f, lo, rise, width, column, at, nodes, weights):  # pragma: no cover - compiled
-    """:func:`_share_integrand` as loops, the same floats: each distinct child's survival formed once per node
-    (the array form gathers it per copy), then per tuple the products over the copies before and after each, the
-    groups innermost (they vectorise); an empty product is 1.0, and ``x·1.0 = x`` exactly, so the array form's
-    missing factors need no case here.  In numpy its ~15 array passes per node cost ~5 ms of a SmolLM2
-    EAGLE-like wor verification at top 1 024 (35 multisets of the root's four children over ~1 000 groups)."""
+def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no cover - compiled
+    """:func:`_tuple_shares` on numpy rows ``[N, K]``, the same floats, one tuple at a time (no ``[N, K, G]``
+    integrand, so no chunks): each distinct child's survival formed once per node (the array form gathers it per
+    copy), then per tuple the products over the copies before and after each, the groups innermost (they
+    vectorise), the integrand times half the widths of the tuple's block — child ``column[i, 0]``'s layout row
+    ``edges[entry[d]]``, where the array form has each child's own edges — and each copy's integrand summed as
+    numpy sums a row (:func:`univer_theory.nx.np_sum_row`).  An empty product is 1.0, and ``x·1.0 = x`` exactly,
+    so the array form's missing factors need no case here; ``at`` marks absent copies with ``D`` (survival 1).
+    The array form's ~15 passes per node over ``[N, K, G]`` arrays cost ~5 ms of a SmolLM2 EAGLE-like wor
+    verification at top 1 024 (35 multisets of the root's four children over ~1 000 groups); on whole rows the
+    chunks of one tuple each copied their children's columns and formed their survivals again."""
     N, K = column.shape
-    D, G = lo.shape
-    out = np.empty((N, K, G))
+    D, G = f.shape
     surv = np.empty((nodes.shape[0], D + 1, G))
     for n in range(nodes.shape[0]):
         for d in range(D):
             for g in range(G):
-                surv[n, d, g] = _survival(lo[d, g], rise[d, g], nodes[n])
+                surv[n, d, g] = _survival(cdf[d, g], cdf[d, g + 1] - cdf[d, g], nodes[n])
         surv[n, D] = 1.0                                                        # an absent copy
-    before, run = np.empty((K, G)), np.empty(G)
+    acc, before, run = np.empty((K, G)), np.empty((K, G)), np.empty(G)
+    out = np.empty((N, K))
     for i in range(N):
         for j in range(K):
             for g in range(G):
-                out[i, j, g] = 0.0 * f[column[i, j], g]
+                acc[j, g] = 0.0 * f[column[i, j], g]
         for n in range(nodes.shape[0]):
             run[:] = 1.0
             for j in range(K):
@@ -536,12 +544,13 @@ def _share_integrand_rows(f, lo, rise, width, column, at, nodes, weights):  # pr
             for j in range(K - 1, -1, -1):
                 s, fj, w = surv[n, at[i, j]], f[column[i, j]], weights[n]
                 for g in range(G):
-                    out[i, j, g] += fj[g] * (before[j, g] * run[g]) * w
+                    acc[j, g] += fj[g] * (before[j, g] * run[g]) * w
                     run[g] = run[g] * s[g]
-        block = width[column[i, 0]]                                             # the tuple's block's widths
+        e = edges[entry[column[i, 0]]]                                          # the tuple's block's edges
         for j in range(K):
             for g in range(G):
-                out[i, j, g] = out[i, j, g] * block[g] / 2
+                acc[j, g] = acc[j, g] * (e[g + 1] - e[g]) / 2
+            out[i, j] = np_sum_row(acc[j])
     return out
 
 

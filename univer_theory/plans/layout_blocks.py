@@ -4,7 +4,8 @@ The layout's functions are written once against the array namespace (numpy or to
 of them run here instead: the targets and blocks after the ratio sort (:func:`layout_rows_rows`, for
 :func:`.layout.layout_rows`), a block's density groups, exchange rates and pivots (:func:`block_layout_rows`, for
 :func:`.layout.block_layout`) and the children's densities and CDFs of the tuple integrals
-(:func:`child_columns_rows`, for :func:`.layout.tuple_weights`).  Their array forms' ~100 operations a level cost
+(:func:`child_columns_rows`, for :func:`.layout.tuple_weights`, read from the layout rows in place; the
+integrals themselves are :func:`.layout.share_rows`).  Their array forms' ~100 operations a level cost
 ~2–3 ms a level at top 1 024, mostly in dispatch and in passes over padded ``[U, n]`` arrays; the passes here cost
 a block's stable sort and a few loops (docs/deviations.md item 66).  They follow the array forms step by step,
 with the same floats in the same order, including what depends on the batch:
@@ -144,16 +145,17 @@ def block_layout_rows(q, k, rows, first, k_max: int, mu_k_width) -> dict:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _child_column_rows(G, g_valid, edges, fwd, bwd_next, right, left, group, q_col, first):  # pragma: no cover
-    """:func:`.layout._child_columns` (with :func:`.layout.inverse_columns`) row by row: ``x = A⁻¹ e_g`` from its
-    diagonal entry outwards by running products of the ratios (the array form's cumulative products over all
-    ``gmax`` columns, factors 1.0 off their side, the same products in the same order), ``f = (q·x)/q`` and the
-    CDF's sequential prefix sums."""
-    D, gmax = fwd.shape
+def _child_column_rows(G, g_valid, edges, fwd, bwd_next, right, left, entry, gmax, group, q_col,  # pragma: no cover
+                       first):
+    """:func:`.layout.array_child_columns` (with :func:`.layout.inverse_columns`) column by column, each on its
+    layout row ``entry[d]`` cut to ``gmax`` groups: ``x = A⁻¹ e_g`` from its diagonal entry outwards by running
+    products of the ratios (the array form's cumulative products over all ``gmax`` columns, factors 1.0 off their
+    side, the same products in the same order), ``f = (q·x)/q`` and the CDF's sequential prefix sums."""
+    D = group.shape[0]
     f, cdf = np.empty((D, gmax)), np.empty((D, gmax + 1))
     up, down = np.empty(gmax), np.empty(gmax)
-    for r in range(D):
-        g = group[r]
+    for d in range(D):
+        r, g = entry[d], group[d]
         one = 0.0 * fwd[r, 0] + 1.0                         # the ratios' appended last factor
         r_g = right[r, min(g, max(gmax - 2, 0))] if gmax > 1 else 0.0 * fwd[r, 0]
         x_g = 1.0 / (fwd[r, g] + (r_g * bwd_next[r, g] if g + 1 < G[r] else 0.0))
@@ -166,21 +168,24 @@ def _child_column_rows(G, g_valid, edges, fwd, bwd_next, right, left, group, q_c
         acc = 0.0
         for h in range(gmax):
             ratio = (up[h - 1] if h > 0 else 0.0 * up[0] + 1.0) if h > g else (down[h] if h < g else 1.0)
-            x = x_g * ratio if g_valid[r, h] and first[r] else 0.0
-            f[r, h] = (q_col[r] * x) / q_col[r]
-            term = f[r, h] * (edges[r, h + 1] - edges[r, h])
+            x = x_g * ratio if g_valid[r, h] and first[d] else 0.0
+            f[d, h] = (q_col[d] * x) / q_col[d]
+            term = f[d, h] * (edges[r, h + 1] - edges[r, h])
             acc = term if h == 0 else acc + term
-            cdf[r, h + 1] = acc
-        cdf[r, 0] = 0.0 * f[r, 0]
+            cdf[d, h + 1] = acc
+        cdf[d, 0] = 0.0 * f[d, 0]
     return f, cdf
 
 
-def child_columns_rows(lay: dict, group, q_col, first):
-    """:func:`.layout._child_columns` on numpy rows (module docstring): ``(f, F)``, the same floats."""
+def child_columns_rows(lay: dict, entry, gmax: int, group, q_col, first):
+    """:func:`.layout.array_child_columns` on numpy rows (module docstring): ``(f, F)`` of the columns on the
+    layout rows ``entry`` of ``lay`` (:func:`.layout.block_layout`) cut to ``gmax`` groups — the same floats as
+    the array form on those rows cut (:func:`.layout.tuple_weights`' chunks), without gathering them."""
     G, g_valid = np.ascontiguousarray(lay["G"], np.int64), np.ascontiguousarray(lay["g_valid"], np.bool_)
     edges, fwd, bwd_next, right, left = (np.ascontiguousarray(lay[name], np.float64)
                                          for name in ("edges", "fwd", "bwd_next", "right", "left"))
-    return _child_column_rows(G, g_valid, edges, fwd, bwd_next, right, left, np.ascontiguousarray(group, np.int64),
+    return _child_column_rows(G, g_valid, edges, fwd, bwd_next, right, left, np.ascontiguousarray(entry, np.int64),
+                              min(gmax, fwd.shape[1]), np.ascontiguousarray(group, np.int64),
                               np.ascontiguousarray(q_col, np.float64), np.ascontiguousarray(first, np.bool_))
 
 

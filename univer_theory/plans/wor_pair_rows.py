@@ -8,8 +8,8 @@ measured on the SmolLM2-drafted wor binary:4 trees of the benchmark: rule 3 7.3 
 same floats in the same order, including what makes them batch-dependent:
 
 * a side's tokens sit in ``M`` columns, ``M`` the most of any row of the batch (:func:`.wor_pair.side_columns`:
-  padding q = c = 0, R = 1), and its sums run over those M columns as numpy's do (:func:`_sum`: numpy's
-  pairwise summation, whose grouping depends on the length);
+  padding q = c = 0, R = 1), and its sums run over those M columns as numpy's do
+  (:func:`univer_theory.nx.np_sum_row`: numpy's pairwise summation, whose grouping depends on the length);
 * prefix and suffix sums are sequential from their first term (:func:`univer_theory.nx._cumsum_rows`);
 * sorts are stable (:func:`univer_theory.nx.stable_argsort_row`; the array form's
   :func:`univer_theory.nx.NumpyBackend.argsort`), the
@@ -26,12 +26,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..nx import _cumsum_rows, np_max, np_min, stable_argsort_row
+from ..nx import _cumsum_rows, np_max, np_min, np_sum_row, stable_argsort_row
 from ..orders import RATIO_SCALE
 
-#: :func:`_sum`'s block: numpy's pairwise summation adds up to this many terms in 8 running sums, and splits
-#: longer runs in two.
-PAIRWISE_BLOCK = 128
 
 
 # ----------------------------------------------------------------------------------------- numpy's elementwise rules
@@ -42,69 +39,6 @@ def _clip(x, lo, hi):  # pragma: no cover - compiled
     return hi if y > hi else y
 
 
-# ----------------------------------------------------------------------------------------- numpy's sums
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _block(a, lo, n):  # pragma: no cover - compiled
-    """numpy's pairwise sum of ``a[lo : lo + n]`` for ``n ≤`` :data:`PAIRWISE_BLOCK` (``pairwise_sum_DOUBLE``'s
-    leaf): fewer than 8 terms in order from 0, else 8 interleaved running sums combined as a tree, then the rest
-    in order."""
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[lo + i]
-        return res
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3], a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    for i in range(lo + 8, lo + n - n % 8, 8):
-        r0, r1, r2, r3 = r0 + a[i], r1 + a[i + 1], r2 + a[i + 2], r3 + a[i + 3]
-        r4, r5, r6, r7 = r4 + a[i + 4], r5 + a[i + 5], r6 + a[i + 6], r7 + a[i + 7]
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    for i in range(lo + n - n % 8, lo + n):
-        res += a[i]
-    return res
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _half(n):  # pragma: no cover - compiled
-    """Where numpy's pairwise sum splits a run of ``n`` terms: half, rounded down to a multiple of 8."""
-    h = n // 2
-    return h - h % 8
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _pairwise(a, lo, n):  # pragma: no cover - compiled
-    """numpy's pairwise sum of ``a[lo : lo + n]``: runs longer than :data:`PAIRWISE_BLOCK` split at
-    :func:`_half`, the two halves' sums added — the recursion walked with an explicit stack (numba's cache does
-    not keep recursive functions)."""
-    if n <= PAIRWISE_BLOCK:
-        return _block(a, lo, n)
-    start, size = np.empty(64, np.int64), np.empty(64, np.int64)     # the frames: a run, its stage, its left sum
-    stage, left = np.zeros(64, np.int64), np.empty(64)
-    sp, start[0], size[0] = 0, lo, n
-    while True:
-        if size[sp] > PAIRWISE_BLOCK:                  # a fresh long run: its left half first
-            stage[sp] = 1
-            start[sp + 1], size[sp + 1], stage[sp + 1] = start[sp], _half(size[sp]), 0
-            sp += 1
-            continue
-        val = _block(a, start[sp], size[sp])
-        sp -= 1
-        while sp >= 0:                                  # hand the sum to the frames waiting for it
-            if stage[sp] == 1:                          # its left half: now its right half
-                left[sp], stage[sp] = val, 2
-                h = _half(size[sp])
-                start[sp + 1], size[sp + 1], stage[sp + 1] = start[sp] + h, size[sp] - h, 0
-                sp += 1
-                break
-            val = left[sp] + val                        # both halves: its sum, to its own caller
-            sp -= 1
-        if sp < 0:
-            return val
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _sum(a):  # pragma: no cover - compiled
-    """``a.sum(-1)`` of one row, the same float (``0 +`` numpy's pairwise sum of the whole row)."""
-    return 0.0 + _pairwise(a, 0, a.shape[0])
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -162,10 +96,10 @@ def _beta_family(q, rest, c, cross, on, tol, feas_tol):  # pragma: no cover - co
     """:func:`.wor_pair.beta_family` of one side's row: β."""
     M = q.shape[0]
     odds = q / rest
-    mass = _sum(q)
+    mass = np_sum_row(q)
     lo0 = q * (cross - odds)
     span = q * mass / rest
-    total = _sum(lo0 + span)
+    total = np_sum_row(lo0 + span)
     room, span1, knots, dslope = np.zeros(M), np.ones(M), np.zeros(2 * M), np.zeros(2 * M)
     for j in range(M):
         if on[j] and span[j] > 0:
@@ -175,8 +109,8 @@ def _beta_family(q, rest, c, cross, on, tol, feas_tol):  # pragma: no cover - co
     start = np.empty(M)
     for j in range(M):
         start[j] = lo0[j] + span[j] * _clip((room[j] - 0.0) / span1[j], 0.0, 1.0)
-    excess = _sum(start) - total
-    E = _first_crossing(excess, 0.0, _sum(odds), knots, dslope, mass, on.any(), tol, feas_tol)
+    excess = np_sum_row(start) - total
+    E = _first_crossing(excess, 0.0, np_sum_row(odds), knots, dslope, mass, on.any(), tol, feas_tol)
     beta = np.ones(M)
     for j in range(M):
         if on[j]:
@@ -201,11 +135,11 @@ def _yield_accept(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover -
     for j in range(1, M):
         top = np_max(top, ratio[j])
     if upper:
-        D = _sum(over)
+        D = np_sum_row(over)
         act = D > 0
-        ok = (not act) or _sum(under) >= D
+        ok = (not act) or np_sum_row(under) >= D
         if act and ok:
-            E = _first_crossing(-D, 0.0, top, ratio, dslope, _sum(taken), True, feas_tol, feas_tol)
+            E = _first_crossing(-D, 0.0, top, ratio, dslope, np_sum_row(taken), True, feas_tol, feas_tol)
             G = D / E
             for j in range(M):
                 if over[j] > 0:
@@ -213,14 +147,14 @@ def _yield_accept(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover -
                 if under[j] > 0:
                     gamma[j] = np_min(under[j] / (q[j] * E), 1.0)
     else:
-        D = _sum(under)
+        D = np_sum_row(under)
         act = D > 0
         E = top
         cap = np.zeros(M)
         for j in range(M):
             if over[j] > 0:
                 cap[j] = np_min(q[j] / rest[j], over[j] * E / (D + 0 * over[j]) if act else 0.0)
-        total = _sum(cap)
+        total = np_sum_row(cap)
         ok = (not act) or total >= E
         if act and ok:
             share = E / total
@@ -267,7 +201,7 @@ def _solve_side(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover - c
     beta, gamma, b, rank = np.ones(M), np.ones(M), np.zeros(M), np.full(M, -1, np.int64)
     if not on.any():
         return beta, gamma, b, 0, rank, False
-    scale = np_max(np.max(c), np.max(q * _sum(q) / rest))
+    scale = np_max(np.max(c), np.max(q * np_sum_row(q) / rest))
     tol = feas_tol * np_max(scale, 1.0)
     for family in range(2 if upper else 3):
         fr = rank
@@ -343,13 +277,13 @@ def _pair_rule_rows(c, q, alpha_star, in_cut, feas_tol, opt_tol):  # pragma: no 
             else:
                 family_a[r] = family
                 claim_ran |= ran
-                total_q, total_odds = _sum(sq), _sum(sq / srest)
+                total_q, total_odds = np_sum_row(sq), np_sum_row(sq / srest)
                 cross = total_q / rest + total_odds
         for v in range(V):
             if b[r, v] > c[r, v]:
                 thin[r, v] = c[r, v] / b[r, v]
         marginal[r] = thin[r] * b[r]
-        feasible[r] = family_a[r] >= 0 and family_h[r] >= 0 and _sum(marginal[r]) >= alpha_star[r] - opt_tol
+        feasible[r] = family_a[r] >= 0 and family_h[r] >= 0 and np_sum_row(marginal[r]) >= alpha_star[r] - opt_tol
     return beta, gamma, thin, marginal, on_h, feasible, family_h, family_a, rank, claim_ran
 
 
