@@ -77,22 +77,23 @@ def _half(n):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _pairwise(a, lo, n):  # pragma: no cover - compiled
-    """numpy's pairwise sum of ``a[lo : lo + n]``: runs longer than :data:`PAIRWISE_BLOCK` split at
-    :func:`_half`, the two halves' sums added — the recursion walked with an explicit stack (numba's cache does
-    not keep recursive functions)."""
-    if n <= PAIRWISE_BLOCK:
-        return _block(a, lo, n)
+def _pairwise_walk(n, sums, starts):  # pragma: no cover - compiled
+    """The tree of numpy's pairwise sum of ``n`` terms: runs longer than :data:`PAIRWISE_BLOCK` split at
+    :func:`_half`, leaves of at most that many terms, left to right.  Leaf c's start goes to ``starts[c]`` and its
+    sum is taken from ``sums[c]``; each run's sum is its halves' sums added, the root's is returned.  The
+    recursion is walked with an explicit stack (numba's cache does not keep recursive functions)."""
     start, size = np.empty(64, np.int64), np.empty(64, np.int64)     # the frames: a run, its stage, its left sum
     stage, left = np.zeros(64, np.int64), np.empty(64)
-    sp, start[0], size[0] = 0, lo, n
+    sp, start[0], size[0], c = 0, 0, n, 0
     while True:
         if size[sp] > PAIRWISE_BLOCK:                  # a fresh long run: its left half first
             stage[sp] = 1
             start[sp + 1], size[sp + 1], stage[sp + 1] = start[sp], _half(size[sp]), 0
             sp += 1
             continue
-        val = _block(a, start[sp], size[sp])
+        starts[c] = start[sp]
+        val = sums[c]
+        c += 1
         sp -= 1
         while sp >= 0:                                  # hand the sum to the frames waiting for it
             if stage[sp] == 1:                          # its left half: now its right half
@@ -108,9 +109,36 @@ def _pairwise(a, lo, n):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def pairwise_leaves(n):  # pragma: no cover - compiled
+    """The starts ``[L + 1]`` of the leaves of numpy's pairwise sum of ``n`` terms (:func:`_pairwise_walk`), then
+    ``n``: leaf c holds terms ``starts[c] … starts[c + 1] − 1``.  A split run has over 128 terms and halves of at
+    least 64 − 7, so ``L ≤ n/32 + 1``."""
+    starts = np.full(n // 32 + 2, n, np.int64)
+    _pairwise_walk(n, np.zeros(starts.shape[0]), starts)
+    L = 1                                               # (n = 0: one empty leaf)
+    while starts[L] < n:
+        L += 1
+    return starts[:L + 1]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def pairwise_tree(sums, n):  # pragma: no cover - compiled
+    """numpy's pairwise sum of ``n`` terms from its leaves' sums ``sums [L]`` (:func:`pairwise_leaves`, each leaf
+    summed by :func:`_block`) — so a kernel can sum a row it forms leaf by leaf, never holding all of it."""
+    return _pairwise_walk(n, sums, np.empty(sums.shape[0], np.int64))
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def np_sum_row(a):  # pragma: no cover - compiled
     """``a.sum(-1)`` of one row, the same float (``0 +`` numpy's pairwise sum of the whole row)."""
-    return 0.0 + _pairwise(a, 0, a.shape[0])
+    n = a.shape[0]
+    if n <= PAIRWISE_BLOCK:
+        return 0.0 + _block(a, 0, n)
+    starts = pairwise_leaves(n)
+    sums = np.empty(starts.shape[0] - 1)
+    for c in range(sums.shape[0]):
+        sums[c] = _block(a, starts[c], starts[c + 1] - starts[c])
+    return 0.0 + pairwise_tree(sums, n)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -75,7 +75,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from ..nx import NUMPY, array_module, get_backend, np_sum_row
+from ..nx import NUMPY, _block, array_module, get_backend, pairwise_leaves, pairwise_tree
 from ..orders import ratio_argsort
 from .base import NodePlan
 from .layout_blocks import block_layout_rows, child_columns_rows, layout_rows_rows
@@ -353,6 +353,9 @@ def first_blocks(block_of, tuples, mask):
 #: Elements (tuples × children × groups) of one chunk of :func:`tuple_weights`' arrays: the integral over a
 #: block's groups is formed for this many at a time, so its memory stays a few such arrays whatever the batch.
 TUPLE_CHUNK = 2 ** 18
+#: Groups of one tile of :func:`share_rows` (whole leaves of numpy's pairwise sum, ≤ 128 groups each): its work
+#: arrays stay a few tens of kB, in the cache and off the page-fault path, whatever the block's group count.
+SHARE_TILE = 1024
 #: The entries of :func:`block_layout` that :func:`_tuple_shares` reads, per tuple.
 _SHARE_KEYS = ("G", "g_valid", "edges", "fwd", "bwd_next", "right", "left")
 
@@ -509,48 +512,65 @@ def _share_integrand(f, lo, rise, width, column, at, nodes, weights):
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no cover - compiled
-    """:func:`_tuple_shares` on numpy rows ``[N, K]``, the same floats, one tuple at a time (no ``[N, K, G]``
-    integrand, so no chunks): each distinct child's survival formed once per node (the array form gathers it per
+    """:func:`_tuple_shares` on numpy rows ``[N, K]``, the same floats, without its ``[N, K, G]`` integrand (so no
+    chunks): the groups are taken in tiles of whole leaves of numpy's pairwise sum
+    (:func:`univer_theory.nx.pairwise_leaves`; at most :data:`SHARE_TILE` groups, or one leaf); on a tile each
+    distinct child's survival is formed once per node (the array form gathers it per
     copy), then per tuple the products over the copies before and after each, the groups innermost (they
     vectorise), the integrand times half the widths of the tuple's block — child ``column[i, 0]``'s layout row
-    ``edges[entry[d]]``, where the array form has each child's own edges — and each copy's integrand summed as
-    numpy sums a row (:func:`univer_theory.nx.np_sum_row`).  An empty product is 1.0, and ``x·1.0 = x`` exactly,
-    so the array form's missing factors need no case here; ``at`` marks absent copies with ``D`` (survival 1).
-    The array form's ~15 passes per node over ``[N, K, G]`` arrays cost ~5 ms of a SmolLM2 EAGLE-like wor
-    verification at top 1 024 (35 multisets of the root's four children over ~1 000 groups); on whole rows the
-    chunks of one tuple each copied their children's columns and formed their survivals again."""
+    ``edges[entry[d]]``, where the array form has each child's own edges — and the leaf's sum; each copy's leaf
+    sums are added as numpy adds them (:func:`univer_theory.nx.pairwise_tree`).  An empty product is 1.0, and
+    ``x·1.0 = x`` exactly, so the array form's missing factors need no case here; ``at`` marks absent copies with
+    ``D`` (survival 1).  The array form's ~15 passes per node over ``[N, K, G]`` arrays cost ~5 ms of a SmolLM2
+    EAGLE-like wor verification at top 1 024 (35 multisets of the root's four children over ~1 000 groups); whole
+    arrays here, on whole rows, cost more in page faults than in arithmetic."""
     N, K = column.shape
     D, G = f.shape
-    surv = np.empty((nodes.shape[0], D + 1, G))
-    for n in range(nodes.shape[0]):
-        for d in range(D):
-            for g in range(G):
-                surv[n, d, g] = _survival(cdf[d, g], cdf[d, g + 1] - cdf[d, g], nodes[n])
-        surv[n, D] = 1.0                                                        # an absent copy
-    acc, before, run = np.empty((K, G)), np.empty((K, G)), np.empty(G)
+    starts = pairwise_leaves(G)
+    L, B = starts.shape[0] - 1, SHARE_TILE
+    surv = np.empty((nodes.shape[0], D + 1, B))
+    surv[:, D] = 1.0                                                            # an absent copy
+    acc, before, run = np.empty((K, B)), np.empty((K, B)), np.empty(B)
+    leaf_sums = np.empty((N, K, L))
+    c0 = 0
+    while c0 < L:                                       # a tile: leaves c0 … c1 − 1, at most B groups (one leaf)
+        c1 = c0 + 1
+        while c1 < L and starts[c1 + 1] - starts[c0] <= B:
+            c1 += 1
+        g0, m = starts[c0], starts[c1] - starts[c0]
+        for n in range(nodes.shape[0]):
+            for d in range(D):
+                for g in range(m):
+                    lo = cdf[d, g0 + g]
+                    surv[n, d, g] = _survival(lo, cdf[d, g0 + g + 1] - lo, nodes[n])
+        for i in range(N):
+            for j in range(K):
+                for g in range(m):
+                    acc[j, g] = 0.0 * f[column[i, j], g0 + g]
+            for n in range(nodes.shape[0]):
+                run[:m] = 1.0
+                for j in range(K):
+                    s = surv[n, at[i, j]]
+                    for g in range(m):
+                        before[j, g] = run[g]
+                        run[g] = run[g] * s[g]
+                run[:m] = 1.0
+                for j in range(K - 1, -1, -1):
+                    s, fj, w = surv[n, at[i, j]], f[column[i, j]], weights[n]
+                    for g in range(m):
+                        acc[j, g] += fj[g0 + g] * (before[j, g] * run[g]) * w
+                        run[g] = run[g] * s[g]
+            e = edges[entry[column[i, 0]]]                                      # the tuple's block's edges
+            for j in range(K):
+                for g in range(m):
+                    acc[j, g] = acc[j, g] * (e[g0 + g + 1] - e[g0 + g]) / 2
+                for c in range(c0, c1):
+                    leaf_sums[i, j, c] = _block(acc[j], starts[c] - g0, starts[c + 1] - starts[c])
+        c0 = c1
     out = np.empty((N, K))
     for i in range(N):
         for j in range(K):
-            for g in range(G):
-                acc[j, g] = 0.0 * f[column[i, j], g]
-        for n in range(nodes.shape[0]):
-            run[:] = 1.0
-            for j in range(K):
-                s = surv[n, at[i, j]]
-                for g in range(G):
-                    before[j, g] = run[g]
-                    run[g] = run[g] * s[g]
-            run[:] = 1.0
-            for j in range(K - 1, -1, -1):
-                s, fj, w = surv[n, at[i, j]], f[column[i, j]], weights[n]
-                for g in range(G):
-                    acc[j, g] += fj[g] * (before[j, g] * run[g]) * w
-                    run[g] = run[g] * s[g]
-        e = edges[entry[column[i, 0]]]                                          # the tuple's block's edges
-        for j in range(K):
-            for g in range(G):
-                acc[j, g] = acc[j, g] * (e[g + 1] - e[g]) / 2
-            out[i, j] = np_sum_row(acc[j])
+            out[i, j] = 0.0 + pairwise_tree(leaf_sums[i, j], G)
     return out
 
 
