@@ -513,17 +513,18 @@ def _share_integrand(f, lo, rise, width, column, at, nodes, weights):
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no cover - compiled
     """:func:`_tuple_shares` on numpy rows ``[N, K]``, the same floats, without its ``[N, K, G]`` integrand (so no
-    chunks): the groups are taken in tiles of whole leaves of numpy's pairwise sum
-    (:func:`univer_theory.nx.pairwise_leaves`; at most :data:`SHARE_TILE` groups, or one leaf); on a tile each
-    distinct child's survival is formed once per node (the array form gathers it per
-    copy), then per tuple the products over the copies before and after each, the groups innermost (indexed from
-    the tile's start: its densities are copied, ~20% faster than indexing the rows at an offset), the integrand times half the widths of the tuple's block — child ``column[i, 0]``'s layout row
-    ``edges[entry[d]]``, where the array form has each child's own edges — and the leaf's sum; each copy's leaf
-    sums are added as numpy adds them (:func:`univer_theory.nx.pairwise_tree`).  An empty product is 1.0, and
-    ``x·1.0 = x`` exactly, so the array form's missing factors need no case here; ``at`` marks absent copies with
-    ``D`` (survival 1).  The array form's ~15 passes per node over ``[N, K, G]`` arrays cost ~5 ms of a SmolLM2
-    EAGLE-like wor verification at top 1 024 (35 multisets of the root's four children over ~1 000 groups); whole
-    arrays here, on whole rows, cost more in page faults than in arithmetic."""
+    chunks).  The groups are taken in tiles of whole leaves of numpy's pairwise sum
+    (:func:`univer_theory.nx.pairwise_leaves`; at most :data:`SHARE_TILE` groups, or one leaf).  On a tile each
+    distinct child's survival is formed once per node (the array form gathers it per copy), then per tuple the
+    products over the copies before and after each, the groups innermost (indexed from the tile's start, its
+    densities copied: ~20% faster than indexing the rows at an offset), the integrand times half the widths of the
+    tuple's block — child ``column[i, 0]``'s layout row ``edges[entry[d]]``, where the array form has each child's
+    own edges — and each leaf's sum; a copy's leaf sums are added as numpy adds them
+    (:func:`univer_theory.nx.pairwise_tree`).  An empty product is 1.0, and ``x·1.0 = x`` exactly, so the array
+    form's missing factors need no case here; ``at`` marks absent copies with ``D`` (survival 1).  The array form's
+    ~15 passes per node over ``[N, K, G]`` arrays cost ~5 ms of a SmolLM2 EAGLE-like wor verification at top
+    1 024 (35 multisets of the root's four children over ~1 000 groups); whole ``[nodes, D, G]`` work arrays, on
+    whole rows, cost more in page faults than in arithmetic."""
     N, K = column.shape
     D, G = f.shape
     P = nodes.shape[0]
