@@ -62,8 +62,9 @@ the steps of :func:`layout_rows` after its sort, :func:`block_layout` and the ch
 :func:`tuple_weights` run as compiled passes with the array forms' floats (:mod:`.layout_blocks`; the array forms
 :func:`array_layout_rows`, :func:`array_block_layout`, :func:`array_child_columns` are torch's), and so do the tuple
 integrals (:func:`share_rows`, one tuple at a time); in torch those are formed :data:`TUPLE_CHUNK` elements at a
-time (memory bounded whatever the batch).  What checks this code stays separate: the exact enumeration of ``Σ_S Q(S) w(S)``, the LP's α*(ρ)
-(``solvers.condot``) and the closed form ``univer_theory.alpha_star.alpha_star_iid``.
+time (memory bounded whatever the batch).  What checks this code stays separate: the exact enumeration of
+``Σ_S Q(S) w(S)``, the LP's α*(ρ) (``solvers.condot``) and the closed form
+``univer_theory.alpha_star.alpha_star_iid``.
 """
 from __future__ import annotations
 
@@ -472,8 +473,8 @@ _survival = numba.njit(inline="always")(survival)
 
 def _tuple_shares(f, cdf, edges, column, mask, nodes, weights):
     """``Pr(copy j has the smallest private position | S)`` ``[N, K]`` for a chunk of :func:`tuple_weights`'
-    tuples, copy j being child ``column[i, j]`` of :func:`array_child_columns`' ``f``, ``F`` (``edges [D, G + 1]``, its
-    block's group edges): ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals, ``f_j`` constant on each,
+    tuples, copy j being child ``column[i, j]`` of :func:`array_child_columns`' ``f``, ``F`` (``edges [D, G + 1]``,
+    its block's group edges): ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals, ``f_j`` constant on each,
     so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉ nodes, exact) — the sum over
     the groups of :func:`_share_integrand` (on numpy rows :func:`tuple_weights` runs :func:`share_rows` instead:
     the same floats)."""
