@@ -30,15 +30,12 @@ from ..nx import _cumsum_rows, np_max, np_min, np_sum_row, stable_argsort_row
 from ..orders import RATIO_SCALE
 
 
-
 # ----------------------------------------------------------------------------------------- numpy's elementwise rules
 @numba.njit(cache=True, inline="always", error_model="numpy")
 def _clip(x, lo, hi):  # pragma: no cover - compiled
     """``np.clip(x, lo, hi)``: ``lo`` where ``x < lo``, then ``hi`` where above it (NaN and −0.0 kept)."""
     y = lo if x < lo else x
     return hi if y > hi else y
-
-
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
