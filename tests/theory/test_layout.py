@@ -243,6 +243,36 @@ def test_mu_k_width_against_fractions():
     assert mu_k_width(np.array(0.3), np.array(0.2), 0) == 0.0
 
 
+def test_mu_k_width_numpy_pass_is_the_array_form_bit_for_bit():
+    """numpy's compiled pass of ``mu_k_width`` (``_mu_k_rows``) against its array form (run on torch float64 CPU
+    tensors, one rounded operation each), bit for bit: one k per row (``[R, 1]``, k = −1…7, ``k_max`` below and
+    above the largest k), a scalar k (0…7), operands broadcast against each other, 0-d, 1-D and 3-D shapes, NaN,
+    ±∞, negative and subnormal widths; it fails when the Horner step is fused (``A·s + B^j`` as one FMA)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(68)
+    R, G = 40, 300
+    lo = rng.random((R, G)) * rng.choice([1.0, 1e-3, 1 - 1e-9], (R, G))
+    width = rng.random((R, G)) * (1 - lo) * rng.choice([1.0, 1e-8, 1e-17, -1.0], (R, G))
+    lo[0, :4], width[1, :4] = [np.nan, np.inf, -np.inf, 5e-324], [np.nan, np.inf, -np.inf, 5e-324]
+    as_torch = lambda x: x if isinstance(x, (int, np.integer)) else torch.from_numpy(np.asarray(x))
+
+    def same(lo, width, k, k_max=None):
+        got = mu_k_width(lo, width, k, k_max)
+        want = mu_k_width(as_torch(lo), as_torch(width), as_torch(k), k_max).numpy()
+        assert np.shape(got) == want.shape and np.asarray(got).tobytes() == want.tobytes()
+
+    k = rng.integers(-1, 8, (R, 1))
+    for k_max in (None, 5, 9):
+        same(lo, width, k, k_max)
+    for kk in range(8):
+        same(lo, width, kk)
+        same(lo[:, :1], width, kk)                      # broadcast operands
+        same(lo.reshape(4, 10, G), width.reshape(4, 10, G), kk)
+        same(np.float64(lo[3, 3]), np.float64(width[3, 3]), kk)
+        same(lo[5], width[5], kk)
+    assert isinstance(mu_k_width(np.array(0.3), np.array(0.2), 3), np.float64)
+
+
 def test_tuple_shares_compiled_are_the_array_form_bit_for_bit(monkeypatch):
     """The tuple integrals' shares (``layout._tuple_shares``: the group sum of ``Σ_nodes w·f_j·Π_{l≠j}(1 − F_l)``
     times half the group's width) — numpy's compiled pass (``share_rows``: the children's columns on layout rows

@@ -117,21 +117,38 @@ def test_scatter_add_is_add_at(R, V, M):
 def test_stable_argsort_row_is_numpys_stable_sort():
     """The compiled kernels' stable argsort (``nx.stable_argsort_row``, a radix sort on the floats' bits) gives
     numpy's stable permutation: rows of 0–70 000 entries with runs of ties, ±0.0, ±∞, NaNs (last, in index order),
-    subnormals, all-equal rows (every pass skipped) and keys spread over the whole exponent range; it fails when
-    −0.0 is not read as 0.0 or when ties leave index order."""
+    subnormals, all-equal rows and keys spread over the whole exponent range; rows already in order (the identity,
+    without the radix passes: ties, −0.0 beside 0.0, NaNs last), and such rows with one pair out of order, a NaN
+    first or a NaN inside (the radix passes); it fails when −0.0 is not read as 0.0, when ties leave index order
+    or when a row out of order (a NaN before a number) is taken for one in order."""
     from univer_theory.nx import stable_argsort_row
 
     rng = np.random.default_rng(66)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1.0]
     for n in (0, 1, 2, 7, 128, 1025, 2050, 70_000):
-        for kind in ("spread", "ties", "equal", "specials"):
-            if kind == "spread":
+        for kind in ("spread", "ties", "equal", "specials", "ordered", "ordered specials", "swapped", "nan first",
+                     "nan inside"):
+            if kind in ("spread", "swapped", "nan first", "nan inside"):
                 x = rng.standard_normal(n) * 10.0 ** rng.uniform(-300, 300, n)
-            elif kind == "ties":
+            elif kind in ("ties", "ordered"):
                 x = rng.integers(-3, 4, n).astype(float)
             elif kind == "equal":
                 x = np.full(n, 0.25)
             else:
-                x = rng.choice([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1.0], n)
+                x = rng.choice(specials, n)
+            if kind.startswith("ordered") or kind in ("swapped", "nan first", "nan inside"):
+                x = np.sort(x)
+                if kind == "ordered specials":          # −0.0 and 0.0 interleaved: equal keys, in index order
+                    zeros = np.flatnonzero(x == 0)
+                    x[zeros] = rng.choice([0.0, -0.0], zeros.size)
+                if kind == "ordered":
+                    assert np.array_equal(stable_argsort_row(x), np.arange(n))
+            if n >= 2 and kind == "swapped":
+                x[[-2, -1]] = x[[-1, -2]]
+            if n >= 2 and kind == "nan first":
+                x[0] = np.nan
+            if n >= 3 and kind == "nan inside":
+                x[n // 2] = np.nan
             assert np.array_equal(stable_argsort_row(x), np.argsort(x, kind="stable")), (n, kind)
 
 
