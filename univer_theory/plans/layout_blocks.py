@@ -137,11 +137,20 @@ def block_layout_rows(q, k, rows, first, k_max: int, mu_k_width) -> dict:
     Q, B, d, edges = (np.ascontiguousarray(x) for x in _group_sums(q, b, tok, dens, filled, group, size, G, lo, hi))
     m = mu_k_width(edges[:, :-1], Q, np.asarray(k)[:, None], k_max)   # widths Q, not edge differences
     ell, clamp = _exchange_rates(Q, B, d, m, G, lo)
-    slot = np.full((q.shape[0], q.shape[1] + 1), -1, rows.order.dtype)
-    valid = np.arange(tok.shape[1])[None, :] < size[:, None]
-    slot[np.arange(q.shape[0])[:, None], np.where(valid, tok, q.shape[1])] = np.where(valid, group, -1)
     return {"G": G, "g_valid": np.arange(Q.shape[1])[None, :] < G[:, None], "edges": edges, "widths": Q,
-            "masses": m, "ell": ell, "clamp": clamp, "slot": slot}
+            "masses": m, "ell": ell, "clamp": clamp, "slot": _slot_rows(tok, group, size, q.shape[1])}
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _slot_rows(tok, group, size, V):  # pragma: no cover - compiled
+    """The array form's ``slot [U, V + 1]``: each of a row's ``size`` block tokens ``tok`` → its ``group``, −1
+    elsewhere (the dump column V included)."""
+    U = tok.shape[0]
+    slot = np.full((U, V + 1), -1, np.int64)
+    for u in range(U):
+        for j in range(size[u]):
+            slot[u, tok[u, j]] = group[u, j]
+    return slot
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -149,26 +158,30 @@ def _child_column_rows(G, g_valid, edges, fwd, bwd_next, right, left, entry, gma
                        first):
     """:func:`.layout.array_child_columns` (with :func:`.layout.inverse_columns`) column by column, each on its
     layout row ``entry[d]`` cut to ``gmax`` groups: ``x = A⁻¹ e_g`` from its diagonal entry outwards by running
-    products of the ratios (the array form's cumulative products over all ``gmax`` columns, factors 1.0 off their
-    side, the same products in the same order), ``f = (q·x)/q`` and the CDF's sequential prefix sums."""
+    products of the ratios (the array form's cumulative products over all ``gmax`` columns have factors 1.0 off
+    their side, so each side's products are these from the diagonal on, the same floats: ``1.0·x = x``),
+    ``f = (q·x)/q`` and the CDF's sequential prefix sums."""
     D = group.shape[0]
     f, cdf = np.empty((D, gmax)), np.empty((D, gmax + 1))
-    up, down = np.empty(gmax), np.empty(gmax)
+    ratio = np.empty(gmax)
     for d in range(D):
         r, g = entry[d], group[d]
-        one = 0.0 * fwd[r, 0] + 1.0                         # the ratios' appended last factor
         r_g = right[r, min(g, max(gmax - 2, 0))] if gmax > 1 else 0.0 * fwd[r, 0]
         x_g = 1.0 / (fwd[r, g] + (r_g * bwd_next[r, g] if g + 1 < G[r] else 0.0))
-        for h in range(gmax):
-            factor = (right[r, h] if h < gmax - 1 else one) if h >= g else 1.0
-            up[h] = factor if h == 0 else up[h - 1] * factor
-        for h in range(gmax - 1, -1, -1):
-            factor = (left[r, h] if h < gmax - 1 else one) if h < g else 1.0
-            down[h] = factor if h == gmax - 1 else down[h + 1] * factor
+        if first[d]:                    # the array form's products, less its leading factors 1.0 (exact)
+            one = 0.0 * fwd[r, 0] + 1.0                     # the ratios' appended last factor
+            run = 1.0
+            for h in range(min(g, gmax) - 1, -1, -1):
+                run = run * (left[r, h] if h < gmax - 1 else one)
+                ratio[h] = run
+            if g < gmax:
+                ratio[g], run = 1.0, 1.0
+                for h in range(g + 1, gmax):
+                    run = run * right[r, h - 1]
+                    ratio[h] = run
         acc = 0.0
         for h in range(gmax):
-            ratio = (up[h - 1] if h > 0 else 0.0 * up[0] + 1.0) if h > g else (down[h] if h < g else 1.0)
-            x = x_g * ratio if g_valid[r, h] and first[d] else 0.0
+            x = x_g * ratio[h] if g_valid[r, h] and first[d] else 0.0
             f[d, h] = (q_col[d] * x) / q_col[d]
             term = f[d, h] * (edges[r, h + 1] - edges[r, h])
             acc = term if h == 0 else acc + term
