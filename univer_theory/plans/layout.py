@@ -105,8 +105,8 @@ def mu_k_width(lo, width, k, k_max: int | None = None):
 
     ``k``: an int, or an integer array broadcasting against ``lo`` (one k per row, e.g. ``[R, 1]``), summed up
     to ``k_max`` terms (default ``max k``; a bound known to the caller spares a host read).  numpy (one compiled
-    pass, :func:`_mu_k_rows`: the array form's ~20 temporaries were ~450 page faults a block of a whole row) or
-    torch (the array form below; the same floats)."""
+    pass, :func:`_mu_k_rows`, instead of the array form's ~20 temporaries of a block's size) or torch (the array
+    form below; the same floats)."""
     if array_module(lo) is np:
         return _mu_k_numpy(lo, width, k, k_max)
     A = 1.0 - lo
