@@ -5,9 +5,9 @@ trees (random EAGLE-like shapes: each node's parent uniform among earlier nodes 
 differ).  ``--shape 2,2,2`` puts one uniform shape under every tree instead (N = its size): there every UniVer
 node is planned in torch — i.i.d. children by the layout (:mod:`gpu.layout`, ``--process iid``), wor children by
 :mod:`gpu.wor_plans`; on random shapes the slot rule too (:mod:`gpu.slot_rule`, k = 3, 4 by a batched
-simplex).  PTS's θ for k ≥ 3 wor children comes, on the CPU, from the exact core's sequential
-walk per distinct row; ``--clock-walk fixed_point`` times the batched fixed point instead (what ``--device cuda``
-runs; on the CPU its 24–29 passes at this V cost ~40× the walk).
+simplex).  PTS's θ for k ≥ 3 wor children comes from the exact core's sequential walk per distinct row (on
+the host for ``--device cuda`` too); ``--clock-walk fixed_point`` times the batched fixed point instead (on the
+CPU its 24–29 passes at this V cost ~40× the walk).
 Rows are float32 softmaxes of Gaussian logits (target) and noisy copies (draft).
 
 Both sides verify the same B trees with the same rows, each tree once per repeat, and neither timing includes

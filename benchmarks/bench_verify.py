@@ -36,6 +36,14 @@ peak resident set (``VmHWM`` of ``/proc/self/status``, reset through ``/proc/sel
 numpy and torch CPU allocations alike; ``null`` where that interface is missing) for one batched call and
 for one loop, beside ``inputs_mb``, the size of the B trees' p and q rows.
 
+``--device cuda`` (with ``--no-model``: the SmolLM2 forward runs on the CPU) runs the batched side — ``batched``,
+``scan`` and ``wor_torch`` — on that device: the rows are drafted on the CPU and copied there before timing, each
+batched call runs once untimed first (CUDA's start-up and kernel loading), the clock is read after
+``torch.cuda.synchronize()``, and ``peak_mb_batched`` is the rise of the device's peak allocated memory
+(``torch.cuda.max_memory_allocated``) over what was allocated before the call.  The loop stays on the CPU, so
+``batched_over_loop`` is the speed-up of moving verification from the per-tree CPU loop to one batched call on the
+device.
+
     python benchmarks/bench_verify.py [--json] [--repeat 3] [--real-trees 2] [--draft-top all,64]
 """
 from __future__ import annotations
@@ -71,6 +79,18 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def on(device: torch.device, fn):
+    """``fn`` that returns only once ``device`` has finished its work (CUDA runs asynchronously)."""
+    if device.type != "cuda":
+        return fn
+
+    def run():
+        out = fn()
+        torch.cuda.synchronize(device)
+        return out
+    return run
+
+
 def summary(times: list[float]) -> dict:
     return {"min_ms": 1e3 * min(times), "median_ms": 1e3 * statistics.median(times)}
 
@@ -83,8 +103,15 @@ def _status_kb(field: str):
         return None
 
 
-def peak_mb(fn):
-    """Rise of the peak resident set during ``fn()`` in MB (None where /proc does not offer it)."""
+def peak_mb(fn, device: torch.device = torch.device("cpu")):
+    """Rise of the peak resident set during ``fn()`` in MB (None where /proc does not offer it); on a CUDA device
+    the rise of its peak allocated memory over what was allocated before."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")                                   # resets VmHWM to the current RSS
@@ -141,8 +168,8 @@ def batched_call(method, batch, p, q, process):
     on a batch sharing the skeleton's derived structure (:meth:`gpu.TreeBatch.with_tokens` of ``batch``, which
     :func:`gpu.drafting.draft_tree` drafted with that structure already derived — the loop's trees, too, are built
     once).  A new skeleton's structure is :func:`structure_call`."""
-    gen = torch.Generator().manual_seed(1)
-    return lambda: verify(batch.with_tokens(batch.token), p, q, process, method, gen, validate=False)
+    gen = torch.Generator(device=p.device).manual_seed(1)
+    return on(p.device, lambda: verify(batch.with_tokens(batch.token), p, q, process, method, gen, validate=False))
 
 
 def structure_call(batch):
@@ -155,21 +182,25 @@ def scan_call(batch, p, q):
     """The drafted-support scan of the batch's internal nodes' rows alone (module docstring: ``scan``)."""
     src = (batch.num_children > 0).flatten().nonzero().squeeze(1)
     V = p.shape[-1]
-    return lambda: scan(p.reshape(-1, V), q.reshape(-1, V), src)
+    return on(p.device, lambda: scan(p.reshape(-1, V), q.reshape(-1, V), src))
 
 
 # ----------------------------------------------------------------------------------------- sections
-def alpha_star_section(V: int, repeat: int) -> dict:
+def alpha_star_section(V: int, repeat: int, device: torch.device) -> dict:
     gen = torch.Generator().manual_seed(0)
     p, q = (x.numpy() for x in zipf_rows((), V, gen))
     log_time_grid(LOG_T_NODES, log_time_upper(float(q.min())))  # the process-wide grid cache, outside timing
-    out = {"vocab": V, "k": 3}
+    out = {"vocab": V, "k": 3, "torch_device": str(device)}
     times = {"wor": [], "iid": [], "wor_torch": []}
-    tp, tq, rho = torch.from_numpy(p)[None], torch.from_numpy(q)[None], torch.ones(1, dtype=torch.float64)
+    tp, tq = (torch.from_numpy(x)[None].to(device) for x in (p, q))
+    rho = torch.ones(1, dtype=torch.float64, device=device)
+    wor_torch = on(device, lambda: alpha_star_rows(tp, tq, 3, "wor", rho))
+    if device.type != "cpu":
+        wor_torch()                                         # start-up and kernel loading, untimed
     for _ in range(repeat):
         for process in ("wor", "iid"):
             times[process].append(timed(lambda: alpha_star(p, q, 3, process)))
-        times["wor_torch"].append(timed(lambda: alpha_star_rows(tp, tq, 3, "wor", rho)))
+        times["wor_torch"].append(timed(wor_torch))
     for process, t in times.items():
         out[process] = summary(t)
     out["wor_over_iid"] = out["wor"]["median_ms"] / out["iid"]["median_ms"]
@@ -212,6 +243,7 @@ class Target:
 def synthetic_section(args, target) -> list[dict]:
     from gpu.llm.tree_draft import tree_shape
 
+    device = torch.device(args.device)
     rows_out = []
     gen = torch.Generator().manual_seed(0)
     for spec in args.shapes.split(","):
@@ -226,13 +258,18 @@ def synthetic_section(args, target) -> list[dict]:
                 trees = batch.to_trees(args.vocab)
                 rows = [(p[i].numpy(), q[i].numpy()) for i in range(B)]
                 calls = {"structure": structure_call(batch)}
+                dev = (batch, p, q) if device.type == "cpu" else (batch.to(device), p.to(device), q.to(device))
                 if top is not None:
-                    calls["scan"] = scan_call(batch, p, q)
+                    calls["scan"] = scan_call(*dev)
                 if target is not None and B == 1:
                     calls["forward"] = lambda: target.forward(batch)
                 for method in methods(args, process):
-                    calls[f"{method} batched"] = batched_call(method, batch, p, q, process)
+                    calls[f"{method} batched"] = batched_call(method, *dev, process)
                     calls[f"{method} loop"] = loop_call(method, trees, rows, process)
+                if device.type != "cpu":
+                    for name, fn in calls.items():
+                        if name.endswith("batched") or name == "scan":
+                            fn()                            # start-up and kernel loading, untimed
                 times = {name: [] for name in calls}
                 for _ in range(args.repeat):
                     for name, fn in calls.items():
@@ -244,7 +281,7 @@ def synthetic_section(args, target) -> list[dict]:
                            "method": method, "vocab": args.vocab, "batched": b, "loop": lp,
                            "batched_over_loop": lp["median_ms"] / b["median_ms"],
                            "structure": summary(times["structure"]), "inputs_mb": inputs_mb,
-                           "peak_mb_batched": peak_mb(calls[f"{method} batched"]),
+                           "device": str(device), "peak_mb_batched": peak_mb(calls[f"{method} batched"], device),
                            "peak_mb_loop": peak_mb(calls[f"{method} loop"])}
                     if "scan" in times:
                         row["scan"] = summary(times["scan"])
@@ -317,11 +354,19 @@ def main(argv=None):
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--no-model", action="store_true", help="skip SmolLM2 (no forward, no real trees)")
     ap.add_argument("--real-trees", type=int, default=0, help="SmolLM2-drafted trees per shape and process")
+    ap.add_argument("--device", default="cpu", help="where the batched side runs (cuda: with --no-model)")
     args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type != "cpu" and not args.no_model:
+        ap.error(f"--device {args.device}: SmolLM2's forward runs on the CPU, so ver/fwd would mix devices; "
+                 "add --no-model")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: torch sees no CUDA device")
     torch.set_num_threads(1)
     result = {"torch_threads": torch.get_num_threads(), "repeat": args.repeat,
               "memory": "rise of peak RSS (VmHWM) during one call, MB"}
-    result["alpha_star"] = alpha_star_section(args.alpha_vocab, args.repeat)
+    result["device"] = str(device)
+    result["alpha_star"] = alpha_star_section(args.alpha_vocab, args.repeat, device)
     if not args.json:
         a = result["alpha_star"]
         print(f"alpha*(rho) V = {a['vocab']}, k = 3: wor median {a['wor']['median_ms']:.1f} ms "

@@ -44,7 +44,7 @@ class LevelContext:
     """What a level rule may look at (``R`` nodes, vocabulary ``V``, at most ``K`` children each).
 
     The engine packs a depth's internal nodes of all trees into the ``R`` rows, largest branching first (on the
-    CPU in blocks of rows, :data:`CPU_BLOCK_BYTES`), and passes ``active`` so rules can restrict sibling step j
+    CPU in blocks of rows, :data:`CPU_BLOCK_BYTES`, or a method's own blocks), and passes ``active`` so rules can restrict sibling step j
     to the leading ``active[j]`` rows (``child_mask`` stays authoritative inside them).  ``target`` / ``draft``
     are row copies in buffers the engine reuses for the next block once the decision is consumed, views of the
     input rows where those are consecutive (on the CPU, :func:`_run_start`), or a level's rows on their drafted
@@ -115,7 +115,7 @@ class VerifyResult:
 #: On the CPU a level's rows are decided in blocks of about this many bytes per ``[rows, V]`` tensor (the
 #: default of ``block_bytes``), so that a rule's few working rows stay in cache across its sibling steps (and are
 #: small enough for the allocator to reuse); accelerators take a whole level at once.  A rule with many whole-row
-#: temporaries is given smaller blocks (:data:`gpu.verify.BLOCK_BYTES`).
+#: temporaries is given its own blocks, on every device (:data:`gpu.verify.BLOCK_BYTES`).
 CPU_BLOCK_BYTES = 1 << 22
 
 
@@ -145,11 +145,12 @@ def _reached_rows(tree, slots, kids, active, live):
     return (tree[keep], slots[keep], kids[keep, :k], active[:k]), (tree.shape[0], keep, dead)
 
 
-def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: bool, block_bytes: int,
+def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: bool, block_bytes: int | None,
                  reached=None):
     """``(tree, slots, kids, active, src, support, spread)`` per unit of work (``src``: the units' rows of
     ``p_rows`` / ``q_rows``): a whole level on its drafted support (:mod:`gpu.support`; ``support`` not None),
-    else the level's rows in blocks (CPU: ``block_bytes`` per ``[rows, V]`` tensor, at least one row).
+    else the level's rows in blocks (``block_bytes`` per ``[rows, V]`` tensor, at least one row; None: blocks of
+    :data:`CPU_BLOCK_BYTES` on the CPU, the whole level on an accelerator).
 
     ``reached``: None, or a function giving a level's rows' ``ρ > 0`` from their flat slots (read when the level
     is reached, after the level above wrote its ρ): rows with ``ρ = 0`` are never reached, and a rule that says
@@ -158,7 +159,9 @@ def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: boo
     ``spread`` is then ``(R, keep, (tree, slots, kids))`` — the unit's row count before, the planned rows'
     positions among them and the unreached rows — else None."""
     N, V = batch.parent.shape[1], p_rows.shape[1]
-    step = max(1, block_bytes // (V * p_rows.element_size())) if batch.device.type == "cpu" else None
+    if block_bytes is None and batch.device.type == "cpu":
+        block_bytes = CPU_BLOCK_BYTES
+    step = None if block_bytes is None else max(1, block_bytes // (V * p_rows.element_size()))
 
     def live_of(unit):
         return reached(unit[0] * (N + 1) + unit[1])
@@ -196,14 +199,15 @@ def row_numbers(batch: TreeBatch, row_index: torch.Tensor | None) -> torch.Tenso
 def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
              rule: LevelRule, generator: torch.Generator | None = None, sample: bool = False,
              keep_residuals: bool = False, row_index: torch.Tensor | None = None,
-             drafted_support: bool = False, shapes: bool = True, block_bytes: int = CPU_BLOCK_BYTES,
+             drafted_support: bool = False, shapes: bool = True, block_bytes: int | None = None,
              reached_only: bool = False) -> Allocation:
     """Pass 1 from the root down (inputs assumed valid; see :func:`gpu.verify.verify`; ``row_index``:
     :func:`row_numbers`).  ``drafted_support``: plan each level on its rows' drafted tokens (:mod:`gpu.support`;
     only for rules that read undrafted tokens through their total mass); a candidate token equal to ``V`` then
     stands for a draw from ``p·1[q = 0]`` (:func:`sample` makes it).  ``shapes``: give each level its children's
     subtree shapes (:attr:`TreeBatch.subtree_shapes`, ``LevelContext.child_shapes``; only for rules that read
-    them).  ``block_bytes``: the CPU's row blocks on whole rows (:data:`CPU_BLOCK_BYTES`); rows are independent
+    them).  ``block_bytes``: the row blocks on whole rows, on every device (None: :data:`CPU_BLOCK_BYTES` on the
+    CPU, whole levels on an accelerator); rows are independent
     in every rule, so the blocks change no float and no draw, only the time.  ``reached_only``: the rule decides a
     node with ``ρ = 0`` as never reached (children's scalings 0, enter 1, stop 0, residual 0: UniVer's), so such
     rows are not planned (:func:`_level_units`) and get that decision here — their candidate stays −1 (a zero
@@ -293,7 +297,7 @@ def _ext(x: torch.Tensor, fill) -> torch.Tensor:
 def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
            rule: LevelRule, generator: torch.Generator | None = None,
            row_index: torch.Tensor | None = None, drafted_support: bool = False, shapes: bool = True,
-           block_bytes: int = CPU_BLOCK_BYTES, reached_only: bool = False) -> VerifyResult:
+           block_bytes: int | None = None, reached_only: bool = False) -> VerifyResult:
     """Pass 1 + pass 2 with independent coins: one verification per tree.  Y is the endpoint's candidate, or
     ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
     (:func:`gpu.support.draw_undrafted`) — rows are read whole only at the endpoint, once per tree."""
@@ -370,7 +374,7 @@ def _success_sweeps(batch: TreeBatch, alloc: Allocation) -> tuple[torch.Tensor, 
 def expected_accepted(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
                       rule: LevelRule, row_index: torch.Tensor | None = None,
                       drafted_support: bool = False, shapes: bool = True,
-                      block_bytes: int = CPU_BLOCK_BYTES, reached_only: bool = False) -> torch.Tensor:
+                      block_bytes: int | None = None, reached_only: bool = False) -> torch.Tensor:
     """``E[τ | T]`` per tree ``[B]``: ``e`` at the root of :func:`_success_sweeps`."""
     alloc = allocate(batch, target_probs, draft_probs, process, rule, row_index=row_index,
                      drafted_support=drafted_support, shapes=shapes, block_bytes=block_bytes,

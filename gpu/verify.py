@@ -38,11 +38,13 @@ SHAPE_METHODS = ("univer",)
 #: 14–15 internal nodes of the benchmark's SmolLM2-drafted and Zipf-row trees at top 1 024 are unreached.
 REACHED_ONLY = ("univer",)
 
-#: Method → the CPU's row blocks on whole rows (``block_bytes`` of :func:`gpu.engine.allocate`; the others take
-#: :data:`gpu.engine.CPU_BLOCK_BYTES`): UniVer's node plans hold ~20 whole-row temporaries and sort and walk each row,
-#: so at V = 49 152 a block of one row runs whole-row verifications up to 30% faster than blocks of ten, whose
-#: temporaries outgrow the caches; RRSw's and TV's rules stream their rows and lose 5–15% to a call a row
-#: (docs/deviations.md item 53).
+#: Method → its row blocks on whole rows, on every device (``block_bytes`` of :func:`gpu.engine.allocate`; the
+#: others take the engine's default: :data:`gpu.engine.CPU_BLOCK_BYTES` on the CPU, a whole level on an
+#: accelerator).  UniVer's node plans hold ~20 whole-row temporaries and sort and walk each row, so at V = 49 152 a
+#: block of one row runs whole-row verifications up to 30% faster than blocks of ten on the CPU, whose temporaries
+#: outgrow the caches (docs/deviations.md item 53), and keeps an accelerator's memory near the rows' (a whole level
+#: of a 64-node tree with a 10-child root formed 2.4× its input rows beside them, item 69); RRSw's and TV's rules
+#: stream their rows and lose 5–15% to a call a row.
 BLOCK_BYTES = {"univer": 1 << 19}
 
 #: Draft processes whose levels every method plans on the drafted tokens (:mod:`gpu.support`): with i.i.d. or
@@ -139,10 +141,10 @@ def _rule(where: str, method: str, process: str):
 
 def _engine_options(method: str, process: str) -> dict:
     """The engine's per-call settings for a method and process: plan on the drafted support
-    (:data:`DRAFTED_SUPPORT`), build the subtree shapes (:data:`SHAPE_METHODS`), the CPU's row blocks
+    (:data:`DRAFTED_SUPPORT`), build the subtree shapes (:data:`SHAPE_METHODS`), the row blocks
     (:data:`BLOCK_BYTES`), leave the unreached rows unplanned (:data:`REACHED_ONLY`)."""
     return {"drafted_support": process in DRAFTED_SUPPORT, "shapes": method in SHAPE_METHODS,
-            "block_bytes": BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES), "reached_only": method in REACHED_ONLY}
+            "block_bytes": BLOCK_BYTES.get(method), "reached_only": method in REACHED_ONLY}
 
 
 def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,

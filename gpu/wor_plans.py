@@ -22,7 +22,10 @@ token marginal ``a [R, V]``:
   nested cumulative sums of non-negative terms (:func:`_clock_avail`; 24–29 passes at V = 49 152).  On the CPU
   those passes cost more than one walk (~300× for k ≥ 3, 9–16 passes against one for k = 2), so there the walk
   itself is used (the exact core's compiled walks, :func:`_walk` and
-  :func:`univer_theory.plans.pts.pair_thinning_walk`; the ``walk`` argument, :data:`WALKS`);
+  :func:`univer_theory.plans.pts.pair_thinning_walk`; the ``walk`` argument, :data:`WALKS`); for k ≥ 3 an
+  accelerator copies its rows to the host and walks them too (the passes' ``[R, V, 400]`` arrays cost an H200
+  12× the time and ~200× the rows' memory of the host walks on whole rows, item 69; the fixed point stays its path
+  for k = 2);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
   virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
   2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities — the functions of
@@ -236,11 +239,13 @@ def _pair_theta(qs, on, cs, walk: str):
 
 #: How PTS's θ is found (the ``walk`` argument of :func:`pts_weights`): ``"fixed_point"`` (batched clock
 #: integrals, :func:`_clock_avail`; k = 2: cumulative sums), ``"sequential"`` (the compiled priority walks,
-#: :func:`_walk`, :func:`_pair_theta`) or ``"auto"`` — the walk on the CPU, the fixed point on an accelerator.  At
-#: V = 49 152 (k = 3, 4) the fixed point takes 24–29 passes over ``[R, V, 400]`` arrays — one parallel pass each
-#: on a GPU, ~300× the walk on one CPU thread (50 s against 0.15 s for one k = 3 row, docs/deviations.md item
-#: 37); for k = 2 its 9–16 passes of cumulative sums took ~3 ms of a ~19 ms SmolLM2 binary:4 wor verification
-#: at top 1 024 (item 49).
+#: :func:`_walk`, :func:`_pair_theta`) or ``"auto"`` — the walk on the CPU; on an accelerator the fixed point for
+#: k = 2 and the walk, on the host, for k ≥ 3.  At V = 49 152 (k = 3, 4) the fixed point takes 24–29 passes over
+#: ``[R, V, 400]`` arrays: ~300× the walk on one CPU thread (50 s against 0.15 s for one k = 3 row,
+#: docs/deviations.md item 37), and on an H200 5.1 s and a 3.7 GB peak for a Zipf-row EAGLE-like wor tree that
+#: verifies in 0.42 s with a 13 MB peak when the host walks (item 69) — so an accelerator copies those rows over.  For
+#: k = 2 the fixed point's 9–16 passes of cumulative sums are ``[R, V]`` arrays (~3 ms of a ~19 ms SmolLM2
+#: binary:4 wor verification at top 1 024 on the CPU, item 49).
 WALKS = ("auto", "fixed_point", "sequential")
 
 
@@ -270,7 +275,8 @@ def _pts_weights(c, q, p, children, walk: str, order):
     """:func:`pts_weights` on one backend (:mod:`univer_theory.nx`)."""
     k = children.shape[-1]
     order, rank, on, qs, cs = _priority(c, q, p, ratio_argsort(p, q) if order is None else order)
-    walk = walk if walk != "auto" else ("sequential" if device_kind(q) == "cpu" else "fixed_point")
+    if walk == "auto":
+        walk = "sequential" if k > 2 or device_kind(q) == "cpu" else "fixed_point"
     if k == 2:
         theta, avail, finite = _pair_theta(qs, on, cs, walk)
         bad = get_backend(qs).nonzero(~finite)[0]

@@ -31,6 +31,7 @@ ACCEPTING = {
     "theory/test_structures.py::test_sampler_matches_tuple_law": 3,
     "theory/test_layout.py::test_monte_carlo_selection_rule": 1,
     "gpu/test_distribution.py::test_sampler_follows_exact_per_tree_law": 10,
+    "gpu/test_cuda.py::test_sampler_follows_exact_per_tree_law": 4,
     "gpu/test_distribution.py::test_same_test_rejects_bug_zoo": 3,
     "gpu/test_distribution.py::test_sample_children_follows_tuple_law": 3,
     "gpu/test_distribution.py::test_draft_tree_follows_tree_law": 2,

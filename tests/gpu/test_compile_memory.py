@@ -31,13 +31,19 @@ def rows(shape, V, seed):
 
 
 def test_compiled_verify_samples_as_eager():
+    check_compiled_as_eager("cpu")
+
+
+def check_compiled_as_eager(device):
+    """``torch.compile(gpu.verify, dynamic=True, backend="eager")`` draws what eager draws on ``device``."""
     shape = TreeShape.parse("(...)")
     p, q = rows(shape, 40, 0)
     compiled = torch.compile(gpu.verify, dynamic=True, backend="eager")
     for process in ("iid", "wor"):
         batch, q_rows = draft_tree(shape, q, process, 2, torch.Generator().manual_seed(1))
-        want = gpu.verify(batch, p, q_rows, process, "univer", torch.Generator().manual_seed(2))
-        got = compiled(batch, p, q_rows, process, "univer", torch.Generator().manual_seed(2))
+        batch, p_dev, q_rows = batch.to(device), p.to(device), q_rows.to(device)
+        want = gpu.verify(batch, p_dev, q_rows, process, "univer", torch.Generator(device=device).manual_seed(2))
+        got = compiled(batch, p_dev, q_rows, process, "univer", torch.Generator(device=device).manual_seed(2))
         for name in ("accepted_nodes", "num_accepted", "next_token"):
             assert torch.equal(getattr(got, name), getattr(want, name)), (process, name)
 

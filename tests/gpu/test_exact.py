@@ -29,13 +29,19 @@ def random_batch(process, V, seed, count=14):
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
 @pytest.mark.parametrize("V", [3, 6])
 def test_expected_accepted_length_matches_exact_core(method, process, V):
+    check_against_exact_core(method, process, V, "cpu")
+
+
+def check_against_exact_core(method, process, V, device):
+    """E[τ | T] of :func:`random_batch` on ``device`` as the exact core, float64 and float32."""
     model, trees = random_batch(process, V, seed=V)
     ref = np.array([VERIFIERS[method].expected_accepted_length(t, *model.node_probs(t), process) for t in trees])
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
         batch, p, q = padded_rows(trees, model, dtype)
-        got = expected_accepted_length(batch, p, q, process, method)
-        assert got.dtype == dtype
-        np.testing.assert_allclose(got.double().numpy(), ref, rtol=0, atol=tol, err_msg=f"{method} {process} {dtype}")
+        got = expected_accepted_length(batch.to(device), p.to(device), q.to(device), process, method)
+        assert got.dtype == dtype and got.device.type == device
+        np.testing.assert_allclose(got.double().cpu().numpy(), ref, rtol=0, atol=tol,
+                                   err_msg=f"{method} {process} {dtype}")
 
 
 def decision_gap(trees, model, process, torch_rule, exact_rule) -> float:
@@ -124,8 +130,8 @@ def test_consecutive_rows_are_read_in_place(monkeypatch, method, process):
 
 def test_each_method_is_given_its_row_blocks(monkeypatch):
     """``gpu.verify`` and ``gpu.expected_accepted_length`` hand the engine a method's own row blocks
-    (``gpu.verify.BLOCK_BYTES``, one row of 49 152 float64 for UniVer) and :data:`gpu.engine.CPU_BLOCK_BYTES`
-    to the others."""
+    (``gpu.verify.BLOCK_BYTES``, one row of 49 152 float64 for UniVer) and None (the engine's default per
+    device) to the others."""
     from gpu.verify import BLOCK_BYTES
     assert 49152 * 8 <= BLOCK_BYTES["univer"] < 2 * 49152 * 8
     seen, real = [], engine.allocate
@@ -137,7 +143,7 @@ def test_each_method_is_given_its_row_blocks(monkeypatch):
             seen.clear()
             verify(batch, p, q, "wor", method, torch.Generator().manual_seed(0))
             expected_accepted_length(batch, p, q, "wor", method)
-            assert seen == [BLOCK_BYTES.get(method, engine.CPU_BLOCK_BYTES)] * 2, method
+            assert seen == [BLOCK_BYTES.get(method)] * 2, method
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_ZOO))

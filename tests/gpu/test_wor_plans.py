@@ -281,3 +281,28 @@ def test_an_unknown_walk_is_rejected_by_name():
                  functools.partial(univer_rule, None, "bogus")):
         with pytest.raises(ValueError, match="walk must be one of"):
             call()
+
+
+@pytest.mark.parametrize("k, want", [(2, "fixed_point"), (3, "walk"), (5, "walk")])
+def test_auto_walk_on_an_accelerator(monkeypatch, k, want):
+    """``walk="auto"`` on an accelerator's rows (the device kind switched here, the torch path on CPU tensors): the
+    host walk for k ≥ 3 (the batched fixed point's ``[R, V, 400]`` passes cost an H200 12× the time and ~200× the
+    rows' memory, docs/deviations.md item 69), the fixed point of cumulative sums for k = 2 — with the plan of
+    ``pts_plan`` either way (1e-12)."""
+    import gpu.host
+    import gpu.wor_plans as wp
+    seen = []
+    monkeypatch.setattr(gpu.host, "_numpy_call", lambda fn, args: fn(*args))
+    monkeypatch.setattr(wp, "device_kind", lambda x: "accelerator")
+    for name, tag in (("_walk", "walk"), ("thinning_fixed_point", "fixed_point")):
+        real = getattr(wp, name)
+        monkeypatch.setattr(wp, name, lambda *a, _real=real, _tag=tag: seen.append(_tag) or _real(*a))
+    rng = np.random.default_rng(k)
+    pi, qi = rng.dirichlet(np.full(40, 0.5)), rng.dirichlet(np.full(40, 0.5))
+    S = tuple(int(y) for y in rng.choice(40, k, replace=False, p=qi))
+    pt, qt = torch.tensor(pi)[None], torch.tensor(qi)[None]
+    w, a = pts_weights(0.7 * pt, qt, pt, torch.tensor([S]))
+    assert set(seen) == {want}, seen
+    plan = pts_plan(pi, qi, 0.7, k, "wor")
+    np.testing.assert_allclose(w[0].numpy(), plan.select(S), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a[0].numpy(), plan.marginal, rtol=0, atol=1e-12)
