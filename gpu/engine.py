@@ -43,13 +43,13 @@ from .tree_batch import TreeBatch
 class LevelContext:
     """What a level rule may look at (``R`` nodes, vocabulary ``V``, at most ``K`` children each).
 
-    The engine packs a depth's internal nodes of all trees into the ``R`` rows, largest branching first (on the
-    CPU in blocks of rows, :data:`CPU_BLOCK_BYTES`, or a method's own blocks), and passes ``active`` so rules can restrict sibling step j
-    to the leading ``active[j]`` rows (``child_mask`` stays authoritative inside them).  ``target`` / ``draft``
-    are row copies in buffers the engine reuses for the next block once the decision is consumed, views of the
-    input rows where those are consecutive (on the CPU, :func:`_run_start`), or a level's rows on their drafted
-    columns (:mod:`gpu.support`: ``V`` is then ``M + 1`` and ``children`` are columns); rules are composed (e.g.
-    the bug zoo reuses ``ctx.target``), so a rule never writes into a context's tensors.
+    The engine packs a depth's internal nodes of all trees into the ``R`` rows, largest branching first (in blocks
+    of rows: a method's own on every device, else :data:`CPU_BLOCK_BYTES` on the CPU), and passes ``active`` so
+    rules can restrict sibling step j to the leading ``active[j]`` rows (``child_mask`` stays authoritative inside
+    them).  ``target`` / ``draft`` are row copies in buffers the engine reuses for the next block once the decision
+    is consumed, views of the input rows where those are consecutive (on the CPU, :func:`_run_start`), or a level's
+    rows on their drafted columns (:mod:`gpu.support`: ``V`` is then ``M + 1`` and ``children`` are columns); rules
+    are composed (e.g. the bug zoo reuses ``ctx.target``), so a rule never writes into a context's tensors.
     """
 
     rho: torch.Tensor         # [R]     scaling ρ of each node
