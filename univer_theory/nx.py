@@ -535,10 +535,12 @@ class TorchBackend:
         self.torch = torch
 
     def asarray(self, x, like):
-        return self.torch.as_tensor(x, dtype=self.torch.float64, device=like.device)
+        """``x`` as a float64 tensor on ``like``'s device (a read-only numpy array, e.g. a cached grid, copied:
+        torch has no read-only tensors, so sharing its memory would let an in-place op write into the cache)."""
+        return self.torch.as_tensor(_writable(x), dtype=self.torch.float64, device=like.device)
 
     def index(self, x, like):
-        return self.torch.as_tensor(x, dtype=self.torch.long, device=like.device)
+        return self.torch.as_tensor(_writable(x), dtype=self.torch.long, device=like.device)
 
     def argsort(self, x, stable: bool = True):
         return self.torch.sort(x, dim=-1, stable=stable).indices
@@ -671,6 +673,11 @@ class TorchBackend:
 
 NUMPY = NumpyBackend()
 _TORCH: list = []
+
+
+def _writable(x):
+    """``x``, or a copy of it where it is a read-only numpy array."""
+    return np.array(x) if isinstance(x, np.ndarray) and not x.flags.writeable else x
 
 
 def get_backend(*arrays):

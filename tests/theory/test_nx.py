@@ -171,3 +171,23 @@ def test_sum_row_is_numpys_pairwise_sum_bit_for_bit():
         sequential_differs += any(functools.reduce(operator.add, row.tolist(), 0.0) != s
                                    for row, s in zip(x.reshape(6, G), want.reshape(6)))
     assert sequential_differs > 50
+
+
+def test_torch_asarray_copies_read_only_arrays():
+    """A read-only numpy array (the exact core's cached grids) becomes a tensor that does not share its memory — so
+    an in-place op cannot write into the cache — without torch's non-writable-array warning."""
+    import warnings
+
+    import torch
+
+    from univer_theory.nx import get_backend
+    nx = get_backend(torch.zeros(1))
+    x = np.arange(4.0)
+    x.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t, i = nx.asarray(x, torch.zeros(1)), nx.index(x.astype(np.int64), torch.zeros(1))
+    t[0], i[0] = 7.0, 7
+    assert x[0] == 0.0 and t.tolist() == [7.0, 1.0, 2.0, 3.0] and i.tolist() == [7, 1, 2, 3]
+    w = np.arange(3.0)
+    assert nx.asarray(w, torch.zeros(1)).data_ptr() == w.ctypes.data   # a writable row is still shared, not copied
