@@ -25,6 +25,11 @@ def padded_rows(trees, model, dtype=torch.float64):
     return batch, p.to(dtype), q.to(dtype)
 
 
+def on_device(device, batch, *rows):
+    """``(batch, *rows)`` moved to ``device``."""
+    return (batch.to(device), *(x.to(device) for x in rows))
+
+
 def cell_counts(result, tree) -> dict:
     """``{(path tokens…, Y): count}`` of a batch of verifications of one tree (all rows the same tree)."""
     V = int(result.next_token.max()) + 1

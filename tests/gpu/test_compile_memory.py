@@ -18,6 +18,8 @@ import gpu
 from gpu import draft_tree
 from univer_theory import TreeShape
 
+from .helpers import on_device
+
 
 def rows(shape, V, seed):
     """Two trees' rows ``[2, N, V]``: Zipf targets (``p ∝ rank^{-1.1}``, a random permutation per row) and drafts
@@ -41,7 +43,7 @@ def check_compiled_as_eager(device):
     compiled = torch.compile(gpu.verify, dynamic=True, backend="eager")
     for process in ("iid", "wor"):
         batch, q_rows = draft_tree(shape, q, process, 2, torch.Generator().manual_seed(1))
-        batch, p_dev, q_rows = batch.to(device), p.to(device), q_rows.to(device)
+        batch, p_dev, q_rows = on_device(device, batch, p, q_rows)
         want = gpu.verify(batch, p_dev, q_rows, process, "univer", torch.Generator(device=device).manual_seed(2))
         got = compiled(batch, p_dev, q_rows, process, "univer", torch.Generator(device=device).manual_seed(2))
         for name in ("accepted_nodes", "num_accepted", "next_token"):

@@ -1,7 +1,8 @@
 """The accelerator path on a CUDA device (skipped where torch sees none; the CPU runs the same formulas through
 ``tests/gpu/test_torch_path.py``): every level rule in torch on the device — :func:`gpu.host.on_host` hands
-numpy nothing, PTS's θ for k ≥ 3 comes from the batched fixed point, the slot rule's LPs from the lockstep simplex,
-the drafted-support scan from its torch form — checked against the oracles, not against itself.
+numpy nothing but PTS's rows for k ≥ 3 (its host walk, ``gpu.wor_plans.WALKS``; k = 2 by the batched fixed point),
+the slot rule's LPs come from the lockstep simplex, the drafted-support scan from its torch form — checked against
+the oracles, not against itself.
 
 * E[τ | T] of random ragged batches (every method and process, V = 3 and 6, float64 at 1e-12 and float32 at 1e-6)
   and of the V = 30 wide and asymmetric trees (UniVer, 1e-12) as the exact core.
@@ -29,7 +30,7 @@ from univer_theory import VERIFIERS, TreeShape
 
 from ..gof_instances import instance
 from ..stats import assert_fits
-from .helpers import cell_counts, padded_rows, repeated
+from .helpers import cell_counts, on_device, padded_rows, repeated
 from .test_compile_memory import check_compiled_as_eager
 from .test_compile_memory import rows as zipf_near_rows
 from .test_distribution import zoo_laws
@@ -41,10 +42,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 DEV = "cuda"
 
 
-def on_device(batch, p, q):
-    return batch.to(DEV), p.to(DEV), q.to(DEV)
-
-
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
 @pytest.mark.parametrize("V", [3, 6])
 def test_expected_accepted_length_matches_exact_core(method, process, V):
@@ -53,9 +50,10 @@ def test_expected_accepted_length_matches_exact_core(method, process, V):
 
 @pytest.mark.parametrize("process", ["iid", "wor"])
 def test_wide_and_asymmetric_nodes(process):
-    """V = 30, two to four children (PTS by the fixed point, the coupling, the slot rule's class LP)."""
+    """V = 30, two to four children (PTS — k = 2 by the fixed point, k ≥ 3 by the host walk —, the coupling, the
+    slot rule's class LP)."""
     trees, model, ref = wide_trees(process)
-    got = expected_accepted_length(*on_device(*padded_rows(trees, model)), process, "univer")
+    got = expected_accepted_length(*on_device(DEV, *padded_rows(trees, model)), process, "univer")
     np.testing.assert_allclose(got.cpu().numpy(), ref, rtol=0, atol=1e-12)
 
 
@@ -64,7 +62,7 @@ def test_wide_and_asymmetric_nodes(process):
 def test_drafted_support_gives_the_whole_rows_expectation(process, spec):
     part, _, p, q = truncated_trees(spec, "near", process, len(spec))
     B = part.parent.shape[0]
-    batch, p, q = on_device(part, p[:B], q[:B])
+    batch, p, q = on_device(DEV, part, p[:B], q[:B])
     e = [engine.expected_accepted(batch, p, q, process, METHODS["univer"], drafted_support=d) for d in (True, False)]
     np.testing.assert_allclose(e[0].cpu().numpy(), e[1].cpu().numpy(), rtol=0, atol=1e-12)
 
@@ -75,7 +73,7 @@ SAMPLER_CASES = [("univer", "iid"), ("univer", "wor"), ("rrsw", "wor"), ("tv", "
 @pytest.mark.parametrize("method, process", SAMPLER_CASES, ids=[f"{m}-{p}" for m, p in SAMPLER_CASES])
 def test_sampler_follows_exact_per_tree_law(method, process):
     model, tree = instance(process)
-    batch, p, q = on_device(*repeated(tree, *model.node_probs(tree), 200_000))
+    batch, p, q = on_device(DEV, *repeated(tree, *model.node_probs(tree), 200_000))
     result = verify(batch, p, q, process, method, torch.Generator(device=DEV).manual_seed(1))
     law = VERIFIERS[method].law(tree, *model.node_probs(tree), process)
     assert_fits(cell_counts(result, tree), law, zoo_laws(model, tree, process), f"cuda {method}-{process}")
@@ -98,7 +96,7 @@ def test_llm_sized_rows_agree_with_the_cpu(spec, process, top):
     batch, p, q = llm_sized(TreeShape.parse(spec), process, top, seed=len(spec))
     for method in ("univer", "rrsw" if process == "wor" else "rrs", "tv"):
         cpu = expected_accepted_length(batch, p, q, process, method)
-        dev = expected_accepted_length(*on_device(batch, p, q), process, method)
+        dev = expected_accepted_length(*on_device(DEV, batch, p, q), process, method)
         np.testing.assert_allclose(dev.cpu().numpy(), cpu.numpy(), rtol=0, atol=1e-10, err_msg=method)
 
 
@@ -117,7 +115,7 @@ def ten_child_eagle() -> TreeShape:
 def test_ten_child_tree_allocates_near_its_rows():
     shape = ten_child_eagle()
     assert shape.num_nodes == 64 and max(shape.parent.count(u) for u in range(64)) == 10
-    batch, p, q = on_device(*llm_sized(shape, "wor", None, seed=5))
+    batch, p, q = on_device(DEV, *llm_sized(shape, "wor", None, seed=5))
     inputs = p.numel() * p.element_size() + q.numel() * q.element_size()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

@@ -12,7 +12,7 @@ from gpu.engine import allocate, first_token_law
 from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, TreeShape, sample_tree
 from univer_theory.engine import allocate as exact_allocate
 
-from .helpers import TORCH_ZOO, padded_rows
+from .helpers import TORCH_ZOO, on_device, padded_rows
 
 SHAPES = ["2,2", "3,1", "2,1,2", "((..),.)", "1,1,1", "3", "((.(..)),(.),.)"]
 CASES = [(m, proc) for m in METHODS for proc in ("iid", "wor", "topk", "greedy") if proc in VERIFIERS[m].processes]
@@ -38,7 +38,7 @@ def check_against_exact_core(method, process, V, device):
     ref = np.array([VERIFIERS[method].expected_accepted_length(t, *model.node_probs(t), process) for t in trees])
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
         batch, p, q = padded_rows(trees, model, dtype)
-        got = expected_accepted_length(batch.to(device), p.to(device), q.to(device), process, method)
+        got = expected_accepted_length(*on_device(device, batch, p, q), process, method)
         assert got.dtype == dtype and got.device.type == device
         np.testing.assert_allclose(got.double().cpu().numpy(), ref, rtol=0, atol=tol,
                                    err_msg=f"{method} {process} {dtype}")

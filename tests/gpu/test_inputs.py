@@ -6,7 +6,7 @@ import torch
 from gpu import TreeBatch, draft_tree, expected_accepted_length, verify
 from univer_theory import DirichletModel, DraftTree, TreeShape
 
-from .helpers import padded_rows
+from .helpers import on_device, padded_rows
 
 MODEL = DirichletModel(4, seed=1, similarity=0.5)
 TREES = [DraftTree((-1, 0, 0, 1), (-1, 2, 0, 1)), DraftTree.chain([3, 1])]
@@ -95,7 +95,7 @@ def test_padded_rows_are_ignored():
 
 def run_all(device):
     batch, p, q = inputs(torch.float32)
-    batch, p, q = batch.to(device), p.to(device), q.to(device)
+    batch, p, q = on_device(device, batch, p, q)
     gen = torch.Generator(device=device).manual_seed(7)
     drafted, qd = draft_tree(TreeShape.parse("2,2"), q[0, 0], "wor", 64, gen, device=device)
     pd = p[0, 0].expand(64, 7, 4).contiguous()
