@@ -27,8 +27,8 @@ token marginal ``a [R, V]``:
   12× the time and ~200× the rows' memory of the host walks on whole rows, item 69; the fixed point stays its path
   for k = 2);
 * :func:`coupling_weights` (any k) — the i.i.d. layout plan (:func:`gpu.layout.layout_weights`) on every
-  virtual i.i.d. draw sequence of the realised tuple (the restricted-growth strings over its positions:
-  2, 5, 15 of them for k = 2, 3, 4), mixed with their conditional probabilities — the functions of
+  multiset of the virtual i.i.d. draw sequences of the realised tuple (``2^{k−1}`` of them: 2, 4, 8 for
+  k = 2, 3, 4, where the sequences number 2, 5, 15), mixed with their conditional probabilities — the functions of
   :mod:`univer_theory.plans.iid_coupling` (numpy or torch: one implementation) on the level's tensors;
 * :func:`wor_weights` — UniVer's choice among them (for k = 2 rule 3 where feasible; else the better α of PTS
   and the coupling, on small supports rule 1 when better, :mod:`gpu.condot`, and rule 7 where they fall short
@@ -62,7 +62,7 @@ from univer_theory.plans.choose import (ALPHA_TIE, SMALL_SUPPORT, coupling_can_w
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         row_weights, thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
-from univer_theory.plans.iid_coupling import growth_strings, mix_virtual, virtual_draw_probs
+from univer_theory.plans.iid_coupling import mix_virtual, virtual_draw_probs, virtual_multisets
 from univer_theory.plans.pts import pair_avail, pair_thinning_walk, thinning_fixed_point
 from univer_theory.plans.wor_pair import (OPTIMALITY_TOL, exclusive_cumsum, leave_one_out, pair_rule,
                                           pair_weights, quiet)
@@ -294,7 +294,7 @@ def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
     the α*_iid layout plan coupled onto the wor tuple, ``(w, a [R, V])``, ``w`` shaped as ``children``, as
     ``iid_coupling_plan(...)`` (``select``, ``marginal``) — its functions on a batch: the virtual sequences'
     conditional probabilities (:func:`~univer_theory.plans.iid_coupling.virtual_draw_probs`), the layout on
-    them (one call for every tuple's sequences, on targets built once per row) and the mixing
+    their multisets (one call for every tuple's, on targets built once per row) and the mixing
     (:func:`~univer_theory.plans.iid_coupling.mix_virtual`).  On the CPU on numpy views, one host call
     (:func:`gpu.host.on_host`)."""
     return on_host(_coupling_weights, c, q, children)
@@ -306,10 +306,10 @@ def _coupling_weights(c, q, children):
     R, k = children.shape[0], children.shape[-1]
     tuples = children.reshape(R, -1, k)
     T = tuples.shape[1]
-    pos = nx.index(growth_strings(k), q)                                  # [n, k]
-    n = pos.shape[0]
-    w_iid, a = _symmetric_layout(c, q, tuples[:, :, pos].reshape(R, T * n, k))
-    w = mix_virtual(virtual_draw_probs(q, tuples), w_iid.reshape(R, T, n, k))
+    pos = nx.index(virtual_multisets(k), q)                               # [M, k]
+    M = pos.shape[0]
+    w_iid, a = _symmetric_layout(c, q, tuples[:, :, pos].reshape(R, T * M, k))
+    w = mix_virtual(virtual_draw_probs(q, tuples), w_iid.reshape(R, T, M, k))
     return w.reshape(children.shape), a
 
 
@@ -317,7 +317,8 @@ def _symmetric_layout(c, q, seqs):
     """:func:`gpu.layout.layout_weights` on i.i.d. sequences ``seqs [R, n, k]`` (all k present), evaluated once
     per distinct multiset of each row: the layout is symmetric in the positions (``w_j`` is copy j's share), so
     the sequences are sorted, de-duplicated, laid out and the weights put back in place (the slot rule's 24
-    orderings of a wor 4-tuple have 24·15 virtual sequences, in 35 multisets).  numpy or torch."""
+    orderings of a wor 4-tuple have 24·8 virtual multisets of positions, 35 distinct multisets of tokens).
+    numpy or torch."""
     nx = get_backend(c, q)
     R, n, k = seqs.shape
     perm = nx.argsort(seqs)

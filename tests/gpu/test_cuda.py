@@ -14,10 +14,9 @@ the oracles, not against itself.
   paths sum in different orders).
 * ``torch.compile(gpu.verify, dynamic=True)`` samples as eager on the device.
 * Memory: a 64-node EAGLE-like tree with a 10-child root at V = 49 152 verifies (UniVer, wor) with its peak of
-  device memory allocated at most 3× its input rows above them.  Measured on an H200: 115.7 MB over 48 MB of rows
-  (2.4×; the CPU's numpy path rises 69 MB, within the issue's 2×) — 11.8 GB while PTS's θ for k ≥ 3 came from the
-  batched fixed point and levels were planned whole (docs/deviations.md item 69); the bound catches that kind of
-  regression, not the last 0.4×.
+  device memory allocated at most 2× its input rows above them (the issue's bound).  It rose 11.8 GB while PTS's
+  θ for k ≥ 3 came from the batched fixed point and levels were planned whole, 115.7 MB when rule 5 laid out
+  every one of Bell(10) = 115 975 virtual sequences (docs/deviations.md items 69, 70).
 """
 import numpy as np
 import pytest
@@ -123,4 +122,4 @@ def test_ten_child_tree_allocates_near_its_rows():
     verify(batch, p, q, "wor", "univer", torch.Generator(device=DEV).manual_seed(6), validate=False)
     torch.cuda.synchronize()
     rise = torch.cuda.max_memory_allocated() - before
-    assert rise <= 3 * inputs, f"peak rise {rise / 2**20:.1f} MB over {inputs / 2**20:.1f} MB of rows"
+    assert rise <= 2 * inputs, f"peak rise {rise / 2**20:.1f} MB over {inputs / 2**20:.1f} MB of rows"

@@ -17,7 +17,8 @@ from univer_theory import ConfidentModel
 from univer_theory.alpha_star import alpha_star_and_cut, alpha_star_iid, alpha_star_rows, alpha_star_wor
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans.clocks import sequential_thinning_avail
-from univer_theory.plans.iid_coupling import iid_coupling_plan, virtual_draws
+from univer_theory.plans.iid_coupling import (_multiset_table, growth_strings, iid_coupling_plan, virtual_draws,
+                                              virtual_multisets)
 from univer_theory.plans.luce import luce_plan
 from univer_theory.plans.pts import pair_thinning_avail, priority_order, pts_plan
 from univer_theory.plans.wor_pair import array_pair_rule, pair_rule, wor_pair_plan
@@ -284,6 +285,20 @@ def test_virtual_draws_couple_iid_and_wor(V, k):
     assert joint.keys() == iid.keys()
     for x, pr in iid.items():
         assert joint[x] == pytest.approx(pr, abs=1e-15)
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_virtual_multisets_count_the_growth_strings(k):
+    """The multisets of the virtual sequences are those of the enumerated restricted-growth strings (2^{k−1} of
+    them), each with its closed-form number of sequences; they add up to Bell(k)."""
+    counted = {}
+    for s in growth_strings(k):
+        counted[tuple(sorted(s))] = counted.get(tuple(sorted(s)), 0) + 1
+    pos, _, revealed, ways = _multiset_table(k)
+    assert list(virtual_multisets(k)) == sorted(counted) and len(counted) == 2 ** (k - 1)
+    assert [counted[tuple(x)] for x in pos.tolist()] == ways.tolist()
+    assert revealed.tolist() == [len(set(x)) for x in virtual_multisets(k)]
+    assert ways.sum() == len(growth_strings(k))
 
 
 @pytest.mark.parametrize("rho", RHOS)

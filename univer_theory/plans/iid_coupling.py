@@ -31,15 +31,22 @@ a product of remaining masses (:func:`univer_theory.processes.wor_remaining`, th
 no log: nothing cancels, and on a confident row (tail masses near the smallest denormal) the terms that would
 underflow in ``q^k(x)`` and in the reveal product never form.  The virtual sequences are the restricted-growth
 strings over the k positions (:func:`growth_strings`: 2, 5, 15, 52 for k = 2..5; each draw repeats a position
-seen or reveals the next one).
+seen or reveals the next one; Bell(k) of them).
+
+**Multisets.**  The probability depends on x through its multiset alone (which positions, how many copies of
+each), and the layout plan is symmetric in the positions (a copy's share depends on its token and the multiset
+alone), so ``Σ_{i: x_i = y_j} w^iid_i(x)`` is the same for every x of a multiset and the sum over x is one over
+the multisets, each weighted by its number of sequences: :func:`virtual_multisets`, ``2^{k−1}`` of them (8 for
+k = 4, 512 for k = 10, where Bell(10) = 115 975 sequences would be laid out).
 
 Every float function here takes numpy arrays (the exact core: one tuple, a batch of one) or torch tensors
 (``gpu.wor_plans.coupling_weights``: the R nodes of a level, T tuples each) — one implementation;
 :func:`univer_theory.processes.tuple_law` and the plan's enumerated marginal are its exact checks.
-``select`` evaluates the i.i.d. plan on the ≤ Bell(k) virtual tuples.
+``select`` evaluates the i.i.d. plan on the ``2^{k−1}`` virtual multisets.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -68,39 +75,68 @@ def growth_strings(k: int) -> tuple[tuple[int, ...], ...]:
 
 
 @lru_cache(maxsize=None)
-def _string_table(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(pos [n, k], repeat [n, k], revealed [n])`` of :func:`growth_strings`: the positions, which draws repeat a
-    position seen before, and how many positions each string reveals (m)."""
-    pos = np.array(growth_strings(k), dtype=np.int64)
-    seen = np.maximum.accumulate(pos, axis=1)
-    repeat = np.concatenate([np.zeros((pos.shape[0], 1), dtype=bool), pos[:, 1:] <= seen[:, :-1]], 1)
-    return pos, repeat, seen[:, -1] + 1
+def virtual_multisets(k: int) -> tuple[tuple[int, ...], ...]:
+    """The multisets of the virtual sequences of :func:`growth_strings`, each as its positions in ascending order:
+    ``c_j ≥ 1`` copies of positions ``0..m−1`` (a composition of k: ``2^{k−1}`` of them, where there are Bell(k)
+    strings — 512 against 115 975 at k = 10), in lexicographic order."""
+    out = []
+
+    def rec(x):
+        if len(x) == k:
+            out.append(tuple(x))
+            return
+        rec(x + [x[-1]])                                # one more copy of the last position
+        rec(x + [x[-1] + 1])                            # or the next position
+    rec([0])
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def _multiset_table(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(pos [M, k], repeat [M, k], revealed [M], ways [M])`` of :func:`virtual_multisets`: the positions, which
+    copies repeat a position, how many positions each reveals (m) and how many virtual sequences have that multiset:
+    ``Π_j C(s_j − 1, c_j − 1)``, ``s_j = c_j + … + c_{m−1}`` (the first of the last ``s_j`` draws is position j's
+    first copy — the order of first appearances is fixed — and its other copies take any of the rest), an
+    integer, exact as a float."""
+    pos = np.array(virtual_multisets(k), dtype=np.int64).reshape(-1, k)
+    repeat = np.concatenate([np.zeros((pos.shape[0], 1), dtype=bool), pos[:, 1:] == pos[:, :-1]], 1)
+    ways = []
+    for x in pos.tolist():
+        counts = np.bincount(x)
+        rest = np.cumsum(counts[::-1])[::-1]
+        ways.append(math.prod(math.comb(int(s) - 1, int(c) - 1) for s, c in zip(rest, counts)))
+    return pos, repeat, pos[:, -1] + 1, np.array(ways, dtype=np.float64)
 
 
 def virtual_draw_probs(draft_probs, tuples):
-    """``Pr(X_{1:k} = x | S)`` ``[..., T, n]`` for the wor tuples ``tuples [..., T, k]`` of rows ``draft_probs
-    [..., V]`` and the n virtual sequences x of :func:`growth_strings` (module docstring, float form:
-    ``Π_{j≤m} R_{j−1}·Π_{repeats} q``).  numpy arrays or torch tensors, batch axes alike."""
+    """``Pr(X_{1:k} = x | S)`` ``[..., T, M]`` for the wor tuples ``tuples [..., T, k]`` of rows ``draft_probs
+    [..., V]``, x any virtual sequence of each of the M multisets of :func:`virtual_multisets` (module docstring,
+    float form: ``Π_{j≤m} R_{j−1}·Π_{repeats} q`` depends on x through its multiset alone).  numpy arrays or torch
+    tensors, batch axes alike."""
     nx = get_backend(draft_probs, tuples)
-    pos, repeat, revealed = _string_table(tuples.shape[-1])
+    pos, repeat, revealed, _ = _multiset_table(tuples.shape[-1])
     members, outside = tuple_members(draft_probs, tuples, "wor")                  # [..., T, k], [..., T]
     reveal = nx.cumprod(wor_remaining(members, outside))                          # Π_{j≤m} R_{j−1}, m = 1..k
-    drawn = members[..., nx.index(pos, tuples)]                                   # [..., T, n, k]
+    drawn = members[..., nx.index(pos, tuples)]                                   # [..., T, M, k]
     repeats = nx.where(nx.index(repeat, tuples) > 0, drawn, 1.0).prod(-1)          # Π_{repeats} q(x_i)
     return reveal[..., nx.index(revealed - 1, tuples)] * repeats
 
 
 def mix_virtual(pr, w_iid):
-    """The wor plan ``w [..., k]`` from the i.i.d. plan on the virtual sequences, ``w_iid [..., n, k]`` with their
-    conditional probabilities ``pr [..., n]`` (:func:`virtual_draw_probs`):
-    ``w_j = Σ_n pr_n Σ_{i: draw i of sequence n is position j} w^iid_{n,i}`` (a scatter in sequence order: no
-    ``[n, k, k]`` one-hot), round-off clipped to [0, 1] and scaled to ``Σ w ≤ 1``.  numpy or torch."""
+    """The wor plan ``w [..., k]`` from a position-symmetric i.i.d. plan on the virtual multisets, ``w_iid [..., M,
+    k]`` (multiset M's copies in the order of :func:`virtual_multisets`) with their sequences' conditional
+    probabilities ``pr [..., M]`` (:func:`virtual_draw_probs`).  The plan being symmetric in the positions (the
+    layout: a copy's share depends on its token and the multiset alone), every sequence of a multiset has the
+    same probability and, permuted, the same weights, so the module's sum over the sequences is one over the
+    multisets: ``w_j = Σ_M ways_M·pr_M Σ_{i: copy i of M is position j} w^iid_{M,i}`` (a scatter in multiset
+    order: no ``[M, k, k]`` one-hot), round-off clipped to [0, 1] and scaled to ``Σ w ≤ 1``.  numpy or torch."""
     nx = get_backend(pr, w_iid)
-    n, k = w_iid.shape[-2:]
-    pos = nx.index(_string_table(k)[0].reshape(-1), pr)
+    M, k = w_iid.shape[-2:]
+    pos, _, _, ways = _multiset_table(k)
     lead = tuple(pr.shape[:-1])
-    terms = (pr[..., None] * w_iid).reshape(lead + (n * k,))
-    w = nx.scatter_add(nx.zeros_like(terms[..., :k]), nx.full(lead + (n * k,), 0, pos) + pos, terms)
+    terms = ((pr * nx.asarray(ways, pr))[..., None] * w_iid).reshape(lead + (M * k,))
+    at = nx.index(pos.reshape(-1), pr)
+    w = nx.scatter_add(nx.zeros_like(terms[..., :k]), nx.full(lead + (M * k,), 0, at) + at, terms)
     w = nx.clip(w, 0.0, 1.0)
     return w / nx.maximum(nx.sum(w, keepdims=True), 1.0)
 
@@ -110,19 +146,21 @@ def virtual_draws(S, draft_probs: np.ndarray):
     :func:`virtual_draw_probs` on a batch of one)."""
     S = tuple(int(y) for y in S)
     pr = virtual_draw_probs(np.asarray(draft_probs, dtype=np.float64), np.asarray([S], dtype=np.int64))[0]
-    return [(tuple(S[j] for j in s), float(x)) for s, x in zip(growth_strings(len(S)), pr)]
+    multiset = {x: i for i, x in enumerate(virtual_multisets(len(S)))}
+    return [(tuple(S[j] for j in s), float(pr[multiset[tuple(sorted(s))]])) for s in growth_strings(len(S))]
 
 
 def couple_iid_plan(iid_plan: NodePlan, draft_probs, k: int) -> NodePlan:
-    """The wor plan of an i.i.d. plan for the same ``(p, q, ρ, k)`` (module docstring); same marginal."""
+    """The wor plan of a position-symmetric i.i.d. plan (the layout) for the same ``(p, q, ρ, k)`` (module
+    docstring, :func:`mix_virtual`); same marginal."""
     q = np.asarray(draft_probs, dtype=np.float64)
     memo = {}
 
     def select(S) -> np.ndarray:
         S = tuple(int(y) for y in S)
         if S not in memo:
-            pr = virtual_draw_probs(q, np.asarray([S], dtype=np.int64))                  # [1, n]
-            w_iid = np.stack([iid_plan.select(tuple(S[j] for j in s)) for s in growth_strings(k)])
+            pr = virtual_draw_probs(q, np.asarray([S], dtype=np.int64))                  # [1, M]
+            w_iid = np.stack([iid_plan.select(tuple(S[j] for j in s)) for s in virtual_multisets(k)])
             memo[S] = mix_virtual(pr, w_iid[None])[0]
         return memo[S].copy()
 
