@@ -6,10 +6,10 @@ memory near the inputs' size).
   level rules' host reads is generated and compiled, ~40 s cold on 2 cores) and with ``"eager"`` (dynamo's
   tracing and graph breaks alone).
 * The largest torch tensor allocated by one UniVer verification of a wide wor node (six children: PTS's walk,
-  the iid coupling over the 32 multisets of its Bell(6) = 203 virtual draws, the layout's tuple integrals) stays within a few times the
-  input rows — the tuple integrals are chunked (``univer_theory.plans.layout.TUPLE_CHUNK``); before, they formed
-  ``[tuples, k, groups, nodes]`` arrays (≈ 50 MB here against 0.9 MB of rows).  numpy buffers (PTS's walk on the
-  CPU) are not seen by the dispatch mode; their size is bounded by ``gpu.wor_plans.WALK_BYTES``.
+  the iid coupling over the 32 multisets of its Bell(6) = 203 virtual draws, the layout's tuple integrals) stays
+  within a few times the input rows — the tuple integrals are chunked (``univer_theory.plans.layout.TUPLE_CHUNK``);
+  before, they formed ``[tuples, k, groups, nodes]`` arrays (≈ 50 MB here against 0.9 MB of rows).  numpy buffers
+  (PTS's walk on the CPU) are not seen by the dispatch mode; their size is bounded by ``gpu.wor_plans.WALK_BYTES``.
 """
 import pytest
 import torch

@@ -94,10 +94,10 @@ def virtual_multisets(k: int) -> tuple[tuple[int, ...], ...]:
 @lru_cache(maxsize=None)
 def _multiset_table(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(pos [M, k], repeat [M, k], revealed [M], ways [M])`` of :func:`virtual_multisets`: the positions, which
-    copies repeat a position, how many positions each reveals (m) and how many virtual sequences have that multiset:
-    ``Π_j C(s_j − 1, c_j − 1)``, ``s_j = c_j + … + c_{m−1}`` (the first of the last ``s_j`` draws is position j's
-    first copy — the order of first appearances is fixed — and its other copies take any of the rest), an
-    integer, exact as a float."""
+    copies repeat a position, how many positions each reveals (m) and how many virtual sequences have that
+    multiset: ``Π_j C(s_j − 1, c_j − 1)``, ``s_j = c_j + … + c_{m−1}`` (of the ``s_j`` draws of positions
+    ``j..m−1`` the first is position j's first copy — first appearances come in position order — and its other
+    ``c_j − 1`` copies take any of the other ``s_j − 1``), an integer, exact as a float."""
     pos = np.array(virtual_multisets(k), dtype=np.int64).reshape(-1, k)
     repeat = np.concatenate([np.zeros((pos.shape[0], 1), dtype=bool), pos[:, 1:] == pos[:, :-1]], 1)
     ways = []
@@ -111,8 +111,8 @@ def _multiset_table(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 def virtual_draw_probs(draft_probs, tuples):
     """``Pr(X_{1:k} = x | S)`` ``[..., T, M]`` for the wor tuples ``tuples [..., T, k]`` of rows ``draft_probs
     [..., V]``, x any virtual sequence of each of the M multisets of :func:`virtual_multisets` (module docstring,
-    float form: ``Π_{j≤m} R_{j−1}·Π_{repeats} q`` depends on x through its multiset alone).  numpy arrays or torch
-    tensors, batch axes alike."""
+    float form: ``Π_{j≤m} R_{j−1}·Π_{repeats} q`` depends on x through its multiset alone).  numpy arrays or
+    torch tensors, batch axes alike."""
     nx = get_backend(draft_probs, tuples)
     pos, repeat, revealed, _ = _multiset_table(tuples.shape[-1])
     members, outside = tuple_members(draft_probs, tuples, "wor")                  # [..., T, k], [..., T]
