@@ -158,7 +158,7 @@ def test_coupling_matches_the_exact_plan(V, k):
         assert abs(sum(pr for _, pr in draws) - 1) < 1e-12
 
 
-@pytest.mark.parametrize("V,k", [(4, 2), (5, 3), (5, 4)])
+@pytest.mark.parametrize("V,k", [(4, 2), (5, 3), (5, 4), (6, 5)])
 def test_coupling_on_tensors_is_exact_by_enumeration(V, k):
     """Rule 5 on torch rows, every wor tuple of the row at once (``children [R, T, k]``): the enumerated marginal
     ``Σ_S Q_k(S) Σ_j w_j(S) 1[y_j = y]`` (Q_k from the exact ``tuple_law``) equals the returned ``a`` (1e-12),
