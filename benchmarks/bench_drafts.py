@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         rows.setdefault("target", {})[f"ms_q{q}"] = 1e3 * statistics.median(times["target"])
     for spec, draft in drafts.items():
         rows[spec]["acceptance"] = acceptance(target, draft, seqs)
-    print(f"target forward: " + ", ".join(f"Q={q} {rows['target'][f'ms_q{q}']:.1f} ms" for q in args.q))
+    print("target forward: " + ", ".join(f"Q={q} {rows['target'][f'ms_q{q}']:.1f} ms" for q in args.q))
     print(f"{'draft':12s} {'α = 1−TV':>9s} " + " ".join(f"{'cost Q=' + str(q) + ' min/med':>20s}" for q in args.q))
     for spec in drafts:
         r = rows[spec]

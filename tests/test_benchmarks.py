@@ -1,4 +1,5 @@
 """Every benchmark script runs end to end on tiny sizes (they print ratios; nothing here is timed)."""
+import json
 import os
 import subprocess
 import sys
@@ -27,3 +28,56 @@ def test_benchmark_runs_on_tiny_sizes(script):
                          capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("\n") >= 5
+
+
+def _run_row(rows, shape, process, top, method, ratio, tree=None):
+    """One ``bench_verify.py --json`` row with a forward (the fields ``verify_table.py`` reads)."""
+    row = {"rows": rows, "shape": shape, "nodes": 31, "process": process, "draft_top": top, "B": 1, "method": method,
+           "forward": {"min_ms": 150.0, "median_ms": 200.0}, "verify_over_forward": ratio, "peak_mb_batched": 0.5}
+    return row if tree is None else {**row, "tree": tree}
+
+
+def _run(ratios: dict, forward_ms: float) -> dict:
+    """A run whose SmolLM2-drafted wor trees 0 and 1 have ``ratios[(top, method)] = (tree 0, tree 1)`` and one
+    Zipf-row case without a forward (B = 8: no ``verify_over_forward``, so not in the table)."""
+    real = [{**_run_row("smollm2", "binary:4", "wor", top, m, r, tree), "forward": {"median_ms": forward_ms}}
+            for (top, m), pair in ratios.items() for tree, r in enumerate(pair)]
+    zipf = {k: v for k, v in _run_row("zipf", "binary:4", "wor", None, "univer", 0.0).items()
+            if k not in ("forward", "verify_over_forward")}
+    alpha = {"vocab": 128000, "wor": {"median_ms": 300.0}, "iid": {"median_ms": 10.0}}
+    return {"alpha_star": alpha, "synthetic": [{**zipf, "B": 8}], "real": real}
+
+
+def test_verify_table_gives_each_cell_its_range_over_runs_and_trees(tmp_path):
+    """The README's table from two runs: each cell is min–max over both runs and both trees, bold only where the
+    maximum meets 0.10; the whole row before the truncations (larger m first), rrs in rrsw's column; the image."""
+    runs = [_run({(None, "univer"): (1.5, 1.2), (64, "univer"): (0.04, 0.05), (1024, "univer"): (0.09, 0.08),
+                  (None, "rrsw"): (0.05, 0.06)}, 180.0),
+            _run({(None, "univer"): (1.9, 1.1), (64, "univer"): (0.06, 0.03), (1024, "univer"): (0.11, 0.07),
+                  (None, "rrs"): (0.07, 0.04)}, 250.0)]
+    paths = []
+    for i, run in enumerate(runs):
+        paths.append(tmp_path / f"run{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "verify_table.py"), *map(str, paths),
+                          "--plot", str(tmp_path / "cost.png")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert "2 runs; target forward 180–250 ms (medians)" in lines
+    body = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert body == ["| SmolLM2-drafted binary:4 (31 nodes), 2 trees | wor | all | 1.10–1.90 | **0.040–0.070** | - |",
+                    "|  |  | top 1024 | 0.070–0.110 | - | - |",
+                    "|  |  | top 64 | **0.030–0.060** | - | - |"]
+    assert (tmp_path / "cost.png").stat().st_size > 1000
+
+
+def test_verify_table_says_what_is_missing(tmp_path):
+    """Runs without a forward (``--no-model``), or a file that is not bench_verify.py output: a clear error."""
+    script = str(ROOT / "benchmarks" / "verify_table.py")
+    no_model = tmp_path / "no_model.json"
+    no_model.write_text(json.dumps({**_run({}, 200.0), "real": []}))
+    other = tmp_path / "other.json"
+    other.write_text("[1, 2]")
+    for path, message in ((no_model, "without --no-model"), (other, "expected bench_verify.py --json output")):
+        out = subprocess.run([sys.executable, script, str(path)], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2 and message in out.stderr, out.stderr

@@ -1,0 +1,161 @@
+"""The README's verification-cost table, and its figure, from several runs of ``bench_verify.py --json``.
+
+Each cell is the range of ``verify_over_forward`` (one ``gpu.verify`` / the target's forward of the same tree)
+over the runs and over the trees of a case — the SmolLM2-drafted trees of a shape and process, or the Zipf rows'
+tree at B = 1 — per method; bold where the whole range meets the goal (≤ 0.10).  Above the table: how many runs,
+the forward's range, α*(ρ)'s medians and the largest peak-memory rise of a batched call.  ``--plot`` draws the same
+ranges, one line per method and case on a log axis, with the goal marked (matplotlib, the ``dev`` extra).
+
+    python benchmarks/bench_verify.py --json ... > run1.json   # several times, as the README says
+    python benchmarks/verify_table.py run*.json [--plot verify_cost.png]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+#: The issue's goal for ``verify_over_forward``.
+GOAL = 0.10
+METHODS = ("univer", "rrsw", "tv")
+#: RRSw is the without-replacement rule; its i.i.d. counterpart RRS shares its column.
+SAME_COLUMN = {"rrs": "rrsw"}
+ROWS = {"smollm2": "SmolLM2-drafted", "zipf": "Zipf rows"}
+SHAPES = {"eagle": "EAGLE-like"}
+
+
+def load(paths: list[str]) -> list[dict]:
+    """The runs, each one ``bench_verify.py --json`` object; a clear error for a file that is not one."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            try:
+                run = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not a JSON object from bench_verify.py --json ({e})") from None
+        if not isinstance(run, dict) or not {"synthetic", "real", "alpha_star"} <= run.keys():
+            raise ValueError(f"{path}: expected bench_verify.py --json output (keys synthetic, real, alpha_star)")
+        runs.append(run)
+    return runs
+
+
+def cells(runs: list[dict]) -> dict:
+    """``{(rows, shape, process, draft_top): {"label", "trees", method: [ratios]}}`` over every run, in the order
+    the cases first appear, SmolLM2-drafted trees first (the whole row before truncations, larger m first)."""
+    out: dict = {}
+    for run in runs:
+        for row in run["real"] + run["synthetic"]:
+            if "verify_over_forward" not in row:
+                continue
+            key = (row["rows"], row["shape"], row["process"], row["draft_top"])
+            cell = out.setdefault(key, {"nodes": row["nodes"], "trees": set()})
+            cell["trees"].add(row.get("tree", 0))
+            cell.setdefault(SAME_COLUMN.get(row["method"], row["method"]), []).append(row["verify_over_forward"])
+    if not out:
+        raise ValueError("no run has verify_over_forward rows: run bench_verify.py with the model (without "
+                         "--no-model) and B = 1 among --batches")
+    group = {}
+    for key in out:
+        group.setdefault(key[:3], len(group))
+    return dict(sorted(out.items(), key=lambda kv: (group[kv[0][:3]], kv[0][3] is not None, -(kv[0][3] or 0))))
+
+
+def case_label(key: tuple, cell: dict) -> str:
+    """``SmolLM2-drafted binary:4 (31 nodes), 2 trees`` / ``Zipf rows, EAGLE-like (24 nodes), B = 1``."""
+    rows, shape = key[:2]
+    head = f"{ROWS.get(rows, rows)}{', ' if rows == 'zipf' else ' '}{SHAPES.get(shape, shape)} ({cell['nodes']} nodes)"
+    n = len(cell["trees"])
+    return f"{head}, {n} tree{'s' if n > 1 else ''}" if rows != "zipf" else f"{head}, B = 1"
+
+
+def cell_range(values: list[float]) -> str:
+    """``lo–hi`` (three decimals below 1, else two), bold where ``hi`` meets :data:`GOAL`."""
+    lo, hi = min(values), max(values)
+    text = f"{lo:.3f}–{hi:.3f}" if hi < 1 else f"{lo:.2f}–{hi:.2f}"
+    return f"**{text}**" if hi <= GOAL else text
+
+
+def summary(runs: list[dict]) -> list[str]:
+    """The lines above the table: runs, the forward's range, α*(ρ), the largest peak-memory rise."""
+    rows = [r for run in runs for r in run["synthetic"] + run["real"]]
+    fwd = [r["forward"]["median_ms"] for r in rows if "forward" in r]
+    wor = [run["alpha_star"]["wor"]["median_ms"] / 1e3 for run in runs]
+    iid = [run["alpha_star"]["iid"]["median_ms"] / 1e3 for run in runs]
+    vocab = runs[0]["alpha_star"]["vocab"]
+    peaks = [r["peak_mb_batched"] for r in rows if r.get("peak_mb_batched") is not None]
+    lines = [f"{len(runs)} runs; target forward {min(fwd):.0f}–{max(fwd):.0f} ms (medians)" if fwd else
+             f"{len(runs)} runs",
+             f"alpha*(rho) at V = {vocab}, k = 3: wor {min(wor):.2f}–{max(wor):.2f} s, iid {min(iid):.3f}–{max(iid):.3f} s "
+             "(medians)"]
+    if peaks:
+        lines.append(f"largest peak-memory rise of a batched call: {max(peaks):.1f} MB")
+    return lines
+
+
+def table(found: dict) -> str:
+    """The markdown table: one row per case, the case's name on its first draft row only."""
+    lines = ["| trees | process | draft | ver/fwd univer | ver/fwd rrsw | ver/fwd tv |", "|---|---|---|---|---|---|"]
+    last = None
+    for key, cell in found.items():
+        head = (f"| {case_label(key, cell)} | {key[2]} |" if key[:3] != last else "|  |  |")
+        last = key[:3]
+        draft = "all" if key[3] is None else f"top {key[3]}"
+        cols = [cell_range(cell[m]) if m in cell else "-" for m in METHODS]
+        lines.append(f"{head} {draft} | " + " | ".join(cols) + " |")
+    return "\n".join(lines)
+
+
+def plot(found: dict, path: str) -> None:
+    """Each case's range per method as a horizontal line on a log axis, the goal dashed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(found)
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(keys) + 1.4))
+    colors = {"univer": "tab:red", "rrsw": "tab:blue", "tv": "tab:green"}
+    for i, key in enumerate(keys):
+        for j, m in enumerate(METHODS):
+            if m in found[key]:
+                v = found[key][m]
+                y = i + (j - 1) * 0.22
+                ax.plot([min(v), max(v)], [y, y], color=colors[m], lw=3, solid_capstyle="butt",
+                        label=m if i == 0 else None)
+                ax.plot([min(v), max(v)], [y, y], "|", color=colors[m], ms=6)
+    names = [f"{case_label(k, found[k]).split(' (')[0]} · {k[2]} · {'all' if k[3] is None else f'top {k[3]}'}"
+             for k in keys]
+    ax.set_yticks(range(len(keys)), names, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in (0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5, 10) if lo <= t <= hi]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.axvline(GOAL, color="k", ls="--", lw=1, label=f"goal {GOAL:g}")
+    ax.set_xlabel("one gpu.verify / the target's forward of the same tree (range over runs and trees)")
+    ax.legend(loc="lower right", fontsize=7)
+    ax.grid(axis="x", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="files holding bench_verify.py --json output")
+    ap.add_argument("--plot", help="also draw the ranges into this image file")
+    args = ap.parse_args(argv)
+    try:
+        runs = load(args.runs)
+        found = cells(runs)
+    except (ValueError, OSError) as e:
+        ap.error(str(e))
+    print("\n".join(summary(runs)))
+    print()
+    print(table(found))
+    if args.plot:
+        plot(found, args.plot)
+        print(f"\nwrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
