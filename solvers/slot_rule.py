@@ -137,7 +137,7 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     if not sol.success:
         return SlotResult(tuple(orderings), w, 0.0, "solver_failed", False, f"HiGHS: {sol.message}")
     z = z0 + sol.x[:N] - sol.x[N:]
-    z[(z < 0) & (z > -1e-15)] = 0.0
+    z[(z < 0) & (z >= -SLOT_TOL)] = 0.0      # the basis solve's round-off, within the rechecks' tolerance
     zz = z.reshape(n, k)
     problems = []
     if z.min(initial=0.0) < 0:

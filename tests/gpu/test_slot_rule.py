@@ -12,6 +12,8 @@ from scipy.optimize import linprog
 from gpu.simplex import _lex_simplex, lex_simplex
 from gpu.slot_rule import slot_lp, tuple_probs
 from solvers.slot_rule import multiset_class, slot_rule_lp, tuple_probability
+from univer_theory import ConfidentModel
+from univer_theory.plans.choose import choose_plan
 
 
 def lockstep(A, b, costs, basis):
@@ -135,3 +137,27 @@ def test_tuple_probs_batched_on_torch_match_the_exact_cores_rows(process):
     want = np.array([[tuple_probability(S, q[r], process) for S in tuples[r]] for r in range(8)])
     np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
     assert got[0, 0] == 0 and (got[1:] > 0).all()
+
+def test_confident_classes_are_slotted_on_both_sides():
+    """Classes of a confident wor draft (``ConfidentModel``, p = q, tail 1e-16: the class's probabilities span
+    ~1e-46 to 1): HiGHS' optimal vertex carries round-off of ~1e-14·ΣQ below zero, which the exact core's recheck
+    must accept as it accepts the capacity and mass round-off (``SLOT_TOL``; with −1e-15 it rejected every one of
+    these classes and kept the plan's own weights, where the batched slot rule solved them: on a confident
+    zero-top row that moved E[τ | T] by 0.5) — and both sides then give the same w(S)."""
+    k, perms = 4, list(itertools.permutations(range(4)))
+    omega = np.array([2.0, 2.0, 2.0, 4.0])              # three leaves, then a child with two children
+    for seed in range(6):
+        V = 8 + seed % 5
+        model = ConfidentModel(V, seed=seed, tail=1e-16, target="same")
+        p, q = model.target(()), model.draft(())
+        top = int(np.argmax(q))
+        rest = np.random.default_rng(seed).choice([y for y in range(V) if y != top], k - 1, replace=False)
+        S = (top, *map(int, rest))
+        plan = choose_plan(p, q, 1.0, k, "wor")
+        orderings, probs = multiset_class(S, q, "wor")
+        res = slot_rule_lp(orderings, probs, np.array([plan.select(o) for o in orderings]), omega)
+        assert res.success, f"seed {seed}: {res.message}"
+        w_all = torch.tensor(np.array([plan.select(tuple(S[j] for j in perm)) for perm in perms]))[None]
+        got = slot_lp(w_all, torch.tensor([S]), torch.tensor(q)[None], torch.tensor(omega)[None], "wor", perms)
+        want = res.weights[orderings.index(S)]
+        np.testing.assert_allclose(got[0].numpy(), want, rtol=0, atol=1e-13, err_msg=f"seed {seed}")
