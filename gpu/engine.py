@@ -400,6 +400,6 @@ def first_token_law(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: t
         fail = fail * (1 - succ)
     residual = alloc.residual[:, 0]
     mass = residual.sum(-1, keepdim=True)                        # 0 only where the children never all fail
-    law = fail[:, None] * torch.where(mass > 0, residual / mass.clamp_min(torch.finfo(mass.dtype).tiny), 0)
+    law = fail[:, None] * torch.where(mass > 0, residual / torch.where(mass > 0, mass, 1), 0)   # subnormal mass too
     tokens = _ext(batch.token, 0).gather(1, kids).clamp(min=0)
     return law.scatter_add(1, tokens, win.to(law.dtype))

@@ -21,10 +21,9 @@ def _at(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return rows.gather(1, tokens[:, None]).squeeze(1)
 
 
-def _inverse_mass(x: torch.Tensor) -> torch.Tensor:
-    """``1 / Σ x`` per row; an all-zero row gets a finite scale, so ``norm`` keeps it zero (as
-    :func:`univer_theory.verifiers.normalise`)."""
-    return 1 / x.sum(-1).clamp(min=torch.finfo(x.dtype).tiny)
+#: Lifts a row whose mass is subnormal before its scale ``1/mass`` is formed (:meth:`_Rows.set_scale`): 2^64 makes the
+#: smallest subnormal normal in float32 and float64 and keeps the largest one far from overflow.
+SUBNORMAL_LIFT = 2.0 ** 64
 
 
 def _ratio_min1(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -80,7 +79,24 @@ class _Rows:
         n = tokens.shape[0]
         x = self.cur[:n]
         x.scatter_(1, tokens[:, None], torch.where(mask, 0, _at(x, tokens))[:, None])
-        self.scale[:n] = torch.where(mask, _inverse_mass(x), self.scale[:n])
+        self.set_scale(x.sum(-1), mask)
+
+    def set_scale(self, mass: torch.Tensor, rows: torch.Tensor) -> None:
+        """``X ← X̃/mass`` — the scale ``c = 1/mass`` — on the leading ``n = len(mass)`` rows where ``rows`` holds,
+        ``mass = ΣX̃`` of those rows as the last step wrote them (as :func:`univer_theory.verifiers.normalise`:
+        an all-zero row stays zero, with a finite scale).  A subnormal mass (below the smallest normal float, e.g.
+        a confident draft row once its top token is removed: the rest holds ~1e-310) would overflow ``1/mass``:
+        those rows of X̃ are multiplied by :data:`SUBNORMAL_LIFT` first — exact, every entry of theirs being
+        subnormal — and their mass with them.  On the CPU only such rows are touched (a free host check),
+        elsewhere a sync-free pass over the leading rows."""
+        n = mass.shape[0]
+        tiny = torch.finfo(mass.dtype).tiny
+        low = rows & (mass > 0) & (mass < tiny)
+        if mass.device.type != "cpu" or bool(low.any()):
+            lift = torch.where(low, SUBNORMAL_LIFT, 1.0).to(mass.dtype)
+            self.cur[:n].mul_(lift[:, None])
+            mass = mass * lift
+        self.scale[:n] = torch.where(rows, 1 / mass.clamp(min=tiny), self.scale[:n])
 
     def subtract(self, a: torch.Tensor, b: torch.Tensor, other: "_Rows") -> torch.Tensor:
         """``X̃ ← [a·X̃ − b·Ỹ]_+`` on the leading ``n = len(a)`` rows (``Ỹ`` of ``other``); returns the row
@@ -140,7 +156,7 @@ def _recursive_rejection(ctx: LevelContext, without_replacement: bool) -> LevelD
         enter[:n, j] = _ratio_min1(P.at(y), Q.at(y), m)
         mass = P.subtract(P.scale[:n], Q.scale[:n], Q)     # P ← norm([P − Q]_+), a zero row stays zero
         P.restore(~m)
-        P.scale[:n] = torch.where(m, 1 / mass.clamp(min=torch.finfo(mass.dtype).tiny), P.scale[:n])
+        P.set_scale(mass, m)
         if without_replacement:
             Q.remove(y, m)
     return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), P.rows())
@@ -201,7 +217,7 @@ def tv_rule(ctx: LevelContext, parent_update=None) -> LevelDecision:
             r_new = parent_update(mass, r_j, q_y)
         moved = m & (mass > 0)
         P.restore(~moved & live)
-        P.scale[:n] = torch.where(moved, 1 / mass.clamp(min=torch.finfo(mass.dtype).tiny), P.scale[:n])
+        P.set_scale(mass, moved)
         if ctx.process == "wor":
             Q.remove(y, m)
         r[:n] = torch.where(m, r_new, r_j)

@@ -15,15 +15,16 @@ import torch
 
 import gpu.wor_plans as wor_plans
 import univer_theory.plans.clocks as clocks
-from gpu import draft_tree, verify
+from gpu import METHODS, draft_tree, expected_accepted_length, verify
 from gpu.engine import first_token_law
 from gpu.univer_rule import univer_rule
 from gpu.wor_plans import pts_weights, wor_weights
-from univer_theory import ConfidentModel, TreeShape
+from univer_theory import VERIFIERS, ConfidentModel, TreeShape, sample_tree
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans.choose import choose_plan, first_draw_plan
 
 from ..stats import assert_accepts, assert_power, assert_rejects, g_test_counts
+from .helpers import padded_rows
 
 TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-310)
 
@@ -192,3 +193,29 @@ def test_the_batched_choice_takes_rule_8_as_the_core():
         np.testing.assert_allclose(a[i].numpy(), chosen.marginal, rtol=0, atol=1e-10,
                                    err_msg=f"{i} {chosen.construction}")
     assert "first_draw" in used, used
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_every_method_matches_the_core_on_confident_trees(process):
+    """E[τ | T] of every batched method on trees drafted from ``ConfidentModel`` rows (each target family, tails
+    1e-16, 1e-300, 1e-310) equals the exact core's to 1e-12, and RRSw's and TV's first-token law per tree equals
+    the exact law's.  Once a wor draft's top token is removed the rest of its row holds a subnormal mass: the
+    batched rules formed its scale as ``1/mass`` clamped at the smallest normal float, which made every later
+    child certain there (E[τ | T] = 1 where the exact core, and its Fraction form, give 0.196)."""
+    rng = np.random.default_rng(5)
+    shapes = [TreeShape.parse(s) for s in ("(...(..))", "3,1", "2,2")]
+    for seed, (target, tail) in enumerate(itertools.product(CONFIDENT_TARGETS, (1e-16, 1e-300, 1e-310))):
+        model = ConfidentModel(6, seed=seed, tail=tail, target=target)
+        trees = [sample_tree(model, shape, process, rng) for shape in shapes]
+        batch, p, q = padded_rows(trees, model)
+        for name in (m for m in METHODS if process in VERIFIERS[m].processes):
+            want = [VERIFIERS[name].expected_accepted_length(t, *model.node_probs(t), process) for t in trees]
+            got = expected_accepted_length(batch, p, q, process, name).numpy()
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12, err_msg=f"{name} {target} {tail}")
+            if name in ("rrsw", "tv"):
+                law = first_token_law(batch, p, q, process, METHODS[name]).numpy()
+                for b, tree in enumerate(trees):
+                    first = np.zeros(6)
+                    for key, pr in VERIFIERS[name].law(tree, *model.node_probs(tree), process).items():
+                        first[key[0]] += pr
+                    np.testing.assert_allclose(law[b], first, rtol=0, atol=1e-12, err_msg=f"{name} {target} {tail}")
