@@ -15,7 +15,8 @@ building inputs: the batched side gets the ``[B, N, V]`` rows on the device and 
 :class:`gpu.TreeBatch` (its derived structure is computed inside the timing, as in a decode step), the loop
 gets fresh :class:`univer_theory.DraftTree` objects and float64 numpy rows of every tree (converted
 beforehand).  Sampling is timed without input checks on both sides (``gpu.verify(validate=False)``
-vs :func:`univer_theory.engine.tree_sample` with the verifier's rule); the checks are timed separately
+vs :func:`univer_theory.engine.tree_sample` with the verifier's rule, made anew for every repeat: UniVer's plan
+cache starts empty, a cold loop as in ``bench_verify.py``); the checks are timed separately
 (``gpu.validate_inputs`` once per batch vs ``univer_theory.verifiers.validate_inputs`` per tree).  Printed
 per cell: median ms over ``--repeat`` runs and the ratios loop / batched measured in this run.
 
@@ -45,6 +46,7 @@ from gpu.drafting import sample_children
 from gpu.verify import validate_inputs
 from univer_theory import VERIFIERS, DraftTree, TreeShape
 from univer_theory.engine import tree_sample
+from univer_theory.univer import UniVerRule
 from univer_theory.verifiers import validate_inputs as exact_validate_inputs
 
 
@@ -90,11 +92,13 @@ def time_batched(fn, batch, device, repeat) -> float:
     return statistics.median(times)
 
 
-def time_loop(fn, trees, rows, repeat) -> float:
-    """Median over repeats of the summed ms of ``fn(fresh tree, p rows, q rows)`` over the trees."""
+def time_loop(make, trees, rows, repeat) -> float:
+    """Median over repeats of the summed ms of ``f(fresh tree, p rows, q rows)`` over the trees, with
+    ``f = make()`` made anew before each repeat (untimed): a node rule made there starts with empty caches, so
+    UniVer's loop is cold in every repeat (its exact core keeps plans per rule object)."""
     times = []
     for _ in range(repeat):
-        total = 0.0
+        fn, total = make(), 0.0
         for t, (pn, qn) in zip(trees, rows):
             tree = DraftTree(t.parent, t.token, t.vocab_size)
             start = time.perf_counter()
@@ -102,6 +106,11 @@ def time_loop(fn, trees, rows, repeat) -> float:
             total += time.perf_counter() - start
         times.append(total * 1e3)
     return statistics.median(times)
+
+
+def fresh_rule(method: str):
+    """The exact core's node rule of ``method`` with empty caches (UniVer keeps plans per rule object)."""
+    return UniVerRule() if method == "univer" else VERIFIERS[method].rule
 
 
 def f64_rows(x) -> np.ndarray:
@@ -146,13 +155,13 @@ def main(argv=None):
                               else BATCHED[method])      # gpu.verify(validate=False) with the walk chosen
                 t_b = time_batched(lambda b: engine.sample(b, p, q, args.process, level_rule, g), batch, args.device,
                                    args.repeat)
-                rng, rule = np.random.default_rng(1), VERIFIERS[method].rule
-                t_l = time_loop(lambda t, pn, qn: tree_sample(t, pn, qn, args.process, rule, rng), trees, rows,
-                                args.repeat)
+                rng = np.random.default_rng(1)
+                t_l = time_loop(lambda: functools.partial(tree_sample, process=args.process, rule=fresh_rule(method),
+                                                          rng=rng), trees, rows, args.repeat)
                 print(f"{B:>3} {N:>3} {method:>6} {t_b:>9.1f} {t_l:>9.1f} {t_l / t_b:>13.1f}", flush=True)
             v_b = time_batched(lambda b: validate_inputs("bench", b, p, q, args.process), batch, args.device, args.repeat)
-            v_l = time_loop(lambda t, pn, qn: exact_validate_inputs("bench", t, pn, qn, args.process), trees, rows,
-                            args.repeat)
+            v_l = time_loop(lambda: functools.partial(exact_validate_inputs, "bench", process=args.process), trees,
+                            rows, args.repeat)
             checks.append((B, N, v_b, v_l))
             del batch, p, q, rows
     print("input checks (once per batch vs per tree):")
