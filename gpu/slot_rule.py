@@ -15,14 +15,15 @@ Output: ``w(S) [R, k]`` after the slot rule, equal to what :func:`solvers.slot_r
   at ``Σ_j w_j ≤ 1`` (:func:`univer_theory.plans.lp_plan.capped_rows`).
   Each LP has a capacity row per ordering, a mass row per token rank and a ``z ≥ 0`` row per variable;
   orderings that repeat an earlier one (i.i.d. repeated tokens) or have ``Q_k = 0`` get capacity 0 and no
-  columns, so the LP is the exact core's class LP.  A row whose LP is not solved keeps the plan's own weights,
-  as the exact core does when its LP fails.
+  columns, so the LP is the exact core's class LP.  A row whose LP is not solved, or whose answer fails the exact
+  core's recheck (:func:`solvers.slot_rule.slot_violations`: below zero, over a capacity or a class mass moved by
+  more than ``SLOT_TOL·ΣQ``), keeps the plan's own weights, as the exact core does.
 """
 from __future__ import annotations
 
 import torch
 
-from solvers.slot_rule import ordering_code, tie_break
+from solvers.slot_rule import SLOT_TOL, ordering_code, slot_violations, tie_break
 from solvers.slot_rule import slot_pair as core_slot_pair
 from univer_theory.nx import array_module, get_backend
 from univer_theory.plans.lp_plan import capped_rows
@@ -93,5 +94,10 @@ def _slot_lp(w_all, children, q, omega, process: str, perms: list):
     basis = nx.arange(P + k + n_z, w_all)
     basis[slack] = 2 * n_z + nx.arange(P + k + n_z, w_all)
     x, optimal = lex_simplex(A, b, costs, xp.broadcast_to(basis[None], (R, P + k + n_z)))
-    z = z0[:, :k] + x[:, :k] - x[:, n_z:n_z + k]                                           # ordering 0 = S
-    return nx.where(optimal[:, None], capped_rows(nx.maximum(z, 0.0) / probs[:, :1]), w_all[:, 0])
+    z = (z0 + x[:, :n_z] - x[:, n_z:2 * n_z]).reshape(R, P, k)
+    unit = nx.sum(nx.where(keep, probs, 0.0))                                             # ΣQ of the class
+    unit = nx.where(unit > 0, unit, 1.0)[:, None]
+    checks = slot_violations(z / unit[..., None], z0.reshape(R, P, k) / unit[..., None],
+                             nx.where(keep, probs, 0.0) / unit, ranks)
+    ok = optimal & (checks[0] <= SLOT_TOL) & (checks[1] <= SLOT_TOL) & (checks[2] <= SLOT_TOL)
+    return nx.where(ok[:, None], capped_rows(nx.maximum(z[:, 0], 0.0) / probs[:, :1]), w_all[:, 0])  # 0 = S

@@ -121,7 +121,6 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     ranks = np.searchsorted(labels, toks)                    # d_i of every ordering's tokens
     col_tok = ranks.ravel()                                  # variable i·k + j carries token toks[i, j]
     z0 = (w * probs[:, None]).ravel()
-    mass = np.bincount(col_tok, weights=z0, minlength=len(labels))
     N = n * k
     rows = np.zeros((n + len(labels), N))
     rows[np.repeat(np.arange(n), k), np.arange(N)] = 1.0
@@ -137,22 +136,34 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     if not sol.success:
         return SlotResult(tuple(orderings), w, 0.0, "solver_failed", False, f"HiGHS: {sol.message}")
     z = z0 + sol.x[:N] - sol.x[N:]
-    z[(z < 0) & (z >= -SLOT_TOL)] = 0.0      # the basis solve's round-off, within the rechecks' tolerance
-    zz = z.reshape(n, k)
-    problems = []
-    if z.min(initial=0.0) < 0:
-        problems.append(f"negative entry {z.min():.3g}")
-    over = (zz.sum(axis=1) - probs).max(initial=0.0)
-    if over > SLOT_TOL:
-        problems.append(f"Σ_j z(S', j) exceeds Q_k(S') by {over:.3g}·ΣQ")
-    drift = np.abs(np.bincount(col_tok, weights=z, minlength=len(labels)) - mass).max(initial=0.0)
-    if drift > SLOT_TOL:
-        problems.append(f"class mass m_x moved by {drift:.3g}·ΣQ")
+    neg, over, drift = slot_violations(z.reshape(n, k), z0.reshape(n, k), probs, ranks)
+    problems = [text for v, text in ((neg, f"an entry {-neg:.3g}·ΣQ below zero"),
+                                     (over, f"Σ_j z(S', j) exceeds Q_k(S') by {over:.3g}·ΣQ"),
+                                     (drift, f"class mass m_x moved by {drift:.3g}·ΣQ")) if v > SLOT_TOL]
     if problems:
         return SlotResult(tuple(orderings), w, 0.0, "recheck_failed", False,
                           "; ".join(problems) + f" (tolerance {SLOT_TOL:g}·ΣQ)")
+    z = np.maximum(z, 0.0)
+    zz = z.reshape(n, k)
     return SlotResult(tuple(orderings), capped_rows(zz / probs[:, None]), unit * float(np.tile(omega, n) @ (z - z0)),
                       "optimal", True, sol.message)
+
+
+def slot_violations(z, z0, probs, ranks):
+    """The recheck of a slot plan (module docstring) on the class's own scale (``probs [..., n]`` the orderings'
+    ``Q_k/ΣQ``, 0 off the class; ``z``, ``z0 [..., n, k]`` the plan after and before, on that scale; ``ranks
+    [..., n, k]`` each entry's token rank, < k): ``(neg, over, drift) [...]`` — how far ``z`` dips below zero, how
+    far ``max(z, 0)`` exceeds an ordering's capacity, and how far it moves a class mass ``m_x`` — each at most
+    :data:`SLOT_TOL` for a plan that keeps them up to round-off.  numpy or torch (the exact core on one class,
+    :mod:`gpu.slot_rule` on a level's)."""
+    nx = get_backend(z, z0)
+    k = z.shape[-1]
+    pos = nx.maximum(z, 0.0)
+    neg = nx.amax(nx.amax(pos - z))
+    over = nx.maximum(nx.amax(pos.sum(-1) - probs), 0.0)
+    of = ranks[..., None] == nx.arange(k, ranks)                            # [..., n, k, x]
+    drift = nx.amax(abs(nx.where(of, (pos - z0)[..., None], 0.0).sum(-2).sum(-2)))
+    return neg, over, drift
 
 
 def ordering_code(ranks):
