@@ -146,9 +146,9 @@ def _wor_miss_k2(q_sorted):
     top = array_module(q_sorted).argmax(q_sorted, -1)[..., None]          # the only x with 1 − q_x < 1/2
     odds = _safe_div(q_sorted, others, (q_sorted > 0) & (nx.arange(V, q_sorted) != top))
     top_others, top_q = nx.take(others, top), nx.take(q_sorted, top)
-    top_term = top_q * _safe_div(r, top_others, (top_q > 0) & (top_others > 0))
     in_prefix = nx.arange(V + 1, q_sorted) > top                          # G_j holds the top token
-    return r * (1.0 + _prefix(odds)) + nx.where(in_prefix, top_term, 0.0)
+    top_term = top_q * _safe_div(r, top_others, in_prefix & (top_q > 0) & (top_others > 0))   # ≤ q_top there
+    return r * (1.0 + _prefix(odds)) + top_term
 
 
 #: Elements of one time chunk of the clock integral (rows × nodes × tokens per array, ~6 such arrays live).
