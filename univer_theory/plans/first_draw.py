@@ -78,7 +78,7 @@ def first_draw_marginal(c, q, t, pi, a_in):
     r = nx.where(c - a > ROOM_TOL * c, c - a, 0.0)
     pix = nx.put(q, t, 0.0) / nx.sum(q, keepdims=True)
     on = pix > 0
-    u = nx.minimum(safe_div(r, pix, on), 1.0)
+    u = nx.where(on & (r >= pix), 1.0, safe_div(r, pix, on & (r < pix)))     # min(1, r/π): no r/π past 1
     M = nx.sum(pix * (1.0 - u) * safe_div(nx.take(q, t), leave_one_out(q), on))   # Pr(S_2 = t | S_1 = x)
     rt = nx.take(r, t)[..., 0]
     v = nx.minimum(safe_div(rt, M, M > 0), 1.0)
