@@ -42,8 +42,9 @@ def positive_part(x: np.ndarray) -> np.ndarray:
 
 
 def _ratio_min1(num, den):
-    """``min(1, num/den)`` for a drafted token (den > 0 is guaranteed by validation)."""
-    return min(1, num / den)
+    """``min(1, num/den)`` for a drafted token (den > 0 is guaranteed by validation); the ratio is formed only
+    below 1, so a subnormal ``den`` does not overflow it (exact for Fractions too)."""
+    return 1 if num >= den else num / den
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -153,7 +154,7 @@ def kseq_rule(ctx: NodeContext) -> NodeDecision:
         raise NotImplementedError("kseq: ρ* is irrational in general; pass float64 rows, not Fractions")
     k = len(ctx.children)
     rho = kseq_rho_star(ctx.target, ctx.draft, k)
-    enter = tuple(min(1.0, ctx.target[y] / (rho * ctx.draft[y])) for y in ctx.children)
+    enter = tuple(float(_ratio_min1(ctx.target[y], rho * ctx.draft[y])) for y in ctx.children)
     resid = normalise(np.maximum(ctx.target - kseq_acceptance_mass(ctx.target, ctx.draft, k, rho), 0.0))
     return NodeDecision(enter, (1.0,) * k, 1.0, resid, {"rho_star": rho})
 
