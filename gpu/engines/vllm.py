@@ -94,6 +94,25 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
     return batch, target_probs, q, row_index, L, bonus
 
 
+def _check_shared_heads(where: str, lengths: torch.Tensor, m: int, **rows) -> None:
+    """With ``m = num_drafts > 1`` every chain's first token is drawn at the request's one position, so its
+    rows must be chain 0's copy (the rows the tree's root reads, :func:`tree_inputs`): a ``ValueError`` naming the
+    first request, chain and row that differ (a drafted token's ``q > 0`` is then checked on the copy read)."""
+    counts = lengths * m
+    start = torch.cumsum(counts, 0) - counts
+    req = (lengths > 0).nonzero().squeeze(1)
+    heads = start[req, None] + torch.arange(1, m, device=lengths.device) * lengths[req, None]    # [B', m − 1]
+    for name, x in rows.items():
+        if x is None or req.numel() == 0:
+            continue
+        same = (x[heads] == x[start[req]][:, None]).all(-1)
+        if not bool(same.all()):
+            b, c = (~same).nonzero()[0].tolist()
+            raise ValueError(f"{where}: {name}[{int(heads[b, c])}] (request {int(req[b])}, chain {c + 1}'s first "
+                             f"token) differs from chain 0's row {int(start[req[b]])}: with num_drafts = {m} every "
+                             f"chain's first token is drawn at the request's one position, from one row")
+
+
 def output_tokens(batch: TreeBatch, result: VerifyResult, lengths: torch.Tensor, bonus: torch.Tensor,
                   width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(output_token_ids [B, width] int32, chain [B])``: accepted tokens, then ``Y`` — the bonus token of the
@@ -138,6 +157,8 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
                          f"{method!r} needs draft_probs")
     batch, p, q, row_index, L, bonus = tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
                                                    bonus_token_ids, num_drafts, where)
+    if validate and num_drafts > 1:
+        _check_shared_heads(where, L, num_drafts, target_probs=p, draft_probs=draft_probs)
     width = batch.max_depth if max_spec_len is None else int(max_spec_len)
     if width < batch.max_depth:
         raise ValueError(f"{where}: max_spec_len = {width} is shorter than a chain ({batch.max_depth} tokens)")

@@ -121,3 +121,21 @@ def test_vllm_adapter_input_errors():
         vllm_rejection_sample(torch.tensor([1, 9]), cu, None, p, bonus)
     with pytest.raises(ValueError, match="max_spec_len"):
         vllm_rejection_sample(ids, cu, None, p, bonus, max_spec_len=1)
+
+
+def test_vllm_chains_share_their_first_row():
+    """With num_drafts > 1 every chain's first token is drawn at the request's one position: a chain whose first
+    row differs from chain 0's (the copy the tree reads) is an error — e.g. chain 1's head drafted from a row with
+    q = 0 at its token, which ran silently against chain 0's copy — and equal copies verify as before."""
+    ids, cu, bonus = torch.tensor([1, 2, 0, 3, 0, 2]), torch.tensor([2, 6]), torch.tensor([[0, 1], [2, 3]])
+    p = torch.full((6, 4), 0.25, dtype=torch.float64)
+    q = p.clone()
+    out = vllm_rejection_sample(ids, cu, q, p, bonus, torch.Generator().manual_seed(0), method="univer",
+                                num_drafts=2, process="iid")
+    assert out.shape == (2, 3)
+    for name, row in (("draft_probs", 4), ("target_probs", 4)):
+        bad_q, bad_p = q.clone(), p.clone()
+        (bad_q if name == "draft_probs" else bad_p)[row] = torch.tensor([0.5, 0.25, 0.25, 0.0], dtype=torch.float64)
+        with pytest.raises(ValueError, match=rf"{name}\[4\] \(request 1, chain 1's first token\) differs from "
+                                             r"chain 0's row 2"):
+            vllm_rejection_sample(ids, cu, bad_q, bad_p, bonus, method="univer", num_drafts=2, process="iid")
