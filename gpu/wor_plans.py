@@ -57,7 +57,7 @@ import torch
 from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.nx import get_backend
 from univer_theory.orders import descending_ratio_order, order_ranks, ratio_argsort, top_tokens
-from univer_theory.plans.choose import (ALPHA_TIE, SMALL_SUPPORT, coupling_can_win, single_child_rows,
+from univer_theory.plans.choose import (ALPHA_TIE, coupling_can_win, small_lp, single_child_rows,
                                         single_child_weights, under_ceiling)
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         row_weights, thinning_walk)
@@ -371,8 +371,9 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     """UniVer's automatic choice for k ≥ 2 wor children: for k = 2 rule 3 where feasible (its α within
     ``OPTIMALITY_TOL`` of α*); else the larger α of PTS and the iid coupling (PTS on ties within ``ALPHA_TIE``; the
     coupling, which attains α*_iid(ρ) exactly, built only where it can win: ``choose.coupling_can_win``), replaced
-    on draft supports of at most ``SMALL_SUPPORT`` tokens by rule 1 (:func:`gpu.condot.condot_weights`) where its α
-    is larger by more than ``ALPHA_TIE``, and on larger supports within the Luce budget by rule 7
+    on draft supports of at most ``SMALL_SUPPORT`` tokens (its LP at most ``MAX_LP_TUPLES`` tuples,
+    ``choose.small_lp``) by rule 1 (:func:`gpu.condot.condot_weights`) where its α is larger by more than
+    ``ALPHA_TIE``, and elsewhere within the Luce budget by rule 7
     (:func:`gpu.luce.luce_rows_weights`, on rows whose classes of exchangeable tokens fit its budget,
     :func:`gpu.luce.luce_rows`) where its α is larger by more than ``OPTIMALITY_TOL`` —
     :func:`univer_theory.plans.choose.choose_plan`.  As there, rule 7 is fitted only on the rows whose α is below
@@ -416,12 +417,12 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     if rows.shape[0]:
         w_cp, a_cp = _coupling_weights(c[rows], q[rows], children[rows])
         _take(w, a, rows, a_cp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))
-    support = (q > 0).sum(-1)
-    rows = nx.nonzero(~feasible & (support <= SMALL_SUPPORT))[0]
+    small = small_lp((q > 0).sum(-1), k)
+    rows = nx.nonzero(~feasible & small)[0]
     if rows.shape[0]:                   # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         _take(w, a, rows, solved & (a_lp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
-    rows = nx.nonzero(~feasible & (support > SMALL_SUPPORT))[0]
+    rows = nx.nonzero(~feasible & ~small)[0]
     if rows.shape[0]:                   # rules 7 and 8 where the plan so far is short of α*(ρ) by > OPTIMALITY_TOL
         alpha = a[rows].sum(-1)
         below = under_ceiling(c[rows], q[rows], alpha)    # the one-pass gate first: the others on its rows only

@@ -7,8 +7,8 @@
   ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
   exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``; not built where PTS comes within ``ALPHA_TIE`` of
   α*_iid(ρ), which the coupling attains exactly: :func:`coupling_can_win`); on a small draft support
-  (≤ :data:`SMALL_SUPPORT` tokens) rule 1 (``lp``, α*-optimal) replaces them when it is better by more than
-  :data:`ALPHA_TIE`; on a larger support, where they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first
+  (≤ :data:`SMALL_SUPPORT` tokens, its LP of at most :data:`MAX_LP_TUPLES` ordered tuples: :func:`small_lp`)
+  rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; elsewhere, where they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first
   rule 7 (``luce``, α*-exact) when the classes of exchangeable tokens are within the Luce budget
   (:func:`~univer_theory.plans.luce.luce_budget`), then, if still short, rule 8 (``first_draw``, the node seen
   through its first draw, :mod:`~univer_theory.plans.first_draw`) when the top token's first-draw probability π
@@ -52,13 +52,25 @@ CONSTRUCTIONS = {
     "first_draw": (lambda p, q, rho, k, process: first_draw_plan(p, q, rho, k), ("wor",)),
 }
 
-#: Draft supports up to this size may use the exact LP (rule 1) under ``wor``.
+#: Draft supports up to this size may use the exact LP (rule 1) under ``wor`` …
 SMALL_SUPPORT = 8
+#: … when its ordered tuples number at most this (k ≥ 5 children on 7–8 tokens would make an LP of 2 520–6 720
+#: tuples: seconds in HiGHS, gigabytes as the batched layer's dense tableau).
+MAX_LP_TUPLES = 2048
 #: α differences below this count as ties (the earlier, closed-form construction wins).
 ALPHA_TIE = 1e-12
 #: How far rule 5's float α may sit from the closed-form α*_iid(ρ) it attains (measured ≤ 6e-15; checked to this
 #: bound on a seeded grid): the margin of :func:`coupling_can_win`.
 COUPLING_GAP = 1e-13
+
+
+def small_lp(support, k: int):
+    """Where rule 1 is tried under ``wor``: at most :data:`SMALL_SUPPORT` drafted tokens (``support``, an int or
+    integer arrays, numpy or torch) whose ordered k-tuples number at most :data:`MAX_LP_TUPLES`."""
+    tuples = 1
+    for i in range(k):
+        tuples = tuples * (support - i)
+    return (support <= SMALL_SUPPORT) & (tuples <= MAX_LP_TUPLES)
 
 
 def single_child_rows(c, q, process: str):
@@ -193,7 +205,7 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
         if plan is None:
             plan = _pts_or_coupling(target_probs, draft_probs, rho, k)
             q = np.asarray(draft_probs, dtype=np.float64)
-            if np.count_nonzero(q) <= SMALL_SUPPORT:
+            if small_lp(np.count_nonzero(q), k):
                 plan = _best([plan, lp_plan(target_probs, draft_probs, rho, k, process)])
             else:
                 plan = _short_of_alpha_star(plan, target_probs, q, rho, k)
