@@ -84,8 +84,8 @@ def summary(runs: list[dict]) -> list[str]:
     peaks = [r["peak_mb_batched"] for r in rows if r.get("peak_mb_batched") is not None]
     lines = [f"{len(runs)} runs; target forward {min(fwd):.0f}–{max(fwd):.0f} ms (medians)" if fwd else
              f"{len(runs)} runs",
-             f"alpha*(rho) at V = {vocab}, k = 3: wor {min(wor):.2f}–{max(wor):.2f} s, iid {min(iid):.3f}–{max(iid):.3f} s "
-             "(medians)"]
+             f"alpha*(rho) at V = {vocab}, k = 3: wor {min(wor):.2f}–{max(wor):.2f} s, "
+             f"iid {min(iid):.3f}–{max(iid):.3f} s (medians)"]
     if peaks:
         lines.append(f"largest peak-memory rise of a batched call: {max(peaks):.1f} MB")
     return lines

@@ -82,8 +82,8 @@ class _Rows:
         self.set_scale(x.sum(-1), mask)
 
     def set_scale(self, mass: torch.Tensor, rows: torch.Tensor) -> None:
-        """``X ← X̃/mass`` — the scale ``c = 1/mass`` — on the leading ``n = len(mass)`` rows where ``rows`` holds,
-        ``mass = ΣX̃`` of those rows as the last step wrote them (as :func:`univer_theory.verifiers.normalise`:
+        """``X ← X̃/mass`` — the scale ``c = 1/mass`` — on the leading ``n = len(mass)`` rows where ``rows``
+        holds, ``mass = ΣX̃`` of those rows as the last step wrote them (as :func:`univer_theory.verifiers.normalise`:
         an all-zero row stays zero, with a finite scale).  A subnormal mass (below the smallest normal float, e.g.
         a confident draft row once its top token is removed: the rest holds ~1e-310) would overflow ``1/mass``:
         those rows of X̃ are multiplied by :data:`SUBNORMAL_LIFT` first — exact, every entry of theirs being

@@ -16,7 +16,8 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   feasible; else the larger α of PTS and the iid coupling (PTS's θ for k ≥ 3: the compiled priority walk, on
   the host for an accelerator's rows too, or a fixed point of batched clock integrals when asked for — the
   ``walk`` argument, :data:`gpu.wor_plans.WALKS`), and on draft supports of at most ``SMALL_SUPPORT`` tokens (its LP
-  at most ``MAX_LP_TUPLES`` tuples, ``choose.small_lp``) rule 1 where it is better: the CondOT(ρ) LP's one tie-broken optimum, every node's LP at once (:mod:`gpu.condot`);
+  at most ``MAX_LP_TUPLES`` tuples, ``choose.small_lp``) rule 1 where it is better: the CondOT(ρ) LP's one
+  tie-broken optimum, every node's LP at once (:mod:`gpu.condot`);
 * children with different subtrees (``iid`` / ``wor``) on supports small enough for its LP: the shape rule
   (:mod:`univer_theory.plans.shape_lp`) — rule 1's LP with the position weights ``ω_j = 1 + |subtree at j|`` as
   a second level, every node's LP at once (:mod:`gpu.condot`); where it does not apply: the plan above

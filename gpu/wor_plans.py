@@ -57,8 +57,8 @@ import torch
 from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.nx import get_backend
 from univer_theory.orders import descending_ratio_order, order_ranks, ratio_argsort, top_tokens
-from univer_theory.plans.choose import (ALPHA_TIE, coupling_can_win, small_lp, single_child_rows,
-                                        single_child_weights, under_ceiling)
+from univer_theory.plans.choose import (ALPHA_TIE, coupling_can_win, single_child_rows, single_child_weights,
+                                        small_lp, under_ceiling)
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         row_weights, thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights

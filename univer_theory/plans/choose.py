@@ -8,7 +8,8 @@
   exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``; not built where PTS comes within ``ALPHA_TIE`` of
   α*_iid(ρ), which the coupling attains exactly: :func:`coupling_can_win`); on a small draft support
   (≤ :data:`SMALL_SUPPORT` tokens, its LP of at most :data:`MAX_LP_TUPLES` ordered tuples: :func:`small_lp`)
-  rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; elsewhere, where they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first
+  rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; elsewhere, where
+  they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first
   rule 7 (``luce``, α*-exact) when the classes of exchangeable tokens are within the Luce budget
   (:func:`~univer_theory.plans.luce.luce_budget`), then, if still short, rule 8 (``first_draw``, the node seen
   through its first draw, :mod:`~univer_theory.plans.first_draw`) when the top token's first-draw probability π
