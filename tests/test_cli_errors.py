@@ -35,6 +35,10 @@ def test_bad_combination_or_shape(argv, message, capsys):
      "prefix key '1;0' is not comma-joined token ids"),
     ({"target": {"": [0.5, "x"]}, "draft": {"": [0.5, 0.5]}}, "has an entry that is not a number"),
     ({"target": [[0.5, 0.5]], "draft": {"": [0.5, 0.5]}}, "'target' must be an object"),
+    ({"target": {"": [0.5, 0.5], "\u0661": [0.5, 0.5]}, "draft": {"": [0.5, 0.5]}},      # a non-ASCII digit one
+     "prefix key '\u0661' is not comma-joined token ids"),
+    ({"target": {"": [0.5, 0.5]}, "draft": {"": [0.5, 0.5]}, "targt": {}},
+     "unknown field(s) ['targt']; the fields are 'vocab', 'target' and 'draft'"),
 ])
 def test_bad_model_file(tables, message, tmp_path, capsys):
     path = tmp_path / "model.json"
@@ -51,3 +55,7 @@ def test_unreadable_model_file(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
     assert main(["exact", "--model-file", str(tmp_path / "missing.json")]) == 2
     assert "No such file" in capsys.readouterr().err
+    path.write_text("[" * 100_000 + "]" * 100_000)                   # nested past the decoder's recursion limit
+    assert main(["exact", "--model-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and "Traceback" not in err

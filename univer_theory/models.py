@@ -75,7 +75,7 @@ def parse_prefix(key, vocab_size: int, where: str) -> Prefix:
     lie in ``[0, vocab_size)``; anything else raises ValueError naming the key and the rule."""
     if isinstance(key, str):
         parts = key.split(",") if key.strip() else []
-        if not all(p.strip().isdigit() for p in parts):
+        if not all(p.strip().isascii() and p.strip().isdigit() for p in parts):     # ASCII digits only
             raise ValueError(f"{where}: prefix key {key!r} is not comma-joined token ids like '' or '1,0'")
         prefix = tuple(int(p) for p in parts)
     elif isinstance(key, (tuple, list)):
@@ -140,13 +140,17 @@ class TableModel(Model):
         """
         try:
             data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, json.JSONDecodeError, RecursionError) as err:    # RecursionError: nested too deep
             raise ValueError(f"TableModel.from_json: cannot read {path} as JSON ({err})") from None
         if not isinstance(data, dict):
             raise ValueError(f"TableModel.from_json: {path} must hold one JSON object, got {type(data).__name__}")
         for key in ("vocab", "target", "draft"):
             if key not in data:
                 raise ValueError(f"TableModel.from_json: {path} has no {key!r} field")
+        extra = sorted(set(data) - {"vocab", "target", "draft"})
+        if extra:
+            raise ValueError(f"TableModel.from_json: {path} has unknown field(s) {extra}; the fields are 'vocab', "
+                             f"'target' and 'draft'")
 
         def parse_row(name: str, key: str, row):
             if not isinstance(row, list):
