@@ -44,10 +44,11 @@ from gpu.verify import METHODS as BATCHED
 from gpu.wor_plans import WALKS
 from gpu.drafting import sample_children
 from gpu.verify import validate_inputs
-from univer_theory import VERIFIERS, DraftTree, TreeShape
+from univer_theory import DraftTree, TreeShape
 from univer_theory.engine import tree_sample
-from univer_theory.univer import UniVerRule
 from univer_theory.verifiers import validate_inputs as exact_validate_inputs
+
+from bench_verify import fresh_rule     # a sibling script (benchmarks/ is the script's path)
 
 
 def random_batch(B, N, V, device, gen, process="wor", shape=None):
@@ -106,11 +107,6 @@ def time_loop(make, trees, rows, repeat) -> float:
             total += time.perf_counter() - start
         times.append(total * 1e3)
     return statistics.median(times)
-
-
-def fresh_rule(method: str):
-    """The exact core's node rule of ``method`` with empty caches (UniVer keeps plans per rule object)."""
-    return UniVerRule() if method == "univer" else VERIFIERS[method].rule
 
 
 def f64_rows(x) -> np.ndarray:

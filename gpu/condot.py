@@ -28,7 +28,7 @@ import itertools
 from solvers.tie_break import prime_roots
 from univer_theory.nx import array_module, get_backend
 from univer_theory.plans.lp_plan import repaired_plan
-from univer_theory.processes import wor_tuple_probs
+from univer_theory.processes import falling, wor_tuple_probs
 
 from .simplex import lex_simplex
 from .unique import distinct_rows
@@ -37,22 +37,13 @@ from .unique import distinct_rows
 CONDOT_CHUNK = 2 ** 25
 
 
-def _falling(n, r: int):
-    """``n!/(n − r)!`` elementwise (0 when r > n)."""
-    nx = get_backend(n)
-    out = 1 + 0 * n
-    for i in range(r):
-        out = out * nx.maximum(n - i, 0)
-    return out
-
-
 def lehmer_rank(ranks, s):
     """Position of the distinct ranks ``d [..., k]`` (each < s) among the k-permutations of ``range(s)`` in
     lexicographic order: ``Σ_i (d_i − #{l < i : d_l < d_i}) · (s−1−i)!/(s−k)!``; ``s`` broadcasts against
     ``d[..., 0]``.  numpy or torch."""
     k = ranks.shape[-1]
     smaller = array_module(ranks).tril(ranks[..., None, :] < ranks[..., :, None], -1).sum(-1)   # earlier, below d_i
-    return sum((ranks[..., i] - smaller[..., i]) * _falling(s - 1 - i, k - 1 - i) for i in range(k))
+    return sum((ranks[..., i] - smaller[..., i]) * falling(s - 1 - i, k - 1 - i) for i in range(k))
 
 
 def tuple_rank(ranks, s, process: str):

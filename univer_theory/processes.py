@@ -92,6 +92,16 @@ def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...]
     return [(tuple(top) + (x,), q[x] / rest_mass) for x in rest]
 
 
+def falling(n, r: int):
+    """``n!/(n − r)!`` — the ordered r-tuples of n distinct tokens — elementwise (0 when r > n); ints, numpy or
+    torch integers."""
+    nx = get_backend(n)
+    out = 1 + 0 * n
+    for i in range(r):
+        out = out * nx.maximum(n - i, 0)
+    return out
+
+
 def wor_remaining(members, outside):
     """``R_i = q(V∖S) + Σ_{l≥i} q(y_l)`` ``[..., k]``: the mass not yet drawn before each member of wor tuples, from
     the members' probabilities ``members [..., k]`` (in draw order) and the unseen mass ``outside [...] =

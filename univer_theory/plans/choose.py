@@ -27,7 +27,7 @@ import numpy as np
 from ..alpha_star import alpha_star
 from ..nx import get_backend
 from ..orders import top_tokens
-from ..processes import tuple_law
+from ..processes import falling, tuple_law
 from .base import NodePlan
 from .first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
 from .iid_coupling import iid_coupling_plan
@@ -68,10 +68,7 @@ COUPLING_GAP = 1e-13
 def small_lp(support, k: int):
     """Where rule 1 is tried under ``wor``: at most :data:`SMALL_SUPPORT` drafted tokens (``support``, an int or
     integer arrays, numpy or torch) whose ordered k-tuples number at most :data:`MAX_LP_TUPLES`."""
-    tuples = 1
-    for i in range(k):
-        tuples = tuples * (support - i)
-    return (support <= SMALL_SUPPORT) & (tuples <= MAX_LP_TUPLES)
+    return (support <= SMALL_SUPPORT) & (falling(support, k) <= MAX_LP_TUPLES)
 
 
 def single_child_rows(c, q, process: str):
