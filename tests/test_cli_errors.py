@@ -59,3 +59,18 @@ def test_unreadable_model_file(tmp_path, capsys):
     assert main(["exact", "--model-file", str(path)]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["exact", "--bogus"], "univer: error: unrecognized arguments: --bogus (see 'univer -h')"),
+    (["exact", "--process", "zzz"], "univer exact: error: argument --process: invalid choice: 'zzz'"),
+    (["decode"], "univer decode: error: the following arguments are required: --prompt (see 'univer decode -h')"),
+    (["nope"], "univer: error: argument command: invalid choice: 'nope'"),
+])
+def test_argparse_errors_are_one_line(argv, message, capsys):
+    """argparse's own errors as the commands' are: one line on stderr, exit status 2 (no usage block)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "usage" not in err

@@ -15,8 +15,17 @@ import sys
 COMMANDS = ("exact", "bound", "decode", "speed", "accept_bench", "check")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own errors (a missing or unknown argument, a bad choice) as one line on stderr and exit status
+    2, like the commands' own (argparse prints its usage block first); subcommands' parsers are of this class
+    too (``add_subparsers`` makes them with the parent's class)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} -h')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="univer", description="Lossless verification for speculative decoding.")
+    parser = _Parser(prog="univer", description="Lossless verification for speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:
