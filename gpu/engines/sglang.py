@@ -78,6 +78,16 @@ def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_pro
     return batch, target_probs.reshape(B * N, V), q.reshape(B * N, V), row_index, order
 
 
+def check_integer_outputs(where: str, device: torch.device, **outputs) -> None:
+    """Output buffers filled in place must be integer tensors on the inputs' ``device`` (the engine's int32 /
+    int64), else a ``ValueError`` naming the first that is not."""
+    for name, x in outputs.items():
+        if not torch.is_tensor(x) or x.dtype.is_floating_point or x.dtype == torch.bool or x.is_complex() \
+                or x.device != device:
+            got = f"dtype {x.dtype} on {x.device}" if torch.is_tensor(x) else type(x).__name__
+            raise ValueError(f"{where}: {name} must be an integer tensor on {device}, got {got}")
+
+
 def fill_outputs(result: VerifyResult, order: torch.Tensor, candidates, retrive_index,
                  predicts: torch.Tensor, accept_index: torch.Tensor, accept_token_num: torch.Tensor) -> None:
     """Write a verification (in the batch's slots; ``order`` maps them to storage slots) into SGLang's outputs
@@ -132,7 +142,7 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
     live = (child >= 0) & (tau < S - 1)
     for _ in range(N - 1):          # every try is a distinct node
         c = child.clamp(min=0)
-        y = cand.gather(1, c[:, None]).squeeze(1)
+        y = torch.where(live, cand.gather(1, c[:, None]).squeeze(1), 0)     # the root's candidate is never read
         p_y = torch.where(tried[rows, y], 0, p[rows, cur, y].to(torch.float64))
         acc_y = acc + p_y
         take = live & ((coin <= acc_y) | (p_y >= 1))
@@ -195,7 +205,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     predicts = torch.full((B * N,), -1, dtype=torch.int32, device=dev) if predicts is None else predicts
     accept_index = torch.full((B, S), -1, dtype=torch.int32, device=dev) if accept_index is None else accept_index
     accept_token_num = torch.zeros(B, dtype=torch.int32, device=dev) if accept_token_num is None else accept_token_num
-    ridx = torch.as_tensor(retrive_index, device=dev)
+    check_integer_outputs(where, dev, predicts=predicts, accept_index=accept_index, accept_token_num=accept_token_num)
+    ridx = _as_long(retrive_index, where, "retrive_index", dev)
     if accept_index.shape != (B, S) or accept_token_num.shape != (B,) or ridx.shape != (B, N):
         raise ValueError(f"{where}: accept_index must be [B, S] = [{B}, {S}], accept_token_num [B] and "
                          f"retrive_index [B, N] = [{B}, {N}], got {list(accept_index.shape)}, "
@@ -207,14 +218,22 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
             raise ValueError(f"{where}: uniform_samples drive only the target-only procedure (method 'nss'); "
                              f"pass a torch.Generator for method {method!r}")
         U, Uf = uniform_samples, uniform_samples_for_final_sampling
-        if not torch.is_tensor(Uf) or U.shape != (B, N) or Uf.shape != (B,):
-            raise ValueError(f"{where}: uniform_samples must be [B, N] = [{B}, {N}] and "
-                             f"uniform_samples_for_final_sampling [B] = [{B}]")
+        if not (torch.is_tensor(U) and torch.is_tensor(Uf)) or U.shape != (B, N) or Uf.shape != (B,):
+            raise ValueError(f"{where}: uniform_samples must be a [B, N] = [{B}, {N}] tensor and "
+                             f"uniform_samples_for_final_sampling a [B] = [{B}] tensor")
+        for name, coins in (("uniform_samples", U), ("uniform_samples_for_final_sampling", Uf)):
+            if not coins.dtype.is_floating_point or coins.device != dev:
+                raise ValueError(f"{where}: {name} must be a float tensor on {dev}, got {coins.dtype} on {coins.device}")
+            if not bool(((coins >= 0) & (coins <= 1)).all()):
+                raise ValueError(f"{where}: {name} has an entry outside [0, 1] (or NaN): coins are uniforms")
         if validate:
             check_rows(where, "target_probs", target_probs, batch.valid)
         path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, target_probs, U, Uf, S)
         _write(path, tau, y, candidates, ridx, predicts, accept_index, accept_token_num)
     else:
+        if uniform_samples_for_final_sampling is not None:
+            raise ValueError(f"{where}: uniform_samples_for_final_sampling given without uniform_samples: SGLang's "
+                             f"coins come as a pair (method 'nss'); otherwise the generator draws every coin")
         if process is None:
             process = "wor" if method == "rrsw" else "iid"
         result = verify(batch, p, q, process, method, generator, validate, row_index)

@@ -19,6 +19,8 @@ chain c is ``bonus_token_ids[:, c]``.
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from univer_theory.validation import check_choice
@@ -26,7 +28,7 @@ from univer_theory.validation import check_choice
 from ..engine import VerifyResult
 from ..tree_batch import TreeBatch, _as_long
 from ..verify import verify
-from .sglang import uniform_draft_rows
+from .sglang import check_integer_outputs, uniform_draft_rows
 
 #: vLLM's marker for rejected output slots.
 PLACEHOLDER_TOKEN_ID = -1
@@ -49,14 +51,21 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
     """
     if not torch.is_tensor(target_probs) or target_probs.ndim != 2:
         raise ValueError(f"{where}: target_probs must be a [T, V] tensor")
+    if target_probs.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"{where}: target_probs must be float32 or float64 probabilities, got {target_probs.dtype}")
     dev = target_probs.device
     T, V = target_probs.shape
     tok = _as_long(draft_token_ids, where, "draft_token_ids", dev).reshape(-1)
     cu = _as_long(cu_num_draft_tokens, where, "cu_num_draft_tokens", dev).reshape(-1)
     bonus = _as_long(bonus_token_ids, where, "bonus_token_ids", dev)
-    B, m = cu.shape[0], int(num_drafts)
-    bonus = bonus.reshape(B, -1) if bonus.numel() == B * m else bonus
-    if tok.shape != (T,) or B == 0 or bonus.shape != (B, m) or m < 1:
+    try:
+        m = operator.index(num_drafts) if not isinstance(num_drafts, bool) else 0
+    except TypeError:
+        m = 0
+    if m < 1:
+        raise ValueError(f"{where}: num_drafts must be an int ≥ 1, got {num_drafts!r}")
+    B = cu.shape[0]
+    if tok.shape != (T,) or B == 0 or bonus.shape != (B, m):
         raise ValueError(f"{where}: need draft_token_ids [T] = [{T}], cu_num_draft_tokens [B ≥ 1] and "
                          f"bonus_token_ids [B, num_drafts] = [{B}, {m}], got {list(tok.shape)}, {list(cu.shape)}, "
                          f"{list(bonus.shape)}")
@@ -131,7 +140,7 @@ def output_tokens(batch: TreeBatch, result: VerifyResult, lengths: torch.Tensor,
 
 def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
                      generator: torch.Generator | None = None, *, method: str = "sps", num_drafts: int = 1,
-                     process: str = "iid", max_spec_len: int | None = None, accepted_draft=None,
+                     process: str | None = None, max_spec_len: int | None = None, accepted_draft=None,
                      validate: bool = True) -> torch.Tensor:
     """``output_token_ids [B, max_spec_len + 1]`` int32 as vLLM's ``RejectionSampler`` returns them
     (module docstring for the inputs).
@@ -141,10 +150,11 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     method : ``sps`` (vLLM's own rule; target-only for argmax drafts), ``bv`` (block verification), and for
         ``num_drafts > 1`` ``rrs`` (``process`` iid), ``rrsw`` (wor), ``tv`` or ``univer`` (either).
     process : how the ``num_drafts`` chains' first tokens were drawn (``iid`` or ``wor``); chains below the root
-        have one child per node.
+        have one child per node.  Default ``wor`` for ``rrsw``, ``iid`` otherwise; with one chain every node has
+        one child, where the two are one law, so it is then the method's own.
     max_spec_len : output width − 1 (default: the longest chain).
-    accepted_draft : optional ``[B]`` integer tensor, filled in place with the chain index of the accepted path
-        (−1 when no draft token is accepted).
+    accepted_draft : optional ``[B]`` integer tensor on the inputs' device, filled in place with the chain index
+        of the accepted path (−1 when no draft token is accepted).
     validate : check the probability rows (:func:`gpu.validate_inputs`).
     """
     where = "vllm.rejection_sample"
@@ -155,8 +165,17 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     if draft_probs is None and method != "sps":
         raise ValueError(f"{where}: argmax drafts (draft_probs=None) are verified by 'sps' (target-only); "
                          f"{method!r} needs draft_probs")
+    if process is not None:
+        check_choice(process, ("iid", "wor"), where, "process")
     batch, p, q, row_index, L, bonus = tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
                                                    bonus_token_ids, num_drafts, where)
+    if accepted_draft is not None:
+        check_integer_outputs(where, p.device, accepted_draft=accepted_draft)
+        if accepted_draft.shape != (batch.batch_size,):
+            raise ValueError(f"{where}: accepted_draft must be [B] = [{batch.batch_size}], got "
+                             f"{list(accepted_draft.shape)}")
+    if process is None or num_drafts == 1:
+        process = "wor" if METHODS[method] == "rrsw" else "iid"
     if validate and num_drafts > 1:
         _check_shared_heads(where, L, num_drafts, target_probs=p, draft_probs=draft_probs)
     width = batch.max_depth if max_spec_len is None else int(max_spec_len)

@@ -139,3 +139,82 @@ def test_vllm_chains_share_their_first_row():
         with pytest.raises(ValueError, match=rf"{name}\[4\] \(request 1, chain 1's first token\) differs from "
                                              r"chain 0's row 2"):
             vllm_rejection_sample(ids, cu, bad_q, bad_p, bonus, method="univer", num_drafts=2, process="iid")
+
+
+def test_sglang_adapter_checks_indices_coins_and_buffers():
+    """A float retrive_index, coins that are not uniforms in [0, 1] (or a final coin without the others) and output
+    buffers that are not integer tensors on the inputs' device are ValueErrors — they were truncated, read or filled
+    silently."""
+    ints, p = sglang_case()
+    gen = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="retrive_index must hold integers"):
+        sglang_verify_tree(**{**ints, "retrive_index": torch.tensor([[0.0, 1.5, 2.7]])}, target_probs=p,
+                           draft_probs=p, method="tv", generator=gen)
+    for name, buf in (("predicts", torch.zeros(3)), ("accept_index", torch.zeros(1, 2)),
+                      ("accept_token_num", torch.zeros(1, dtype=torch.int32, device="meta"))):
+        with pytest.raises(ValueError, match=f"{name} must be an integer tensor on cpu"):
+            sglang_verify_tree(**ints, target_probs=p, draft_probs=p, method="tv", generator=gen, **{name: buf})
+    coins = dict(uniform_samples=torch.full((1, 3), 0.5), uniform_samples_for_final_sampling=torch.tensor([0.5]))
+    for bad, match in ((dict(uniform_samples=[[0.5, 0.5, 0.5]]), "must be a \\[B, N\\] = \\[1, 3\\] tensor"),
+                       (dict(uniform_samples=torch.full((1, 3), float("nan"))), "uniform_samples has an entry outside"),
+                       (dict(uniform_samples_for_final_sampling=torch.tensor([2.0])), "sampling has an entry outside"),
+                       (dict(uniform_samples=torch.ones(1, 3, dtype=torch.long)), "must be a float tensor")):
+        with pytest.raises(ValueError, match=match):
+            sglang_verify_tree(**ints, target_probs=p, method="nss", **{**coins, **bad})
+    with pytest.raises(ValueError, match="given without uniform_samples"):
+        sglang_verify_tree(**ints, target_probs=p, method="nss", generator=gen,
+                           uniform_samples_for_final_sampling=torch.tensor([0.3]))
+
+
+def test_sglang_coins_never_read_the_root_candidate():
+    """The root slot's candidate is the last verified token, not verified: SGLang's coin procedure ends without
+    reading it (it indexed the target row with it, an IndexError for an id ≥ V), as the generator path does."""
+    ints, p = sglang_case()
+    coins = dict(uniform_samples=torch.full((1, 3), 0.1), uniform_samples_for_final_sampling=torch.tensor([0.5]))
+    outs = [sglang_verify_tree(**{**ints, "candidates": torch.tensor([[root, 1, 2]])}, target_probs=p, method="nss",
+                               **coins) for root in (0, 9, -7)]
+    assert outs[0].accept_token_num.tolist() == [1]        # a leaf accepted: the walk ends past the tree
+    for out in outs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(out, outs[0]))
+
+
+def test_vllm_adapter_checks_shapes_counts_and_buffers():
+    """bonus_token_ids must be [B, num_drafts] (a transposed [num_drafts, B] was reshaped: requests got each other's
+    bonus tokens), num_drafts an int ≥ 1, accepted_draft an integer [B] tensor, target_probs float rows even
+    without drafts, and an empty batch a ValueError."""
+    V = 4
+    ids, cu = torch.tensor([1, 2, 1, 2, 1, 2]), torch.tensor([2, 4, 6])          # B = 3 requests, 2 chains of 1
+    p = torch.nn.functional.one_hot(torch.ones(6, dtype=torch.long), V).double()
+    q = torch.full((6, V), 0.25, dtype=torch.float64)
+    bonus = torch.tensor([[3, 0], [2, 0], [1, 0]])
+    out = vllm_rejection_sample(ids, cu, q, p, bonus, torch.Generator().manual_seed(0), method="univer", num_drafts=2)
+    assert out.tolist() == [[1, 3], [1, 2], [1, 1]]                             # chain 0 accepted, its bonus
+    with pytest.raises(ValueError, match=r"bonus_token_ids \[B, num_drafts\] = \[3, 2\], got .*\[2, 3\]"):
+        vllm_rejection_sample(ids, cu, q, p, bonus.T.contiguous(), method="univer", num_drafts=2)
+    for m in (1.5, True, "2"):
+        with pytest.raises(ValueError, match="num_drafts must be an int"):
+            vllm_rejection_sample(ids, cu, q, p, bonus, method="univer", num_drafts=m)
+    for acc, match in ((torch.zeros(4, dtype=torch.long), r"accepted_draft must be \[B\] = \[3\]"),
+                       (torch.zeros(3), "accepted_draft must be an integer tensor")):
+        with pytest.raises(ValueError, match=match):
+            vllm_rejection_sample(ids, cu, q, p, bonus, method="univer", num_drafts=2, accepted_draft=acc)
+    with pytest.raises(ValueError, match="cu_num_draft_tokens \\[B ≥ 1\\]"):
+        vllm_rejection_sample(ids[:0], torch.tensor([], dtype=torch.long), None, p[:0],
+                              torch.zeros(0, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="target_probs must be float32 or float64"):
+        vllm_rejection_sample(ids[:0], torch.tensor([0]), None, torch.zeros(0, V, dtype=torch.long),
+                              torch.tensor([[3]]))
+
+
+def test_vllm_process_defaults_to_the_methods_own():
+    """``process`` defaults to ``wor`` for rrsw (as the SGLang adapter's), ``iid`` otherwise; with one chain each
+    node has one child, where iid and wor are one law, so any method takes either (``sps`` with ``wor`` raised)."""
+    ids, cu = torch.tensor([1, 2, 0, 3]), torch.tensor([4])
+    p = torch.full((4, 4), 0.25, dtype=torch.float64)
+    run = lambda bonus, **kw: vllm_rejection_sample(ids, cu, p, p, torch.tensor([bonus]),
+                                                    torch.Generator().manual_seed(0), **kw)
+    assert torch.equal(run([0, 1], method="rrsw", num_drafts=2), run([0, 1], method="rrsw", num_drafts=2,
+                                                                      process="wor"))
+    assert torch.equal(run([1], method="sps", process="wor"), run([1], method="sps"))
+    with pytest.raises(ValueError, match="unknown process 'topk'"):
+        run([0, 1], method="tv", num_drafts=2, process="topk")
