@@ -7,7 +7,8 @@ Inputs, as vLLM's spec-decode path holds them (``B`` requests, ``T`` draft token
     cu_num_draft_tokens [B]      cumulative draft counts (request b owns tokens cu[b−1]..cu[b]−1)
     draft_probs [T, V] or None   q(·) each draft token was drawn from; None: argmax (greedy) drafts
     target_probs [T, V]          p(·) at each draft token's position (the law it is verified against)
-    bonus_token_ids [B, m]       a token drawn from p after the whole draft (vLLM's bonus sample; one per chain)
+    bonus_token_ids [B, m]       a token drawn from p after the whole draft (vLLM's bonus sample; one per chain;
+                                 [B] for one chain)
 
 Output ``output_token_ids [B, max_spec_len + 1]`` int32: the accepted draft tokens, then the correction (or, all
 accepted, the bonus) token, then :data:`PLACEHOLDER_TOKEN_ID`.
@@ -65,6 +66,7 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
     if m < 1:
         raise ValueError(f"{where}: num_drafts must be an int ≥ 1, got {num_drafts!r}")
     B = cu.shape[0]
+    bonus = bonus[:, None] if m == 1 and bonus.shape == (B,) else bonus      # one chain: [B] as [B, 1]
     if tok.shape != (T,) or B == 0 or bonus.shape != (B, m):
         raise ValueError(f"{where}: need draft_token_ids [T] = [{T}], cu_num_draft_tokens [B ≥ 1] and "
                          f"bonus_token_ids [B, num_drafts] = [{B}, {m}], got {list(tok.shape)}, {list(cu.shape)}, "

@@ -216,5 +216,7 @@ def test_vllm_process_defaults_to_the_methods_own():
     assert torch.equal(run([0, 1], method="rrsw", num_drafts=2), run([0, 1], method="rrsw", num_drafts=2,
                                                                       process="wor"))
     assert torch.equal(run([1], method="sps", process="wor"), run([1], method="sps"))
+    assert torch.equal(vllm_rejection_sample(ids, cu, p, p, torch.tensor([1]), torch.Generator().manual_seed(0)),
+                       run([1], method="sps"))                                   # one chain: bonus [B] as [B, 1]
     with pytest.raises(ValueError, match="unknown process 'topk'"):
         run([0, 1], method="tv", num_drafts=2, process="topk")
