@@ -98,33 +98,42 @@ def kseq_bisection_steps(max_k: int) -> int:
     return 52 + max(int(max_k) - 1, 1).bit_length()
 
 
+def _simplex_rows(nx, x):
+    """Rows ``[..., V]`` divided by their sums (a zero row kept)."""
+    total = nx.sum(x, keepdims=True)
+    return x / nx.where(total > 0, total, 1.0)
+
+
 def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None):
     """SpecTr K-SEQ's ``ρ* ∈ [1, k]``: root of ``f(ρ) = 1 − (1 − β(ρ))^k − ρ·β(ρ)``,
     ``β(ρ) = Σ_x min(q(x), p(x)/ρ)`` (§3.5); ``ρ* = 1`` when ``f(1) ≤ 0``.  Rows ``[..., V]`` (numpy or torch,
     :mod:`univer_theory.nx`), ``k`` an int or per row; one row gives a float.  ``max_k`` bounds k (default:
     its maximum — pass it for torch rows, to keep the step count off the device).
 
-    ``β(ρ) = Σ_{p/q ≥ ρ} q + (1/ρ)·Σ_{p/q < ρ} p`` is read off prefix sums of the rows in
-    :func:`~univer_theory.alpha_star.ratio_argsort` order (one search per step); the bisection runs
-    :func:`kseq_bisection_steps` halvings and returns the *upper* end of the bracket, so ``f(ρ*) ≤ 0`` holds in
-    floats and the acceptance masses never exceed ``min(p, ρ*·q)`` (the verifier stays exactly lossless).
+    ``f`` is evaluated through the rejected mass ``1 − β(ρ) = r(ρ) = Σ_x [q − p/ρ]_+ = Σ_{p/q<ρ} q −
+    (1/ρ)·Σ_{p/q<ρ} p`` (Σq = 1): ``f(ρ) = 1 − r^k − ρ(1 − r)``, read off prefix sums of the rows in
+    :func:`~univer_theory.alpha_star.ratio_argsort` order (one search per step).  The rows are put on the simplex
+    first, and ``r`` is a sum over the tokens below ρ only: with β summed over the whole row instead, the root moved
+    by ``~|Σ − 1|^{1/k}`` with a row's round-off (at ``p = q``, ``f(ρ) = ε − (1 − (1 − ε)/ρ)^k`` for rows ε short
+    of 1, so ``ρ* ≈ 1 + ε^{1/k}``: a float32 row 1.5e-8 short gave ρ* = 1.011 and E[τ] 1.989 for 2; a float64 row
+    two ulps short ρ* = 1.00011); now ``r(1) = 0`` there exactly and round-off moves f linearly.  The bisection
+    runs :func:`kseq_bisection_steps` halvings and returns the *upper* end of the bracket, so ``f(ρ*) ≤ 0`` holds in
+    floats and the acceptance masses never exceed ``min(p, ρ*·q)`` (:func:`kseq_acceptance_mass`, the same r).
     """
     nx = get_backend(target_probs, draft_probs)
-    p, q = nx.asarray(target_probs, target_probs), nx.asarray(draft_probs, draft_probs)
+    p, q = (_simplex_rows(nx, nx.asarray(x, x)) for x in (target_probs, draft_probs))
     order = ratio_argsort(p, q)
     key = nx.take(ratio_key(p, q), order)                               # ascending, q = 0 (inf) last
-    ps, qs = nx.take(p, order), nx.take(q, order)
-    zero = nx.zeros_like(ps[..., :1])
-    p_below = nx.concat([zero, nx.cumsum(ps)])                           # Σ_{l<m} p
-    q_above = nx.concat([nx.cumsum(qs, reverse=True), zero])            # Σ_{l≥m} q
+    zero = nx.zeros_like(p[..., :1])
+    p_below, q_below = (nx.concat([zero, nx.cumsum(nx.take(x, order))]) for x in (p, q))    # Σ_{l<m}
     kf = nx.asarray(k, p) + nx.zeros_like(p[..., 0])
     if max_k is None:
         max_k = int(kf.max())
 
     def f(rho):
         m = nx.searchsorted(key, rho * RATIO_SCALE)[..., None]          # tokens with p/q < ρ
-        beta = nx.take(q_above, m)[..., 0] + nx.take(p_below, m)[..., 0] / rho
-        return 1.0 - (1.0 - beta) ** kf - rho * beta
+        r = nx.maximum(nx.take(q_below, m)[..., 0] - nx.take(p_below, m)[..., 0] / rho, 0.0)
+        return 1.0 - r ** kf - rho * (1.0 - r)
 
     lo, hi = nx.zeros_like(kf) + 1.0, kf
     for _ in range(kseq_bisection_steps(max_k)):
@@ -136,14 +145,16 @@ def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None):
 
 
 def kseq_acceptance_mass(target_probs, draft_probs, k, rho):
-    """Per-token accepted mass of K-SEQ at ``ρ``: ``min(ρq, p)·(1 − (1−β)^k)/(ρβ)`` (0 where β = 0); Σ = α.
+    """Per-token accepted mass of K-SEQ at ``ρ``: ``min(ρq, p)·(1 − r^k)/(ρ(1 − r))`` with the rejected mass
+    ``r = 1 − β = Σ [q − p/ρ]_+`` (:func:`kseq_rho_star`; 0 where β = 0), on the rows put on the simplex; Σ = α.
     Rows ``[..., V]`` (numpy or torch), ``k`` and ``ρ`` scalars or per row."""
     nx = get_backend(target_probs, draft_probs, rho)
-    p, q = nx.asarray(target_probs, target_probs), nx.asarray(draft_probs, draft_probs)
+    p, q = (_simplex_rows(nx, nx.asarray(x, x)) for x in (target_probs, draft_probs))
     r = nx.asarray(rho, p)[..., None]
-    beta = nx.sum(nx.minimum(q, p / r))
+    miss = nx.minimum(nx.sum(nx.maximum(q - p / r, 0.0)), 1.0)
     r = r[..., 0]
-    scale = nx.where(beta > 0, (1.0 - (1.0 - beta) ** k) / (r * nx.where(beta > 0, beta, 1.0)), 0.0)
+    beta = 1.0 - miss
+    scale = nx.where(beta > 0, (1.0 - miss ** k) / (r * nx.where(beta > 0, beta, 1.0)), 0.0)
     return nx.minimum(r[..., None] * q, p) * scale[..., None]
 
 

@@ -109,6 +109,30 @@ def test_kseq_rho_star_brackets_the_exact_root(k):
     assert kseq_rho_star(q, q, k) == 1.0
 
 
+@pytest.mark.parametrize("k", [2, 4, 5])
+def test_kseq_rho_star_is_not_moved_by_a_rows_round_off(k):
+    """At p = q every draft is accepted: ρ* = 1 and E[τ] is the tree's depth reached, for rows a few ulps, 9e-10
+    (inside the simplex tolerance) or a float32 rounding short of 1.  ρ* moved by ``~ε^{1/k}`` there (1.011 on a
+    float32 row 1.5e-8 short, E[τ] 1.989 for 2) while β was summed over the whole row."""
+    import torch
+
+    import gpu
+    from gpu import TreeBatch
+    from univer_theory import VERIFIERS, DraftTree
+
+    tree = DraftTree((-1,) + (0,) * k + (1,), (-1,) + (1,) * (k + 1))      # the first child has a child
+    short = np.array([0.3, 0.7])
+    short[1] = np.nextafter(np.nextafter(short[1], 0), 0)
+    rows32 = torch.tensor([1.3950316499642796e-03, 9.9860496835003576e-01], dtype=torch.float32)
+    assert kseq_rho_star(rows32.double().numpy(), rows32.double().numpy(), k) == 1.0
+    for r in (short, np.array([0.3, 0.7 - 9e-10])):
+        assert kseq_rho_star(r, r, k) == 1.0
+        P = np.tile(r, (k + 2, 1))
+        assert VERIFIERS["kseq"].expected_accepted_length(tree, P, P, "iid") == 2.0
+    p32 = rows32.expand(1, k + 2, 2).contiguous()
+    assert float(gpu.expected_accepted_length(TreeBatch.from_trees([tree]), p32, p32, "iid", "kseq")[0]) == 2.0
+
+
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("process", ["iid", "wor", "topk"])
 def test_float_single_child_and_fill_match_the_fraction_checkers(seed, process):
