@@ -77,8 +77,8 @@ def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...]
             # the remaining mass is summed, not taken as 1 − Σ drawn: that cancels catastrophically
             # when a drawn token carries almost all of q
             rest_mass = sum(q[x] for x in rest)
-            for x in rest:
-                rec(prefix + [x], pr * q[x] / rest_mass)
+            for x in rest:          # the ratio first: pr·q(x) underflows where the rest is subnormal
+                rec(prefix + [x], pr * (q[x] / rest_mass))
         rec([], q.dtype.type(1) if q.dtype != object else 1)
         return out
     top = _top_tokens(q, k if process == "topk" else k - 1)
@@ -88,7 +88,7 @@ def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...]
     rest_mass = sum(q[x] for x in rest)
     if process == HUB:
         (a,) = top
-        return [((x, a), q[x]) for x in rest] + [((a, x), q[a] * q[x] / rest_mass) for x in rest]
+        return [((x, a), q[x]) for x in rest] + [((a, x), q[a] * (q[x] / rest_mass)) for x in rest]
     return [(tuple(top) + (x,), q[x] / rest_mass) for x in rest]
 
 

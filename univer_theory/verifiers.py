@@ -318,7 +318,7 @@ class BlockVerifier(Verifier):
         w = [1 if p.dtype == object else 1.0]
         for i in range(1, gamma + 1):
             x = tree.token[i]
-            w.append(min(1, w[i - 1] * p[i - 1, x] / q[i - 1, x]))
+            w.append(_ratio_min1(w[i - 1] * p[i - 1, x], q[i - 1, x]))
         h, resid = [], []
         for i in range(gamma + 1):
             if i == gamma:

@@ -117,3 +117,25 @@ def test_the_audit_instance():
         build_plan("wor_pair", p, q, 1.0, 2, "wor")
     for k in (2, 3, 4):                           # rule 7 where PTS stays at 0.937 / 0.945 (k = 3 / 4)
         assert float(build_plan("auto", p, q, 1.0, k, "wor").alpha) >= 1 - OPTIMALITY_TOL, k
+
+
+@pytest.mark.parametrize("t", [1e-310, 1e-318, 1e-320, 5e-324])
+def test_wor_tuple_law_and_ratios_on_a_subnormal_rest(t):
+    """Wor tuples that reach into a subnormal tail: the enumeration's factor ``q(x)/R`` is formed before the running
+    product (``pr·q(x)`` underflowed, so the law lost up to all its mass and the oracle called lossless verifiers
+    lossy: TV's distance 1.5e-4 at t = 1e-320, 0.3 at 5e-324), and no ``min(1, c/q)`` overflows (k = 1 plans, BV's
+    weights): the law sums to 1, every verifier is lossless, and no RuntimeWarning is raised."""
+    import warnings
+
+    from univer_theory import TableModel
+
+    q = np.array([0.6 - t, 0.4, t])
+    p = np.array([0.3, 0.3, 0.4])                  # p/q past the float range at the tail
+    assert abs(sum(float(x) for _, x in tuple_law(q, 3, "wor")) - 1) <= 1e-15
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for shape, process, names in (("3", "wor", ("tv", "nss", "univer")), ("((.))", "wor", ("univer", "bv"))):
+            model = TableModel(3, {"": p}, {"": q})
+            for name in names:
+                r = evaluate(model, TreeShape.parse(shape), process, VERIFIERS[name])
+                assert r.lossless and float(r.distance) <= 1e-12, (shape, name, float(r.distance))

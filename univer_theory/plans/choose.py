@@ -82,10 +82,12 @@ def single_child_rows(c, q, process: str):
 
 
 def single_child_weights(c, q1, y):
-    """k = 1: ``w(y) = min(1, c(y)/Q_1(y))`` (0 where ``Q_1(y) = 0``) at the tokens ``y [..., n]``."""
+    """k = 1: ``w(y) = min(1, c(y)/Q_1(y))`` (0 where ``Q_1(y) = 0``) at the tokens ``y [..., n]``; the ratio is
+    formed only below 1 (a subnormal ``Q_1(y)`` would overflow it)."""
     nx = get_backend(c, q1, y)
     qy, cy = nx.take(q1, y), nx.take(c, y)
-    return nx.where(qy > 0, nx.minimum(cy / nx.where(qy > 0, qy, 1.0), 1.0), 0.0)
+    below = (qy > 0) & (cy < qy)
+    return nx.where(below, cy / nx.where(below, qy, 1.0), nx.where(qy > 0, 1.0, 0.0))
 
 
 def fill_weights(cy, mask=None):
