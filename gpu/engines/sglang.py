@@ -223,7 +223,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                              f"uniform_samples_for_final_sampling a [B] = [{B}] tensor")
         for name, coins in (("uniform_samples", U), ("uniform_samples_for_final_sampling", Uf)):
             if not coins.dtype.is_floating_point or coins.device != dev:
-                raise ValueError(f"{where}: {name} must be a float tensor on {dev}, got {coins.dtype} on {coins.device}")
+                raise ValueError(f"{where}: {name} must be a float tensor on {dev}, got {coins.dtype} on "
+                                 f"{coins.device}")
             if not bool(((coins >= 0) & (coins <= 1)).all()):
                 raise ValueError(f"{where}: {name} has an entry outside [0, 1] (or NaN): coins are uniforms")
         if validate:
