@@ -27,7 +27,7 @@ import itertools
 
 from solvers.tie_break import prime_roots
 from univer_theory.nx import array_module, get_backend
-from univer_theory.plans.lp_plan import repaired_plan
+from univer_theory.plans.lp_plan import plan_weights, repaired_plan
 from univer_theory.processes import falling, wor_tuple_probs
 
 from .simplex import lex_simplex
@@ -125,6 +125,5 @@ def _solve(c, q, sup, s, tup, process, omega):
     cost[:, :, :n * k] = xp.stack(levels, 1)
     basis = xp.broadcast_to((n * k + nx.arange(n + s_max, q))[None], (r, n + s_max))
     x, solved = lex_simplex(A, b, cost, basis)
-    carried = valid & (prob > 0)                          # a tuple whose probability underflows carries no mass
-    w = nx.where(carried[..., None], x[:, :n * k].reshape(r, n, k) / nx.where(carried, prob, 1.0)[..., None], 0.0)
+    w = plan_weights(x[:, :n * k].reshape(r, n, k), nx.where(valid, prob, 0.0))   # min(1, π/Q_k), the core's
     return (*repaired_plan(w, xp.broadcast_to(tup[None], (r, n, k)), prob, c_sup), solved)   # the exact core's repair

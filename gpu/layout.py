@@ -72,21 +72,23 @@ def _bucketed_layout(q, k, rows: LayoutRows, row, block, K: int) -> dict:
     return out
 
 
-def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor):
+def layout_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, child_mask: torch.Tensor,
+                   p: torch.Tensor | None = None):
     """``(w, a [R, V])``: the layout plan on the realised i.i.d. tuples ``children [R, K]`` (``child_mask [R, K]``
     marks the k ≥ 2 existing children of each row; duplicates are separate copies) and its marginal
     ``a = min(b, c)`` — ``univer_theory.plans.layout.layout_plan(...)``'s ``select(S)`` and ``marginal``, the same
     functions on a batch.  ``children [R, T, K]`` evaluates T tuples per row (same mask) on targets built once per
-    row and lays out each distinct (row, earliest block) once; ``w`` has the shape of ``children``.  On the CPU
-    on numpy views (:func:`gpu.host.on_host`)."""
-    return on_host(_layout_weights, c, q, children, child_mask)
+    row and lays out each distinct (row, earliest block) once; ``w`` has the shape of ``children``.  ``p``: the
+    target rows of ``c = ρp``, whose ``p/q`` order the layout then follows (``layout_rows``).  On the CPU on numpy
+    views (:func:`gpu.host.on_host`)."""
+    return on_host(_layout_weights, c, q, children, child_mask, p)
 
 
-def _layout_weights(c, q, children, child_mask):
+def _layout_weights(c, q, children, child_mask, p=None):
     """:func:`layout_weights` on one backend (:mod:`univer_theory.nx`)."""
     nx = get_backend(c, q)
     k = nx.sum(child_mask)
-    rows = layout_rows(c, q, k)
+    rows = layout_rows(c, q, k, p)
     R, K = children.shape[0], children.shape[-1]
     tuples = children.reshape(R, -1, K)
     T = tuples.shape[1]

@@ -117,7 +117,7 @@ def _iid_wor(ctx: LevelContext, p, q, rho, c, w, a, walk: str) -> None:
     if ctx.process == "iid":            # the layout, every k at once (child_mask); on the slot rule's rows too:
         rows = nx.nonzero(rest)[0]          # it is symmetric in its copies, w(σS) = σ·w(S) — one evaluation
         if rows.shape[0]:
-            w[rows], a[rows] = layout_weights(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows])
+            w[rows], a[rows] = layout_weights(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows], p[rows])
     for n in _sizes(nx, k[rest]):
         kids = ctx.children[:, :n]
         rows = nx.nonzero(rest & ~slot & (k == n))[0]

@@ -289,18 +289,18 @@ def _pts_weights(c, q, p, children, walk: str, order):
 
 
 # ----------------------------------------------------------------------------------------- iid coupling (rule 5)
-def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor):
+def coupling_weights(c: torch.Tensor, q: torch.Tensor, children: torch.Tensor, p: torch.Tensor | None = None):
     """Rule 5 on rows with k wor children ``children [R, k]`` (all present; or ``[R, T, k]``, T tuples per row):
     the α*_iid layout plan coupled onto the wor tuple, ``(w, a [R, V])``, ``w`` shaped as ``children``, as
     ``iid_coupling_plan(...)`` (``select``, ``marginal``) — its functions on a batch: the virtual sequences'
     conditional probabilities (:func:`~univer_theory.plans.iid_coupling.virtual_draw_probs`), the layout on
     their multisets (one call for every tuple's, on targets built once per row) and the mixing
-    (:func:`~univer_theory.plans.iid_coupling.mix_virtual`).  On the CPU on numpy views, one host call
-    (:func:`gpu.host.on_host`)."""
-    return on_host(_coupling_weights, c, q, children)
+    (:func:`~univer_theory.plans.iid_coupling.mix_virtual`).  ``p``: the target rows of ``c = ρp`` (the layout's
+    order, :func:`gpu.layout.layout_weights`).  On the CPU on numpy views, one host call (:func:`gpu.host.on_host`)."""
+    return on_host(_coupling_weights, c, q, children, p)
 
 
-def _coupling_weights(c, q, children):
+def _coupling_weights(c, q, children, p=None):
     """:func:`coupling_weights` on one backend (:mod:`univer_theory.nx`)."""
     nx = get_backend(c, q)
     R, k = children.shape[0], children.shape[-1]
@@ -308,12 +308,12 @@ def _coupling_weights(c, q, children):
     T = tuples.shape[1]
     pos = nx.index(virtual_multisets(k), q)                               # [M, k]
     M = pos.shape[0]
-    w_iid, a = _symmetric_layout(c, q, tuples[:, :, pos].reshape(R, T * M, k))
+    w_iid, a = _symmetric_layout(c, q, tuples[:, :, pos].reshape(R, T * M, k), p)
     w = mix_virtual(virtual_draw_probs(q, tuples), w_iid.reshape(R, T, M, k))
     return w.reshape(children.shape), a
 
 
-def _symmetric_layout(c, q, seqs):
+def _symmetric_layout(c, q, seqs, p=None):
     """:func:`gpu.layout.layout_weights` on i.i.d. sequences ``seqs [R, n, k]`` (all k present), evaluated once
     per distinct multiset of each row: the layout is symmetric in the positions (``w_j`` is copy j's share), so
     the sequences are sorted, de-duplicated, laid out and the weights put back in place (the slot rule's 24
@@ -328,7 +328,7 @@ def _symmetric_layout(c, q, seqs):
     count = nx.bincount(uniq[:, 0], R)                                     # distinct multisets per row
     start = nx.cumsum(count) - count
     at = start[:, None] + nx.minimum(nx.arange(int(count.max()), q)[None, :], count[:, None] - 1)
-    w_uniq, a = layout_weights(c, q, uniq[at, 1:], canon[:, 0] >= 0)      # every copy present
+    w_uniq, a = layout_weights(c, q, uniq[at, 1:], canon[:, 0] >= 0, p)   # every copy present
     slot = (nx.arange(uniq.shape[0], q) - start[uniq[:, 0]])[inverse].reshape(R, n)
     w_canon = w_uniq[tree[:, None], slot]                                  # [R, n, k]
     return nx.put(0 * w_canon, perm, w_canon), a
@@ -415,7 +415,7 @@ def _wor_weights(c, q, rho, p, children, walk: str):
         star = alpha_star_rows(p[rows], q[rows], k, "iid", rho[rows], order[rows])[0]
         rows = rows[coupling_can_win(star, a_pts.sum(-1))]     # the coupling attains α*_iid(ρ)
     if rows.shape[0]:
-        w_cp, a_cp = _coupling_weights(c[rows], q[rows], children[rows])
+        w_cp, a_cp = _coupling_weights(c[rows], q[rows], children[rows], p[rows])
         _take(w, a, rows, a_cp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))
     small = small_lp((q > 0).sum(-1), k)
     rows = nx.nonzero(~feasible & small)[0]

@@ -297,3 +297,30 @@ def test_chain_is_block_verification():
     np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)
 
 
+
+
+def test_layout_is_continuous_in_rho_where_ratios_tie():
+    """Below a node reached with ρ < 1, a child's draft equal to its target (p/q = 1 on every token): the layout
+    orders the tokens by p/q, not by the rounded ρp/q, so three consecutive floats ρ give one E[τ | T] — it jumped
+    0.43 → 2.0 → 0.73 — and the batched layer, float32 inputs included, follows the exact core."""
+    from gpu import TreeBatch
+
+    r = np.array([0.12673024, 0.25039817, 0.13443931, 0.03903397, 0.31324034, 0.13615798])
+    r /= r.sum()
+    V, k = 6, 3
+    tree = DraftTree(tuple([-1, 0] + [1] * k), tuple([-1, 0] + [1] * k))
+    rho, got = 0.4988229668885943, []
+    for _ in range(3):
+        p0 = np.full(V, (1 - rho) / (V - 1))
+        p0[0] = rho                                     # the root's one child is reached with ρ = p0[0]
+        q0 = np.eye(V)[0]
+        P, Q = np.vstack([p0, r] + [r] * k), np.vstack([q0, r] + [r] * k)
+        exact = VERIFIERS["univer"].expected_accepted_length(tree, P, Q, "iid")
+        batch = TreeBatch.from_trees([tree])
+        for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
+            e = expected_accepted_length(batch, torch.tensor(P, dtype=dtype)[None], torch.tensor(Q, dtype=dtype)[None],
+                                         "iid", "univer")
+            assert abs(float(e[0]) - exact) <= tol, (rho, dtype, float(e[0]), exact)
+        got.append(exact)
+        rho = float(np.nextafter(rho, 1))
+    assert max(got) - min(got) <= 1e-12, got

@@ -139,3 +139,17 @@ def test_wor_tuple_law_and_ratios_on_a_subnormal_rest(t):
             for name in names:
                 r = evaluate(model, TreeShape.parse(shape), process, VERIFIERS[name])
                 assert r.lossless and float(r.distance) <= 1e-12, (shape, name, float(r.distance))
+
+
+def test_lp_plans_on_subnormal_tuple_probabilities():
+    """The shape rule's LP at a wor root whose tuples have subnormal probabilities: ``w = π/Q_k`` overflowed on the
+    solver's round-off in π (inf/inf = NaN after the cap) and UniVer's law was NaN; ``min(1, π/Q_k)`` keeps it
+    lossless (``lp_plan.plan_weights``, the batched rule 1's too)."""
+    from univer_theory import context_free
+
+    p = np.array([2.2250738585072014e-308, 0.986928368, 2.2250738585072014e-308, 2.2250738585072014e-308, 0.0])
+    p[4] = 1.0 - p[:4].sum()
+    q = np.array([1e-310, 1e-320, 0.655978979, 1e-320, 0.0])
+    q[4] = 1.0 - q[:4].sum()
+    r = evaluate(context_free(p, q), TreeShape.parse("(.,.,((.)))"), "wor", VERIFIERS["univer"])
+    assert np.isfinite(float(r.expected_accepted)) and r.lossless and float(r.distance) <= 1e-12

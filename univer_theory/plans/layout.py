@@ -187,22 +187,25 @@ class LayoutRows(NamedTuple):
     alpha_star: object
 
 
-def layout_rows(c, q, k) -> LayoutRows:
+def layout_rows(c, q, k, p=None) -> LayoutRows:
     """The targets ``b`` and the cut / block structure of rows ``c = ρp``, ``q`` ``[R, V]`` with ``k [R]`` i.i.d.
     children each (O(V log V) per row): sort by ratio, prefix sums ``X``, ``C``, ``D = F(X) − C``, ``n = argmin D``,
-    prefix / suffix minima ``P``, ``S``; a block starts where the running minimum is attained.  On numpy rows the
-    steps after the sort run as compiled passes (:mod:`.layout_blocks`, the same floats); on torch rows
-    :func:`array_layout_rows`."""
+    prefix / suffix minima ``P``, ``S``; a block starts where the running minimum is attained.  The ratio order is
+    ``p/q`` descending when the rows ``p`` are given (the order of ``ρp/q``, ρ a scalar per row, but free of ρ's
+    round-off: tokens whose ``p/q`` tie exactly stay in id order for every ρ — sorted by the rounded ``ρp/q`` they
+    moved with ρ's last bits, and one ulp of ρ moved E[τ | T] from 0.43 to 2.0, docs/deviations.md item 73), else
+    ``c/q``.  On numpy rows the steps after the sort run as compiled passes (:mod:`.layout_blocks`, the same
+    floats); on torch rows :func:`array_layout_rows`."""
     if get_backend(c, q) is NUMPY:
-        return LayoutRows(*layout_rows_rows(c, q, ratio_argsort(c, q, descending=True), cum_f, k))
-    return array_layout_rows(c, q, k)
+        return LayoutRows(*layout_rows_rows(c, q, ratio_argsort(c if p is None else p, q, descending=True), cum_f, k))
+    return array_layout_rows(c, q, k, p)
 
 
-def array_layout_rows(c, q, k) -> LayoutRows:
+def array_layout_rows(c, q, k, p=None) -> LayoutRows:
     """:func:`layout_rows` written against the array namespace: numpy arrays or torch tensors."""
     nx, xp = get_backend(c, q), array_module(q)
     drafted = q > 0
-    order = ratio_argsort(c, q, descending=True)
+    order = ratio_argsort(c if p is None else p, q, descending=True)
     on = nx.take(drafted, order)
     qo = nx.take(q, order)
     co = nx.where(on, nx.take(c, order), 0.0)
@@ -649,7 +652,7 @@ def layout_targets(target_probs, draft_probs, rho, k: int) -> LayoutTargets:
     p = np.asarray(target_probs, dtype=np.float64)
     q = np.asarray(draft_probs, dtype=np.float64)
     c = float(rho) * p
-    rows = layout_rows(c[None], q[None], np.array([k]))
+    rows = layout_rows(c[None], q[None], np.array([k]), p[None])
     m = int(np.count_nonzero(q > 0))
     bounds = np.append(np.flatnonzero(rows.starts[0]), m)
     b = rows.b[0]

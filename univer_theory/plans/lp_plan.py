@@ -31,6 +31,17 @@ def capped_rows(w):
     return w / nx.maximum(nx.sum(w, keepdims=True), 1.0)
 
 
+def plan_weights(pi, tuple_probs):
+    """``w_j(S) = min(1, π(S, j)/Q_k(S))`` from an LP's joint masses ``π [..., n, k]`` and the tuples'
+    probabilities ``[..., n]`` (0 where ``Q_k(S) = 0``: a tuple whose float probability underflows carries no
+    mass); the ratio is formed only below 1 — on a subnormal ``Q_k(S)`` the solver's round-off in π made ``π/Q_k``
+    overflow, and ``inf/inf`` a NaN after the cap.  numpy arrays or torch tensors."""
+    nx = get_backend(pi, tuple_probs)
+    probs = tuple_probs[..., None]
+    below = (probs > 0) & (pi < probs)
+    return nx.where(below, pi / nx.where(below, probs, 1.0), nx.where(probs > 0, 1.0, 0.0))
+
+
 def repaired_plan(weights, tuples, tuple_probs, c):
     """Steps 1–4 of the module docstring on ``weights [..., n, k]`` (``w_j(S)`` of the n tuples ``tuples
     [..., n, k]``, indices into the last axis of the caps ``c = ρp [..., V]``, with probabilities ``tuple_probs
@@ -83,8 +94,7 @@ def lp_plan(target_probs, draft_probs, rho, k, process, position_weights=None) -
     if res.plan is None or res.status.startswith("highs"):
         return None
     probs = np.array([float(pr) for _, pr in law])
-    # a tuple whose float probability underflows to 0 carries no mass: w = 0 there (π/Q_k would be 0/0)
-    weights = np.divide(res.plan, probs[:, None], out=np.zeros_like(res.plan), where=probs[:, None] > 0)
+    weights = plan_weights(np.asarray(res.plan, dtype=np.float64), probs)
     plan = tabulated_plan("lp" if position_weights is None else "shape_lp", weights, res.tuples,
                           probs, p, rho, {"lp_value": res.value, "lp_status": res.status})
     plan.info["repair_loss"] = res.value - plan.alpha
