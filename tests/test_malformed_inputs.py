@@ -240,3 +240,11 @@ def test_build_plan_checks_its_node_inputs():
             build_plan(construction, np.array([0.5, 0.7]), np.array([0.5, 0.5]), 1.0, 2, process)
         with pytest.raises(ValueError, match="NaN"):
             build_plan(construction, np.array([np.nan, 1.0]), np.array([0.5, 0.5]), 1.0, 2, process)
+
+
+def test_complex_rows_are_rejected():
+    """Complex rows were cast to float with a ComplexWarning, dropping the imaginary part."""
+    from univer_theory import alpha_star
+
+    with pytest.raises(ValueError, match="alpha_star: target_probs must be real numbers, got dtype complex128"):
+        alpha_star(np.array([0.5 + 0.3j, 0.5 - 0.3j]), np.array([0.25, 0.75]), 2, "iid")

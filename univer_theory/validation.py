@@ -29,8 +29,8 @@ def as_prob_array(values, where: str, name: str) -> np.ndarray:
             if not isinstance(v, (Fraction, int)) or isinstance(v, bool):
                 raise ValueError(f"{where}: {name} mixes Fractions with {type(v).__name__} values")
         return arr
-    if not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"{where}: {name} must be numeric, got dtype {arr.dtype}")
+    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(f"{where}: {name} must be real numbers, got dtype {arr.dtype}")
     return arr.astype(np.float64)
 
 
