@@ -11,7 +11,7 @@ Output: ``w(S) [R, k]`` after the slot rule, equal to what :func:`solvers.slot_r
   ``r·z``; the exact core folds them into one objective with ε, the same optimum by total unimodularity).
   The solver differs because HiGHS solves one LP at a time on the host, and a level needs all its small LPs
   solved together on the device.  The float formulas around it are the exact core's functions: the tie-break
-  (:func:`solvers.slot_rule.ordering_code`, :func:`~solvers.slot_rule.tie_break`) and ``w = z/Q_k`` capped
+  (:func:`solvers.slot_rule.ordering_code`, :func:`~solvers.slot_rule.tie_break`) and ``w = min(1, z/Q_k)`` capped
   at ``Σ_j w_j ≤ 1`` (:func:`univer_theory.plans.lp_plan.capped_rows`).
   Each LP has a capacity row per ordering, a mass row per token rank and a ``z ≥ 0`` row per variable;
   orderings that repeat an earlier one (i.i.d. repeated tokens) or have ``Q_k = 0`` get capacity 0 and no
@@ -26,7 +26,7 @@ import torch
 from solvers.slot_rule import SLOT_TOL, ordering_code, slot_violations, tie_break
 from solvers.slot_rule import slot_pair as core_slot_pair
 from univer_theory.nx import array_module, get_backend
-from univer_theory.plans.lp_plan import capped_rows
+from univer_theory.plans.lp_plan import capped_rows, plan_weights
 from univer_theory.processes import tuple_probs
 
 from .host import on_host
@@ -100,4 +100,4 @@ def _slot_lp(w_all, children, q, omega, process: str, perms: list):
     checks = slot_violations(z / unit[..., None], z0.reshape(R, P, k) / unit[..., None],
                              nx.where(keep, probs, 0.0) / unit, ranks)
     ok = optimal & (checks[0] <= SLOT_TOL) & (checks[1] <= SLOT_TOL) & (checks[2] <= SLOT_TOL)
-    return nx.where(ok[:, None], capped_rows(nx.maximum(z[:, 0], 0.0) / probs[:, :1]), w_all[:, 0])  # 0 = S
+    return nx.where(ok[:, None], capped_rows(plan_weights(nx.maximum(z[:, 0], 0.0), probs[:, 0])), w_all[:, 0])  # 0 = S

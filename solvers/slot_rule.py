@@ -51,7 +51,7 @@ from itertools import permutations
 import numpy as np
 
 from univer_theory.nx import get_backend
-from univer_theory.plans.lp_plan import capped_rows
+from univer_theory.plans.lp_plan import capped_rows, plan_weights
 from univer_theory.processes import tuple_probs
 
 from .highs_lp import solve_lp
@@ -145,7 +145,8 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
                           "; ".join(problems) + f" (tolerance {SLOT_TOL:g}·ΣQ)")
     z = np.maximum(z, 0.0)
     zz = z.reshape(n, k)
-    return SlotResult(tuple(orderings), capped_rows(zz / probs[:, None]), unit * float(np.tile(omega, n) @ (z - z0)),
+    gain = unit * float(np.tile(omega, n) @ (z - z0))
+    return SlotResult(tuple(orderings), capped_rows(plan_weights(zz, probs)), gain,
                       "optimal", True, sol.message)
 
 
