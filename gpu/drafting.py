@@ -51,9 +51,11 @@ def sample_children(draft_probs: torch.Tensor, k: int, process: str,
         # Gumbel-top-k in its exponential form: top-k of q/E, E ~ Exp(1), orders tokens as log q + G with
         # G = −log E a Gumbel.  E is float64: float32 exponentials are quantised at the extremes (the tail that
         # lets a low-probability token win) and make exact key ties (undefined topk order) likely at large V.
-        # q = 0 tokens get key 0 and are never chosen (k ≤ support).
+        # q = 0 tokens get key −1 and are never chosen (k ≤ support): a subnormal q's key q/E may underflow to 0,
+        # and a key 0 for them let topk pick a q = 0 token in its place.
         e = torch.empty(R, V, dtype=torch.float64, device=draft_probs.device).exponential_(generator=generator)
-        keys = draft_probs.to(torch.float64) / e.clamp(min=torch.finfo(torch.float64).tiny)
+        q = draft_probs.to(torch.float64)
+        keys = torch.where(q > 0, q / e.clamp(min=torch.finfo(torch.float64).tiny), -1.0)
         return keys.topk(k, dim=-1, sorted=True).indices
     top = top_tokens(draft_probs, k if process == "topk" else k - 1)
     if process == "topk":

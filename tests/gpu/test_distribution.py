@@ -84,6 +84,15 @@ def test_sample_children_topk_is_deterministic_with_low_id_ties():
     assert sample_children(q, 3, "topk").tolist() == [[0, 2, 3], [1, 2, 3]]
 
 
+def test_wor_children_never_draw_an_undrafted_token():
+    """A subnormal q's Gumbel key q/E underflows to 0 once E > 1; q = 0 tokens had key 0 too, and topk took one
+    in its place (token 0 in ~1/3 of 2 000 draws here)."""
+    q = torch.tensor([[0.0, 5e-324, 1.0]], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    kids = torch.cat([sample_children(q, 2, "wor", gen) for _ in range(2000)])
+    assert set(kids.flatten().tolist()) == {1, 2}
+
+
 @pytest.mark.parametrize("process", ["iid", "wor"])
 def test_draft_tree_follows_tree_law(process):
     """Whole drafted trees of shape ((.),.) against enumerate_trees, with rows that depend on the last token
