@@ -12,6 +12,7 @@ nodes at once:
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Callable
 
 import torch
@@ -39,6 +40,8 @@ def sample_children(draft_probs: torch.Tensor, k: int, process: str,
     check_rows(where, "draft_probs", draft_probs)
     if k < 1:
         raise ValueError(f"{where}: number of children k must be ≥ 1, got {k}")
+    if draft_probs.shape[0] == 0:
+        return torch.empty(0, k, dtype=torch.long, device=draft_probs.device)
     if process != "iid":
         support = int((draft_probs > 0).sum(-1).min())
         if k > support:
@@ -90,18 +93,27 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
     check_choice(process, PROCESSES, where, "process")
     if not isinstance(shape, TreeShape):
         raise ValueError(f"{where}: shape must be a TreeShape, got {type(shape).__name__}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise ValueError(f"{where}: batch_size must be an int ≥ 1, got {batch_size!r}")
     N, B = shape.num_nodes, int(batch_size)
     if callable(draft_probs):
-        source = draft_probs
+        def source(token, nodes):
+            q = draft_probs(token, nodes)
+            if not torch.is_tensor(q) or q.ndim != 3 or q.shape[:2] != (B, len(nodes)):
+                raise ValueError(f"{where}: the draft_probs callable must return a [B, len(nodes), V] = "
+                                 f"[{B}, {len(nodes)}, V] tensor, got "
+                                 f"{list(q.shape) if torch.is_tensor(q) else type(q).__name__}")
+            return q                    # its rows are checked where children are drawn from them
     else:
         rows = torch.as_tensor(draft_probs, device=device)
         if rows.ndim == 1:
             rows = rows.expand(B, N, rows.shape[0])
         elif rows.ndim == 2:
             rows = rows.expand(B, *rows.shape)
-        if rows.shape[:2] != (B, N):
+        if rows.ndim != 3 or rows.shape[:2] != (B, N):
             raise ValueError(f"{where}: draft_probs rows must be [V], [N, V] or [B, N, V] with [B, N] = [{B}, {N}], "
                              f"got {list(rows.shape)}")
+        check_rows(where, "draft_probs", rows)
 
         def source(token, nodes):
             return rows[:, nodes]

@@ -248,3 +248,37 @@ def test_complex_rows_are_rejected():
 
     with pytest.raises(ValueError, match="alpha_star: target_probs must be real numbers, got dtype complex128"):
         alpha_star(np.array([0.5 + 0.3j, 0.5 - 0.3j]), np.array([0.25, 0.75]), 2, "iid")
+
+
+def test_shapes_models_and_model_files_past_their_range():
+    """A shape spec of ~10⁹ nodes was built node by node until the memory ran out (`univer exact` exited 1 with a
+    MemoryError); a model-file entry "1e999999999" never loaded (Fraction built a 10⁹-digit integer); model
+    arguments that make no law (concentration = inf, a NaN temperature, exact rows with denominator 0) gave NaN or
+    float rows; context_free on scalars raised IndexError.  All ValueErrors now."""
+    from gpu.llm.tree_draft import tree_shape
+    from univer_theory import ConfidentModel, DirichletModel, TemperedModel, apply_temperature, context_free
+
+    for spec in ("1000,1000,1000", "binary:64", "eagle:60"):
+        with pytest.raises(ValueError, match="beyond the 1048576 a shape may have"):
+            tree_shape(spec)
+    assert tree_shape("binary:4").num_nodes == 31
+    for bad, match in ((lambda: DirichletModel(3, concentration=float("inf")), "concentration must be finite"),
+                       (lambda: ConfidentModel(3, concentration=float("inf")), "concentration must be finite"),
+                       (lambda: apply_temperature(np.array([0.5, 0.5]), float("nan")), "temperature must be finite"),
+                       (lambda: TemperedModel(DirichletModel(3), float("nan")), "temperature must be finite"),
+                       (lambda: DirichletModel(3, exact=True, denominator=0), "denominator must be a positive int"),
+                       (lambda: context_free(0.5, 0.5), "must be rows \\[V\\]")):
+        with pytest.raises(ValueError, match=match):
+            bad()
+
+
+def test_a_model_file_entry_past_the_float_range_is_refused(tmp_path, capsys):
+    import json
+
+    from univer.cli import main
+
+    path = tmp_path / "model.json"
+    for entry in ("1e999999999", "1e-999999999"):
+        path.write_text(json.dumps({"vocab": 2, "target": {"": [entry, 0]}, "draft": {"": [0.5, 0.5]}}))
+        assert main(["exact", "--model-file", str(path), "--shape", "1"]) == 2
+        assert "beyond 1e±400" in capsys.readouterr().err

@@ -7,6 +7,8 @@ Every family can return exact ``Fraction`` rows (numpy ``object`` arrays) for th
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
@@ -90,6 +92,21 @@ def parse_prefix(key, vocab_size: int, where: str) -> Prefix:
     return prefix
 
 
+#: Largest decimal exponent a model file's entry may carry: a float64 is 0 below 1e-324 and inf above 1e308, and
+#: ``Fraction("1e999999999")`` would build a 10⁹-digit integer (the file then never loads).
+MAX_ENTRY_EXPONENT = 400
+
+
+def _fraction(x) -> Fraction:
+    """A model-file entry (a JSON number, or a string like ``"1/3"`` or ``"0.25"``) as a Fraction; a ValueError
+    for anything else, or for an exponent beyond :data:`MAX_ENTRY_EXPONENT`."""
+    text = str(x).strip()
+    mantissa, e, exponent = text.lower().partition("e")
+    if e and exponent.lstrip("+-").isdigit() and abs(int(exponent)) > MAX_ENTRY_EXPONENT:
+        raise ValueError(f"exponent of {text!r} out of range")
+    return Fraction(text)
+
+
 class TableModel(Model):
     """Explicit tables ``{prefix: row}`` for target and draft; a missing prefix falls back to the root row.
 
@@ -157,10 +174,10 @@ class TableModel(Model):
                 raise ValueError(f"TableModel.from_json: {path}: the {name} row for prefix {key!r} must be a list "
                                  f"of {data['vocab']} probabilities, got {row!r}")
             try:
-                values = [Fraction(str(x)) for x in row]
+                values = [_fraction(x) for x in row]
             except (ValueError, ZeroDivisionError):
                 raise ValueError(f"TableModel.from_json: {path}: the {name} row for prefix {key!r} has an entry "
-                                 f"that is not a number or a fraction like '1/3': {row!r}") from None
+                                 f"that is not a number or a fraction like '1/3' (or is beyond 1e±{MAX_ENTRY_EXPONENT}): {row!r}") from None
             return np.array(values, dtype=object) if exact else np.array([float(x) for x in values])
 
         for name in ("target", "draft"):
@@ -206,8 +223,11 @@ def checked_model(model, where: str) -> Model:
 
 
 def context_free(target_probs, draft_probs) -> TableModel:
-    """Model whose ``p`` and ``q`` do not depend on the prefix."""
+    """Model whose ``p`` and ``q`` do not depend on the prefix (rows ``[V]``)."""
     target_probs = np.asarray(target_probs)
+    if target_probs.ndim != 1 or np.ndim(draft_probs) != 1:
+        raise ValueError(f"context_free: target_probs and draft_probs must be rows [V], got shapes "
+                         f"{target_probs.shape} and {np.shape(draft_probs)}")
     return TableModel(target_probs.shape[-1], {(): target_probs}, {(): np.asarray(draft_probs)})
 
 
@@ -227,8 +247,10 @@ class DirichletModel(Model):
             raise ValueError(f"DirichletModel: vocab_size must be ≥ 2, got {vocab_size}")
         if not 0.0 <= similarity <= 1.0:
             raise ValueError(f"DirichletModel: similarity must lie in [0, 1], got {similarity}")
-        if not concentration > 0:
-            raise ValueError(f"DirichletModel: concentration must be > 0, got {concentration}")
+        if not 0 < concentration < math.inf:
+            raise ValueError(f"DirichletModel: concentration must be finite and > 0, got {concentration}")
+        if exact and not (isinstance(denominator, numbers.Integral) and denominator >= 1):
+            raise ValueError(f"DirichletModel: denominator must be a positive int with exact=True, got {denominator!r}")
         self.vocab_size, self.seed = int(vocab_size), int(seed)
         self.similarity, self.concentration = float(similarity), float(concentration)
         self.denominator = int(denominator) if exact else None
@@ -255,8 +277,8 @@ class DirichletModel(Model):
 
 def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
     """``norm(row^{1/T})``; ``T = 0`` is the one-hot argmax (lowest token id on ties), exact in both modes."""
-    if temperature < 0:
-        raise ValueError(f"apply_temperature: temperature must be ≥ 0, got {temperature}")
+    if not 0 <= temperature < math.inf:
+        raise ValueError(f"apply_temperature: temperature must be finite and ≥ 0, got {temperature}")
     if temperature == 0:
         out = np.zeros(row.size, dtype=row.dtype)
         out[int(np.argmax(row.astype(np.float64)))] = 1
@@ -282,6 +304,9 @@ class TemperedModel(Model):
         self.base, self.vocab_size = base, base.vocab_size
         self.temperature = float(temperature)
         self.draft_temperature = self.temperature if draft_temperature is None else float(draft_temperature)
+        for name, t in (("temperature", self.temperature), ("draft_temperature", self.draft_temperature)):
+            if not 0 <= t < math.inf:
+                raise ValueError(f"TemperedModel: {name} must be finite and ≥ 0, got {t}")
 
     def target(self, prefix):
         return apply_temperature(self.base.target(prefix), self.temperature)
@@ -320,8 +345,8 @@ class ConfidentModel(Model):
             raise ValueError(f"ConfidentModel: tail must lie in (0, 0.5), got {tail}")
         if target not in CONFIDENT_TARGETS:
             raise ValueError(f"ConfidentModel: unknown target {target!r}; choose one of {list(CONFIDENT_TARGETS)}")
-        if not concentration > 0:
-            raise ValueError(f"ConfidentModel: concentration must be > 0, got {concentration}")
+        if not 0 < concentration < math.inf:
+            raise ValueError(f"ConfidentModel: concentration must be finite and > 0, got {concentration}")
         if not 0.0 <= top_target <= 1.0:
             raise ValueError(f"ConfidentModel: top_target must lie in [0, 1], got {top_target}")
         self.vocab_size, self.seed, self.tail, self.kind = int(vocab_size), int(seed), float(tail), target

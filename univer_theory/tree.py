@@ -134,6 +134,18 @@ class _Skeleton:
         return all(len(c) <= 1 for c in self.children)
 
 
+#: The most nodes a generated shape may have (:meth:`TreeShape.uniform`, ``gpu.llm.tree_draft.eagle_like_shape``):
+#: a draft tree is tens to hundreds of nodes, and a spec like ``1000,1000,1000`` or ``binary:64`` is a typo that
+#: would otherwise be built node by node until the memory runs out.
+MAX_SHAPE_NODES = 1 << 20
+
+
+def check_shape_size(nodes: int, where: str, spec) -> None:
+    """A ``ValueError`` when a shape of ``nodes`` nodes (``spec``: what names it) exceeds :data:`MAX_SHAPE_NODES`."""
+    if nodes > MAX_SHAPE_NODES:
+        raise ValueError(f"{where}: {spec!r} has {nodes} nodes or more, beyond the {MAX_SHAPE_NODES} a shape may have")
+
+
 @dataclass(frozen=True)
 class TreeShape(_Skeleton):
     """A tree skeleton: ``parent[u]`` for every node, no tokens."""
@@ -152,6 +164,12 @@ class TreeShape(_Skeleton):
         branching = [int(b) for b in branching]
         if not branching or any(b < 1 for b in branching):
             raise ValueError(f"TreeShape.uniform: branching must be a non-empty list of positive ints, got {branching}")
+        level, nodes = 1, 1
+        for b in branching:
+            level *= b
+            nodes += level
+            check_shape_size(nodes, "TreeShape.uniform",
+                             ",".join(map(str, branching)) if len(branching) <= 8 else f"{len(branching)} levels")
         parent, frontier = [-1], [0]
         for b in branching:
             nxt = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from univer_theory import DraftTree, TreeShape
+from univer_theory.tree import check_shape_size
 
 from ..drafting import draft_tree as draft_skeleton
 from ..probs import probs_from_logits
@@ -35,6 +36,7 @@ def eagle_like_shape(width: int = 4) -> TreeShape:
             for j in range(width if u == 0 else max(0, width - d - r)):
                 parent.append(u)
                 nxt.append((len(parent) - 1, d + 1, j))
+            check_shape_size(len(parent), "eagle_like_shape", f"eagle:{width}")
         frontier = nxt
     return TreeShape(tuple(parent))
 

@@ -121,3 +121,24 @@ def test_draft_tree_follows_tree_law(process):
     torch.testing.assert_close(q_nodes[0, inner], torch.tensor(np.stack([model.draft(b0.paths[u]) for u in inner])))
     torch.testing.assert_close(q_nodes[0, [u for u in range(b0.num_nodes) if u not in inner]],
                                torch.full((b0.num_nodes - len(inner), V), 1 / V, dtype=torch.float64))
+
+
+def test_draft_tree_checks_its_batch_and_rows():
+    """A batch size that is not an int ≥ 1, rows of the wrong rank, a callable returning the wrong shape and a NaN
+    leaf row are ValueErrors (they were RuntimeErrors, a TypeError, truncations or silently returned); no rows
+    draw no children."""
+    from univer_theory import TreeShape
+
+    shape, q = TreeShape.parse("2,2"), torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+    for bad, match in ((lambda: draft_tree(shape, q, "wor", 0), "batch_size must be an int ≥ 1"),
+                       (lambda: draft_tree(shape, q, "wor", 2.5), "batch_size must be an int ≥ 1"),
+                       (lambda: draft_tree(shape, q.expand(2, 7, 3, 4), "wor", 2), "must be \\[V\\], \\[N, V\\]"),
+                       (lambda: draft_tree(shape, lambda t, n: q.expand(2, len(n) + 1, 4), "wor", 2),
+                        "callable must return a \\[B, len\\(nodes\\), V\\]"),
+                       (lambda: draft_tree(shape, lambda t, n: np.full((2, len(n), 4), 0.25), "wor", 2),
+                        "got ndarray"),
+                       (lambda: draft_tree(TreeShape.parse("1"), torch.tensor([[1.0, 0.0], [float("nan"), 0.0]]),
+                                           "iid", 1), "row \\[0, 1\\] contains NaN")):
+        with pytest.raises(ValueError, match=match):
+            bad()
+    assert sample_children(torch.zeros(0, 4, dtype=torch.float64), 2, "wor").shape == (0, 2)
