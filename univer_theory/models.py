@@ -177,7 +177,8 @@ class TableModel(Model):
                 values = [_fraction(x) for x in row]
             except (ValueError, ZeroDivisionError):
                 raise ValueError(f"TableModel.from_json: {path}: the {name} row for prefix {key!r} has an entry "
-                                 f"that is not a number or a fraction like '1/3' (or is beyond 1e±{MAX_ENTRY_EXPONENT}): {row!r}") from None
+                                 f"that is not a number or a fraction like '1/3' (or is beyond "
+                                 f"1e±{MAX_ENTRY_EXPONENT}): {row!r}") from None
             return np.array(values, dtype=object) if exact else np.array([float(x) for x in values])
 
         for name in ("target", "draft"):
