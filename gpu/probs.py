@@ -40,8 +40,10 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
         raise ValueError(f"probs_from_logits: logits must be a floating tensor [..., V], got "
                          f"{getattr(logits, 'dtype', type(logits).__name__)}")
     temperature = float(temperature)
-    if not temperature >= 0:  # also rejects NaN
-        raise ValueError(f"probs_from_logits: temperature must be ≥ 0, got {temperature}")
+    if not 0 <= temperature < float("inf"):  # also rejects NaN
+        raise ValueError(f"probs_from_logits: temperature must be finite and ≥ 0, got {temperature}")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ValueError(f"probs_from_logits: top must be a positive int (tokens kept per row) or None, got {top!r}")
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(dtype)
     for mask, rule in ((torch.isnan(x).any(-1), "contains NaN"),
@@ -52,14 +54,14 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
             raise ValueError(f"probs_from_logits: logits row {i} {rule}")
     if temperature == 0:
         return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(dtype)
-    if top is not None:
-        if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-            raise ValueError(f"probs_from_logits: top must be a positive int (tokens kept per row) or None, got "
-                             f"{top!r}")
-        if top < x.shape[-1]:
-            kept = x.topk(top, dim=-1).indices
-            x = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
-    return torch.softmax(x / temperature, dim=-1)
+    if top is not None and top < x.shape[-1]:
+        kept = x.topk(top, dim=-1).indices
+        x = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
+    y = x / temperature
+    over = (torch.isinf(y) & torch.isfinite(x)).any(-1)      # a finite logit past the float range at this T
+    if over.any():   # those rows shifted by their largest logit first (softmax's own shift, before the division)
+        y = torch.where(over[..., None], (x - x.amax(-1, keepdim=True)) / temperature, y)
+    return torch.softmax(y, dim=-1)
 
 
 def check_rows(where: str, name: str, rows: torch.Tensor, valid: torch.Tensor | None = None) -> None:

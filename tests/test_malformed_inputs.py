@@ -282,3 +282,24 @@ def test_a_model_file_entry_past_the_float_range_is_refused(tmp_path, capsys):
         path.write_text(json.dumps({"vocab": 2, "target": {"": [entry, 0]}, "draft": {"": [0.5, 0.5]}}))
         assert main(["exact", "--model-file", str(path), "--shape", "1"]) == 2
         assert "beyond 1e±400" in capsys.readouterr().err
+
+
+def test_probs_from_logits_past_the_float_range():
+    """Finite logits whose ``logits / T`` overflows (T = 1e-40 in float32, 1e308 at T = 0.5) gave NaN rows: they are
+    shifted by the row's largest logit first; T = inf (NaN rows with any −inf logit) and a bad ``top`` at T = 0 (then
+    ignored) are ValueErrors."""
+    import math
+
+    from gpu.probs import probs_from_logits
+
+    for logits, T in ((torch.tensor([[1.0, 2.0, 3.0]]), 1e-40), (torch.tensor([[3e38, 0.0]]), 0.5),
+                      (torch.tensor([[1e308, 0.0]], dtype=torch.float64), 0.5), (torch.tensor([[-3e38, 3e38]]), 1.0)):
+        out = probs_from_logits(logits, T)
+        assert torch.equal(out, torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(out.dtype))
+    mild = torch.tensor([[0.5, -1.0, 2.0]])
+    assert torch.equal(probs_from_logits(mild, 0.7), torch.softmax(mild / 0.7, -1))     # rows in range: as before
+    with pytest.raises(ValueError, match="temperature must be finite"):
+        probs_from_logits(torch.tensor([[0.0, -math.inf, 1.0]]), math.inf)
+    for top in (0, -3, "x"):
+        with pytest.raises(ValueError, match="top must be a positive int"):
+            probs_from_logits(mild, 0.0, top)

@@ -169,13 +169,22 @@ def read_log(path: Path) -> tuple[dict, list[PromptRecord]]:
     lines = Path(path).read_text().splitlines()
     if not lines:
         raise ValueError(f"accept_bench: log {path} is empty")
-    header, records = json.loads(lines[0]), []
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or not isinstance(header.get("config"), dict):
+        raise ValueError(f"accept_bench: log {path} does not start with an accept-bench header "
+                         f"({{\"config\": …, \"methods\": …}})")
+    records = []
     for i, line in enumerate(lines[1:], 2):
         try:
             records.append(PromptRecord.from_json(json.loads(line)))
         except json.JSONDecodeError:
             if i != len(lines):
                 raise ValueError(f"accept_bench: log {path} line {i} is not JSON") from None
+        except (KeyError, TypeError, AttributeError, ValueError) as err:
+            raise ValueError(f"accept_bench: log {path} line {i} is not a prompt record ({err!r})") from None
     return header, records
 
 

@@ -154,3 +154,33 @@ def test_speed_cli_rejects_non_positive_counts(option, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["speed", option, "0"])
     assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["accept-bench", "--methods", "spechub"], "--methods spechub with --tree"),           # read args.shape
+    (["accept-bench", "--methods", "sps", "--tree", "binary:2"], "--methods sps with --tree binary:2"),
+    (["decode", "--prompt", "hi", "--device", "foo"], "--device foo:"),                     # a RuntimeError, exit 1
+    (["accept-bench", "--methods", "sps", "--tree", "chain:1", "--out", "FILE"], "is a file; give a folder"),
+    (["speed", "--n", "1", "--methods", "plain", "--out", "FILE"], "is a file; give a folder"),   # after every run
+])
+def test_llm_commands_refuse_bad_values_in_one_line_before_loading(argv, match, tmp_path, capsys):
+    """Each was a traceback with exit 1 (an AttributeError, a RuntimeError, a FileExistsError — the last one only
+    after the whole speed run); all are one line and exit 2 now, before any model is loaded."""
+    (tmp_path / "file").write_text("x")
+    assert cli.main([str(tmp_path / "file") if a == "FILE" else a for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_accept_bench_log_that_is_not_one_is_refused(tmp_path):
+    """A log whose first line is JSON but not the header (e.g. ``[1, 2]``) raised an AttributeError on resume."""
+    from gpu.llm.accept_bench import read_log
+
+    path = tmp_path / "accept_bench.jsonl"
+    for text in ("[1, 2]\n", "not json\n", '{"config": 3}\n'):
+        path.write_text(text)
+        with pytest.raises(ValueError, match="does not start with an accept-bench header"):
+            read_log(path)
+    path.write_text('{"config": {}, "methods": []}\n{"id": 1}\n{"id"')
+    with pytest.raises(ValueError, match="line 2 is not a prompt record"):
+        read_log(path)

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import print_json, selected_methods
+from .common import output_folder, print_json, selected_methods
 from .decode import add_llm_options, load_models
 
 #: Settings of ``--fast`` (CI): few prompts, a small tree, few positions — unless given explicitly.
@@ -109,9 +109,9 @@ def run(args) -> int:
     if not methods:
         raise ValueError(f"no method applies to tree {shape} with process {args.process!r}")
     prompts = load_prompts(args.prompts, limit)
+    out = output_folder(args.out)
     pair = load_models(args)
     start = time.perf_counter()
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = accept_bench(pair, prompts, shape, args.process, methods, args.temperature, positions, args.seed,
                           args.draft_temperature, progress=not args.json, log=out / "accept_bench.jsonl",

@@ -47,8 +47,9 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
         for v in (VERIFIERS[m] for m in names):
             why = v.unsupported(shape, args.process, exact)
             if why:
+                flag = "--shape" if hasattr(args, "shape") else "--tree"     # exact / bound, or the LLM commands
                 raise ValueError(f"unsupported method/shape/process combination: --methods {v.name} with "
-                                 f"--shape {args.shape} --process {args.process}"
+                                 f"{flag} {getattr(args, flag[2:], None) or shape} --process {args.process}"
                                  f"{' --rational' if exact else ''}: {why}")
         return [VERIFIERS[m] for m in names]
     out = []
@@ -61,6 +62,16 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
     if not out:
         raise ValueError(f"no method applies to shape {shape} with process {args.process!r}"
                          + (" in rational mode" if exact else ""))
+    return out
+
+
+def output_folder(text: str):
+    """``--out`` as a folder path: a ValueError, before any run, when it names an existing file."""
+    from pathlib import Path
+
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {text} is a file; give a folder (created if missing)")
     return out
 
 

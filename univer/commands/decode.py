@@ -37,6 +37,10 @@ def load_models(args):
         if args.threads < 1:
             raise ValueError(f"--threads must be ≥ 1, got {args.threads}")
         torch.set_num_threads(args.threads)
+    try:                                # a bad name, or a device this torch build or machine lacks
+        torch.empty(0, device=args.device)
+    except (RuntimeError, AssertionError) as err:
+        raise ValueError(f"--device {args.device}: {str(err).splitlines()[0]}") from None
     return load_pair(args.draft or DEFAULT_DRAFT, device=args.device)
 
 

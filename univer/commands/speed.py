@@ -16,7 +16,7 @@ from pathlib import Path
 
 from univer_theory import VERIFIERS
 
-from .common import positive_int, print_json
+from .common import output_folder, positive_int, print_json
 from .decode import add_llm_options, load_models
 
 #: Methods in the order they are reported; ``sps`` runs on ``--chain``, the tree verifiers on ``--tree``.
@@ -141,6 +141,7 @@ def run(args) -> int:
     prompts = load_prompts(args.prompts, args.n)
     if args.batch > len(prompts):
         raise ValueError(f"--batch {args.batch} exceeds the number of prompts ({len(prompts)}; --n {args.n})")
+    output_folder(args.out)
     pair = load_models(args)
     ids = [encode_prompt(pair.tokenizer, p) for p in prompts]
     report = speed_compare(pair, ids, methods, args.process, args.temperature, args.max_new_tokens, args.seed,
