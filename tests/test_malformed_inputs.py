@@ -262,6 +262,10 @@ def test_shapes_models_and_model_files_past_their_range():
         with pytest.raises(ValueError, match="beyond the 1048576 a shape may have"):
             tree_shape(spec)
     assert tree_shape("binary:4").num_nodes == 31
+    with pytest.raises(ValueError, match="'binary:²' needs a positive depth"):        # int("²") raised bare
+        tree_shape("binary:²")
+    with pytest.raises(ValueError, match="branching must be a non-empty list of positive ints"):   # was 2
+        TreeShape.uniform([2.5])
     for bad, match in ((lambda: DirichletModel(3, concentration=float("inf")), "concentration must be finite"),
                        (lambda: ConfidentModel(3, concentration=float("inf")), "concentration must be finite"),
                        (lambda: apply_temperature(np.array([0.5, 0.5]), float("nan")), "temperature must be finite"),

@@ -161,8 +161,8 @@ class TreeShape(_Skeleton):
     @classmethod
     def uniform(cls, branching) -> "TreeShape":
         """Shape with ``branching[d]`` children under every node of depth d, e.g. ``[2, 2]``."""
-        branching = [int(b) for b in branching]
-        if not branching or any(b < 1 for b in branching):
+        branching = list(branching)
+        if not branching or any(isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1 for b in branching):
             raise ValueError(f"TreeShape.uniform: branching must be a non-empty list of positive ints, got {branching}")
         level, nodes = 1, 1
         for b in branching:

@@ -45,11 +45,11 @@ def tree_shape(spec: str) -> TreeShape:
     """The :class:`TreeShape` named by ``spec`` (see the module docstring)."""
     kind, sep, arg = spec.partition(":")
     if sep and kind in ("binary", "chain"):
-        if not arg.isdigit() or int(arg) < 1:
+        if not (arg.isascii() and arg.isdigit()) or int(arg) < 1:
             raise ValueError(f"tree_shape: {spec!r} needs a positive depth, e.g. {kind}:4")
         return TreeShape.uniform([2 if kind == "binary" else 1] * int(arg))
     if kind == "eagle":
-        if sep and not (arg.isdigit() and int(arg) >= 1):
+        if sep and not (arg.isascii() and arg.isdigit() and int(arg) >= 1):
             raise ValueError(f"tree_shape: {spec!r} needs a positive width, e.g. eagle:4")
         return eagle_like_shape(int(arg) if sep else 4)
     if sep:
