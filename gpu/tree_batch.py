@@ -90,9 +90,14 @@ def _level_nodes(num_children, valid, depth, children, max_depth: int):
     return tuple(out)
 
 
+def integer_dtype(dtype: torch.dtype) -> bool:
+    """True for the integer dtypes (not float, complex or bool): what token ids, links and indices must be."""
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
 def _as_long(x, where: str, name: str, device) -> torch.Tensor:
     t = torch.as_tensor(x, device=device)
-    if t.dtype.is_floating_point or t.dtype == torch.bool or t.is_complex():
+    if not integer_dtype(t.dtype):
         raise ValueError(f"{where}: {name} must hold integers, got dtype {t.dtype}")
     return t.to(torch.long)
 

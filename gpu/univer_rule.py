@@ -43,6 +43,7 @@ from univer_theory.plans import shape_lp
 from univer_theory.plans.base import residual_rows, shares_rows, stop_rows
 from univer_theory.plans.choose import fill_weights, greedy_fill_rows, single_child_rows, single_child_weights
 from univer_theory.univer import SLOT_RULE_MAX_K
+from univer_theory.verifiers import normalise_rows
 
 from .condot import condot_weights
 from .engine import LevelContext, LevelDecision
@@ -141,7 +142,7 @@ def planning_rows(ctx: LevelContext):
     nx = get_backend(ctx.target)
     p, q, rho = (nx.asarray(x, x) for x in (ctx.target, ctx.draft, ctx.rho))
     if ctx.target.dtype != p.dtype:
-        p, q = (x / nx.where(nx.sum(x, keepdims=True) > 0, nx.sum(x, keepdims=True), 1.0) for x in (p, q))
+        p, q = normalise_rows(p), normalise_rows(q)
     return p, q, rho
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .tree import DraftTree, as_int_tuple
-from .validation import check_simplex
+from .validation import check_simplex, check_temperature
 
 Prefix = tuple[int, ...]
 
@@ -101,7 +101,7 @@ def _fraction(x) -> Fraction:
     """A model-file entry (a JSON number, or a string like ``"1/3"`` or ``"0.25"``) as a Fraction; a ValueError
     for anything else, or for an exponent beyond :data:`MAX_ENTRY_EXPONENT`."""
     text = str(x).strip()
-    mantissa, e, exponent = text.lower().partition("e")
+    _, e, exponent = text.lower().partition("e")
     if e and exponent.lstrip("+-").isdigit() and abs(int(exponent)) > MAX_ENTRY_EXPONENT:
         raise ValueError(f"exponent of {text!r} out of range")
     return Fraction(text)
@@ -278,8 +278,7 @@ class DirichletModel(Model):
 
 def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
     """``norm(row^{1/T})``; ``T = 0`` is the one-hot argmax (lowest token id on ties), exact in both modes."""
-    if not 0 <= temperature < math.inf:
-        raise ValueError(f"apply_temperature: temperature must be finite and ≥ 0, got {temperature}")
+    check_temperature(temperature, "apply_temperature")
     if temperature == 0:
         out = np.zeros(row.size, dtype=row.dtype)
         out[int(np.argmax(row.astype(np.float64)))] = 1
@@ -303,11 +302,9 @@ class TemperedModel(Model):
 
     def __init__(self, base: Model, temperature: float, draft_temperature: float | None = None):
         self.base, self.vocab_size = base, base.vocab_size
-        self.temperature = float(temperature)
-        self.draft_temperature = self.temperature if draft_temperature is None else float(draft_temperature)
-        for name, t in (("temperature", self.temperature), ("draft_temperature", self.draft_temperature)):
-            if not 0 <= t < math.inf:
-                raise ValueError(f"TemperedModel: {name} must be finite and ≥ 0, got {t}")
+        self.temperature = check_temperature(temperature, "TemperedModel")
+        self.draft_temperature = (self.temperature if draft_temperature is None else
+                                  check_temperature(draft_temperature, "TemperedModel", "draft_temperature"))
 
     def target(self, prefix):
         return apply_temperature(self.base.target(prefix), self.temperature)

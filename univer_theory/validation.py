@@ -16,6 +16,14 @@ import numpy as np
 SIMPLEX_ATOL = 1e-9
 
 
+def check_temperature(value, where: str, name: str = "temperature") -> float:
+    """``value`` as a float, or a ValueError unless it is finite and ≥ 0 (NaN and inf make no law)."""
+    t = float(value)
+    if not 0 <= t < float("inf"):
+        raise ValueError(f"{where}: {name} must be finite and ≥ 0, got {t}")
+    return t
+
+
 def is_exact(array: np.ndarray) -> bool:
     """True for ``object`` arrays (Fractions / ints): the exact rational mode."""
     return np.asarray(array).dtype == object

@@ -98,8 +98,10 @@ def kseq_bisection_steps(max_k: int) -> int:
     return 52 + max(int(max_k) - 1, 1).bit_length()
 
 
-def _simplex_rows(nx, x):
-    """Rows ``[..., V]`` divided by their sums (a zero row kept)."""
+def normalise_rows(x):
+    """Float rows ``[..., V]`` divided by their sums (a zero row kept): :func:`normalise` on a batch, numpy or torch
+    (K-SEQ's ρ\*, UniVer's float32 rows planned in float64)."""
+    nx = get_backend(x)
     total = nx.sum(x, keepdims=True)
     return x / nx.where(total > 0, total, 1.0)
 
@@ -121,7 +123,7 @@ def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None):
     floats and the acceptance masses never exceed ``min(p, ρ*·q)`` (:func:`kseq_acceptance_mass`, the same r).
     """
     nx = get_backend(target_probs, draft_probs)
-    p, q = (_simplex_rows(nx, nx.asarray(x, x)) for x in (target_probs, draft_probs))
+    p, q = (normalise_rows(nx.asarray(x, x)) for x in (target_probs, draft_probs))
     order = ratio_argsort(p, q)
     key = nx.take(ratio_key(p, q), order)                               # ascending, q = 0 (inf) last
     zero = nx.zeros_like(p[..., :1])
@@ -149,7 +151,7 @@ def kseq_acceptance_mass(target_probs, draft_probs, k, rho):
     ``r = 1 − β = Σ [q − p/ρ]_+`` (:func:`kseq_rho_star`; 0 where β = 0), on the rows put on the simplex; Σ = α.
     Rows ``[..., V]`` (numpy or torch), ``k`` and ``ρ`` scalars or per row."""
     nx = get_backend(target_probs, draft_probs, rho)
-    p, q = (_simplex_rows(nx, nx.asarray(x, x)) for x in (target_probs, draft_probs))
+    p, q = (normalise_rows(nx.asarray(x, x)) for x in (target_probs, draft_probs))
     r = nx.asarray(rho, p)[..., None]
     miss = nx.minimum(nx.sum(nx.maximum(q - p / r, 0.0)), 1.0)
     r = r[..., 0]

@@ -32,7 +32,7 @@ from univer_theory.validation import check_choice
 
 from ..engine import VerifyResult
 from ..probs import check_rows
-from ..tree_batch import TreeBatch, _as_long
+from ..tree_batch import TreeBatch, _as_long, integer_dtype
 from ..verify import verify
 
 #: Method names; ``target-only`` is SGLang's name for ``nss``.
@@ -82,8 +82,7 @@ def check_integer_outputs(where: str, device: torch.device, **outputs) -> None:
     """Output buffers filled in place must be integer tensors on the inputs' ``device`` (the engine's int32 /
     int64), else a ``ValueError`` naming the first that is not."""
     for name, x in outputs.items():
-        if not torch.is_tensor(x) or x.dtype.is_floating_point or x.dtype == torch.bool or x.is_complex() \
-                or x.device != device:
+        if not torch.is_tensor(x) or not integer_dtype(x.dtype) or x.device != device:
             got = f"dtype {x.dtype} on {x.device}" if torch.is_tensor(x) else type(x).__name__
             raise ValueError(f"{where}: {name} must be an integer tensor on {device}, got {got}")
 

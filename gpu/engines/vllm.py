@@ -27,6 +27,7 @@ import torch
 from univer_theory.validation import check_choice
 
 from ..engine import VerifyResult
+from ..probs import SIMPLEX_TOL
 from ..tree_batch import TreeBatch, _as_long
 from ..verify import verify
 from .sglang import check_integer_outputs, uniform_draft_rows
@@ -52,7 +53,7 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
     """
     if not torch.is_tensor(target_probs) or target_probs.ndim != 2:
         raise ValueError(f"{where}: target_probs must be a [T, V] tensor")
-    if target_probs.dtype not in (torch.float32, torch.float64):
+    if target_probs.dtype not in SIMPLEX_TOL:
         raise ValueError(f"{where}: target_probs must be float32 or float64 probabilities, got {target_probs.dtype}")
     dev = target_probs.device
     T, V = target_probs.shape
