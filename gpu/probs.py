@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from univer_theory.validation import SIMPLEX_ATOL
+from univer_theory.validation import SIMPLEX_ATOL, check_temperature
 
 #: ``|Σ row − 1|`` tolerance per dtype.  float64 keeps the exact core's 1e-9.  A float32 softmax row over
 #: V ≈ 1.5·10⁵ tokens sums to 1 within ~1e-6 (per-entry rounding 6e-8, pairwise summation); 1e-5 leaves room
@@ -39,9 +39,7 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
     if not torch.is_tensor(logits) or not logits.dtype.is_floating_point or logits.ndim == 0:
         raise ValueError(f"probs_from_logits: logits must be a floating tensor [..., V], got "
                          f"{getattr(logits, 'dtype', type(logits).__name__)}")
-    temperature = float(temperature)
-    if not 0 <= temperature < float("inf"):  # also rejects NaN
-        raise ValueError(f"probs_from_logits: temperature must be finite and ≥ 0, got {temperature}")
+    temperature = check_temperature(temperature, "probs_from_logits")
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ValueError(f"probs_from_logits: top must be a positive int (tokens kept per row) or None, got {top!r}")
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
@@ -57,10 +55,12 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
     if top is not None and top < x.shape[-1]:
         kept = x.topk(top, dim=-1).indices
         x = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
-    y = x / temperature
-    over = (torch.isinf(y) & torch.isfinite(x)).any(-1)      # a finite logit past the float range at this T
-    if over.any():   # those rows shifted by their largest logit first (softmax's own shift, before the division)
-        y = torch.where(over[..., None], (x - x.amax(-1, keepdim=True)) / temperature, y)
+    y, top_logit = x / temperature, x.amax(-1, keepdim=True)
+    # softmax shifts by max(y) = max(x)/T (the division is monotone): ±inf there, a finite row past the float range
+    # at this T, would make inf − inf; those rows are shifted by their largest logit before the division instead
+    over = torch.isinf(top_logit / temperature)
+    if over.any():
+        y = torch.where(over, (x - top_logit) / temperature, y)
     return torch.softmax(y, dim=-1)
 
 
