@@ -8,8 +8,8 @@ Layout (rule 2) columns:
   max block the largest block (tokens): its scan is O(n log n) array work, then O(G) per realised token.
 wor-2 (rule 3) and PTS (rule 4) build their plans for wor children at the same (p, q).
 The shape rule (``univer_theory.plans.shape_lp``: rule 1's LP with position weights) for a root with children
-``((..),.)`` (k = 2), per node: ``exact`` HiGHS one node at a time, ``batched`` :func:`gpu.condot.condot_weights`
-on ``--batch`` nodes at once (this CPU), and their ratio.  It applies only up to ``shape_lp.MAX_TUPLES`` tuples.
+``((..),.)`` (k = 2), per node: ``exact`` :func:`~univer_theory.plans.lp_plan.lp_plan` one node at a time,
+``batched`` :func:`gpu.condot.condot_weights` on ``--batch`` nodes at once (this CPU), and their ratio.  It applies only up to ``shape_lp.MAX_TUPLES`` tuples.
 
 Run: ``python benchmarks/bench_node_plans.py [--vocab 100 1000 10000 130000] [--k 2 3] [--seed 0]``
 """

@@ -19,8 +19,9 @@ Modules: :mod:`gpu.tree_batch` (padded trees, SGLang converters, attention mask)
 probs, input check, row sampling), :mod:`gpu.drafting` (batched draft processes), :mod:`gpu.engine` (the
 two-pass engine), :mod:`gpu.rules` (level rules), :mod:`gpu.verify` (public wrappers), :mod:`gpu.engines`
 (SGLang's and vLLM's verification contracts); UniVer's node plans in
-:mod:`gpu.univer_rule` with :mod:`gpu.layout`, :mod:`gpu.wor_plans`, :mod:`gpu.condot`, :mod:`gpu.slot_rule`
-and the batched simplex of :mod:`gpu.simplex`.  The node formulas are written once against
+:mod:`gpu.univer_rule` with :mod:`gpu.layout`, :mod:`gpu.wor_plans`, :mod:`gpu.condot` (the node LPs: the exact
+core's :mod:`solvers.condot_simplex`, :mod:`solvers.slot_rule` and :mod:`solvers.lex_simplex` on a level's rows).
+The node formulas are written once against
 :mod:`univer_theory.nx`; on the CPU a level's plan runs on numpy views of its tensors (:mod:`gpu.host`), on an
 accelerator in torch.
 """

@@ -1,129 +1,26 @@
-"""Rule 1 and the shape rule batched: UniVer's CondOT(ρ) LP plans on small draft supports (the twin of
-:func:`univer_theory.plans.lp_plan.lp_plan`, ``iid`` and ``wor``; theory.md §4.2, §6.3 item 1).
-
-For rows whose draft support holds s tokens, every row's LP
-
-.. math::
-
-    \\operatorname{lexmax} \\Big(\\sum_{S, j} π(S, j),\\ \\sum_{S, j} ω_j\\, π(S, j),\\ \\sum_{S, j} r(S, j)\\, π(S, j)\\Big)
-    \\quad\\text{s.t.}\\quad π ≥ 0,\\; \\sum_j π(S, j) ≤ Q_k(S),\\; \\sum_{(S, j):\\, S_j = y} π(S, j) ≤ ρ\\,p(y)
-
-over the ordered tuples of the support (``s^k`` for iid, ``s!/(s−k)!`` for wor) is solved at once by
-:func:`gpu.simplex.lex_simplex` — the ω level only for the shape rule (:mod:`univer_theory.plans.shape_lp`,
-``ω_j = 1 + |subtree at position j|``).  Not HiGHS, as in the exact core: HiGHS solves one LP at a time on the
-host, and a level's small LPs are solved together on the device.  The tie-break (:mod:`solvers.tie_break`) makes
-the optimum unique, so it is the exact core's plan (:func:`solvers.condot.condot_plan`):
-``r(S, j) = frac(√P_{t·k + j})`` for the t-th tuple in the exact core's order (lexicographic in the support's
-ranks: t is the tuple's rank in base s for iid, its Lehmer rank for wor).  Rows are padded to the largest
-support; tuples through a padded rank have no columns; identical rows are solved once
-(:func:`gpu.unique.distinct_rows`).  The plan is then repaired by the exact core's function
-(:func:`~univer_theory.plans.lp_plan.repaired_plan`, on support ranks): clip, rows scaled to ``Σ_j w_j ≤ 1``,
-tokens with ``a > ρp`` scaled down, ``a`` recomputed.  Dense tableaus of ``(n + s) × (n(k + 1) + s)`` entries,
-n tuples, solved ``CONDOT_CHUNK`` entries at a time.  Written against :mod:`univer_theory.nx` (numpy or torch).
-"""
+"""Rule 1 and the shape rule at a level's nodes: :func:`solvers.condot_simplex.condot_table` (the exact core's
+own float implementation, every node's LP at once) read at each node's realised children."""
 from __future__ import annotations
 
-import itertools
+from solvers.condot_simplex import condot_table, tuple_rank
+from univer_theory.nx import get_backend
 
-from solvers.tie_break import prime_roots
-from univer_theory.nx import array_module, get_backend
-from univer_theory.plans.lp_plan import plan_weights, repaired_plan
-from univer_theory.processes import falling, wor_tuple_probs
-
-from .simplex import lex_simplex
 from .unique import distinct_rows
-
-#: Tableau entries solved at once (float64: 8 bytes each).
-CONDOT_CHUNK = 2 ** 25
-
-
-def lehmer_rank(ranks, s):
-    """Position of the distinct ranks ``d [..., k]`` (each < s) among the k-permutations of ``range(s)`` in
-    lexicographic order: ``Σ_i (d_i − #{l < i : d_l < d_i}) · (s−1−i)!/(s−k)!``; ``s`` broadcasts against
-    ``d[..., 0]``.  numpy or torch."""
-    k = ranks.shape[-1]
-    smaller = array_module(ranks).tril(ranks[..., None, :] < ranks[..., :, None], -1).sum(-1)   # earlier, below d_i
-    return sum((ranks[..., i] - smaller[..., i]) * falling(s - 1 - i, k - 1 - i) for i in range(k))
-
-
-def tuple_rank(ranks, s, process: str):
-    """Position of the tuples of support ranks ``d [..., k]`` (each < s) in the exact core's order
-    (``tuple_law``): base-s digits for ``iid``, :func:`lehmer_rank` for ``wor``.  numpy or torch."""
-    if process == "wor":
-        return lehmer_rank(ranks, s)
-    k = ranks.shape[-1]
-    return sum(ranks[..., i] * s ** (k - 1 - i) for i in range(k))
 
 
 def condot_weights(c, q, children, process: str, position_weights=None):
-    """The plan of the module docstring for ``iid`` / ``wor`` rows ``c = ρp [R, V]``, ``q [R, V]`` with small
-    draft supports, with the shape rule's ``position_weights`` ω ``[R, k]`` when given: ``(w, a [R, V],
-    solved [R])`` with ``w`` shaped as ``children [R, k]`` or ``[R, T, k]``; ``solved`` is False where the
-    simplex did not finish (the exact core then keeps its other plans).  numpy or torch (on the CPU, numpy from
-    :func:`gpu.wor_plans.wor_weights`' host call)."""
+    """Rule 1's plan (with the shape rule's ``position_weights`` ω ``[R, k]`` when given) for ``iid`` / ``wor``
+    rows ``c = ρp [R, V]``, ``q [R, V]`` with small draft supports: ``(w, a [R, V], solved [R])`` with ``w`` shaped
+    as ``children [R, k]`` or ``[R, T, k]`` (T orderings each); ``solved`` is False where the simplex did not
+    finish.  Identical rows are solved once (:func:`gpu.unique.distinct_rows`).  numpy or torch."""
     nx = get_backend(c, q)
     R, V = q.shape
     k = children.shape[-1]
-    drafted, zeros = q > 0, nx.zeros_like(q)
-    flat = children.reshape(R, -1, k)
-    ranks = nx.take(nx.cumsum(drafted) - 1, flat.reshape(R, -1)).reshape(flat.shape)   # each child's support rank
     omega = nx.full((R, 0), 0.0, q) if position_weights is None else nx.asarray(position_weights, q)
-    first, inverse = distinct_rows(nx.concat([c, q, omega]))             # identical rows are solved once
-    c, q, omega = c[first], q[first], omega[first]
-    s = drafted[first].sum(-1)
-    s_max = int(s.max())
-    token = nx.where(q > 0, nx.arange(V, q), V)
-    sup = nx.take(token, nx.argsort(token))[:, :s_max]                   # the support, ascending (V: padding)
-    tuples = itertools.product(range(s_max), repeat=k) if process == "iid" else itertools.permutations(range(s_max), k)
-    tup = nx.index(list(tuples), q).reshape(-1, k)                                            # [n, k]
-    n = tup.shape[0]
-    rows, cols = n + s_max, n * (k + 1) + s_max
-    chunk = max(1, CONDOT_CHUNK // (rows * cols))
-    parts = [_solve(c[i:i + chunk], q[i:i + chunk], sup[i:i + chunk], s[i:i + chunk], tup, process, omega[i:i + chunk])
-             for i in range(0, first.shape[0], chunk)]
-    w_all, a_sup, solved = (nx.concat(list(x), axis=0) for x in zip(*parts))
-    sup, a_sup = sup[inverse], a_sup[inverse]
-    a = nx.scatter_add(zeros, nx.minimum(sup, V - 1), nx.where(sup < V, a_sup, 0.0))
-    w = w_all[inverse[:, None], tuple_rank(ranks, s_max, process)]                          # [R, T, k]
-    return w.reshape(children.shape), a, solved[inverse]
-
-
-def _solve(c, q, sup, s, tup, process, omega):
-    """The LPs of one chunk (``omega [r, k]``, or ``[r, 0]`` for rule 1): ``(w [r, n, k] repaired, a on the
-    support [r, s_max], solved [r])``."""
-    nx, xp = get_backend(c, q), array_module(q)
-    r, s_max = sup.shape
-    n, k = tup.shape
-    V = q.shape[1]
-    valid = (tup[None] < s[:, None, None]).all(2)                                         # [r, n]
-    safe = nx.minimum(sup, V - 1)
-    q_sup = nx.where(sup < V, nx.take(q, safe), 0.0)                                      # [r, s_max]
-    c_sup = nx.where(sup < V, nx.take(c, safe), 0.0)
-    # Q_k(S) as tuple_law: iid Π q(y_i); wor with the support's mass outside S summed (wor_tuple_probs)
-    members = q_sup[:, tup]                                                               # [r, n, k]
-    if process == "wor":
-        drawn = (nx.arange(s_max, q) == tup[..., None]).any(1)                            # [n, s_max]
-        prob = wor_tuple_probs(members, nx.where(drawn, 0.0, q_sup[:, None, :]).sum(2))
-    else:
-        prob = members.prod(2)
-    prob = nx.where(valid, prob, 0.0)
-    # columns: π(t, j) at t·k + j, a slack per tuple, a slack per support rank
-    on = nx.asarray(xp.broadcast_to(valid[..., None], (r, n, k)).reshape(r, n * k), q)    # [r, n·k]
-    col = nx.arange(n * k, q)
-    A = nx.full((r, n + s_max, n * (k + 1) + s_max), 0.0, q)
-    A[:, col // k, col] = on
-    A[:, n + tup.reshape(-1), col] = on
-    A[:, nx.arange(n + s_max, q), n * k + nx.arange(n + s_max, q)] = 1.0
-    b = nx.concat([prob, nx.where(nx.arange(s_max, q) < s[:, None], c_sup, 0.0)])
-    t = tuple_rank(tup[None], s[:, None], process)                                       # [r, n] tuple_law order
-    tie = nx.asarray(prime_roots(n * k), q)[nx.minimum(t[..., None] * k + nx.arange(k, q), n * k - 1)].reshape(r, -1)
-    levels = [2.0 * on - 1.0]
-    if omega.shape[1]:
-        levels.append(xp.broadcast_to(omega[:, None, :], (r, n, k)).reshape(r, n * k) * on)
-    levels.append(tie * on)
-    cost = nx.full((r, len(levels), A.shape[2]), 0.0, q)
-    cost[:, :, :n * k] = xp.stack(levels, 1)
-    basis = xp.broadcast_to((n * k + nx.arange(n + s_max, q))[None], (r, n + s_max))
-    x, solved = lex_simplex(A, b, cost, basis)
-    w = plan_weights(x[:, :n * k].reshape(r, n, k), nx.where(valid, prob, 0.0))   # min(1, π/Q_k), the core's
-    return (*repaired_plan(w, xp.broadcast_to(tup[None], (r, n, k)), prob, c_sup), solved)   # the exact core's repair
+    first, inverse = distinct_rows(nx.concat([c, q, omega]))
+    sup, _, w_all, a, solved = condot_table(c[first], q[first], k, process,
+                                            None if position_weights is None else omega[first])
+    flat = children.reshape(R, -1, k)
+    ranks = nx.take(nx.cumsum(q > 0) - 1, flat.reshape(R, -1)).reshape(flat.shape)    # each child's support rank
+    w = w_all[inverse[:, None], tuple_rank(ranks, sup.shape[1], process)]    # [R, T, k]
+    return w.reshape(children.shape), a[inverse], solved[inverse]

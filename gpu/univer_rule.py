@@ -17,13 +17,13 @@ denominator is 0), and if every child fails X succeeds w.p. ``f = (ρ − α)/(1
   the host for an accelerator's rows too, or a fixed point of batched clock integrals when asked for — the
   ``walk`` argument, :data:`gpu.wor_plans.WALKS`), and on draft supports of at most ``SMALL_SUPPORT`` tokens (its LP
   at most ``MAX_LP_TUPLES`` tuples, ``choose.small_lp``) rule 1 where it is better: the CondOT(ρ) LP's one
-  tie-broken optimum, every node's LP at once (:mod:`gpu.condot`);
+  tie-broken optimum, every node's LP at once (:mod:`solvers.condot_simplex`);
 * children with different subtrees (``iid`` / ``wor``) on supports small enough for its LP: the shape rule
   (:mod:`univer_theory.plans.shape_lp`) — rule 1's LP with the position weights ``ω_j = 1 + |subtree at j|`` as
-  a second level, every node's LP at once (:mod:`gpu.condot`); where it does not apply: the plan above
-  evaluated on every ordering of S (batched), then the slot rule of :mod:`gpu.slot_rule` — k = 2 in closed
-  form; k = 3, 4 the class LP's one tie-broken optimum, every node's LP at once; k > ``SLOT_RULE_MAX_K`` —
-  the plan's own weights (no slot rule);
+  a second level, every node's LP at once (:mod:`solvers.condot_simplex`); where it does not apply: the plan above
+  evaluated on every ordering of S (batched), then the slot rule (:func:`solvers.slot_rule.slot_weights`, the
+  exact core's) — k = 2 in closed form; k = 3, 4 the class LP's one tie-broken optimum, every node's LP at once;
+  k > ``SLOT_RULE_MAX_K`` — the plan's own weights (no slot rule);
 * ``topk`` with ``k ≥ 2``: the fixed top-k list filled in drafting order, ``w_j = min(ρp(y_j), 1 − Σ_{l<j} w_l)``;
   ``greedy`` with ``k ≥ 2``: the closed form of :func:`~univer_theory.plans.choose.greedy_fill_plan` (one pass
   over the vocabulary for the spare capacity, then the realised tuple);
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 
+from solvers.slot_rule import slot_weights
 from univer_theory.nx import get_backend
 from univer_theory.plans import shape_lp
 from univer_theory.plans.base import residual_rows, shares_rows, stop_rows
@@ -49,7 +50,6 @@ from .condot import condot_weights
 from .engine import LevelContext, LevelDecision
 from .host import on_host
 from .layout import layout_weights
-from .slot_rule import slot_lp, slot_pair
 from .unique import unique_rows
 from .wor_plans import WALKS, wor_weights
 
@@ -132,8 +132,7 @@ def _iid_wor(ctx: LevelContext, p, q, rho, c, w, a, walk: str) -> None:
                 w_all = w[rows, :n][:, at]
             else:
                 w_all, a[rows] = wor_weights(c[rows], q[rows], rho[rows], p[rows], kids[rows][:, at], walk)
-            w[rows, :n] = (slot_pair(w_all[:, 0], w_all[:, 1], kids[rows], q[rows], omega[rows, :n], ctx.process)
-                           if n == 2 else slot_lp(w_all, kids[rows], q[rows], omega[rows, :n], ctx.process, perms))
+            w[rows, :n] = slot_weights(w_all, kids[rows], q[rows], omega[rows, :n], ctx.process, perms)[0]
 
 
 def planning_rows(ctx: LevelContext):

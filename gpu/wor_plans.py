@@ -31,8 +31,8 @@ token marginal ``a [R, V]``:
   k = 2, 3, 4, where the sequences number 2, 5, 15), mixed with their conditional probabilities — the functions of
   :mod:`univer_theory.plans.iid_coupling` (numpy or torch: one implementation) on the level's tensors;
 * :func:`wor_weights` — UniVer's choice among them (for k = 2 rule 3 where feasible; else the better α of PTS
-  and the coupling, on small supports rule 1 when better, :mod:`gpu.condot`, and rule 7 where they fall short
-  of α*(ρ)), as :func:`univer_theory.plans.choose.choose_plan`.  α*(ρ) and the cut ``A*`` are the exact core's
+  and the coupling, on small supports rule 1 when better (:mod:`solvers.condot_simplex`), and rule 7 where they
+  fall short of α*(ρ)), as :func:`univer_theory.plans.choose.choose_plan`.  α*(ρ) and the cut ``A*`` are the exact core's
   :func:`univer_theory.alpha_star.alpha_star_rows` on the level's rows.
 
 The cut's order (``p/q`` ascending) is sorted once per call and serves α*(ρ), rule 3's cut and the gates; PTS's

@@ -19,6 +19,7 @@ from scipy.optimize import linprog
 from scipy.sparse import csr_array, vstack
 
 from univer_theory.alpha_star import check_node_inputs
+from univer_theory.plans.lp_plan import check_position_weights
 from univer_theory.processes import tuple_law
 
 from .highs_lp import solve_lp
@@ -145,17 +146,16 @@ def condot_plan(target_probs, draft_probs, rho, k: int, process: str, *, support
 
     Lexicographically: ``max Σ π`` (= α*(ρ)); then, with integer ``position_weights`` ω [k], ``max Σ ω_j π(S, j)``
     on that face; then ``max Σ r(S_t, j) π(S_t, j)``, ``r(S_t, j) = frac(√P_{t·k + j})`` for the t-th tuple of
-    ``tuple_law``'s order (lexicographic in the draft support's ranks, the order :mod:`gpu.condot` rebuilds).
+    ``tuple_law``'s order (lexicographic in the draft support's ranks, the order
+    :mod:`solvers.condot_simplex` rebuilds).
     HiGHS solves one LP with the cost ``M + ω'_j + ε r``, ``ω' = ω − min ω``, ``M = 1 + 2(m + 1)·max ω'``,
     ``ε = 1/(2(m + 1))``, m = tuples + support tokens: at any basis of this totally unimodular LP the reduced
     costs of the ones are integers moved by less than ``(m + 1)·max ω' + ½ < M`` by the lower levels, and
     those of ω' integers moved by less than ``ε(m + 1) = ½``, so its optimum is the lexicographic one (without
     ω: ``1 + ε r``).  Same contract as :func:`condot_lp`; ``value`` = the plan's ``Σ π = α*(ρ)``."""
     p, q, k, rho, tuples, probs = _node_lp_inputs("condot_plan", target_probs, draft_probs, rho, k, process, support)
-    omega = np.zeros(k) if position_weights is None else np.asarray(position_weights, dtype=np.float64)
-    if omega.shape != (k,) or not np.all(np.isfinite(omega)) or not np.array_equal(omega, np.round(omega)):
-        raise ValueError(f"condot_plan: position_weights must be {k} integers (one per child position), "
-                         f"got {position_weights!r}")
+    omega = check_position_weights("condot_plan", position_weights, k)
+    omega = np.zeros(k) if omega is None else omega
     start = time.perf_counter()
     by_tuple, by_token = condot_constraints(tuples, p.size)
     tokens = np.flatnonzero(q > 0)                      # the other token rows are empty

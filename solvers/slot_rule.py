@@ -37,11 +37,12 @@ rank of ``S'_i`` among the class's distinct tokens, :func:`tie_break`) and ``ε 
 ``1 + |subtree|``), so every level's reduced costs are integers up to the next level's ε-share: the LP's
 optimum is the lexicographic one, and it is unique (:mod:`solvers.tie_break`).  On 24 real EAGLE-like trees
 this point was never below the plain tie-break's (mean E[τ] 2.73 vs 2.61; HiGHS' own vertex, used before, 2.74).
-HiGHS solves it on the class's own scale ``Q/ΣQ`` (on a real vocabulary ΣQ ~ 1e-11, below HiGHS' absolute
-tolerances), and the plan is recomputed from its optimal basis (``solve_lp(vertex=True)``), so the class
-masses hold to round-off, not to HiGHS' 1e-10 (which would leak 1:1 into the output law).  The answer is
-rechecked (z ≥ 0, row capacity, class masses); if the recheck fails the result says so and the caller keeps
-the plan's own weights; :mod:`gpu.slot_rule` solves the same LP batched.
+Both layers run :func:`slot_weights` (the closed form for k = 2, the class LP by the lexicographic simplex of
+:mod:`solvers.lex_simplex` for k ≥ 3, on a batch of realised tuples: one in the exact core, a level's in
+:mod:`gpu`).  :func:`slot_rule_lp` is the independent oracle the tests check it against: HiGHS on one class, on
+the class's own scale ``Q/ΣQ`` (on a real vocabulary ΣQ ~ 1e-11, below HiGHS' absolute tolerances), the plan
+recomputed from its optimal basis (``solve_lp(vertex=True)``).  Either answer is rechecked (z ≥ 0, row capacity,
+class masses, :func:`slot_violations`); where the recheck fails the plan's own weights are kept.
 """
 from __future__ import annotations
 
@@ -50,11 +51,12 @@ from itertools import permutations
 
 import numpy as np
 
-from univer_theory.nx import get_backend
+from univer_theory.nx import array_module, get_backend
 from univer_theory.plans.lp_plan import capped_rows, plan_weights
 from univer_theory.processes import tuple_probs
 
 from .highs_lp import solve_lp
+from .lex_simplex import lex_simplex
 from .tie_break import prime_roots, tie_eps
 
 #: Recheck tolerance of the slot plan, relative to the class probability Σ Q_k(S').
@@ -156,7 +158,7 @@ def slot_violations(z, z0, probs, ranks):
     [..., n, k]`` each entry's token rank, < k): ``(neg, over, drift) [...]`` — how far ``z`` dips below zero, how
     far ``max(z, 0)`` exceeds an ordering's capacity, and how far it moves a class mass ``m_x`` — each at most
     :data:`SLOT_TOL` for a plan that keeps them up to round-off.  numpy or torch (the exact core on one class,
-    :mod:`gpu.slot_rule` on a level's)."""
+    :func:`slot_lp` on a batch of tuples)."""
     nx = get_backend(z, z0)
     k = z.shape[-1]
     pos = nx.maximum(z, 0.0)
@@ -187,7 +189,7 @@ def slot_pair(w_s, w_r, Q_s, Q_r, omega, same):
     weights ``ω [..., 2]`` and whether S repeats a token (``same``: (a, a), R = S).  Returns ``(w(S), z(S, ·))
     [..., 2]`` — the new weights and masses; where nothing can move (``ω_1 = ω_2``, or ``Q(R)`` is not positive
     and finite) the plan's own ``w_s`` and ``z_0``.  numpy (the exact core, :func:`slot_rule_pair`) or torch
-    (:func:`gpu.slot_rule.slot_pair`, a level's rows)."""
+    (:func:`slot_weights`, a batch of tuples)."""
     nx = get_backend(w_s, omega)
     z_s, z_r = w_s * Q_s[..., None], w_r * Q_r[..., None]
     first = omega[..., :1] > omega[..., 1:]                                # which position is the better one
@@ -224,3 +226,75 @@ def slot_rule_pair(orderings, probs, weights, omega) -> SlotResult:
     new_w, z = slot_pair(w, w_r, probs, Q_r, omega, same)
     return SlotResult(tuple(orderings), new_w, float(omega @ (z - w * probs[:, None]).sum(axis=0)), "optimal", True,
                       "closed form (k = 2)")
+
+
+def slot_weights(w_all, children, q, omega, process: str, perms: list):
+    """The slot rule at a batch of nodes — the one float implementation both layers run (the exact core on one
+    node, :class:`univer_theory.univer.UniVerRule`; a level's nodes in :mod:`gpu.univer_rule`): ``(w(S) [R, k],
+    applied [R])`` from ``w_all [R, P, k]``, the plan on the orderings ``children[:, perms[p]]`` of the realised
+    tuples ``children [R, k]`` (``perms[0]`` the identity, P = k!), the draft rows ``q [R, V]`` and the position
+    weights ``ω [R, k]`` (integers ``1 + |subtree|``).  k = 2: the closed form (:func:`slot_pair`); k ≥ 3
+    (:func:`slot_lp`) the class LP of the module docstring.  Where ``applied`` is False (the simplex did not
+    finish, or its answer fails the recheck) the plan's own weights.  numpy or torch."""
+    if w_all.shape[2] == 2:
+        nx = get_backend(w_all)
+        probs = tuple_probs(q, children[:, [[0, 1], [1, 0]]], process)        # S and its reversal [R, 2]
+        w = slot_pair(w_all[:, 0], w_all[:, 1], probs[:, 0], probs[:, 1], omega, children[:, 0] == children[:, 1])[0]
+        return w, nx.zeros_like(probs[:, 0]) == 0
+    return slot_lp(w_all, children, q, omega, process, perms)
+
+
+def slot_lp(w_all, children, q, omega, process: str, perms: list):
+    """:func:`slot_weights` for k ≥ 3: the class LP ``max ω·z``, then ``min Σ|z − z_0|``, then the tie-break, in
+    ``z = z_0 + u − v``, every row's LP solved at once by :func:`solvers.lex_simplex.lex_simplex` with its four levels
+    exactly (phase 1, ``ω·z``, ``−Σ(u + v)``, ``r·z``; :func:`slot_rule_lp` folds them into one objective with ε for
+    HiGHS — the tests' oracle — the same optimum by total unimodularity).  Each LP has a capacity row per ordering, a
+    mass row per token rank and a ``z ≥ 0`` row per variable; orderings that repeat an earlier one (i.i.d. repeated
+    tokens) or have ``Q_k = 0`` get capacity 0 and no columns, so the LP is the class LP.  A row whose LP is not
+    solved, or whose answer fails the recheck (:func:`slot_violations`: below zero, over a capacity or a class mass
+    moved by more than ``SLOT_TOL·ΣQ``), keeps the plan's own weights.  ``(w(S) [R, k], applied [R])``."""
+    nx, xp = get_backend(w_all), array_module(w_all)
+    R, P, k = w_all.shape
+    perm = nx.index(perms, w_all)
+    # d_i: rank of S_i among S's distinct tokens; an ordering's code Σ d_i k^{k−1−i} names it within the class
+    first = ~xp.tril(children[:, :, None] == children[:, None, :], -1).any(2)            # [R, k] first occurrences
+    rank = ((children[:, None, :] < children[:, :, None]) & first[:, None, :]).sum(2)    # [R, k]
+    ranks = rank[:, perm]                                                                  # [R, P, k]
+    code = ordering_code(ranks)                                                            # [R, P]
+    repeat = xp.tril(code[:, :, None] == code[:, None, :], -1).any(2)                      # an earlier ordering
+    probs = tuple_probs(q, children[:, perm], process)
+    keep = ~repeat & (probs > 0)                                                           # the class C(S)
+    z0 = nx.where(keep[..., None], w_all * probs[..., None], 0.0).reshape(R, P * k)        # [R, P·k]
+    # z = z0 + u − v; columns u, v (P·k each), capacity slacks (P), z ≥ 0 slacks (P·k), mass artificials (k)
+    n_z = P * k
+    cols, rows = nx.arange(n_z, w_all), nx.arange(R, w_all)[:, None]
+    on = nx.asarray(xp.broadcast_to(keep[..., None], (R, P, k)).reshape(R, n_z), w_all)       # [R, P·k]
+    A = nx.full((R, P + k + n_z, 3 * n_z + P + k), 0.0, w_all)
+    for sign, at in ((1, cols), (-1, n_z + cols)):
+        A[:, cols // k, at] = sign * on                                                    # Σ_j (u − v) ≤ spare
+        A[rows, P + ranks.reshape(R, n_z), at] = sign * on                                 # Σ (u − v) = 0 per token
+        A[:, P + k + cols, at] = -sign * on                                                # v − u ≤ z0
+    slack = nx.concat([nx.arange(P, w_all), P + k + cols, P + nx.arange(k, w_all)])
+    A[:, slack, 2 * n_z + nx.arange(P + k + n_z, w_all)] = 1.0
+    spare = nx.maximum(nx.where(keep, probs, 0.0) - z0.reshape(R, P, k).sum(2), 0.0)
+    b = nx.concat([spare, nx.full((R, k), 0.0, w_all), z0])
+    tie = tie_break(code, k).reshape(R, n_z)                                               # r [R, P·k]
+    om = xp.broadcast_to(omega[:, None, :], (R, P, k)).reshape(R, n_z)
+    costs = nx.full((R, 4, A.shape[2]), 0.0, w_all)
+    costs[:, 0, :n_z] = costs[:, 0, n_z:2 * n_z] = on - 1                                  # columns not in the class
+    costs[:, 0, 2 * n_z + P + n_z:] = -1                                                   # phase 1
+    for sign, at in ((1, slice(0, n_z)), (-1, slice(n_z, 2 * n_z))):
+        costs[:, 1, at] = sign * om * on                                                   # ω·z
+        costs[:, 2, at] = -on                                                              # −|z − z0|
+        costs[:, 3, at] = sign * tie * on                                                  # the tie-break
+    basis = nx.arange(P + k + n_z, w_all)
+    basis[slack] = 2 * n_z + nx.arange(P + k + n_z, w_all)
+    x, optimal = lex_simplex(A, b, costs, xp.broadcast_to(basis[None], (R, P + k + n_z)))
+    z = (z0 + x[:, :n_z] - x[:, n_z:2 * n_z]).reshape(R, P, k)
+    unit = nx.sum(nx.where(keep, probs, 0.0))                                             # ΣQ of the class
+    unit = nx.where(unit > 0, unit, 1.0)[:, None]
+    checks = slot_violations(z / unit[..., None], z0.reshape(R, P, k) / unit[..., None],
+                             nx.where(keep, probs, 0.0) / unit, ranks)
+    ok = optimal & (checks[0] <= SLOT_TOL) & (checks[1] <= SLOT_TOL) & (checks[2] <= SLOT_TOL)
+    new = capped_rows(plan_weights(nx.maximum(z[:, 0], 0.0), probs[:, 0]))                # ordering 0 = S
+    return nx.where(ok[:, None], new, w_all[:, 0]), ok

@@ -22,7 +22,7 @@ picks one point of that face, the same for every exact solver:
   square roots of distinct primes are linearly independent over ℚ (a slack column's perturbed reduced cost is
   0 only when its pivot moves no z).
 
-So HiGHS (the exact core) and :mod:`gpu.simplex` (torch) return the same z.
+So HiGHS (the tests' oracle) and :mod:`solvers.lex_simplex` (both layers' solver) return the same z.
 """
 from __future__ import annotations
 

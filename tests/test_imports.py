@@ -1,7 +1,7 @@
 """Each layer imports only what it needs (the extras' promise, checked in this interpreter by hiding packages;
 ``tests/test_extras.py`` installs each extra into a fresh venv): the CLI parses its arguments before any heavy
 import, ``gpu`` needs neither cvxpy nor highspy, and the exact core — UniVer's LP plans included — needs neither
-torch nor cvxpy nor highspy (scipy's bundled HiGHS serves its LPs)."""
+torch nor cvxpy nor highspy (its node LPs run on the compiled simplex; scipy's bundled HiGHS serves the solvers')."""
 import json
 import subprocess
 import sys
@@ -70,5 +70,8 @@ def test_exact_core_needs_no_extra():
         print(json.dumps({"rows": rows, "flat": flat, "lp_calls": lp_calls, "highs": highs}))
     """, hide=("torch", "cvxpy", "highspy"))
     assert all(r["lossless"] for r in out["rows"].values()), out["rows"]
-    assert out["lp_calls"] > 0 and out["highs"].startswith("scipy.optimize"), out   # UniVer's LPs ran on scipy's HiGHS
+    # UniVer's node LPs (rule 1, the shape and slot rules) ran on the lexicographic simplex (torch hidden), not HiGHS
+    assert any("lp" in r["plans"] or "shape_lp" in r["plans"] for r in out["rows"].values()), out["rows"]
+    assert out["lp_calls"] == 0, out
+    assert out["highs"].startswith("scipy.optimize"), out      # HiGHS, the oracle, comes from scipy without highspy
     assert "needs cvxpy: pip install 'univer[solvers]'" in out["flat"]

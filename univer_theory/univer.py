@@ -10,8 +10,8 @@ At every internal node X (scaling ρ, target p, draft q, realised children S, k 
      large subtrees (the slot rule's weights ω over the whole face);
    * otherwise the construction of :mod:`univer_theory.plans.choose` for ``(p, q, ρ, k, process)``;
 2. evaluate ``w(S)``; if the positions' subtrees differ and the shape rule was not used, apply the slot rule
-   (``solvers.slot_rule``: same token masses per multiset class, moved to positions with larger subtrees) —
-   for k ≤ :data:`SLOT_RULE_MAX_K` only: it evaluates the plan on all k! orderings of the class;
+   (``solvers.slot_rule.slot_weights``: same token masses per multiset class, moved to positions with larger
+   subtrees) — for k ≤ :data:`SLOT_RULE_MAX_K` only: it evaluates the plan on all k! orderings of S;
 3. hand child j the scaling ``s_j = w_j / (1 − Σ_{l<j} w_l)`` (0 when the denominator is 0), enter = 1;
 4. if every child fails, X succeeds w.p. ``f = (ρ − α)/(1 − α)`` and emits ``Y ~ norm(ρp − a)``.
 
@@ -22,6 +22,7 @@ shape rule) and ``slot_rule``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import permutations
 
 import numpy as np
 
@@ -73,17 +74,20 @@ class UniVerRule:
         return self._plans[key], key
 
     def slotted(self, plan, key, S, draft_probs, process, omega):
-        """``w(S)`` after the slot rule, or None when its LP failed (then the plan's own w is kept)."""
-        from solvers.slot_rule import multiset_class, slot_rule_lp
+        """``w(S)`` after the slot rule (:func:`solvers.slot_rule.slot_weights` on this one node), or None where it
+        kept the plan's own weights (its LP did not finish or failed the recheck)."""
+        from solvers.slot_rule import slot_weights
 
-        skey = (key, tuple(sorted(S)), omega)
+        skey = (key, tuple(int(y) for y in S), omega)
         if skey not in self._slots:
-            orderings, probs = multiset_class(S, draft_probs, process)
-            weights = np.array([np.asarray(plan.select(o), dtype=np.float64) for o in orderings])
-            res = slot_rule_lp(orderings, probs, weights, omega)
-            self._slots[skey] = dict(zip(orderings, res.weights)) if res.success else None
-        table = self._slots[skey]
-        return None if table is None else table[tuple(int(y) for y in S)]
+            perms = list(permutations(range(len(S))))
+            w_all = np.array([[np.asarray(plan.select(tuple(S[i] for i in perm)), dtype=np.float64)
+                               for perm in perms]])
+            w, applied = slot_weights(w_all, np.array([S], dtype=np.int64),
+                                      np.asarray(draft_probs, dtype=np.float64)[None],
+                                      np.array([omega], dtype=np.float64), process, perms)
+            self._slots[skey] = w[0] if applied[0] else None
+        return self._slots[skey]
 
     def weights(self, target_probs, draft_probs, rho, children, process: str, child_shapes):
         """Steps 1–2 of the module docstring: ``(plan, w(S), slot rule applied?)`` for the realised children S

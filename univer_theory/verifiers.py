@@ -100,7 +100,7 @@ def kseq_bisection_steps(max_k: int) -> int:
 
 def normalise_rows(x):
     """Float rows ``[..., V]`` divided by their sums (a zero row kept): :func:`normalise` on a batch, numpy or torch
-    (K-SEQ's ρ\*, UniVer's float32 rows planned in float64)."""
+    (K-SEQ's ρ*, UniVer's float32 rows planned in float64)."""
     nx = get_backend(x)
     total = nx.sum(x, keepdims=True)
     return x / nx.where(total > 0, total, 1.0)

@@ -1,7 +1,9 @@
-"""Rule 1 batched (gpu/condot.py) against the exact core's :func:`univer_theory.plans.lp_plan.lp_plan`: the
-same plan — w(S) on every ordering of the realised tuple and the marginal a, to 1e-13 — which needs the LP's
-tie-break (HiGHS and the batched simplex would otherwise stop at different optimal vertices), and UniVer on
-small-vocabulary wor trees; the same with the shape rule's position weights, iid and wor."""
+"""Rule 1 by the lexicographic simplex (solvers/condot_simplex.py: a level's nodes at once, gpu/condot.py, and the
+exact core's :func:`univer_theory.plans.lp_plan.lp_plan`, one node) against HiGHS' tie-broken vertex
+(:func:`solvers.condot.condot_plan`, repaired as rule 1): the same plan — w(S) on every ordering of the realised
+tuple and the marginal a, to 1e-13 — which needs the LP's tie-break (the two solvers would otherwise stop at
+different optimal vertices), and UniVer on small-vocabulary wor trees; the same with the shape rule's position
+weights, iid and wor."""
 import itertools
 
 import numpy as np
@@ -9,10 +11,11 @@ import pytest
 import torch
 
 from gpu import expected_accepted_length
-from gpu.condot import condot_weights, lehmer_rank, tuple_rank
-from solvers.condot import condot_lp
+from gpu.condot import condot_weights
+from solvers.condot_simplex import lehmer_rank, tuple_rank
+from solvers.condot import condot_lp, condot_plan
 from univer_theory import VERIFIERS, DirichletModel, TreeShape, sample_tree
-from univer_theory.plans.lp_plan import lp_plan
+from univer_theory.plans.lp_plan import lp_plan, plan_weights, tabulated_plan
 from univer_theory.processes import tuple_law
 
 from .helpers import padded_rows
@@ -29,6 +32,15 @@ def test_tuple_rank_is_the_exact_cores_order(k):
     assert lehmer_rank(torch.tensor([[2, 0]]), torch.tensor(3)).tolist() == [4]     # (2, 0) is 5th of 3·2
 
 
+def highs_plan(p, q, rho, k, process, omega=None):
+    """The oracle: HiGHS' tie-broken vertex (recomputed from its optimal basis), as rule 1's weights, repaired."""
+    law = tuple_law(q, k, process)
+    res = condot_plan(p, q, rho, k, process, support=law, position_weights=omega)
+    assert res.success, res.message
+    probs = np.array([float(pr) for _, pr in law])
+    return tabulated_plan("highs", plan_weights(np.asarray(res.plan), probs), res.tuples, probs, p, rho)
+
+
 def supports(k, process):
     """Draft support sizes k…8 (wor) within the shape rule's 512 tuples (iid: s^k ≤ 512)."""
     if process == "wor":
@@ -42,9 +54,10 @@ def supports(k, process):
 def test_batched_plan_is_the_exact_cores_plan(k, process, weighted):
     """Rule 1 (``weighted`` False) and the shape rule (integer position weights ω, ties among them included) on
     rows with supports up to 8 inside V = 10 (one with a token holding 99.9% of q), every ρ regime: the realised
-    tuple and all its orderings (the slot rule's call) as ``lp_plan`` (1e-13); the plan attains α*(ρ)."""
+    tuple and all its orderings (the slot rule's call) as HiGHS' vertex and as ``lp_plan`` (1e-13); the plan attains
+    α*(ρ)."""
     rng = np.random.default_rng(30 + k + 10 * weighted + 100 * (process == "iid"))
-    rows, plans, omegas = [], [], []
+    rows, plans, oracles, omegas = [], [], [], []
     for i, s in enumerate(supports(k, process)):
         p, q = rng.dirichlet(np.full(10, 0.5)), np.zeros(10)
         q[rng.choice(10, s, replace=False)] = rng.dirichlet(np.full(s, 0.7))
@@ -58,15 +71,17 @@ def test_batched_plan_is_the_exact_cores_plan(k, process, weighted):
         assert plan.alpha == pytest.approx(condot_lp(p, q, rho, k, process).value, abs=1e-9)     # α*(ρ)
         rows.append((rho * p, q, [tuple(S[j] for j in perm) for perm in itertools.permutations(range(k))]))
         plans.append(plan)
+        oracles.append(highs_plan(p, q, rho, k, process, omega if weighted else None))
         omegas.append(omega)
     w, a, solved = condot_weights(torch.tensor(np.array([r[0] for r in rows])),
                                   torch.tensor(np.array([r[1] for r in rows])),
                                   torch.tensor([r[2] for r in rows]), process,
                                   torch.tensor(omegas, dtype=torch.float64) if weighted else None)
     assert solved.all()
-    for (_, _, tuples), plan, w_row, a_row in zip(rows, plans, w.numpy(), a.numpy()):
-        np.testing.assert_allclose(w_row, [plan.select(S) for S in tuples], rtol=0, atol=1e-13)
-        np.testing.assert_allclose(a_row, plan.marginal, rtol=0, atol=1e-13)
+    for (_, _, tuples), plan, oracle, w_row, a_row in zip(rows, plans, oracles, w.numpy(), a.numpy()):
+        for want in (oracle, plan):
+            np.testing.assert_allclose(w_row, [want.select(S) for S in tuples], rtol=0, atol=1e-13)
+            np.testing.assert_allclose(a_row, want.marginal, rtol=0, atol=1e-13)
 
 
 def test_position_weights_move_mass_to_the_heavy_position():

@@ -15,11 +15,11 @@ import torch
 
 import gpu.wor_plans as wor_plans
 import univer_theory.plans.clocks as clocks
-from gpu import METHODS, draft_tree, expected_accepted_length, verify
+from gpu import METHODS, TreeBatch, draft_tree, expected_accepted_length, verify
 from gpu.engine import first_token_law
 from gpu.univer_rule import univer_rule
 from gpu.wor_plans import pts_weights, wor_weights
-from univer_theory import VERIFIERS, ConfidentModel, TreeShape, sample_tree
+from univer_theory import VERIFIERS, ConfidentModel, DraftTree, TreeShape, sample_tree
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans.choose import choose_plan, first_draw_plan
 
@@ -219,3 +219,37 @@ def test_every_method_matches_the_core_on_confident_trees(process):
                     for key, pr in VERIFIERS[name].law(tree, *model.node_probs(tree), process).items():
                         first[key[0]] += pr
                     np.testing.assert_allclose(law[b], first, rtol=0, atol=1e-12, err_msg=f"{name} {target} {tail}")
+
+
+def test_lp_thresholds_below_highs_accuracy_agree_with_the_core():
+    """Two trees of a fresh-seed campaign where the exact core solved its node LPs with HiGHS (accurate to ~1e-10)
+    and the batched layer with its simplex, and thresholds finer than HiGHS' accuracy made them take different
+    (lossless) plans: (1) rule 1 at a k = 4 wor root on six tokens, α*(ρ) = 0.9999999999995 — HiGHS' optimum
+    1.1e-10 short of it lost to the coupling at ``ALPHA_TIE = 1e-12`` (E[τ | T] 1.7991 against 1.5); (2) the slot
+    rule's class LP at a confident root (q = 0.999999 on one token, class probabilities 5e-15 … 5e-3), whose HiGHS
+    vertex failed the recheck by 9.3e-13·ΣQ (E[τ | T] 0.19362 against 0).  Both layers now solve them with the same
+    simplex: the same plans and E[τ | T] to 1e-12."""
+
+    same = np.full(6, 1 / 6)
+    other_p, other_q = np.array([0.0, 0.2, 0.2, 0.2, 0.35, 0.05]), np.array([0.5, 0.1, 0.1, 0.1, 0.1, 0.1])
+    q0 = np.array([3.441839286120271e-01, 8.633497192267554e-04, 8.465197721706910e-04, 6.534775539195037e-01,
+                   5.765532974806207e-04, 5.209467959119717e-05])
+    rule_1 = (DraftTree((-1, 0, 0, 0, 0, 1, 2, 3, 4), (-1, 3, 0, 2, 1, 5, 5, 5, 5)),
+              np.vstack([[0.5, 0, 0, 0.5, 0, 0], same, other_p, other_p, other_p] + [same] * 4),
+              np.vstack([q0 / q0.sum(), same, other_q, other_q, other_q] + [same] * 4))
+    p0 = np.array([0., 0., 0.0241892511638492, 0.08604376071797072, 0., 0.4852403473112173, 0., 0.,
+                   0.06415094314418612, 0., 0.34037569766277675, 0.])
+    q0 = np.array([9.9999899999999997e-01, 2.3294083609525207e-07, 8.3543252578822277e-08, 8.5301093824943397e-09,
+                   1.1204106457413913e-07, 5.5626796823493412e-08, 5.8906079687950386e-08, 4.4860695719087740e-08,
+                   7.2250063965642036e-08, 3.6700201449441875e-08, 1.5339212795794046e-07, 1.4120877176573641e-07])
+    u = np.full(12, 1 / 12)
+    slot = (DraftTree((-1, 0, 1, 0, 0, 4, 4, 4, 4), (-1, 0, 3, 2, 6, 6, 2, 10, 11)),      # root children 0, 2, 6
+            np.vstack([p0 / p0.sum()] + [u] * 8), np.vstack([q0 / q0.sum()] + [u] * 8))
+    univer = VERIFIERS["univer"]
+    for name, (tree, p, q) in (("rule 1", rule_1), ("slot rule", slot)):
+        root = univer.trace(tree, p, q, "wor")[0]
+        assert root["construction"] == ("lp" if name == "rule 1" else "pts") and root["slot_rule"] is (name != "rule 1")
+        want = univer.expected_accepted_length(tree, p, q, "wor")
+        got = expected_accepted_length(TreeBatch.from_trees([tree]), torch.tensor(p)[None], torch.tensor(q)[None],
+                                       "wor", "univer")
+        assert abs(float(got[0]) - want) <= 1e-12, (name, float(got[0]), want)

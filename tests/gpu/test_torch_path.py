@@ -1,7 +1,7 @@
 """The torch path of what the CPU runs in numpy (:func:`gpu.host.on_host`: the whole UniVer level rule — the wor
 choice with rules 1, 3, 4, 5, 7, 8, α*(ρ), the layout, the slot rules —, the tree structure), of the batched simplex
-and of the drafted-support scan (:func:`gpu.simplex.lex_simplex`, :func:`gpu.support.scan`: compiled loops on the
-CPU).  An accelerator runs them in torch, which this machine may not have; here the host branch is switched off so
+and of the drafted-support scan (:func:`solvers.lex_simplex.lex_simplex`, :func:`gpu.support.scan`: compiled loops on
+the CPU).  An accelerator runs them in torch, which this machine may not have; here the host branch is switched off so
 that CPU tensors go through torch, and a representative set of the batched-vs-exact-core tests runs again: E[τ | T]
 on wide and asymmetric trees (every wor rule, the layout, the slot LP's simplex) and on small-vocabulary wor trees
 (rule 1's LPs), rule 3 and PTS by enumeration, rule 3 with its claim family against the exact core, PTS's clock
@@ -11,10 +11,11 @@ torch run with the exact core or the enumeration oracle at the original test's t
 here too: its dispatch mode sees torch tensors only, and on the host branch the same functions form numpy arrays of
 the same sizes."""
 import pytest
+import torch
 
 import gpu.host
-import gpu.simplex
 import gpu.support
+import solvers.lex_simplex
 
 from . import (test_compile_memory, test_condot, test_confident_rows, test_luce, test_support, test_tree_batch,
                test_univer, test_wor_plans)
@@ -31,7 +32,9 @@ def torch_on_cpu(monkeypatch):
 
     monkeypatch.setattr(gpu.host, "_numpy_call", direct)
     monkeypatch.setattr(gpu.support, "_scan_host", gpu.support._scan_device)
-    monkeypatch.setattr(gpu.simplex, "_simplex_host", gpu.simplex._lex_simplex)
+    host = solvers.lex_simplex._simplex_host          # the exact core's numpy LPs stay on it
+    monkeypatch.setattr(solvers.lex_simplex, "_simplex_host",
+                        lambda A, *args: (solvers.lex_simplex._lex_simplex if torch.is_tensor(A) else host)(A, *args))
     yield calls
     assert calls, "no formula went through gpu.host.on_host: the test exercised nothing of the torch path"
 

@@ -15,8 +15,8 @@ then the tie-break of :mod:`solvers.tie_break` for one optimum (:func:`solvers.c
 ``position_weights = ω``; :func:`~univer_theory.plans.lp_plan.lp_plan` realises and repairs it as rule 1).
 Everything it reads — ``p_X``, ``q_X``, ρ, the process and the subtree sizes — is on-tree, so it is an
 implementable verifier; the node attains α*(ρ) (the first level), so UniVer stays α*-optimal at every node.
-The LP is a network LP (totally unimodular, integer ω), so its one optimum is also what the batched twin
-(:mod:`gpu.condot`) computes.
+The LP is a network LP (totally unimodular, integer ω), so its one optimum is what both the lexicographic simplex
+both layers run (:mod:`solvers.condot_simplex`) and HiGHS (the tests' oracle) compute.
 
 The LP has a column per (ordered tuple of the draft support, position): the rule applies only to nodes with
 at most :data:`MAX_TUPLES` tuples (small vocabularies, truncated drafts); otherwise UniVer keeps its

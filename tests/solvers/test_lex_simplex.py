@@ -1,7 +1,8 @@
-"""The batched simplex (gpu/simplex.py: the compiled CPU loop, and the lockstep torch run an accelerator uses,
-side by side) against scipy's HiGHS, and the batched slot rule (gpu/slot_rule.py)
-against the exact core's :func:`solvers.slot_rule.slot_rule_lp` — the same w(S) to 1e-13, which needs the
-LP's unique-optimum tie-break (without it the two solvers pick different optimal vertices)."""
+"""The lexicographic simplex both layers solve their node LPs with (solvers/lex_simplex.py: the compiled CPU loop,
+and the lockstep torch run an accelerator uses, side by side) against scipy's HiGHS, and the slot rule it solves
+(:func:`solvers.slot_rule.slot_weights`) against HiGHS' oracle :func:`solvers.slot_rule.slot_rule_lp` — the same
+w(S) to 1e-13, which needs the LP's unique-optimum tie-break (without it the two solvers pick different optimal
+vertices)."""
 import itertools
 
 import numpy as np
@@ -9,9 +10,9 @@ import pytest
 import torch
 from scipy.optimize import linprog
 
-from gpu.simplex import _lex_simplex, lex_simplex
-from gpu.slot_rule import slot_lp, tuple_probs
-from solvers.slot_rule import multiset_class, slot_rule_lp, tuple_probability
+from solvers.lex_simplex import _lex_simplex, lex_simplex
+from solvers.slot_rule import multiset_class, slot_rule_lp, slot_weights, tuple_probability
+from univer_theory.processes import tuple_probs
 from univer_theory import ConfidentModel
 from univer_theory.plans.choose import choose_plan
 
@@ -109,9 +110,11 @@ def test_batched_slot_rule_is_the_exact_cores(process, k):
     rng = np.random.default_rng(17 + k)
     cases = list(classes(rng, process, k, 24))
     perms = cases[0][2]
-    got = slot_lp(torch.tensor(np.stack([c[3] for c in cases])), torch.tensor([c[1] for c in cases]),
-                  torch.tensor(np.stack([c[0] for c in cases])), torch.tensor(np.stack([c[4] for c in cases])),
-                  process, perms).numpy()
+    got, applied = slot_weights(torch.tensor(np.stack([c[3] for c in cases])), torch.tensor([c[1] for c in cases]),
+                                torch.tensor(np.stack([c[0] for c in cases])),
+                                torch.tensor(np.stack([c[4] for c in cases])), process, perms)
+    assert applied.all()
+    got = got.numpy()
     moved = 0
     for (q, S, _, w, omega), row in zip(cases, got):
         orderings, probs = multiset_class(S, q, process)
@@ -158,6 +161,8 @@ def test_confident_classes_are_slotted_on_both_sides():
         res = slot_rule_lp(orderings, probs, np.array([plan.select(o) for o in orderings]), omega)
         assert res.success, f"seed {seed}: {res.message}"
         w_all = torch.tensor(np.array([plan.select(tuple(S[j] for j in perm)) for perm in perms]))[None]
-        got = slot_lp(w_all, torch.tensor([S]), torch.tensor(q)[None], torch.tensor(omega)[None], "wor", perms)
+        got, applied = slot_weights(w_all, torch.tensor([S]), torch.tensor(q)[None], torch.tensor(omega)[None], "wor",
+                                    perms)
+        assert applied.all()
         want = res.weights[orderings.index(S)]
         np.testing.assert_allclose(got[0].numpy(), want, rtol=0, atol=1e-13, err_msg=f"seed {seed}")

@@ -1,6 +1,8 @@
-"""A batched dense simplex for many small node LPs at once (the slot rule's and rule 1's: :mod:`gpu.slot_rule`,
-:mod:`gpu.condot`).  A second algorithm beside the exact core's HiGHS (:mod:`solvers.highs_lp`) on purpose:
-HiGHS solves one LP at a time on the host; a level's LPs are solved here together, on their device.
+"""A dense lexicographic simplex for many small node LPs at once: rule 1's and the shape rule's CondOT(ρ) plans
+(:mod:`solvers.condot_simplex`) and the slot rule's class LPs (:mod:`solvers.slot_rule`), in both layers — the
+exact core solves its node's LP as a batch of one, a level of :mod:`gpu` solves all its nodes' LPs together, on
+their device — so both take the same plan from the same floats.  HiGHS (:mod:`solvers.highs_lp`) is the
+independent oracle the tests check it against.
 
 .. math::
 
@@ -22,22 +24,21 @@ the LP's optimum is unique (the node LPs' are, by :mod:`solvers.tie_break`) it i
 returns, whatever the pivots.  On a totally unimodular A the tableau stays in {−1, 0, 1}, so the pivots
 themselves are exact.
 
-Two runs of these same pivots, one per kind of device (the only algorithm written twice in :mod:`gpu`, because a
-pivot is a few dozen tiny operations that cost their call overhead, not their arithmetic):
+Two runs of these same pivots, one per kind of device (the only algorithm written twice, because a pivot is a
+few dozen tiny operations that cost their call overhead, not their arithmetic):
 
-* the CPU: a compiled loop over the LPs and their pivots (:func:`_simplex_rows`, numba; ~1 µs a pivot where
-  the lockstep version below costs ~100 µs in numpy);
+* the CPU (numpy arrays, CPU tensors): a compiled loop over the LPs and their pivots (:func:`_simplex_rows`,
+  numba; ~1 µs a pivot where the lockstep version below costs ~100 µs in numpy);
 * an accelerator: every LP of the level in lockstep in torch (:func:`_lex_simplex`, written against
   :mod:`univer_theory.nx`; python loops over pivots only, never over LPs), one host read per pivot (whether an
   LP is still improving).
 
-Both take the same decisions on the same floats (``tests/gpu/test_slot_rule.py`` runs them side by side).
+Both take the same decisions on the same floats (``tests/solvers/test_lex_simplex.py`` runs them side by side).
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
-import torch
 
 from univer_theory.nx import array_module, get_backend
 
@@ -73,7 +74,7 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     if (b < 0).any():
         raise ValueError("lex_simplex: b must be ≥ 0 (the starting basis must be feasible)")
     cap = max_pivots if max_pivots is not None else 20 * (m + n)
-    if not torch.is_tensor(A) or A.device.type == "cpu":
+    if get_backend(A).name == "numpy" or A.device.type == "cpu":
         return _simplex_host(A, b, costs, basis, cap)
     return _lex_simplex(A, b, costs, basis, cap)
 
@@ -148,15 +149,18 @@ def _basic_solution(table, basis, n: int):
     return nx.put(0 * table[:, 0, :n], basis, nx.maximum(table[:, :, n], 0.0))
 
 
-@torch.compiler.disable
 def _simplex_host(A, b, costs, basis, cap: int):
-    """:func:`lex_simplex` on numpy arrays or CPU tensors: :func:`_simplex_rows` on their memory (float64)."""
-    tensors = torch.is_tensor(A)
+    """:func:`lex_simplex` on numpy arrays or CPU tensors: :func:`_simplex_rows` on their memory (float64).  (The
+    callers in :mod:`gpu` reach it from host calls that ``torch.compile`` leaves out, :func:`gpu.host.on_host`.)"""
+    tensors = get_backend(A).name == "torch"
     A, b, costs, basis = (np.asarray(t.numpy() if tensors else t) for t in (A, b, costs, basis))
     x, optimal = _simplex_rows(*(np.ascontiguousarray(t, np.float64) for t in (A, b, costs)),
                                np.ascontiguousarray(basis, np.int64), cap)
     x = x.astype(A.dtype, copy=False)
-    return (torch.from_numpy(x), torch.from_numpy(optimal)) if tensors else (x, optimal)
+    if not tensors:
+        return x, optimal
+    import torch
+    return torch.from_numpy(x), torch.from_numpy(optimal)
 
 
 @numba.njit(cache=True, nogil=True)
