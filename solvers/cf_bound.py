@@ -176,7 +176,28 @@ def sandwich(evaluate, tol: float = SANDWICH_TOL, max_evaluations: int = MAX_EVA
         pts[x] = evaluate(x)
         stack += [(a, x), (x, b)]
     xs = np.array(sorted(pts))
-    return ValueFunction(xs, np.array([pts[x][0] for x in xs]), worst)
+    xs, values = concave_majorant(xs, np.array([pts[x][0] for x in xs]))
+    return ValueFunction(xs, values, worst)
+
+
+def concave_majorant(rho: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The breakpoints of the least concave majorant of ``(rho, value)`` (rho increasing; both ends kept).
+
+    The node LPs enter ``Ḡ`` as the *minimum of its chord lines*, which equals the interpolant only when the chord
+    slopes decrease.  LP error and round-off (~1e-16 in G) over breakpoints ~1e-11 apart tilt a chord by ~1e-6;
+    its line, extended over [0, 1], then cuts Ḡ by up to that much and CF drops below UniVer.  Points under the
+    chord of their neighbours are dropped, with slopes computed exactly as :meth:`ValueFunction.pieces` does, so
+    they strictly decrease; the majorant is ≤ G + the points' own error, so CF stays within its tolerance."""
+    keep: list[int] = []
+    for i in range(rho.size):
+        while len(keep) >= 2:
+            a, b = keep[-2], keep[-1]
+            if (value[b] - value[a]) / (rho[b] - rho[a]) <= (value[i] - value[b]) / (rho[i] - rho[b]):
+                keep.pop()
+            else:
+                break
+        keep.append(i)
+    return rho[keep], value[keep]
 
 
 @dataclass(frozen=True)

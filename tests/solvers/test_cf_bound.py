@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from solvers.cf_bound import cf_bound, sandwich
+from solvers.cf_bound import cf_bound, concave_majorant, sandwich
 from solvers.global_lp import global_tree_lp
 from solvers.value_aware import value_aware_verifier
-from univer_theory import VERIFIERS, DirichletModel, DraftTree, LOSSLESS_TOL, Model, TreeShape, evaluate
+from univer_theory import VERIFIERS, DirichletModel, DraftTree, LOSSLESS_TOL, Model, TableModel, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.tv_plan import tv_plan
 
@@ -29,6 +29,34 @@ def test_sandwich_recovers_the_breakpoints_of_a_concave_pl_function():
     assert f.rho.size <= 6 and f.gap <= 1e-11
     grid = np.linspace(0, 1, 101)
     np.testing.assert_allclose(f(grid), np.min(pieces[:, :1] * grid + pieces[:, 1:], axis=0), atol=1e-12)
+
+
+def test_concave_majorant_drops_points_under_their_neighbours_chord():
+    """A point a hair below concavity (value error over breakpoints ~1e-11 apart) is dropped; the slopes of what is
+    kept strictly decrease, every input point lies on or under the result, and a concave input is kept as it is."""
+    rho = np.array([0.0, 0.2, 0.2 + 1e-11, 0.5, 1.0])
+    value = np.array([0.0, 0.4, 0.4 + 2e-11 + 1e-16, 0.7, 0.9])       # the short chord's slope tilts up
+    xs, ys = concave_majorant(rho, value)
+    assert xs.tolist() == [0.0, 0.2 + 1e-11, 0.5, 1.0]
+    slopes = np.diff(ys) / np.diff(xs)
+    assert np.all(np.diff(slopes) < 0)
+    assert np.all(value <= np.interp(rho, xs, ys) + 1e-15)
+    grid, concave = np.array([0.0, 0.2, 0.3, 0.5, 1.0]), np.array([0.0, 0.4, 0.5, 0.6, 0.7])
+    assert concave_majorant(grid, concave)[0].tolist() == grid.tolist()
+
+
+def test_cf_stays_above_univer_where_breakpoints_crowd():
+    """A fresh-seed instance (greedy, context-free sparse rows, ``(((.)),((.),(.)),.)``) where the breakpoint search
+    left two of a child's breakpoints ~5e-10 apart near ρ ≈ 3.6e-8 and their chord's slope rose by 4.6e-3: the node
+    LP reads Ḡ as the minimum of its chord lines, which that chord cut far from it, and CF came out 3.2e-4 *below*
+    UniVer (an algorithm of its framework).  Built on the least concave majorant of its points, CF ≥ UniVer."""
+    p = np.array([0.0011381698651695708, 0.7694212545904864, 0.2294405755443441])
+    q = np.array([0.6399473692241079, 6.418889844646599e-09, 0.36005262435700225])
+    m, shape = TableModel(3, {(): p}, {(): q}), TreeShape.parse("(((.)),((.),(.)),.)")
+    univer = evaluate(m, shape, "greedy", VERIFIERS["univer"]).expected_accepted
+    res = cf_bound(m, shape, "greedy")
+    assert res.success, res.message
+    assert univer <= res.value + res.tolerance + 1e-12, (univer, res.value, res.tolerance)
 
 
 @pytest.mark.parametrize("shape", ["1,1", "1,1,1"])
