@@ -19,7 +19,20 @@ of the non-empty prefixes of w.  Consequences:
 * trees with the same string set ``W_T`` merge into one of weight ``Σ Q`` (``Q·C + Q'·C = (Q+Q')·C``);
   ``reduce=True`` does this (i.i.d. duplicates and sibling orderings collapse);
 * the LP is then built literally on one representative per class: one column per node, sparse rows,
-  plus one column ``a(s)`` per drafted string tied to the nodes by an equality row.
+  plus one column ``a(s)`` per drafted string tied to the nodes by an equality row.  HiGHS silently drops
+  matrix entries below its ``small_matrix_value`` (1e-9), so a class with ``Q(T) <`` :data:`COEF_FLOOR` gets
+  the columns ``A_T(u)·Q(T)/COEF_FLOOR`` (tree rows ``≤ Q(T)/COEF_FLOOR`` at the root) and the entry
+  ``COEF_FLOOR`` in ``a(s) − Σ …``: as entries ``Q(T)``, every tree with ``Q(T) < 1e-9`` fell out of the LP
+  (5.8e-8 of E[τ] on a V = 3 greedy instance with q(y) = 6.4e-9, 3.7e-7 on deviations item 23's instance).
+
+**Certified value.**  For any ``μ ≥ 0`` on the edge rows, with ``w(s) = 1 − μ(s) + Σ_y p(y|s)·μ(s·y)``,
+
+.. math::  E[τ] \\le \\sum_{y} μ(y)·p(y) + \\sum_T Q(T)·\\max(0, \\max_{u ∈ T} \\sum_{v ∈ root→u} w(s(v)))
+
+(Lagrangian of the edge rows; the max is over the vertices of the tree's simplex).  ``value`` is this bound at
+HiGHS' edge-row duals, recomputed from the true data with a round-off margin: an upper bound on every lossless
+verifier whatever HiGHS' tolerances did, and ``tolerance = value − primal_value`` bounds its excess over the
+LP optimum (``primal_value``: the rechecked feasible point's ``Σ a(s)``).
 
 Note that nodes spelling the same string give *identical* vertices: the position-indexed LP equals a trie
 LP in which such nodes are one node whose constraint sums over its distinct children.  The pitfall of §4.3
@@ -32,6 +45,7 @@ probabilities of :func:`univer_theory.processes.enumerate_trees`.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -47,8 +61,11 @@ from .highs_lp import LP_METHODS, solve_lp
 
 #: Feasibility tolerance of the recheck of a returned solution (HiGHS runs at 1e-10).
 RECHECK_TOL = 1e-9
-#: Largest drop of E[τ] accepted from repairing HiGHS' point into a feasible one (:func:`_repair`).
+#: Largest drop of E[τ] accepted from repairing HiGHS' point into a feasible one (:func:`_repair`), and largest
+#: gap accepted between the certified bound and that feasible point.
 REPAIR_TOL = 1e-5
+#: Smallest coefficient Q(T)/scale put in the matrix: HiGHS drops entries below its small_matrix_value (1e-9).
+COEF_FLOOR = 1e-8
 
 
 def as_shape(shape, where: str) -> TreeShape:
@@ -182,13 +199,16 @@ def _edge_rows(table: _PrefixTable, col0: int) -> tuple[tuple, np.ndarray]:
 class GlobalLPResult:
     """Optimum of the global tree LP.
 
-    ``value``: E[τ] of the rechecked optimal solution (``Σ_s a(s)`` recomputed from the node columns);
+    ``value``: a certified upper bound on the LP optimum, hence on E[τ] of every lossless verifier (the dual
+    bound of the module docstring at HiGHS' duals, recomputed exactly up to a round-off margin; with
+    ``merge_duplicates`` the pitfall's primal value instead); ``primal_value``: ``Σ_s a(s)`` of the rechecked
+    feasible point (≤ the LP optimum); ``tolerance``: ``value − primal_value`` (the LP optimum lies between);
     ``trees``: enumerated trees; ``classes``: trees left after merging equal string sets (the LP's blocks);
     ``variables`` / ``constraints``: LP size; ``seconds``: enumeration + build + solve (``solve_seconds``:
     HiGHS alone); ``acceptance``: ``a(s)`` per drafted string; ``lp_objective``: HiGHS' own objective (its point
-    may break unscaled rows by ~1e-7; ``value`` is that of the repaired feasible point, at most
+    may break unscaled rows by ~1e-7; ``primal_value`` is that of the repaired feasible point, at most
     :data:`REPAIR_TOL` lower, see :func:`_repair`); ``status`` 0 optimal and rechecked,
-    1 HiGHS not optimal, 4 recheck failed.
+    1 HiGHS not optimal, 4 recheck failed or ``tolerance`` > :data:`REPAIR_TOL`.
     """
 
     value: float
@@ -203,6 +223,8 @@ class GlobalLPResult:
     success: bool
     message: str
     lp_objective: float = float("nan")
+    primal_value: float = float("nan")
+    tolerance: float = float("nan")
 
 
 def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, merge_duplicates: bool = False,
@@ -234,22 +256,30 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     table = _prefix_table(model, trees, codes, where)
     n, m, P = codes.shape[0], shape.num_nodes - 1, table.size
     t0 = time.perf_counter()
-    a, status, message, objective = _solve(shape, table, weights, merge_duplicates, method)
+    a, status, message, objective, bound = _solve(shape, table, weights, merge_duplicates, method)
     solve_seconds = time.perf_counter() - t0
     viol = float(np.max(a - _edge_bound(table, a), initial=0.0))
     if status == 0 and viol > RECHECK_TOL:
         status, message = 4, f"the solution violates a(s·y) ≤ p(y|s)·a(s) by {viol:.2e} > {RECHECK_TOL:g}"
     elif status == 0:
         message += f"; recheck max violation {viol:.1e}"
+    primal = float(a.sum())
+    value = float(max(bound, primal)) if np.isfinite(bound) else primal  # bound ≥ optimum ≥ primal up to round-off
+    if status == 0 and value - primal > REPAIR_TOL:
+        status, message = 4, f"the certified bound exceeds the feasible point by {value - primal:.2e} > {REPAIR_TOL:g}"
+    elif status == 0 and not merge_duplicates:
+        message += f"; certified bound {value - primal:.1e} above the feasible point"
     n_tree_rows = n * sum(1 for u in range(shape.num_nodes) if shape.children[u])
-    return GlobalLPResult(float(a.sum()), trees.num_trees, n, n * m + P, n_tree_rows + 2 * P,
+    return GlobalLPResult(value, trees.num_trees, n, n * m + P, n_tree_rows + 2 * P,
                           time.perf_counter() - start, solve_seconds,
                           {trees.prefix(c): float(v) for c, v in zip(table.codes, a)}, status, status == 0, message,
-                          objective)
+                          objective, primal, value - primal)
 
 
 def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_duplicates: bool, method: str):
-    """The literal LP: columns ``x[t, u]`` (one per non-root node) then ``a(s)``; returns a recomputed from x."""
+    """The literal LP: columns ``scale_t·x[t, u]`` (one per non-root node, ``scale_t = min(1, Q_t/COEF_FLOOR)``)
+    then ``a(s)``; returns ``a`` recomputed from ``x``, and the certified bound at HiGHS' edge-row duals
+    (:func:`_certified_bound`), the lowest over the attempts."""
     pid = table.pid
     n, m = pid.shape
     P, N = table.size, m + 1
@@ -272,46 +302,90 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
             ri.append(rows_u), rj.append(col_of[:, c]), rv.append(np.ones(n))
         if u:
             ri.append(rows_u), rj.append(col_of[:, u]), rv.append(-np.ones(n))
-        upper.append(np.full(n, 1.0 if u == 0 else 0.0))
+        upper.append(np.full(n, 1.0 if u == 0 else 0.0))  # for x; the LP's rows have scale·upper
         row += n
     n_tree_rows = row
     tq = np.broadcast_to(weights[:, None], (n, m))
-    ri += [row + pid[keep], row + np.arange(P)]  # (2) a(s) − Σ Q(T)·x = 0
+    # column of node u of class t: scale·x, so that its entry Q(T)/scale in a(s)'s row is ≥ COEF_FLOOR
+    scale = np.ones_like(weights) if COEF_FLOOR <= 0 else np.minimum(1.0, weights / COEF_FLOOR)
+    coef = np.divide(weights, scale, out=np.full_like(weights, COEF_FLOOR), where=scale > 0)
+    ri += [row + pid[keep], row + np.arange(P)]  # (2) a(s) − Σ y = 0
     rj += [var_of_node[keep], n_x + np.arange(P)]
-    rv += [-tq[keep], np.ones(P)]
+    rv += [-np.broadcast_to(coef[:, None], (n, m))[keep], np.ones(P)]
     row += P
     (ei, ej, ev), rhs = _edge_rows(table, n_x)  # (3) a(s·y) − p(y|s)·a(s) ≤ rhs
     ri.append(row + ei), rj.append(ej), rv.append(ev)
     A = sp.csc_matrix((np.concatenate(rv), (np.concatenate(ri), np.concatenate(rj))), shape=(row + P, n_x + P))
     row_lower = np.concatenate([np.full(n_tree_rows, -np.inf), np.zeros(P), np.full(P, -np.inf)])
-    row_upper = np.concatenate([np.concatenate(upper), np.zeros(P), rhs])
+    row_q, row_s = np.tile(weights, n_tree_rows // max(n, 1)), np.tile(scale, n_tree_rows // max(n, 1))
+    s_col = np.repeat(scale, m)
+    row_upper = np.concatenate([np.concatenate(upper) * row_s, np.zeros(P), rhs])
+
+    def tree_violation(x):  # largest excess of a tree row at x, in E[τ] units (times Q(T))
+        return float(np.max(row_q * (A[:n_tree_rows, :n_x] @ x - np.concatenate(upper)), initial=0.0))
 
     def violation(x):  # largest excess of a tree row or an edge row at x
         a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)
-        return max(float(np.max(A[:n_tree_rows, :n_x] @ x - np.concatenate(upper), initial=0.0)),
-                   float(np.max(a - _edge_bound(table, a), initial=0.0)))
+        return max(tree_violation(x), float(np.max(a - _edge_bound(table, a), initial=0.0)))
 
+    bound, best, tried = np.inf, None, 0
     for presolve in ("choose", "off"):  # HiGHS' presolve is where the unscaled rows drift (docs/deviations.md 23)
         sol = solve_lp(np.concatenate([np.zeros(n_x), np.ones(P)]), A, row_lower, row_upper, 0.0,
-                       np.concatenate([np.ones(n_x), np.full(P, np.inf)]), method=method, presolve=presolve)
-        x = np.clip(sol.x[:n_x], 0.0, 1.0)
-        if sol.status != 0 or merge_duplicates or violation(x) <= RECHECK_TOL:
+                       np.concatenate([s_col, np.full(P, np.inf)]), method=method, presolve=presolve)
+        x = np.clip(np.divide(sol.x[:n_x], s_col, out=np.zeros(n_x), where=s_col > 0), 0.0, 1.0)
+        tried += 1
+        if sol.status != 0 or merge_duplicates:
             break
-    status, message = sol.status, sol.message + ("" if presolve == "choose" else " (re-solved without presolve)")
-    if status == 0 and not merge_duplicates and violation(x) > RECHECK_TOL:
+        # always repaired: x = column/scale carries HiGHS' absolute error divided by scale, large on improbable
+        # trees; the repair makes every row hold to round-off and costs E[τ] only in proportion to the excess
+        off = violation(x) > RECHECK_TOL
         x, lost = _repair(shape, table, weights, x.reshape(n, m))
         x = x.ravel()
+        bound = min(bound, _certified_bound(shape, table, weights, sol.row_dual[n_tree_rows + P:]))  # each valid
+        primal = float(weights @ x.reshape(n, m).sum(axis=1))
+        if best is None or primal > best[0]:
+            best = (primal, x, lost, off, sol)
+        if bound - best[0] <= RECHECK_TOL:  # certified bound and feasible point agree: optimal to RECHECK_TOL
+            break
+    if best is not None:  # the best feasible point of the attempts (a later failed attempt does not count)
+        _, x, lost, off, sol = best
+    status, message = sol.status, sol.message + ("" if tried == 1 else " (re-solved without presolve)")
+    if best is not None:
         if lost > REPAIR_TOL:
             status, message = 4, (f"repairing HiGHS' point lost {lost:.1e} > {REPAIR_TOL:g} of its objective "
                                   f"{sol.objective:.12f}")
-        else:
+        elif off:
             message += (f"; HiGHS' point was off the unscaled LP and was repaired to a feasible one "
                         f"(HiGHS objective {sol.objective:.12f}, repaired value lower by {lost:.1e})")
-    tree_viol = float(np.max(A[:n_tree_rows, :n_x] @ x - np.concatenate(upper), initial=0.0))
+    tree_viol = tree_violation(x)
     a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)  # recomputed from x
     if status == 0 and tree_viol > RECHECK_TOL:
         status, message = 4, f"the solution violates a tree constraint by {tree_viol:.2e} > {RECHECK_TOL:g}"
-    return a, status, message, sol.objective
+    bound = bound if best is not None else np.nan
+    return a, status, message, sol.objective, bound
+
+
+def _certified_bound(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, mu: np.ndarray) -> float:
+    """The module docstring's Lagrangian bound at edge-row multipliers ``mu`` (clipped to ``≥ 0``): valid for
+    any ``mu``, tight at optimal duals.  It is recomputed from the float64 data, with sums taken by ``math.fsum``
+    and a margin for the rounding of ``w`` and of the path sums, so it is not below the exact value."""
+    mu = np.maximum(np.nan_to_num(np.asarray(mu, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0), 0.0)
+    inner = table.parent >= 0
+    fan = np.bincount(table.parent[inner], weights=table.p_edge[inner] * mu[inner], minlength=table.size)
+    w = 1.0 - mu + fan
+    w_abs = 1.0 + mu + fan
+    n, m = table.pid.shape
+    path, path_abs = np.zeros((n, m + 1)), np.zeros((n, m + 1))
+    best, best_abs = np.zeros(n), np.zeros(n)
+    for u in range(1, m + 1):
+        path[:, u] = path[:, shape.parent[u]] + w[table.pid[:, u - 1]]
+        path_abs[:, u] = path_abs[:, shape.parent[u]] + w_abs[table.pid[:, u - 1]]
+        best, best_abs = np.maximum(best, path[:, u]), np.maximum(best_abs, path_abs[:, u])
+    root = mu[~inner] * table.p_edge[~inner]
+    terms = np.concatenate([root, weights * best])
+    scale = math.fsum(root) + math.fsum(weights * best_abs)
+    fan_out = int(np.max(np.bincount(table.parent[inner]), initial=0))
+    return math.fsum(terms) + 2 * np.finfo(np.float64).eps * (m + fan_out + 4) * scale
 
 
 def _edge_bound(table: _PrefixTable, a: np.ndarray) -> np.ndarray:

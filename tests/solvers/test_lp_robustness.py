@@ -1,5 +1,6 @@
 """The ground-truth LPs never crash a command: HiGHS' re-solves, the global LP's repair into a feasible point,
 the α*-face floor, and ``univer bound`` / ``univer exact`` reporting a failed LP beside every other result."""
+import dataclasses
 import importlib
 import json
 from functools import partial
@@ -14,8 +15,9 @@ from univer.cli import main as cli_main
 from univer_theory import VERIFIERS, DirichletModel, TreeShape, context_free, evaluate
 
 # V = 5, shape (((..),.),.), context-independent rows (DirichletModel(5, seed=11, similarity=0.5,
-# concentration=0.3) at the root): HiGHS' dual simplex answer breaks a(s·y) ≤ p(y|s)·a(s) by 1.9e-7 (scaled
-# tolerance, Q(T) spanning 12 decades); before the repair `univer bound` died with a RuntimeError traceback.
+# concentration=0.3) at the root): HiGHS' dual simplex answer broke a(s·y) ≤ p(y|s)·a(s) by 1.9e-7 (Q(T) spanning
+# 12 decades: HiGHS dropped the matrix entries Q(T) < 1e-9); before the repair `univer bound` died with a
+# RuntimeError traceback, and the repaired optimum 2.1719627578 was 3.7e-7 below the LP's 2.1719631286.
 ISSUE_SHAPE = "(((..),.),.)"
 ISSUE_TARGET = [0.0005309815593422848, 0.0008474112325153265, 7.138554108607107e-05, 0.9807125053570699,
                 0.017837716309986467]
@@ -48,15 +50,34 @@ def test_global_lp_resolves_then_repairs_on_the_issue_instance(monkeypatch):
     tv = float(evaluate(m, TreeShape.parse(ISSUE_SHAPE), "iid", VERIFIERS["tv"]).expected_accepted)
     r = global_tree_lp(m, ISSUE_SHAPE, "iid")
     assert r.success, r.message
-    assert "re-solved without presolve" in r.message      # the first answer broke a row; the re-solve is clean
+    # no entry below HiGHS' small_matrix_value any more: the first answer is clean and certified to 1e-12
+    assert "re-solved" not in r.message and "repaired" not in r.message
+    assert r.value > 2.1719631 and 0 <= r.tolerance <= 1e-12 and r.primal_value == pytest.approx(r.value, abs=1e-12)
     assert abs(r.lp_objective - r.value) <= 1e-9 and edge_violation(m, r.acceptance) <= 1e-12
     assert r.value >= tv
-    # when the re-solve does not help either, the point is repaired: feasible, and at most REPAIR_TOL lower
-    monkeypatch.setattr(global_module, "solve_lp", lambda *a, presolve, **k: highs_solve(*a, **k))
+    # a point off the LP is re-solved without presolve, then repaired: feasible and at most REPAIR_TOL lower;
+    # the certified value comes from the duals and does not move
+    def off_the_lp(*args, **kwargs):  # HiGHS' answer with every third column 1e-6 too high
+        sol = highs_solve(*args, **kwargs)
+        return dataclasses.replace(sol, x=sol.x * (1 + 1e-6 * (np.arange(sol.x.size) % 3 == 0)))
+
+    monkeypatch.setattr(global_module, "solve_lp", off_the_lp)
     fixed = global_tree_lp(m, ISSUE_SHAPE, "iid")
-    assert fixed.success and "repaired" in fixed.message, fixed.message
-    assert 0 < fixed.lp_objective - fixed.value <= REPAIR_TOL and edge_violation(m, fixed.acceptance) <= 1e-12
-    assert fixed.value >= tv and abs(fixed.value - r.value) <= REPAIR_TOL
+    assert fixed.success and "re-solved without presolve" in fixed.message and "repaired" in fixed.message
+    assert 0 < fixed.lp_objective - fixed.primal_value <= REPAIR_TOL and edge_violation(m, fixed.acceptance) <= 1e-12
+    assert fixed.value >= tv and abs(fixed.value - r.value) <= 1e-12 and 0 < fixed.tolerance <= REPAIR_TOL
+
+
+def test_global_lp_keeps_improbable_trees():
+    """q(y) = 6.4e-9 (greedy, V = 3): 137 of 162 classes have Q(T) < 1e-9, 2.7e-8 of mass; as matrix entries HiGHS
+    dropped them and the LP came out 5.8e-8 below UniVer's exact E[τ]."""
+    p = np.array([0.0011381698651695708, 0.7694212545904864, 0.2294405755443441])
+    q = np.array([0.6399473692241079, 6.418889844646599e-09, 0.36005262435700225])
+    m, shape = context_free(p, q), TreeShape.parse("(((.)),((.),(.)),.)")
+    r = global_tree_lp(m, shape, "greedy")
+    assert r.success, r.message
+    assert float(evaluate(m, shape, "greedy", VERIFIERS["univer"]).expected_accepted) <= r.value + 1e-12
+    assert 0 <= r.tolerance <= 1e-12
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])

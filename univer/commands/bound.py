@@ -63,7 +63,8 @@ def bound_results(args, progress: bool = True) -> dict:
                 out["methods"][VALUE_AWARE] = va.as_json()
     out["global_bound"] = {"error": errors["global_bound"]} if glob is None else {
         "value": glob.value, "trees": glob.trees, "classes": glob.classes, "variables": glob.variables,
-        "constraints": glob.constraints, "seconds": glob.seconds, "lp_objective": glob.lp_objective}
+        "constraints": glob.constraints, "seconds": glob.seconds, "lp_objective": glob.lp_objective,
+        "primal_value": glob.primal_value, "tolerance": glob.tolerance}
     out["cf_bound"] = {"error": errors["cf_bound"]} if cf is None else {
         "value": cf.value, "alpha_root_value": cf.alpha_root_value, "breakpoints": cf.breakpoints,
         "lp_solves": cf.lp_solves, "tolerance": cf.tolerance, "seconds": cf.seconds}
@@ -108,8 +109,9 @@ def run(args) -> int:
     else:
         print(f"global tree LP  E[tau] ≤ {glob['value']:.9f}   ({glob['trees']} trees, {glob['classes']} classes, "
               f"{glob['variables']} variables, {glob['seconds']:.2f} s)")
-        if glob["lp_objective"] - glob["value"] > 1e-9:
-            print(f"                (HiGHS' objective {glob['lp_objective']:.9f}; its point was repaired to a feasible one)")
+        if glob["value"] - glob["primal_value"] > 1e-9:
+            print(f"                (certified dual bound; the best feasible point found reaches "
+                  f"{glob['primal_value']:.9f})")
     if "error" in cf:
         print(f"CF optimum      FAILED: {cf['error']}")
     else:
