@@ -253,3 +253,31 @@ def test_lp_thresholds_below_highs_accuracy_agree_with_the_core():
         got = expected_accepted_length(TreeBatch.from_trees([tree]), torch.tensor(p)[None], torch.tensor(q)[None],
                                        "wor", "univer")
         assert abs(float(got[0]) - want) <= 1e-12, (name, float(got[0]), want)
+
+
+def test_a_correction_whose_residual_rounds_away_stays_in_the_targets_support():
+    """A wor node with p = onehot(1) and a confident draft (tails 2e-13) whose realised children are the two tail
+    tokens (a tuple of probability ~5e-26): the plan gives it weight 0, α rounds to ρ = 1, so f = 1 while the float
+    residual ρp − a is all zero (the true one is ~5e-26·p).  Before, the exact law lost the tree's whole mass (and
+    contradicted E[τ | T] below an accepted child) and ``gpu.verify`` drew token 0, where p = 0; the residual now
+    falls back to ρp: the exact law has mass 1 and equals the batched first-token law, and every draw is token 1."""
+    u3 = np.full(3, 1 / 3)
+    p_node, q_node = np.array([0.0, 1.0, 0.0]), np.array([2.5789404393753699e-13, 9.9999999999953038e-01,
+                                                           2.1173844670600807e-13])
+    root = np.array([0.5, 0.5, 0.0])
+    cases = ((DraftTree((-1, 0, 0), (-1, 2, 0)), np.vstack([p_node, u3, u3]), np.vstack([q_node, u3, u3])),
+             (DraftTree((-1, 0, 1, 1), (-1, 1, 2, 0)), np.vstack([root, p_node, u3, u3]),
+              np.vstack([root, q_node, u3, u3])))
+    univer = VERIFIERS["univer"]
+    for tree, p, q in cases:
+        law = univer.law(tree, p, q, "wor")
+        assert sum(float(v) for v in law.values()) == pytest.approx(1.0, abs=1e-12)
+        first = np.zeros(3)
+        for key, v in law.items():
+            first[key[0]] += float(v)
+        batch, pt, qt = TreeBatch.from_trees([tree]), torch.tensor(p)[None], torch.tensor(q)[None]
+        np.testing.assert_allclose(first_token_law(batch, pt, qt, "wor", METHODS["univer"])[0].numpy(), first,
+                                   rtol=0, atol=1e-12)
+        for seed in range(4):
+            out = verify(batch, pt, qt, "wor", "univer", torch.Generator().manual_seed(seed))
+            assert int(out.next_token[0]) == 1

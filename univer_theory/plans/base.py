@@ -78,9 +78,16 @@ def stop_rows(rho, alpha):
 
 
 def residual_rows(c, a):
-    """The unnormalised residual ``[c − a]_+`` (``c = ρp``; clipped at 0 against round-off), numpy or torch."""
+    """The unnormalised residual ``[c − a]_+`` (``c = ρp``; clipped at 0 against round-off), numpy or torch.
+
+    Where round-off cancels all of it — α rounds to ρ although the realised tuple takes no child (a tuple of
+    probability ~1e-25 under a confident draft, weight 0: the true residual is ~1e-25·p there) and so ``f = 1`` —
+    the row is ``c`` itself (Y ~ p): the correction stays in the target's support, off by at most that event's
+    probability, where a zero row drew token 0 (p(0) = 0) and the exact law lost the event's mass.  A zero row is
+    kept where ``c`` is 0 (ρ = 0: never reached); where ``f = 0`` the residual is never read."""
     nx = get_backend(c, a)
-    return nx.clip(c - a, 0.0)
+    d = nx.clip(c - a, 0.0)
+    return nx.where(nx.sum(d, keepdims=True) > 0, d, c)
 
 
 def shares_rows(w):
