@@ -16,13 +16,15 @@ level ``c_1 = −Σ artificials``.
 A column may enter when its reduced cost is *lexicographically* positive (the first level where it is not 0
 within :data:`TOL` says > 0), i.e. it improves ``Σ_l M^{L−l} c_l`` for M large.  Pricing is Dantzig's (the
 largest reduced cost at the lowest level that has an improving column; the lowest such column) until an LP has
-made :data:`STALL` degenerate pivots in a row; from then on that LP uses Bland's rule (lowest improving column;
-among rows tied in the ratio test, the lowest basic column), which cannot cycle; otherwise the first tied row
-leaves.  The answer is a basic solution ``x_B = B⁻¹b``.  A pivot rewrites only the tableau rows with an entry in
-the entering column (on the node LPs' network matrices, the few rows of one path of the basis forest).  When
-the LP's optimum is unique (the node LPs' are, by :mod:`solvers.tie_break`) it is the point any exact solver
-returns, whatever the pivots.  On a totally unimodular A the tableau stays in {−1, 0, 1}, so the pivots
-themselves are exact.
+made :data:`STALL` degenerate pivots (a step of exactly 0) in a row; from then on, until a step is positive, that LP
+uses Bland's rule (lowest improving column; among rows tied in the ratio test, the lowest basic column), which
+cannot cycle; otherwise the first tied row leaves.  (A step below the ties' tolerance counted as degenerate before:
+on a confident row, whose tiny ρp and Q_k make most steps ~1e-14, rule 1's LP at k = 4 over 8 tokens then ran
+168 979 pivots, 168 304 of them Bland's, in 5 s; it takes 4 034 in 0.2 s now.)  The answer is a basic solution
+``x_B = B⁻¹b``.  A pivot rewrites only the tableau rows with an entry in the entering column (on the node LPs'
+network matrices, the few rows of one path of the basis forest).  When the LP's optimum is unique (the node LPs'
+are, by :mod:`solvers.tie_break`) it is the point any exact solver returns, whatever the pivots.  On a totally
+unimodular A the tableau stays in {−1, 0, 1}, so the pivots themselves are exact.
 
 Two runs of these same pivots, one per kind of device (the only algorithm written twice, because a pivot is a
 few dozen tiny operations that cost their call overhead, not their arithmetic):
@@ -44,7 +46,8 @@ from univer_theory.nx import array_module, get_backend
 
 #: Reduced costs and tableau entries within this of 0 count as 0 (ratio ties: relative to the LP's max b).
 TOL = 1e-12
-#: Consecutive degenerate pivots after which an LP switches from Dantzig's to Bland's rule.
+#: Consecutive degenerate pivots (a step of exactly 0) after which an LP switches from Dantzig's to Bland's rule;
+#: a positive step switches it back.
 STALL = 50
 
 
@@ -106,7 +109,7 @@ def _lex_simplex(A, b, costs, basis, cap: int):
                          _first(tied))                                            # else the first tied row
         optimal &= ~(active & ~ok.any(1))                                         # unbounded
         active &= ok.any(1)
-        stalled = nx.where(least[:, 0] > TOL * scale[:, 0], 0, stalled + 1)
+        stalled = nx.where(least[:, 0] > 0, 0, stalled + 1)
         row = table[batch, leave] / nx.where(active, table[batch, leave, enter], 1.0)[:, None]   # [B, n + 1]
         column = nx.where(active[:, None], column, 0.0)
         column[batch, leave] = 0
@@ -208,7 +211,7 @@ def _simplex_rows(A, b, costs, basis, cap):  # pragma: no cover - compiled
                         leave = i
                     if not bland:
                         break
-            stalled = 0 if least > TOL * scale else stalled + 1
+            stalled = 0 if least > 0.0 else stalled + 1
             pivot = table[leave, enter]
             for j in range(n + 1):
                 row[j] = table[leave, j] / pivot
