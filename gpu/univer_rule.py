@@ -180,5 +180,6 @@ def _univer_rule(ctx: LevelContext, walk: str) -> LevelDecision:
         _iid_wor(ctx, p, q, rho, c, w, a, walk)
     alpha = a.sum(-1)
     scale = nx.astype(shares_rows(w), ctx.target)
-    return LevelDecision(1.0 + 0 * scale, scale, nx.astype(stop_rows(rho, alpha), ctx.target),
-                         nx.astype(residual_rows(c, a), ctx.target))
+    stop = stop_rows(rho, alpha)
+    return LevelDecision(1.0 + 0 * scale, scale, nx.astype(stop, ctx.target),
+                         nx.astype(residual_rows(c, a, stop), ctx.target))

@@ -46,7 +46,8 @@ def check_against_exact_core(method, process, V, device):
 
 def decision_gap(trees, model, process, torch_rule, exact_rule) -> float:
     """Largest difference between the torch pass 1 and the exact engine's: ρ, enter, stop and the residual of
-    every node — its mass ``ρ − α`` where the rule reports α, its normalised shape where that mass is above
+    every node — its mass ``ρ − α`` where the rule reports α (where that is 0 at ``f > 0``, round-off noise or the
+    fallback ``ρp`` of :func:`univer_theory.plans.base.residual_rows`), its normalised shape where that mass is above
     round-off (at α = ρ = 1 the residual is 1e-16 noise that neither side ever samples)."""
     batch, p, q = padded_rows(trees, model)
     alloc = allocate(batch, p, q, process, torch_rule, keep_residuals=True)
@@ -59,8 +60,10 @@ def decision_gap(trees, model, process, torch_rule, exact_rule) -> float:
             for c, a, s in zip(t.children[u], dec[u].enter, dec[u].scale):
                 diffs += [abs(float(alloc.enter[b, c]) - float(a)), abs(float(alloc.rho[b, c]) - float(s))]
             res, want = alloc.residual[b, u].numpy(), np.asarray(dec[u].residual, dtype=np.float64)
-            if "alpha" in dec[u].info:
-                diffs.append(abs(res.sum() - max(0.0, float(rho[u]) - float(dec[u].info["alpha"]))))
+            if "alpha" in dec[u].info:           # ρ − α; where that is 0 at f > 0, noise or the fallback ρp
+                mass = max(0.0, float(rho[u]) - float(dec[u].info["alpha"]))
+                both = (mass, float(rho[u]) * pn[u].sum()) if mass == 0 and float(dec[u].stop) > 0 else (mass,)
+                diffs.append(min(abs(res.sum() - m) for m in both))
             if float(dec[u].stop) > 0 and want.sum() > 0 and res.sum() > 1e-12:
                 diffs += list(np.abs(res / res.sum() - want / want.sum()))
             gap = float(np.max([gap] + diffs))          # np.max propagates NaN, so a NaN fails the caller's check

@@ -61,7 +61,7 @@ class NodePlan:
         if self.marginal.dtype == object:
             d = np.maximum(self.rho * self.target - self.marginal, 0)
         else:
-            d = residual_rows(self.rho * self.target, self.marginal)
+            d = residual_rows(self.rho * self.target, self.marginal, np.float64(self.stop))
         s = d.sum()
         return d / s if s != 0 else d
 
@@ -77,17 +77,18 @@ def stop_rows(rho, alpha):
     return nx.clip(nx.where(below, (rho - alpha) / nx.where(below, 1 - alpha, 1.0), 1.0), 0.0, 1.0)
 
 
-def residual_rows(c, a):
-    """The unnormalised residual ``[c − a]_+`` (``c = ρp``; clipped at 0 against round-off), numpy or torch.
+def residual_rows(c, a, stop):
+    """The unnormalised residual ``[c − a]_+`` (``c = ρp``; clipped at 0 against round-off) of rows whose stop
+    probability is ``f = stop [...]``, numpy or torch.
 
-    Where round-off cancels all of it — α rounds to ρ although the realised tuple takes no child (a tuple of
-    probability ~1e-25 under a confident draft, weight 0: the true residual is ~1e-25·p there) and so ``f = 1`` —
-    the row is ``c`` itself (Y ~ p): the correction stays in the target's support, off by at most that event's
-    probability, where a zero row drew token 0 (p(0) = 0) and the exact law lost the event's mass.  A zero row is
-    kept where ``c`` is 0 (ρ = 0: never reached); where ``f = 0`` the residual is never read."""
+    Where round-off cancels all of it although ``f > 0`` — α rounds to ρ = 1 while the realised tuple takes no
+    child (a tuple of probability ~1e-25 under a confident draft, weight 0: the true residual is ~1e-25·p there),
+    so ``f = 1`` — the row is ``c`` itself (Y ~ p): the correction stays in the target's support, off by at most
+    that event's probability, where a zero row drew token 0 (p(0) = 0) and the exact law lost the event's mass.
+    Elsewhere (``f = 0``, or ``c = 0``: never reached) the residual's mass is ``ρ − α`` as it stands."""
     nx = get_backend(c, a)
     d = nx.clip(c - a, 0.0)
-    return nx.where(nx.sum(d, keepdims=True) > 0, d, c)
+    return nx.where((nx.sum(d, keepdims=True) > 0) | (stop <= 0)[..., None], d, c)
 
 
 def shares_rows(w):
