@@ -5,7 +5,8 @@ import pytest
 from solvers.cf_bound import cf_bound, concave_majorant, sandwich
 from solvers.global_lp import global_tree_lp
 from solvers.value_aware import value_aware_verifier
-from univer_theory import VERIFIERS, DirichletModel, DraftTree, LOSSLESS_TOL, Model, TableModel, TreeShape, evaluate
+from univer_theory import (VERIFIERS, ConfidentModel, DirichletModel, DraftTree, LOSSLESS_TOL, Model, TableModel,
+                           TreeShape, evaluate)
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.tv_plan import tv_plan
 
@@ -57,6 +58,22 @@ def test_cf_stays_above_univer_where_breakpoints_crowd():
     res = cf_bound(m, shape, "greedy")
     assert res.success, res.message
     assert univer <= res.value + res.tolerance + 1e-12, (univer, res.value, res.tolerance)
+
+
+@pytest.mark.parametrize("target", ["dirichlet", "zero_top"])
+def test_cf_stays_above_univer_on_confident_rows(target):
+    """``ConfidentModel(4, tail=1e-8)`` (the paper checks' confident family), ``3,1`` iid: the useful tuples have
+    probabilities ~1e-8, where HiGHS' answer to a node LP (absolute tolerances 1e-10, presolve) came out up to
+    2.5e-8 low, so CF fell below UniVer, RRS, K-SEQ and TV (by a third of E[τ] = 3e-8 on the zero-top rows).  The
+    node value is now also bounded through the LP's duals (weak duality over the columns' implied bounds), an upper
+    bound whatever HiGHS did: CF ≥ every method, and within the global LP's slack of it."""
+    m, shape = ConfidentModel(4, seed=0, tail=1e-8, target=target), TreeShape.parse("3,1")
+    res, glob = cf_bound(m, shape, "iid"), global_tree_lp(m, shape, "iid")
+    assert res.success, res.message
+    for name in ("univer", "rrs", "kseq", "tv"):
+        value = evaluate(m, shape, "iid", VERIFIERS[name]).expected_accepted
+        assert value <= res.value + res.tolerance + 1e-12, (name, value, res.value)
+    assert res.value <= glob.value + 1e-8
 
 
 @pytest.mark.parametrize("shape", ["1,1", "1,1,1"])
