@@ -5,9 +5,9 @@ plans with the shape rule, and ``univer-slot``: the slot rule alone), the value-
 conditional-framework optimum CF (``solvers.cf_bound``) and the global tree LP (``solvers.global_tree_lp``).
 Every method here realises its plans in the conditional framework of §6.1 (RRS-type rules are plans whose
 children are entered with their acceptance probability), so the claim checked is ``method ≤ CF ≤ global`` on
-every instance (slack: CF's stated tolerance + 1e-9; CF ≤ global up to :data:`LP_SLACK`).  Reported, not
-required: the relative gaps ``1 − E[τ]/global`` (histogram, worst instance), ``1 − CF/global`` (the price of
-forbidding look-ahead) and the instances where UniVer falls below TV.
+every instance (slack: CF's stated tolerance + :data:`~paper_checks.studies.BOUND_SLACK`; CF ≤ global up to
+:data:`LP_SLACK`).  Reported, not required: the relative gaps ``1 − E[τ]/global`` (histogram, worst instance),
+``1 − CF/global`` (the price of forbidding look-ahead) and the instances where UniVer falls below TV.
 
 Grid: seeded random instances (:func:`paper_checks.instances.random_instances`, another seed than the
 optimality check's): V ∈ {3, 4, 5}; shapes [2,2], [3,1] and the asymmetric ((..),.), ((.),(..)), ((..),(.),.),
@@ -26,7 +26,7 @@ from univer_theory import VERIFIERS
 
 from .base import CheckResult, markdown_table, save_figure
 from .instances import random_instances
-from .studies import bounds, comparison_methods, expected_lengths, univer_variant
+from .studies import BOUND_SLACK, bounds, comparison_methods, expected_lengths, univer_variant
 
 NAME = "global_gap"
 CLAIM = ("On every instance, including asymmetric shapes, the global tree LP ≥ CF ≥ every method's E[τ]; the "
@@ -57,7 +57,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
         values = expected_lengths(model, shape, process, {**{m: VERIFIERS[m] for m in comparison_methods(process)},
                                                           "univer-slot": univer_variant("auto", True, False)})
         b = bounds(model, shape, process)
-        cf_cap = b["cf"] + b["cf_tolerance"] + VALUE_TOL
+        cf_cap = b["cf"] + b["cf_tolerance"] + BOUND_SLACK
         over = [m for m, v in values.items() if v > cf_cap]
         if over:
             problems.append(f"{iid}: {', '.join(f'{m} {values[m]:.6f}' for m in over)} above CF {b['cf']:.6f}")
