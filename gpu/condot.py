@@ -18,8 +18,7 @@ def condot_weights(c, q, children, process: str, position_weights=None):
     k = children.shape[-1]
     omega = nx.full((R, 0), 0.0, q) if position_weights is None else nx.asarray(position_weights, q)
     first, inverse = distinct_rows(nx.concat([c, q, omega]))
-    sup, _, w_all, a, solved = condot_table(c[first], q[first], k, process,
-                                            None if position_weights is None else omega[first])
+    sup, _, w_all, a, solved = condot_table(c[first], q[first], k, process, omega[first])
     flat = children.reshape(R, -1, k)
     ranks = nx.take(nx.cumsum(q > 0) - 1, flat.reshape(R, -1)).reshape(flat.shape)    # each child's support rank
     w = w_all[inverse[:, None], tuple_rank(ranks, sup.shape[1], process)]    # [R, T, k]

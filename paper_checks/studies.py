@@ -30,6 +30,7 @@ Z95 = 1.959963984540054
 #: slack of before, an absolute 1e-9, let a method sit 1.9% above CF at E[τ] = 3e-8 unnoticed.
 BOUND_SLACK = 1e-12
 
+
 def comparison_methods(process: str) -> tuple[str, ...]:
     """The lossless methods compared with UniVer on ``process`` trees: baseline, K-SEQ (iid only), TV, UniVer."""
     return (BASELINE[process],) + (("kseq",) if process == "iid" else ()) + ("tv", "univer")

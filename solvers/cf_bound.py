@@ -116,8 +116,9 @@ class NodeProblem:
         top = np.zeros(n_pi)                     # max Ḡ of the child at (S, j): t(S, j) ≤ Q_k(S)·top
         for s, S in enumerate(self.tuples):
             for j, y in enumerate(S):
-                top[s * k + j] = float(np.max(child_value(j, y).value))
-                m, b = child_value(j, y).pieces()
+                g = child_value(j, y)
+                top[s * k + j] = float(np.max(g.value))
+                m, b = g.pieces()
                 rows = row + np.arange(m.size)
                 t_col = n_pi + s * k + j
                 ri += list(rows); rj += [t_col] * m.size; rv += [1.0] * m.size
@@ -137,6 +138,7 @@ class NodeProblem:
         # implied column bounds of the certified value (:meth:`certified`): 0 ≤ π(S, j) ≤ Q_k(S) and
         # 0 ≤ t(S, j) ≤ Q_k(S)·max Ḡ (a concave Ḡ ≥ 0 through its perspective, ``R·Ḡ(π/R)`` at most ``Q_k(S)·max Ḡ``)
         self.column_upper = np.concatenate([np.repeat(self.probs, k), np.repeat(self.probs, k) * np.maximum(top, 0.0)])
+        self.abs_A = abs(self.A)                 # for the round-off margin of :meth:`certified`, formed once
 
     def certified(self, upper: np.ndarray, row_dual: np.ndarray) -> float:
         """An upper bound on the node LP's optimum from any row multipliers ``y ≥ 0`` (HiGHS' duals, clipped):
@@ -148,7 +150,7 @@ class NodeProblem:
         used = y > 0
         reduced = self.cost - self.A.T @ y
         terms = np.concatenate([upper[used] * y[used], np.maximum(reduced, 0.0) * self.column_upper])
-        size = math.fsum(np.abs(terms)) + math.fsum(abs(self.A).T @ y * self.column_upper)
+        size = math.fsum(np.abs(terms)) + math.fsum(self.abs_A.T @ y * self.column_upper)
         return math.fsum(terms) + 4 * np.finfo(np.float64).eps * (self.A.shape[0] + 2) * size
 
     def solve(self, rho: float, on_face: bool = False):

@@ -56,7 +56,8 @@ def tuple_rank(ranks, s, process: str):
 
 def condot_table(c, q, k: int, process: str, position_weights=None):
     """The plan of the module docstring on every tuple of each row's support, for ``iid`` / ``wor`` rows
-    ``c = ρp [R, V]``, ``q [R, V]``, with the shape rule's position weights ω ``[R, k]`` when given.
+    ``c = ρp [R, V]``, ``q [R, V]``, with the shape rule's position weights ω ``[R, k]`` when given (None or
+    ``[R, 0]``: rule 1).
 
     Returns ``(sup [R, s], tup [n, k], w [R, n, k], a [R, V], solved [R])``: row r's support ascending in
     ``sup[r]`` (s the largest support; V pads), the tuples of support ranks in ``tuple_law``'s order (``sup[r,

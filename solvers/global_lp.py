@@ -319,10 +319,11 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     row_lower = np.concatenate([np.full(n_tree_rows, -np.inf), np.zeros(P), np.full(P, -np.inf)])
     row_q, row_s = np.tile(weights, n_tree_rows // max(n, 1)), np.tile(scale, n_tree_rows // max(n, 1))
     s_col = np.repeat(scale, m)
-    row_upper = np.concatenate([np.concatenate(upper) * row_s, np.zeros(P), rhs])
+    tree_upper = np.concatenate(upper)
+    row_upper = np.concatenate([tree_upper * row_s, np.zeros(P), rhs])
 
     def tree_violation(x):  # largest excess of a tree row at x, in E[τ] units (times Q(T))
-        return float(np.max(row_q * (A[:n_tree_rows, :n_x] @ x - np.concatenate(upper)), initial=0.0))
+        return float(np.max(row_q * (A[:n_tree_rows, :n_x] @ x - tree_upper), initial=0.0))
 
     def violation(x):  # largest excess of a tree row or an edge row at x
         a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)
