@@ -49,7 +49,7 @@ def acceptance(target, draft, seqs) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafts", nargs="+", default=["rtn:4:32", "rtn:4:64", "rtn:4:128", "early:4", "early:12"],
                     help="draft specs (default rtn:4:32 rtn:4:64 rtn:4:128 early:4 early:12)")
     ap.add_argument("--prompts", type=int, default=3, help="MT-Bench prompts for the acceptance (default 3)")

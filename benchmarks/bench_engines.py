@@ -58,7 +58,7 @@ def interleaved(fns, repeat):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--vocab", type=int, default=49152)

@@ -26,7 +26,7 @@ UNREDUCED_MAX_TREES = 20_000
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="results/global_lp_scaling.png", help="path of the log-log plot (PNG)")
     parser.add_argument("--full", action="store_true", help="add the largest case (minutes)")
     parser.add_argument("--seed", type=int, default=0)

@@ -4,10 +4,10 @@ Cells: B trees of N nodes, V = 49152 (SmolLM2's vocabulary); methods TV, RRSw (U
 trees (random EAGLE-like shapes: each node's parent uniform among earlier nodes of depth < 4, so trees in a batch
 differ).  ``--shape 2,2,2`` puts one uniform shape under every tree instead (N = its size): there every UniVer
 node is planned in torch — i.i.d. children by the layout (:mod:`gpu.layout`, ``--process iid``), wor children by
-:mod:`gpu.wor_plans`; on random shapes the slot rule too (:mod:`gpu.slot_rule`, k = 3, 4 by a batched
-simplex).  PTS's θ for k ≥ 3 wor children comes from the exact core's sequential walk per distinct row (on
-the host for ``--device cuda`` too); ``--clock-walk fixed_point`` times the batched fixed point instead (on the
-CPU its 24–29 passes at this V cost ~40× the walk).
+:mod:`gpu.wor_plans`; on random shapes the slot rule too (:func:`solvers.slot_rule.slot_weights`, k = 3, 4, its
+LPs by the batched lexicographic simplex of :mod:`solvers.lex_simplex`).  PTS's θ for k ≥ 3 wor children comes
+from the exact core's sequential walk per distinct row (on the host for ``--device cuda`` too); ``--clock-walk
+fixed_point`` times the batched fixed point instead (on the CPU its 24–29 passes at this V cost ~40× the walk).
 Rows are float32 softmaxes of Gaussian logits (target) and noisy copies (draft).
 
 Both sides verify the same B trees with the same rows, each tree once per repeat, and neither timing includes
@@ -116,7 +116,7 @@ def f64_rows(x) -> np.ndarray:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--full", action="store_true", help="all cells: B ∈ {1, 8, 64}, N ∈ {8, 32, 64}")
     ap.add_argument("--vocab", type=int, default=49152)

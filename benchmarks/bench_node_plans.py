@@ -55,7 +55,7 @@ def layout_row(p, q, k, rho, rng):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vocab", type=int, nargs="+", default=[100, 1000, 10_000, 130_000])
     ap.add_argument("--k", type=int, nargs="+", default=[2, 3])
     ap.add_argument("--rho", type=float, default=1.0)

@@ -102,7 +102,7 @@ def tree_table(V: int, gen: torch.Generator):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

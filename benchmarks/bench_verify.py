@@ -341,7 +341,7 @@ def print_row(row: dict, quiet: bool) -> None:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object only")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=49152)

@@ -140,7 +140,7 @@ def plot(found: dict, path: str) -> None:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="files holding bench_verify.py --json output")
     ap.add_argument("--plot", help="also draw the ranges into this image file")
     args = ap.parse_args(argv)

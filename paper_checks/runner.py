@@ -18,12 +18,12 @@ def run_checks(names=None, fast: bool = False, out_dir: str | Path = "results", 
 
     ``real_model=False`` skips the checks that load SmolLM2 and says so in the report (never silently).
     """
+    names = list(CHECKS if names is None else names)
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown or not names:
+        raise ValueError(f"run_checks: unknown check(s) {unknown or names}; choose from {list(CHECKS)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = list(names or CHECKS)
-    unknown = [n for n in names if n not in CHECKS]
-    if unknown:
-        raise ValueError(f"run_checks: unknown check(s) {unknown}; choose from {list(CHECKS)}")
     results, lines = [], ["# Paper checks", "", f"Mode: {'fast' if fast else 'full'}.", ""]
     for name in names:
         module = importlib.import_module(f"paper_checks.{name}")

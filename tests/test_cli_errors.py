@@ -66,6 +66,12 @@ def test_unreadable_model_file(tmp_path, capsys):
     (["exact", "--process", "zzz"], "univer exact: error: argument --process: invalid choice: 'zzz'"),
     (["decode"], "univer decode: error: the following arguments are required: --prompt (see 'univer decode -h')"),
     (["nope"], "univer: error: argument command: invalid choice: 'nope'"),
+    (["exact", "--seed", "-1"], "univer exact: error: argument --seed: must be ≥ 0, got -1"),
+    (["exact", "--temperature", "nan"], "argument --temperature: must be a finite number ≥ 0, got 'nan'"),
+    (["decode", "--prompt", "hi", "--seed", "-3"], "univer decode: error: argument --seed: must be ≥ 0, got -3"),
+    (["decode", "--prompt", "hi", "--temperature", "-1"], "argument --temperature: must be a finite number ≥ 0"),
+    (["accept-bench", "--draft-temperature", "nan"], "argument --draft-temperature: must be a finite number ≥ 0"),
+    (["speed", "--temperature", "inf"], "argument --temperature: must be a finite number ≥ 0, got 'inf'"),
 ])
 def test_argparse_errors_are_one_line(argv, message, capsys):
     """argparse's own errors as the commands' are: one line on stderr, exit status 2 (no usage block)."""
@@ -74,3 +80,34 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "usage" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["exact", "--vocab", "1000000", "--shape", "2"], "is 1e+12 child tuples to enumerate at one node"),
+    (["bound", "--vocab", "1000", "--shape", "3", "--process", "iid", "--methods", "univer-va"],
+     "vocabulary 1000 with 3 children a node (iid) is 1e+09 child tuples"),
+    (["bound", "--process", "hub"], "univer bound: error: unsupported method/shape/process combination: the global"),
+    (["check", "--only", ""], "univer check: error: --only '': unknown check(s) ['']"),
+    (["check", "--only", "lossless,nope"], "unknown check(s) ['nope']"),
+    (["check", "--only", "reductions", "--out", "FILE"], "is a file; give a folder"),
+])
+def test_refused_before_any_work(argv, message, tmp_path, capsys):
+    """Each ran for minutes (an enumeration over V^k tuples), started the full paper-check run (an empty --only),
+    printed a traceback (--out naming a file) or named its command twice; now one line, exit 2, nothing written."""
+    (tmp_path / "file").write_text("x")
+    assert main([str(tmp_path / "file") if a == "FILE" else a for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_exact_at_zero_temperature_keeps_the_draft_at_one(capsys):
+    """At ``T = 0`` the draft stays at temperature 1, as in the LLM commands (a one-hot draft row cannot draft the
+    default shape's two distinct children): greedy acceptance, exact in Fraction mode."""
+    assert main(["exact", "--temperature", "0", "--rational", "--json", "--methods", "rrsw,tv"]) == 0
+    out = json.loads(capsys.readouterr().out)["methods"]
+    assert {m["distance"] for m in out.values()} == {0} and out["rrsw"]["expected_accepted"] == out["tv"][
+        "expected_accepted"]
+    assert main(["exact", "--temperature", "0", "--draft-temperature", "0", "--process", "iid", "--shape", "2",
+                 "--json", "--methods", "rrs"]) == 0
+    assert json.loads(capsys.readouterr().out)["methods"]["rrs"]["lossless"]

@@ -21,6 +21,7 @@ length (each node returns ``(σ, e)`` = success probability and expected accepte
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Callable
 
 import numpy as np
@@ -112,11 +113,12 @@ def _combine(d: NodeDecision, child_laws) -> dict:
 def tree_expected_accepted(tree: DraftTree, target_probs, draft_probs, process, rule):
     """``E[τ | T]``: expected accepted tokens, analytic (no enumeration of coins), O(N·V)."""
     _, dec = allocate(tree, target_probs, draft_probs, process, rule)
+    one = Fraction(1) if np.asarray(target_probs).dtype == object else 1   # a Fraction even where every coin is 1
     sigma: list = [None] * tree.num_nodes
     e: list = [None] * tree.num_nodes
     for u in range(tree.num_nodes - 1, -1, -1):
         d = dec[u]
-        fail, s_u, e_u = 1, 0, 0
+        fail, s_u, e_u = one, 0 * one, 0 * one
         for c, a in zip(tree.children[u], d.enter):
             s_u = s_u + fail * a * sigma[c]
             e_u = e_u + fail * a * (sigma[c] + e[c])

@@ -281,7 +281,9 @@ def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
     check_temperature(temperature, "apply_temperature")
     if temperature == 0:
         out = np.zeros(row.size, dtype=row.dtype)
-        out[int(np.argmax(row.astype(np.float64)))] = 1
+        if row.dtype == object:
+            out[:] = Fraction(0)
+        out[int(np.argmax(row.astype(np.float64)))] = Fraction(1) if row.dtype == object else 1
         return out
     if temperature == 1:
         return row

@@ -58,7 +58,8 @@ class FlatPlanRule:
     def plan(self, target_probs, draft_probs, k: int, process: str) -> NodePlan:
         if process not in self.processes:
             raise NotImplementedError(f"{self.name}: defined for processes {self.processes}, got {process!r}")
-        key = tuple(np.asarray(target_probs).tolist()), tuple(np.asarray(draft_probs).tolist()), k, process
+        p, q = np.asarray(target_probs), np.asarray(draft_probs)
+        key = tuple(p.tolist()), tuple(q.tolist()), k, process, p.dtype == object  # Fraction(1, 2) == 0.5
         if key not in self._plans:
             self._plans[key] = self.build(target_probs, draft_probs, k)
             if len(self._plans) > PLAN_CACHE_ENTRIES:

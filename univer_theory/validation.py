@@ -25,18 +25,24 @@ def check_temperature(value, where: str, name: str = "temperature") -> float:
 
 
 def is_exact(array: np.ndarray) -> bool:
-    """True for ``object`` arrays (Fractions / ints): the exact rational mode."""
+    """True for ``object`` arrays (Fractions): the exact rational mode."""
     return np.asarray(array).dtype == object
 
 
 def as_prob_array(values, where: str, name: str) -> np.ndarray:
-    """Convert ``values`` to float64, or keep an exact ``object`` array if it holds Fractions / ints."""
+    """Convert ``values`` to float64, or to an exact ``object`` array of Fractions if it holds Fractions / ints
+    (ints become Fractions: Python's ``int / int`` is a float, and an all-int one-hot row would leave the exact
+    mode without a word)."""
     arr = np.asarray(values)
     if arr.dtype == object:
         for v in arr.flat:
             if not isinstance(v, (Fraction, int)) or isinstance(v, bool):
                 raise ValueError(f"{where}: {name} mixes Fractions with {type(v).__name__} values")
-        return arr
+        if all(isinstance(v, Fraction) for v in arr.flat):
+            return arr
+        out = np.empty(arr.shape, dtype=object)
+        out.flat[:] = [Fraction(v) for v in arr.flat]
+        return out
     if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
         raise ValueError(f"{where}: {name} must be real numbers, got dtype {arr.dtype}")
     return arr.astype(np.float64)

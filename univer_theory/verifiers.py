@@ -16,6 +16,7 @@ leaf).  The *scaling* ``ρ`` handed to a node is its prefix acceptance probabili
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -317,7 +318,7 @@ class BlockVerifier(Verifier):
 
     def _stops(self, tree, p, q):
         gamma = tree.num_nodes - 1
-        w = [1 if p.dtype == object else 1.0]
+        w = [Fraction(1) if p.dtype == object else 1.0]
         for i in range(1, gamma + 1):
             x = tree.token[i]
             w.append(_ratio_min1(w[i - 1] * p[i - 1, x], q[i - 1, x]))

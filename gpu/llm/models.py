@@ -132,7 +132,11 @@ def build_draft(target: torch.nn.Module, spec: str) -> torch.nn.Module:
     if kind == "hf":
         from transformers import AutoModelForCausalLM
 
-        draft = AutoModelForCausalLM.from_pretrained(arg, dtype=torch.float32).to(device).eval()
+        if not (Path(arg) / "config.json").is_file():      # nothing is downloaded: a local model folder only
+            raise ValueError(f"build_draft: spec {spec!r} must name a local folder holding a Hugging Face causal "
+                             f"LM (its config.json and weights); {arg!r} has no config.json")
+        draft = AutoModelForCausalLM.from_pretrained(arg, dtype=torch.float32, local_files_only=True)
+        draft = draft.to(device).eval()
         want = target.config.vocab_size
         if draft.config.vocab_size != want:
             raise ValueError(f"build_draft: draft {arg!r} has vocab_size {draft.config.vocab_size}, the target's "

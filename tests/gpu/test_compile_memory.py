@@ -9,7 +9,8 @@ memory near the inputs' size).
   the iid coupling over the 32 multisets of its Bell(6) = 203 virtual draws, the layout's tuple integrals) stays
   within a few times the input rows — the tuple integrals are chunked (``univer_theory.plans.layout.TUPLE_CHUNK``);
   before, they formed ``[tuples, k, groups, nodes]`` arrays (≈ 50 MB here against 0.9 MB of rows).  numpy buffers
-  (PTS's walk on the CPU) are not seen by the dispatch mode; their size is bounded by ``gpu.wor_plans.WALK_BYTES``.
+  (PTS's walk on the CPU) are not seen by the dispatch mode; their size is bounded by
+  ``univer_theory.plans.clocks.WALK_BYTES``.
 """
 import pytest
 import torch

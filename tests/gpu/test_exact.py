@@ -78,6 +78,22 @@ def test_every_node_decision_matches_exact_allocate(method, process):
 
 
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+def test_every_rule_decides_in_the_levels_dtype(method, process):
+    """A level rule hands back ``enter``, ``scale``, ``stop`` and ``residual`` in its rows' dtype (float32 levels
+    here), whatever it computes in: rules are composed (the bug zoo reuses them), so the cast is theirs."""
+    model, trees = random_batch(process, 5, seed=12, count=4)
+    batch, p, q = padded_rows(trees, model, torch.float32)
+    seen = []
+
+    def spy(ctx):
+        dec = METHODS[method](ctx)
+        seen.append({name: getattr(dec, name).dtype for name in ("enter", "scale", "stop", "residual")})
+        return dec
+    allocate(batch, p, q, process, spy)
+    assert seen and all(set(d.values()) == {torch.float32} for d in seen), seen
+
+
+@pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
 def test_row_blocks_change_no_float_and_no_draw(method, process):
     """On the CPU a level's whole rows are decided in blocks (``block_bytes`` of :func:`gpu.engine.allocate`;
     UniVer's hold one row at V = 49 152, ``gpu.verify.BLOCK_BYTES``): blocks of one row give the same allocation,

@@ -1,6 +1,6 @@
 """Rule 7 (the Luce plan) in the batched layer: the one implementation of ``univer_theory.plans.luce`` gives the
-same fit on torch as on numpy, and ``gpu.wor_weights`` takes it where the exact core's choice does — its plan on
-every ordered tuple realises the marginal it returns, equal to ``choose_plan``'s, at α*(ρ)."""
+same fit on torch as on numpy, and ``gpu.wor_plans.wor_weights`` takes it where the exact core's choice does — its
+plan on every ordered tuple realises the marginal it returns, equal to ``choose_plan``'s, at α*(ρ)."""
 import itertools
 
 import numpy as np

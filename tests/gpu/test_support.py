@@ -125,6 +125,20 @@ def random_support_rows(gen, V, sizes, dtype=torch.float64):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_host_complement_is_compensated_over_many_drafted_tokens(dtype):
+    """``p_rest = 1 − Σ_drafted p`` on the CPU is summed with Neumaier's compensation: within ~ε of its correctly
+    rounded value however many tokens are drafted (20 000 here; a plain running sum is ~1e-14 off)."""
+    gen = torch.Generator().manual_seed(8)
+    V, m = 40_000, 20_000
+    p, q = random_support_rows(gen, V, [m] * 4, dtype)
+    cols, _, _, rest = support._scan_host(p, q, torch.arange(4), V // 2, support.EXACT_REST_BELOW[dtype])
+    for r in range(4):
+        complement = math.fsum([1.0] + (-p[r, q[r] > 0].double()).tolist())
+        assert complement >= support.EXACT_REST_BELOW[dtype] and (cols[r] != support.PAD).sum() == m
+        assert abs(float(rest[r]) - complement) <= 2.3e-16 * complement
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_scan_and_compact_contract(dtype):
     """The compiled CPU scan and the accelerator's torch scan agree: each row's drafted tokens in id order
     (padding after them) and ``p_rest`` — ``1 − Σ_drafted p`` (to ~ε of its correctly rounded value, so within

@@ -84,8 +84,8 @@ def test_rtn_draft_quantises_decoder_projections_only(pair):
     assert torch.equal(pair.draft.model.norm.weight, pair.target.model.norm.weight)
 
 
-def test_draft_spec_errors(pair):
-    for bad in ("rtn:4", "early:0", "early:30", "lora:1"):
+def test_draft_spec_errors(pair, tmp_path):
+    for bad in ("rtn:4", "early:0", "early:30", "lora:1", "hf:/no/such/folder", f"hf:{tmp_path}"):
         with pytest.raises(ValueError, match="build_draft"):
             build_draft(pair.target, bad)
 

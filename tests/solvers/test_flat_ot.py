@@ -179,6 +179,7 @@ BAD = [
     ("mismatched vocabularies", dict(q=[0.5, 0.5]), "differ"),
     ("k above support", dict(k=3, process="wor"), "only 2 tokens"),
     ("k zero", dict(k=0), "k must be ≥ 1"),
+    ("k a bool", dict(k=True), "k must be an integer ≥ 1, got True"),
     ("rho above one", dict(rho=1.5), "rho must lie in [0, 1]"),
     ("unknown process", dict(process="beam"), "unknown process"),
 ]

@@ -1,11 +1,12 @@
 """The global tree LP (theory.md §4.3): reductions to α* and BV, bound over every verifier, the merging
 pitfall, the exact reductions of the LP, and its input checks."""
 import json
+from fractions import Fraction as F
 
 import numpy as np
 import pytest
 
-from solvers.global_lp import enumerate_tree_arrays, global_tree_lp, trie_classes
+from solvers.global_lp import _certified_bound, _prefix_table, enumerate_tree_arrays, global_tree_lp, trie_classes
 from univer.cli import main as cli_main
 from univer_theory import VERIFIERS, DirichletModel, Model, TreeShape, context_free, enumerate_trees, evaluate
 from univer_theory.alpha_star import alpha_star
@@ -124,3 +125,34 @@ def test_bound_cli_json(capsys):
     assert out["methods"]["univer-va"]["lossless"]
     for name, row in out["methods"].items():
         assert row["expected_accepted"] <= glob + 1e-9, name
+
+
+def _exact_lagrangian(shape, table, weights, mu):
+    """The module docstring's bound at ``mu`` in Fractions, on the float64 data as given (the oracle)."""
+    mu, p_edge, w_t = ([F(float(x)) for x in v] for v in (mu, table.p_edge, weights))
+    w = [1 - m for m in mu]
+    for i, par in enumerate(table.parent):
+        if par >= 0:
+            w[par] += p_edge[i] * mu[i]
+    total = sum((m * pe for m, pe, par in zip(mu, p_edge, table.parent) if par < 0), F(0))
+    for t, row in enumerate(table.pid):
+        path = [F(0)] * shape.num_nodes
+        for u in range(1, shape.num_nodes):
+            path[u] = path[shape.parent[u]] + w[row[u - 1]]
+        total += w_t[t] * max(path)
+    return total
+
+
+@pytest.mark.parametrize("shape,process,seed", [("2,1", "iid", 4), ("((..),.)", "wor", 5), ("1,1,1", "iid", 6)])
+def test_certified_bound_is_at_or_above_its_exact_value(shape, process, seed):
+    """``_certified_bound`` is the Lagrangian at ``mu`` recomputed in floats plus a round-off margin: at random
+    multipliers (and at 0) it is never below the same bound in Fractions, and above it by round-off only."""
+    m = model(4, seed)
+    trees = enumerate_tree_arrays(m, shape, process)
+    rows, weights = trie_classes(trees)
+    table = _prefix_table(m, trees, trees.codes[rows], "test")
+    gen = np.random.default_rng(seed)
+    for mu in (np.zeros(table.size), gen.uniform(0, 3, table.size), gen.uniform(0, 1, table.size) ** 9):
+        got, exact = _certified_bound(trees.shape, table, weights, mu), _exact_lagrangian(trees.shape, table,
+                                                                                        weights, mu)
+        assert F(got) >= exact and float(F(got) - exact) < 1e-12 * max(1.0, float(exact))

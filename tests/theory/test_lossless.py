@@ -1,8 +1,12 @@
 """Every lossless verifier is exactly lossless on the grid; the oracle's two paths agree."""
+from fractions import Fraction as F
+
+import numpy as np
 import pytest
 
-from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, TreeShape, distance_to_target,
-                           enumerated_output_law, evaluate, mass_balance_violation, output_law)
+from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, DraftTree, TemperedModel, TreeShape,
+                           context_free, distance_to_target, enumerated_output_law, evaluate, mass_balance_violation,
+                           output_law)
 
 from .instances import grid
 
@@ -29,7 +33,8 @@ def test_lossless_rational_is_exact(cid, model, shape, process, verifier):
 
 
 @pytest.mark.parametrize("name,process,shape", [("tv", "wor", "2,2"), ("rrs", "iid", "2,1"), ("kseq", "iid", "3,1"),
-                                                ("nss", "topk", "2,2")])
+                                                ("nss", "topk", "2,2"), ("univer", "wor", "2,2"),
+                                                ("univer", "iid", "(.,(..))")])
 def test_prefix_recursion_equals_tree_enumeration(name, process, shape):
     """``output_law`` (prefix recursion) == ``Σ_T Q(T)·law_T`` (explicit enumeration)."""
     model = DirichletModel(3, seed=3, similarity=0.3)
@@ -50,3 +55,46 @@ def test_distance_detects_a_wrong_law():
     law[k2] += eps
     assert distance_to_target(model, law, 2) == eps
     assert mass_balance_violation(model, law) > 0
+
+
+def _exact(*values):
+    return np.array(values, dtype=object)
+
+
+THIRDS = _exact(F(1, 3), F(1, 3), F(1, 3))
+
+
+@pytest.mark.parametrize("model,name,process,shape", [
+    (context_free(_exact(1, 0, 0), _exact(F(1, 2), F(1, 4), F(1, 4))), "nss", "wor", "2,1"),   # int target
+    (context_free(THIRDS, _exact(0, 1, 0)), "tv", "wor", "1,1"),                               # int draft
+    (context_free(THIRDS, _exact(0, 1, 0)), "rrsw", "wor", "1,1"),
+    (context_free(THIRDS, _exact(0, 1, 0)), "bv", "wor", "1,1"),
+    (TemperedModel(context_free(_exact(F(1, 2), F(1, 4), F(1, 4)), THIRDS), 0, 1), "nss", "wor", "2"),  # T = 0
+    (TemperedModel(context_free(_exact(F(1, 2), F(1, 4), F(1, 4)), THIRDS), 0, 1), "tv", "iid", "2,1"),
+], ids=["int-target-nss", "int-draft-tv", "int-draft-rrsw", "int-draft-bv", "T0-nss", "T0-tv"])
+def test_int_rows_and_zero_temperature_stay_exact(model, name, process, shape):
+    """Exact rows written with ints, and ``T = 0`` applied to Fraction rows, are Fraction rows: the law is in
+    Fractions and exactly the target's (Python's ``int / int`` is a float: such rows gave float laws, 5.6e-17 off)."""
+    law = output_law(model, TreeShape.parse(shape), process, VERIFIERS[name])
+    assert all(isinstance(v, F) for v in law.values())
+    assert distance_to_target(model, law, TreeShape.parse(shape).max_depth + 1) == 0
+
+
+@pytest.mark.parametrize("name,process", [("sps", "iid"), ("rrs", "iid"), ("tv", "iid"), ("bv", "iid"),
+                                          ("sps", "wor"), ("rrsw", "wor"), ("tv", "wor"), ("bv", "wor")])
+def test_per_tree_expected_length_is_a_fraction_where_every_coin_is_certain(name, process):
+    """``E[τ | T]`` in exact mode is a Fraction, also where every coin is 1 (p = q: the engine's and BV's
+    recursions started from the int 1 and returned the int 2)."""
+    rows = np.stack([_exact(F(1, 2), F(1, 2), F(0))] * 3)
+    e = VERIFIERS[name].expected_accepted_length(DraftTree.chain([0, 1]), rows, rows.copy(), process)
+    assert isinstance(e, F) and e == 2
+
+
+def test_flat_plan_cache_keeps_float_and_fraction_rows_apart():
+    """SpecHub's plan cache: a float run on rows equal to Fraction rows (0.5 == F(1, 2), the same hash) does not
+    hand its float plan to the exact run that follows."""
+    half = _exact(F(1, 2), F(1, 2))
+    spechub, shape = VERIFIERS["spechub"], TreeShape.parse("2")
+    evaluate(context_free(np.array([0.5, 0.5]), np.array([0.5, 0.5])), shape, "hub", spechub)
+    r = evaluate(context_free(half, half.copy()), shape, "hub", spechub)
+    assert isinstance(r.expected_accepted, F) and r.distance == 0

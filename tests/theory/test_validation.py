@@ -14,6 +14,9 @@ GOOD = np.full((3, 3), 1 / 3)
     (np.where(np.eye(3, dtype=bool), np.nan, 0.5), GOOD, "NaN"),
     (np.array([[1.2, -0.2, 0.0]] * 3), GOOD, "negative"),
     (np.full((3, 3), 0.3), GOOD, "sums to 0.9"),
+    (np.array([[0.5, 0.5 + 1e-8, 0.0]] * 3), GOOD, r"off by \+1e-08, tolerance 1e-09"),   # SIMPLEX_ATOL = 1e-9
+    (np.array([[0.5, 0.5 + 1e-10, 0.0]] * 3), GOOD, None),                                # within it: fine
+    (np.array([[True, F(0), F(0)]] * 3, dtype=object), np.full((3, 3), F(1, 3), dtype=object), "with bool"),
     (GOOD, np.array([[0.0, 0.5, 0.5]] + [[1 / 3] * 3] * 2), r"draft_probs\[0, 0\] = 0"),
     (np.full((3, 4), 0.25), np.full((3, 4), 0.25), None),   # V = 4 > tokens: fine
     (GOOD, np.full((3, 4), 0.25), "disagree"),

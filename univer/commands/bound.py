@@ -16,7 +16,7 @@ from univer_theory import TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.processes import PROCESSES
 
-from .common import add_model_options, build_model, print_json
+from .common import add_model_options, build_model, check_enumeration_size, print_json
 from .exact import exact_results
 
 VALUE_AWARE = "univer-va"
@@ -34,9 +34,10 @@ def bound_results(args, progress: bool = True) -> dict:
     A bound whose LP fails even after the solvers' re-solves and repair is reported as ``{"error": reason}``
     under its key (and in ``errors``); every other number is still computed.
     """
-    TreeShape.parse(args.shape)  # a bad --shape is reported before the solvers are imported
+    shape = TreeShape.parse(args.shape)  # bad or too large input is reported before the solvers are imported
+    check_enumeration_size(build_model(args).vocab_size, shape, args.process)
     if args.process not in PROCESSES:
-        raise NotImplementedError(f"univer bound: the global tree LP and CF are defined for processes {PROCESSES}; "
+        raise NotImplementedError(f"the global tree LP and CF are defined for processes {PROCESSES}; "
                                   f"process {args.process!r} is supported by `univer exact` only")
     from solvers.cf_bound import cf_bound
     from solvers.condot import condot_lp
@@ -46,7 +47,7 @@ def bound_results(args, progress: bool = True) -> dict:
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if others == "":  # only univer-va asked for
-        model, shape, results, errors = build_model(args), TreeShape.parse(args.shape), {}, {}
+        model, results, errors = build_model(args), {}, {}
     else:
         model, shape, results, errors = exact_results(
             argparse.Namespace(**{**vars(args), "methods": others}), progress)

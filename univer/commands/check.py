@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from paper_checks import CHECKS, run_checks
 
+from .common import output_folder
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("check", help="run the paper checks (one per claim); non-zero exit if any claim fails")
@@ -14,8 +16,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    names = [n.strip() for n in args.only.split(",")] if args.only else None
-    results = run_checks(names, fast=args.fast, out_dir=args.out, real_model=not args.no_real_model)
+    names = None
+    if args.only is not None:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in CHECKS]
+        if not names or unknown:
+            raise ValueError(f"--only {args.only!r}: unknown check(s) {unknown or [args.only]}; "
+                             f"choose from {', '.join(CHECKS)}")
+    results = run_checks(names, fast=args.fast, out_dir=output_folder(args.out), real_model=not args.no_real_model)
     for r in results:
         print(f"{'PASS' if r.passed else 'FAIL'}  {r.name:<12} {r.summary}")
     print(f"report: {args.out}/paper_checks.md")

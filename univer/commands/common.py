@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from univer_theory import DirichletModel, TableModel, TemperedModel, TreeShape, VERIFIERS
+from univer_theory.models import resolve_draft_temperature
 from univer_theory.processes import EXACT_PROCESSES
 
 
@@ -13,10 +14,13 @@ def add_model_options(p) -> None:
                    help="tree shape: branching per depth '2,2' or nested '((..),.)' (default 2,2)")
     p.add_argument("--process", default="wor", choices=EXACT_PROCESSES,
                    help="draft process (default wor); 'hub' is SpecHub's two-draft law (exact only)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the Dirichlet model family")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the Dirichlet model family")
     p.add_argument("--similarity", type=float, default=0.5, help="draft–target similarity in [0,1] (default 0.5)")
     p.add_argument("--concentration", type=float, default=1.0, help="Dirichlet concentration; small = peaky")
-    p.add_argument("--temperature", type=float, default=1.0, help="temperature applied to target and draft")
+    p.add_argument("--temperature", type=temperature, default=1.0,
+                   help="target temperature T, applied to the draft too unless --draft-temperature (default 1.0)")
+    p.add_argument("--draft-temperature", type=temperature, default=None,
+                   help="draft temperature (default: T, or 1.0 when T = 0, as the LLM commands)")
     p.add_argument("--model-file", help='JSON tables {"vocab": V, "target": {"": [...], "0,2": [...]}, "draft": {...}}')
     p.add_argument("--rational", action="store_true", help="exact Fraction arithmetic (rational methods only)")
     p.add_argument("--methods", help="comma-separated method names (default: every method that applies)")
@@ -30,11 +34,30 @@ def build_model(args):
     else:
         model = DirichletModel(args.vocab, seed=args.seed, similarity=args.similarity,
                                concentration=args.concentration, exact=args.rational)
-    if args.temperature != 1.0:
-        if args.rational and args.temperature != 0:
-            raise ValueError("--rational supports only --temperature 0 or 1")
-        model = TemperedModel(model, args.temperature)
+    draft_temperature = resolve_draft_temperature(args.temperature, args.draft_temperature)
+    if (args.temperature, draft_temperature) != (1.0, 1.0):
+        if args.rational and not {args.temperature, draft_temperature} <= {0.0, 1.0}:
+            raise ValueError("--rational supports only temperatures 0 or 1")
+        model = TemperedModel(model, args.temperature, draft_temperature)
     return model
+
+
+#: Most child tuples one node may draft (full support) in the commands' enumeration: ``V^k`` i.i.d.,
+#: ``V!/(V−k)!`` without replacement.  The exact engine visits each (V = 300, k = 2 wor: 9·10⁴ tuples, ~30 s a
+#: method on 2 cores), so beyond this a run would not end in reasonable time; it is refused before it starts.
+MAX_NODE_TUPLES = 10 ** 6
+
+
+def check_enumeration_size(vocab: int, shape: TreeShape, process: str) -> None:
+    """A ValueError when a node of ``shape`` drafts more than :data:`MAX_NODE_TUPLES` tuples over ``vocab``."""
+    import math
+
+    k = max((len(c) for c in shape.children), default=0)
+    tuples = vocab ** k if process == "iid" else math.perm(vocab, k) if process == "wor" else 0
+    if tuples > MAX_NODE_TUPLES:
+        raise ValueError(f"vocabulary {vocab} with {k} children a node ({process}) is {tuples:.3g} child tuples to "
+                         f"enumerate at one node, above {MAX_NODE_TUPLES:.0e}: the exact engine is for small "
+                         f"vocabularies (at LLM scale use gpu.expected_accepted_length)")
 
 
 def selected_methods(args, shape: TreeShape, exact: bool) -> list:
@@ -75,17 +98,38 @@ def output_folder(text: str):
     return out
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer ≥ 1 (a clear usage error otherwise)."""
+def _int_at_least(text: str, low: int) -> int:
     import argparse
 
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ {low}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be ≥ {low}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1 (a clear usage error otherwise)."""
+    return _int_at_least(text, 1)
+
+
+def seed_int(text: str) -> int:
+    """argparse type: a seed, an integer ≥ 0 (numpy's and torch's generators take no negative seed)."""
+    return _int_at_least(text, 0)
+
+
+def temperature(text: str) -> float:
+    """argparse type: a temperature, finite and ≥ 0 (:func:`univer_theory.validation.check_temperature`), so a
+    bad one is a usage error before any model loads."""
+    import argparse
+
+    from univer_theory.validation import check_temperature
+    try:
+        return check_temperature(float(text), "")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text!r}") from None
 
 
 def print_json(obj) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from univer_theory import PROCESSES, VERIFIERS
 
-from .common import positive_int, print_json
+from .common import positive_int, print_json, seed_int, temperature
 
 
 def add_llm_options(p, threads: int | None = None) -> None:
@@ -14,13 +14,13 @@ def add_llm_options(p, threads: int | None = None) -> None:
                    help="draft spec: rtn:BITS:GROUP (RTN re-quantised target), early:L (first L layers) or "
                         "hf:DIR (local HF causal LM with the same vocabulary); default rtn:4:32")
     p.add_argument("--process", default="wor", choices=PROCESSES, help="draft process (default wor)")
-    p.add_argument("--temperature", type=float, default=1.0, help="target temperature T (default 1.0)")
-    p.add_argument("--draft-temperature", type=float, default=None,
+    p.add_argument("--temperature", type=temperature, default=1.0, help="target temperature T (default 1.0)")
+    p.add_argument("--draft-temperature", type=temperature, default=None,
                    help="draft temperature (default: T, or 1.0 when T = 0)")
     p.add_argument("--draft-top", type=positive_int, default=None,
                    help="draft from the M most likely tokens of each draft row only (a truncated draft: lossless, "
                         "and UniVer's node plans then cost O(M log M) instead of O(V log V)); default: the whole row")
-    p.add_argument("--seed", type=int, default=0, help="seed of drafting, sampling and verification coins")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of drafting, sampling and verification coins")
     p.add_argument("--device", default="cpu", help="torch device of both models (default cpu)")
     p.add_argument("--threads", type=int, default=threads,
                    help=f"torch CPU threads (default: {threads or 'torch' + chr(39) + 's choice'})")

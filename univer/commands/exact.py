@@ -5,7 +5,7 @@ from tqdm import tqdm
 
 from univer_theory import TreeShape, evaluate
 
-from .common import add_model_options, build_model, print_json, selected_methods
+from .common import add_model_options, build_model, check_enumeration_size, print_json, selected_methods
 
 
 def add_parser(sub) -> None:
@@ -19,6 +19,7 @@ def exact_results(args, progress: bool = True):
     solver fails (RuntimeError, e.g. an LP HiGHS cannot solve) is left out of the results with its reason."""
     shape = TreeShape.parse(args.shape)
     model = build_model(args)
+    check_enumeration_size(model.vocab_size, shape, args.process)
     methods = selected_methods(args, shape, model.exact)
     results, errors = {}, {}
     for v in tqdm(methods, desc="enumerating", unit="method", disable=not progress, leave=False):

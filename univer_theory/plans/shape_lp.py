@@ -11,8 +11,9 @@ TV.  The shape rule gives the slot rule's own objective the whole face (layers i
     \\operatorname{lexmax}_{π ∈ CondOT(ρ)} \\Big(\\sum_{S, j} π(S, j),\\ \\sum_{S, j} ω_j\\, π(S, j)\\Big),
     \\qquad ω_j = 1 + |c_j|,
 
-then the tie-break of :mod:`solvers.tie_break` for one optimum (:func:`solvers.condot.condot_plan` with
-``position_weights = ω``; :func:`~univer_theory.plans.lp_plan.lp_plan` realises and repairs it as rule 1).
+then the tie-break of :mod:`solvers.tie_break` for one optimum (:func:`solvers.condot_simplex.condot_table` with
+``position_weights = ω``, HiGHS' :func:`solvers.condot.condot_plan` its test oracle;
+:func:`~univer_theory.plans.lp_plan.lp_plan` realises and repairs it as rule 1).
 Everything it reads — ``p_X``, ``q_X``, ρ, the process and the subtree sizes — is on-tree, so it is an
 implementable verifier; the node attains α*(ρ) (the first level), so UniVer stays α*-optimal at every node.
 The LP is a network LP (totally unimodular, integer ω), so its one optimum is what both the lexicographic simplex
