@@ -46,6 +46,8 @@ def test_model_file_context_free_toy(tmp_path, capsys):
                        "--rational", "--methods", "sps,bv")["methods"]
     assert abs(methods["sps"]["expected_accepted"] - 10 / 9) < 1e-15
     assert abs(methods["bv"]["expected_accepted"] - 11 / 9) < 1e-15
+    assert methods["sps"]["exact"] == {"expected_accepted": "10/9", "distance": "0"}      # rational mode adds them
+    assert methods["bv"]["exact"] == {"expected_accepted": "11/9", "distance": "0"}
 
 
 def test_model_file_bad_row_is_a_clear_error(tmp_path, capsys):

@@ -111,3 +111,15 @@ def test_exact_at_zero_temperature_keeps_the_draft_at_one(capsys):
     assert main(["exact", "--temperature", "0", "--draft-temperature", "0", "--process", "iid", "--shape", "2",
                  "--json", "--methods", "rrs"]) == 0
     assert json.loads(capsys.readouterr().out)["methods"]["rrs"]["lossless"]
+
+
+def test_a_reader_that_goes_away_is_no_traceback():
+    """``univer exact --json | head -1``: the pipe closes before the JSON is written; the command stops quietly
+    (exit 141, as a shell reports SIGPIPE) instead of printing a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-m", "univer.cli", "exact", "--json", "--shape", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                       # before the child has imported anything, let alone written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 #: Subcommand modules under ``univer.commands``, in help order.  They import only the exact core at module level
@@ -51,6 +52,9 @@ def main(argv=None) -> int:
     except RuntimeError as err:  # a solver that failed after its re-solves; commands with several results
         print(f"univer {args.command}: failed: {err}", file=sys.stderr)  # report it per result instead
         return 1
+    except BrokenPipeError:  # the reader went away (`univer exact --json | head`): stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at interpreter exit
+        return 141
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ common length ``D + 1`` (D = shape depth) and compared with the target law in to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from . import engine
 from .models import Model, checked_model
@@ -128,8 +129,11 @@ class MethodResult:
         return bool(self.distance == 0 if not isinstance(self.distance, float) else self.distance <= LOSSLESS_TOL)
 
     def as_json(self) -> dict:
+        """Floats under the public keys; in rational mode ``exact`` adds both values as ``"p/q"`` strings."""
         out = {"expected_accepted": float(self.expected_accepted), "distance": float(self.distance),
                "lossless": bool(self.lossless)}
+        if isinstance(self.expected_accepted, Fraction):
+            out["exact"] = {"expected_accepted": str(self.expected_accepted), "distance": str(self.distance)}
         if self.plans is not None:
             out["plans"] = dict(self.plans)
         return out

@@ -45,6 +45,8 @@ def run(args) -> int:
         print(f"{name:<10}{float(r.expected_accepted):>12.6f}{float(r.distance):>14.3e}  {'✓' if r.lossless else '✗'}")
     for name, reason in errors.items():
         print(f"{name:<10}FAILED: {reason}")
+    if args.rational:
+        print("exact E[tau]: " + ", ".join(f"{name} {r.expected_accepted}" for name, r in results.items()))
     for name, r in results.items():
         if r.plans:
             print(f"{name} node plans: " + ", ".join(f"{c} ×{n}" for c, n in sorted(r.plans.items())))
