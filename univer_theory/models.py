@@ -280,10 +280,9 @@ def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
     """``norm(row^{1/T})``; ``T = 0`` is the one-hot argmax (lowest token id on ties), exact in both modes."""
     check_temperature(temperature, "apply_temperature")
     if temperature == 0:
-        out = np.zeros(row.size, dtype=row.dtype)
-        if row.dtype == object:
-            out[:] = Fraction(0)
-        out[int(np.argmax(row.astype(np.float64)))] = Fraction(1) if row.dtype == object else 1
+        one = Fraction(1) if row.dtype == object else 1.0
+        out = np.full(row.size, 0 * one, dtype=row.dtype)
+        out[int(np.argmax(row.astype(np.float64)))] = one
         return out
     if temperature == 1:
         return row
