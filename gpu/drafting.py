@@ -46,7 +46,8 @@ def sample_children(draft_probs: torch.Tensor, k: int, process: str,
         support = int((draft_probs > 0).sum(-1).min())
         if k > support:
             raise ValueError(f"{where}: process {process!r} drafts {k} distinct tokens but a draft row has only "
-                             f"{support} tokens with positive probability")
+                             f"{support} tokens with positive probability (rows at a low draft temperature "
+                             f"underflow to a few tokens: raise the draft temperature, or draft i.i.d. children)")
     R, V = draft_probs.shape
     if process == "iid":
         return sample_rows(draft_probs, generator, num_samples=k)

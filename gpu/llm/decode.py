@@ -60,13 +60,20 @@ class DecodeResult:
         return len(self.accepted)
 
     @property
-    def acceptance_length(self) -> float:
-        """Mean accepted drafted tokens per step, ``E[τ]``."""
+    def mean_accepted(self) -> float:
+        """Mean accepted drafted tokens per step, the estimate of ``E[τ]``."""
         return sum(self.accepted) / max(self.steps, 1)
 
     @property
+    def acceptance_length(self) -> float:
+        """The paper's acceptance length: tokens per target forward, ``τ + 1`` (the accepted path and its
+        correction or bonus token) averaged over steps — the verifier's, before a stop token or the budget cut
+        a step's output (:attr:`tokens_per_step` counts what was emitted)."""
+        return self.mean_accepted + 1
+
+    @property
     def tokens_per_step(self) -> float:
-        """New tokens per target forward (``τ + 1`` before truncation at a stop token / the budget)."""
+        """New tokens emitted per target forward (``τ + 1`` but where a stop token or the budget cut the step)."""
         return len(self.tokens) / max(self.steps, 1)
 
     @property
@@ -81,6 +88,7 @@ class DecodeResult:
     def as_json(self) -> dict:
         return {"text": self.text, "new_tokens": len(self.tokens), "steps": self.steps,
                 "tokens_per_step": self.tokens_per_step, "acceptance_length": self.acceptance_length,
+                "mean_accepted": self.mean_accepted,
                 "wall_s": self.wall_s, "tokens_per_s": self.tokens_per_s, "share": self.share}
 
 

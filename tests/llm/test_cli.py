@@ -35,6 +35,10 @@ def test_decode_cli_json(pair, monkeypatch, capsys, top):
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "univer" and 1 <= out["new_tokens"] <= 3 and out["steps"] >= 1
     assert out.get("draft_top") == top
+    # acceptance length = tokens per target forward, τ + 1 (it was E[τ] under that name); E[τ] beside it; what the
+    # budget of 3 tokens let out is tokens_per_step, at most the acceptance length
+    assert out["acceptance_length"] == pytest.approx(out["mean_accepted"] + 1) and out["mean_accepted"] >= 0
+    assert out["tokens_per_step"] <= out["acceptance_length"] + 1e-12
 
 
 def test_decode_cli_batch(pair, monkeypatch, capsys):
@@ -45,6 +49,9 @@ def test_decode_cli_batch(pair, monkeypatch, capsys):
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["batch"] == 2 and len(out["requests"]) == 2
+    steps = [r["steps"] for r in out["requests"]]
+    assert out["acceptance_length"] == pytest.approx(sum(s * r["acceptance_length"] for s, r in
+                                                         zip(steps, out["requests"])) / sum(steps))
     assert out["new_tokens"] == sum(r["new_tokens"] for r in out["requests"]) and out["steps"] >= 2
     assert out["tokens_per_s"] == pytest.approx(out["new_tokens"] / out["wall_s"])
     with pytest.raises(SystemExit) as exc:
@@ -162,10 +169,14 @@ def test_speed_cli_rejects_non_positive_counts(option, capsys):
     (["decode", "--prompt", "hi", "--device", "foo"], "--device foo:"),                     # a RuntimeError, exit 1
     (["accept-bench", "--methods", "sps", "--tree", "chain:1", "--out", "FILE"], "is a file; give a folder"),
     (["speed", "--n", "1", "--methods", "plain", "--out", "FILE"], "is a file; give a folder"),   # after every run
+    (["decode", "--prompt", "hi", "--tree", "binary:2", "--draft-top", "1"], "--draft-top 1 keeps fewer tokens"),
+    (["accept-bench", "--tree", "eagle", "--draft-temperature", "0"], "--draft-temperature 0 makes every draft row"),
+    (["speed", "--methods", "univer", "--temperature", "0", "--draft-temperature", "0"], "cannot draft the 2"),
 ])
 def test_llm_commands_refuse_bad_values_in_one_line_before_loading(argv, match, tmp_path, capsys):
     """Each was a traceback with exit 1 (an AttributeError, a RuntimeError, a FileExistsError — the last one only
-    after the whole speed run); all are one line and exit 2 now, before any model is loaded."""
+    after the whole speed run) or, for a draft that cannot draft the tree's widest node, an error once both models
+    had loaded; all are one line and exit 2 now, before any model is loaded."""
     (tmp_path / "file").write_text("x")
     assert cli.main([str(tmp_path / "file") if a == "FILE" else a for a in argv]) == 2
     err = capsys.readouterr().err

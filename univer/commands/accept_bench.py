@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .common import output_folder, print_json, selected_methods
-from .decode import add_llm_options, load_models
+from .decode import add_llm_options, check_draftable, load_models
 
 #: Settings of ``--fast`` (CI): few prompts, a small tree, few positions — unless given explicitly.
 FAST = {"limit": 2, "positions": 3, "tree": "binary:2"}
@@ -105,6 +105,7 @@ def run(args) -> int:
     limit = args.limit if args.limit is not None else preset["limit"]
     positions = args.positions if args.positions is not None else preset["positions"]
     shape = tree_shape(args.tree or preset["tree"])
+    check_draftable(shape, args, args.tree or preset["tree"])
     methods = default_methods(args, shape)
     if not methods:
         raise ValueError(f"no method applies to tree {shape} with process {args.process!r}")

@@ -27,6 +27,26 @@ def add_llm_options(p, threads: int | None = None) -> None:
     p.add_argument("--json", action="store_true", help="print the JSON object instead of the table")
 
 
+def check_draftable(shape, args, spec: str) -> None:
+    """A ValueError, before any model loads, where the draft can never draft ``shape``'s widest node: every
+    process but ``iid`` drafts k distinct tokens of positive draft probability, which a draft truncated to
+    ``--draft-top M < k`` or at draft temperature 0 (one-hot rows) does not have.  (A small positive draft
+    temperature can underflow a row to fewer than k tokens too; that shows only at the row, where
+    :func:`gpu.drafting.sample_children` says so.)"""
+    from univer_theory.models import resolve_draft_temperature
+
+    k = max((len(c) for c in shape.children), default=0)
+    if args.process == "iid" or k < 2:
+        return
+    if args.draft_top is not None and args.draft_top < k:
+        raise ValueError(f"--draft-top {args.draft_top} keeps fewer tokens than the {k} distinct children process "
+                         f"{args.process!r} drafts at tree {spec}'s widest node; use --draft-top ≥ {k} or --process iid")
+    if resolve_draft_temperature(args.temperature, args.draft_temperature) == 0:
+        raise ValueError(f"--draft-temperature 0 makes every draft row one-hot, so process {args.process!r} cannot "
+                         f"draft the {k} distinct children of tree {spec}'s widest node; use a positive draft "
+                         f"temperature or --process iid")
+
+
 def load_models(args):
     """Set the thread count and load the (target, draft) pair the options name."""
     import torch
@@ -71,6 +91,7 @@ def run(args) -> int:
     if method not in method_names():
         raise ValueError(f"unknown method {method!r}; choose from {method_names()}")
     shape = tree_shape(args.tree)
+    check_draftable(shape, args, args.tree)
     if method in VERIFIERS and not VERIFIERS[method].supports(shape, args.process):
         raise ValueError(f"method {method!r} does not apply to tree {args.tree} with process {args.process!r} "
                          f"(processes {VERIFIERS[method].processes}"
@@ -83,14 +104,16 @@ def run(args) -> int:
                                        draft_top=args.draft_top)
     res = results[0]
     total = summarise([results])              # all samples: the wall and phase times are shared
-    total["acceptance_length"] = sum(sum(r.accepted) for r in results) / max(total["steps"], 1)
+    total["mean_accepted"] = sum(sum(r.accepted) for r in results) / max(total["steps"], 1)   # E[τ]
+    total["acceptance_length"] = total["mean_accepted"] + 1                 # tokens per target forward, τ + 1
     if args.json:
         head = {"method": method, "tree": str(shape), "process": args.process,
                 **({"draft_top": args.draft_top} if args.draft_top else {})}
         if args.batch == 1:
             print_json({**head, **res.as_json()})
         else:
-            keys = ("new_tokens", "steps", "tokens_per_step", "acceptance_length", "wall_s", "tokens_per_s", "share")
+            keys = ("new_tokens", "steps", "tokens_per_step", "acceptance_length", "mean_accepted", "wall_s",
+                    "tokens_per_s", "share")
             print_json({**head, "batch": args.batch, **{k: total[k] for k in keys},
                         "requests": [r.as_json() for r in results]})
         return 0
@@ -99,7 +122,8 @@ def run(args) -> int:
     print(f"\n[{method}, tree {shape} ({shape.num_nodes} nodes), {args.process}, T={args.temperature}"
           f"{f', draft top {args.draft_top}' if args.draft_top else ''}"
           f"{f', {args.batch} samples' if args.batch > 1 else ''}] {total['new_tokens']} tokens in {total['steps']} "
-          f"steps: acceptance length {total['acceptance_length']:.3f}, tokens/step {total['tokens_per_step']:.3f}, "
+          f"steps: acceptance length (tokens per target forward) {total['acceptance_length']:.3f}, E[τ] "
+          f"{total['mean_accepted']:.3f}, emitted tokens/step {total['tokens_per_step']:.3f}, "
           f"{total['wall_s']:.2f} s, {total['tokens_per_s']:.2f} tokens/s (draft {total['share']['draft']:.0%}, "
           f"target {total['share']['target']:.0%}, verify {total['share']['verify']:.0%})")
     return 0

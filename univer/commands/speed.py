@@ -17,7 +17,7 @@ from pathlib import Path
 from univer_theory import VERIFIERS
 
 from .common import output_folder, positive_int, print_json
-from .decode import add_llm_options, load_models
+from .decode import add_llm_options, check_draftable, load_models
 
 #: Methods in the order they are reported; ``sps`` runs on ``--chain``, the tree verifiers on ``--tree``.
 ALL_METHODS = ("plain", "hf-assisted", "sps", "rrsw", "tv", "univer")
@@ -78,6 +78,7 @@ def speed_methods(args) -> list:
             continue
         for spec in ([args.chain] if name == "sps" else trees):
             shape = tree_shape(spec)
+            check_draftable(shape, args, spec)
             if not VERIFIERS[name].supports(shape, args.process):
                 raise ValueError(f"method {name!r} does not apply to tree {spec} with process {args.process!r} "
                                  f"(processes {VERIFIERS[name].processes}"
