@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from gpu.luce import row_classes
+from gpu.luce import luce_rows, luce_rows_weights, row_classes
 from gpu.wor_plans import wor_weights
 from univer_theory import ConfidentModel
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.choose import choose_plan
-from univer_theory.plans.luce import luce_fit, token_classes
+from univer_theory.plans.luce import luce_fit, luce_plan, token_classes
 from univer_theory.plans.wor_pair import OPTIMALITY_TOL
 from univer_theory.processes import tuple_law
 
@@ -125,3 +125,29 @@ def test_rule_7_is_fitted_on_the_rows_the_core_fits(monkeypatch):
     for i, (pi, qi, r) in enumerate(cases):
         np.testing.assert_allclose(a[i].numpy(), choose_plan(pi, qi, r, 3, "wor").marginal, rtol=0, atol=1e-10)
     assert 0 < sum(fitted) == len(built) < len(cases), (fitted, built)
+
+
+def test_the_gate_counts_a_full_support_and_the_undrafted_zero():
+    """16 distinct positive q (``LUCE_SUPPORT``) padded with zeros to V = 20: the budget gate counts the zero as a
+    value too (17 distinct), admits the row, as the exact core's ``luce_plan`` does."""
+    rng = np.random.default_rng(1)
+    q = np.zeros(20)
+    q[:16] = rng.dirichlet(np.ones(16))
+    p = rng.dirichlet(np.ones(20))
+    assert luce_plan(p, q, 1.0, 2, "wor") is not None
+    assert luce_rows(torch.tensor(p)[None], torch.tensor(q)[None], 2).tolist() == [True]
+
+
+def test_rows_with_one_draft_and_two_targets_are_fitted_apart():
+    """Two rows with the same q and c = ρp for ρ = 1 and 0.4: identical rows are fitted once, and these are not
+    identical — each row's marginal is its own fit's (de-duplicating by q alone gave row 2 row 1's plan, 0.51
+    where ρp is 0.20: lossy), and a ≤ ρp."""
+    rng = np.random.default_rng(0)
+    q, p = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+    c, Q = torch.tensor(np.stack([p, 0.4 * p])), torch.tensor(np.stack([q, q]))
+    children = torch.tensor([[0, 1], [0, 1]])
+    w, a = luce_rows_weights(c, Q, children)
+    for r in range(2):
+        w_r, a_r = luce_rows_weights(c[r:r + 1], Q[r:r + 1], children[r:r + 1])
+        assert torch.equal(w[r], w_r[0]) and torch.equal(a[r], a_r[0])
+    assert (a <= c + 1e-15).all()

@@ -248,3 +248,11 @@ def test_draft_tree_batches_of_one_skeleton_share_its_structure():
 def test_from_tensors_accepts_ragged_valid_batch():
     b = TreeBatch.from_tensors([[-1, 0, 0], [-1, 0, -1]], [[-1, 1, 2], [-1, 3, -1]], [3, 2], vocab_size=4)
     assert b.to_trees() == [DraftTree((-1, 0, 0), (-1, 1, 2)), DraftTree((-1, 0), (-1, 3))]
+
+
+@pytest.mark.parametrize("n", [3, 6, 7])
+def test_depths_of_one_long_chain(n):
+    """A single chain whose length is no power of two (a batch of one tree: no padding to round it up): every
+    node's depth, by pointer jumping, is its index."""
+    batch = TreeBatch.from_trees([DraftTree.chain([0] * n)])
+    assert batch.depth[0].tolist() == list(range(n + 1)) and batch.max_depth == n

@@ -216,3 +216,13 @@ def test_highs_lp_runs_after_cvxpy_started_highs():
     flat_ot_cvxpy(np.array([0.2, 0.3, 0.5]), np.array([0.4, 0.4, 0.2]), 2, "iid")
     sol = solve_lp(np.array([1.0, 1.0]), np.array([[1.0, 1.0]]), [-np.inf], [1.0], [0.0, 0.0], [1.0, 1.0])
     assert sol.success and abs(sol.objective - 1.0) < 1e-12
+
+
+@pytest.mark.parametrize("rho,cut", [(1.0, [0, 0, 0]), (0.5, [1, 1, 0])])
+def test_mincut_breaks_ties_to_the_smallest_bitmask(rho, cut):
+    """p = q on two tokens, k = 2 wor: several cuts are minimal; the min-cut oracle returns the smallest bitmask
+    among them, which is the closed form's cut too."""
+    p = q = np.array([0.5, 0.5, 0.0])
+    res = condot_mincut(p, q, 2, "wor", rho)
+    assert res.cut.astype(int).tolist() == cut
+    assert np.asarray(alpha_star_and_cut(p, q, 2, "wor", rho)[1]).astype(int).tolist() == cut

@@ -70,6 +70,32 @@ def test_simplex_second_level_optimises_on_the_first_levels_face():
         assert c2[i] @ x[i, :10].numpy() == pytest.approx(-ref.fun, abs=1e-9)
 
 
+def test_three_levels_keep_a_column_closed_by_the_first():
+    """A column closed at level 0 (reduced cost −1) stays closed at level 2 even where level 1 is silent on it and
+    level 2 would gain: ``lexmax (x1 − x2, 0, x2)`` s.t. ``x1 + x2 + s = 1`` is x = (1, 0, 0), on both runs (a
+    pricing that looked only at the previous level opened x2 there: (0, 1, 0)); then a random grid of
+    three-level LPs, both runs against HiGHS level by level."""
+    A, b = torch.tensor([[[1.0, 1.0, 1.0]]], dtype=torch.float64), torch.tensor([[1.0]], dtype=torch.float64)
+    costs = torch.tensor([[[1.0, -1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]]], dtype=torch.float64)
+    for run in (lex_simplex, lockstep):
+        x, ok = run(A.clone(), b, costs, torch.tensor([[2]]))
+        assert ok.all() and x[0].tolist() == [1.0, 0.0, 0.0], run
+    rng = np.random.default_rng(11)
+    A, b, c1, full, c1_full = slack_lps(rng, 20, 5, 8, True)
+    full[:, 0, :8] = np.where(A.sum(1) == 0, 1.0, full[:, 0, :8])
+    c2, c3 = rng.integers(-1, 2, (20, 8)).astype(float), rng.normal(size=(20, 8))
+    levels = np.stack([c1_full] + [np.concatenate([c, np.zeros((20, 5))], 1) for c in (c2, c3)], 1)
+    runs = [run(torch.tensor(full), torch.tensor(b), torch.tensor(levels), torch.arange(8, 13).expand(20, -1))
+            for run in (lex_simplex, lockstep)]
+    for i in range(20):
+        rows, rhs = full[i, :, :8], b[i]
+        for c in (c1[i], c2[i], c3[i]):            # each level's optimum on the face of the levels before it
+            best = -linprog(-c, A_ub=rows, b_ub=rhs, bounds=(0, None), method="highs").fun
+            for x, ok in runs:
+                assert ok[i] and c @ x[i, :8].numpy() == pytest.approx(best, abs=1e-9)
+            rows, rhs = np.vstack([rows, -c]), np.append(rhs, -best + 1e-12)
+
+
 def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
     A = torch.tensor([[[1.0, -1.0, 1.0]], [[1.0, 1.0, 1.0]]])         # LP 0: x_1 grows without bound
     b = torch.tensor([[1.0], [1.0]])

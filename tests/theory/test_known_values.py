@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, context_free, evaluate, tuple_law
-from univer_theory.verifiers import kseq_acceptance_mass, kseq_rho_star, normalise, positive_part
+from univer_theory.verifiers import kseq_acceptance_mass, kseq_rho_star, normalise, positive_part, tv_prefix_update
 
 
 def exact(*xs):
@@ -114,3 +114,11 @@ def test_ordering_rrs_le_tv_on_grid():
             gap += (evaluate(model, shape, process, VERIFIERS["tv"]).expected_accepted
                     - evaluate(model, shape, process, VERIFIERS[base]).expected_accepted)
         assert gap > 0
+
+
+def test_tv_prefix_update_where_the_residual_is_tiny():
+    """``r ← R/(R + (1 − r))`` (§3.7): at r = 1 it is 1 whatever R > 0, also R = 3e-17, where ``R + 1 − r``
+    evaluated left to right rounds R away (0/0 for R = 1e-20)."""
+    for R in (3e-17, 1e-20, 0.25):
+        assert tv_prefix_update(R, 1.0) == 1.0 and tv_prefix_update(np.float64(R), np.float64(1.0)) == 1.0
+    assert tv_prefix_update(F(1, 4), F(1, 2)) == F(1, 3)

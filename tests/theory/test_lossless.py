@@ -98,3 +98,11 @@ def test_flat_plan_cache_keeps_float_and_fraction_rows_apart():
     evaluate(context_free(np.array([0.5, 0.5]), np.array([0.5, 0.5])), shape, "hub", spechub)
     r = evaluate(context_free(half, half.copy()), shape, "hub", spechub)
     assert isinstance(r.expected_accepted, F) and r.distance == 0
+
+
+def test_distance_counts_the_target_mass_a_law_misses():
+    """Total variation over the union of both supports: a law that never emits token 1 of a uniform target is
+    1/2 away (summing only over the law's own outputs gave 1/4)."""
+    model = context_free(_exact(F(1, 2), F(1, 2)), _exact(F(1, 2), F(1, 2)))
+    assert distance_to_target(model, {(0,): F(1)}, 1) == F(1, 2)
+    assert distance_to_target(model, {(0,): F(1, 2), (1,): F(1, 2)}, 1) == 0

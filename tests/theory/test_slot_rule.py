@@ -69,16 +69,19 @@ def test_slot_rule_recorded_only_on_asymmetric_nodes_and_never_hurts():
 
 def test_nodes_wider_than_the_slot_rule_cap_keep_their_plan_positions():
     """A 5-wide asymmetric root (5! orderings per class; 4⁵ tuples is beyond the shape rule too) keeps its
-    construction's own w(S): no slot rule recorded, still lossless."""
+    construction's own w(S): no slot rule recorded, still lossless; a 4-wide one (the cap, 6⁴ tuples: beyond the
+    shape rule at V = 6) is slotted."""
     from univer_theory.univer import SLOT_RULE_MAX_K
 
-    model = DirichletModel(4, seed=1, similarity=0.4, concentration=0.8)
-    shape = TreeShape.parse("(.,.,.,.,(..))")
-    assert len(shape.children[0]) > SLOT_RULE_MAX_K
-    tree, _ = next(iter(enumerate_trees(model, shape, "iid")))
-    row = VERIFIERS["univer"].trace(tree, *model.node_probs(tree), "iid")[0]
-    assert row["construction"] == "layout" and row["slot_rule"] is False
-    assert evaluate(model, shape, "iid", VERIFIERS["univer"]).lossless
+    for V, text, slotted in ((4, "(.,.,.,.,(..))", False), (6, "(.,.,.,(..))", True)):
+        model = DirichletModel(V, seed=1, similarity=0.4, concentration=0.8)
+        shape = TreeShape.parse(text)
+        assert (len(shape.children[0]) <= SLOT_RULE_MAX_K) == slotted
+        tree, _ = next(iter(enumerate_trees(model, shape, "iid")))
+        row = VERIFIERS["univer"].trace(tree, *model.node_probs(tree), "iid")[0]
+        assert row["construction"] == "layout" and row["slot_rule"] is slotted
+    assert evaluate(DirichletModel(4, seed=1, similarity=0.4, concentration=0.8), TreeShape.parse("(.,.,.,.,(..))"),
+                    "iid", VERIFIERS["univer"]).lossless
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])

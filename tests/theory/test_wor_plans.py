@@ -608,3 +608,34 @@ def test_pair_rule_compiled_is_the_array_form_bit_for_bit():
         seen["A"] |= set(got.family_a.tolist())
         seen["feasible"] |= set(got.feasible.tolist())
     assert seen == {"H": {-1, 0, 1}, "A": {-1, 0, 1, 2}, "feasible": {False, True}}, seen
+
+
+def test_the_claim_takes_the_least_share_that_fills_a_token():
+    """The claim family (rule 3 on A*, docs/deviations.md item 55) gives each token the least share t of its
+    pairs with later tokens that brings b up to its cap c = ρp: where 0 < t < 1 the token is filled exactly, so
+    the thinning leaves it whole (t = 1 − ε everywhere, on the seeded pairs that take the claim), and the plan
+    attains α*(ρ)."""
+    claimed, worst = 0, 0.0
+    for concentration in (0.3, 0.8, 3.0):
+        for i in range(400):
+            p, q, rho = seeded_pair(i, concentration)
+            plan = wor_pair_plan(p, q, rho, 2, "wor")
+            if plan is None or plan.info["families"]["A"] != "claim":
+                continue
+            info, claimed = plan.info, claimed + 1
+            filled = info["in_cut"] & (info["rank"] >= 0) & (info["beta"] > 0) & (info["beta"] < 1)
+            worst = max([worst, *(1 - info["thin"][filled])])
+            assert plan.alpha == pytest.approx(float(alpha_star_wor(p, q, 2, rho)), abs=TOL)
+    assert claimed >= 20 and worst <= 1e-12, (claimed, worst)
+
+
+def test_a_side_with_small_mass_keeps_the_unit_tolerance_floor():
+    """Each side's feasibility tolerance is relative to max(its mass scale, 1): on this instance (ρ = 0.9, both
+    sides in the β-family) a tolerance relative to the side's own small scale declined the plan."""
+    p = np.array([0.37823152007187555, 0.01493419814470362, 0.1907377622174708, 0.16480440350522832,
+                  0.25129211606072177])
+    q = np.array([0.09975482577602635, 0.08895408984661711, 0.4010229496030042, 0.3052909885957594,
+                  0.1049771461785931])
+    plan = wor_pair_plan(p, q, 0.9, 2, "wor")
+    assert plan is not None and plan.info["families"] == {"H": "beta", "A": "beta"}
+    assert plan.alpha == pytest.approx(float(alpha_star_wor(p, q, 2, 0.9)), abs=1e-12)
