@@ -106,14 +106,15 @@ def test_temperature_zero_gains_nothing():
 
 
 def test_ordering_rrs_le_tv_on_grid():
-    """Mean over seeds: RRS ≤ TV (iid) and RRSw ≤ TV (wor) — TV is RRS(w) plus the pass-down of ρ."""
+    """RRS ≤ TV (iid) and RRSw ≤ TV (wor) on every seed — TV is RRS(w) plus the pass-down of ρ; the gaps are
+    0.007–0.032 here, the worst one named on failure."""
     for process, base in (("iid", "rrs"), ("wor", "rrsw")):
-        gap = 0.0
+        gaps = []
         for seed in range(4):
             model, shape = DirichletModel(4, seed=seed), TreeShape.parse("2,2")
-            gap += (evaluate(model, shape, process, VERIFIERS["tv"]).expected_accepted
-                    - evaluate(model, shape, process, VERIFIERS[base]).expected_accepted)
-        assert gap > 0
+            gaps.append(evaluate(model, shape, process, VERIFIERS["tv"]).expected_accepted
+                        - evaluate(model, shape, process, VERIFIERS[base]).expected_accepted)
+        assert min(gaps) > 0, (process, int(np.argmin(gaps)), min(gaps))
 
 
 def test_tv_prefix_update_where_the_residual_is_tiny():

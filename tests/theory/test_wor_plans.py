@@ -256,7 +256,9 @@ def test_pts_k1_is_the_unique_chain_plan():
 
 
 def test_pts_near_optimal():
-    """Theory: node α/α*_wor mean ≈ 0.997, worst 0.96.  Floors on a fixed seeded set: mean ≥ 0.99, min ≥ 0.9."""
+    """PTS is not α*-optimal, but close: on this fixed seeded set α/α*_wor has mean 0.99998 and minimum 0.99912
+    (measured; theory.md's wider grids: mean ≈ 0.997, worst 0.96).  The floors keep ~1e-3 below the measured
+    values, so a regression costing a tenth of a percent on any instance fails, naming it."""
     rng = np.random.default_rng(11)
     ratios = []
     for i in range(40):
@@ -266,7 +268,9 @@ def test_pts_near_optimal():
         p, q = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
         rho = (1.0, 0.7, 0.3)[i % 3]
         ratios.append(pts_plan(p, q, rho, k, "wor").alpha / brute_alpha_star(p, q, k, rho))
-    assert np.mean(ratios) >= 0.99 and np.min(ratios) >= 0.9 and np.max(ratios) <= 1 + TOL
+    worst = int(np.argmin(ratios))
+    assert np.mean(ratios) >= 0.9995 and ratios[worst] >= 0.998, (np.mean(ratios), worst, ratios[worst])
+    assert np.max(ratios) <= 1 + TOL
 
 
 # ----------------------------------------------------------------------------------------------- rule 5
