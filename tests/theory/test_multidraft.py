@@ -10,10 +10,12 @@ from solvers.condot import condot_constraints, condot_lp
 from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, DraftTree, TreeShape, alpha_star,
                            distance_to_target, evaluate, mass_balance_violation, output_law, sample_children,
                            tuple_law)
-from univer_theory.multidraft import gr_plan, spechub_plan
-from univer_theory.processes import hub_token
+from univer_theory.multidraft import FlatPlanRule, gr_plan, spechub_plan
+from univer_theory.plans.base import NodePlan
+from univer_theory.processes import HUB, hub_token
+from univer_theory.verifiers import Verifier
 
-from ..stats import LEVEL, assert_accepts, assert_power, g_test
+from ..stats import LEVEL, assert_accepts, assert_power, assert_rejects, g_test
 
 HUB_SHAPES = ["2", "2,2", "((..),(..))", "2,2,2"]
 
@@ -156,23 +158,50 @@ def test_hub_tree_without_the_hub_is_a_value_error():
         VERIFIERS["spechub"].law(tree, p, q, "hub")
 
 
-def test_spechub_sampler_matches_its_law():
-    """G-test (level ``tests.stats.LEVEL``) of 6000 SpecHub verifications of one hub tree against its exact law;
-    power ≥ POWER against NSS's law on the same tree (another verifier: the test tells them apart; RRS's and RRSw's
-    laws coincide with SpecHub's on this tree)."""
+def _swapped_spechub_plan(target_probs, draft_probs, k):
+    """A lossy SpecHub: each pair's weights handed to the other position (the marginal it reports, and so the
+    residual, are the true plan's)."""
+    plan = spechub_plan(target_probs, draft_probs, k)
+    return NodePlan("spechub-swapped", plan.rho, plan.target, plan.marginal, lambda S: plan.select(S)[::-1])
+
+
+SWAPPED_SPECHUB = Verifier("spechub-swapped", FlatPlanRule("spechub-swapped", _swapped_spechub_plan, (HUB,)),
+                           (HUB,), "SpecHub with each pair's weights swapped", widths=(2,), lossless=False)
+
+
+def _hub_tree():
+    """A hub tree of two levels on which the G-test tells SpecHub from NSS and from the swapped variant."""
     model = DirichletModel(3, seed=21, similarity=0.3)
     a = hub_token(model.draft(()))
     b = next(x for x in range(3) if x != a)
     top = hub_token(model.draft((b,)))
     c = next(x for x in range(3) if x != top)
     tree = DraftTree(parent=(-1, 0, 0, 1, 1), token=(-1, b, a, top, c), vocab_size=3)
-    p, q = model.node_probs(tree)
+    return (tree, *model.node_probs(tree))
+
+
+def _spechub_samples(verifier, tree, p, q, seed):
+    rng = np.random.default_rng(seed)
+    return [tuple(tree.token[u] for u in nodes) + (y,)
+            for nodes, y in (verifier.sample(tree, p, q, "hub", rng) for _ in range(6000))]
+
+
+def test_spechub_sampler_matches_its_law():
+    """G-test (level ``tests.stats.LEVEL``) of 6000 SpecHub verifications of one hub tree against its exact law;
+    power ≥ POWER against NSS's law on the same tree (another verifier: the test tells them apart; RRS's and RRSw's
+    laws coincide with SpecHub's on this tree) and against a lossy SpecHub (the swapped variant)."""
+    tree, p, q = _hub_tree()
     law = VERIFIERS["spechub"].law(tree, p, q, "hub")
-    assert_power(law, {"nss": VERIFIERS["nss"].law(tree, p, q, "iid")},
-                 6000)
-    rng = np.random.default_rng(7)
-    samples = []
-    for _ in range(6000):
-        nodes, y = VERIFIERS["spechub"].sample(tree, p, q, "hub", rng)
-        samples.append(tuple(tree.token[u] for u in nodes) + (y,))
-    assert_accepts(g_test(samples, law), "spechub sampler")
+    assert_power(law, {"nss": VERIFIERS["nss"].law(tree, p, q, "iid"),
+                       "spechub-swapped": SWAPPED_SPECHUB.law(tree, p, q, "hub")}, 6000)
+    assert_accepts(g_test(_spechub_samples(VERIFIERS["spechub"], tree, p, q, 7), law), "spechub sampler")
+
+
+def test_g_test_rejects_a_lossy_spechub_sampler():
+    """The swapped variant is lossy (its output law is off the target's, exactly) and its samples are rejected
+    against SpecHub's law."""
+    result = evaluate(DirichletModel(3, seed=21, similarity=0.3), TreeShape.parse("2,2"), "hub", SWAPPED_SPECHUB)
+    assert result.distance > 1e-3
+    tree, p, q = _hub_tree()
+    law = VERIFIERS["spechub"].law(tree, p, q, "hub")
+    assert_rejects(g_test(_spechub_samples(SWAPPED_SPECHUB, tree, p, q, 8), law), "spechub-swapped")
