@@ -1,13 +1,17 @@
-"""Paper checks 2–6: each passes on its fast grid, writes its evidence, and fails when its claim is broken."""
+"""Paper checks 1–6: each passes on its fast grid, writes its evidence, and fails when any part of its claim is
+broken (each FAIL condition on its own)."""
 import json
 from dataclasses import replace
+from fractions import Fraction
 from functools import partial
 from itertools import islice
+from types import SimpleNamespace
 
 import pytest
 
-from paper_checks import global_gap, optimality, real_gain, reductions, studies, temperature
-from univer_theory import VERIFIERS, Verifier
+from paper_checks import global_gap, lossless, optimality, real_gain, reductions, run_checks, studies, temperature
+from paper_checks.base import CheckResult
+from univer_theory import BUG_ZOO, VERIFIERS, Verifier
 from univer_theory.univer import make_univer_verifier
 from univer_theory.verifiers import rrsw_rule
 
@@ -144,3 +148,156 @@ def test_real_model_claims_full(tmp_path):
     for module in (real_gain, temperature):
         result = module.run(fast=False, out_dir=tmp_path, progress=False)
         assert result.passed, f"{module.NAME}: {result.summary}"
+
+
+# ---------------------------------------------------------------- each FAIL condition of each check, one at a time
+def _patched_distance(monkeypatch, name, shift, flag_first_only=False):
+    """``lossless.evaluate`` with method ``name``'s float distance moved by ``shift`` (on the first instance only
+    when ``flag_first_only``), every other result as computed."""
+    real, calls = lossless.evaluate, []
+
+    def evaluate(model, shape, process, v):
+        r = real(model, shape, process, v)
+        if v.name != name or isinstance(r.distance, Fraction):
+            return r
+        calls.append(1)
+        return SimpleNamespace(distance=shift if (not flag_first_only or len(calls) == 1) else 0.0)
+    monkeypatch.setattr(lossless, "evaluate", evaluate)
+
+
+def test_lossless_passes_on_its_fast_grid(tmp_path):
+    res = lossless.run(fast=True, out_dir=tmp_path, progress=False)
+    assert res.passed, res.table
+    assert f"flagged: {len(BUG_ZOO)}/{len(BUG_ZOO)}" in res.summary
+
+
+def test_lossless_fails_when_a_lossy_variant_is_not_flagged(monkeypatch, tmp_path):
+    """A 'bug-zoo variant' that is really RRS (lossless) is never flagged: the check fails."""
+    monkeypatch.setattr(lossless, "BUG_ZOO", {"fake": replace(VERIFIERS["rrs"], name="fake", lossless=False)})
+    monkeypatch.setattr(lossless, "VERIFIERS", {"rrs": VERIFIERS["rrs"]})
+    monkeypatch.setattr(lossless, "instances", _first(lossless.instances, 3))
+    res = lossless.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and "flagged: 0/1" in res.summary
+
+
+def test_lossless_counts_a_variant_flagged_on_one_instance(monkeypatch, tmp_path):
+    """Flagged once is flagged: a variant off by 1e-3 on the first instance only, exact elsewhere."""
+    monkeypatch.setattr(lossless, "BUG_ZOO", {"fake": replace(VERIFIERS["rrs"], name="fake", lossless=False)})
+    monkeypatch.setattr(lossless, "VERIFIERS", {"rrs": VERIFIERS["rrs"]})
+    monkeypatch.setattr(lossless, "instances", _first(lossless.instances, 3))
+    _patched_distance(monkeypatch, "fake", 1e-3, flag_first_only=True)
+    res = lossless.run(fast=True, out_dir=tmp_path, progress=False)
+    assert res.passed and "flagged: 1/1" in res.summary
+
+
+def test_lossless_fails_on_a_float_distance_above_its_tolerance(monkeypatch, tmp_path):
+    """A lossless method 1e-10 off the target (the tolerance is 1e-12) fails the check, marked ✗."""
+    monkeypatch.setattr(lossless, "BUG_ZOO", {})
+    monkeypatch.setattr(lossless, "instances", _first(lossless.instances, 2))
+    _patched_distance(monkeypatch, "rrs", 1e-10)
+    res = lossless.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and "✗" in res.table
+
+
+def _univer_times(monkeypatch, module, edit):
+    """``module.expected_lengths`` with ``edit(values, call number)`` applied to what it computes."""
+    real, n = module.expected_lengths, [0]
+
+    def expected_lengths(*args):
+        values = dict(real(*args))
+        n[0] += 1
+        edit(values, n[0])
+        return values
+    monkeypatch.setattr(module, "expected_lengths", expected_lengths)
+
+
+def test_optimality_fails_when_a_node_claims_more_than_alpha_star(monkeypatch, tmp_path):
+    """A node of any construction whose α exceeds α*(ρ) breaks the LP bound: the check fails and says so."""
+    tv_plan = make_univer_verifier("tv", slot_rule=False)
+
+    def inflated(ctx):
+        d = tv_plan.rule(ctx)
+        return replace(d, info={**d.info, "construction": "pts", "alpha": float(d.info["alpha"]) + 0.05})
+    monkeypatch.setitem(VERIFIERS, "univer", replace(tv_plan, name="univer", rule=inflated))
+    monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 2))
+    res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and "exceeds α*(ρ)" in res.table
+
+
+@pytest.mark.parametrize("key, factor, message", [("cf_alpha_root", 0.9, "α*-root bound"), ("cf", 0.9, "CF")])
+def test_optimality_fails_when_univer_is_above_a_bound(monkeypatch, tmp_path, key, factor, message):
+    """E[τ](UniVer) above its α*-root bound, or above CF, fails the check (each bound put 10% below it)."""
+    real_bounds, real_lengths = optimality.bounds, optimality.expected_lengths
+
+    def bounds(model, shape, process, *args, **kwargs):
+        b = dict(real_bounds(model, shape, process, *args, **kwargs))
+        b[key] = factor * real_lengths(model, shape, process, ["univer"])["univer"]
+        return b
+    monkeypatch.setattr(optimality, "bounds", bounds)
+    monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 2))
+    res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and message in res.table
+
+
+def test_optimality_fails_when_univer_is_below_tv_on_average(monkeypatch, tmp_path):
+    """TV 3% above UniVer everywhere: within the per-instance 6%, but the mean claim (UniVer ≥ TV) fails."""
+    _univer_times(monkeypatch, optimality, lambda v, n: v.update(tv=1.03 * v["univer"]))
+    monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 3))
+    res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and "mean E[τ]" in res.table
+
+
+def test_reductions_fail_when_univer_differs_from_bv_on_wor_chains_only(monkeypatch, tmp_path):
+    univer = VERIFIERS["univer"]
+
+    def halved_on_wor_chains(ctx):
+        d = univer.rule(ctx)
+        wor_chain = ctx.process == "wor" and len(ctx.children) == 1
+        return replace(d, scale=tuple(s / 2 for s in d.scale)) if wor_chain else d
+    monkeypatch.setitem(VERIFIERS, "univer", replace(univer, rule=halved_on_wor_chains))
+    monkeypatch.setattr(reductions, "depth1_instances", _first(reductions.depth1_instances, 1))
+    monkeypatch.setattr(reductions, "chain_instances", _first(reductions.chain_instances, 2))
+    res = reductions.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and "UniVer's per-tree law differs" in res.table
+
+
+def test_reductions_fail_when_the_closed_form_is_off_the_lp(monkeypatch, tmp_path):
+    real = reductions.alpha_star
+    monkeypatch.setattr(reductions, "alpha_star", lambda *a, **k: real(*a, **k) + 1e-6)
+    monkeypatch.setattr(reductions, "depth1_instances", _first(reductions.depth1_instances, 2))
+    monkeypatch.setattr(reductions, "chain_instances", _first(reductions.chain_instances, 1))
+    res = reductions.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and "closed form" in res.table
+
+
+def test_global_gap_fails_when_univer_is_above_cf(monkeypatch, tmp_path):
+    _univer_times(monkeypatch, global_gap, lambda v, n: v.update(univer=v["univer"] + 0.5))
+    monkeypatch.setattr(global_gap, "instances", _first(global_gap.instances, 2))
+    res = global_gap.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and "above CF" in res.table
+
+
+def test_temperature_fails_where_univer_is_below_the_baseline(monkeypatch, tmp_path):
+    """UniVer 1–4% below RRSw at every T > 0 (its gain still rising in T): the per-temperature claim fails."""
+    real = temperature.expected_lengths
+    below = {0.1: -0.04, 0.3: -0.03, 0.6: -0.02, 1.0: -0.01}
+
+    def expected_lengths(tm, shape, process, names):
+        v = dict(real(tm, shape, process, names))
+        if tm.temperature > 0:
+            v["univer"] = v[names[0]] * (1 + below[tm.temperature])
+        return v
+    monkeypatch.setattr(temperature, "expected_lengths", expected_lengths)
+    monkeypatch.setattr(temperature, "toy_instances", _first(temperature.toy_instances, 1))
+    res = temperature.run(fast=True, out_dir=tmp_path, progress=False, real_model=False)
+    assert not res.passed
+
+
+def test_a_failed_check_reads_fail_in_its_section_and_the_summary(monkeypatch, tmp_path):
+    assert CheckResult("x", "claim", False, "table", "summary").as_markdown().splitlines()[0].endswith("FAIL")
+    monkeypatch.setitem(VERIFIERS, "univer", make_univer_verifier("tv", slot_rule=False))
+    monkeypatch.setattr(reductions, "depth1_instances", _first(reductions.depth1_instances, 2))
+    monkeypatch.setattr(reductions, "chain_instances", _first(reductions.chain_instances, 1))
+    (res,) = run_checks(["reductions"], fast=True, out_dir=tmp_path, progress=False)
+    report = (tmp_path / "paper_checks.md").read_text()
+    assert not res.passed and "| reductions | FAIL |" in report and "## reductions — FAIL" in report

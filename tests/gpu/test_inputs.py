@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from gpu import TreeBatch, draft_tree, expected_accepted_length, verify
+from gpu.probs import SIMPLEX_TOL, check_rows
 from univer_theory import DirichletModel, DraftTree, TreeShape
 
 from .helpers import on_device, padded_rows
@@ -124,3 +125,12 @@ def test_cuda_determinism_and_agreement():
         cpu = expected_accepted_length(batch, p, q, process, method)
         gpu = expected_accepted_length(batch.to("cuda"), p.cuda(), q.cuda(), process, method)
         torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype, off", [(torch.float64, 1e-7), (torch.float32, 1e-4)])
+def test_rows_off_the_simplex_by_more_than_the_dtypes_tolerance_are_refused(dtype, off):
+    """float64 rows within 1e-9 of the simplex pass and 1e-7 off fail; float32 within 1e-5, 1e-4 off fail."""
+    row = torch.tensor([[0.5, 0.5, 0.0]], dtype=dtype)
+    check_rows("test", "rows", row + torch.tensor([[0.0, SIMPLEX_TOL[dtype] / 2, 0.0]], dtype=dtype))
+    with pytest.raises(ValueError, match="does not sum to 1"):
+        check_rows("test", "rows", row + torch.tensor([[0.0, off, 0.0]], dtype=dtype))

@@ -31,8 +31,10 @@ def test_row_index_inputs_are_checked():
     batch, p, q = padded_rows(trees, model)
     B, N, V = p.shape
     rows = torch.arange(B * N).view(B, N)
-    with pytest.raises(ValueError, match=r"row_index\[0, 1\] = 99 is outside"):
-        verify(batch, p.reshape(-1, V), q.reshape(-1, V), "iid", "tv", row_index=rows.index_put((torch.tensor([0]), torch.tensor([1])), torch.tensor(99)))
+    for bad in (99, B * N):                             # far out, and the first id past the R = B·N rows
+        with pytest.raises(ValueError, match=rf"row_index\[0, 1\] = {bad} is outside"):
+            verify(batch, p.reshape(-1, V), q.reshape(-1, V), "iid", "tv",
+                   row_index=rows.index_put((torch.tensor([0]), torch.tensor([1])), torch.tensor(bad)))
     with pytest.raises(ValueError, match="must be \\[R, V\\] rows"):
         verify(batch, p, q, "iid", "tv", row_index=rows)
     with pytest.raises(ValueError, match="row_index must be a long tensor"):
