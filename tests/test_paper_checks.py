@@ -301,3 +301,56 @@ def test_a_failed_check_reads_fail_in_its_section_and_the_summary(monkeypatch, t
     (res,) = run_checks(["reductions"], fast=True, out_dir=tmp_path, progress=False)
     report = (tmp_path / "paper_checks.md").read_text()
     assert not res.passed and "| reductions | FAIL |" in report and "## reductions — FAIL" in report
+
+
+def test_optimality_fails_when_univer_is_just_above_cf(monkeypatch, tmp_path):
+    """The slack on E[τ] ≤ CF is ``BOUND_SLACK`` (1e-12), not 1e-9: CF put 1e-10 below UniVer, with no
+    tolerance of its own, fails the check."""
+    real_bounds, real_lengths = optimality.bounds, optimality.expected_lengths
+
+    def bounds(model, shape, process, *args, **kwargs):
+        b = dict(real_bounds(model, shape, process, *args, **kwargs))
+        b.update(cf=real_lengths(model, shape, process, ["univer"])["univer"] - 1e-10, cf_tolerance=0.0)
+        return b
+    monkeypatch.setattr(optimality, "bounds", bounds)
+    monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 2))
+    assert not optimality.run(fast=True, out_dir=tmp_path, progress=False).passed
+
+
+def test_optimality_fails_on_one_instance_too_far_below_tv(monkeypatch, tmp_path):
+    """UniVer 10% below TV on the first instance only (far above it elsewhere, so the mean claim holds): the
+    per-instance bound (6%) fails the check, and the summary names that instance as the worst."""
+    _univer_times(monkeypatch, optimality,
+                  lambda v, n: v.update(tv=v["univer"] / 0.9 if n == 1 else 0.5 * v["univer"]))
+    monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 3))
+    res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
+    first = next(optimality.instances(True))[0]
+    assert not res.passed and f"more than {100 * optimality.TV_SHORTFALL:g}% below TV" in res.table
+    assert f"worst -10.00% ({first}" in res.summary
+
+
+def test_global_gap_fails_when_the_value_aware_oracle_is_above_the_global_bound(monkeypatch, tmp_path):
+    real = global_gap.bounds
+
+    def bounds(*args, **kwargs):
+        b = dict(real(*args, **kwargs))
+        b["univer-va"] = b["global"] + 0.5
+        return b
+    monkeypatch.setattr(global_gap, "bounds", bounds)
+    monkeypatch.setattr(global_gap, "instances", _first(global_gap.instances, 2))
+    res = global_gap.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and "above the global LP" in res.table
+
+
+def test_temperature_fails_where_the_gain_does_not_shrink_towards_zero(monkeypatch, tmp_path):
+    """Gains 5%, 2%, 10%, 20% at T = 0.1, 0.3, 0.6, 1: positive, but the gain at 0.1 is not below the one at 0.3."""
+    real, gain = temperature.expected_lengths, {0.0: 0.0, 0.1: 0.05, 0.3: 0.02, 0.6: 0.1, 1.0: 0.2}
+
+    def expected_lengths(tm, shape, process, names):
+        v = dict(real(tm, shape, process, names))
+        v["univer"] = v[names[0]] * (1 + gain[tm.temperature])
+        return v
+    monkeypatch.setattr(temperature, "expected_lengths", expected_lengths)
+    monkeypatch.setattr(temperature, "toy_instances", _first(temperature.toy_instances, 1))
+    res = temperature.run(fast=True, out_dir=tmp_path, progress=False, real_model=False)
+    assert not res.passed and "is not below" in res.table
