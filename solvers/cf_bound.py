@@ -43,7 +43,7 @@ from univer_theory.tree import split_key
 from univer_theory.validation import check_choice
 
 from .global_lp import as_shape, model_rows
-from .highs_lp import solve_lp
+from .highs_lp import nonnegative_multipliers, solve_lp
 
 #: Sandwich stopping gap per value function (tangent envelope − chord, absolute).
 SANDWICH_TOL = 1e-11
@@ -146,7 +146,7 @@ class NodeProblem:
         HiGHS' tolerances, presolve or dropped small entries did to its own answer (on confident rows, whose useful
         tuples have probabilities ~1e-8, its objective came out up to 2.5e-8 low and CF below UniVer).  Summed with
         ``math.fsum`` plus a round-off margin."""
-        y = np.maximum(np.nan_to_num(np.asarray(row_dual, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0), 0.0)
+        y = nonnegative_multipliers(row_dual)
         used = y > 0
         reduced = self.cost - self.A.T @ y
         terms = np.concatenate([upper[used] * y[used], np.maximum(reduced, 0.0) * self.column_upper])

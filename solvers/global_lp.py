@@ -57,7 +57,7 @@ from univer_theory.processes import PROCESSES, tuple_law
 from univer_theory.tree import TreeShape
 from univer_theory.validation import check_choice
 
-from .highs_lp import LP_METHODS, solve_lp
+from .highs_lp import LP_METHODS, nonnegative_multipliers, solve_lp
 
 #: Feasibility tolerance of the recheck of a returned solution (HiGHS runs at 1e-10).
 RECHECK_TOL = 1e-9
@@ -370,7 +370,7 @@ def _certified_bound(shape: TreeShape, table: _PrefixTable, weights: np.ndarray,
     """The module docstring's Lagrangian bound at edge-row multipliers ``mu`` (clipped to ``≥ 0``): valid for
     any ``mu``, tight at optimal duals.  It is recomputed from the float64 data, with sums taken by ``math.fsum``
     and a margin for the rounding of ``w`` and of the path sums, so it is not below the exact value."""
-    mu = np.maximum(np.nan_to_num(np.asarray(mu, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0), 0.0)
+    mu = nonnegative_multipliers(mu)
     inner = table.parent >= 0
     fan = np.bincount(table.parent[inner], weights=table.p_edge[inner] * mu[inner], minlength=table.size)
     w = 1.0 - mu + fan

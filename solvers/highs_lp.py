@@ -153,6 +153,13 @@ def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:
     return x
 
 
+def nonnegative_multipliers(duals) -> np.ndarray:
+    """HiGHS' row duals as the multipliers ``y ≥ 0`` of a weak-duality bound (NaN, ±inf and negatives → 0): any
+    such ``y`` gives a valid bound, HiGHS' own duals a tight one."""
+    y = np.nan_to_num(np.asarray(duals, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    return np.maximum(y, 0.0)
+
+
 def _finite_or_inf(values, n: int) -> np.ndarray:
     inf = bindings()[0].kHighsInf
     arr = np.broadcast_to(np.asarray(values, dtype=np.float64), (n,)).copy()

@@ -6,6 +6,7 @@ import json
 from univer_theory import DirichletModel, TableModel, TemperedModel, TreeShape, VERIFIERS
 from univer_theory.models import resolve_draft_temperature
 from univer_theory.processes import EXACT_PROCESSES
+from univer_theory.validation import check_temperature
 
 
 def add_model_options(p) -> None:
@@ -125,7 +126,6 @@ def temperature(text: str) -> float:
     bad one is a usage error before any model loads."""
     import argparse
 
-    from univer_theory.validation import check_temperature
     try:
         return check_temperature(float(text), "")
     except ValueError:

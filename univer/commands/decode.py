@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 from univer_theory import PROCESSES, VERIFIERS
+from univer_theory.models import resolve_draft_temperature
 
 from .common import positive_int, print_json, seed_int, temperature
 
@@ -33,8 +34,6 @@ def check_draftable(shape, args, spec: str) -> None:
     ``--draft-top M < k`` or at draft temperature 0 (one-hot rows) does not have.  (A small positive draft
     temperature can underflow a row to fewer than k tokens too; that shows only at the row, where
     :func:`gpu.drafting.sample_children` says so.)"""
-    from univer_theory.models import resolve_draft_temperature
-
     k = max((len(c) for c in shape.children), default=0)
     if args.process == "iid" or k < 2:
         return
