@@ -47,7 +47,8 @@ def sample_children(draft_probs: torch.Tensor, k: int, process: str,
         if k > support:
             raise ValueError(f"{where}: process {process!r} drafts {k} distinct tokens but a draft row has only "
                              f"{support} tokens with positive probability (rows at a low draft temperature "
-                             f"underflow to a few tokens: raise the draft temperature, or draft i.i.d. children)")
+                             f"underflow to a few tokens: draft from probs_from_logits(..., support={k}), raise "
+                             f"the draft temperature, or draft i.i.d. children)")
     R, V = draft_probs.shape
     if process == "iid":
         return sample_rows(draft_probs, generator, num_samples=k)

@@ -15,7 +15,8 @@ from univer_theory.validation import SIMPLEX_ATOL, check_temperature
 SIMPLEX_TOL = {torch.float64: SIMPLEX_ATOL, torch.float32: 1e-5}
 
 
-def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int | None = None) -> torch.Tensor:
+def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int | None = None,
+                      support: int | None = None) -> torch.Tensor:
     """``softmax(logits / T)`` computed in float32 (float64 stays float64); ``T = 0`` → one-hot argmax; with
     ``top = m`` the softmax over each row's m largest logits only (the others get probability 0).
 
@@ -28,6 +29,8 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
         among logits tied at the m-th place it keeps the ones topk returns).  Such a row is a draft process of
         its own — verifying against it is exact — and an iid / wor level is then planned on m + 1 columns
         instead of V (:mod:`gpu.support`).
+    support : None or ``1 ≤ s ≤ min(V, top)``: every row keeps at least s tokens of positive probability
+        (:func:`support_floor`), as a draft of k ≤ s distinct children needs (``wor``, ``topk``, ``greedy``).
 
     Returns
     -------
@@ -40,8 +43,13 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
         raise ValueError(f"probs_from_logits: logits must be a floating tensor [..., V], got "
                          f"{getattr(logits, 'dtype', type(logits).__name__)}")
     temperature = check_temperature(temperature, "probs_from_logits")
-    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
-        raise ValueError(f"probs_from_logits: top must be a positive int (tokens kept per row) or None, got {top!r}")
+    for name, value in (("top", top), ("support", support)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"probs_from_logits: {name} must be a positive int (tokens per row) or None, "
+                             f"got {value!r}")
+    if support is not None and support > min(logits.shape[-1], top or logits.shape[-1]):
+        raise ValueError(f"probs_from_logits: support {support} exceeds the row's {logits.shape[-1]} tokens"
+                         + (f" or top {top}" if top is not None else ""))
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(dtype)
     for mask, rule in ((torch.isnan(x).any(-1), "contains NaN"),
@@ -51,17 +59,47 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
             i = [int(v) for v in mask.nonzero()[0]]
             raise ValueError(f"probs_from_logits: logits row {i} {rule}")
     if temperature == 0:
-        return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(dtype)
-    if top is not None and top < x.shape[-1]:
-        kept = x.topk(top, dim=-1).indices
-        x = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
-    y, top_logit = x / temperature, x.amax(-1, keepdim=True)
-    # softmax shifts by max(y) = max(x)/T (the division is monotone): ±inf there, a finite row past the float range
-    # at this T, would make inf − inf; those rows are shifted by their largest logit before the division instead
-    over = torch.isinf(top_logit / temperature)
-    if over.any():
-        y = torch.where(over, (x - top_logit) / temperature, y)
-    return torch.softmax(y, dim=-1)
+        q = torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(dtype)
+    else:
+        if top is not None and top < x.shape[-1]:
+            kept = x.topk(top, dim=-1).indices
+            x = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
+        y, top_logit = x / temperature, x.amax(-1, keepdim=True)
+        # softmax shifts by max(y) = max(x)/T (the division is monotone): ±inf there, a finite row past the float
+        # range at this T, would make inf − inf; those rows are shifted by their largest logit before the division
+        over = torch.isinf(top_logit / temperature)
+        if over.any():
+            y = torch.where(over, (x - top_logit) / temperature, y)
+        q = torch.softmax(y, dim=-1)
+    return q if support is None else support_floor(q, x, support)
+
+
+def support_floor(q: torch.Tensor, logits: torch.Tensor, s: int) -> torch.Tensor:
+    """Rows ``q [..., V]`` with each row's s largest ``logits`` z raised to probability at least their floor
+    ``f_i = max(ε²·exp(z_i − max z), √tiny)`` (ε, tiny: the dtype's machine epsilon and smallest normal):
+    ``max(q_i, f_i)``, renormalised, in the rows where some ``q_i < f_i``; every other row as it was, bit for bit.
+
+    A draft row at a small temperature T underflows to fewer tokens than a node drafts without replacement
+    (``(max z − z_i)/T`` past ~745 in float64).  The floor keeps the s most likely tokens draftable, in the
+    order of their logits at temperature 1 (a −inf logit too, where a row has fewer than s finite ones), at a
+    mass of at most ``ε²`` a token (~5e-32 in float64).  A draft may be any law, so a floored row is a draft
+    process of its own and verifying against it stays exact, given the floored rows (what the tree was drafted
+    from), as every caller here passes them.
+
+    >>> q = support_floor(torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64),
+    ...                   torch.tensor([[0.0, -1.0, -2.0]], dtype=torch.float64), 2)
+    >>> bool(q[0, 1] > 0), float(q[0, 2])
+    (True, 0.0)
+    """
+    info = torch.finfo(q.dtype)
+    z, top = logits.to(q.dtype).topk(s, dim=-1)
+    floor = torch.clamp(info.eps ** 2 * torch.exp(z - z[..., :1]), min=info.tiny ** 0.5)
+    have = q.gather(-1, top)
+    low = (have < floor).any(-1, keepdim=True)
+    if not bool(low.any()):
+        return q
+    lifted = q.scatter(-1, top, torch.maximum(have, floor))
+    return torch.where(low, lifted / lifted.sum(-1, keepdim=True), q)
 
 
 def check_rows(where: str, name: str, rows: torch.Tensor, valid: torch.Tensor | None = None) -> None:

@@ -286,7 +286,8 @@ def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
         return out
     if temperature == 1:
         return row
-    x = np.asarray(row, dtype=np.float64) ** (1.0 / temperature)
+    x = np.asarray(row, dtype=np.float64)
+    x = (x / x.max()) ** (1.0 / temperature)     # over max(row) first: at a small T every row^{1/T} underflows
     return x / x.sum()
 
 

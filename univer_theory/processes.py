@@ -51,7 +51,8 @@ def _check_k(q: np.ndarray, k: int, process: str, where: str) -> None:
         raise ValueError(f"{where}: process 'hub' (SpecHub) drafts exactly 2 children, got k = {k}")
     if process != "iid" and k > support:
         raise ValueError(f"{where}: process {process!r} drafts {k} distinct tokens but q has only {support} "
-                         f"tokens with positive probability")
+                         f"tokens with positive probability (a row at a small draft temperature underflows to a "
+                         f"few tokens: raise the draft temperature, or draft i.i.d. children)")
 
 
 def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...], object]]:

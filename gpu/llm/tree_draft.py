@@ -73,11 +73,17 @@ def draft_tree_cached(cache: RaggedCache, root_logits: torch.Tensor, shape: Tree
     leaves are never fed (no verifier reads their draft row).  The fed nodes stay in the cache as scratch.
 
     ``top``: draft from each row's ``top`` most likely tokens only (:func:`gpu.probs.probs_from_logits`; None: the
-    whole row).  Returns ``(batch, draft_probs [B, N, V] float64, node_slot [N], logits)``: ``node_slot[u]`` is node u's cache
-    slot (−1: the root, a leaf); ``logits [B, N, V]`` the draft's logits per node (row 0 the root's, NaN at
-    leaves) when ``keep_logits``, else None.
+    whole row).  Every process but ``iid`` drafts k distinct tokens at a node, so its rows keep at least the
+    widest node's k tokens of positive probability (:func:`gpu.probs.support_floor`: a row at a small
+    temperature, or a one-hot row at temperature 0, underflows otherwise).
+
+    Returns ``(batch, draft_probs [B, N, V] float64, node_slot [N], logits)``: ``node_slot[u]`` is node u's
+    cache slot (−1: the root, a leaf); ``logits [B, N, V]`` the draft's logits per node (row 0 the root's, NaN
+    at leaves) when ``keep_logits``, else None.
     """
     B = root_logits.shape[0]
+    widest = max(len(c) for c in shape.children)
+    support = widest if process != "iid" and widest > 1 else None     # k distinct tokens of positive q a node
     anc = ancestors(shape)
     depth = torch.tensor(shape.depth)
     node_slot = torch.full((shape.num_nodes,), -1)
@@ -100,7 +106,7 @@ def draft_tree_cached(cache: RaggedCache, root_logits: torch.Tensor, shape: Tree
             logits = cache.feed(token[:, nodes].cpu(), positions, visible.expand(B, -1, -1))
             if kept is not None:
                 kept[:, nodes] = logits.cpu()
-        return probs_from_logits(logits.double(), temperature, top)
+        return probs_from_logits(logits.double(), temperature, top, support)
 
     batch, probs = draft_skeleton(shape, rows, process, B, generator)
     return batch, probs, node_slot, kept

@@ -70,6 +70,18 @@ def test_greedy_target_is_reproduced_exactly(pair, prompt_ids):
     assert list(res.tokens) == greedy[: len(res.tokens)] and (len(res.tokens) == 6 or res.tokens[-1] in pair.stop_ids)
 
 
+@pytest.mark.parametrize("method", ["univer", "rrsw"])
+def test_one_hot_wor_drafts_reproduce_the_greedy_target(pair, prompt_ids, method):
+    """Draft temperature 0 (one-hot draft rows; a row at a small temperature underflows the same way) could not
+    draft the two distinct children of a wor node; the rows keep their two most likely tokens
+    (``gpu.probs.support_floor``), and the output is still exactly the greedy target's."""
+    greedy = _greedy(pair.target, prompt_ids, 6)
+    res = speculative_decode(pair, prompt_ids, method, tree_shape("binary:2"), "wor", 0.0, 6,
+                             torch.Generator().manual_seed(0), draft_temperature=0.0)
+    assert list(res.tokens) == greedy[: len(res.tokens)] and (len(res.tokens) == 6 or res.tokens[-1] in pair.stop_ids)
+    assert res.steps < len(res.tokens)          # the one-hot draft is the greedy draft: some step accepts a token
+
+
 #: fp32 tolerance on logits, step forwards vs one sequential forward of the same tokens (see test_tree_models).
 LOGIT_ATOL = 1e-3
 

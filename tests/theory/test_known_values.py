@@ -105,6 +105,17 @@ def test_temperature_zero_gains_nothing():
     assert abs(sps - bv) < 1e-15
 
 
+def test_small_temperatures_sharpen_towards_the_argmax():
+    """``norm(row^{1/T})`` at T = 1e-3 on (0.45, 0.4, 0.15): every ``row^{1000}`` underflows to 0 (0.45^1000 ≈
+    1e-347; the row was 0/0, NaN); over its maximum it is ``(1, (8/9)^1000, (1/3)^1000) / Σ`` = ``(1, 7.2e-52, 0)``
+    — derived, the last entry below float64's range."""
+    from univer_theory.models import apply_temperature
+    got = apply_temperature(np.array([0.45, 0.4, 0.15]), 1e-3)
+    assert got[0] == 1.0 and got[2] == 0.0
+    assert got[1] == pytest.approx((0.4 / 0.45) ** 1000, rel=1e-12)
+    assert apply_temperature(np.array([0.2, 0.3, 0.5]), 0.5) == pytest.approx(np.array([4, 9, 25]) / 38, rel=1e-15)
+
+
 def test_ordering_rrs_le_tv_on_grid():
     """RRS ≤ TV (iid) and RRSw ≤ TV (wor) on every seed — TV is RRS(w) plus the pass-down of ρ; the gaps are
     0.007–0.032 here, the worst one named on failure."""

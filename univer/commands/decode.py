@@ -1,9 +1,7 @@
 """``univer decode``: online speculative decoding with the real SmolLM2 target and a derived draft."""
 from __future__ import annotations
 
-
 from univer_theory import PROCESSES, VERIFIERS
-from univer_theory.models import resolve_draft_temperature
 
 from .common import positive_int, print_json, seed_int, temperature
 
@@ -30,20 +28,15 @@ def add_llm_options(p, threads: int | None = None) -> None:
 
 def check_draftable(shape, args, spec: str) -> None:
     """A ValueError, before any model loads, where the draft can never draft ``shape``'s widest node: every
-    process but ``iid`` drafts k distinct tokens of positive draft probability, which a draft truncated to
-    ``--draft-top M < k`` or at draft temperature 0 (one-hot rows) does not have.  (A small positive draft
-    temperature can underflow a row to fewer than k tokens too; that shows only at the row, where
-    :func:`gpu.drafting.sample_children` says so.)"""
+    process but ``iid`` drafts k distinct tokens, which a draft truncated to ``--draft-top M < k`` does not have.
+    (A small or zero draft temperature underflows a row to fewer tokens too; the drafted rows keep k tokens of
+    positive probability for that: :func:`gpu.probs.support_floor`.)"""
     k = max((len(c) for c in shape.children), default=0)
     if args.process == "iid" or k < 2:
         return
     if args.draft_top is not None and args.draft_top < k:
         raise ValueError(f"--draft-top {args.draft_top} keeps fewer tokens than the {k} distinct children process "
                          f"{args.process!r} drafts at tree {spec}'s widest node; use --draft-top ≥ {k} or --process iid")
-    if resolve_draft_temperature(args.temperature, args.draft_temperature) == 0:
-        raise ValueError(f"--draft-temperature 0 makes every draft row one-hot, so process {args.process!r} cannot "
-                         f"draft the {k} distinct children of tree {spec}'s widest node; use a positive draft "
-                         f"temperature or --process iid")
 
 
 def load_models(args):

@@ -1,0 +1,97 @@
+"""Draft rows that keep s tokens of positive probability (``gpu.probs.support_floor``): a row at a small or zero
+temperature underflows to fewer tokens than a wor / top-k / greedy node drafts; the floored row is a draft law of
+its own, so every lossless verifier stays exactly lossless on it."""
+import numpy as np
+import pytest
+import torch
+
+from gpu import probs_from_logits, sample_children
+from gpu.probs import SIMPLEX_TOL, support_floor
+from univer_theory import VERIFIERS, TreeShape, evaluate
+from univer_theory.models import DirichletModel, Model, apply_temperature
+
+LOSSLESS_TOL = 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rows_with_enough_support_are_the_softmax_bit_for_bit(dtype):
+    logits = torch.randn(16, 300, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(dtype) * 3
+    for T, top in ((1.0, None), (0.7, 50)):
+        plain = probs_from_logits(logits, T, top)
+        assert torch.equal(probs_from_logits(logits, T, top, support=8), plain)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_underflowed_rows_keep_their_s_most_likely_tokens_in_logit_order(dtype):
+    logits = torch.tensor([[0.0, -3.0, -7.0, -20.0, -1000.0, -float("inf")],
+                           [0.0, -0.001, -0.002, -0.003, -0.004, -0.005]], dtype=dtype)
+    T = 0.001
+    plain = probs_from_logits(logits, T)
+    assert int((plain[0] > 0).sum()) == 1                       # what a wor node of 4 children could not draft
+    q = probs_from_logits(logits, T, support=4)
+    assert torch.equal(q[1], plain[1])                          # a row with enough support, untouched
+    row = q[0].double()
+    assert (row[:4] > 0).all() and (row[4:] == 0).all()
+    assert (row[:3] > row[1:4]).all()                           # in the order of the logits
+    assert abs(float(row.sum()) - 1) <= SIMPLEX_TOL[dtype]
+    assert float(1 - row[0]) <= 4 * torch.finfo(dtype).eps ** 2 + torch.finfo(dtype).eps   # the mass moved is ~ε²
+    one_hot = probs_from_logits(logits, 0.0, support=2)
+    assert ((one_hot > 0).sum(-1) == 2).all()
+    assert sample_children(one_hot.double(), 2, "wor", torch.Generator().manual_seed(0)).shape == (2, 2)
+
+
+def test_support_floor_marks_only_the_rows_below_their_floor():
+    q = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.3, 0.2]], dtype=torch.float64)
+    z = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, -0.9]], dtype=torch.float64)
+    got = support_floor(q, z, 3)
+    assert torch.equal(got[1], q[1]) and (got[0] > 0).all() and got[0, 1] > got[0, 2]
+    assert support_floor(q[1:], z[1:], 3) is not None and torch.equal(support_floor(q[1:], z[1:], 3), q[1:])
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"support": 0}, "support must be a positive int"), ({"support": True}, "support must be a positive int"),
+    ({"support": 2.0}, "support must be a positive int"), ({"support": 5}, "support 5 exceeds the row's 4 tokens"),
+    ({"support": 3, "top": 2}, "support 3 exceeds the row's 4 tokens or top 2"),
+])
+def test_bad_support_is_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        probs_from_logits(torch.zeros(2, 4), 0.5, **kwargs)
+
+
+class FlooredModel(Model):
+    """``base``'s target at temperature T, its draft at T through :func:`probs_from_logits` with ``support = s``:
+    at a small T most draft rows underflow to one or two tokens and are floored."""
+
+    def __init__(self, base: Model, temperature: float, s: int):
+        self.base, self.vocab_size, self.T, self.s = base, base.vocab_size, temperature, s
+        self.floored = set()                    # prefixes whose softmax row had fewer than s positive tokens
+
+    def target(self, prefix):
+        return apply_temperature(self.base.target(prefix), self.T)
+
+    def draft(self, prefix):
+        logits = torch.from_numpy(np.log(self.base.draft(prefix)))
+        if int((probs_from_logits(logits, self.T) > 0).sum()) < self.s:
+            self.floored.add(tuple(prefix))
+        return probs_from_logits(logits, self.T, support=self.s).numpy()
+
+
+@pytest.mark.parametrize("shape,process", [("3", "wor"), ("(.,(.,.))", "wor"), ("2,2", "topk"), ("3,1", "greedy")])
+def test_floored_drafts_are_verified_exactly_losslessly(shape, process):
+    """Exact enumeration of every lossless verifier of the process on floored rows (T = 0.0005, V = 6, peaky
+    Dirichlet rows, eight seeds; a row underflows where its second token is e^0.37 below its first): the law of the
+    output is the target's within 1e-12, the worst instance reported."""
+    tree = TreeShape.parse(shape)
+    s = max(len(c) for c in tree.children)
+    floored = 0
+    worst = (0.0, None)
+    for seed in range(8):
+        model = FlooredModel(DirichletModel(6, seed=seed, concentration=0.3), 0.0005, s)
+        for name, v in VERIFIERS.items():
+            if v.lossless and v.supports(tree, process):
+                r = evaluate(model, tree, process, v)
+                worst = max(worst, (r.distance, (seed, name)), key=lambda x: x[0])
+                assert np.isfinite(r.expected_accepted)
+        floored += len(model.floored)
+    assert floored >= 6, f"the grid must hold rows the floor lifts, got {floored}"
+    assert worst[0] <= LOSSLESS_TOL, f"worst distance {worst[0]:.2e} at (seed, verifier) {worst[1]}"
