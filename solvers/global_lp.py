@@ -417,7 +417,7 @@ def _repair(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, x: np.nd
         x[:, [c - 1 for c in kids]] *= scale[:, None]
     a = np.bincount(table.pid.ravel(), weights=(weights[:, None] * x).ravel(), minlength=table.size)
     allowed = _edge_bound(table, a)
-    f = np.where(a > allowed, allowed / np.where(a > 0, a, 1.0), 1.0)
+    f = np.divide(allowed, a, out=np.ones_like(a), where=a > allowed)
     F = np.ones(table.size)
     for i in range(table.size):  # parents precede children: codes are sorted and code(s·y) > code(s)
         F[i] = f[i] * (F[table.parent[i]] if table.parent[i] >= 0 else 1.0)

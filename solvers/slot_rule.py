@@ -207,7 +207,8 @@ def slot_pair(w_s, w_r, Q_s, Q_r, omega, same):
     total = nx.sum(z_s, keepdims=True)                                     # (a, a): all of it to the better one
     z = nx.where(same[..., None], nx.where(first, nx.concat([total, 0 * total]), nx.concat([0 * total, total])), z)
     keep = ((omega[..., 0] == omega[..., 1]) | ~(Q_r > 0) | ~(Q_r < nx.inf))[..., None]
-    return nx.where(keep, w_s, capped_rows(z / Q_s[..., None])), nx.where(keep, z_s, z)
+    den = nx.where(keep[..., 0], 1.0 + 0 * Q_s, Q_s)[..., None]          # a kept row's Q_s may be 0: not read
+    return nx.where(keep, w_s, capped_rows(z / den)), nx.where(keep, z_s, z)
 
 
 def slot_rule_pair(orderings, probs, weights, omega) -> SlotResult:

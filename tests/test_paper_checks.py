@@ -91,6 +91,24 @@ def test_reductions_fail_when_depth_one_is_not_optimal(monkeypatch, tmp_path):
     assert "vs α* LP" in res.table
 
 
+def test_global_gap_reports_no_ratio_where_the_global_bound_is_round_off(monkeypatch, tmp_path):
+    """A confident instance of the full grid whose draft tail is 1e-300 and whose target is 0 on the draft's top
+    token: every E[τ] is ~2e-300, the global LP ~2e-14 at its tolerance, so ``1 − E[τ]/global`` would report UniVer
+    100% below the bound; it is checked for the ordering and left out of the gaps (``GAP_FLOOR``)."""
+    from univer_theory import ConfidentModel, TreeShape
+
+    tiny = ("confident-zero_top", ConfidentModel(4, seed=1064046224, tail=1e-300, target="zero_top"),
+            TreeShape.parse("((..),.)"), "iid")
+    plain = next(iter(global_gap.instances(True)))
+    monkeypatch.setattr(global_gap, "instances", lambda fast: iter([plain, tiny]))
+    res = global_gap.run(fast=True, out_dir=tmp_path, progress=False)
+    assert res.passed, res.table
+    assert res.summary.startswith("2 instances (1 with a global bound below 1e-06: ordering only)")
+    row = next(line for line in res.table.splitlines() if line.startswith("| confident-zero_top |"))
+    assert row.split("|")[10:12] == [" – ", " – "]                          # no UniVer / CF gap printed
+    assert "100.00%" not in res.table
+
+
 def test_global_gap_fails_with_an_underestimated_global_bound(monkeypatch, tmp_path):
     """The known pitfall of theory.md §4.3 (merging i.i.d. duplicates) puts the 'bound' below CF."""
     from solvers import global_tree_lp

@@ -233,6 +233,17 @@ def test_sample_rows_is_the_inverse_cdf_of_its_uniforms(V):
     assert torch.equal(got, want)               # ties at a cumulative-mass boundary have probability ~1e-16
 
 
+def test_a_uniform_on_a_cumulative_mass_boundary_takes_the_next_positive_token():
+    """The inverse CDF's convention where ``U·Σ`` hits a cumulative mass exactly (probability ~2^-53 a draw,
+    so no sampled test reaches it): token i owns ``[cdf_{i−1}, cdf_i)``, so a hit on ``cdf_i`` goes to the next
+    token of positive mass (past zero-weight ones), 0 to the first positive token, and the total to the last
+    positive token, never past it."""
+    from gpu.probs import _first_above
+    cdf = torch.tensor([[0.0, 0.25, 0.5, 0.5, 1.0, 1.0]], dtype=torch.float64)    # weights 0, ¼, ¼, 0, ½, 0
+    u = torch.tensor([[0.0, 0.25, 0.5, 0.75, 1.0]], dtype=torch.float64)
+    assert _first_above(cdf, u).tolist() == [[1, 2, 4, 4, 4]]
+
+
 @pytest.mark.parametrize("V", [7, 256, 1000, 4097, 5000])
 def test_sample_rows_returns_positive_tokens_only(V):
     """The two-level inverse CDF (:func:`gpu.probs.sample_rows`, blocks through :func:`gpu.probs.sample_blocks`):

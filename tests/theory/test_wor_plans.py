@@ -355,6 +355,18 @@ def test_choice_builds_the_coupling_only_where_it_can_win():
     assert all(counts.values()), counts
 
 
+def test_coupling_gate_margin():
+    """The gate's band, which no random node falls in: the coupling's float α may exceed the closed form
+    α*_iid(ρ) by up to ``COUPLING_GAP``, so it is built wherever ``α*_iid(ρ) + COUPLING_GAP`` could beat PTS's α
+    by more than the tie — just inside the band it is built, just outside it is not (a gate without the margin,
+    or with it added, flips one of the two)."""
+    from univer_theory.plans.choose import ALPHA_TIE, COUPLING_GAP, coupling_can_win
+    a = 0.5
+    assert coupling_can_win(a + ALPHA_TIE - 0.5 * COUPLING_GAP, a)
+    assert not coupling_can_win(a + ALPHA_TIE - 1.5 * COUPLING_GAP, a)
+    assert coupling_can_win(np.array([a + ALPHA_TIE, a]), np.array([a, a])).tolist() == [True, False]
+
+
 def ceiling_rows(V, k):
     """Zipf-like rows with whole drafts and drafts truncated to their top max(V/4, 2k) tokens, then confident rows
     (one draft token holding all but 1e-8 or 1e-3 of q; every target family)."""
