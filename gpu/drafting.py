@@ -38,8 +38,11 @@ def sample_children(draft_probs: torch.Tensor, k: int, process: str,
     if not torch.is_tensor(draft_probs) or draft_probs.ndim != 2:
         raise ValueError(f"{where}: draft_probs must be a [R, V] tensor")
     check_rows(where, "draft_probs", draft_probs)
-    if k < 1:
-        raise ValueError(f"{where}: number of children k must be ≥ 1, got {k}")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"{where}: number of children k must be an int ≥ 1, got {k!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"{where}: generator must be a torch.Generator or None, got {type(generator).__name__}")
+    k = int(k)
     if draft_probs.shape[0] == 0:
         return torch.empty(0, k, dtype=torch.long, device=draft_probs.device)
     if process != "iid":
@@ -53,20 +56,30 @@ def sample_children(draft_probs: torch.Tensor, k: int, process: str,
     if process == "iid":
         return sample_rows(draft_probs, generator, num_samples=k)
     if process == "wor":
-        # Gumbel-top-k in its exponential form: top-k of q/E, E ~ Exp(1), orders tokens as log q + G with
-        # G = −log E a Gumbel.  E is float64: float32 exponentials are quantised at the extremes (the tail that
-        # lets a low-probability token win) and make exact key ties (undefined topk order) likely at large V.
-        # q = 0 tokens get key −1 and are never chosen (k ≤ support): a subnormal q's key q/E may underflow to 0,
-        # and a key 0 for them let topk pick a q = 0 token in its place.
+        # Gumbel-top-k: the top k of log q + G, G = −log E a Gumbel, E ~ Exp(1).  E is float64: float32
+        # exponentials are quantised at the extremes (the tail that lets a low-probability token win) and make
+        # exact key ties (undefined topk order) likely at large V.  In logs, not as q/E: a subnormal q's quotient
+        # rounds onto the subnormal grid (q = 5e-324·(1, 1, 1) drew its tokens 0.35 : 0.37 : 0.27) or to 0.
+        # q = 0 tokens get key −inf and are never chosen (k ≤ support).
         e = torch.empty(R, V, dtype=torch.float64, device=draft_probs.device).exponential_(generator=generator)
         q = draft_probs.to(torch.float64)
-        keys = torch.where(q > 0, q / e.clamp(min=torch.finfo(torch.float64).tiny), -1.0)
+        keys = torch.where(q > 0, q.log() - e.clamp(min=torch.finfo(torch.float64).tiny).log(), -torch.inf)
         return keys.topk(k, dim=-1, sorted=True).indices
     top = top_tokens(draft_probs, k if process == "topk" else k - 1)
     if process == "topk":
         return top
-    rest = draft_probs.scatter(1, top, 0)
-    return torch.cat([top, sample_rows(rest, generator)[:, None]], 1)
+    return torch.cat([top, sample_rows(scaled_rows(draft_probs.scatter(1, top, 0)), generator)[:, None]], 1)
+
+
+def scaled_rows(rows: torch.Tensor) -> torch.Tensor:
+    """``rows [R, V]`` ≥ 0 each times the power of two that brings its maximum into [0.5, 1) (a zero row as it
+    is): the same laws, exactly, for :func:`gpu.probs.sample_rows`, whose draw ``U·Σ`` on a row of subnormal
+    total (the rest of a confident draft after its top tokens) rounds onto a grid of a few steps — 5e-324·(1, 2, 3)
+    drew its tokens 1/6 : 1/3 : 1/2.  Two factors, each finite: one ``2^{1073}`` overflows."""
+    _, e = torch.frexp(rows.amax(-1, keepdim=True))
+    half = -e // 2
+    two = torch.tensor(2.0, dtype=rows.dtype, device=rows.device)
+    return rows * two.pow(half) * two.pow(-e - half)
 
 
 DraftSource = Callable[[torch.Tensor, list], torch.Tensor]

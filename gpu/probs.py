@@ -5,6 +5,8 @@ Probabilities are float32 (default) or float64; a bf16 / fp16 model's logits are
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from univer_theory.validation import SIMPLEX_ATOL, check_temperature
@@ -43,10 +45,14 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
         raise ValueError(f"probs_from_logits: logits must be a floating tensor [..., V], got "
                          f"{getattr(logits, 'dtype', type(logits).__name__)}")
     temperature = check_temperature(temperature, "probs_from_logits")
+    if logits.shape[-1] == 0:
+        raise ValueError("probs_from_logits: logits must have a non-empty vocabulary axis, got shape "
+                         f"{list(logits.shape)}")
     for name, value in (("top", top), ("support", support)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
             raise ValueError(f"probs_from_logits: {name} must be a positive int (tokens per row) or None, "
                              f"got {value!r}")
+    top, support = (None if v is None else int(v) for v in (top, support))
     if support is not None and support > min(logits.shape[-1], top or logits.shape[-1]):
         raise ValueError(f"probs_from_logits: support {support} exceeds the row's {logits.shape[-1]} tokens"
                          + (f" or top {top}" if top is not None else ""))
@@ -64,13 +70,11 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
         if top is not None and top < x.shape[-1]:
             kept = x.topk(top, dim=-1).indices
             x = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
-        y, top_logit = x / temperature, x.amax(-1, keepdim=True)
-        # softmax shifts by max(y) = max(x)/T (the division is monotone): ±inf there, a finite row past the float
-        # range at this T, would make inf − inf; those rows are shifted by their largest logit before the division
-        over = torch.isinf(top_logit / temperature)
-        if over.any():
-            y = torch.where(over, (x - top_logit) / temperature, y)
-        q = torch.softmax(y, dim=-1)
+        # shifted by the largest logit before the division: ``z − max z`` is exact near the top (a quotient
+        # ``z/T`` first rounds at ``ulp(|z|/T)``, O(1) relative at a small T) and never overflows; a T below the
+        # dtype's range (0 there) leaves ``0/0`` only at the maxima, whose shifted logit is 0
+        top_logit = x.amax(-1, keepdim=True)
+        q = torch.softmax(torch.where(x == top_logit, 0.0, (x - top_logit) / temperature), dim=-1)
     return q if support is None else support_floor(q, x, support)
 
 

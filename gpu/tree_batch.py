@@ -230,8 +230,10 @@ class TreeBatch:
         The lists may be stored in any slot order (a child or a next sibling may sit in an earlier slot); the
         batch is laid out in the topological order of :func:`sglang_slot_order` (the storage order itself when
         that is already topological), each sibling list in list order.  With ``return_order`` the result is
-        ``(batch, order)``, ``order[b, v]`` = storage slot of the batch's slot v (rows indexed by storage slot
-        are moved with ``rows.gather(1, order)``).  Malformed links raise ValueError naming the array and slot;
+        ``(batch, order)``, ``order[b, v]`` = storage slot of the batch's slot v (per-slot values ``[B, N]`` are
+        moved with ``x.gather(1, order)``, probability rows ``[B, N, V]`` with
+        ``rows.gather(1, order[..., None].expand(-1, -1, V))``).  Malformed links raise ValueError naming the
+        array and slot;
         the result is validated like :meth:`from_tensors`.
         """
         where = "TreeBatch.from_sglang"

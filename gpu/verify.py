@@ -181,6 +181,8 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     [1]
     """
     rule = _rule("verify", method, process)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"verify: generator must be a torch.Generator or None, got {type(generator).__name__}")
     if validate:
         validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
     return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index,

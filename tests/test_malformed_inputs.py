@@ -214,6 +214,16 @@ def test_probs_from_logits_rejects_rows_without_a_law():
     assert probs_from_logits(torch.tensor([[0.0, -inf]])).tolist() == [[1.0, 0.0]]
 
 
+def test_an_exact_row_off_the_simplex_says_by_how_much():
+    """The exact-mode message printed the row's sum as what it was 'off by' (and its float, 1)."""
+    from fractions import Fraction as F
+
+    from univer_theory import context_free
+    row = np.array([F(1, 3), F(1, 3), F(1, 3) + F(1, 10**20)], dtype=object)
+    with pytest.raises(ValueError, match=r"off by \+1e-20, exact mode: the sum must be 1 exactly\)"):
+        context_free(row, row)
+
+
 def test_table_model_keys_are_comma_joined_token_ids():
     from univer_theory import TableModel
 

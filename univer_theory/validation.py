@@ -71,7 +71,8 @@ def check_simplex(rows: np.ndarray, where: str, name: str) -> np.ndarray:
     sums = flat.sum(axis=1)
     for r, s in enumerate(sums):
         if (s != 1) if exact else (abs(s - 1.0) > SIMPLEX_ATOL):
-            off = f"exactly ({s})" if exact else f"{float(s) - 1:+.3g}, tolerance {SIMPLEX_ATOL:g}"
+            off = f"{float(s - 1):+.3g}" + (", exact mode: the sum must be 1 exactly" if exact else
+                                             f", tolerance {SIMPLEX_ATOL:g}")
             raise ValueError(f"{where}: {name} row {r} sums to {float(s):.12g}, expected 1 (off by {off})")
     return arr
 

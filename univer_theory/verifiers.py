@@ -7,7 +7,8 @@ One signature for all::
     verifier.expected_accepted_length(tree, target_probs, draft_probs, process) -> E[τ | T]
 
 ``target_probs`` / ``draft_probs`` are ``[N, V]``: row u is ``p(·|s(u))`` / ``q(·|s(u))``.  Rows may be float64
-or exact ``Fraction`` (numpy ``object``) arrays; every verifier but K-SEQ is rational, so its law is exact.
+or exact ``Fraction`` (numpy ``object``) arrays; the verifiers marked ``rational`` in ``VERIFIERS`` (all but
+K-SEQ, UniVer and Global Resolution, whose plans solve equations in floats) keep Fractions, so their laws are exact.
 
 Glossary: the *accepted path* is root → u (τ = depth(u) accepted tokens); ``Y`` is the *correction* token
 (drawn from a residual when u is internal) or the *bonus* token (``Y ~ p(·|s(u))`` when u is a drafted

@@ -174,7 +174,7 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     Parameters
     ----------
     method : ``nss`` (= ``target-only``, SGLang's own verifier), ``rrs`` (i.i.d. children), ``rrsw`` (children
-        without replacement), ``tv``, ``univer`` (either).  All but ``nss`` read ``draft_probs``; ``nss``
+        without replacement), ``tv``, ``univer`` (either).  All but ``nss`` read ``draft_probs`` (required); ``nss``
         ignores them (SGLang passes a zero placeholder) and ``process``: it is lossless on any tree.
     process : how each node's children were drafted (``iid``, ``wor``, ``topk``, ``greedy``); default ``wor``
         for ``rrsw``, ``iid`` otherwise.
@@ -190,6 +190,9 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     method = "nss" if method == "target-only" else method
     if method == "nss":
         draft_probs, process = None, "iid"
+    elif draft_probs is None:
+        raise ValueError(f"{where}: method {method!r} reads the draft rows the tree was drafted from; "
+                         f"draft_probs=None (SGLang's placeholder) is verified by 'nss' (target-only) only")
     batch, p, q, row_index, order = tree_inputs(candidates, retrive_next_token, retrive_next_sibling,
                                                 target_probs, draft_probs, where)
     B, N = target_probs.shape[:2]

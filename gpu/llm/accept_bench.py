@@ -96,10 +96,13 @@ class BenchResult:
     records: tuple[PromptRecord, ...] = field(default_factory=tuple)
 
     def summary(self) -> dict:
-        """``{category or "all": {method: {tokens_per_step, expected_accepted, se, gain, gain_se,
-        gain_per_forward, gain_per_forward_se}, "prompts", "positions"}}``: ``tokens_per_step = E[τ] + 1`` (the
-        paper's acceptance length; its standard error is ``se``), ``gain`` on ``E[τ]`` and ``gain_per_forward``
-        on ``E[τ] + 1``, relative to :attr:`baseline` (absent when the baseline was not run)."""
+        """``{category or "all": {method: {acceptance_length, tokens_per_step, expected_accepted, se, gain,
+        gain_se, gain_per_forward, gain_per_forward_se}, "prompts", "positions"}}``: ``acceptance_length = E[τ] +
+        1`` (the paper's acceptance length, tokens per target forward; its standard error is ``se``;
+        ``tokens_per_step`` the same number, under the key it had first — here every step emits τ + 1 tokens, no
+        stop token cuts one, unlike ``univer decode``'s key of that name), ``gain`` on ``E[τ]`` and
+        ``gain_per_forward`` on ``E[τ] + 1``, relative to :attr:`baseline` (absent when the baseline was not
+        run)."""
         groups: dict[str, list[PromptRecord]] = {}
         for r in self.records:
             if r.positions:
@@ -114,7 +117,8 @@ class BenchResult:
             for m in self.methods:
                 vals = [r.mean(m) for r in recs]
                 mean, se = _mean_se(vals)
-                stats = {"expected_accepted": mean, "se": se, "tokens_per_step": mean + 1.0}
+                stats = {"acceptance_length": mean + 1.0, "expected_accepted": mean, "se": se,
+                         "tokens_per_step": mean + 1.0}
                 if base is not None:
                     stats["gain"], stats["gain_se"] = _ratio_gain(vals, base)
                     stats["gain_per_forward"], stats["gain_per_forward_se"] = _ratio_gain(

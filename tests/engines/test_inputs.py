@@ -91,6 +91,9 @@ def test_sglang_adapter_input_errors():
         sglang_verify_tree(**ints, target_probs=p, draft_probs=p[:, :2], method="tv")
     with pytest.raises(ValueError, match="unknown method"):
         sglang_verify_tree(**ints, target_probs=p, method="bv")
+    for method in ("rrs", "rrsw", "tv", "univer"):     # uniform rows stood in for the draft's: a lossy output
+        with pytest.raises(ValueError, match=f"method '{method}' reads the draft rows"):
+            sglang_verify_tree(**ints, target_probs=p, method=method)
     bad = p.clone()
     bad[0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match=r"target_probs row \[0\] contains NaN"):

@@ -67,16 +67,43 @@ def test_same_test_rejects_bug_zoo(name):
     assert_fits(counts, lossy, {reference: correct}, f"{name} vs its own exact law")
 
 
-@pytest.mark.parametrize("process", ["iid", "wor", "greedy"])
-def test_sample_children_follows_tuple_law(process):
-    q = torch.tensor([0.1, 0.45, 0.05, 0.4], dtype=torch.float64)
+#: Draft rows of the children tests: a plain one, and a confident one whose tail sits at the bottom of float64.
+CHILD_ROWS = {"plain": [0.1, 0.45, 0.05, 0.4], "subnormal": [1.0, 5e-324, 1e-323, 1.5e-323]}
+CHILD_CASES = [("plain", "iid"), ("plain", "wor"), ("plain", "greedy"), ("subnormal", "wor"), ("subnormal", "greedy")]
+
+
+def _tuple_counts(children: torch.Tensor) -> dict:
+    counts: dict = {}
+    for row in children.tolist():
+        counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("row, process", CHILD_CASES, ids=[f"{r}-{p}" for r, p in CHILD_CASES])
+def test_sample_children_follows_tuple_law(row, process):
+    """Ordered children against the exact tuple law (G-test; the other processes' laws as the alternatives).  On
+    the subnormal row (5e-324·(1, 2, 3) after its top token) the wor keys were ``q/E``, which round onto the
+    subnormal grid, and greedy's last draw ``U·Σ`` a grid of six steps: the second child came out 0.35 : 0.37 :
+    0.27 (wor, tail (1, 1, 1)) and 1/6 : 1/3 : 1/2 (greedy, tail (1, 1, 1)); that quantised wor sampler is run
+    here too and rejected."""
+    q = torch.tensor(CHILD_ROWS[row], dtype=torch.float64)
     n, k = 100_000, 3
     got = sample_children(q.expand(n, 4).contiguous(), k, process, torch.Generator().manual_seed(3))
-    counts: dict = {}
-    for row in got.tolist():
-        counts[tuple(row)] = counts.get(tuple(row), 0) + 1
     law_of = lambda pr: dict(tuple_law(q.numpy(), k, pr))
-    assert_fits(counts, law_of(process), other_processes(law_of, process), f"sample_children {process}")
+    assert_fits(_tuple_counts(got), law_of(process), other_processes(law_of, process), f"sample_children {process}")
+    if (row, process) == ("subnormal", "wor"):
+        e = torch.empty(n, 4, dtype=torch.float64).exponential_(generator=torch.Generator().manual_seed(3))
+        quantised = torch.where(q > 0, q / e, -1.0).topk(k, dim=-1).indices
+        assert_rejects(g_test(_tuple_counts(quantised), law_of(process)), "wor keys q/E on subnormal rows")
+
+
+def test_scaled_rows_scale_by_exact_powers_of_two():
+    """Maxima brought into [0.5, 1) without rounding, from the smallest subnormal on (one factor 2^1072 would
+    be fine, 2^1073 overflows); a zero row stays zero."""
+    from gpu.drafting import scaled_rows
+    rows = torch.tensor([[5e-324, 1e-323], [0.0, 0.0], [3.0, 1.0], [5e-324, 0.0]], dtype=torch.float64)
+    assert scaled_rows(rows).tolist() == [[0.25, 0.5], [0.0, 0.0], [0.75, 0.25], [0.5, 0.0]]
+    assert scaled_rows(torch.tensor([[1.0, 3.0]]) * 2.0 ** -149).tolist() == [[0.25, 0.75]]    # float32 subnormals
 
 
 def test_sample_children_topk_is_deterministic_with_low_id_ties():

@@ -233,6 +233,20 @@ def test_sample_rows_is_the_inverse_cdf_of_its_uniforms(V):
     assert torch.equal(got, want)               # ties at a cumulative-mass boundary have probability ~1e-16
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_probs_from_logits_at_small_temperatures(dtype):
+    """``softmax((z − max z)/T)``: a T below the dtype's range gave NaN rows (``z/T`` overflowing, then 0/0); a
+    quotient taken before the shift rounded at ``ulp(|z|/T)`` — near-tied logits around 30 at T = 1e-3 came out
+    up to ~1e-2 relative off the float64 row of the same inputs.  Exact ties at a tiny T share the mass."""
+    z = torch.tensor([[2.0, 1.0, 0.0], [5.0, 5.0, -float("inf")]]).to(dtype)
+    for T in (1e-30, 1e-46, 5e-324):
+        assert probs_from_logits(z, T).tolist() == [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]
+    near = torch.tensor([[30.0, 30.0 - 2.0 ** -10, 29.99]])              # float32-exact logits
+    for T in (1e-2, 1e-3):
+        got, ref = probs_from_logits(near, T).double(), probs_from_logits(near.double(), T)
+        assert ((got - ref).abs() / ref).max() <= 1e-6
+
+
 def test_a_uniform_on_a_cumulative_mass_boundary_takes_the_next_positive_token():
     """The inverse CDF's convention where ``U·Σ`` hits a cumulative mass exactly (probability ~2^-53 a draw,
     so no sampled test reaches it): token i owns ``[cdf_{i−1}, cdf_i)``, so a hit on ``cdf_i`` goes to the next

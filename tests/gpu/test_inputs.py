@@ -1,5 +1,6 @@
 """Bad input raises ValueError (NotImplementedError for unsupported combinations); seeded runs repeat exactly;
 the CUDA path (when a GPU is present) gives the same E[τ] as the CPU."""
+import numpy as np
 import pytest
 import torch
 
@@ -85,6 +86,23 @@ def test_process_rules_and_options():
         verify(batch, p, q, "iid", "rrsw")
     with pytest.raises(ValueError, match="batch must be a TreeBatch"):
         verify(TREES, p, q, "iid", "tv")
+    with pytest.raises(ValueError, match="generator must be a torch.Generator or None, got int"):
+        verify(batch, p, q, "iid", "tv", 0)                       # was a TypeError inside torch.rand
+
+
+def test_drafting_inputs_a_user_gets_wrong():
+    """Each was a TypeError from inside torch, a refusal of a numpy integer, or a message about −inf rows."""
+    from gpu import probs_from_logits, sample_children
+    q = torch.tensor([[0.5, 0.5]])
+    with pytest.raises(ValueError, match="k must be an int ≥ 1, got 2.0"):
+        sample_children(q, 2.0, "wor")
+    with pytest.raises(ValueError, match="generator must be a torch.Generator or None, got int"):
+        sample_children(q, 2, "wor", 0)
+    with pytest.raises(ValueError, match="non-empty vocabulary axis, got shape \\[2, 0\\]"):
+        probs_from_logits(torch.zeros(2, 0))
+    logits = torch.tensor([[0.0, 1.0, 2.0]])
+    assert torch.equal(probs_from_logits(logits, 1.0, top=np.int64(2), support=np.int64(2)),
+                       probs_from_logits(logits, 1.0, top=2, support=2))
 
 
 def test_padded_rows_are_ignored():

@@ -46,7 +46,8 @@ def test_summary_statistics_are_prompt_clustered(binary_run):
     assert summary["tv"]["expected_accepted"] == pytest.approx(sum(tv) / len(tv), abs=1e-12)
     assert summary["tv"]["gain"] == pytest.approx(sum(tv) / sum(rrsw) - 1, abs=1e-12)
     assert summary["rrsw"]["gain"] == 0.0 and summary["rrsw"]["gain_se"] == 0.0
-    assert summary["tv"]["tokens_per_step"] == pytest.approx(summary["tv"]["expected_accepted"] + 1)
+    tv_stats = summary["tv"]
+    assert tv_stats["tokens_per_step"] == tv_stats["acceptance_length"] == pytest.approx(tv_stats["expected_accepted"] + 1)
     n = len(recs)                                  # the paper's convention: gain on tokens per forward E[τ] + 1
     assert summary["tv"]["gain_per_forward"] == pytest.approx((sum(tv) + n) / (sum(rrsw) + n) - 1, abs=1e-12)
     assert binary_run.baseline == "rrsw" and summary["positions"] == sum(r.positions for r in recs)
