@@ -57,8 +57,8 @@ import torch
 from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.nx import get_backend
 from univer_theory.orders import descending_ratio_order, order_ranks, ratio_argsort, top_tokens
-from univer_theory.plans.choose import (ALPHA_TIE, coupling_can_win, single_child_rows, single_child_weights,
-                                        small_lp, under_ceiling)
+from univer_theory.plans.choose import (ALPHA_TIE, coupling_can_win, full_support_weights, single_child_rows,
+                                        single_child_weights, small_lp, under_ceiling)
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         row_weights, thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
@@ -384,7 +384,8 @@ def wor_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: torch.Te
     ``OPTIMALITY_TOL``, rule 8 (:func:`_first_draw`) where it is better by more than ``OPTIMALITY_TOL``, as there.
     ``(w, a [R, V])`` for ``children [R, k]`` or ``[R, T, k]`` (T tuples per row, on one plan per row), ``w``
     shaped as ``children``; ``walk``: how PTS finds θ (:func:`pts_weights`).  Rows with ρ = 0 are never reached:
-    ``w = a = 0`` there and no rule is built (``choose.unreached_plan``).  On the CPU the whole choice is one host
+    ``w = a = 0`` there and no rule is built (``choose.unreached_plan``); rows whose draft support is exactly k
+    tokens take ``choose.full_support_weights`` and no other rule.  On the CPU the whole choice is one host
     call on numpy views (:func:`gpu.host.on_host`)."""
     if walk not in WALKS:
         raise ValueError(f"wor_weights: walk must be one of {list(WALKS)}, got {walk!r}")
@@ -395,14 +396,19 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     """:func:`wor_weights` on one backend (:mod:`univer_theory.nx`)."""
     nx = get_backend(c, q)
     w, a = nx.full(children.shape, 0.0, c), nx.zeros_like(c)
+    k = children.shape[-1]
     live = rho > 0
+    full = live & ((q > 0).sum(-1) == k)        # every tuple drafts the whole support: α*(ρ) in closed form
+    if bool(full.any()):
+        rows = nx.nonzero(full)[0]
+        w[rows], a[rows] = full_support_weights(c[rows], children[rows]), nx.where(q[rows] > 0, c[rows], 0.0)
+        live = live & ~full
     if not bool(live.all()):
         rows = nx.nonzero(live)[0]
         if rows.shape[0]:
             w[rows], a[rows] = _wor_weights(c[rows], q[rows], rho[rows], p[rows], children[rows], walk)
         return w, a
     order = ratio_argsort(p, q)         # the ratio order of α*(ρ), rule 3's cut and PTS's priority
-    k = children.shape[-1]
     if k == 2:
         w_pair, a, feasible = _pair_rule_weights(c, q, rho, p, children.reshape(q.shape[0], -1, 2), order)
         w = w_pair.reshape(children.shape)

@@ -18,9 +18,10 @@ from univer_theory.verifiers import BASELINE
 from univer_theory.engine import NodeContext
 from univer_theory.univer import make_univer_verifier
 
-#: Node constructions that are α*(ρ)-optimal by construction (theory.md §6.3 rules 1–3 and k = 1); PTS,
-#: the iid coupling and TV's plan are feasible but only near-optimal.
-ALPHA_STAR_CONSTRUCTIONS = frozenset({"single", "fill", "greedy_fill", "layout", "lp", "wor_pair", "shape_lp"})
+#: Node constructions that are α*(ρ)-optimal by construction (theory.md §6.3 rules 1–3, k = 1 and a wor
+#: support of exactly k tokens); PTS, the iid coupling and TV's plan are feasible but only near-optimal.
+ALPHA_STAR_CONSTRUCTIONS = frozenset({"single", "fill", "greedy_fill", "layout", "lp", "wor_pair", "shape_lp",
+                                      "full"})
 #: Two-sided normal quantile of a 95% confidence interval.
 Z95 = 1.959963984540054
 

@@ -219,6 +219,63 @@ def test_unreached_rows_get_no_plan():
             assert not plan.marginal.any() and not plan.select(S).any()
 
 
+def test_full_support_rows_follow_the_closed_form_beside_other_rows():
+    """Rows whose draft support is exactly their k tokens take ``w_j(S) = ρp(S_j)`` (``choose.full_support_weights``)
+    — exactly the exact core's plan and α = ρ·p(supp q) bit for bit — and the other rows of the same call get exactly
+    the plans they get without them; k = 2 and 3, one tuple or several per row."""
+    from univer_theory.plans.choose import full_support_weights
+    rng = np.random.default_rng(11)
+    for k in (2, 3):
+        cases = []
+        for i in range(6):
+            p, q = rng.dirichlet(np.full(9, 0.7)), rng.dirichlet(np.full(9, 0.7))
+            if i % 2 == 0:                  # support exactly k
+                q[rng.choice(9, 9 - k, replace=False)] = 0.0
+                q /= q.sum()
+            cases.append((p, q, (1.0, 0.6, 0.3)[i % 3], tuple(int(y) for y in rng.choice(9, k, replace=False, p=q))))
+        p, q, rho, c, kids = tensors(cases)
+        w, a = wor_weights(c, q, rho, p, kids)
+        full = (q > 0).sum(-1) == k
+        w_rest, a_rest = wor_weights(c[~full], q[~full], rho[~full], p[~full], kids[~full])
+        assert torch.equal(w[~full], w_rest) and torch.equal(a[~full], a_rest)
+        assert torch.equal(w[full], full_support_weights(c[full], kids[full]))
+        assert torch.equal(a[full].sum(-1), torch.where(q[full] > 0, c[full], 0.0).sum(-1))
+        for i, (pi, qi, r, S) in enumerate(cases):
+            plan = choose_plan(pi, qi, r, k, "wor")
+            assert (plan.construction == "full") == bool(full[i])
+            np.testing.assert_allclose(w[i].numpy(), plan.select(S), rtol=0, atol=1e-15)
+        tuples = kids[:, None, :].expand(-1, 3, -1)
+        assert torch.equal(wor_weights(c, q, rho, p, tuples)[0][full], full_support_weights(c[full], tuples[full]))
+
+
+def test_trees_drafted_from_their_top_k_tokens_match_the_exact_core():
+    """Draft rows truncated to their k most likely tokens (``--draft-top k``: every wor node of k children drafts its
+    whole support, the closed form at every node): UniVer's E[τ | T] as the exact core's, 1e-12, on the drafted
+    support (``gpu.support``) and beside nodes of other widths."""
+    from univer_theory.models import Model
+
+    class TopK(Model):
+        def __init__(self, base, k):
+            self.base, self.vocab_size, self.k = base, base.vocab_size, k
+
+        def target(self, prefix):
+            return self.base.target(prefix)
+
+        def draft(self, prefix):
+            q = self.base.draft(prefix).copy()
+            q[np.argsort(-q, kind="stable")[self.k:]] = 0.0
+            return q / q.sum()
+
+    rng = np.random.default_rng(4)
+    for shape, k in (("2,2", 2), ("3,1", 3), ("3,2", 3)):          # 3,2: support 3 at k = 2 nodes too
+        model = TopK(DirichletModel(7, seed=k, similarity=0.4, concentration=0.6), k)
+        trees = [sample_tree(model, TreeShape.parse(shape), "wor", rng) for _ in range(4)]
+        ref = [VERIFIERS["univer"].expected_accepted_length(t, *model.node_probs(t), "wor") for t in trees]
+        batch, p, q = padded_rows(trees, model, torch.float64)
+        got = expected_accepted_length(batch, p, q, "wor", "univer")
+        np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12, err_msg=shape)
+
+
 def test_binary_wor_trees_match_the_exact_core():
     """UniVer's E[τ | T] on binary and chain-ended wor trees (V = 12: supports above the LP's) equals the exact
     core's (1e-12 float64, 1e-6 float32)."""

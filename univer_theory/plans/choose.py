@@ -3,6 +3,8 @@
 * ``k = 1``: the unique plan ``w = min(1, ρp(y)/Q_1(y))`` (``single``; UniVer == BV on chains);
 * ``iid``: rule 2, the private-position layout (α*-optimal, any V);
 * ``wor`` at ρ = 0: the node is never reached; the plan selects nothing (``unreached``, no rule is built);
+* ``wor`` on a draft support of exactly k tokens: every tuple drafts the whole support, and ``w_j(S) = ρp(S_j)``
+  (``full``, :func:`full_support_weights`) reaches the ceiling ``ρ·p(supp q)`` of every α: α*(ρ) in closed form;
 * ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible, which it is only when its exact α is within
   ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
   exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``; not built where PTS comes within ``ALPHA_TIE`` of
@@ -51,6 +53,7 @@ CONSTRUCTIONS = {
     "iid_coupling": (iid_coupling_plan, ("wor",)),
     "luce": (luce_plan, ("wor",)),
     "first_draw": (lambda p, q, rho, k, process: first_draw_plan(p, q, rho, k), ("wor",)),
+    "full": (lambda p, q, rho, k, process: full_support_plan(p, q, rho, k), ("wor",)),
 }
 
 #: Draft supports up to this size may use the exact LP (rule 1) under ``wor`` …
@@ -200,6 +203,8 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
         plan = layout_plan(target_probs, draft_probs, rho, k, process)
     elif process == "wor" and float(rho) == 0:
         plan = unreached_plan(target_probs, k)
+    elif process == "wor" and np.count_nonzero(np.asarray(draft_probs, dtype=np.float64)) == k:
+        plan = full_support_plan(target_probs, draft_probs, rho, k)
     elif process == "wor":
         plan = wor_pair_plan(target_probs, draft_probs, rho, k, process) if k == 2 else None
         if plan is None:
@@ -289,6 +294,30 @@ def first_draw_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
                                   np.asarray(int(S[1]) == top), v)
 
     return NodePlan("first_draw", rho, p, a, select, {"inner": inner})
+
+
+def full_support_weights(c, children):
+    """``w_j(S) = c(S_j)`` for ``children [..., k]`` (indices into rows ``c = ρp [..., V]``, ``[R, k]`` or
+    ``[R, T, k]`` against ``[R, V]``, or one tuple against one row): the plan of a wor node whose draft support is
+    exactly its k tokens.  Every tuple is an ordering of that support, so ``Σ_j w_j(S) = ρ·p(supp q) ≤ ρ`` and
+    each token's marginal is ``a(y) = c(y)·Σ_{S∋y} Q_k(S) = c(y)``: ``α = ρ·p(supp q)``, the ceiling of every α
+    (:func:`under_ceiling`), so α = α*(ρ) with no float gap (rule 3's families reached it only to ~1e-9 on a
+    confident V = 2 row).  numpy or torch."""
+    nx = get_backend(c)
+    if children.ndim == c.ndim:
+        return nx.take(c, children)
+    return nx.take(c, children.reshape(children.shape[0], -1)).reshape(children.shape)
+
+
+def full_support_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
+    """wor, draft support of exactly k tokens: :func:`full_support_weights`, ``a = ρp`` on the support."""
+    p, q, rho = check_node_inputs("full_support_plan", target_probs, draft_probs, rho, k, "wor")
+    q = np.asarray(q, dtype=np.float64)
+    if np.count_nonzero(q) != k:
+        return None
+    c = float(rho) * np.asarray(p, dtype=np.float64)
+    a = np.where(q > 0, c, 0.0)
+    return NodePlan("full", rho, p, a, lambda S: full_support_weights(c, np.asarray(S, dtype=np.int64)))
 
 
 def unreached_plan(target_probs, k: int) -> NodePlan:
