@@ -233,8 +233,7 @@ class TreeBatch:
         ``(batch, order)``, ``order[b, v]`` = storage slot of the batch's slot v (per-slot values ``[B, N]`` are
         moved with ``x.gather(1, order)``, probability rows ``[B, N, V]`` with
         ``rows.gather(1, order[..., None].expand(-1, -1, V))``).  Malformed links raise ValueError naming the
-        array and slot;
-        the result is validated like :meth:`from_tensors`.
+        array and slot; the result is validated like :meth:`from_tensors`.
         """
         where = "TreeBatch.from_sglang"
         parent, order = sglang_slot_order(retrive_next_token, retrive_next_sibling, num_nodes)
