@@ -136,13 +136,16 @@ def run(args) -> int:
     def se(x, scale=1.0):                      # one prompt: no standard error
         return f"{scale * x:.4f}" if x is not None else "-"
 
+    def pct(x):                                 # a gain that rounds to 0 prints +0.00, not −0.00
+        return f"{100 * x if round(100 * x, 2) else 0.0:>+10.2f}"
+
     for cat, entry in summary.items():
         for m in result.methods:
             s = entry[m]
             line = f"{cat:<12}{m:<8}{s['tokens_per_step']:>9.4f}{s['expected_accepted']:>9.4f}{se(s['se']):>8}"
             if base:
-                line += (f"{100 * s['gain_per_forward']:>+12.2f}% ± {se(s['gain_per_forward_se'], 100)}"
-                         f"{100 * s['gain']:>+10.2f}% ± {se(s['gain_se'], 100)}")
+                line += f"  {pct(s['gain_per_forward'])}% ± {se(s['gain_per_forward_se'], 100)}" \
+                        f"{pct(s['gain'])}% ± {se(s['gain_se'], 100)}"
             print(line)
     print(f"wrote {out / 'accept_bench.json'}, .csv, .png, .jsonl")
     return 0
