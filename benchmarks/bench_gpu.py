@@ -20,8 +20,8 @@ cache starts empty, a cold loop as in ``bench_verify.py``); the checks are timed
 (``gpu.validate_inputs`` once per batch vs ``univer_theory.verifiers.validate_inputs`` per tree).  Printed
 per cell: median ms over ``--repeat`` runs and the ratios loop / batched measured in this run.
 
-``--device cuda`` runs the batched side on a GPU (synchronising before reading the clock, after one warm-up
-call): it then measures the end-to-end speed-up of moving verification from a per-tree CPU loop to one batched
+Every batched call runs once untimed first (numba's cache load or compile; on a GPU also kernel selection).
+``--device cuda`` runs the batched side on a GPU (synchronising before reading the clock): it then measures the end-to-end speed-up of moving verification from a per-tree CPU loop to one batched
 call on the device, transfers excluded (rows are created on the device).
 Default grid: B ∈ {1, 8, 64}, N ∈ {8, 32}, methods TV and RRSw (under two minutes on a 2-core CPU);
 ``--full`` adds N = 64, ``--methods tv,rrsw,univer`` adds UniVer.  ``--threads`` sets torch's intra-op threads
@@ -82,8 +82,7 @@ def clock(device) -> float:
 def time_batched(fn, batch, device, repeat) -> float:
     """Median ms of ``fn(fresh copy of batch)``."""
     fresh = lambda: TreeBatch(batch.parent, batch.token, batch.num_nodes)   # derived structure not cached
-    if device.startswith("cuda"):
-        fn(fresh())                                     # warm-up (kernel selection, caching allocator)
+    fn(fresh())                                         # warm-up: numba's cache load, CUDA's kernel selection
     times = []
     for _ in range(repeat):
         b = fresh()

@@ -31,14 +31,16 @@ rows, on which every method plans a level over m + 1 columns (:mod:`gpu.support`
 
 Timing: ``time.perf_counter``, ``torch.set_num_threads(1)``; within a repeat every variant runs once, in a
 fixed interleaved order (forward, then each method's batched and loop), and min and median over
-``--repeat`` repeats are reported; ratios use the medians.  Memory: ``peak_mb`` is the rise of the process's
+``--repeat`` repeats are reported; ratios use the medians.  Every timed call runs once untimed first (numba's
+cache load or compile, lazy imports, CUDA's start-up).  In the SmolLM2 section the first method (UniVer) runs
+right after the forward, the others after it.  Memory: ``peak_mb`` is the rise of the process's
 peak resident set (``VmHWM`` of ``/proc/self/status``, reset through ``/proc/self/clear_refs`` before the call;
 numpy and torch CPU allocations alike; ``null`` where that interface is missing) for one batched call and
 for one loop, beside ``inputs_mb``, the size of the B trees' p and q rows.
 
 ``--device cuda`` (with ``--no-model``: the SmolLM2 forward runs on the CPU) runs the batched side — ``batched``,
-``scan`` and ``wor_torch`` — on that device: the rows are drafted on the CPU and copied there before timing, each
-batched call runs once untimed first (CUDA's start-up and kernel loading), the clock is read after
+``scan`` and ``wor_torch`` — on that device: the rows are drafted on the CPU and copied there before timing, the
+clock is read after
 ``torch.cuda.synchronize()``, and ``peak_mb_batched`` is the rise of the device's peak allocated memory
 (``torch.cuda.max_memory_allocated``) over what was allocated before the call.  The loop stays on the CPU, so
 ``batched_over_loop`` is the speed-up of moving verification from the per-tree CPU loop to one batched call on the
@@ -195,8 +197,8 @@ def alpha_star_section(V: int, repeat: int, device: torch.device) -> dict:
     tp, tq = (torch.from_numpy(x)[None].to(device) for x in (p, q))
     rho = torch.ones(1, dtype=torch.float64, device=device)
     wor_torch = on(device, lambda: alpha_star_rows(tp, tq, 3, "wor", rho))
-    if device.type != "cpu":
-        wor_torch()                                         # start-up and kernel loading, untimed
+    for warm in (wor_torch, lambda: alpha_star(p, q, 3, "wor"), lambda: alpha_star(p, q, 3, "iid")):
+        warm()                          # once untimed: numba's cache load or compile, CUDA's start-up
     for _ in range(repeat):
         for process in ("wor", "iid"):
             times[process].append(timed(lambda: alpha_star(p, q, 3, process)))
@@ -266,10 +268,8 @@ def synthetic_section(args, target) -> list[dict]:
                 for method in methods(args, process):
                     calls[f"{method} batched"] = batched_call(method, *dev, process)
                     calls[f"{method} loop"] = loop_call(method, trees, rows, process)
-                if device.type != "cpu":
-                    for name, fn in calls.items():
-                        if name.endswith("batched") or name == "scan":
-                            fn()                            # start-up and kernel loading, untimed
+                for fn in calls.values():       # once untimed: numba's cache load or compile, CUDA's start-up
+                    fn()
                 times = {name: [] for name in calls}
                 for _ in range(args.repeat):
                     for name, fn in calls.items():
@@ -308,6 +308,8 @@ def real_section(args, target) -> list[dict]:
                 calls = {"forward": lambda: target.forward(batch), "structure": structure_call(batch)}
                 for method in methods(args, process):
                     calls[method] = batched_call(method, batch, p, q, process)
+                for fn in calls.values():       # once untimed: numba's cache load or compile
+                    fn()
                 times = {name: [] for name in calls}
                 for _ in range(args.repeat):
                     for name, fn in calls.items():
