@@ -342,6 +342,34 @@ def print_row(row: dict, quiet: bool) -> None:
           flush=True)
 
 
+def check_args(ap, args) -> None:
+    """One-line argparse errors, before anything is timed, for values the sections would fail on later."""
+    from gpu.llm.tree_draft import tree_shape
+
+    for name in ("repeat", "vocab", "alpha_vocab"):
+        if getattr(args, name) < (1 if name == "repeat" else 2):
+            ap.error(f"--{name.replace('_', '-')} must be ≥ {1 if name == 'repeat' else 2}, got {getattr(args, name)}")
+    if args.real_trees < 0:
+        ap.error(f"--real-trees must be ≥ 0, got {args.real_trees}")
+    if not all(b.strip().isdigit() and int(b) > 0 for b in args.batches.split(",")):
+        ap.error(f"--batches: expected positive ints, comma-separated, got {args.batches!r}")
+    for flag, value, allowed in (("--methods", args.methods, METHODS),
+                                  ("--processes", args.processes, ("wor", "iid"))):
+        bad = [x for x in value.split(",") if x not in allowed]
+        if bad:
+            ap.error(f"{flag}: unknown {bad}; choose from {', '.join(allowed)}")
+    try:
+        draft_tops(args.draft_top)
+        for spec in args.shapes.split(","):
+            tree_shape(spec)
+    except ValueError as err:
+        ap.error(str(err))
+    try:
+        torch.device(args.device)
+    except RuntimeError as err:
+        ap.error(f"--device {args.device}: {err}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object only")
@@ -358,6 +386,7 @@ def main(argv=None):
     ap.add_argument("--real-trees", type=int, default=0, help="SmolLM2-drafted trees per shape and process")
     ap.add_argument("--device", default="cpu", help="where the batched side runs (cuda: with --no-model)")
     args = ap.parse_args(argv)
+    check_args(ap, args)
     device = torch.device(args.device)
     if device.type != "cpu" and not args.no_model:
         ap.error(f"--device {args.device}: SmolLM2's forward runs on the CPU, so ver/fwd would mix devices; "

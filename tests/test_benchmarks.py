@@ -30,6 +30,25 @@ def test_benchmark_runs_on_tiny_sizes(script):
     assert out.stdout.count("\n") >= 5
 
 
+@pytest.mark.parametrize("bad,match", [
+    (["--draft-top", "0"], "--draft-top: expected 'all' or a positive int"), (["--repeat", "0"], "--repeat must be"),
+    (["--shapes", "bogus"], "cannot read shape 'bogus'"), (["--methods", "foo"], "--methods: unknown ['foo']"),
+    (["--batches", "x"], "--batches: expected positive ints"), (["--device", "foo"], "--device foo:"),
+    (["--alpha-vocab", "0"], "--alpha-vocab must be"), (["--processes", "topk"], "--processes: unknown"),
+])
+def test_bench_verify_refuses_bad_arguments_in_one_line(bad, match, capsys):
+    """Each was a traceback, several only after the α* section had been timed."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_verify
+    finally:
+        sys.path.pop(0)
+    with pytest.raises(SystemExit) as exc:
+        bench_verify.main(["--no-model", *bad])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and match in err and "Traceback" not in err
+
+
 def _run_row(rows, shape, process, top, method, ratio, tree=None):
     """One ``bench_verify.py --json`` row with a forward (the fields ``verify_table.py`` reads)."""
     row = {"rows": rows, "shape": shape, "nodes": 31, "process": process, "draft_top": top, "B": 1, "method": method,
