@@ -346,11 +346,10 @@ def check_args(ap, args) -> None:
     """One-line argparse errors, before anything is timed, for values the sections would fail on later."""
     from gpu.llm.tree_draft import tree_shape
 
-    for name in ("repeat", "vocab", "alpha_vocab"):
-        if getattr(args, name) < (1 if name == "repeat" else 2):
-            ap.error(f"--{name.replace('_', '-')} must be ≥ {1 if name == 'repeat' else 2}, got {getattr(args, name)}")
-    if args.real_trees < 0:
-        ap.error(f"--real-trees must be ≥ 0, got {args.real_trees}")
+    for flag, value, least in (("--repeat", args.repeat, 1), ("--vocab", args.vocab, 2),
+                               ("--alpha-vocab", args.alpha_vocab, 2), ("--real-trees", args.real_trees, 0)):
+        if value < least:
+            ap.error(f"{flag} must be ≥ {least}, got {value}")
     if not all(b.strip().isdigit() and int(b) > 0 for b in args.batches.split(",")):
         ap.error(f"--batches: expected positive ints, comma-separated, got {args.batches!r}")
     for flag, value, allowed in (("--methods", args.methods, METHODS),

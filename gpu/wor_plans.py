@@ -58,7 +58,7 @@ from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.nx import get_backend
 from univer_theory.orders import descending_ratio_order, order_ranks, ratio_argsort, top_tokens
 from univer_theory.plans.choose import (ALPHA_TIE, coupling_can_win, full_support_weights, single_child_rows,
-                                        single_child_weights, small_lp, under_ceiling)
+                                        single_child_weights, small_lp, support_marginal, under_ceiling)
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         row_weights, thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
@@ -401,7 +401,7 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     full = live & ((q > 0).sum(-1) == k)        # every tuple drafts the whole support: α*(ρ) in closed form
     if bool(full.any()):
         rows = nx.nonzero(full)[0]
-        w[rows], a[rows] = full_support_weights(c[rows], children[rows]), nx.where(q[rows] > 0, c[rows], 0.0)
+        w[rows], a[rows] = full_support_weights(c[rows], children[rows]), support_marginal(c[rows], q[rows])
         live = live & ~full
     if not bool(live.all()):
         rows = nx.nonzero(live)[0]

@@ -96,7 +96,7 @@ def random_instances(count: int, seed: int, shapes: dict[str, int]) -> list[Inst
         process = ("iid", "wor")[rng.integers(2)]
         similarity = float(np.round(rng.uniform(0.2, 0.8), 3))
         model_seed = int(rng.integers(2**31))
-        width = max(len(c) for c in shape.children)
+        width = shape.max_children
         model = RandomRowsModel(V, family, model_seed, similarity, context_free, min_support=width)
         name = (f"{family}{'-cf' if context_free else ''}/V{V}/sim{similarity:g}/s{model_seed}/{text}/{process}")
         out.append(Instance(name, model, shape, process))

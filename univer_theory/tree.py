@@ -129,6 +129,11 @@ class _Skeleton:
         return tuple(keys)
 
     @property
+    def max_children(self) -> int:
+        """The most children any node has (k of the widest node; 0 for a lone root)."""
+        return max(len(c) for c in self.children)
+
+    @property
     def is_chain(self) -> bool:
         """True when every node has at most one child (a single draft sequence)."""
         return all(len(c) <= 1 for c in self.children)

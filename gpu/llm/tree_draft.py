@@ -82,7 +82,7 @@ def draft_tree_cached(cache: RaggedCache, root_logits: torch.Tensor, shape: Tree
     at leaves) when ``keep_logits``, else None.
     """
     B = root_logits.shape[0]
-    widest = max(len(c) for c in shape.children)
+    widest = shape.max_children
     support = widest if process != "iid" and widest > 1 else None     # k distinct tokens of positive q a node
     anc = ancestors(shape)
     depth = torch.tensor(shape.depth)

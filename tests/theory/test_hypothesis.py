@@ -51,7 +51,7 @@ def small_shape(draw):
 def instance(draw):
     V = draw(st.integers(2, 4))
     shape = draw(small_shape())
-    kmax = max(len(c) for c in shape.children)
+    kmax = shape.max_children
     process = draw(st.sampled_from(["iid", "wor"] if kmax <= V else ["iid"]))
     prefixes = [()] + [(x,) for x in range(V)]
     target = {s: draw(simplex(V)) for s in prefixes}

@@ -34,7 +34,7 @@ def bound_results(args, progress: bool = True) -> dict:
     A bound whose LP fails even after the solvers' re-solves and repair is reported as ``{"error": reason}``
     under its key (and in ``errors``); every other number is still computed.
     """
-    TreeShape.parse(args.shape)  # a bad --shape is reported before the solvers are imported
+    shape = TreeShape.parse(args.shape)  # a bad --shape is reported before the solvers are imported
     if args.process not in PROCESSES:
         raise NotImplementedError(f"the global tree LP and CF are defined for processes {PROCESSES}; "
                                   f"process {args.process!r} is supported by `univer exact` only")
@@ -46,7 +46,7 @@ def bound_results(args, progress: bool = True) -> dict:
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if others == "":  # only univer-va asked for
-        model, shape, results, errors = build_model(args), TreeShape.parse(args.shape), {}, {}
+        model, results, errors = build_model(args), {}, {}
         check_enumeration_size(model.vocab_size, shape, args.process)      # as exact_results does
     else:
         model, shape, results, errors = exact_results(

@@ -53,7 +53,7 @@ def check_enumeration_size(vocab: int, shape: TreeShape, process: str) -> None:
     """A ValueError when a node of ``shape`` drafts more than :data:`MAX_NODE_TUPLES` tuples over ``vocab``."""
     import math
 
-    k = max((len(c) for c in shape.children), default=0)
+    k = shape.max_children
     tuples = vocab ** k if process == "iid" else math.perm(vocab, k) if process == "wor" else 0
     if tuples > MAX_NODE_TUPLES:
         raise ValueError(f"vocabulary {vocab} with {k} children a node ({process}) is {tuples:.3g} child tuples to "

@@ -31,7 +31,7 @@ def check_draftable(shape, args, spec: str) -> None:
     process but ``iid`` drafts k distinct tokens, which a draft truncated to ``--draft-top M < k`` does not have.
     (A small or zero draft temperature underflows a row to fewer tokens too; the drafted rows keep k tokens of
     positive probability for that: :func:`gpu.probs.support_floor`.)"""
-    k = max((len(c) for c in shape.children), default=0)
+    k = shape.max_children
     if args.process == "iid" or k < 2:
         return
     if args.draft_top is not None and args.draft_top < k:

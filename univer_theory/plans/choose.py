@@ -250,8 +250,13 @@ def under_ceiling(c, q, alpha):
     is at most ``ρ·p(supp q) = Σ_{q>0} c`` (``a ≤ ρp``, and ``a = 0`` off the draft support), so elsewhere α is
     within ``OPTIMALITY_TOL/2`` of α*(ρ) — and of its float closed form, within 1e-12 of the LP — and rules 7 and
     8 would not be built: α*(ρ) need not be formed.  numpy or torch."""
-    nx = get_backend(c, q)
-    return alpha < nx.sum(nx.where(q > 0, c, 0.0)) - OPTIMALITY_TOL / 2
+    return alpha < get_backend(c, q).sum(support_marginal(c, q)) - OPTIMALITY_TOL / 2
+
+
+def support_marginal(c, q):
+    """``c = ρp`` on the draft support, 0 off it ``[..., V]``: the marginal of :func:`full_support_weights` and,
+    summed, the ceiling ``ρ·p(supp q)`` of every α (:func:`under_ceiling`).  numpy or torch."""
+    return get_backend(c, q).where(q > 0, c, 0.0)
 
 
 def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
@@ -316,8 +321,7 @@ def full_support_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
     if np.count_nonzero(q) != k:
         return None
     c = float(rho) * np.asarray(p, dtype=np.float64)
-    a = np.where(q > 0, c, 0.0)
-    return NodePlan("full", rho, p, a, lambda S: full_support_weights(c, np.asarray(S, dtype=np.int64)))
+    return NodePlan("full", rho, p, support_marginal(c, q), lambda S: full_support_weights(c, np.asarray(S, dtype=np.int64)))
 
 
 def unreached_plan(target_probs, k: int) -> NodePlan:
