@@ -14,6 +14,8 @@ import numpy as np
 from solvers import condot_lp
 from univer_theory.alpha_star import alpha_star
 
+from bench_args import at_least     # a sibling module (benchmarks/ is the script's path)
+
 
 def median_ms(fn, repeats: int) -> tuple[float, object]:
     times, out = [], None
@@ -63,6 +65,9 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--large", type=int, nargs="*", default=[32_000, 128_000])
     args = parser.parse_args(argv)
+    # k = 3 children without replacement need 3 tokens; numpy's generators take no negative seed
+    at_least(parser, [("--repeats", args.repeats, 1), ("--seed", args.seed, 0)]
+             + [("--large", vocab, 3) for vocab in args.large])
     rng = np.random.default_rng(args.seed)
     alpha_star(*instance(rng, 4), 3, "wor")  # builds the cached quadrature rule outside the timings
     small_table(rng, args.repeats)

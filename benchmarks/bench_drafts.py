@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -24,6 +25,11 @@ from gpu.llm.decode import feed_sequences, sample_plain  # noqa: E402
 from gpu.llm.models import build_draft, load_target, ModelPair  # noqa: E402
 from gpu.llm.prompts import encode_prompt, load_prompts  # noqa: E402
 from gpu.llm.ragged_cache import RaggedCache  # noqa: E402
+
+from bench_args import at_least  # noqa: E402  (a sibling module: benchmarks/ is the script's path)
+
+#: The forms of :func:`gpu.llm.models.build_draft`'s specs (their ranges are checked once the target is loaded).
+SPEC = re.compile(r"rtn:\d+:\d+|early:\d+|hf:.+")
 
 
 def forward_seconds(cache: RaggedCache, q: int) -> float:
@@ -58,8 +64,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=7, help="interleaved timing repeats (default 7)")
     ap.add_argument("--json", type=Path, default=None, help="write the numbers to this JSON file")
     args = ap.parse_args(argv)
-    if min(args.prompts, args.tokens, args.repeat, *args.q) < 1:
-        ap.error("--prompts, --tokens, --repeat and --q must be ≥ 1")
+    at_least(ap, [("--prompts", args.prompts, 1), ("--tokens", args.tokens, 1), ("--repeat", args.repeat, 1)]
+             + [("--q", q, 1) for q in args.q])
+    bad = [spec for spec in args.drafts if not SPEC.fullmatch(spec)]
+    if bad:
+        ap.error(f"--drafts: cannot read {bad}; expected rtn:BITS:GROUP, early:L or hf:DIR")
+    if args.json is not None and not args.json.parent.is_dir():
+        ap.error(f"--json {args.json}: no folder {args.json.parent} to write it in")
     torch.set_num_threads(1)
     target, tokenizer = load_target()
     drafts = {spec: build_draft(target, spec) for spec in args.drafts}

@@ -28,10 +28,16 @@ import time
 import numpy as np
 import torch
 
+from bench_args import at_least, known
 from bench_gpu import random_batch
 from gpu import TreeBatch, verify
 from gpu.engines import sglang, sglang_verify_tree, vllm, vllm_rejection_sample
 from gpu.engines.sglang import uniform_draft_rows
+
+#: SGLang methods timed on the wor-drafted trees (nss without draft rows); rrs verifies i.i.d. children only.
+SGLANG_METHODS = ("nss", "rrsw", "tv", "univer")
+#: vLLM's methods and the gpu.verify method each is on one chain.
+VLLM_METHODS = {"sps": "rrs", "bv": "tv"}
 
 
 def sglang_tensors(batch, perm):
@@ -68,6 +74,11 @@ def main(argv=None):
     ap.add_argument("--vllm-methods", default="sps,bv")
     ap.add_argument("--json", default=None, help="write the cells as JSON here")
     args = ap.parse_args(argv)
+    # a random tree's widest node may have all N − 1 other nodes as wor children, which need as many tokens
+    at_least(ap, (("--batch", args.batch, 1), ("--nodes", args.nodes, 2), ("--vocab", args.vocab, args.nodes - 1),
+                  ("--repeat", args.repeat, 1), ("--threads", args.threads, 1)))
+    known(ap, "--methods", args.methods, SGLANG_METHODS)
+    known(ap, "--vllm-methods", args.vllm_methods, VLLM_METHODS)
     torch.set_num_threads(args.threads)
     B, N, V = args.batch, args.nodes, args.vocab
     gen = torch.Generator().manual_seed(0)
@@ -131,7 +142,7 @@ def main(argv=None):
     p_chain = p.clone()
     p_chain[:, -1] = torch.nn.functional.one_hot(bonus[:, 0], V).float()
     for method in args.vllm_methods.split(","):
-        gpu_method = {"sps": "rrs", "bv": "tv"}[method]
+        gpu_method = VLLM_METHODS[method]
         g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
         b_in, p_r, q_r, r_i, lengths, bon = vllm.tree_inputs(ids, cu, q_flat, p_flat, bonus)
         res = verify(b_in, p_r, q_r, "iid", gpu_method, g1, row_index=r_i)

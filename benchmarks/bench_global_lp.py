@@ -17,6 +17,8 @@ from pathlib import Path
 from solvers.global_lp import enumerate_tree_arrays, global_tree_lp
 from univer_theory import DirichletModel
 
+from bench_args import at_least, image_path     # a sibling module (benchmarks/ is the script's path)
+
 CASES = [(4, "2,2", "wor"), (4, "2,2", "iid"), (3, "2,1,2", "iid"), (5, "2,2", "wor"), (5, "2,2", "iid"),
          (6, "2,2", "wor"), (4, "3,2", "wor"), (7, "2,2", "wor"), (7, "2,2", "iid"), (3, "2,2,2", "wor"),
          (5, "3,2", "wor")]
@@ -27,10 +29,12 @@ UNREDUCED_MAX_TREES = 20_000
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="results/global_lp_scaling.png", help="path of the log-log plot (PNG)")
+    parser.add_argument("--out", type=image_path, default="results/global_lp_scaling.png",
+                        help="path of the log-log plot (PNG)")
     parser.add_argument("--full", action="store_true", help="add the largest case (minutes)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    at_least(parser, [("--seed", args.seed, 0)])            # numpy's generators take no negative seed
 
     rows = []
     print(f"{'V':>2} {'shape':<7}{'proc':<5}{'trees':>9}{'classes':>9}{'vars':>9}{'rows':>9}"

@@ -44,10 +44,11 @@ from gpu.verify import METHODS as BATCHED
 from gpu.wor_plans import WALKS
 from gpu.drafting import sample_children
 from gpu.verify import validate_inputs
-from univer_theory import DraftTree, TreeShape
+from univer_theory import VERIFIERS, DraftTree, TreeShape
 from univer_theory.engine import tree_sample
 from univer_theory.verifiers import validate_inputs as exact_validate_inputs
 
+from bench_args import at_least, known
 from bench_verify import fresh_rule     # a sibling script (benchmarks/ is the script's path)
 
 
@@ -114,6 +115,28 @@ def f64_rows(x) -> np.ndarray:
     return a / a.sum(-1, keepdims=True)
 
 
+def check_args(ap, args) -> tuple:
+    """One-line argparse errors, before anything is timed, for values the cells would fail on later; returns
+    ``--shape`` as a TreeShape (None: random shapes) and the cells' node counts N."""
+    try:
+        shape = TreeShape.parse(args.shape) if args.shape else None
+    except ValueError as err:
+        ap.error(f"--shape: {err}")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        ap.error(f"--device {args.device}: {err}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: torch sees no CUDA device")
+    Ns = (shape.num_nodes,) if shape else (8, 32, 64) if args.full else (8, 32)
+    # wor children are distinct tokens: the widest node of --shape, or of a random shape (up to N − 1 children)
+    widest = 1 if args.process == "iid" else shape.max_children if shape else max(Ns) - 1
+    at_least(ap, [("--vocab", args.vocab, widest), ("--repeat", args.repeat, 1)]
+             + ([] if args.threads is None else [("--threads", args.threads, 1)]))
+    known(ap, "--methods", args.methods, [m for m in BATCHED if args.process in VERIFIERS[m].processes])
+    return shape, Ns
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
@@ -129,11 +152,11 @@ def main(argv=None):
     ap.add_argument("--clock-walk", default="auto", choices=list(WALKS),
                     help="how PTS's θ is found for k ≥ 3 wor children (gpu.univer_rule.univer_rule's walk)")
     args = ap.parse_args(argv)
+    shape, Ns = check_args(ap, args)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     gen = torch.Generator(device=args.device).manual_seed(0)
-    shape = TreeShape.parse(args.shape) if args.shape else None
-    Bs, Ns = (1, 8, 64), ((shape.num_nodes,) if shape else (8, 32, 64) if args.full else (8, 32))
+    Bs = (1, 8, 64)
     V = args.vocab
     print(f"device {args.device}, torch threads {torch.get_num_threads()}, V = {V}, float32 rows, {args.process} trees; "
           f"median of {args.repeat} runs, ms per batch (loop: summed over the same B trees)")

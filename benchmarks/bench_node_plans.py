@@ -10,6 +10,7 @@ wor-2 (rule 3) and PTS (rule 4) build their plans for wor children at the same (
 The shape rule (``univer_theory.plans.shape_lp``: rule 1's LP with position weights) for a root with children
 ``((..),.)`` (k = 2), per node: ``exact`` :func:`~univer_theory.plans.lp_plan.lp_plan` one node at a time,
 ``batched`` :func:`gpu.condot.condot_weights` on ``--batch`` nodes at once (this CPU), and their ratio.  It applies only up to ``shape_lp.MAX_TUPLES`` tuples.
+Every timed call runs once untimed first (:func:`timed`: numba's cache load or compile, solver start-up).
 
 Run: ``python benchmarks/bench_node_plans.py [--vocab 100 1000 10000 130000] [--k 2 3] [--seed 0]``
 """
@@ -29,6 +30,8 @@ from univer_theory.plans.lp_plan import lp_plan
 from univer_theory.plans.pts import pts_plan
 from univer_theory.plans.wor_pair import wor_pair_plan
 
+from bench_args import at_least     # a sibling module (benchmarks/ is the script's path)
+
 
 def llm_like(V: int, rng: np.random.Generator):
     """Zipf target; draft = the target shifted by a few ranks and log-normally perturbed (LLM-like pairs)."""
@@ -37,20 +40,29 @@ def llm_like(V: int, rng: np.random.Generator):
     return z / z.sum(), q / q.sum()
 
 
-def timed(fn):
+def timed(fn, warm=None):
+    """``(fn(), seconds)`` of one call after one untimed call of ``warm`` (default ``fn``), as ``bench_verify.py``
+    warms up: numba's cache load or compile, lazy imports and solver start-up are not timed, so the first rows are
+    not partly cold.  Where ``fn`` would hit a cache the untimed call filled (a plan's ``select`` memoises its
+    tuples), ``warm`` makes the same call on a fresh object."""
+    (warm or fn)()
     start = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - start
 
 
 def layout_row(p, q, k, rho, rng):
-    plan, t_targets = timed(lambda: layout_plan(p, q, rho, k, "iid"))
+    """Layout columns of one (V, k) row: seconds of the targets, the realised tuple's blocks and every block, and
+    the largest block's size and the number of blocks of more than one token."""
+    make = lambda: layout_plan(p, q, rho, k, "iid")
+    plan, t_targets = timed(make)
     S = tuple(int(y) for y in rng.choice(p.size, size=k, p=q))
-    _, t_real = timed(lambda: plan.select(S))
+    _, t_real = timed(lambda: plan.select(S), warm=lambda: make().select(S))
     targets = plan.info["layout"].targets
-    fresh = PrivateLayout.build(targets)
     blocks = np.diff(targets.bounds)
-    _, t_full = timed(lambda: [fresh.block(i) for i in range(blocks.size)])
+    place = lambda layout: [layout.block(i) for i in range(blocks.size)]          # PrivateLayout caches blocks
+    fresh = PrivateLayout.build(targets)
+    _, t_full = timed(lambda: place(fresh), warm=lambda: place(PrivateLayout.build(targets)))
     return t_targets, t_real, t_full, int(blocks.max()), int((blocks > 1).sum())
 
 
@@ -63,12 +75,14 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16, help="nodes per batched shape-rule call")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    # wor children are k distinct tokens (the shape rule's k = 2 too); numpy's generators take no negative seed
+    widest = max(2, *args.k)
+    at_least(ap, [("--k", k, 1) for k in args.k] + [("--vocab", V, max(args.k)) for V in args.vocab]
+             + [("--support", m, widest) for m in args.support]
+             + [("--batch", args.batch, 1), ("--seed", args.seed, 0)])
+    if not 0 <= args.rho <= 1:
+        ap.error(f"--rho must lie in [0, 1], got {args.rho}")
     rng = np.random.default_rng(args.seed)
-    warm_p, warm_q = llm_like(50, rng)                 # first calls pay imports / solver start-up: not timed
-    for k in args.k:
-        layout_row(warm_p, warm_q, k, args.rho, rng), pts_plan(warm_p, warm_q, args.rho, k, "wor")
-        lp_plan(warm_p[:4] / warm_p[:4].sum(), warm_q[:4] / warm_q[:4].sum(), args.rho, k, "iid")
-
     print(f"Node plans vs V (LLM-like Zipf pairs, rho = {args.rho}); seconds")
     print(f"{'V':>7} {'k':>2} | {'targets':>8} {'realised':>8} {'full':>8} {'max block':>9} {'#multi':>6}"
           f" | {'wor-2':>8} {'pts':>8}")

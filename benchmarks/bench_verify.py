@@ -69,6 +69,8 @@ from univer_theory.engine import tree_sample
 from univer_theory.plans.clocks import LOG_T_NODES, log_time_grid, log_time_upper
 from univer_theory.univer import UniVerRule
 
+from bench_args import at_least, known     # a sibling module (benchmarks/ is the script's path)
+
 METHODS = ("univer", "rrsw", "tv")
 #: RRSw is the without-replacement rule; on i.i.d. children its counterpart is RRS.
 FOR_PROCESS = {("rrsw", "iid"): "rrs"}
@@ -346,17 +348,12 @@ def check_args(ap, args) -> None:
     """One-line argparse errors, before anything is timed, for values the sections would fail on later."""
     from gpu.llm.tree_draft import tree_shape
 
-    for flag, value, least in (("--repeat", args.repeat, 1), ("--vocab", args.vocab, 2),
-                               ("--alpha-vocab", args.alpha_vocab, 2), ("--real-trees", args.real_trees, 0)):
-        if value < least:
-            ap.error(f"{flag} must be ≥ {least}, got {value}")
+    at_least(ap, (("--repeat", args.repeat, 1), ("--vocab", args.vocab, 2), ("--alpha-vocab", args.alpha_vocab, 2),
+                  ("--real-trees", args.real_trees, 0)))
     if not all(b.strip().isdigit() and int(b) > 0 for b in args.batches.split(",")):
         ap.error(f"--batches: expected positive ints, comma-separated, got {args.batches!r}")
-    for flag, value, allowed in (("--methods", args.methods, METHODS),
-                                  ("--processes", args.processes, ("wor", "iid"))):
-        bad = [x for x in value.split(",") if x not in allowed]
-        if bad:
-            ap.error(f"{flag}: unknown {bad}; choose from {', '.join(allowed)}")
+    known(ap, "--methods", args.methods, METHODS)
+    known(ap, "--processes", args.processes, ("wor", "iid"))
     try:
         draft_tops(args.draft_top)
         for spec in args.shapes.split(","):

@@ -8,11 +8,17 @@ ranges, one line per method and case on a log axis, with the goal marked (matplo
 
     python benchmarks/bench_verify.py --json ... > run1.json   # several times, as the README says
     python benchmarks/verify_table.py run*.json [--plot verify_cost.png]
+
+The runs must share the settings a cell's numbers depend on (:func:`settings`); a table of runs that differ in
+one is refused.
 """
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+
+from bench_args import image_path     # a sibling module (benchmarks/ is the script's path)
 
 #: The issue's goal for ``verify_over_forward``.
 GOAL = 0.10
@@ -35,7 +41,30 @@ def load(paths: list[str]) -> list[dict]:
         if not isinstance(run, dict) or not {"synthetic", "real", "alpha_star"} <= run.keys():
             raise ValueError(f"{path}: expected bench_verify.py --json output (keys synthetic, real, alpha_star)")
         runs.append(run)
+    same_settings(runs, paths)
     return runs
+
+
+def settings(run: dict) -> dict:
+    """What ``bench_verify.py`` measured the run with: its top-level torch threads, repeats and device, α*'s
+    vocabulary, and the vocabularies (``--vocab`` and the model's), shapes, processes and draft truncations of its
+    rows."""
+    rows = run["synthetic"] + run["real"]
+    present = lambda key: sorted({row.get(key) for row in rows}, key=lambda v: (v is not None, v))
+    return {"torch_threads": run.get("torch_threads"), "repeat": run.get("repeat"), "device": run.get("device"),
+            "alpha_star vocab": run["alpha_star"].get("vocab"), "vocab": present("vocab"), "shapes": present("shape"),
+            "processes": present("process"), "draft_top": present("draft_top")}
+
+
+def same_settings(runs: list[dict], paths: list[str]) -> None:
+    """A ValueError naming the setting and the two files where a run's :func:`settings` differ from the first
+    run's (their measured times may differ, of course)."""
+    first = settings(runs[0])
+    for run, path in zip(runs[1:], paths[1:]):
+        for key, value in settings(run).items():
+            if value != first[key]:
+                raise ValueError(f"runs measured with different settings: {key} is {first[key]} in {paths[0]} but "
+                                 f"{value} in {path}; tabulate runs of one bench_verify.py command")
 
 
 def cells(runs: list[dict]) -> dict:
@@ -105,7 +134,8 @@ def table(found: dict) -> str:
 
 
 def plot(found: dict, path: str) -> None:
-    """Each case's range per method as a horizontal line on a log axis, the goal dashed."""
+    """Each case's range per method as a horizontal line on a log axis, the goal dashed (the folder is created
+    if missing)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -135,6 +165,7 @@ def plot(found: dict, path: str) -> None:
     ax.legend(loc="lower right", fontsize=7)
     ax.grid(axis="x", which="both", alpha=0.3)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
@@ -142,7 +173,7 @@ def plot(found: dict, path: str) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="files holding bench_verify.py --json output")
-    ap.add_argument("--plot", help="also draw the ranges into this image file")
+    ap.add_argument("--plot", type=image_path, help="also draw the ranges into this image file")
     args = ap.parse_args(argv)
     try:
         runs = load(args.runs)

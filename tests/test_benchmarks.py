@@ -1,4 +1,5 @@
 """Every benchmark script runs end to end on tiny sizes (they print ratios; nothing here is timed)."""
+import importlib
 import json
 import os
 import subprocess
@@ -30,6 +31,23 @@ def test_benchmark_runs_on_tiny_sizes(script):
     assert out.stdout.count("\n") >= 5
 
 
+def _script(name: str):
+    """The module of ``benchmarks/<name>.py``, imported as its script runs (benchmarks/ on the path)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
+def _refuses(script: str, argv: list, match: str, capsys) -> None:
+    """``main(argv)`` of ``script`` exits 2 with ``match`` in a one-line argparse error, no traceback."""
+    with pytest.raises(SystemExit) as exc:
+        _script(script).main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and match in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("bad,match", [
     (["--draft-top", "0"], "--draft-top: expected 'all' or a positive int"), (["--repeat", "0"], "--repeat must be"),
     (["--shapes", "bogus"], "cannot read shape 'bogus'"), (["--methods", "foo"], "--methods: unknown ['foo']"),
@@ -38,15 +56,28 @@ def test_benchmark_runs_on_tiny_sizes(script):
 ])
 def test_bench_verify_refuses_bad_arguments_in_one_line(bad, match, capsys):
     """Each was a traceback, several only after the α* section had been timed."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import bench_verify
-    finally:
-        sys.path.pop(0)
-    with pytest.raises(SystemExit) as exc:
-        bench_verify.main(["--no-model", *bad])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and match in err and "Traceback" not in err
+    _refuses("bench_verify", ["--no-model", *bad], match, capsys)
+
+
+@pytest.mark.parametrize("script,bad,match", [
+    ("bench_alpha_star", ["--repeats", "0"], "--repeats must be ≥ 1, got 0"),
+    ("bench_alpha_star", ["--large", "128", "2"], "--large must be ≥ 3, got 2"),
+    ("bench_drafts", ["--drafts", "rtn:4"], "--drafts: cannot read ['rtn:4']; expected rtn:BITS:GROUP"),
+    ("bench_drafts", ["--q", "1", "0"], "--q must be ≥ 1, got 0"),
+    ("bench_engines", ["--vllm-methods", "sps,rrs"], "--vllm-methods: unknown ['rrs']; choose from sps, bv"),
+    ("bench_engines", ["--nodes", "6", "--vocab", "3"], "--vocab must be ≥ 5, got 3"),
+    ("bench_global_lp", ["--seed", "-1"], "--seed must be ≥ 0, got -1"),
+    ("bench_global_lp", ["--out", "scaling.xyz"], "argument --out: 'scaling.xyz' is not an image file name"),
+    ("bench_gpu", ["--methods", ""], "--methods: unknown ['']"),
+    ("bench_gpu", ["--shape", "bogus"], "--shape: TreeShape.parse: cannot read shape 'bogus'"),
+    ("bench_node_plans", ["--k", "2", "3", "--support", "4", "2"], "--support must be ≥ 3, got 2"),
+    ("bench_node_plans", ["--rho", "1.5"], "--rho must lie in [0, 1], got 1.5"),
+    ("bench_univer_plans", ["--vocab", "1"], "--vocab must be ≥ 2, got 1"),
+    ("verify_table", ["run.json", "--plot", "cost.xyz"], "argument --plot: 'cost.xyz' is not an image file name"),
+])
+def test_benchmarks_refuse_bad_arguments_in_one_line(script, bad, match, capsys):
+    """Each was a traceback, most only after timing had started (bench_drafts': after loading SmolLM2)."""
+    _refuses(script, bad, match, capsys)
 
 
 def _run_row(rows, shape, process, top, method, ratio, tree=None):
@@ -89,6 +120,28 @@ def test_verify_table_gives_each_cell_its_range_over_runs_and_trees(tmp_path):
                     "|  |  | top 1024 | 0.070–0.110 | - | - |",
                     "|  |  | top 64 | **0.030–0.060** | - | - |"]
     assert (tmp_path / "cost.png").stat().st_size > 1000
+
+
+def test_verify_table_refuses_runs_of_different_settings(tmp_path):
+    """Runs whose times alone differ make one table; runs measured with another --repeat or --vocab are refused,
+    naming the setting and both files."""
+    verify_table = _script("verify_table")
+    settings = {"torch_threads": 1, "repeat": 5, "device": "cpu"}
+    first = {**_run({(None, "univer"): (1.5, 1.2)}, 180.0), **settings}
+    zipf = first["synthetic"][0]
+
+    def write(*runs):
+        paths = [str(tmp_path / f"run{i}.json") for i in range(len(runs))]
+        for path, run in zip(paths, runs):
+            Path(path).write_text(json.dumps(run))
+        return paths
+
+    assert len(verify_table.load(write(first, {**_run({(None, "univer"): (1.9, 1.1)}, 250.0), **settings}))) == 2
+    for setting, change in (("repeat", {"repeat": 3}), ("vocab", {"synthetic": [{**zipf, "vocab": 1000}]})):
+        paths = write(first, {**first, **change})
+        with pytest.raises(ValueError, match=f"different settings: {setting} is") as exc:
+            verify_table.load(paths)
+        assert paths[0] in str(exc.value) and paths[1] in str(exc.value)
 
 
 def test_verify_table_says_what_is_missing(tmp_path):

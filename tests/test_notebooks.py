@@ -1,4 +1,5 @@
 """The three notebooks execute top to bottom on small settings, and are committed without outputs."""
+import re
 from pathlib import Path
 
 import nbformat
@@ -20,7 +21,9 @@ def execute(name: str, parameters: str, tmp_path: Path):
 
 
 def outputs(nb) -> str:
+    """The text, plain-text and markdown outputs of the notebook's code cells, joined."""
     return "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+                     + str(o.get("data", {}).get("text/markdown", ""))
                      for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
@@ -40,7 +43,8 @@ def test_notebook_is_committed_without_outputs(name):
 def test_optimality_gap_notebook(tmp_path):
     nb = execute("optimality_gap", "FAST = True", tmp_path)
     text = outputs(nb)
-    assert "8 instances" in text and "UniVer below CF by" in text
+    assert "8 instances" in text and "UniVer below CF by" in text and "| 0.00 |" in text
+    assert not re.search(r"-0\.00(?!\d)", text), "a gap that rounds to zero printed as -0.00"
     assert images(nb) == 2
 
 

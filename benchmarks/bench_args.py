@@ -1,0 +1,33 @@
+"""Argument checks the benchmark scripts share: one-line argparse errors (exit 2) before anything is timed."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def at_least(ap, checks) -> None:
+    """``ap.error`` naming the first ``(flag, value, least)`` of ``checks`` whose value is below ``least``."""
+    for flag, value, least in checks:
+        if value < least:
+            ap.error(f"{flag} must be ≥ {least}, got {value}")
+
+
+def known(ap, flag: str, text: str, allowed) -> None:
+    """``ap.error`` unless every item of the comma-separated ``text`` is one of ``allowed`` (an empty item is not)."""
+    bad = [x for x in text.split(",") if x not in allowed]
+    if bad:
+        ap.error(f"{flag}: unknown {bad}; choose from {', '.join(allowed)}")
+
+
+def image_path(text: str) -> str:
+    """argparse type: a file name matplotlib writes an image to (a format it knows by the suffix), checked before
+    anything runs."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise argparse.ArgumentTypeError("drawing needs matplotlib (the dev extra)") from None
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if Path(text).is_dir() or Path(text).suffix[1:].lower() not in formats:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an image file name; end it in one of "
+                                         f"{', '.join('.' + f for f in formats)}")
+    return text
