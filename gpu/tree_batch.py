@@ -208,10 +208,15 @@ class TreeBatch:
 
     @classmethod
     def from_trees(cls, trees, device=None) -> "TreeBatch":
-        """Pad a list of :class:`univer_theory.DraftTree` into one batch."""
+        """Pad a list of :class:`univer_theory.DraftTree` into one batch.  Trees that declare a ``vocab_size`` must
+        declare the same one; their tokens are checked against it, and the batch keeps none (the rows a call is
+        given set V)."""
         trees = list(trees)
         if not trees or not all(isinstance(t, DraftTree) for t in trees):
             raise ValueError("TreeBatch.from_trees: trees must be a non-empty list of DraftTree")
+        declared = sorted({t.vocab_size for t in trees if t.vocab_size is not None})
+        if len(declared) > 1:
+            raise ValueError(f"TreeBatch.from_trees: the trees declare different vocab_size values {declared}")
         N = max(t.num_nodes for t in trees)
         parent = torch.full((len(trees), N), -1, dtype=torch.long)
         token = torch.full((len(trees), N), -1, dtype=torch.long)

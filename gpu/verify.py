@@ -59,8 +59,8 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
     Shapes ``[B, N, V]`` agreeing with the batch (or ``[R, V]`` with ``row_index [B, N]`` in ``[0, R)`` on valid
     slots, every row then checked); float32 / float64, same dtype and device; valid rows on the
     simplex (:data:`gpu.probs.SIMPLEX_TOL`); token ids in ``[0, V)``; ``q(parent)[token] > 0`` for every drafted
-    node; no duplicate siblings unless iid; topk / greedy children are the top-k / top-(k−1) draft tokens (ties
-    to the lower id).  Padded slots' rows are ignored.
+    node; no duplicate siblings unless iid; topk / greedy children begin with the top-k / top-(k−1) draft tokens,
+    most likely first (ties to the lower id).  Padded slots' rows are ignored.
     """
     if not isinstance(batch, TreeBatch):
         raise ValueError(f"{where}: batch must be a TreeBatch, got {type(batch).__name__}")
@@ -116,18 +116,21 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
     if process in ("topk", "greedy"):
         k = batch.num_children.gather(1, par)
         m = k if process == "topk" else k - 1
-        # the first m children must be among the top-m tokens of the parent's q (ties to the lower id)
+        # child j < m must be the parent's j-th most likely draft token (ties to the lower id): the process drafts
+        # them in that order, and any other order of the tuple has probability 0
         M = max(1, int(m.max()))
         top = top_tokens(q_flat, M)[rows.gather(1, par)]                     # [B, N, M]
-        listed = (top == tok[:, :, None]) & (torch.arange(M, device=batch.device) < m[:, :, None])
-        bad = drafted & (batch.sibling_rank < m) & ~listed.any(-1)
+        want = top.gather(-1, batch.sibling_rank.clamp(0, M - 1)[..., None])[..., 0]
+        bad = drafted & (batch.sibling_rank < m) & (tok != want)
         if bad.any():
             b, v = (int(i) for i in bad.nonzero()[0])
             order = top_tokens(q_flat[rows[b, batch.parent[b, v]]], V)
             rank = int((order == batch.token[b, v]).nonzero()[0, 0])
-            raise ValueError(f"{where}: tree {b} node {v} (token {int(batch.token[b, v])}, draft rank "
-                             f"{rank}) is not among the top-{int(m[b, v])} draft tokens required by "
-                             f"process {process!r}")
+            j = int(batch.sibling_rank[b, v])
+            raise ValueError(f"{where}: tree {b} node {v} is child {j} of its parent with token "
+                             f"{int(batch.token[b, v])} (draft rank {rank}), but process {process!r} drafts the "
+                             f"top-{int(m[b, v])} draft tokens most likely first (ties to the lower id): child {j} "
+                             f"must be token {int(want[b, v])}")
 
 
 def _rule(where: str, method: str, process: str):

@@ -110,12 +110,20 @@ class TreeArrays:
         return tuple(reversed(out))
 
 
+#: Most trees :func:`enumerate_tree_arrays` builds (each a row of N tokens and N prefix codes; the LP has a
+#: variable per tree and node).  The largest benchmarked case, V = 5 ``3,2`` wor, is 4.8·10⁵ trees (17 s); beyond
+#: this the arrays alone outgrow a workstation's memory (V = 8 ``3,3`` wor: 1.3·10¹⁰ trees, 95 GiB of arrays at
+#: its last node) and the LP would not be solved in reasonable time, so it is refused as the count passes it.
+MAX_TREES = 5 * 10 ** 6
+
+
 def enumerate_tree_arrays(model: Model, shape, process: str) -> TreeArrays:
     """Every tree of ``shape`` with ``Q(T) > 0`` (float64), vectorised.
 
     Internal nodes are filled in node order; each partial tree is replaced by its block of child tuples,
     so the row order is that of :func:`univer_theory.processes.enumerate_trees`.  ``tuple_law`` is called
-    once per distinct prefix, not per tree.
+    once per distinct prefix, not per tree.  A ValueError as soon as the partial trees number more than
+    :data:`MAX_TREES`.
     """
     where = "enumerate_tree_arrays"
     shape = as_shape(shape, where)
@@ -140,6 +148,10 @@ def enumerate_tree_arrays(model: Model, shape, process: str) -> TreeArrays:
             tup[g, :len(law)] = [S for S, _ in law]
             pr[g, :len(law)] = [float(x) for _, x in law]
         counts = np.array([len(law) for law in laws])[inv]
+        if counts.sum() > MAX_TREES:
+            raise ValueError(f"{where}: shape {shape} over vocab {V} ({process}) has more than {int(counts.sum()):.3g} "
+                             f"trees (at node {u} of {N}), above MAX_TREES = {MAX_TREES:.0e}: the global tree LP is "
+                             f"for small vocabularies and trees")
         rep = np.repeat(np.arange(probs.size), counts)
         within = np.arange(rep.size) - np.repeat(np.cumsum(counts) - counts, counts)
         g = inv[rep]

@@ -83,9 +83,16 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["exact", "--vocab", "1000000", "--shape", "2"], "is 1e+12 child tuples to enumerate at one node"),
+    (["exact", "--vocab", "1000000", "--shape", "2"], "is 1e+12 (prefix, child tuple) pairs to plan"),
     (["bound", "--vocab", "1000", "--shape", "3", "--process", "iid", "--methods", "univer-va"],
-     "vocabulary 1000 with 3 children a node (iid) is 1e+09 child tuples"),
+     "vocabulary 1000 on shape (.,.,.) (iid) is 1e+09 (prefix, child tuple) pairs"),
+    # every node's tuples within bounds, but 12⁸ prefixes (sat at "0/5 methods"), or 12⁸ outputs to compare
+    (["exact", "--vocab", "12", "--shape", "1,1,1,1,1,1,1,1"], "is 4.69e+08 (prefix, child tuple) pairs"),
+    (["exact", "--vocab", "12", "--shape", "1,1,1,1,1,1,1", "--process", "topk"], "is 4.3e+08 outputs to compare"),
+    # 8 400 pairs for the exact engine, but 1.3·10¹⁰ trees for the global LP (a 95 GiB MemoryError after 47 s;
+    # V = 6 `2,2,2` i.i.d., 7.8·10¹⁰ trees, was killed for memory)
+    (["bound", "--vocab", "8", "--shape", "3,3", "--process", "wor"], "above MAX_TREES = 5e+06"),
+    (["bound", "--vocab", "6", "--shape", "2,2,2", "--process", "iid"], "above MAX_TREES = 5e+06"),
     (["bound", "--process", "hub"], "univer bound: error: unsupported method/shape/process combination: the global"),
     (["check", "--only", ""], "univer check: error: --only '': unknown check(s) ['']"),
     (["check", "--only", "lossless,nope"], "unknown check(s) ['nope']"),
@@ -123,3 +130,16 @@ def test_a_reader_that_goes_away_is_no_traceback():
     proc.stdout.close()                       # before the child has imported anything, let alone written
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("flags", [["--vocab", "5"], ["--seed", "3", "--similarity", "0.9"], ["--concentration", "2"]])
+def test_synthetic_model_options_beside_a_model_file_are_refused(flags, tmp_path, capsys):
+    """They were ignored without a word (``--vocab 5`` with a file of V = 3 ran on V = 3, exit 0)."""
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps({"vocab": 3, "target": {"": [0.5, 0.3, 0.2]}, "draft": {"": [0.2, 0.3, 0.5]}}))
+    for command in ("exact", "bound"):
+        assert main([command, "--model-file", str(path), "--shape", "2", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "with --model-file the file sets the model" in err
+        assert all(f in err for f in flags if f.startswith("--"))
+    assert main(["exact", "--model-file", str(path), "--shape", "2", "--methods", "tv", "--json"]) == 0

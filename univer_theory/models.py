@@ -38,15 +38,22 @@ def to_fractions(row, denominator: int = 1000) -> np.ndarray:
     """Round a float probability row to an exact ``Fraction`` row with the given denominator.
 
     Every positive entry keeps at least ``1/denominator``; the rounding remainder goes to the largest entry,
-    so the result is exactly on the simplex and has the same support.
+    so the result is exactly on the simplex and has the same support.  ValueError for a row off the simplex
+    (:func:`~univer_theory.validation.check_simplex`), a denominator that is not a positive int, or one too
+    small to keep the support (the largest entry would give up all it has).
     """
-    row = np.asarray(row, dtype=np.float64)
+    if isinstance(denominator, bool) or not isinstance(denominator, (int, np.integer)) or denominator < 1:
+        raise ValueError(f"to_fractions: denominator must be an int ≥ 1, got {denominator!r}")
+    row = check_simplex(np.asarray(row, dtype=np.float64), "to_fractions", "input")
     counts = np.floor(row * denominator).astype(np.int64)
     counts[(row > 0) & (counts == 0)] = 1
-    counts[int(np.argmax(row))] += denominator - int(counts.sum())
-    if counts.min() < 0:
-        raise ValueError(f"to_fractions: denominator {denominator} too small for a {row.size}-token row")
-    return np.array([Fraction(int(c), denominator) for c in counts], dtype=object)
+    top = int(np.argmax(row))
+    counts[top] += denominator - int(counts.sum())
+    if counts[top] < 1:
+        raise ValueError(f"to_fractions: denominator {denominator} too small for a row with "
+                         f"{int(np.count_nonzero(row))} positive entries: each keeps at least 1/{denominator}, and "
+                         f"the largest ({row[top]:.6g}) would be left with {counts[top]}/{denominator}")
+    return np.array([Fraction(int(c), int(denominator)) for c in counts], dtype=object)
 
 
 class Model:
@@ -277,8 +284,11 @@ class DirichletModel(Model):
 
 
 def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
-    """``norm(row^{1/T})``; ``T = 0`` is the one-hot argmax (lowest token id on ties), exact in both modes."""
+    """``norm(row^{1/T})`` of a probability row (:func:`~univer_theory.validation.check_simplex`: ValueError off
+    the simplex, so ``T = 1`` returns it as it is); ``T = 0`` is the one-hot argmax (lowest token id on ties),
+    exact in both modes."""
     check_temperature(temperature, "apply_temperature")
+    row = check_simplex(row, "apply_temperature", "input")
     if temperature == 0:
         one = Fraction(1) if row.dtype == object else 1.0
         out = np.full(row.size, 0 * one, dtype=row.dtype)

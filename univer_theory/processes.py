@@ -4,8 +4,9 @@
 * ``wor``: sequential draws without replacement, ``Pr(x_1..x_k) = Π_j q(x_j)/R_j`` with ``R_j`` the mass of
   the tokens not yet drawn, summed over them (``= 1 − Σ_{l<j} q(x_l)`` in exact arithmetic, but that
   difference cancels on a confident row: docs/deviations.md item 5);
-* ``topk``: the k most likely tokens of q (point mass; ties broken by lower token id);
-* ``greedy``: top-(k−1) of q plus one draw from q restricted to the other tokens;
+* ``topk``: the k most likely tokens of q, most likely first (point mass on that ordered tuple; ties broken by lower
+  token id);
+* ``greedy``: top-(k−1) of q (in that order) plus one draw from q restricted to the other tokens;
 * ``hub`` (SpecHub's two-draft law, k = 2 only; exact core only, not in :data:`PROCESSES`): with the hub
   ``a = argmax q`` (lower id on ties), ``x_1 ~ q``; ``x_2 = a`` if ``x_1 ≠ a``, else ``x_2 ~ norm(q·1[≠a])``.
   So ``Q(i, a) = q(i)`` and ``Q(a, i) = q(a)·q(i)/(1 − q(a))`` for i ≠ a; every pair contains the hub.
@@ -15,6 +16,7 @@ ordered-tuple law ``Q_k(S)`` (float or Fraction), samplers, and enumeration of a
 """
 from __future__ import annotations
 
+import math
 from itertools import product
 from typing import Iterator
 
@@ -91,6 +93,19 @@ def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...]
         (a,) = top
         return [((x, a), q[x]) for x in rest] + [((a, x), q[a] * (q[x] / rest_mass)) for x in rest]
     return [(tuple(top) + (x,), q[x] / rest_mass) for x in rest]
+
+
+def tuple_count(support: int, k: int, process: str) -> int:
+    """How many ordered k-tuples :func:`tuple_law` lists for a row with ``support`` tokens of positive probability
+    (k ≤ support where the tokens are distinct): ``support^k`` (iid), ``support!/(support − k)!`` (wor), 1 (topk),
+    ``support − k + 1`` (greedy: the top k − 1, then any other token), ``2(support − 1)`` (hub: every pair holds
+    the hub, first or second) — a closed form, for sizing an enumeration before it starts."""
+    check_choice(process, EXACT_PROCESSES, "tuple_count", "process")
+    if process == "iid":
+        return support ** k
+    if k > support:
+        return 0
+    return {"wor": math.perm(support, k), "topk": 1, "greedy": support - k + 1, HUB: 2 * (support - 1)}[process]
 
 
 def falling(n, r: int):
@@ -212,7 +227,9 @@ def enumerate_trees(model: Model, shape: TreeShape, process: str) -> Iterator[tu
 
 
 def count_trees(model: Model, shape: TreeShape, process: str) -> int:
-    """Number of trees :func:`enumerate_trees` yields, without building them (for progress bars)."""
+    """Number of trees :func:`enumerate_trees` yields, without building them: one :func:`tuple_law` per prefix,
+    so its cost grows with the prefixes like the enumeration's (for a size before building, full support:
+    :func:`tuple_count` per node)."""
     def rec(u, prefix):
         kids = shape.children[u]
         if not kids:

@@ -301,6 +301,10 @@ class DraftTree(_Skeleton):
         return tuple(self.token[c] for c in self.children[u])
 
     def check_vocab(self, vocab_size: int, where: str) -> None:
+        """ValueError unless every token lies in ``[0, vocab_size)`` and a declared ``vocab_size`` is this one."""
+        if self.vocab_size is not None and self.vocab_size != vocab_size:
+            raise ValueError(f"{where}: the tree declares vocab_size {self.vocab_size} but the rows have "
+                             f"V = {vocab_size}")
         for u in range(1, self.num_nodes):
             if not 0 <= self.token[u] < vocab_size:
                 raise ValueError(f"{where}: tree node {u} has token {self.token[u]}, outside [0, {vocab_size})")

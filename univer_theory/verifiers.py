@@ -108,11 +108,30 @@ def normalise_rows(x):
     return x / nx.where(total > 0, total, 1.0)
 
 
-def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None):
+def _check_kseq_inputs(nx, target_probs, draft_probs, k) -> None:
+    """:func:`kseq_rho_star`'s input rules (on host copies): both row sets on the simplex and of one shape, k an
+    integer ≥ 1 or such integers per row; ValueError naming the argument and the rule."""
+    where = "kseq_rho_star"
+    p, q = (check_simplex(nx.to_numpy(x), where, name) for x, name in ((target_probs, "target_probs"),
+                                                                         (draft_probs, "draft_probs")))
+    if p.shape != q.shape:
+        raise ValueError(f"{where}: target_probs {p.shape} and draft_probs {q.shape} differ (vocabulary or rows)")
+    kk = np.asarray(k.detach().cpu() if hasattr(k, "detach") else k)
+    if kk.dtype.kind not in "iu" or kk.size == 0 or kk.min() < 1:
+        raise ValueError(f"{where}: k must be an integer ≥ 1 (or one per row), got {k!r}")
+    try:
+        np.broadcast_to(kk, p.shape[:-1])
+    except ValueError:
+        raise ValueError(f"{where}: k of shape {kk.shape} does not broadcast to the rows {p.shape[:-1]}") from None
+
+
+def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None, validate: bool = True):
     """SpecTr K-SEQ's ``ρ* ∈ [1, k]``: root of ``f(ρ) = 1 − (1 − β(ρ))^k − ρ·β(ρ)``,
     ``β(ρ) = Σ_x min(q(x), p(x)/ρ)`` (§3.5); ``ρ* = 1`` when ``f(1) ≤ 0``.  Rows ``[..., V]`` (numpy or torch,
     :mod:`univer_theory.nx`), ``k`` an int or per row; one row gives a float.  ``max_k`` bounds k (default:
-    its maximum — pass it for torch rows, to keep the step count off the device).
+    its maximum — pass it for torch rows, to keep the step count off the device).  ``validate``: the input rules
+    of :func:`_check_kseq_inputs` first (a copy to the host); the level rules, whose rows are checked where they
+    enter, pass False.
 
     ``f`` is evaluated through the rejected mass ``1 − β(ρ) = r(ρ) = Σ_x [q − p/ρ]_+ = Σ_{p/q<ρ} q −
     (1/ρ)·Σ_{p/q<ρ} p`` (Σq = 1): ``f(ρ) = 1 − r^k − ρ(1 − r)``, read off prefix sums of the rows in
@@ -125,6 +144,8 @@ def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None):
     floats and the acceptance masses never exceed ``min(p, ρ*·q)`` (:func:`kseq_acceptance_mass`, the same r).
     """
     nx = get_backend(target_probs, draft_probs)
+    if validate:
+        _check_kseq_inputs(nx, target_probs, draft_probs, k)
     p, q = (normalise_rows(nx.asarray(x, x)) for x in (target_probs, draft_probs))
     order = ratio_argsort(p, q)
     key = nx.take(ratio_key(p, q), order)                               # ascending, q = 0 (inf) last
@@ -168,7 +189,7 @@ def kseq_rule(ctx: NodeContext) -> NodeDecision:
     if ctx.target.dtype == object:
         raise NotImplementedError("kseq: ρ* is irrational in general; pass float64 rows, not Fractions")
     k = len(ctx.children)
-    rho = kseq_rho_star(ctx.target, ctx.draft, k)
+    rho = kseq_rho_star(ctx.target, ctx.draft, k, validate=False)      # rows checked by validate_inputs
     enter = tuple(float(_ratio_min1(ctx.target[y], rho * ctx.draft[y])) for y in ctx.children)
     resid = normalise(np.maximum(ctx.target - kseq_acceptance_mass(ctx.target, ctx.draft, k, rho), 0.0))
     return NodeDecision(enter, (1.0,) * k, 1.0, resid, {"rho_star": rho})
@@ -238,9 +259,11 @@ def validate_inputs(where: str, tree: DraftTree, target_probs, draft_probs, proc
                              f"{hub_token(q[u])} (argmax of its draft row), as process 'hub' requires")
         if process in ("topk", "greedy") and S:
             m = len(S) if process == "topk" else len(S) - 1
-            if sorted(S[:m]) != sorted(top_tokens(q[u], m).tolist()):
-                raise ValueError(f"{where}: node {u} children {S} are not the top-{m} draft tokens required "
-                                 f"by process {process!r}")
+            top = tuple(top_tokens(q[u], m).tolist()) if m else ()
+            if tuple(S[:m]) != top:     # drafted most likely first: any other order has probability 0
+                raise ValueError(f"{where}: node {u} children {S} do not begin with the top-{m} draft tokens "
+                                 f"{top}, most likely first (ties to the lower id), as process {process!r} drafts "
+                                 f"them")
     return p, q
 
 

@@ -90,6 +90,34 @@ def test_process_rules_and_options():
         verify(batch, p, q, "iid", "tv", 0)                       # was a TypeError inside torch.rand
 
 
+@pytest.mark.parametrize("process", ["topk", "greedy"])
+def test_top_children_out_of_order_are_refused_in_both_layers(process):
+    """The process drafts its top tokens most likely first, so listing them in another order is a tree of
+    probability 0: the exact core once gave UniVer E[τ] = 0 there while the batched layer gave 0.8 (= α*), both
+    accepting it.  Both refuse it now; in drafting order both give the same E[τ]."""
+    from univer_theory import VERIFIERS
+    P = np.array([[.5, .3, .2]])
+    k = 2 if process == "topk" else 3
+    first = (0, 1) if process == "topk" else (0, 1, 2)      # top-k, or top-(k−1) then any other token
+    swapped = (1, 0) + first[2:]
+    for toks, ok in ((first, True), (swapped, False)):
+        tree = DraftTree((-1,) + (0,) * k, (-1,) + toks)
+        rows = np.repeat(P[:1], k + 1, 0)                    # every node's row: the root's (p = q)
+        batch, p = TreeBatch.from_trees([tree]), torch.tensor(rows[None])
+        for method in ("univer", "nss"):
+            if ok:
+                exact = VERIFIERS[method].expected_accepted_length(tree, rows, rows, process)
+                batched = expected_accepted_length(batch, p, p, process, method).item()
+                assert abs(exact - batched) <= 1e-12 and exact > 0
+                continue
+            with pytest.raises(ValueError, match="most likely first"):
+                VERIFIERS[method].expected_accepted_length(tree, rows, rows, process)
+            with pytest.raises(ValueError, match="child 0 .* must be token 0"):
+                expected_accepted_length(batch, p, p, process, method)
+            with pytest.raises(ValueError, match="most likely first"):
+                verify(batch, p, p, process, method)
+
+
 def test_drafting_inputs_a_user_gets_wrong():
     """Each was a TypeError from inside torch, a refusal of a numpy integer, or a message about −inf rows."""
     from gpu import probs_from_logits, sample_children

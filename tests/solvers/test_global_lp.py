@@ -1,6 +1,7 @@
 """The global tree LP (theory.md §4.3): reductions to α* and BV, bound over every verifier, the merging
 pitfall, the exact reductions of the LP, and its input checks."""
 import json
+import re
 from fractions import Fraction as F
 
 import numpy as np
@@ -156,3 +157,11 @@ def test_certified_bound_is_at_or_above_its_exact_value(shape, process, seed):
         got, exact = _certified_bound(trees.shape, table, weights, mu), _exact_lagrangian(trees.shape, table,
                                                                                         weights, mu)
         assert F(got) >= exact and float(F(got) - exact) < 1e-12 * max(1.0, float(exact))
+
+
+def test_too_many_trees_are_refused_as_the_count_passes_the_limit():
+    """V = 8 ``3,3`` wor is 1.3·10¹⁰ trees: the enumeration used to allocate until numpy's MemoryError (95 GiB,
+    after 47 s); it stops at the node where the partial trees pass ``MAX_TREES``, before building them."""
+    from solvers.global_lp import MAX_TREES
+    with pytest.raises(ValueError, match=re.escape(f"above MAX_TREES = {MAX_TREES:.0e}")):
+        global_tree_lp(DirichletModel(8, seed=0), "3,3", "wor")

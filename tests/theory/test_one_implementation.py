@@ -124,7 +124,8 @@ def test_kseq_rho_star_is_not_moved_by_a_rows_round_off(k):
     short = np.array([0.3, 0.7])
     short[1] = np.nextafter(np.nextafter(short[1], 0), 0)
     rows32 = torch.tensor([1.3950316499642796e-03, 9.9860496835003576e-01], dtype=torch.float32)
-    assert kseq_rho_star(rows32.double().numpy(), rows32.double().numpy(), k) == 1.0
+    # as the level rules call it on float32 rows (checked where they enter, at float32's tolerance)
+    assert kseq_rho_star(rows32.double().numpy(), rows32.double().numpy(), k, validate=False) == 1.0
     for r in (short, np.array([0.3, 0.7 - 9e-10])):
         assert kseq_rho_star(r, r, k) == 1.0
         P = np.tile(r, (k + 2, 1))

@@ -78,3 +78,14 @@ def test_tuple_probs_batched_rows_and_orderings():
 def test_tuple_probs_rejects_unknown_process():
     with pytest.raises(ValueError, match="process"):
         tuple_probs(np.array([0.5, 0.5]), np.array([[0, 1]]), "topk")
+
+
+@pytest.mark.parametrize("process", ["iid", "wor", "topk", "greedy", "hub"])
+def test_tuple_count_is_the_length_of_the_enumeration(process):
+    """The closed form the CLI sizes an enumeration with, against the tuples ``tuple_law`` lists, on rows with
+    zeros inside (support below V) and every k the process allows."""
+    from univer_theory.processes import tuple_count
+    for q in _rows():
+        support = int(np.count_nonzero(q))
+        for k in ([2] if process == "hub" else range(1, min(support, 4) + 1)):
+            assert tuple_count(support, k, process) == len(tuple_law(q, k, process)), (q, k)

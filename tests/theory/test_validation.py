@@ -18,7 +18,8 @@ GOOD = np.full((3, 3), 1 / 3)
     (np.array([[0.5, 0.5 + 1e-10, 0.0]] * 3), GOOD, None),                                # within it: fine
     (np.array([[True, F(0), F(0)]] * 3, dtype=object), np.full((3, 3), F(1, 3), dtype=object), "with bool"),
     (GOOD, np.array([[0.0, 0.5, 0.5]] + [[1 / 3] * 3] * 2), r"draft_probs\[0, 0\] = 0"),
-    (np.full((3, 4), 0.25), np.full((3, 4), 0.25), None),   # V = 4 > tokens: fine
+    # the tree declares V = 3: rows of V = 4 were accepted (tokens in range), the declaration never read
+    (np.full((3, 4), 0.25), np.full((3, 4), 0.25), "declares vocab_size 3 but the rows have V = 4"),
     (GOOD, np.full((3, 4), 0.25), "disagree"),
     (np.full((2, 3), 1 / 3), np.full((2, 3), 1 / 3), "3 nodes"),
 ])
@@ -104,3 +105,51 @@ def test_model_tables_validated(tmp_path):
         TableModel.from_json(bad)
     with pytest.raises(ValueError, match="similarity"):
         DirichletModel(3, similarity=1.5)
+
+
+def test_tree_vocab_declarations_agree_with_the_rows():
+    """A tree without a declared vocab_size takes any V above its tokens; batching trees that declare different
+    ones is refused (the batch keeps no vocab_size, the rows set V)."""
+    import torch
+
+    from gpu import TreeBatch, expected_accepted_length
+    plain = DraftTree(parent=(-1, 0, 0), token=(-1, 0, 1))
+    rows = np.full((3, 4), 0.25)
+    assert VERIFIERS["tv"].expected_accepted_length(plain, rows, rows, "iid") > 0
+    with pytest.raises(ValueError, match=r"declare different vocab_size values \[3, 5\]"):
+        TreeBatch.from_trees([TREE, DraftTree((-1, 0), (-1, 1), vocab_size=5)])
+    batch = TreeBatch.from_trees([TREE, plain])
+    t = torch.tensor(np.stack([rows[:, :3] * 4 / 3] * 2))
+    assert expected_accepted_length(batch, t, t, "iid", "tv").shape == (2,)
+
+
+def test_to_fractions_keeps_the_support_or_refuses():
+    """``to_fractions`` gave (1/2, 1/2, 0) for (.3, .3, .4) at denominator 2 — the largest entry dropped — and
+    rounded rows off the simplex or with NaN into Fractions (or an OverflowError); each is a ValueError now."""
+    from univer_theory import to_fractions
+    assert [str(x) for x in to_fractions(np.array([.3, .3, .4]), 10)] == ["3/10", "3/10", "2/5"]
+    for row, d, match in (([.3, .3, .4], 2, "too small for a row with 3 positive entries"),
+                          ([.2] * 5, 4, "too small"), ([.5, .6], 1000, "sums to 1.1"),
+                          ([1.5, -.5], 1000, "negative entry"), ([np.nan, .5], 1000, "NaN"),
+                          ([.5, .5], 0, "denominator must be an int ≥ 1"), ([.5, .5], 2.0, "int ≥ 1")):
+        with pytest.raises(ValueError, match=match):
+            to_fractions(np.array(row), d)
+
+
+def test_apply_temperature_and_kseq_rho_star_refuse_rows_off_the_simplex():
+    """Both public row functions passed bad rows through: ``apply_temperature`` returned an unnormalised row as it
+    was at T = 1 (and normalised it at T = 1 + 1e-7), ``kseq_rho_star`` returned ρ* = 1 for NaN or negative rows and
+    for k ≤ 0."""
+    from univer_theory import apply_temperature, kseq_rho_star
+    p, q = np.array([.5, .3, .2]), np.array([.2, .3, .5])
+    for T in (0.5, 1.0, 2.0):
+        with pytest.raises(ValueError, match="sums to 1.2"):
+            apply_temperature(np.array([.5, .7]), T)
+    with pytest.raises(ValueError, match="NaN"):
+        apply_temperature(np.array([np.nan, .5]), 1.0)
+    assert 1 <= kseq_rho_star(p, q, 2) <= 2
+    for args, match in (((np.array([np.nan, .5, .5]), q, 2), "NaN"), ((-p, q, 2), "negative"),
+                        ((p, q, 0), "k must be an integer ≥ 1"), ((p, q, 1.5), "k must be an integer"),
+                        ((p, q[:2] / q[:2].sum(), 2), "differ"), ((p, q, np.array([2, 2])), "does not broadcast")):
+        with pytest.raises(ValueError, match=match):
+            kseq_rho_star(*args)

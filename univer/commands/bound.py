@@ -16,7 +16,7 @@ from univer_theory import TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.processes import PROCESSES
 
-from .common import add_model_options, build_model, check_enumeration_size, print_json
+from .common import add_model_options, build_model, check_enumeration_size, print_json, synthetic_option
 from .exact import exact_results
 
 VALUE_AWARE = "univer-va"
@@ -40,19 +40,22 @@ def bound_results(args, progress: bool = True) -> dict:
                                   f"process {args.process!r} is supported by `univer exact` only")
     from solvers.cf_bound import cf_bound
     from solvers.condot import condot_lp
-    from solvers.global_lp import global_tree_lp
+    from solvers.global_lp import enumerate_tree_arrays, global_tree_lp
     from solvers.value_aware import value_aware_verifier
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
+    model = build_model(args)
+    check_enumeration_size(model.vocab_size, shape, args.process)          # as exact_results does
+    trees = enumerate_tree_arrays(model, shape, args.process)   # first: above solvers.global_lp.MAX_TREES, refused
     if others == "":  # only univer-va asked for
-        model, results, errors = build_model(args), {}, {}
-        check_enumeration_size(model.vocab_size, shape, args.process)      # as exact_results does
+        results, errors = {}, {}
     else:
-        model, shape, results, errors = exact_results(
-            argparse.Namespace(**{**vars(args), "methods": others}), progress)
+        _, shape, results, errors = exact_results(
+            argparse.Namespace(**{**vars(args), "methods": others}), progress, model)
     out = {"methods": {k: r.as_json() for k, r in results.items()}}
-    glob = _attempt(errors, "global_bound", lambda: _checked(global_tree_lp(model, shape, args.process)))
+    glob = _attempt(errors, "global_bound", lambda: _checked(global_tree_lp(model, shape, args.process,
+                                                                            trees=trees)))
     cf = _attempt(errors, "cf_bound", lambda: _checked(cf_bound(model, shape, args.process)))
     if (names is None or VALUE_AWARE in names) and not model.exact:
         if cf is None:
@@ -104,7 +107,8 @@ def run(args) -> int:
         print_json(out)
         return 1 if errors else 0
     glob, cf = out["global_bound"], out["cf_bound"]
-    print(f"shape {args.shape}  process {args.process}  V {args.vocab if not args.model_file else 'from file'}")
+    vocab = "from file" if args.model_file else synthetic_option(args, "vocab")
+    print(f"shape {args.shape}  process {args.process}  V {vocab}")
     if "error" in glob:
         print(f"global tree LP  FAILED: {glob['error']}")
     else:

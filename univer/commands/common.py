@@ -9,15 +9,26 @@ from univer_theory.processes import EXACT_PROCESSES
 from univer_theory.validation import check_temperature
 
 
+#: The synthetic model's options and their defaults (None on the command line: a ``--model-file`` run refuses them).
+SYNTHETIC_DEFAULTS = {"vocab": 4, "seed": 0, "similarity": 0.5, "concentration": 1.0}
+
+
+def synthetic_option(args, name: str):
+    """The synthetic model's option ``name`` as given, or its default (:data:`SYNTHETIC_DEFAULTS`)."""
+    value = getattr(args, name)
+    return SYNTHETIC_DEFAULTS[name] if value is None else value
+
+
 def add_model_options(p) -> None:
-    p.add_argument("--vocab", type=int, default=4, help="vocabulary size V of the synthetic model (default 4)")
+    p.add_argument("--vocab", type=int, default=None, help="vocabulary size V of the synthetic model (default 4)")
     p.add_argument("--shape", default="2,2",
                    help="tree shape: branching per depth '2,2' or nested '((..),.)' (default 2,2)")
     p.add_argument("--process", default="wor", choices=EXACT_PROCESSES,
                    help="draft process (default wor); 'hub' is SpecHub's two-draft law (exact only)")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed of the Dirichlet model family")
-    p.add_argument("--similarity", type=float, default=0.5, help="draft–target similarity in [0,1] (default 0.5)")
-    p.add_argument("--concentration", type=float, default=1.0, help="Dirichlet concentration; small = peaky")
+    p.add_argument("--seed", type=seed_int, default=None, help="seed of the Dirichlet model family (default 0)")
+    p.add_argument("--similarity", type=float, default=None, help="draft–target similarity in [0,1] (default 0.5)")
+    p.add_argument("--concentration", type=float, default=None,
+                   help="Dirichlet concentration; small = peaky (default 1.0)")
     p.add_argument("--temperature", type=temperature, default=1.0,
                    help="target temperature T, applied to the draft too unless --draft-temperature (default 1.0)")
     p.add_argument("--draft-temperature", type=temperature, default=None,
@@ -29,12 +40,18 @@ def add_model_options(p) -> None:
 
 
 def build_model(args):
-    """The model the options describe (synthetic Dirichlet family or the user's tables)."""
+    """The model the options describe (synthetic Dirichlet family or the user's tables; a ValueError for the
+    synthetic family's options beside ``--model-file``, which would be ignored)."""
     if args.model_file:
+        given = [f"--{name}" for name in SYNTHETIC_DEFAULTS if getattr(args, name) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the synthetic model; "
+                             f"with --model-file the file sets the model (its \"vocab\" is V)")
         model = TableModel.from_json(args.model_file, exact=args.rational)
     else:
-        model = DirichletModel(args.vocab, seed=args.seed, similarity=args.similarity,
-                               concentration=args.concentration, exact=args.rational)
+        vocab, seed, similarity, concentration = (synthetic_option(args, name) for name in SYNTHETIC_DEFAULTS)
+        model = DirichletModel(vocab, seed=seed, similarity=similarity, concentration=concentration,
+                               exact=args.rational)
     draft_temperature = resolve_draft_temperature(args.temperature, args.draft_temperature)
     if (args.temperature, draft_temperature) != (1.0, 1.0):
         if args.rational and not {args.temperature, draft_temperature} <= {0.0, 1.0}:
@@ -43,22 +60,40 @@ def build_model(args):
     return model
 
 
-#: Most child tuples one node may draft (full support) in the commands' enumeration: ``V^k`` i.i.d.,
-#: ``V!/(V−k)!`` without replacement.  The exact engine visits each (V = 300, k = 2 wor: 9·10⁴ tuples, ~30 s a
-#: method on 2 cores), so beyond this a run would not end in reasonable time; it is refused before it starts.
-MAX_NODE_TUPLES = 10 ** 6
+#: Most (prefix, child tuple) pairs, over every internal node, and target-law outputs the commands' enumeration
+#: may visit (full support).  The exact engine plans every tuple of every prefix a node can have (V = 300, one
+#: wor node of k = 2: 9·10⁴ tuples, ~30 s a method on 2 cores) and compares ``V^{D+1}`` outputs with the target
+#: law, so beyond this a run would not end in reasonable time; it is refused before it starts.
+MAX_ENUMERATION = 10 ** 6
 
 
 def check_enumeration_size(vocab: int, shape: TreeShape, process: str) -> None:
-    """A ValueError when a node of ``shape`` drafts more than :data:`MAX_NODE_TUPLES` tuples over ``vocab``."""
-    import math
+    """A ValueError when the exact engine on ``shape`` over ``vocab`` tokens would visit more than
+    :data:`MAX_ENUMERATION` (prefix, child tuple) pairs — ``Σ_u n(u)·T(k_u)`` over the internal nodes u, ``T`` =
+    :func:`univer_theory.processes.tuple_count` on full support and ``n(u)`` the prefixes u can have (the product,
+    down its path, of the tokens each position can hold: V, but one for a top-k position) — or compare more
+    outputs ``V^{D+1}``."""
+    from univer_theory.processes import tuple_count
 
-    k = shape.max_children
-    tuples = vocab ** k if process == "iid" else math.perm(vocab, k) if process == "wor" else 0
-    if tuples > MAX_NODE_TUPLES:
-        raise ValueError(f"vocabulary {vocab} with {k} children a node ({process}) is {tuples:.3g} child tuples to "
-                         f"enumerate at one node, above {MAX_NODE_TUPLES:.0e}: the exact engine is for small "
-                         f"vocabularies (at LLM scale use gpu.expected_accepted_length)")
+    prefixes = [1] * shape.num_nodes
+    for u, kids in enumerate(shape.children):      # parents come before their children
+        k = len(kids)
+        for j, c in enumerate(kids):
+            if process == "topk" or (process == "greedy" and j < k - 1):
+                held = 1                            # a top token
+            elif process == "greedy":
+                held = tuple_count(vocab, k, process)   # the drawn child: any token but the top k − 1
+            else:
+                held = vocab
+            prefixes[c] = prefixes[u] * held
+    pairs = sum(prefixes[u] * tuple_count(vocab, len(kids), process) for u, kids in enumerate(shape.children) if kids)
+    outputs = vocab ** (shape.max_depth + 1)
+    for size, what in ((pairs, "(prefix, child tuple) pairs to plan"), (outputs, "outputs to compare with the "
+                                                                               "target law")):
+        if size > MAX_ENUMERATION:
+            raise ValueError(f"vocabulary {vocab} on shape {shape} ({process}) is {size:.3g} {what}, above "
+                             f"{MAX_ENUMERATION:.0e}: the exact engine is for small vocabularies and trees (at LLM "
+                             f"scale use gpu.expected_accepted_length)")
 
 
 def selected_methods(args, shape: TreeShape, exact: bool) -> list:

@@ -14,11 +14,12 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def exact_results(args, progress: bool = True):
-    """``(model, shape, {name: MethodResult}, {name: reason})`` for the options in ``args``; a method whose
-    solver fails (RuntimeError, e.g. an LP HiGHS cannot solve) is left out of the results with its reason."""
+def exact_results(args, progress: bool = True, model=None):
+    """``(model, shape, {name: MethodResult}, {name: reason})`` for the options in ``args`` (``model``: the one
+    they describe, when the caller has built it); a method whose solver fails (RuntimeError, e.g. an LP HiGHS
+    cannot solve) is left out of the results with its reason."""
     shape = TreeShape.parse(args.shape)
-    model = build_model(args)
+    model = build_model(args) if model is None else model
     check_enumeration_size(model.vocab_size, shape, args.process)
     methods = selected_methods(args, shape, model.exact)
     results, errors = {}, {}
