@@ -184,7 +184,7 @@ def kseq_rule(ctx: LevelContext) -> LevelDecision:
         rho = torch.ones_like(k, dtype=torch.float64)
     else:
         rho = kseq_rho_star(p, q, k, max_k=ctx.children.shape[1], validate=False)
-    residual = (p - kseq_acceptance_mass(p, q, k, rho)).clamp_(min=0).to(ctx.target.dtype)
+    residual = (p - kseq_acceptance_mass(p, q, k, rho, validate=False)).clamp_(min=0).to(ctx.target.dtype)
     y, m = ctx.children, ctx.child_mask
     enter = _ratio_min1(p.gather(1, y), rho[:, None] * q.gather(1, y), m).to(ctx.target.dtype)
     return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), residual)

@@ -14,11 +14,11 @@ CHECKS = ("lossless", "optimality", "reductions", "global_gap", "real_gain", "te
 
 def run_checks(names=None, fast: bool = False, out_dir: str | Path = "results", progress: bool = True,
                real_model: bool = True) -> list[CheckResult]:
-    """Run the named checks (all by default), write ``out_dir/paper_checks.md``, return the results.
+    """Run the named checks (all by default; one name or a list), write ``out_dir/paper_checks.md``, return the results.
 
     ``real_model=False`` skips the checks that load SmolLM2 and says so in the report (never silently).
     """
-    names = list(CHECKS if names is None else names)
+    names = list(CHECKS if names is None else [names] if isinstance(names, str) else names)   # one name or many
     unknown = [n for n in names if n not in CHECKS]
     if unknown or not names:
         raise ValueError(f"run_checks: unknown check(s) {unknown or names}; choose from {list(CHECKS)}")

@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from univer_theory.alpha_star import alpha_star
-from univer_theory.models import Model
+from univer_theory.models import Model, check_model_type
 from univer_theory.processes import PROCESSES, tuple_law
 from univer_theory.tree import split_key
 from univer_theory.validation import check_choice
@@ -231,7 +231,8 @@ class CFResult:
     *proves* that no such verifier reaches that method on this instance; ``functions``: {(subtree key, prefix): ValueFunction} of every internal
     non-root node; ``breakpoints`` total / ``max_breakpoints`` per function (the ρ-grid sizes);
     ``lp_solves``; ``tolerance``: bound on how far ``value`` may sit below the exact CF, propagated as
-    ``δ_X = gap_X + k·max_c δ_c`` (LP tolerance aside); ``status`` 0 ok, 1 a sandwich hit its evaluation cap.
+    ``δ_X = gap_X + k·max_c δ_c`` (LP tolerance aside); ``status`` 0 ok, 1 a sandwich hit its evaluation cap;
+    ``setting``: (shape, process, the model's root rows p, q) it was computed for (:func:`check_cf_setting`).
     """
 
     value: float
@@ -245,6 +246,19 @@ class CFResult:
     status: int
     success: bool
     message: str
+    setting: tuple = field(default=(), repr=False, compare=False)
+
+
+def check_cf_setting(cf: CFResult, model: Model, shape, process: str, where: str) -> None:
+    """ValueError unless ``cf`` was computed for this shape and process and a model with these root rows (a CF of
+    another model or process gives value functions that fit nothing here, without an error downstream)."""
+    shape_cf, process_cf, p_cf, q_cf = cf.setting
+    p, q = model_rows(model, (), where)
+    differ = ([f"shape {shape_cf}, not {shape}"] if shape_cf != shape else []) + (
+        [f"process {process_cf!r}, not {process!r}"] if process_cf != process else []) + (
+        ["another model (its root rows differ)"] if not (np.array_equal(p, p_cf) and np.array_equal(q, q_cf)) else [])
+    if differ:
+        raise ValueError(f"{where}: cf was computed for {'; '.join(differ)}")
 
 
 def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CFResult:
@@ -252,8 +266,11 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
     and once restricted to the α*(1)-optimal face (``alpha_root_value``, see :class:`CFResult`)."""
     where = "cf_bound"
     start = time.perf_counter()
+    check_model_type(model, where)
     shape = as_shape(shape, where)
     check_choice(process, PROCESSES, where, "process")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not 0 < tol < np.inf:
+        raise ValueError(f"{where}: tol must be a finite number > 0, got {tol!r}")
     functions: dict = {}
     deltas: dict = {}
     counter = [0]
@@ -293,4 +310,5 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
     message = (f"breakpoint search hit the cap of {MAX_EVALUATIONS} evaluations; value is a lower bound within {tolerance:.1e}"
                if capped else f"converged; value within {tolerance:.1e} below the exact CF (LP tolerance aside)")
     return CFResult(g_root - 1.0, g_face - 1.0, functions, int(sum(sizes)), int(max(sizes)), counter[0], tolerance,
-                    time.perf_counter() - start, int(capped), not capped, message)
+                    time.perf_counter() - start, int(capped), not capped, message,
+                    (shape, process, *model_rows(model, (), where)))

@@ -21,6 +21,7 @@ from scipy.sparse import csr_array, vstack
 from univer_theory.alpha_star import check_node_inputs
 from univer_theory.plans.lp_plan import check_position_weights
 from univer_theory.processes import tuple_law
+from univer_theory.validation import SIMPLEX_ATOL
 
 from .highs_lp import solve_lp
 from .result import OTResult
@@ -33,13 +34,35 @@ HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolera
 
 
 def tuple_support(where: str, q: np.ndarray, k: int, process: str, support) -> tuple[tuple, np.ndarray]:
-    """``(tuples, Q_k(tuples))`` from a given ``[(S, Q_k(S))]`` list or, if ``support`` is None, ``tuple_law``."""
-    law = tuple_law(q, k, process) if support is None else list(support)
+    """``(tuples, Q_k(tuples))`` from a given ``[(S, Q_k(S))]`` list or, if ``support`` is None, ``tuple_law``.
+    A given list must be a law: distinct tuples S of k integer tokens in ``[0, V)`` (distinct within S unless
+    iid), ``Q_k(S)`` finite, ≥ 0 and summing to 1 (within :data:`~univer_theory.validation.SIMPLEX_ATOL`);
+    ValueError naming the first rule broken."""
+    if support is None:
+        law = tuple_law(q, k, process)
+    else:
+        rule = (f"{where}: support must be a non-empty list of (S, Q_k(S)) pairs, S a tuple of k = {k} integer "
+                f"tokens in [0, {q.size})")
+        try:
+            law = [(tuple(S), pr) for S, pr in support]
+        except (TypeError, ValueError):
+            raise ValueError(rule) from None
+        if not law or any(len(S) != k or not all(isinstance(y, (int, np.integer)) and 0 <= y < q.size for y in S)
+                          for S, _ in law):
+            raise ValueError(rule)
     tuples = tuple(tuple(int(y) for y in S) for S, _ in law)
-    probs = np.array([float(pr) for _, pr in law], dtype=np.float64)
-    if any(len(S) != k or min(S) < 0 or max(S) >= q.size for S in tuples) or np.any(probs < 0):
-        raise ValueError(f"{where}: support must list (S, Q_k(S)) pairs with S a k = {k} tuple of tokens in "
-                         f"[0, {q.size}) and Q_k(S) ≥ 0")
+    try:
+        probs = np.array([float(pr) for _, pr in law], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: support's Q_k(S) must be numbers") from None
+    if support is not None:
+        if not np.all(np.isfinite(probs) & (probs >= 0)) or abs(probs.sum() - 1.0) > SIMPLEX_ATOL:
+            raise ValueError(f"{where}: support's Q_k(S) must be finite, ≥ 0 and sum to 1 (a law), got sum "
+                             f"{probs.sum():.12g}")
+        if len(set(tuples)) != len(tuples):
+            raise ValueError(f"{where}: support lists a tuple twice")
+        if process != "iid" and any(len(set(S)) != k for S in tuples):
+            raise ValueError(f"{where}: support has a tuple with a repeated token, impossible under {process!r}")
     return tuples, probs
 
 

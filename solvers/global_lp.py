@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from univer_theory.models import Model, checked_rows
+from univer_theory.models import Model, check_model_type, checked_rows
 from univer_theory.processes import PROCESSES, tuple_law
 from univer_theory.tree import TreeShape
 from univer_theory.validation import check_choice
@@ -126,6 +126,7 @@ def enumerate_tree_arrays(model: Model, shape, process: str) -> TreeArrays:
     :data:`MAX_TREES`.
     """
     where = "enumerate_tree_arrays"
+    check_model_type(model, where)
     shape = as_shape(shape, where)
     check_choice(process, PROCESSES, where, "process")
     V, N = model.vocab_size, shape.num_nodes
@@ -254,6 +255,7 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     """
     where = "global_tree_lp"
     start = time.perf_counter()
+    check_model_type(model, where)
     check_choice(method, LP_METHODS, where, "method")
     shape = as_shape(shape, where)
     if trees is None:

@@ -68,7 +68,8 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     bound HiGHS left them on, the basic columns from the square system that leaves — so it carries round-off
     only, not HiGHS' feasibility tolerance.  ``presolve``: HiGHS' option (``"choose"`` or ``"off"``).  ``retry``:
     when the run does not end Optimal, re-solve with each of :data:`RETRIES` in turn (simplex ones only with
-    ``vertex``); ``message`` then lists every attempt.
+    ``vertex``); ``message`` then lists every attempt.  ValueError for ``c`` or ``A`` with NaN / inf entries, ``c``
+    not of one entry per column, bounds that are NaN or neither scalars nor one per row / column.
     """
     if vertex and method != "simplex":
         raise ValueError("solve_lp: vertex=True needs method='simplex' (a basis)")
@@ -76,13 +77,17 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     highspy, _ = bindings()
     A = sp.csc_matrix(A)
     n_rows, n_cols = A.shape
+    cost = np.asarray(c, dtype=np.float64)
+    if cost.shape != (n_cols,) or not np.all(np.isfinite(cost)) or not np.all(np.isfinite(A.data)):
+        raise ValueError(f"solve_lp: c must hold one finite cost per column of A ({n_cols}) and A finite entries, "
+                         f"got c of shape {cost.shape}")
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = n_cols, n_rows
-    lp.col_cost_ = np.asarray(c, dtype=np.float64)
-    lp.col_lower_ = _finite_or_inf(col_lower, n_cols)
-    lp.col_upper_ = _finite_or_inf(col_upper, n_cols)
-    lp.row_lower_ = _finite_or_inf(row_lower, n_rows)
-    lp.row_upper_ = _finite_or_inf(row_upper, n_rows)
+    lp.col_cost_ = cost
+    lp.col_lower_ = _finite_or_inf(col_lower, n_cols, "col_lower")
+    lp.col_upper_ = _finite_or_inf(col_upper, n_cols, "col_upper")
+    lp.row_lower_ = _finite_or_inf(row_lower, n_rows, "row_lower")
+    lp.row_upper_ = _finite_or_inf(row_upper, n_rows, "row_upper")
     lp.sense_ = highspy.ObjSense.kMaximize
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_ = A.indptr.astype(np.int32)
@@ -160,9 +165,14 @@ def nonnegative_multipliers(duals) -> np.ndarray:
     return np.maximum(y, 0.0)
 
 
-def _finite_or_inf(values, n: int) -> np.ndarray:
+def _finite_or_inf(values, n: int, name: str) -> np.ndarray:
+    """Bounds ``values`` (a scalar or n of them, ±inf for none) as HiGHS reads them; ValueError otherwise."""
     inf = bindings()[0].kHighsInf
-    arr = np.broadcast_to(np.asarray(values, dtype=np.float64), (n,)).copy()
+    raw = np.asarray(values, dtype=np.float64)
+    if raw.ndim > 1 or raw.size not in (1, n) or np.isnan(raw).any():
+        raise ValueError(f"solve_lp: {name} must be a number or {n} of them (±inf for no bound, no NaN), got "
+                         f"shape {raw.shape}")
+    arr = np.broadcast_to(raw, (n,)).copy()
     arr[arr == np.inf] = inf
     arr[arr == -np.inf] = -inf
     return arr

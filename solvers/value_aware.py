@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from univer_theory.engine import NodeContext, NodeDecision
-from univer_theory.models import Model
+from univer_theory.models import Model, check_model_type
 from univer_theory.plans.base import NodePlan
 from univer_theory.plans.lp_plan import tabulated_plan
 from univer_theory.tree import TreeShape
 from univer_theory.verifiers import Verifier
 
-from .cf_bound import LEAF, CFResult, NodeProblem, cf_bound
+from .cf_bound import LEAF, CFResult, NodeProblem, cf_bound, check_cf_setting
 from .global_lp import as_shape
 
 _PROCESSES = ("iid", "wor", "topk", "greedy")
@@ -58,10 +58,14 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
     children's subtrees from ``NodeContext.child_shapes``.
     """
     where = "value_aware_verifier"
+    check_model_type(model, where)
     shape = as_shape(shape, where)
     if process not in _PROCESSES:
         raise ValueError(f"{where}: unknown process {process!r}; choose one of {sorted(_PROCESSES)}")
-    cf = cf if cf is not None else cf_bound(model, shape, process)
+    if cf is None:
+        cf = cf_bound(model, shape, process)
+    else:
+        check_cf_setting(cf, model, shape, process, where)
     cache: dict = {}
 
     def child_value(keys, prefix):

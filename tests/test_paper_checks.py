@@ -372,3 +372,9 @@ def test_temperature_fails_where_the_gain_does_not_shrink_towards_zero(monkeypat
     monkeypatch.setattr(temperature, "toy_instances", _first(temperature.toy_instances, 1))
     res = temperature.run(fast=True, out_dir=tmp_path, progress=False, real_model=False)
     assert not res.passed and "is not below" in res.table
+
+
+def test_run_checks_takes_one_name_as_a_string():
+    """``run_checks("optimality")`` iterated the string: "unknown check(s) ['o', 'p', 't', …]"."""
+    with pytest.raises(ValueError, match=r"unknown check\(s\) \['nope'\]"):
+        run_checks("nope")

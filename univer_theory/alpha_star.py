@@ -32,6 +32,7 @@ Host reads (data-dependent sizes): m, and the clock integral's grid, clamp and p
 from __future__ import annotations
 
 import math
+import numbers
 
 import numba
 import numpy as np
@@ -74,7 +75,12 @@ def _check_k(where: str, draft_probs: np.ndarray, k, process: str) -> int:
 
 
 def _check_rho(where: str, rho, batch_shape: tuple) -> np.ndarray:
-    r = np.asarray(rho, dtype=np.float64)
+    raw = np.asarray(rho)
+    real = raw.dtype.kind in "iuf" or (raw.dtype == object and all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in raw.flat))      # Fractions too
+    if not real:                        # "0.5" was read as 0.5, 0.5 + 0j and "abc" were numpy's errors
+        raise ValueError(f"{where}: rho must be a real number (or one per row) in [0, 1], got {rho!r}")
+    r = raw.astype(np.float64)
     if not np.all(np.isfinite(r)) or np.any(r < 0) or np.any(r > 1):
         raise ValueError(f"{where}: rho must lie in [0, 1], got {rho!r}")
     try:

@@ -217,17 +217,21 @@ class CheckedModel(Model):
 
 
 def checked_model(model, where: str) -> Model:
-    """``model`` wrapped in :class:`CheckedModel` (once); ValueError unless it is a :class:`Model` with a positive
-    integer ``vocab_size``."""
+    """``model`` wrapped in :class:`CheckedModel` (once); ValueError unless :func:`check_model_type` passes."""
     if isinstance(model, CheckedModel):
         return model
+    check_model_type(model, where)
+    return CheckedModel(model, where)
+
+
+def check_model_type(model, where: str) -> None:
+    """ValueError unless ``model`` is a :class:`Model` with a positive integer ``vocab_size``."""
     if not isinstance(model, Model):
         raise ValueError(f"{where}: model must be a univer_theory Model (target/draft rows per prefix), got "
                          f"{type(model).__name__}")
     V = getattr(model, "vocab_size", None)
     if isinstance(V, bool) or not isinstance(V, (int, np.integer)) or V < 1:
         raise ValueError(f"{where}: model.vocab_size must be a positive integer, got {V!r}")
-    return CheckedModel(model, where)
 
 
 def context_free(target_probs, draft_probs) -> TableModel:

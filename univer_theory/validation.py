@@ -32,8 +32,11 @@ def is_exact(array: np.ndarray) -> bool:
 def as_prob_array(values, where: str, name: str) -> np.ndarray:
     """Convert ``values`` to float64, or to an exact ``object`` array of Fractions if it holds Fractions / ints
     (ints become Fractions: Python's ``int / int`` is a float, and an all-int one-hot row would leave the exact
-    mode without a word)."""
-    arr = np.asarray(values)
+    mode without a word).  Ragged rows are a ValueError naming ``name``."""
+    try:
+        arr = np.asarray(values)
+    except ValueError:
+        raise ValueError(f"{where}: {name} must be rows of one length (a rectangular array)") from None
     if arr.dtype == object:
         for v in arr.flat:
             if not isinstance(v, (Fraction, int)) or isinstance(v, bool):

@@ -169,11 +169,17 @@ def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None, valida
     return float(rho) if nx.name == "numpy" and rho.ndim == 0 else rho
 
 
-def kseq_acceptance_mass(target_probs, draft_probs, k, rho):
+def kseq_acceptance_mass(target_probs, draft_probs, k, rho, validate: bool = True):
     """Per-token accepted mass of K-SEQ at ``ρ``: ``min(ρq, p)·(1 − r^k)/(ρ(1 − r))`` with the rejected mass
     ``r = 1 − β = Σ [q − p/ρ]_+`` (:func:`kseq_rho_star`; 0 where β = 0), on the rows put on the simplex; Σ = α.
-    Rows ``[..., V]`` (numpy or torch), ``k`` and ``ρ`` scalars or per row."""
+    Rows ``[..., V]`` (numpy or torch), ``k`` and ``ρ`` scalars or per row.  ``validate``: the rows and k as
+    :func:`kseq_rho_star` checks them, and ``ρ`` finite and > 0 (ValueError); the level rules pass False."""
     nx = get_backend(target_probs, draft_probs, rho)
+    if validate:
+        _check_kseq_inputs(nx, target_probs, draft_probs, k)
+        r = np.asarray(rho.detach().cpu() if hasattr(rho, "detach") else rho, dtype=np.float64)
+        if r.size == 0 or not np.all(np.isfinite(r) & (r > 0)):
+            raise ValueError(f"kseq_acceptance_mass: rho must be finite and > 0 (ρ* ∈ [1, k]), got {rho!r}")
     p, q = (normalise_rows(nx.asarray(x, x)) for x in (target_probs, draft_probs))
     r = nx.asarray(rho, p)[..., None]
     miss = nx.minimum(nx.sum(nx.maximum(q - p / r, 0.0)), 1.0)
@@ -191,7 +197,7 @@ def kseq_rule(ctx: NodeContext) -> NodeDecision:
     k = len(ctx.children)
     rho = kseq_rho_star(ctx.target, ctx.draft, k, validate=False)      # rows checked by validate_inputs
     enter = tuple(float(_ratio_min1(ctx.target[y], rho * ctx.draft[y])) for y in ctx.children)
-    resid = normalise(np.maximum(ctx.target - kseq_acceptance_mass(ctx.target, ctx.draft, k, rho), 0.0))
+    resid = normalise(np.maximum(ctx.target - kseq_acceptance_mass(ctx.target, ctx.draft, k, rho, False), 0.0))
     return NodeDecision(enter, (1.0,) * k, 1.0, resid, {"rho_star": rho})
 
 

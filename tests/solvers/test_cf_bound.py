@@ -161,3 +161,29 @@ def test_bad_input_raises_value_error():
         cf_bound(NotNormalised(), "2", "iid")
     with pytest.raises(ValueError, match="unknown process"):
         value_aware_verifier(model(3, 0), "2", "beam")
+
+
+def test_tree_solvers_refuse_a_model_that_is_not_one_and_a_bad_tolerance():
+    """A ``(p, q)`` tuple or None was an AttributeError from deep inside (a float vocab_size an IndexError in the
+    global LP); ``tol = NaN`` returned success, ``tol = −1`` ran to the evaluation cap, a string was numpy's error."""
+    for model, match in (((np.ones(2) / 2, np.ones(2) / 2), "model must be a univer_theory Model .*, got tuple"),
+                         (None, "got NoneType")):
+        for solver in (cf_bound, global_tree_lp, value_aware_verifier):
+            with pytest.raises(ValueError, match=match):
+                solver(model, "2", "wor")
+    for tol in (float("nan"), -1.0, 0.0, "1e-9", True):
+        with pytest.raises(ValueError, match="tol must be a finite number > 0"):
+            cf_bound(DirichletModel(3, seed=0), "2", "wor", tol=tol)
+
+
+def test_value_aware_refuses_a_cf_of_another_setting():
+    """A CF of another model gave E[τ] 1.80174 below the true CF 1.80311, one of process iid used for wor 1.99691
+    below 1.99983, without a word: the value functions fit another instance."""
+    model, other = DirichletModel(3, seed=0), DirichletModel(3, seed=1)
+    cf = cf_bound(model, "2", "wor")
+    assert value_aware_verifier(model, "2", "wor", cf) is not None
+    assert value_aware_verifier(DirichletModel(3, seed=0), "2", "wor", cf) is not None   # an equal model is fine
+    for args, match in (((other, "2", "wor"), "another model"), ((model, "2", "iid"), "process 'wor', not 'iid'"),
+                        ((model, "1,1", "wor"), "shape")):
+        with pytest.raises(ValueError, match=match):
+            value_aware_verifier(*args, cf)

@@ -199,8 +199,10 @@ def test_unknown_method_and_oversized_mincut_raise():
         solve_flat(p, q, 2, "iid", method="simplex")
     with pytest.raises(ValueError, match="exceeds 12"):
         condot_mincut(p, q, 2, "iid")
-    with pytest.raises(ValueError, match="missing cvxpy solver"):
-        flat_ot_cvxpy(p[:3] * 13 / 3, q[:3] * 13 / 3, 2, "iid", solver="NOPE")
+    # OSQP and SCS (cvxpy's own) at their default tolerances returned plans up to 1.7e-5 below α* as optimal
+    for solver in ("NOPE", "OSQP", "SCS"):
+        with pytest.raises(ValueError, match="not one with tolerances set for this LP, or not installed"):
+            flat_ot_cvxpy(p[:3] * 13 / 3, q[:3] * 13 / 3, 2, "iid", solver=solver)
     with pytest.raises(ValueError, match="G_mask"):
         prob_subset_wor(q, np.ones(12, dtype=bool), 2)
     with pytest.raises(ValueError, match="permutation"):
@@ -226,3 +228,36 @@ def test_mincut_breaks_ties_to_the_smallest_bitmask(rho, cut):
     res = condot_mincut(p, q, 2, "wor", rho)
     assert res.cut.astype(int).tolist() == cut
     assert np.asarray(alpha_star_and_cut(p, q, 2, "wor", rho)[1]).astype(int).tolist() == cut
+
+
+def test_a_given_tuple_law_must_be_one():
+    """``support=`` was barely checked: a law summing to 2 (or listed twice) gave value 1.0 with success above
+    α* = 0.9857, float tokens were truncated, a wor tuple (0, 0) accepted, an empty list an IndexError, Q = inf a
+    cvxpy success — each a ValueError naming the rule now; the law itself still gives the LP's value."""
+    p, q = np.array([.5, .3, .2]), np.array([.2, .3, .5])
+    law = tuple_law(q, 2, "wor")
+    assert condot_lp(p, q, 1.0, 2, "wor", support=law).value == pytest.approx(alpha_star(p, q, 2, "wor"), abs=1e-9)
+    for support, match in (([], "non-empty list"), ([(S, 2 * x) for S, x in law], "sum to 1"),
+                           (law + law, "sum to 1"), ([((0.5, 1.7), 1.0)], "integer tokens"),
+                           ([((0, 0), 1.0)], "repeated token"), ([((0, 1), float("inf"))], "finite"),
+                           ([(0, 1)], "pairs"), (np.array([[0, 1]]), "pairs"),
+                           ([((0, 1), .5), ((0, 1), .5)], "a tuple twice")):
+        with pytest.raises(ValueError, match=match):
+            condot_lp(p, q, 1.0, 2, "wor", support=support)
+        with pytest.raises(ValueError, match=match):
+            flat_ot_cvxpy(p, q, 2, "wor", support=support)
+
+
+def test_rho_must_be_a_real_number_and_rows_rectangular():
+    """``rho = "0.5"`` was read as 0.5; ``0.5 + 0j``, ``"abc"`` and ragged rows were numpy's errors naming neither
+    the function nor the argument.  Fractions (the exact mode's ρ) stay accepted."""
+    from fractions import Fraction
+    p, q = np.array([.5, .3, .2]), np.array([.2, .3, .5])
+    assert alpha_star(p, q, 2, "wor", Fraction(1, 2)) == alpha_star(p, q, 2, "wor", 0.5)
+    for rho in ("0.5", 0.5 + 0j, "abc", True):
+        for call in (lambda: alpha_star(p, q, 2, "wor", rho), lambda: condot_lp(p, q, rho, 2, "wor"),
+                     lambda: condot_mincut(p, q, 2, "wor", rho)):
+            with pytest.raises(ValueError, match="rho must be a real number"):
+                call()
+    with pytest.raises(ValueError, match="target_probs must be rows of one length"):
+        alpha_star([[.5, .5], [1.0]], [[.5, .5], [1.0]], 1, "iid")

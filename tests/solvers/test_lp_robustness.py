@@ -166,3 +166,19 @@ def test_exact_command_marks_a_method_whose_solver_fails(monkeypatch, capsys):
     assert cli_main(["exact", "--vocab", "3", "--shape", "2", "--process", "iid"]) == 1
     text = capsys.readouterr().out
     assert "univer    FAILED: slot_rule_lp: HiGHS returned Infeasible" in text and "tv " in text
+
+
+def test_solve_lp_refuses_inputs_of_the_wrong_size_or_nan():
+    """A cost vector one entry too long was truncated (success), a NaN cost gave success with objective NaN, row
+    bounds of the wrong length were numpy's broadcast error."""
+    import scipy.sparse as sp
+
+    from solvers import solve_lp
+    A = sp.csc_matrix(np.array([[1.0, 1.0]]))
+    assert solve_lp(np.array([1.0, 2.0]), A, -np.inf, 1.0, 0.0, np.inf).objective == pytest.approx(2.0)
+    for args, match in (((np.array([1.0, 2.0, 30.0]), A, -np.inf, 1.0, 0.0, np.inf), "one finite cost per column"),
+                        ((np.array([np.nan, 2.0]), A, -np.inf, 1.0, 0.0, np.inf), "one finite cost"),
+                        ((np.array([1.0, 2.0]), A, -np.inf, np.array([1.0, 2.0]), 0.0, np.inf), "row_upper must be"),
+                        ((np.array([1.0, 2.0]), A, -np.inf, 1.0, np.nan, np.inf), "col_lower must be")):
+        with pytest.raises(ValueError, match=match):
+            solve_lp(*args)
