@@ -150,17 +150,23 @@ def test_speed_cli_batch(pair, tmp_path, monkeypatch, capsys):
                                         (["--methods", "sps", "--chain", "binary:2"], "does not apply"),
                                         (["--n", "2", "--batch", "3"], "exceeds the number of prompts"),
                                         (["--n", "2", "--batch", "2", "--methods", "plain,hf-assisted"],
-                                         "cannot batch")])
+                                         "cannot batch"),
+                                        # ran with exit 0, recording the unused tree in its config
+                                        (["--methods", "plain", "--tree", "binary:2"], "none of the methods"),
+                                        (["--methods", "sps", "--tree", "binary:2"], "sps drafts --chain")])
 def test_speed_cli_rejects_bad_values_before_loading(argv, match, capsys):
     assert cli.main(["speed", *argv]) == 2
     assert match in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("option", ["--n", "--batch"])
-def test_speed_cli_rejects_non_positive_counts(option, capsys):
+@pytest.mark.parametrize("argv", [["speed", "--n", "0"], ["speed", "--batch", "0"], ["accept-bench", "--limit", "0"],
+                                  ["accept-bench", "--positions", "0"], ["accept-bench", "--positions", "-2"]])
+def test_llm_commands_reject_non_positive_counts(argv, tmp_path, capsys):
+    """accept-bench's ``--positions 0`` was refused only once both models had loaded (~34 s), after creating its
+    ``--out`` folder."""
     with pytest.raises(SystemExit) as exc:
-        cli.main(["speed", option, "0"])
-    assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err
+        cli.main([*argv, "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("argv,match", [
@@ -169,6 +175,9 @@ def test_speed_cli_rejects_non_positive_counts(option, capsys):
     (["decode", "--prompt", "hi", "--device", "foo"], "--device foo:"),                     # a RuntimeError, exit 1
     (["accept-bench", "--methods", "sps", "--tree", "chain:1", "--out", "FILE"], "is a file; give a folder"),
     (["speed", "--n", "1", "--methods", "plain", "--out", "FILE"], "is a file; give a folder"),   # after every run
+    # a NotADirectoryError traceback once the whole run had finished
+    (["speed", "--n", "1", "--methods", "plain", "--out", "FILE/sub"], "is a file, so the folder cannot be created"),
+    (["accept-bench", "--methods", "sps", "--tree", "chain:1", "--out", "FILE/sub/x"], "cannot be created"),
     (["decode", "--prompt", "hi", "--tree", "binary:2", "--draft-top", "1"], "--draft-top 1 keeps fewer tokens"),
 ])
 def test_llm_commands_refuse_bad_values_in_one_line_before_loading(argv, match, tmp_path, capsys):
@@ -176,7 +185,7 @@ def test_llm_commands_refuse_bad_values_in_one_line_before_loading(argv, match, 
     after the whole speed run) or, for a draft that cannot draft the tree's widest node, an error once both models
     had loaded; all are one line and exit 2 now, before any model is loaded."""
     (tmp_path / "file").write_text("x")
-    assert cli.main([str(tmp_path / "file") if a == "FILE" else a for a in argv]) == 2
+    assert cli.main([a.replace("FILE", str(tmp_path / "file")) if a.startswith("FILE") else a for a in argv]) == 2
     err = capsys.readouterr().err
     assert match in err and err.count("\n") == 1 and "Traceback" not in err
 
@@ -193,3 +202,28 @@ def test_accept_bench_log_that_is_not_one_is_refused(tmp_path):
     path.write_text('{"config": {}, "methods": []}\n{"id": 1}\n{"id"')
     with pytest.raises(ValueError, match="line 2 is not a prompt record"):
         read_log(path)
+
+
+def test_speed_json_draws_no_bars_and_a_missing_plain_is_no_nan(pair, tmp_path, monkeypatch, capsys):
+    """``speed --json`` drew its progress bars on stderr (decode and accept-bench do not in --json); without
+    ``plain`` the table and CSV printed ``nan`` under "× plain"."""
+    from univer.commands import speed as speed_cmd
+
+    monkeypatch.setattr(speed_cmd, "load_models", lambda args: pair)
+    argv = ["speed", "--n", "1", "--max-new-tokens", "2", "--methods", "tv", "--tree", "chain:1",
+            "--out", str(tmp_path / "speed")]
+    assert cli.main([*argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "speedup_vs_plain" not in json.loads(out)["methods"]["tv"] and "it/s" not in err and "tok/s" not in err
+    assert cli.main(argv) == 0
+    table = capsys.readouterr().out
+    assert "nan" not in table and "nan" not in (tmp_path / "speed" / "speed.csv").read_text()
+
+
+def test_draft_top_above_the_vocabulary_is_refused(pair, monkeypatch, capsys):
+    """``--draft-top 999999`` (V = 49 152) truncated nothing and the summary said "draft top 999999"."""
+    import gpu.llm.models
+
+    monkeypatch.setattr(gpu.llm.models, "load_pair", lambda *a, **k: pair)
+    assert cli.main(["decode", "--prompt", "hi", "--max-new-tokens", "2", "--draft-top", "999999"]) == 2
+    assert f"exceeds the vocabulary ({pair.vocab_size} tokens)" in capsys.readouterr().err

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import output_folder, print_json, selected_methods
+from .common import output_folder, positive_int, print_json, selected_methods
 from .decode import add_llm_options, check_draftable, load_models
 
 #: Settings of ``--fast`` (CI): few prompts, a small tree, few positions — unless given explicitly.
@@ -26,9 +26,9 @@ FULL = {"limit": None, "positions": 32, "tree": "binary:4"}
 def add_parser(sub) -> None:
     p = sub.add_parser("accept-bench", help="exact E[τ] of every verifier on real SmolLM2 draft trees")
     p.add_argument("--prompts", default="mtbench", choices=("mtbench", "humaneval", "all"), help="prompt set (default mtbench)")
-    p.add_argument("--limit", type=int, default=None,
+    p.add_argument("--limit", type=positive_int, default=None,
                    help=f"number of prompts, round-robin over categories (default all; --fast {FAST['limit']})")
-    p.add_argument("--positions", type=int, default=None,
+    p.add_argument("--positions", type=positive_int, default=None,
                    help=f"positions per prompt along the target's continuation (default {FULL['positions']}; "
                         f"--fast {FAST['positions']})")
     p.add_argument("--tree", default=None, help=f"tree shape: binary:D, chain:D, eagle[:W] or a TreeShape string "

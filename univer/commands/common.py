@@ -125,12 +125,16 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
 
 
 def output_folder(text: str):
-    """``--out`` as a folder path: a ValueError, before any run, when it names an existing file."""
+    """``--out`` as a folder path: a ValueError, before any run, when it or the nearest of its parents that exists
+    is a file (the folder could not be created)."""
     from pathlib import Path
 
     out = Path(text)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {text} is a file; give a folder (created if missing)")
+    parent = next(p for p in out.absolute().parents if p.exists())
+    if not out.exists() and not parent.is_dir():
+        raise ValueError(f"--out {text}: {parent} is a file, so the folder cannot be created")
     return out
 
 

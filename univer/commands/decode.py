@@ -40,7 +40,8 @@ def check_draftable(shape, args, spec: str) -> None:
 
 
 def load_models(args):
-    """Set the thread count and load the (target, draft) pair the options name."""
+    """Set the thread count and load the (target, draft) pair the options name; a ``--draft-top`` above the
+    vocabulary (known once the pair is loaded) is a ValueError — it would truncate nothing."""
     import torch
 
     from gpu.llm.models import DEFAULT_DRAFT, load_pair
@@ -53,7 +54,11 @@ def load_models(args):
         torch.empty(0, device=args.device)
     except (RuntimeError, AssertionError) as err:
         raise ValueError(f"--device {args.device}: {str(err).splitlines()[0]}") from None
-    return load_pair(args.draft or DEFAULT_DRAFT, device=args.device)
+    pair = load_pair(args.draft or DEFAULT_DRAFT, device=args.device)
+    if args.draft_top is not None and args.draft_top > pair.vocab_size:
+        raise ValueError(f"--draft-top {args.draft_top} exceeds the vocabulary ({pair.vocab_size} tokens) and would "
+                         f"truncate nothing; leave it out to draft from whole rows")
+    return pair
 
 
 def add_parser(sub) -> None:

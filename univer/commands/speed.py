@@ -69,6 +69,9 @@ def speed_methods(args) -> list:
         raise ValueError(f"--batch {args.batch}: method(s) {list(cannot)} cannot batch requests "
                          f"({'; '.join(cannot.values())}); leave them out of --methods or use --batch 1")
     trees = args.tree or [DEFAULT_TREE]
+    if args.tree and all(name in ("plain", "hf-assisted", "sps") for name in names):
+        raise ValueError(f"--tree {', '.join(args.tree)}: none of the methods {names} drafts a tree (sps drafts "
+                         f"--chain); add a tree method or leave --tree out")
     out = []
     for name in ALL_METHODS:
         if name not in names:
@@ -96,7 +99,8 @@ def write_outputs(report: dict, out: Path) -> None:
         w.writerow(["method", "tokens_per_s", "speedup_vs_plain", "tokens_per_s_min", "tokens_per_s_median",
                     "tokens_per_step", "share_draft", "share_target", "share_verify", "new_tokens", "wall_s"])
         for name, m in report["methods"].items():
-            w.writerow([name, f"{m['tokens_per_s']:.4f}", f"{m.get('speedup_vs_plain', float('nan')):.4f}",
+            w.writerow([name, f"{m['tokens_per_s']:.4f}", f"{m['speedup_vs_plain']:.4f}" if "speedup_vs_plain" in m
+                        else "",
                         f"{m['tokens_per_s_min']:.4f}", f"{m['tokens_per_s_median']:.4f}",
                         f"{m['tokens_per_step']:.4f}", *(f"{m['share'][k]:.4f}" for k in ("draft", "target", "verify")),
                         m["new_tokens"], f"{m['wall_s']:.3f}"])
@@ -146,7 +150,7 @@ def run(args) -> int:
     pair = load_models(args)
     ids = [encode_prompt(pair.tokenizer, p) for p in prompts]
     report = speed_compare(pair, ids, methods, args.process, args.temperature, args.max_new_tokens, args.seed,
-                           progress=True, batch=args.batch, draft_top=args.draft_top)   # bars on stderr
+                           progress=not args.json, batch=args.batch, draft_top=args.draft_top)   # bars on stderr
     plain = report["methods"].get("plain")
     for m in report["methods"].values():
         if plain:
@@ -167,7 +171,8 @@ def run(args) -> int:
         return 0
     print(f"{'method':18s} {'tokens/s':>9s} {'× plain':>8s} {'tok/step':>9s} {'draft':>6s} {'target':>7s} {'verify':>7s}")
     for name, m in report["methods"].items():
-        print(f"{name:18s} {m['tokens_per_s']:9.2f} {m.get('speedup_vs_plain', float('nan')):8.2f} "
+        speedup = f"{m['speedup_vs_plain']:8.2f}" if "speedup_vs_plain" in m else f"{'-':>8s}"   # plain not run
+        print(f"{name:18s} {m['tokens_per_s']:9.2f} {speedup} "
               f"{m['tokens_per_step']:9.2f} {m['share']['draft']:6.1%} {m['share']['target']:7.1%} "
               f"{m['share']['verify']:7.1%}")
     print(f"wrote {args.out}/speed.json, speed.csv, speed.png")
