@@ -11,9 +11,11 @@ import torch
 
 from univer_theory.validation import SIMPLEX_ATOL, check_temperature
 
-#: ``|Σ row − 1|`` tolerance per dtype.  float64 keeps the exact core's 1e-9.  A float32 softmax row over
-#: V ≈ 1.5·10⁵ tokens sums to 1 within ~1e-6 (per-entry rounding 6e-8, pairwise summation); 1e-5 leaves room
-#: for that and still rejects a forgotten normalisation.
+#: ``|Σ row − 1|`` tolerance per dtype.  float64 keeps the exact core's 1e-9.  A float32 row normalised in float64
+#: and rounded entry by entry sums to 1 within ~6e-8 (:func:`probs_from_logits` does so); torch's own float32
+#: softmax, whose sum is accumulated in float32, came 1.7e-5 short at V = 49 152 on a row with a flat tail.  1e-5
+#: leaves room for rows summed by a pairwise float32 sum (~1e-6 at V ≈ 1.5·10⁵) and still rejects a forgotten
+#: normalisation.
 SIMPLEX_TOL = {torch.float64: SIMPLEX_ATOL, torch.float32: 1e-5}
 
 
@@ -74,7 +76,11 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
         # ``z/T`` first rounds at ``ulp(|z|/T)``, O(1) relative at a small T) and never overflows; a T below the
         # dtype's range (0 there) leaves ``0/0`` only at the maxima, whose shifted logit is 0
         top_logit = x.amax(-1, keepdim=True)
-        q = torch.softmax(torch.where(x == top_logit, 0.0, (x - top_logit) / temperature), dim=-1)
+        # normalised in float64 (then rounded to float32 entry by entry): torch's float32 softmax accumulates its
+        # sum in float32, 1.7e-5 off at V = 49 152 on a row with a flat tail — past SIMPLEX_TOL, so its own rows
+        # were refused downstream
+        q = torch.softmax(torch.where(x == top_logit, 0.0, (x - top_logit) / temperature), dim=-1,
+                          dtype=torch.float64).to(dtype)
     return q if support is None else support_floor(q, x, support)
 
 
@@ -95,8 +101,15 @@ def support_floor(q: torch.Tensor, logits: torch.Tensor, s: int) -> torch.Tensor
     >>> bool(q[0, 1] > 0), float(q[0, 2])
     (True, 0.0)
     """
+    if not torch.is_tensor(q) or q.dtype not in SIMPLEX_TOL or not torch.is_tensor(logits) or \
+            logits.shape != q.shape:
+        raise ValueError(f"support_floor: q must be float32 / float64 rows and logits of their shape, got "
+                         f"{getattr(q, 'dtype', type(q).__name__)} {list(getattr(q, 'shape', []))} and "
+                         f"{list(getattr(logits, 'shape', []))}")
+    if isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 1 <= s <= q.shape[-1]:
+        raise ValueError(f"support_floor: s must be an int in [1, V = {q.shape[-1]}], got {s!r}")
     info = torch.finfo(q.dtype)
-    z, top = logits.to(q.dtype).topk(s, dim=-1)
+    z, top = logits.to(q.dtype).topk(int(s), dim=-1)
     floor = torch.clamp(info.eps ** 2 * torch.exp(z - z[..., :1]), min=info.tiny ** 0.5)
     have = q.gather(-1, top)
     low = (have < floor).any(-1, keepdim=True)

@@ -24,6 +24,7 @@ them.
 """
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 import torch
@@ -31,7 +32,7 @@ import torch
 from univer_theory.validation import check_choice
 
 from ..engine import VerifyResult
-from ..probs import check_rows
+from ..probs import SIMPLEX_TOL, check_rows
 from ..tree_batch import TreeBatch, _as_long, integer_dtype
 from ..verify import verify
 
@@ -74,8 +75,23 @@ def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_pro
     if not torch.is_tensor(q) or q.shape != target_probs.shape:
         raise ValueError(f"{where}: draft_probs must be [B, N, V] = {list(target_probs.shape)}, got "
                          f"{list(q.shape) if torch.is_tensor(q) else type(q).__name__}")
+    if target_probs.dtype not in SIMPLEX_TOL or q.dtype != target_probs.dtype:      # checked with validate=False too
+        raise ValueError(f"{where}: target_probs and draft_probs must be float32 or float64 of one dtype, got "
+                         f"{target_probs.dtype} and {q.dtype}")
     row_index = torch.arange(B, device=order.device)[:, None] * N + order
     return batch, target_probs.reshape(B * N, V), q.reshape(B * N, V), row_index, order
+
+
+def int_argument(where: str, name: str, value, least: int) -> int:
+    """``value`` as an int ≥ ``least`` (ints and numpy / torch integer scalars; not bools, floats or strings), else
+    a ``ValueError`` naming ``name``."""
+    try:
+        n = operator.index(value) if not isinstance(value, bool) else least - 1
+    except TypeError:
+        n = least - 1
+    if n < least:
+        raise ValueError(f"{where}: {name} must be an int ≥ {least}, got {value!r}")
+    return n
 
 
 def check_integer_outputs(where: str, device: torch.device, **outputs) -> None:
@@ -197,10 +213,18 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                                                 target_probs, draft_probs, where)
     B, N = target_probs.shape[:2]
     dev = target_probs.device
+    S = None if num_speculative_tokens is None else int_argument(where, "num_speculative_tokens",
+                                                                 num_speculative_tokens, 1)
     if accept_index is not None:
+        if not torch.is_tensor(accept_index) or accept_index.ndim != 2:
+            raise ValueError(f"{where}: accept_index must be an integer tensor [B, S], got "
+                             f"{type(accept_index).__name__}")
+        if S is not None and accept_index.shape[1] != S:
+            raise ValueError(f"{where}: accept_index has width {accept_index.shape[1]} but num_speculative_tokens "
+                             f"= {S}; they are the same S")
         S = accept_index.shape[1]
-    else:
-        S = batch.max_depth + 1 if num_speculative_tokens is None else int(num_speculative_tokens)
+    elif S is None:
+        S = batch.max_depth + 1
     if batch.max_depth > S - 1:
         raise ValueError(f"{where}: a tree has depth {batch.max_depth} but num_speculative_tokens = {S} leaves "
                          f"room for {S - 1} drafted tokens")

@@ -20,8 +20,6 @@ chain c is ``bonus_token_ids[:, c]``.
 """
 from __future__ import annotations
 
-import operator
-
 import torch
 
 from univer_theory.validation import check_choice
@@ -30,7 +28,7 @@ from ..engine import VerifyResult
 from ..probs import SIMPLEX_TOL
 from ..tree_batch import TreeBatch, _as_long
 from ..verify import verify
-from .sglang import check_integer_outputs, uniform_draft_rows
+from .sglang import check_integer_outputs, int_argument, uniform_draft_rows
 
 #: vLLM's marker for rejected output slots.
 PLACEHOLDER_TOKEN_ID = -1
@@ -60,12 +58,7 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
     tok = _as_long(draft_token_ids, where, "draft_token_ids", dev).reshape(-1)
     cu = _as_long(cu_num_draft_tokens, where, "cu_num_draft_tokens", dev).reshape(-1)
     bonus = _as_long(bonus_token_ids, where, "bonus_token_ids", dev)
-    try:
-        m = operator.index(num_drafts) if not isinstance(num_drafts, bool) else 0
-    except TypeError:
-        m = 0
-    if m < 1:
-        raise ValueError(f"{where}: num_drafts must be an int ≥ 1, got {num_drafts!r}")
+    m = int_argument(where, "num_drafts", num_drafts, 1)
     B = cu.shape[0]
     bonus = bonus[:, None] if m == 1 and bonus.shape == (B,) else bonus      # one chain: [B] as [B, 1]
     if tok.shape != (T,) or B == 0 or bonus.shape != (B, m):
@@ -181,7 +174,7 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
         process = "wor" if METHODS[method] == "rrsw" else "iid"
     if validate and num_drafts > 1:
         _check_shared_heads(where, L, num_drafts, target_probs=p, draft_probs=draft_probs)
-    width = batch.max_depth if max_spec_len is None else int(max_spec_len)
+    width = batch.max_depth if max_spec_len is None else int_argument(where, "max_spec_len", max_spec_len, 0)
     if width < batch.max_depth:
         raise ValueError(f"{where}: max_spec_len = {width} is shorter than a chain ({batch.max_depth} tokens)")
     B = batch.batch_size

@@ -223,3 +223,46 @@ def test_vllm_process_defaults_to_the_methods_own():
                        run([1], method="sps"))                                   # one chain: bonus [B] as [B, 1]
     with pytest.raises(ValueError, match="unknown process 'topk'"):
         run([0, 1], method="tv", num_drafts=2, process="topk")
+
+
+def test_adapter_sizes_and_dtypes_a_serving_engineer_gets_wrong():
+    """Each was accepted or a deep error: SGLang's ``num_speculative_tokens`` ignored beside a wider
+    ``accept_index`` (a drafted token accepted at S = 1), a list ``accept_index`` an AttributeError, bfloat16 rows
+    with ``validate=False`` a KeyError inside the support scan; vLLM's ``max_spec_len = 3.7`` a width of 4."""
+    p = torch.tensor([[[0., 1.], [.5, .5]]])
+    c, ri, nt, ns = torch.tensor([[0, 1]]), torch.tensor([[0, 1]]), torch.tensor([[1, -1]]), torch.tensor([[-1, -1]])
+    wide = torch.full((1, 4), -1, dtype=torch.int32)
+    out = sglang_verify_tree(c, ri, nt, ns, p, p, method="tv", accept_index=wide)      # S from the buffer: fine
+    assert out.accept_token_num.tolist() == [1]
+    for kwargs, match in (({"num_speculative_tokens": 1, "accept_index": wide}, "they are the same S"),
+                          ({"accept_index": [[-1, -1]]}, "accept_index must be an integer tensor"),
+                          ({"num_speculative_tokens": 2.0}, "num_speculative_tokens must be an int ≥ 1")):
+        with pytest.raises(ValueError, match=match):
+            sglang_verify_tree(c, ri, nt, ns, p, p, method="tv", **kwargs)
+    with pytest.raises(ValueError, match="float32 or float64 of one dtype, got torch.bfloat16"):
+        sglang_verify_tree(c, ri, nt, ns, p.bfloat16(), p.bfloat16(), method="tv", validate=False)
+    ids, cu, bonus = torch.tensor([1]), torch.tensor([1]), torch.tensor([0])
+    rows = torch.tensor([[.5, .5]])                 # one row per drafted token
+    assert vllm_rejection_sample(ids, cu, rows, rows, bonus, max_spec_len=3).shape == (1, 4)
+    for bad in (3.7, "4", True, -1):
+        with pytest.raises(ValueError, match="max_spec_len must be an int ≥ 0"):
+            vllm_rejection_sample(ids, cu, rows, rows, bonus, max_spec_len=bad)
+
+
+def test_float32_rows_from_logits_pass_the_adapters_own_check():
+    """torch's float32 softmax sums in float32: a V = 49 152 row with a flat tail came 1.7e-5 short, past
+    ``SIMPLEX_TOL``, so ``sample_children``, ``gpu.verify`` and both adapters refused the rows ``probs_from_logits``
+    had made; it normalises in float64 now.  ``support_floor`` refuses its own bad arguments."""
+    from gpu.probs import SIMPLEX_TOL, check_rows, probs_from_logits, support_floor
+    z = torch.full((1, 49_152), -4.0)
+    z[0, :7] = torch.tensor([9.0, 8.5, 8.0, 7.0, 6.5, 5.0, 3.0])
+    for logits in (z, z.bfloat16()):
+        q = probs_from_logits(logits)
+        assert q.dtype == torch.float32 and abs(float(q.double().sum()) - 1) <= 1e-6 < SIMPLEX_TOL[torch.float32]
+        check_rows("test", "q", q)
+    q = probs_from_logits(z[:, :3])
+    for args, match in (((q, z[:, :3], 4), "s must be an int in"), ((q, z[:, :3], 0), "s must be"),
+                        ((q, z[:, :2], 1), "logits of their shape"), ((q.long(), z[:, :3], 1), "float32 / float64")):
+        with pytest.raises(ValueError, match=match):
+            support_floor(*args)
+    assert torch.equal(support_floor(q, z[:, :3], np.int64(2)), support_floor(q, z[:, :3], 2))
