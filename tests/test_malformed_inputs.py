@@ -311,7 +311,9 @@ def test_probs_from_logits_past_the_float_range():
         out = probs_from_logits(logits, T)
         assert torch.equal(out, torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(out.dtype))
     mild = torch.tensor([[0.5, -1.0, 2.0]])
-    assert torch.equal(probs_from_logits(mild, 0.7), torch.softmax(mild / 0.7, -1))     # rows in range: as before
+    wide = mild.double()         # rows in range: float64 as before; float32 within its rounding of (z − max z)/T
+    assert torch.equal(probs_from_logits(wide, 0.7), torch.softmax(wide / 0.7, -1))
+    assert torch.allclose(probs_from_logits(mild, 0.7).double(), torch.softmax(wide / 0.7, -1), rtol=1e-6, atol=0)
     with pytest.raises(ValueError, match="temperature must be finite"):
         probs_from_logits(torch.tensor([[0.0, -math.inf, 1.0]]), math.inf)
     for top in (0, -3, "x"):
