@@ -254,9 +254,10 @@ def check_cf_setting(cf: CFResult, model: Model, shape, process: str, where: str
     another model or process gives value functions that fit nothing here, without an error downstream)."""
     shape_cf, process_cf, p_cf, q_cf = cf.setting
     p, q = model_rows(model, (), where)
-    differ = ([f"shape {shape_cf}, not {shape}"] if shape_cf != shape else []) + (
-        [f"process {process_cf!r}, not {process!r}"] if process_cf != process else []) + (
-        ["another model (its root rows differ)"] if not (np.array_equal(p, p_cf) and np.array_equal(q, q_cf)) else [])
+    differ = [why for wrong, why in ((shape_cf != shape, f"shape {shape_cf}, not {shape}"),
+                                     (process_cf != process, f"process {process_cf!r}, not {process!r}"),
+                                     (not (np.array_equal(p, p_cf) and np.array_equal(q, q_cf)),
+                                      "another model (its root rows differ)")) if wrong]
     if differ:
         raise ValueError(f"{where}: cf was computed for {'; '.join(differ)}")
 
@@ -311,4 +312,4 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
                if capped else f"converged; value within {tolerance:.1e} below the exact CF (LP tolerance aside)")
     return CFResult(g_root - 1.0, g_face - 1.0, functions, int(sum(sizes)), int(max(sizes)), counter[0], tolerance,
                     time.perf_counter() - start, int(capped), not capped, message,
-                    (shape, process, *model_rows(model, (), where)))
+                    (shape, process, root.target, root.draft))

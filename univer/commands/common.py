@@ -130,10 +130,12 @@ def output_folder(text: str):
     from pathlib import Path
 
     out = Path(text)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {text} is a file; give a folder (created if missing)")
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"--out {text} is a file; give a folder (created if missing)")
+        return out
     parent = next(p for p in out.absolute().parents if p.exists())
-    if not out.exists() and not parent.is_dir():
+    if not parent.is_dir():
         raise ValueError(f"--out {text}: {parent} is a file, so the folder cannot be created")
     return out
 
