@@ -10,14 +10,14 @@ wor-2 (rule 3) and PTS (rule 4) build their plans for wor children at the same (
 The shape rule (``univer_theory.plans.shape_lp``: rule 1's LP with position weights) for a root with children
 ``((..),.)`` (k = 2), per node: ``exact`` :func:`~univer_theory.plans.lp_plan.lp_plan` one node at a time,
 ``batched`` :func:`gpu.condot.condot_weights` on ``--batch`` nodes at once (this CPU), and their ratio.  It applies only up to ``shape_lp.MAX_TUPLES`` tuples.
-Every timed call runs once untimed first (:func:`timed`: numba's cache load or compile, solver start-up).
+Every timed call runs once untimed first (:func:`bench_timing.warm_timed`: numba's cache load or compile,
+solver start-up).
 
 Run: ``python benchmarks/bench_node_plans.py [--vocab 100 1000 10000 130000] [--k 2 3] [--seed 0]``
 """
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
@@ -30,7 +30,8 @@ from univer_theory.plans.lp_plan import lp_plan
 from univer_theory.plans.pts import pts_plan
 from univer_theory.plans.wor_pair import wor_pair_plan
 
-from bench_args import at_least     # a sibling module (benchmarks/ is the script's path)
+from bench_args import at_least     # sibling modules (benchmarks/ is the script's path)
+from bench_timing import warm_timed
 
 
 def llm_like(V: int, rng: np.random.Generator):
@@ -40,29 +41,18 @@ def llm_like(V: int, rng: np.random.Generator):
     return z / z.sum(), q / q.sum()
 
 
-def timed(fn, warm=None):
-    """``(fn(), seconds)`` of one call after one untimed call of ``warm`` (default ``fn``), as ``bench_verify.py``
-    warms up: numba's cache load or compile, lazy imports and solver start-up are not timed, so the first rows are
-    not partly cold.  Where ``fn`` would hit a cache the untimed call filled (a plan's ``select`` memoises its
-    tuples), ``warm`` makes the same call on a fresh object."""
-    (warm or fn)()
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
-
-
 def layout_row(p, q, k, rho, rng):
     """Layout columns of one (V, k) row: seconds of the targets, the realised tuple's blocks and every block, and
     the largest block's size and the number of blocks of more than one token."""
     make = lambda: layout_plan(p, q, rho, k, "iid")
-    plan, t_targets = timed(make)
+    plan, t_targets = warm_timed(make)
     S = tuple(int(y) for y in rng.choice(p.size, size=k, p=q))
-    _, t_real = timed(lambda: plan.select(S), warm=lambda: make().select(S))
+    _, t_real = warm_timed(lambda: plan.select(S), warm=lambda: make().select(S))
     targets = plan.info["layout"].targets
     blocks = np.diff(targets.bounds)
     place = lambda layout: [layout.block(i) for i in range(blocks.size)]          # PrivateLayout caches blocks
     fresh = PrivateLayout.build(targets)
-    _, t_full = timed(lambda: place(fresh), warm=lambda: place(PrivateLayout.build(targets)))
+    _, t_full = warm_timed(lambda: place(fresh), warm=lambda: place(PrivateLayout.build(targets)))
     return t_targets, t_real, t_full, int(blocks.max()), int((blocks > 1).sum())
 
 
@@ -90,8 +80,8 @@ def main(argv=None):
         p, q = llm_like(V, rng)
         for k in args.k:
             t_tg, t_re, t_full, big, multi = layout_row(p, q, k, args.rho, rng)
-            t_w2 = timed(lambda: wor_pair_plan(p, q, args.rho, k, "wor"))[1] if k == 2 else float("nan")
-            t_pts = timed(lambda: pts_plan(p, q, args.rho, k, "wor"))[1]
+            t_w2 = warm_timed(lambda: wor_pair_plan(p, q, args.rho, k, "wor"))[1] if k == 2 else float("nan")
+            t_pts = warm_timed(lambda: pts_plan(p, q, args.rho, k, "wor"))[1]
             print(f"{V:>7} {k:>2} | {t_tg:8.4f} {t_re:8.4f} {t_full:8.3f} {big:>9} {multi:>6}"
                   f" | {t_w2:8.4f} {t_pts:8.3f}")
 
@@ -101,7 +91,7 @@ def main(argv=None):
         p, q = rng.dirichlet(np.ones(m)), rng.dirichlet(np.ones(m))
         for k in args.k:
             for process in ("iid", "wor"):
-                plan, t = timed(lambda: lp_plan(p, q, args.rho, k, process))
+                plan, t = warm_timed(lambda: lp_plan(p, q, args.rho, k, process))
                 n = m ** k if process == "iid" else int(np.prod(np.arange(m - k + 1, m + 1)))
                 print(f"{m:>3} {k:>2} {process:>7} | {n:>7} {t:8.3f}")
 
@@ -115,10 +105,10 @@ def main(argv=None):
         for process in ("iid", "wor"):
             if not shape_lp.applies(rows[0][1], shapes, process):
                 continue
-            _, t_exact = timed(lambda: [lp_plan(p, q, args.rho, 2, process, omega) for p, q in rows])
+            _, t_exact = warm_timed(lambda: [lp_plan(p, q, args.rho, 2, process, omega) for p, q in rows])
             c, q = (torch.tensor(np.array(x)) for x in zip(*rows))
             kids = torch.tensor([[0, 1]] * args.batch)
-            _, t_batch = timed(lambda: condot_weights(args.rho * c, q, kids, process,
+            _, t_batch = warm_timed(lambda: condot_weights(args.rho * c, q, kids, process,
                                                       torch.tensor([omega] * args.batch, dtype=torch.float64)))
             n = m ** 2 if process == "iid" else m * (m - 1)
             print(f"{m:>3} {process:>7} | {n:>7} {t_exact / args.batch:8.4f} {t_batch / args.batch:8.4f}"

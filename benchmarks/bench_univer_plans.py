@@ -15,14 +15,14 @@ Part 2: ``gpu.expected_accepted_length(..., "univer")`` on one binary:4 tree (15
 per process and row family, next to TV's: seconds, and the exact E[τ | T] of that one drafted tree T (not an
 average over trees).
 
-Every timed call runs once untimed first (:func:`timed`: numba's cache load or compile, lazy imports).
+Every timed call runs once untimed first (:func:`bench_timing.warm_timed`: numba's cache load or compile,
+lazy imports).
 
 Run: ``python benchmarks/bench_univer_plans.py [--vocab 49152] [--seed 0]``
 """
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
@@ -34,7 +34,8 @@ from univer_theory.plans.clocks import sequential_thinning_avail
 from univer_theory.plans.layout import layout_plan
 from univer_theory.plans.pts import pair_thinning_avail, priority_order
 
-from bench_args import at_least     # a sibling module (benchmarks/ is the script's path)
+from bench_args import at_least     # sibling modules (benchmarks/ is the script's path)
+from bench_timing import warm_timed
 
 FAMILIES = {"gauss": (1.0, 0.5), "peaky": (3.0, 1.0)}
 
@@ -47,17 +48,6 @@ def rows(V: int, family: str, gen: torch.Generator, n: int = 1):
     return p, q
 
 
-def timed(fn, warm=None):
-    """``(fn(), seconds)`` of one call after one untimed call of ``warm`` (default ``fn``), as ``bench_verify.py``
-    warms up: numba's cache load or compile, lazy imports and solver start-up are not timed, so the first rows are
-    not partly cold.  Where ``fn`` would hit a cache the untimed call filled (a plan's ``select`` memoises its
-    tuples), ``warm`` makes the same call on a fresh object."""
-    (warm or fn)()
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
-
-
 def node_table(V: int, gen: torch.Generator):
     print(f"Part 1: one node, V = {V}, k = 2; seconds")
     print(f"{'rows':>6} {'proc':>4} {'rho':>4} | {'construction':>12} {'plan':>7} {'w(S)':>7} | "
@@ -67,14 +57,14 @@ def node_table(V: int, gen: torch.Generator):
             for rho in (1.0, 0.5):
                 p, q = (x[0].numpy() for x in rows(V, family, gen))
                 make = lambda: choose_plan(p, q, rho, 2, process)
-                plan, t_plan = timed(make)
+                plan, t_plan = warm_timed(make)
                 S = tuple(sample_children(torch.from_numpy(q)[None], 2, process, gen)[0].tolist())
-                _, t_sel = timed(lambda: plan.select(S), warm=lambda: make().select(S))
+                _, t_sel = warm_timed(lambda: plan.select(S), warm=lambda: make().select(S))
                 extra = ""
                 if process == "wor":
                     order = priority_order(p, q)
-                    (a0, _), t0 = timed(lambda: sequential_thinning_avail(q, order, rho * p, 2))
-                    (a1, _), t1 = timed(lambda: pair_thinning_avail(q, order, rho * p))
+                    (a0, _), t0 = warm_timed(lambda: sequential_thinning_avail(q, order, rho * p, 2))
+                    (a1, _), t1 = warm_timed(lambda: pair_thinning_avail(q, order, rho * p))
                     extra = f"{t0:>10.3f} {t1:>9.4f} {t0 / t1:>6.0f} {np.abs(a0 - a1).max():>12.1e}"
                 print(f"{family:>6} {process:>4} {rho:>4} | {plan.construction:>12} {t_plan:>7.3f} {t_sel:>7.3f} | "
                       f"{extra}")
@@ -89,12 +79,12 @@ def layout_table(V: int, gen: torch.Generator):
             for rho in (1.0, 0.5):
                 p, q = (x[0].numpy() for x in rows(V, family, gen))
                 make = lambda: layout_plan(p, q, rho, k, "iid")
-                plan, t_plan = timed(make)
+                plan, t_plan = warm_timed(make)
                 t = plan.info["layout"].targets
                 i = int(np.argmax(np.diff(t.bounds)))
                 block = t.order[t.bounds[i]:t.bounds[i + 1]]
                 S = tuple(int(y) for y in rng.choice(block, size=k))
-                _, t_sel = timed(lambda: plan.select(S), warm=lambda: make().select(S))
+                _, t_sel = warm_timed(lambda: plan.select(S), warm=lambda: make().select(S))
                 print(f"{family:>6} {k:>2} {rho:>4} | {block.size:>6} {t_plan:>7.3f} {t_sel:>7.3f}")
 
 
@@ -109,8 +99,8 @@ def tree_table(V: int, gen: torch.Generator):
             p, q = rows(V, family, gen, N)
             batch, Q = draft_tree(shape, q, process, 1, gen)
             P = p[None]
-            e_u, t_u = timed(lambda: expected_accepted_length(batch, P, Q, process, "univer"))
-            e_t, t_t = timed(lambda: expected_accepted_length(batch, P, Q, process, "tv"))
+            e_u, t_u = warm_timed(lambda: expected_accepted_length(batch, P, Q, process, "univer"))
+            e_t, t_t = warm_timed(lambda: expected_accepted_length(batch, P, Q, process, "tv"))
             print(f"{family:>6} {process:>4} | {t_u:>8.3f} {float(e_u[0]):>6.3f} | {t_t:>6.3f} {float(e_t[0]):>6.3f}")
 
 

@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 import numpy as np
 import torch
@@ -69,7 +68,8 @@ from univer_theory.engine import tree_sample
 from univer_theory.plans.clocks import LOG_T_NODES, log_time_grid, log_time_upper
 from univer_theory.univer import UniVerRule
 
-from bench_args import at_least, known     # a sibling module (benchmarks/ is the script's path)
+from bench_args import at_least, known     # sibling modules (benchmarks/ is the script's path)
+from bench_timing import repeated_times
 
 METHODS = ("univer", "rrsw", "tv")
 #: RRSw is the without-replacement rule; on i.i.d. children its counterpart is RRS.
@@ -77,12 +77,6 @@ FOR_PROCESS = {("rrsw", "iid"): "rrs"}
 
 
 # ----------------------------------------------------------------------------------------- measuring
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def on(device: torch.device, fn):
     """``fn`` that returns only once ``device`` has finished its work (CUDA runs asynchronously)."""
     if device.type != "cuda":
@@ -195,16 +189,10 @@ def alpha_star_section(V: int, repeat: int, device: torch.device) -> dict:
     p, q = (x.numpy() for x in zipf_rows((), V, gen))
     log_time_grid(LOG_T_NODES, log_time_upper(float(q.min())))  # the process-wide grid cache, outside timing
     out = {"vocab": V, "k": 3, "torch_device": str(device)}
-    times = {"wor": [], "iid": [], "wor_torch": []}
     tp, tq = (torch.from_numpy(x)[None].to(device) for x in (p, q))
     rho = torch.ones(1, dtype=torch.float64, device=device)
-    wor_torch = on(device, lambda: alpha_star_rows(tp, tq, 3, "wor", rho))
-    for warm in (wor_torch, lambda: alpha_star(p, q, 3, "wor"), lambda: alpha_star(p, q, 3, "iid")):
-        warm()                          # once untimed: numba's cache load or compile, CUDA's start-up
-    for _ in range(repeat):
-        for process in ("wor", "iid"):
-            times[process].append(timed(lambda: alpha_star(p, q, 3, process)))
-        times["wor_torch"].append(timed(wor_torch))
+    times = repeated_times({"wor": lambda: alpha_star(p, q, 3, "wor"), "iid": lambda: alpha_star(p, q, 3, "iid"),
+                            "wor_torch": on(device, lambda: alpha_star_rows(tp, tq, 3, "wor", rho))}, repeat)
     for process, t in times.items():
         out[process] = summary(t)
     out["wor_over_iid"] = out["wor"]["median_ms"] / out["iid"]["median_ms"]
@@ -270,12 +258,7 @@ def synthetic_section(args, target) -> list[dict]:
                 for method in methods(args, process):
                     calls[f"{method} batched"] = batched_call(method, *dev, process)
                     calls[f"{method} loop"] = loop_call(method, trees, rows, process)
-                for fn in calls.values():       # once untimed: numba's cache load or compile, CUDA's start-up
-                    fn()
-                times = {name: [] for name in calls}
-                for _ in range(args.repeat):
-                    for name, fn in calls.items():
-                        times[name].append(timed(fn))
+                times = repeated_times(calls, args.repeat)
                 inputs_mb = 2 * p.numel() * 8 / 2**20
                 for method in methods(args, process):
                     b, lp = summary(times[f"{method} batched"]), summary(times[f"{method} loop"])
@@ -310,12 +293,7 @@ def real_section(args, target) -> list[dict]:
                 calls = {"forward": lambda: target.forward(batch), "structure": structure_call(batch)}
                 for method in methods(args, process):
                     calls[method] = batched_call(method, batch, p, q, process)
-                for fn in calls.values():       # once untimed: numba's cache load or compile
-                    fn()
-                times = {name: [] for name in calls}
-                for _ in range(args.repeat):
-                    for name, fn in calls.items():
-                        times[name].append(timed(fn))
+                times = repeated_times(calls, args.repeat)
                 fwd = summary(times["forward"])
                 for method in methods(args, process):
                     b = summary(times[method])

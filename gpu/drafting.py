@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import numbers
-from typing import Callable
 
 import torch
 
@@ -80,9 +79,6 @@ def scaled_rows(rows: torch.Tensor) -> torch.Tensor:
     half = -e // 2
     two = torch.tensor(2.0, dtype=rows.dtype, device=rows.device)
     return rows * two.pow(half) * two.pow(-e - half)
-
-
-DraftSource = Callable[[torch.Tensor, list], torch.Tensor]
 
 
 def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,

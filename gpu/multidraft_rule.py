@@ -3,14 +3,15 @@
 At each of the R nodes of a level (i.i.d. children, k = |S|): the α*-optimal flat plan at ρ = 1 — ``k = 1``:
 ``w = min(1, p(y)/q(y))``; ``k ≥ 2``: the private-position layout (:func:`gpu.layout.layout_weights` with target
 ``c = p``) — applied as in RRS: child j is entered w.p. ``w_j/(1 − Σ_{l<j} w_l)`` with scaling 1, every stop
-is 1, and ``Y ~ norm([p − a]_+)`` when no child is taken.  SpecHub has no batched twin (its ``hub`` draft law
+is 1, and ``Y ~ norm([p − a]_+)`` when no child is taken (:func:`~univer_theory.plans.base.residual_rows`:
+``p`` itself where round-off cancels all of it).  SpecHub has no batched twin (its ``hub`` draft law
 is not a process of :mod:`gpu.drafting`).
 """
 from __future__ import annotations
 
 import torch
 
-from univer_theory.plans.base import shares_rows
+from univer_theory.plans.base import residual_rows, shares_rows
 
 from .engine import LevelContext, LevelDecision
 from .layout import layout_weights
@@ -35,5 +36,5 @@ def gr_rule(ctx: LevelContext) -> LevelDecision:
         rows = (k == n).nonzero().squeeze(1)
         w[rows, :n], a[rows] = layout_weights(p[rows], q[rows], ctx.children[rows, :n], ctx.child_mask[rows, :n])
     enter = shares_rows(w).to(dtype)
-    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(rho).to(dtype),
-                         (p - a).clamp(min=0).to(dtype))
+    stop = torch.ones_like(rho)
+    return LevelDecision(enter, torch.ones_like(enter), stop.to(dtype), residual_rows(p, a, stop).to(dtype))

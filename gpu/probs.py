@@ -1,7 +1,8 @@
 """Probability rows on the device: logits → probabilities, the one input check, and row sampling.
 
 Probabilities are float32 (default) or float64; a bf16 / fp16 model's logits are converted by
-:func:`probs_from_logits` (softmax in float32), never used as probabilities directly.
+:func:`probs_from_logits` (softmax normalised in float64, returned in float32), never used as probabilities
+directly.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ SIMPLEX_TOL = {torch.float64: SIMPLEX_ATOL, torch.float32: 1e-5}
 
 def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int | None = None,
                       support: int | None = None) -> torch.Tensor:
-    """``softmax(logits / T)`` computed in float32 (float64 stays float64); ``T = 0`` → one-hot argmax; with
-    ``top = m`` the softmax over each row's m largest logits only (the others get probability 0).
+    """``softmax(logits / T)`` as float32 rows normalised in float64 (float64 stays float64); ``T = 0`` → one-hot
+    argmax; with ``top = m`` the softmax over each row's m largest logits only (the others get probability 0).
 
     Parameters
     ----------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from univer_theory.plans.base import residual_rows
 from univer_theory.verifiers import kseq_acceptance_mass, kseq_rho_star
 
 from .engine import LevelContext, LevelDecision
@@ -175,8 +176,8 @@ def rrsw_rule(ctx: LevelContext) -> LevelDecision:
 
 def kseq_rule(ctx: LevelContext) -> LevelDecision:
     """SpecTr K-SEQ (§3.5): accept each child w.p. ``min(1, p(y)/(ρ* q(y)))``; all rejected:
-    ``Y ~ norm([p − m]_+)``, ``m = min(ρ* q, p)·(1 − (1−β)^k)/(ρ* β)`` the accepted mass (float64; ``ρ*`` and
-    ``m`` by the exact core's :func:`~univer_theory.verifiers.kseq_rho_star` and
+    ``Y ~ norm([p − m]_+)`` (``p`` where round-off cancels it), ``m = min(ρ* q, p)·(1 − (1−β)^k)/(ρ* β)`` the
+    accepted mass (float64; ``ρ*`` and ``m`` by the exact core's :func:`~univer_theory.verifiers.kseq_rho_star` and
     :func:`~univer_theory.verifiers.kseq_acceptance_mass` on the torch rows)."""
     k = ctx.child_mask.sum(1)
     p, q = ctx.target.to(torch.float64), ctx.draft.to(torch.float64)
@@ -184,10 +185,10 @@ def kseq_rule(ctx: LevelContext) -> LevelDecision:
         rho = torch.ones_like(k, dtype=torch.float64)
     else:
         rho = kseq_rho_star(p, q, k, max_k=ctx.children.shape[1], validate=False)
-    residual = (p - kseq_acceptance_mass(p, q, k, rho, validate=False)).clamp_(min=0).to(ctx.target.dtype)
+    residual = residual_rows(p, kseq_acceptance_mass(p, q, k, rho, validate=False), torch.ones_like(rho))
     y, m = ctx.children, ctx.child_mask
     enter = _ratio_min1(p.gather(1, y), rho[:, None] * q.gather(1, y), m).to(ctx.target.dtype)
-    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), residual)
+    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), residual.to(ctx.target.dtype))
 
 
 def tv_rule(ctx: LevelContext, parent_update=None) -> LevelDecision:

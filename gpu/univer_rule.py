@@ -42,7 +42,7 @@ from solvers.slot_rule import slot_weights
 from univer_theory.nx import get_backend
 from univer_theory.plans import shape_lp
 from univer_theory.plans.base import residual_rows, shares_rows, stop_rows
-from univer_theory.plans.choose import fill_weights, greedy_fill_rows, single_child_rows, single_child_weights
+from univer_theory.plans.choose import fill_weights, greedy_fill_weights, single_child_rows, single_child_weights
 from univer_theory.univer import SLOT_RULE_MAX_K
 from univer_theory.verifiers import normalise_rows
 
@@ -63,22 +63,17 @@ def single_child(ctx: LevelContext, c):
 
 def _greedy_fill(c, q, children, child_mask):
     """``(w [R, K], a [R, V])`` of :func:`univer_theory.plans.choose.greedy_fill_plan` for greedy rows with k ≥ 2:
-    the fixed top-(k−1) children first, the drawn child z last (:func:`~univer_theory.plans.choose.greedy_fill_rows`
-    on the rows, then the repair: the exact core tabulates the plan over every z, here ``a`` is scaled).  numpy or
-    torch."""
+    the fixed top-(k−1) children first, the drawn child z last
+    (:func:`~univer_theory.plans.choose.greedy_fill_weights` on the realised tuple, the exact core's formula on every
+    tuple).  numpy or torch."""
     nx = get_backend(c, q)
     K = children.shape[1]
     k = child_mask.sum(-1)
-    j = nx.arange(K, c)[None, :]
-    fixed_pos = child_mask & (j < (k - 1)[:, None])
-    z = nx.take(children, (k - 1)[:, None])[:, 0]
-    in_t = nx.put(q < 0, nx.where(fixed_pos, children, z[:, None]), fixed_pos)     # the fixed tokens T
-    _, last, share, a = greedy_fill_rows(c, q, in_t)
-    # the repair of rule 1: entries of a token with a > c scaled by c/a
-    shrink = nx.where(a > c, c / nx.where(a > c, a, 1.0), 1.0)
-    w_fixed = (1 - nx.take(last, z[:, None])) * nx.take(share, children)
-    w = nx.where(fixed_pos, w_fixed, nx.where(j == (k - 1)[:, None], nx.take(last, children), 0.0))
-    return w * nx.take(shrink, children), a * shrink
+    fixed_pos = child_mask & (nx.arange(K, c)[None, :] < (k - 1)[:, None])
+    z = nx.take(children, (k - 1)[:, None])
+    in_t = nx.put(q < 0, nx.where(fixed_pos, children, z), fixed_pos)     # the fixed tokens T
+    w, a = greedy_fill_weights(c, q, in_t, children[:, None, :], k)
+    return w[:, 0], a
 
 
 def _shape_rule_rows(ctx: LevelContext, k, support):

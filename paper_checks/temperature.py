@@ -22,7 +22,6 @@ import numpy as np
 from tqdm import tqdm
 
 from univer_theory import DirichletModel, TemperedModel, TreeShape
-from univer_theory.models import resolve_draft_temperature
 from univer_theory.verifiers import BASELINE
 
 from .base import CheckResult, markdown_table, save_figure
@@ -53,7 +52,7 @@ def toy_gains(fast: bool, process: str = "wor", progress: bool = False) -> dict[
                                         disable=not progress):
         out[iid] = {}
         for T in TOY_TEMPERATURES:
-            tm = TemperedModel(model, T, resolve_draft_temperature(T))
+            tm = TemperedModel(model, T)
             v = expected_lengths(tm, shape, proc, [base, "univer"])
             out[iid][T] = (v[base], v["univer"])
     return out

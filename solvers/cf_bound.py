@@ -232,7 +232,8 @@ class CFResult:
     non-root node; ``breakpoints`` total / ``max_breakpoints`` per function (the ρ-grid sizes);
     ``lp_solves``; ``tolerance``: bound on how far ``value`` may sit below the exact CF, propagated as
     ``δ_X = gap_X + k·max_c δ_c`` (LP tolerance aside); ``status`` 0 ok, 1 a sandwich hit its evaluation cap;
-    ``setting``: (shape, process, the model's root rows p, q) it was computed for (:func:`check_cf_setting`).
+    ``setting``: (shape, process, {prefix: the model's rows (p, q)} of every node problem) it was computed for
+    (:func:`check_cf_setting`).
     """
 
     value: float
@@ -250,14 +251,17 @@ class CFResult:
 
 
 def check_cf_setting(cf: CFResult, model: Model, shape, process: str, where: str) -> None:
-    """ValueError unless ``cf`` was computed for this shape and process and a model with these root rows (a CF of
-    another model or process gives value functions that fit nothing here, without an error downstream)."""
-    shape_cf, process_cf, p_cf, q_cf = cf.setting
-    p, q = model_rows(model, (), where)
+    """ValueError unless ``cf`` was computed for this shape and process and a model with these rows at every prefix
+    it read (a CF of another model or process gives value functions that fit nothing here, without an error
+    downstream)."""
+    shape_cf, process_cf, rows = cf.setting
     differ = [why for wrong, why in ((shape_cf != shape, f"shape {shape_cf}, not {shape}"),
-                                     (process_cf != process, f"process {process_cf!r}, not {process!r}"),
-                                     (not (np.array_equal(p, p_cf) and np.array_equal(q, q_cf)),
-                                      "another model (its root rows differ)")) if wrong]
+                                     (process_cf != process, f"process {process_cf!r}, not {process!r}")) if wrong]
+    if not differ:
+        other = next((s for s, (p, q) in rows.items() if not all(
+            np.array_equal(a, b) for a, b in zip(model_rows(model, s, where), (p, q)))), None)
+        if other is not None:
+            differ.append(f"another model (its rows at prefix {other} differ)")
     if differ:
         raise ValueError(f"{where}: cf was computed for {'; '.join(differ)}")
 
@@ -276,8 +280,10 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
     deltas: dict = {}
     counter = [0]
 
+    rows: dict = {}                                  # prefix → the model's (p, q) as read, for the setting
+
     def problem(key: str, prefix: tuple) -> NodeProblem:
-        p, q = model_rows(model, prefix, where)
+        p, q = rows[prefix] = model_rows(model, prefix, where)
         keys = split_key(key)
         return NodeProblem(p, q, len(keys), process, lambda j, y: value_function(keys[j], prefix + (y,)))
 
@@ -312,4 +318,4 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
                if capped else f"converged; value within {tolerance:.1e} below the exact CF (LP tolerance aside)")
     return CFResult(g_root - 1.0, g_face - 1.0, functions, int(sum(sizes)), int(max(sizes)), counter[0], tolerance,
                     time.perf_counter() - start, int(capped), not capped, message,
-                    (shape, process, root.target, root.draft))
+                    (shape, process, rows))

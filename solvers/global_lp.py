@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -88,7 +88,9 @@ class TreeArrays:
     """All trees of one shape as arrays.
 
     ``tokens [n_trees, N]`` (column 0 is the root, −1), ``probs [n_trees]`` = Q(T), ``codes [n_trees, N]`` the
-    prefix ``s(u)`` of every node as an integer (``code(s·y) = code(s)·(V+1) + y + 1``, ``code(()) = 0``).
+    prefix ``s(u)`` of every node as an integer (``code(s·y) = code(s)·(V+1) + y + 1``, ``code(()) = 0``);
+    ``process`` and ``drafts`` (prefix code → the draft row Q(T) was built from) record the setting, so that a
+    caller's trees can be checked against another (:func:`check_trees_setting`).
     """
 
     shape: TreeShape
@@ -96,6 +98,8 @@ class TreeArrays:
     tokens: np.ndarray
     probs: np.ndarray
     codes: np.ndarray
+    process: str = ""
+    drafts: dict = field(default_factory=dict)
 
     @property
     def num_trees(self) -> int:
@@ -135,13 +139,15 @@ def enumerate_tree_arrays(model: Model, shape, process: str) -> TreeArrays:
     tokens = np.full((1, N), -1, dtype=np.int64)
     codes = np.zeros((1, N), dtype=np.int64)
     probs = np.ones(1)
-    arrays = TreeArrays(shape, V, tokens, probs, codes)
+    arrays = TreeArrays(shape, V, tokens, probs, codes, process)
     for u in range(N):
         kids = list(shape.children[u])
         if not kids:
             continue
         uniq, inv = np.unique(codes[:, u], return_inverse=True)
-        laws = [tuple_law(model_rows(model, arrays.prefix(c), where)[1], len(kids), process) for c in uniq]
+        for c in uniq:
+            arrays.drafts[int(c)] = model_rows(model, arrays.prefix(c), where)[1]
+        laws = [tuple_law(arrays.drafts[int(c)], len(kids), process) for c in uniq]
         width = max(len(law) for law in laws)
         tup = np.zeros((uniq.size, width, len(kids)), dtype=np.int64)
         pr = np.zeros((uniq.size, width))
@@ -159,7 +165,22 @@ def enumerate_tree_arrays(model: Model, shape, process: str) -> TreeArrays:
         tokens, codes, probs = tokens[rep], codes[rep], probs[rep] * pr[g, within]
         tokens[:, kids] = tup[g, within]
         codes[:, kids] = codes[:, [u]] * (V + 1) + tokens[:, kids] + 1
-    return TreeArrays(shape, V, tokens, probs, codes)
+    return TreeArrays(shape, V, tokens, probs, codes, process, arrays.drafts)
+
+
+def check_trees_setting(trees: TreeArrays, model: Model, shape: TreeShape, process: str, where: str) -> None:
+    """ValueError unless ``trees`` were enumerated for this shape, process, vocabulary and the model's draft rows
+    (at every prefix they read: Q(T) depends on nothing else)."""
+    checks = ((trees.shape == shape, f"shape {trees.shape}, not {shape}"),
+              (trees.process == process, f"process {trees.process!r}, not {process!r}"),
+              (trees.vocab_size == model.vocab_size, f"vocab {trees.vocab_size}, not {model.vocab_size}"))
+    for ok, what in checks:
+        if not ok:
+            raise ValueError(f"{where}: trees were enumerated for {what}")
+    for code, q in trees.drafts.items():
+        if not np.array_equal(model_rows(model, trees.prefix(code), where)[1], q):
+            raise ValueError(f"{where}: trees were enumerated from another model's draft row at prefix "
+                             f"{trees.prefix(code)}")
 
 
 def trie_classes(trees: TreeArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -251,7 +272,8 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     merge_duplicates : reproduce the *known pitfall* (see the module docstring); never a bound.
     method : HiGHS algorithm, one of :data:`solvers.highs_lp.LP_METHODS` (dual simplex was the fastest
         measured, see ``benchmarks/bench_global_lp.py``).
-    trees : pre-enumerated trees (benchmarks reuse them); default enumerates.
+    trees : pre-enumerated trees of this setting (benchmarks reuse them; :func:`check_trees_setting`); default
+        enumerates.
     """
     where = "global_tree_lp"
     start = time.perf_counter()
@@ -260,8 +282,8 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     shape = as_shape(shape, where)
     if trees is None:
         trees = enumerate_tree_arrays(model, shape, process)
-    elif trees.shape != shape:
-        raise ValueError(f"{where}: trees were enumerated for shape {trees.shape}, not {shape}")
+    else:
+        check_trees_setting(trees, model, shape, process, where)
     if reduce and not merge_duplicates:
         rows, weights = trie_classes(trees)
         codes = trees.codes[rows]

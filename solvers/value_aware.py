@@ -25,7 +25,7 @@ from univer_theory.engine import NodeContext, NodeDecision
 from univer_theory.models import Model, check_model_type
 from univer_theory.plans.base import NodePlan
 from univer_theory.plans.lp_plan import tabulated_plan
-from univer_theory.tree import TreeShape
+from univer_theory.tree import DraftTree, TreeShape
 from univer_theory.verifiers import Verifier
 
 from .cf_bound import LEAF, CFResult, NodeProblem, cf_bound, check_cf_setting
@@ -36,26 +36,25 @@ _PROCESSES = ("iid", "wor", "topk", "greedy")
 
 @dataclass(frozen=True)
 class ValueAwareVerifier(Verifier):
-    """A :class:`Verifier` bound to one (model, shape, process): it supports exactly that shape."""
+    """A :class:`Verifier` bound to one (model, shape, process): it supports exactly that shape and process, and
+    only that model's rows."""
 
     shape: TreeShape | None = None
     cf: CFResult | None = None
 
-    def supports(self, shape, process: str) -> bool:
-        return process in self.processes and shape == self.shape
-
-    def _check(self, tree, target_probs, draft_probs, process):
-        p, q = super()._check(tree, target_probs, draft_probs, process)
-        if tree.shape != self.shape:
-            raise NotImplementedError(f"{self.name}.verify: built for shape {self.shape}, got a tree of shape {tree.shape}")
-        return p, q
+    def unsupported(self, shape, process: str, exact: bool = False) -> str | None:
+        """:meth:`Verifier.unsupported`, and any shape (or tree's shape) but the one it was built for."""
+        got = shape.shape if isinstance(shape, DraftTree) else shape
+        why = super().unsupported(shape, process, exact)
+        return why or (f"{self.name} was built for shape {self.shape}, got {got}" if got != self.shape else None)
 
 
 def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None = None) -> ValueAwareVerifier:
     """The ``univer-va`` oracle verifier for (model, shape, process); ``cf`` reuses a computed CF.
 
     Needs off-tree model access (values at undrafted prefixes): small V only.  The node rule reads its
-    children's subtrees from ``NodeContext.child_shapes``.
+    children's subtrees from ``NodeContext.child_shapes``; rows other than the model's at a node's prefix are a
+    ValueError (its plans, cached per (prefix, ρ, subtrees, rows), would use another model's values).
     """
     where = "value_aware_verifier"
     check_model_type(model, where)
@@ -81,11 +80,13 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
 
     def node_plan(ctx: NodeContext, keys) -> tuple[NodePlan, float]:
         rho = float(ctx.rho)
-        key = (ctx.prefix, rho, keys)
+        p, q = np.asarray(ctx.target, dtype=np.float64), np.asarray(ctx.draft, dtype=np.float64)
+        key = (ctx.prefix, rho, keys, p.tobytes(), q.tobytes())
         if key not in cache:
-            p = np.asarray(ctx.target, dtype=np.float64)
-            problem = NodeProblem(p, np.asarray(ctx.draft, dtype=np.float64), len(keys), ctx.process,
-                                  child_value(keys, ctx.prefix))
+            if not (np.array_equal(p, model.target(ctx.prefix)) and np.array_equal(q, model.draft(ctx.prefix))):
+                raise ValueError(f"univer-va: the rows at prefix {ctx.prefix} are not those of the model it was built "
+                                 f"for (its value functions are that model's); pass the model's own rows")
+            problem = NodeProblem(p, q, len(keys), ctx.process, child_value(keys, ctx.prefix))
             g, _, pi, _ = problem.solve(rho)
             probs = problem.probs[:, None]          # a tuple whose probability underflows to 0 selects nothing
             w = np.divide(pi, probs, out=np.zeros_like(pi), where=probs > 0)
@@ -102,6 +103,6 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
         return NodeDecision((1.0,) * len(w), scale, float(plan.stop), plan.residual,
                             {"construction": plan.construction, "alpha": float(plan.alpha), "value": g})
 
-    return ValueAwareVerifier("univer-va", rule, _PROCESSES,
+    return ValueAwareVerifier("univer-va", rule, (process,),
                               "value-aware UniVer: CF node LPs with the true child values (oracle, small V)",
                               rational=False, shape=shape, cf=cf)

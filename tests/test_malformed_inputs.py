@@ -154,6 +154,17 @@ def test_evaluate_raises_only_value_error_on_bad_rows(model, shape, pair):
         evaluate(model, shape, process, VERIFIERS[method])
 
 
+def test_a_model_with_exact_targets_and_float_drafts_is_refused():
+    """Fraction target rows with float draft rows: the per-tree API refused the pair, ``evaluate`` ran the rule-based
+    verifiers on it in floats (TV, RRS: E[τ] as a float, the exact mode left silently)."""
+    from fractions import Fraction as F
+    exact = np.array([F(1, 2), F(1, 4), F(1, 4)], dtype=object)
+    for p, q in ((exact, np.array([0.25, 0.25, 0.5])), (np.array([0.5, 0.25, 0.25]), exact)):
+        for name in ("tv", "rrs"):
+            with pytest.raises(ValueError, match="must both be exact"):
+                evaluate(RowsModel(p, q, 3), TreeShape.parse("2"), "iid", VERIFIERS[name])
+
+
 @given(st.text(alphabet="().,0123-x ", min_size=0, max_size=9))
 def test_evaluate_raises_only_value_error_on_bad_shapes(text):
     try:

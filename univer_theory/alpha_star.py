@@ -464,42 +464,11 @@ def alpha_star_and_cut(target_probs, draft_probs, k: int, process: str, rho=1.0)
 
 
 def alpha_star(target_probs, draft_probs, k: int, process: str, rho=1.0):
-    """CondOT(ρ) value ``α*(ρ) = min_A [ρ p(A) + Pr(S ⊄ A)]`` for ``process`` ∈ iid / wor / topk / greedy."""
+    """CondOT(ρ) value ``α*(ρ) = min_A [ρ p(A) + Pr(S ⊄ A)]`` for ``process`` ∈ iid / wor / topk / greedy (each
+    process's closed form: the module docstring)."""
     return alpha_star_and_cut(target_probs, draft_probs, k, process, rho)[0]
 
 
 def optimal_cut(target_probs, draft_probs, k: int, process: str, rho=1.0) -> np.ndarray:
     """A minimising cut ``A*`` of CondOT(ρ) as a boolean mask ``[..., V]`` (see :func:`alpha_star_and_cut`)."""
     return alpha_star_and_cut(target_probs, draft_probs, k, process, rho)[1]
-
-
-def alpha_star_iid(target_probs, draft_probs, k: int, rho=1.0):
-    """i.i.d. k-tuples: ``α*(ρ) = min_j [ρ P_j + 1 − Q_j^k]`` over ratio-order prefixes; O(V log V).
-
-    At ρ = 1 this is §4.1's ``1 + min(0, min_j [P_j − Q_j^k])`` (the prefix j = 0 costs 1).
-    """
-    return alpha_star(target_probs, draft_probs, k, "iid", rho)
-
-
-def alpha_star_wor(target_probs, draft_probs, k: int, rho=1.0):
-    """Without replacement: ``α*(ρ) = min_j [ρ P_j + 1 − Pr_wor(S ⊆ G_j)]`` over ratio-order prefixes.
-
-    ``Pr_wor`` is exact in closed form for k ≤ 2 (O(V log V)) and by exponential clocks for k ≥ 3
-    (O(k·V·nodes), vectorised: k cumulative sums per time node).  The minimising cut is
-    :func:`optimal_cut` with ``process="wor"``.
-    """
-    return alpha_star(target_probs, draft_probs, k, "wor", rho)
-
-
-def alpha_star_greedy(target_probs, draft_probs, k: int, rho=1.0):
-    """Greedy drafting (top-(k−1) set T + one draw from ``q_T``): ``α*(ρ) = ρ p(T) + Σ_{x∉T} min(ρp(x), q_T(x))``.
-
-    From the min-cut: a cut A ⊉ T pays ≥ 1; with T ⊆ A the cost is
-    ``ρ p(T) + Σ_{x∉T} [ρ p(x)·1(x∈A) + q_T(x)·1(x∉A)]``, minimised token by token (and ≤ ρ ≤ 1).
-    """
-    return alpha_star(target_probs, draft_probs, k, "greedy", rho)
-
-
-def alpha_star_topk(target_probs, draft_probs, k: int, rho=1.0):
-    """Deterministic top-k set D: ``α*(ρ) = min(ρ p(D), 1) = ρ p(D)`` (cuts: A = D costs ρ p(D), A ⊉ D costs ≥ 1)."""
-    return alpha_star(target_probs, draft_probs, k, "topk", rho)

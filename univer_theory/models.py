@@ -23,7 +23,8 @@ Prefix = tuple[int, ...]
 
 def checked_rows(model: "Model", prefix: Prefix, where: str) -> tuple[np.ndarray, np.ndarray]:
     """``(p(·|s), q(·|s))`` of ``model`` at ``prefix``, each checked to be a probability row of length
-    ``model.vocab_size`` (float64, or exact ``object`` rows kept exact); ValueError naming the row otherwise."""
+    ``model.vocab_size`` (float64, or exact ``object`` rows kept exact, both of one kind); ValueError naming the row
+    otherwise."""
     out = []
     for name, row in (("target", model.target(prefix)), ("draft", model.draft(prefix))):
         arr = check_simplex(row, where, f"{name} row at prefix {prefix}")
@@ -31,6 +32,9 @@ def checked_rows(model: "Model", prefix: Prefix, where: str) -> tuple[np.ndarray
             raise ValueError(f"{where}: {name} row at prefix {prefix} has shape {arr.shape}, "
                              f"expected ({model.vocab_size},) = (vocab_size,)")
         out.append(arr)
+    if (out[0].dtype == object) != (out[1].dtype == object):
+        raise ValueError(f"{where}: the target and draft rows at prefix {prefix} must both be exact (Fraction) or "
+                         f"both float")
     return out[0], out[1]
 
 
@@ -248,9 +252,10 @@ class DirichletModel(Model):
 
     For each prefix s (its own deterministic random stream derived from ``seed`` and s):
     ``p(·|s) ~ Dir(concentration·1)``, ``n ~ Dir(concentration·1)``,
-    ``q(·|s) = similarity·p(·|s) + (1 − similarity)·n``.
-    ``similarity ∈ [0, 1]`` is the draft–target similarity knob (1: q = p); a small ``concentration`` makes
-    both laws peaky.  ``exact=True`` rounds rows to Fractions of denominator ``denominator``.
+    ``q(·|s) = similarity·p(·|s) + (1 − similarity)·n``, then both floored at 1e-12 and renormalised (full
+    support: a small concentration's draws underflow to 0).  ``similarity ∈ [0, 1]`` is the draft–target
+    similarity knob (1: q = p); a small ``concentration`` makes both laws peaky.  ``exact=True`` rounds rows to
+    Fractions of denominator ``denominator``.
     """
 
     def __init__(self, vocab_size: int, seed: int = 0, similarity: float = 0.5, concentration: float = 1.0,
@@ -314,13 +319,15 @@ def resolve_draft_temperature(temperature: float, override: float | None = None)
 
 
 class TemperedModel(Model):
-    """``base`` with temperature applied to the target (and, by default, the draft) rows."""
+    """``base`` with temperature applied to the target rows and to the draft rows at ``draft_temperature``
+    (default: :func:`resolve_draft_temperature`, the target's T except 1 at T = 0)."""
 
     def __init__(self, base: Model, temperature: float, draft_temperature: float | None = None):
         self.base, self.vocab_size = base, base.vocab_size
         self.temperature = check_temperature(temperature, "TemperedModel")
-        self.draft_temperature = (self.temperature if draft_temperature is None else
-                                  check_temperature(draft_temperature, "TemperedModel", "draft_temperature"))
+        if draft_temperature is not None:
+            check_temperature(draft_temperature, "TemperedModel", "draft_temperature")
+        self.draft_temperature = resolve_draft_temperature(self.temperature, draft_temperature)
 
     def target(self, prefix):
         return apply_temperature(self.base.target(prefix), self.temperature)

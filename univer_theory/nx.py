@@ -9,8 +9,9 @@ small backend object and serves both callers —
 Contract: float64 rows ``[..., V]``, batch axes leading, the token axis last; integer index arrays in the
 backend's own type (numpy ``int64`` / torch ``long``).  Every op works along the last axis (``cumsum`` and
 ``concat`` along another one when asked: the token axis of the clock integral's ``[R, m, t]`` arrays).
-Fraction (object) rows never come here: the exact core's Fraction computations are kept apart, as the
-independent checkers.
+Fraction (object) rows come here only for orders (:func:`univer_theory.orders.top_tokens`: numpy's argmax and
+stable argsort, exact on Fractions); the exact core's Fraction computations are kept apart, as the independent
+checkers.
 Only the ops the ported rules need are here, each spelled as numpy / torch spell it; torch is imported only
 when a tensor is passed.  On numpy rows ``[R, V]`` the gather, the (exclusive) prefix / suffix sums (of any
 array along its last axis, as rows) and the scatter-add are compiled loops (:func:`_take_rows`,

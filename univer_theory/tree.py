@@ -308,6 +308,3 @@ class DraftTree(_Skeleton):
         for u in range(1, self.num_nodes):
             if not 0 <= self.token[u] < vocab_size:
                 raise ValueError(f"{where}: tree node {u} has token {self.token[u]}, outside [0, {vocab_size})")
-
-    def as_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.array(self.parent, dtype=np.int64), np.array(self.token, dtype=np.int64)

@@ -111,12 +111,15 @@ class UniVerRule:
 
 def make_univer_verifier(construction: str = "auto", slot_rule: bool = True, shape_rule: bool = True,
                          name: str | None = None) -> Verifier:
-    """A UniVer verifier with a forced construction (``"layout" | "lp" | "tv" | "wor_pair" | "pts" |
-    "iid_coupling"``) or the automatic choice (``"auto"``, which alone uses the shape rule unless
+    """A UniVer verifier with a forced construction (a key of :data:`univer_theory.plans.CONSTRUCTIONS`: ``"layout"``,
+    ``"lp"``, ``"tv"``, ``"wor_pair"``, ``"pts"``, ``"iid_coupling"``, ``"luce"``, ``"first_draw"``, ``"full"``,
+    ``"fill"``, ``"greedy_fill"``) or the automatic choice (``"auto"``, which alone uses the shape rule unless
     ``shape_rule=False``), with or without the slot rule.
 
     Its processes are those of the construction (all four for ``"auto"``); it is rational (exact in Fraction
-    mode) only for ``"tv"`` without the slot rule (the shape rule never runs on Fraction rows).
+    mode) only for ``"tv"`` without the slot rule (the shape rule never runs on Fraction rows).  A forced
+    construction that gives no plan at a node (``"wor_pair"`` where its families fail, ``"full"`` off a k-token
+    support) raises NotImplementedError there, naming it.
     """
     rule = UniVerRule(construction, slot_rule, shape_rule)
     processes = ("iid", "wor", "topk", "greedy") if construction == "auto" else CONSTRUCTIONS[construction][1]

@@ -24,11 +24,6 @@ def check_temperature(value, where: str, name: str = "temperature") -> float:
     return t
 
 
-def is_exact(array: np.ndarray) -> bool:
-    """True for ``object`` arrays (Fractions): the exact rational mode."""
-    return np.asarray(array).dtype == object
-
-
 def as_prob_array(values, where: str, name: str) -> np.ndarray:
     """Convert ``values`` to float64, or to an exact ``object`` array of Fractions if it holds Fractions / ints
     (ints become Fractions: Python's ``int / int`` is a float, and an all-int one-hot row would leave the exact
@@ -42,7 +37,7 @@ def as_prob_array(values, where: str, name: str) -> np.ndarray:
             if not isinstance(v, (Fraction, int)) or isinstance(v, bool):
                 raise ValueError(f"{where}: {name} mixes Fractions with {type(v).__name__} values")
         if all(isinstance(v, Fraction) for v in arr.flat):
-            return arr
+            return arr.copy()      # not the caller's buffer: cached plans keep rows, and callers may reuse it
         out = np.empty(arr.shape, dtype=object)
         out.flat[:] = [Fraction(v) for v in arr.flat]
         return out

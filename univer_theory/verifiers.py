@@ -141,7 +141,8 @@ def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None, valida
     of 1, so ``ρ* ≈ 1 + ε^{1/k}``: a float32 row 1.5e-8 short gave ρ* = 1.011 and E[τ] 1.989 for 2; a float64 row
     two ulps short ρ* = 1.00011); now ``r(1) = 0`` there exactly and round-off moves f linearly.  The bisection
     runs :func:`kseq_bisection_steps` halvings and returns the *upper* end of the bracket, so ``f(ρ*) ≤ 0`` holds in
-    floats and the acceptance masses never exceed ``min(p, ρ*·q)`` (:func:`kseq_acceptance_mass`, the same r).
+    floats and the acceptance masses (:func:`kseq_acceptance_mass`, the same r) exceed ``min(p, ρ*·q)`` by at most
+    the rounding of their scale ``(1 − r^k)/(ρ*(1 − r)) ≤ 1`` (an ulp; the residual ``[p − m]_+`` is clipped).
     """
     nx = get_backend(target_probs, draft_probs)
     if validate:
@@ -191,13 +192,16 @@ def kseq_acceptance_mass(target_probs, draft_probs, k, rho, validate: bool = Tru
 
 def kseq_rule(ctx: NodeContext) -> NodeDecision:
     """SpecTr K-SEQ (§3.5): accept each child w.p. ``min(1, p(x)/(ρ* q(x)))``; all rejected:
-    ``Y ~ norm(p − m)`` with ``m`` the accepted mass (= ``[p − ρ* q]_+`` at the exact root)."""
+    ``Y ~ norm(p − m)`` with ``m`` the accepted mass (= ``[p − ρ* q]_+`` at the exact root; ``p`` itself where
+    round-off cancels all of it, :func:`~univer_theory.plans.base.residual_rows`)."""
     if ctx.target.dtype == object:
         raise NotImplementedError("kseq: ρ* is irrational in general; pass float64 rows, not Fractions")
+    from .plans.base import residual_rows      # plans import this module (TV's plan)
     k = len(ctx.children)
     rho = kseq_rho_star(ctx.target, ctx.draft, k, validate=False)      # rows checked by validate_inputs
     enter = tuple(float(_ratio_min1(ctx.target[y], rho * ctx.draft[y])) for y in ctx.children)
-    resid = normalise(np.maximum(ctx.target - kseq_acceptance_mass(ctx.target, ctx.draft, k, rho, False), 0.0))
+    resid = normalise(residual_rows(ctx.target, kseq_acceptance_mass(ctx.target, ctx.draft, k, rho, False),
+                                    np.float64(1.0)))
     return NodeDecision(enter, (1.0,) * k, 1.0, resid, {"rho_star": rho})
 
 
@@ -205,6 +209,14 @@ def tv_prefix_update(R, r):
     """TV's prefix scaling after a rejection: ``r ← R/(R + (1 − r))`` (0 when R = 0); ``(1 − r)`` first, since
     ``R + 1 − 1`` at r = 1 loses a tiny R."""
     return R / (R + (1 - r)) if R != 0 else 0 * R
+
+
+def tv_residual_step(r, P, Q):
+    """TV's residual after a rejected child: ``(R, P')`` with ``D = [rP − Q]_+``, ``R = ΣD`` and ``P' = D/R`` (``P``
+    kept when ``R = 0``); exact for Fraction arrays."""
+    D = positive_part(r * P - Q)
+    R = D.sum()
+    return R, (D / R if R != 0 else P)
 
 
 def traversal_rule(ctx: NodeContext, parent_update=None, internal_residual=True) -> NodeDecision:
@@ -219,14 +231,9 @@ def traversal_rule(ctx: NodeContext, parent_update=None, internal_residual=True)
     scale = []
     for y in ctx.children:
         scale.append(_ratio_min1(r * P[y], Q[y]))
-        D = positive_part(r * P - Q)
-        R = D.sum()
-        if parent_update is not None:
-            r = parent_update(R, r, Q[y])
-        else:
-            r = tv_prefix_update(R, r)
-        if R != 0:
-            P = D / R
+        R, P_next = tv_residual_step(r, P, Q)
+        r = tv_prefix_update(R, r) if parent_update is None else parent_update(R, r, Q[y])
+        P = P_next
         if ctx.process == "wor":
             Q = Q.copy()
             Q[y] = 0
@@ -331,7 +338,7 @@ class Verifier:
         return engine.tree_expected_accepted(tree, p, q, process, self.rule)
 
     def trace(self, tree, target_probs, draft_probs, process) -> list[dict]:
-        """Per node: ``ρ`` handed down and the rule's ``info`` (e.g. UniVer's α, α*(ρ), construction)."""
+        """Per node: ``ρ`` handed down and the rule's ``info`` (e.g. UniVer's α, construction and slot rule)."""
         p, q = self._check(tree, target_probs, draft_probs, process)
         rho, dec = engine.allocate(tree, p, q, process, self.rule)
         return [{"node": u, "rho": rho[u], **dec[u].info} for u in range(tree.num_nodes)]

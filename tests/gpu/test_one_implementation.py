@@ -9,7 +9,9 @@ import torch
 from tests.theory.test_one_implementation import rows
 from univer_theory.alpha_star import alpha_star_and_cut, alpha_star_rows
 from univer_theory.orders import ratio_argsort, top_tokens
-from univer_theory.plans.choose import fill_weights, greedy_fill_rows, single_child_rows, single_child_weights
+from gpu.univer_rule import _greedy_fill
+from univer_theory.plans.choose import (fill_weights, greedy_fill_plan, greedy_fill_rows, single_child_rows,
+                                          single_child_weights)
 from univer_theory.plans.clocks import log_time_grid, rate_times
 from univer_theory.verifiers import kseq_acceptance_mass, kseq_rho_star
 
@@ -114,3 +116,28 @@ def test_alpha_star_rows_rejects_bad_arguments():
     with pytest.raises(ValueError, match="k = 20 children over V = 128000 tokens"):
         q = torch.full((1, 128_000), 1 / 128_000, dtype=torch.float64)
         alpha_star_rows(q, q, 20, "wor", 1.0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("k", [2, 3])
+def test_greedy_fill_is_the_exact_cores_table_on_every_tuple(seed, k):
+    """The batched greedy rule (:func:`gpu.univer_rule._greedy_fill`, the realised tuple only) and the exact core's
+    table (:func:`univer_theory.plans.choose.greedy_fill_plan`, every tuple) are one formula: on numpy rows the same
+    w(S) and the same marginal, bit for bit (before, the core capped and re-summed its table, the batched layer
+    scaled ``a``); on torch rows to 1e-12."""
+    for p, q in rows(seed):
+        if np.count_nonzero(q) <= k:
+            continue
+        rho = 0.7
+        plan = greedy_fill_plan(p, q, rho, k)
+        fixed = [int(t) for t in top_tokens(q, k - 1)]
+        kids = np.array([fixed + [int(x)] for x in np.flatnonzero(q > 0) if x not in fixed])
+        R = kids.shape[0]
+        c, qs, mask = np.tile(rho * p, (R, 1)), np.tile(q, (R, 1)), np.ones((R, k), dtype=bool)
+        w, a = _greedy_fill(c, qs, kids, mask)
+        for S, got in zip(kids.tolist(), w):
+            assert np.array_equal(plan.select(tuple(S)), got), (S, plan.select(tuple(S)), got)
+        assert all(np.array_equal(plan.marginal, x) for x in a)
+        tw, ta = _greedy_fill(*(torch.from_numpy(x) for x in (c, qs, kids, mask)))
+        close(w, tw)
+        close(a, ta)

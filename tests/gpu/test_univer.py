@@ -17,7 +17,7 @@ from gpu.layout import layout_weights
 from gpu.univer_rule import univer_rule
 from solvers.condot import condot_value
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
-from univer_theory.alpha_star import alpha_star_iid
+from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.layout import block_layout, layout_plan, layout_rows, layout_targets, mu_k
 from univer_theory.processes import tuple_law
 
@@ -36,8 +36,9 @@ def llm_like(V, rng, zeros=0):
 @pytest.mark.parametrize("V,k,rho,zeros", [(5, 2, 1.0, 1), (6, 3, 0.4, 2), (300, 2, 0.8, 40), (2000, 4, 1.0, 0)])
 def test_layout_rows_on_tensors_attain_alpha_star(V, k, rho, zeros):
     """The layout targets on torch rows (one implementation, :func:`layout_rows`) against the closed form of
-    α*_iid(ρ) (``alpha_star_iid``, its own prefix-cost code): ``Σ min(b, ρp) = α*`` (1e-12), ``Σ b = 1``, every
-    block's targets sum to its interval's μ_k (1e-15); and the numpy batch of one gives the same rows (1e-15)."""
+    α*_iid(ρ) (``alpha_star(..., "iid")``, its own prefix-cost code): ``Σ min(b, ρp) = α*`` (1e-12), ``Σ b = 1``,
+    every block's targets sum to its interval's μ_k (1e-15); and the numpy batch of one gives the same rows
+    (1e-15)."""
     rng = np.random.default_rng(V + k)
     rows = [llm_like(V, rng, zeros) for _ in range(3)]
     rhos = np.array([rho, 1.0, 0.25])
@@ -46,7 +47,7 @@ def test_layout_rows_on_tensors_attain_alpha_star(V, k, rho, zeros):
     t = layout_rows(c, q, torch.full((3,), k))
     got = torch.minimum(t.b, c)
     for i, (p, qi) in enumerate(rows):
-        assert abs(got[i].sum().item() - alpha_star_iid(p, qi, k, rhos[i])) <= 1e-12
+        assert abs(got[i].sum().item() - alpha_star(p, qi, k, "iid", rhos[i])) <= 1e-12
         assert abs(t.b[i].sum().item() - 1) <= 1e-12 and (got[i] <= c[i]).all()
         X, blocks = t.X[i].numpy(), t.block_of[i].numpy()
         starts = np.flatnonzero(t.starts[i].numpy())

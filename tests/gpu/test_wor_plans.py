@@ -10,7 +10,7 @@ import torch
 from gpu import expected_accepted_length
 from gpu.wor_plans import coupling_weights, pts_weights, wor_weights, wor_pair_weights
 from univer_theory import VERIFIERS, DirichletModel, TreeShape, sample_tree
-from univer_theory.alpha_star import alpha_star_iid
+from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.choose import choose_plan
 from univer_theory.plans.iid_coupling import growth_strings, iid_coupling_plan, virtual_draws
 from univer_theory.plans.pts import pts_plan
@@ -176,7 +176,7 @@ def test_coupling_on_tensors_is_exact_by_enumeration(V, k):
         enum = torch.zeros(V, dtype=torch.float64).index_add_(0, kids[i, :n].reshape(-1),
                                                                (pr[:, None] * w[i, :n]).reshape(-1))
         np.testing.assert_allclose(enum.numpy(), a[i].numpy(), rtol=0, atol=1e-12)
-        assert abs(a[i].sum().item() - alpha_star_iid(pi, qi, k, r)) <= 1e-12
+        assert abs(a[i].sum().item() - alpha_star(pi, qi, k, "iid", r)) <= 1e-12
 
 
 def test_the_k2_choice_matches_choose_plan():

@@ -187,3 +187,30 @@ def test_value_aware_refuses_a_cf_of_another_setting():
                         ((model, "1,1", "wor"), "shape")):
         with pytest.raises(ValueError, match=match):
             value_aware_verifier(*args, cf)
+    # the same root rows, other rows below: the check compared the root rows only (E[τ] 1.67317 against 1.70875)
+    root_p, root_q = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]
+    flat = TableModel(3, {"": root_p}, {"": root_q})
+    deep = TableModel(3, {"": root_p, "0": [0.05, 0.05, 0.9], "1": [0.9, 0.05, 0.05], "2": [0.1, 0.8, 0.1]},
+                      {"": root_q, "0": [0.8, 0.1, 0.1], "1": [0.1, 0.1, 0.8], "2": [0.3, 0.3, 0.4]})
+    with pytest.raises(ValueError, match=r"another model \(its rows at prefix \(0,\) differ\)"):
+        value_aware_verifier(deep, "2,2", "wor", cf_bound(flat, "2,2", "wor"))
+
+
+def test_value_aware_serves_only_its_own_model_rows_and_process():
+    """univer-va cached its plans by (prefix, ρ, subtrees) alone: one call with another model's rows on a tree of its
+    shape, or one evaluation under another process (both accepted), and its own evaluation afterwards was lossy
+    (distance 0.34 and 0.08).  Other rows are now a ValueError, another process unsupported, and the oracle's own
+    evaluation is unchanged by the attempts."""
+    m, other, shape = DirichletModel(4, seed=0, similarity=0.5), DirichletModel(4, seed=7, similarity=0.5), "2,1"
+    va = value_aware_verifier(m, shape, "wor")
+    fresh = evaluate(m, TreeShape.parse(shape), "wor", va)
+    tree = DraftTree((-1, 0, 0, 1, 2), (-1, 0, 1, 2, 3))
+    with pytest.raises(ValueError, match="not those of the model"):
+        va.expected_accepted_length(tree, *other.node_probs(tree), "wor")
+    with pytest.raises(NotImplementedError):
+        evaluate(m, TreeShape.parse(shape), "iid", va)
+    with pytest.raises(NotImplementedError, match="built for shape"):    # evaluate reads unsupported(), not supports()
+        evaluate(m, TreeShape.parse("2"), "wor", va)
+    again = evaluate(m, TreeShape.parse(shape), "wor", va)
+    assert float(again.distance) <= LOSSLESS_TOL
+    assert again.expected_accepted == fresh.expected_accepted

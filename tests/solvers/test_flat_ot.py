@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from solvers import (PLAN_TOL, condot_lp, condot_mincut, condot_value, flat_ot_cvxpy, flat_ot_lp, solve_flat)
 from solvers.condot import plan_result
 from univer_theory import PROCESSES, tuple_law
-from univer_theory.alpha_star import (alpha_star, alpha_star_and_cut, alpha_star_iid, optimal_cut,
+from univer_theory.alpha_star import (alpha_star, alpha_star_and_cut, optimal_cut,
                                       prob_subset_wor, prob_subset_wor_k2, prob_subset_wor_prefixes,
                                       ratio_order)
 
@@ -110,7 +110,7 @@ def test_iid_closed_form_is_the_theory_prefix_formula(node):
     p, q, k, _, _ = node
     order = ratio_order(p, q)
     best = min(0.0, min(p[order[:j]].sum() - q[order[:j]].sum() ** k for j in range(p.size + 1)))
-    assert alpha_star_iid(p, q, k) == pytest.approx(1 + best, abs=1e-15)
+    assert alpha_star(p, q, k, "iid") == pytest.approx(1 + best, abs=1e-15)
 
 
 def test_batched_closed_form_matches_rows():

@@ -165,3 +165,20 @@ def test_too_many_trees_are_refused_as_the_count_passes_the_limit():
     from solvers.global_lp import MAX_TREES
     with pytest.raises(ValueError, match=re.escape(f"above MAX_TREES = {MAX_TREES:.0e}")):
         global_tree_lp(DirichletModel(8, seed=0), "3,3", "wor")
+
+
+def test_given_trees_must_be_of_the_setting():
+    """``trees=`` enumerated for another process or from another model's drafts gave a "certified" value below what
+    UniVer attains on the setting (1.28 and 1.05 against 1.58, ``success=True``): only their shape was compared.
+    They are now refused, naming what differs; the setting's own trees give the enumerating call's value."""
+    m, other, shape = DirichletModel(3, seed=0, similarity=0.3), DirichletModel(3, seed=5, similarity=0.3), "2,1"
+    own = global_tree_lp(m, shape, "wor")
+    assert global_tree_lp(m, shape, "wor", trees=enumerate_tree_arrays(m, shape, "wor")).value == own.value
+    for trees, what in ((enumerate_tree_arrays(m, shape, "iid"), "process 'iid'"),
+                        (enumerate_tree_arrays(other, shape, "wor"), "another model's draft row"),
+                        (enumerate_tree_arrays(m, "2", "wor"), "shape"),
+                        (enumerate_tree_arrays(DirichletModel(4, seed=0), shape, "wor"), "vocab 4")):
+        with pytest.raises(ValueError, match=what):
+            global_tree_lp(m, shape, "wor", trees=trees)
+    univer = evaluate(m, TreeShape.parse(shape), "wor", VERIFIERS["univer"]).expected_accepted
+    assert univer <= own.value + 1e-9

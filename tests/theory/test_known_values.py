@@ -105,6 +105,18 @@ def test_temperature_zero_gains_nothing():
     assert abs(sps - bv) < 1e-15
 
 
+def test_tempered_model_drafts_at_one_by_default_at_temperature_zero():
+    """``TemperedModel``'s default draft temperature is :func:`resolve_draft_temperature`'s, the CLI's and the LLM
+    pipeline's: the target's T, except 1 at T = 0 (before, a one-hot draft there, which drafts one child only)."""
+    from univer_theory import TemperedModel
+    base = DirichletModel(3, seed=4)
+    for T, draft_T in ((0.0, 1.0), (0.5, 0.5), (2.0, 2.0)):
+        model = TemperedModel(base, T)
+        assert model.draft_temperature == draft_T
+    cold = TemperedModel(base, 0.0)
+    assert np.array_equal(cold.draft(()), base.draft(())) and sorted(cold.target(())) == [0.0, 0.0, 1.0]
+
+
 def test_small_temperatures_sharpen_towards_the_argmax():
     """``norm(row^{1/T})`` at T = 1e-3 on (0.45, 0.4, 0.15): every ``row^{1000}`` underflows to 0 (0.45^1000 ≈
     1e-347; the row was 0/0, NaN); over its maximum it is ``(1, (8/9)^1000, (1/3)^1000) / Σ`` = ``(1, 7.2e-52, 0)``

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from solvers.condot import condot_value
-from univer_theory.alpha_star import alpha_star_iid
+from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.layout import PrivateLayout, layout_plan, layout_targets, mu_k, mu_k_width
 
 from ..stats import assert_accepts, assert_power, assert_rejects, g_test
@@ -45,7 +45,7 @@ def test_marginal_is_exact_and_alpha_star(args):
     a = enumerated_marginal(plan, q, k)
     np.testing.assert_allclose(a, plan.marginal, atol=1e-12, rtol=0)
     assert np.all(plan.marginal <= rho * p + 1e-16)
-    assert abs(plan.alpha - alpha_star_iid(p, q, k, rho)) <= 1e-12
+    assert abs(plan.alpha - alpha_star(p, q, k, "iid", rho)) <= 1e-12
     layout = plan.info["layout"]
     for S in [(0,) * k, tuple(range(k)) if k <= p.size else (0,) * k]:
         assert abs(layout.min_probs(S).sum() - 1) <= 1e-12
@@ -81,7 +81,7 @@ def test_tied_densities_share_one_group(k, rho):
     p = np.array([0.1, 0.2, 0.3, 0.4])
     plan = layout_plan(p, p, rho, k, "iid")
     np.testing.assert_allclose(enumerated_marginal(plan, p, k), plan.marginal, atol=1e-12, rtol=0)
-    assert abs(plan.alpha - alpha_star_iid(p, p, k, rho)) <= 1e-12
+    assert abs(plan.alpha - alpha_star(p, p, k, "iid", rho)) <= 1e-12
 
 
 @pytest.mark.parametrize("kind,k,rho", [("dirichlet", 2, 1.0), ("zipf", 3, 0.5), ("zipf", 2, 1.0),
@@ -93,7 +93,7 @@ def test_large_vocabulary(kind, k, rho):
     plan = layout_plan(p, q, rho, k, "iid")
     targets = plan.info["layout"].targets
     np.testing.assert_array_equal(plan.marginal, np.minimum(targets.b, rho * p))
-    assert abs(plan.alpha - alpha_star_iid(p, q, k, rho)) <= 1e-10
+    assert abs(plan.alpha - alpha_star(p, q, k, "iid", rho)) <= 1e-10
     assert abs(targets.b.sum() - 1) <= 1e-12
     layout: PrivateLayout = plan.info["layout"]
     for _ in range(20):

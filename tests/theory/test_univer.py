@@ -243,3 +243,21 @@ def test_greedy_trees_are_lossless(shape, V):
     model = DirichletModel(V, seed=V + 2, similarity=0.4, concentration=0.8)
     r = evaluate(model, TreeShape.parse(shape), "greedy", VERIFIERS["univer"])
     assert r.distance <= LOSSLESS_TOL and r.plans.get("greedy_fill", 0) > 0, (r.distance, r.plans)
+
+
+def test_exact_mode_plans_do_not_keep_the_callers_buffer():
+    """A Fraction row set reused by the caller (written in place between calls): the plan cache is keyed on the
+    rows' values, and the cached plan kept a view of the caller's array, so a later call with the first values got
+    the law of the overwritten rows (3/5 of its mass on a correction from them).  Validated rows are now copies."""
+    F = Fraction
+    tree = DraftTree((-1, 0, 0), (-1, 0, 1))
+    third = [F(1, 3)] * 3
+    rows = lambda top: np.array([top, third, third], dtype=object)               # noqa: E731
+    p1, p2, q = [F(1, 2), F(1, 4), F(1, 4)], [F(1, 10), F(1, 10), F(4, 5)], rows([F(1, 4), F(1, 4), F(1, 2)])
+    want = make_univer_verifier("tv", slot_rule=False).law(tree, rows(p1), q, "wor")
+    ver = make_univer_verifier("tv", slot_rule=False)
+    buf = rows(p1)
+    ver.law(tree, buf, q, "wor")
+    buf[0, :] = p2
+    ver.law(tree, buf, q, "wor")
+    assert ver.law(tree, rows(p1), q, "wor") == want

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from univer_theory import ConfidentModel
-from univer_theory.alpha_star import alpha_star_and_cut, alpha_star_iid, alpha_star_rows, alpha_star_wor
+from univer_theory.alpha_star import alpha_star, alpha_star_and_cut, alpha_star_rows
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans.clocks import sequential_thinning_avail
 from univer_theory.plans.iid_coupling import (_multiset_table, growth_strings, iid_coupling_plan, virtual_draws,
@@ -95,7 +95,7 @@ def seeded_pair(i, concentration):
 def check_pair_optimal(plan, p, q, rho):
     check_exact(plan, p, q, rho, 2)
     assert plan.alpha == pytest.approx(brute_alpha_star(p, q, 2, rho), abs=TOL)
-    assert plan.alpha == pytest.approx(alpha_star_wor(p, q, 2, rho), abs=TOL)
+    assert plan.alpha == pytest.approx(alpha_star(p, q, 2, "wor", rho), abs=TOL)
 
 
 def test_wor_pair_attains_alpha_star_when_feasible():
@@ -313,7 +313,7 @@ def test_iid_coupling_attains_alpha_star_iid(V, k, seed, rho):
     check_exact(plan, p, q, rho, k)
     a_iid = brute_alpha_star(p, q, k, rho, process="iid")
     assert plan.alpha == pytest.approx(a_iid, abs=TOL)
-    assert plan.alpha == pytest.approx(alpha_star_iid(p, q, k, rho), abs=TOL)
+    assert plan.alpha == pytest.approx(alpha_star(p, q, k, "iid", rho), abs=TOL)
     assert a_iid <= brute_alpha_star(p, q, k, rho) + TOL
 
 
@@ -343,7 +343,7 @@ def test_choice_builds_the_coupling_only_where_it_can_win():
                     q /= q.sum()
                 for rho in (1.0, 0.8, 0.5, 0.2):
                     pts, cp = pts_plan(p, q, rho, k, "wor"), iid_coupling_plan(p, q, rho, k, "wor")
-                    star = float(alpha_star_iid(p, q, k, rho))
+                    star = float(alpha_star(p, q, k, "iid", rho))
                     worst = max(worst, (abs(float(cp.alpha) - star), (V, k, seed, rho)))
                     want, got = _best([pts, cp]), _pts_or_coupling(p, q, rho, k)
                     assert got.construction == want.construction and np.array_equal(got.marginal, want.marginal)
@@ -434,7 +434,7 @@ def test_rules_7_and_8_are_not_gated_at_the_ceiling(monkeypatch):
                     assert plans[True].construction == plans[False].construction, where
                     assert np.array_equal(plans[True].marginal, plans[False].marginal), where
                     built.add(plans[True].construction)
-                    over = float(alpha_star_wor(p, q, k, rho)) - rho * float(p[q > 0].sum())
+                    over = float(counted(p, q, k, "wor", rho)) - rho * float(p[q > 0].sum())
                     worst = max(worst, (over, where))
     assert worst[0] <= 1e-12, f"α*_wor above the ceiling: worst {worst}"
     assert 0 < made[True] < made[False] and "luce" in built, (made, built)
@@ -660,7 +660,7 @@ def test_the_claim_takes_the_least_share_that_fills_a_token():
             info, claimed = plan.info, claimed + 1
             filled = info["in_cut"] & (info["rank"] >= 0) & (info["beta"] > 0) & (info["beta"] < 1)
             worst = max([worst, *(1 - info["thin"][filled])])
-            assert plan.alpha == pytest.approx(float(alpha_star_wor(p, q, 2, rho)), abs=TOL)
+            assert plan.alpha == pytest.approx(float(alpha_star(p, q, 2, "wor", rho)), abs=TOL)
     assert claimed >= 20 and worst <= 1e-12, (claimed, worst)
 
 
@@ -673,4 +673,4 @@ def test_a_side_with_small_mass_keeps_the_unit_tolerance_floor():
                   0.1049771461785931])
     plan = wor_pair_plan(p, q, 0.9, 2, "wor")
     assert plan is not None and plan.info["families"] == {"H": "beta", "A": "beta"}
-    assert plan.alpha == pytest.approx(float(alpha_star_wor(p, q, 2, 0.9)), abs=1e-12)
+    assert plan.alpha == pytest.approx(float(alpha_star(p, q, 2, "wor", 0.9)), abs=1e-12)

@@ -95,7 +95,7 @@ def shares_rows(w):
     """``w_j / (1 − Σ_{l<j} w_l)`` along the last axis (0 when nothing is left), clamped to [0, 1]: the
     probability that child j is taken once children ``1..j−1`` were not (theory.md §6.1); numpy or torch."""
     nx = get_backend(w)
-    den = 1 - (nx.cumsum(w) - w)
+    den = 1 - nx.exclusive_cumsum(w)
     return nx.clip(nx.where(den > 0, w / nx.where(den > 0, den, 1.0), 0.0), 0.0, 1.0)
 
 

@@ -34,7 +34,7 @@ from .base import NodePlan
 from .first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
 from .iid_coupling import iid_coupling_plan
 from .layout import layout_plan
-from .lp_plan import lp_plan, tabulated_plan
+from .lp_plan import lp_plan, table_plan
 from .luce import luce_budget, luce_plan, token_classes
 from .node_inputs import check_node_inputs
 from .pts import pts_plan
@@ -182,17 +182,37 @@ def greedy_fill_plan(target_probs, draft_probs, rho, k: int) -> NodePlan:
     ``w_k(z) = m_z/r(z)``, ``m_z = min(r(z), c(z))``; the fixed children share every tuple's remaining capacity
     ``1 − w_k(z)`` in proportion to ``c(t_i)``, scaled by ``φ = min(1, c(T)/L)``, ``L = Σ_z (r(z) − m_z)``.  Then
     ``α = Σ_z m_z + min(c(T), L) = α*(ρ)`` (moving mass from a z to the fixed list is one-for-one, so no plan
-    does better).  Float rows (:func:`greedy_fill_rows`); repaired as rule 1 so that ``a ≤ ρp`` holds exactly.
+    does better).  Float rows: :func:`greedy_fill_weights` on every tuple, as the batched layer on its realised
+    one.
     """
     p = np.asarray(target_probs, dtype=np.float64)
     q = np.asarray(draft_probs, dtype=np.float64)
     fixed = [int(t) for t in top_tokens(q, k - 1)]
     in_t = np.zeros(q.shape, dtype=bool)
     in_t[fixed] = True
-    r, last, share, _ = greedy_fill_rows(float(rho) * p, q, in_t)
     z = np.flatnonzero((q > 0) & ~in_t)
-    w = np.concatenate([(1 - last[z])[:, None] * share[fixed][None, :], last[z][:, None]], axis=1)
-    return tabulated_plan("greedy_fill", w, [tuple(fixed) + (int(x),) for x in z], r[z], p, rho)
+    tuples = np.concatenate([np.broadcast_to(np.asarray(fixed, dtype=np.int64), (z.size, k - 1)), z[:, None]], 1)
+    w, a = greedy_fill_weights(float(rho) * p[None], q[None], in_t[None], tuples[None], np.array([k]))
+    return table_plan("greedy_fill", w[0], tuples, a[0], p, rho)
+
+
+def greedy_fill_weights(c, q, fixed, tuples, k):
+    """:func:`greedy_fill_plan` on rows ``c = ρp``, ``q`` ``[R, V]`` with their fixed lists T as the mask ``fixed``:
+    ``(w [R, n, K], a [R, V])`` on the tuples ``tuples [R, n, K]`` of each row (the fixed children at positions
+    ``j < k − 1``, z at ``k − 1``, anything beyond ``k [R]``) — ``w_j = share(t_j)·(1 − last[z])``,
+    ``w_{k−1} = last[z]`` (:func:`greedy_fill_rows`), then the repair: every weight and the marginal of a token
+    with ``a > c`` (by round-off) scaled by ``c/a``, so that ``a ≤ ρp`` holds exactly.  numpy or torch."""
+    nx = get_backend(c, q)
+    R, n, K = tuples.shape
+    _, last, share, a = greedy_fill_rows(c, q, fixed)
+    shrink = nx.where(a > c, c / nx.where(a > c, a, 1.0), 1.0)
+    j = nx.arange(K, c)
+    pos = (k - 1)[:, None, None]
+    z = nx.sum(nx.where(j == pos, tuples, 0))                                  # [R, n]
+    flat = tuples.reshape(R, n * K)
+    at = lambda x: nx.take(x, flat).reshape(R, n, K)                          # noqa: E731
+    w = nx.where(j < pos, (1 - nx.take(last, z))[..., None] * at(share), nx.where(j == pos, at(last), 0.0))
+    return w * at(shrink), a * shrink
 
 
 def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePlan:

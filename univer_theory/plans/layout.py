@@ -64,7 +64,7 @@ the steps of :func:`layout_rows` after its sort, :func:`block_layout` and the ch
 integrals (:func:`share_rows`, one tuple at a time); in torch those are formed :data:`TUPLE_CHUNK` elements at a
 time (memory bounded whatever the batch).  What checks this code stays separate: the exact enumeration of
 ``Σ_S Q(S) w(S)``, the LP's α*(ρ) (``solvers.condot``) and the closed form
-``univer_theory.alpha_star.alpha_star_iid``.
+``univer_theory.alpha_star.alpha_star`` (i.i.d.).
 """
 from __future__ import annotations
 

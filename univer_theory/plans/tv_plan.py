@@ -17,7 +17,7 @@ import numpy as np
 
 from ..engine import NodeContext
 from ..processes import tuple_law
-from ..verifiers import positive_part, traversal_rule, tv_prefix_update
+from ..verifiers import traversal_rule, tv_prefix_update, tv_residual_step
 from .base import NodePlan
 
 #: Largest wor tuple law enumerated for the marginal (V = 30, k = 3 is 24 360 tuples).
@@ -44,11 +44,8 @@ def _iid_marginal(p, q, rho, k):
         s = np.array([min(1, r * P[x] / q[x]) if drafted[x] else 0 * q[x] for x in range(q.size)], dtype=q.dtype)
         a = a + fail * q * s
         fail = fail * (1 - (q * s).sum())
-        D = positive_part(r * P - q)
-        R = D.sum()
+        R, P = tv_residual_step(r, P, q)
         r = tv_prefix_update(R, r)
-        if R != 0:
-            P = D / R
     return a
 
 
