@@ -177,6 +177,9 @@ def check_trees_setting(trees: TreeArrays, model: Model, shape: TreeShape, proce
     for ok, what in checks:
         if not ok:
             raise ValueError(f"{where}: trees were enumerated for {what}")
+    if not trees.drafts and any(shape.children):
+        raise ValueError(f"{where}: trees carry no record of the draft rows they were enumerated from (build them "
+                         f"with enumerate_tree_arrays)")
     for code, q in trees.drafts.items():
         if not np.array_equal(model_rows(model, trees.prefix(code), where)[1], q):
             raise ValueError(f"{where}: trees were enumerated from another model's draft row at prefix "

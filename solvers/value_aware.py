@@ -29,9 +29,12 @@ from univer_theory.tree import DraftTree, TreeShape
 from univer_theory.verifiers import Verifier
 
 from .cf_bound import LEAF, CFResult, NodeProblem, cf_bound, check_cf_setting
-from .global_lp import as_shape
+from .global_lp import as_shape, model_rows
 
 _PROCESSES = ("iid", "wor", "topk", "greedy")
+#: How far (per entry) rows passed to a ``univer-va`` verifier may sit from its model's: round-off, e.g. the
+#: caller's own renormalisation of them.
+ROW_ATOL = 1e-12
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,9 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
     """The ``univer-va`` oracle verifier for (model, shape, process); ``cf`` reuses a computed CF.
 
     Needs off-tree model access (values at undrafted prefixes): small V only.  The node rule reads its
-    children's subtrees from ``NodeContext.child_shapes``; rows other than the model's at a node's prefix are a
-    ValueError (its plans, cached per (prefix, ρ, subtrees, rows), would use another model's values).
+    children's subtrees from ``NodeContext.child_shapes``; rows farther than :data:`ROW_ATOL` from the model's at a
+    node's prefix are a ValueError (its plans, cached per (prefix, ρ, subtrees, rows), would use another model's
+    values).
     """
     where = "value_aware_verifier"
     check_model_type(model, where)
@@ -83,7 +87,8 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
         p, q = np.asarray(ctx.target, dtype=np.float64), np.asarray(ctx.draft, dtype=np.float64)
         key = (ctx.prefix, rho, keys, p.tobytes(), q.tobytes())
         if key not in cache:
-            if not (np.array_equal(p, model.target(ctx.prefix)) and np.array_equal(q, model.draft(ctx.prefix))):
+            if not all(np.allclose(x, y, rtol=0, atol=ROW_ATOL) for x, y in zip(
+                    (p, q), model_rows(model, ctx.prefix, "univer-va"))):
                 raise ValueError(f"univer-va: the rows at prefix {ctx.prefix} are not those of the model it was built "
                                  f"for (its value functions are that model's); pass the model's own rows")
             problem = NodeProblem(p, q, len(keys), ctx.process, child_value(keys, ctx.prefix))

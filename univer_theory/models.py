@@ -23,8 +23,7 @@ Prefix = tuple[int, ...]
 
 def checked_rows(model: "Model", prefix: Prefix, where: str) -> tuple[np.ndarray, np.ndarray]:
     """``(p(·|s), q(·|s))`` of ``model`` at ``prefix``, each checked to be a probability row of length
-    ``model.vocab_size`` (float64, or exact ``object`` rows kept exact, both of one kind); ValueError naming the row
-    otherwise."""
+    ``model.vocab_size`` (float64, or exact ``object`` rows kept exact); ValueError naming the row otherwise."""
     out = []
     for name, row in (("target", model.target(prefix)), ("draft", model.draft(prefix))):
         arr = check_simplex(row, where, f"{name} row at prefix {prefix}")
@@ -32,9 +31,6 @@ def checked_rows(model: "Model", prefix: Prefix, where: str) -> tuple[np.ndarray
             raise ValueError(f"{where}: {name} row at prefix {prefix} has shape {arr.shape}, "
                              f"expected ({model.vocab_size},) = (vocab_size,)")
         out.append(arr)
-    if (out[0].dtype == object) != (out[1].dtype == object):
-        raise ValueError(f"{where}: the target and draft rows at prefix {prefix} must both be exact (Fraction) or "
-                         f"both float")
     return out[0], out[1]
 
 
@@ -200,9 +196,10 @@ class TableModel(Model):
 
 
 class CheckedModel(Model):
-    """``base`` seen through :func:`checked_rows`: every row is checked once, on first use.  The exact core's
-    entry points wrap the caller's model with :func:`checked_model`, so a custom :class:`Model` with a bad row
-    is a ValueError naming the prefix, not a wrong number."""
+    """``base`` seen through :func:`checked_rows`: every row is checked once, on first use, and a prefix's two rows
+    must be of one mode (both exact or both float).  The exact core's entry points wrap the caller's model with
+    :func:`checked_model`, so a custom :class:`Model` with a bad row is a ValueError naming the prefix, not a wrong
+    number."""
 
     def __init__(self, base: Model, where: str):
         self.base, self.vocab_size, self.where, self._rows = base, base.vocab_size, where, {}
@@ -210,7 +207,10 @@ class CheckedModel(Model):
     def _checked(self, prefix) -> tuple[np.ndarray, np.ndarray]:
         prefix = tuple(prefix)
         if prefix not in self._rows:
-            self._rows[prefix] = checked_rows(self.base, prefix, self.where)
+            p, q = self._rows[prefix] = checked_rows(self.base, prefix, self.where)
+            if (p.dtype == object) != (q.dtype == object):      # the exact core runs in one mode (the solvers cast)
+                raise ValueError(f"{self.where}: the target and draft rows at prefix {prefix} must both be exact "
+                                 f"(Fraction) or both float")
         return self._rows[prefix]
 
     def target(self, prefix):
@@ -326,7 +326,7 @@ class TemperedModel(Model):
         self.base, self.vocab_size = base, base.vocab_size
         self.temperature = check_temperature(temperature, "TemperedModel")
         if draft_temperature is not None:
-            check_temperature(draft_temperature, "TemperedModel", "draft_temperature")
+            draft_temperature = check_temperature(draft_temperature, "TemperedModel", "draft_temperature")
         self.draft_temperature = resolve_draft_temperature(self.temperature, draft_temperature)
 
     def target(self, prefix):

@@ -12,9 +12,9 @@ from __future__ import annotations
 from .nx import get_backend
 
 #: The ratio keys are ``2^-51·p/q``: the key stays finite for every q > 0 (``p/q`` itself overflows once q is
-#: subnormal), and scaling by a power of 2 is exact while ``2^-51·p`` is normal (p ≥ 2^-971 ≈ 2e-293), so the order
+#: subnormal), and scaling by a power of 2 is exact while ``2^-51·p`` is normal (p ≥ 2^-971 ≈ 5e-293), so the order
 #: and the ties there are those of the rounded quotient p/q.  Below, the key loses bits with p: tokens of mass
-#: < 2e-293 may tie with (or, under ~2^-1023, sort before) tokens of a lower ratio — a mass far below every tolerance.
+#: < 5e-293 may tie with (or, under ~2^-1023, sort before) tokens of a lower ratio — a mass far below every tolerance.
 RATIO_SCALE = 2.0 ** -51
 
 

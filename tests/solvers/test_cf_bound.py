@@ -214,3 +214,6 @@ def test_value_aware_serves_only_its_own_model_rows_and_process():
     again = evaluate(m, TreeShape.parse(shape), "wor", va)
     assert float(again.distance) <= LOSSLESS_TOL
     assert again.expected_accepted == fresh.expected_accepted
+    p, q = m.node_probs(tree)                      # the model's rows renormalised by the caller: round-off only
+    assert va.expected_accepted_length(tree, p / p.sum(1, keepdims=True), q, "wor") == pytest.approx(
+        va.expected_accepted_length(tree, p, q, "wor"), abs=1e-12)

@@ -7,9 +7,11 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from solvers.global_lp import _certified_bound, _prefix_table, enumerate_tree_arrays, global_tree_lp, trie_classes
+from solvers.global_lp import (TreeArrays, _certified_bound, _prefix_table, enumerate_tree_arrays, global_tree_lp,
+                               trie_classes)
 from univer.cli import main as cli_main
-from univer_theory import VERIFIERS, DirichletModel, Model, TreeShape, context_free, enumerate_trees, evaluate
+from univer_theory import (VERIFIERS, DirichletModel, Model, TemperedModel, TreeShape, context_free, enumerate_trees,
+                           evaluate)
 from univer_theory.alpha_star import alpha_star
 
 
@@ -180,5 +182,11 @@ def test_given_trees_must_be_of_the_setting():
                         (enumerate_tree_arrays(DirichletModel(4, seed=0), shape, "wor"), "vocab 4")):
         with pytest.raises(ValueError, match=what):
             global_tree_lp(m, shape, "wor", trees=trees)
+    t = enumerate_tree_arrays(other, shape, "wor")       # another model's trees, re-wrapped without their record
+    with pytest.raises(ValueError, match="no record of the draft rows"):
+        global_tree_lp(m, shape, "wor", trees=TreeArrays(t.shape, t.vocab_size, t.tokens, t.probs, t.codes, "wor"))
     univer = evaluate(m, TreeShape.parse(shape), "wor", VERIFIERS["univer"]).expected_accepted
     assert univer <= own.value + 1e-9
+    # the solvers read rows as float64, so an exact target with a float draft is theirs to take (evaluate refuses it)
+    mixed = TemperedModel(DirichletModel(3, seed=0, exact=True), 1.0, draft_temperature=0.5)
+    assert global_tree_lp(mixed, shape, "wor").success
