@@ -31,6 +31,7 @@ import numpy as np
 
 from .engine import NodeContext, NodeDecision
 from .plans.base import NodePlan, sequential_shares
+from .plans.choose import single_child_plan
 from .plans.layout import layout_plan
 from .processes import HUB, hub_token, tuple_law
 from .verifiers import Verifier, register
@@ -105,9 +106,13 @@ def spechub_plan(target_probs, draft_probs, k: int) -> NodePlan:
 
 
 def gr_plan(target_probs, draft_probs, k: int) -> NodePlan:
-    """Global Resolution's optimum at one node: an α*-optimal i.i.d. flat plan (the layout at ρ = 1)."""
+    """Global Resolution's optimum at one node: an α*-optimal i.i.d. flat plan (the layout at ρ = 1; for k = 1 the
+    unique plan ``w = min(1, p/q)``, as the batched rule — the layout's interval arithmetic loses a token whose
+    q is below an ulp of its position, ~1e-16)."""
     if np.asarray(target_probs).dtype == object:
         raise NotImplementedError("gr: the α*-optimal i.i.d. plan is computed in floats; pass float64 rows")
+    if k == 1:
+        return single_child_plan(target_probs, draft_probs, 1.0, "iid")
     return layout_plan(target_probs, draft_probs, 1.0, k, "iid")
 
 

@@ -32,7 +32,7 @@ import torch
 from univer_theory.validation import check_choice
 
 from ..engine import VerifyResult
-from ..probs import SIMPLEX_TOL, check_rows
+from ..probs import SIMPLEX_TOL, check_rows, engine_rows
 from ..tree_batch import TreeBatch, _as_long, integer_dtype
 from ..verify import verify
 
@@ -137,8 +137,10 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
     At node u with coin ``c = uniform_samples[b, u]`` the children y_1, y_2, … are tried in list order with
     running sum ``A_j = Σ_{l≤j} P(y_l)`` and y_j is accepted iff ``c ≤ A_j`` (or ``P(y_j) ≥ 1``); a rejected
     token's mass leaves ``P``.  The stop node's ``Y`` is the inverse CDF of ``P`` (its rejected tokens zeroed)
-    at ``uniform_samples_for_final_sampling[b]·ΣP``.  With distinct siblings this is the kernel coin for coin;
-    a duplicate sibling has ``P(y) = 0`` here (never accepted), which keeps the law target-only's (§3.1).
+    at ``uniform_samples_for_final_sampling[b]·ΣP``.  With distinct siblings this is the kernel coin for coin,
+    except that a child with ``P(y) = 0`` is never accepted (the kernel takes it on a coin of exactly 0, which a
+    float32 ``torch.rand`` draws with probability 2^-24); a duplicate sibling has ``P(y) = 0`` here too, which
+    keeps the law target-only's (§3.1).
     """
     p = target_probs
     B, N, V = p.shape
@@ -160,7 +162,7 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
         y = torch.where(live, cand.gather(1, c[:, None]).squeeze(1), 0)     # the root's candidate is never read
         p_y = torch.where(tried[rows, y], 0, p[rows, cur, y].to(torch.float64))
         acc_y = acc + p_y
-        take = live & ((coin <= acc_y) | (p_y >= 1))
+        take = live & (((coin <= acc_y) & (p_y > 0)) | (p_y >= 1))
         drop = live & ~take
         tried[rows, y] |= drop
         tried &= ~take[:, None]
@@ -199,7 +201,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
         ``generator`` (a torch.Generator on the inputs' device; None: torch's default).
     num_speculative_tokens : ``S``; default ``accept_index``'s width if given, else the deepest tree + 1.
     predicts, accept_index, accept_token_num : output tensors filled in place (created if None).
-    validate : check the probability rows (:func:`gpu.validate_inputs`); the links are always checked.
+    validate : check the probability rows (:func:`gpu.validate_inputs`); float32 rows are taken within the float32
+        rounding of their sum and renormalised first (:func:`gpu.probs.engine_rows`); the links are always checked.
     """
     where = "sglang.verify_tree"
     check_choice(method, METHODS, where, "method")
@@ -213,6 +216,11 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                                                 target_probs, draft_probs, where)
     B, N = target_probs.shape[:2]
     dev = target_probs.device
+    if validate:                            # an engine's float32 rows as the laws its sampler draws from
+        used = torch.zeros(B * N, dtype=torch.bool, device=dev)
+        used[row_index[batch.valid]] = True
+        p = engine_rows(where, "target_probs", p, used)
+        q = q if draft_probs is None else engine_rows(where, "draft_probs", q, used)
     S = None if num_speculative_tokens is None else int_argument(where, "num_speculative_tokens",
                                                                  num_speculative_tokens, 1)
     if accept_index is not None:
@@ -253,9 +261,10 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                                  f"{coins.device}")
             if not bool(((coins >= 0) & (coins <= 1)).all()):
                 raise ValueError(f"{where}: {name} has an entry outside [0, 1] (or NaN): coins are uniforms")
-        if validate:
-            check_rows(where, "target_probs", target_probs, batch.valid)
-        path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, target_probs, U, Uf, S)
+        if validate and p.dtype != torch.float32:           # (float32 rows: engine_rows checked them)
+            check_rows(where, "target_probs", p, used)
+        path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, p.view(B, N, -1), U,
+                                         Uf, S)
         _write(path, tau, y, candidates, ridx, predicts, accept_index, accept_token_num)
     else:
         if uniform_samples_for_final_sampling is not None:

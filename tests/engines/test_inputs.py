@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import gpu
 from gpu import TreeBatch
 from gpu.engines import sglang_verify_tree, vllm_rejection_sample
 from univer_theory import DraftTree
@@ -266,3 +267,47 @@ def test_float32_rows_from_logits_pass_the_adapters_own_check():
         with pytest.raises(ValueError, match=match):
             support_floor(*args)
     assert torch.equal(support_floor(q, z[:, :3], np.int64(2)), support_floor(q, z[:, :3], 2))
+
+
+def test_an_engines_own_float32_softmax_rows_are_verified_as_their_laws():
+    """torch's float32 softmax (vLLM's ``compute_probs``, SGLang's sampling branch) sums in float32: ten tokens at
+    logit 12 over a flat tail at V = 49 152 came 1.6e-4 short of 1, and both adapters refused the engine's own
+    rows (``SIMPLEX_TOL`` 1e-5).  The adapters take float32 rows within the bound ``V·2^-24`` on a float32 sum's
+    rounding and verify their float64 renormalisation (:func:`gpu.probs.engine_rows`); a row off by more is refused."""
+    from gpu.probs import engine_rows
+    V = 49_152
+    logits = torch.zeros(3, V)
+    logits[:, :10] = 12.0
+    rows = torch.softmax(logits, dim=-1)
+    assert 1e-5 < 1 - float(rows[0].double().sum()) < V * 2.0 ** -24
+    law = engine_rows("test", "rows", rows)
+    assert law.dtype == torch.float32 and (law.double().sum(-1) - 1).abs().max() <= 3e-8
+    torch.testing.assert_close(law.double(), rows.double() / rows.double().sum(-1, keepdim=True), rtol=6e-8, atol=0)
+    assert engine_rows("test", "rows", rows.double()) is not None                       # float64: as it is
+    with pytest.raises(ValueError, match=r"rows row \[1\] does not sum to 1 within"):
+        engine_rows("test", "rows", torch.cat([rows[:1], rows[1:2] * (1 - 2 * V * 2.0 ** -24)]))
+    draft = gpu.probs_from_logits(logits + 0.5 * torch.randn(3, V, generator=torch.Generator().manual_seed(0)))
+    g = torch.Generator().manual_seed(0)
+    ids, cu = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
+    for method in ("sps", "bv"):
+        out = vllm_rejection_sample(ids, cu, draft[:2], rows[:2], torch.tensor([[3]]), g, method=method)
+        assert out.shape == (1, 3)
+    out = sglang_verify_tree(torch.tensor([[0, 0, 1]]), torch.tensor([[0, 1, 2]]), torch.tensor([[1, -1, -1]]),
+                             torch.tensor([[-1, 2, -1]]), rows[None], draft[None], method="tv", process="wor",
+                             generator=g)
+    assert out.accept_token_num.shape == (1,)
+
+
+def test_sglang_coins_never_accept_a_child_the_target_cannot_emit():
+    """SGLang's rule takes child j iff its coin ≤ ``A_j = Σ_{l≤j} P(y_l)``: a coin of exactly 0 (a float32
+    ``torch.rand`` draws it with probability 2^-24) accepted a first child with P(y) = 0 (a top-k target's removed
+    token) and emitted it.  A child with P(y) = 0 is never taken; the next child is, as on a coin of 2^-24."""
+    logits = torch.randn(1, 3, 8, generator=torch.Generator().manual_seed(0))
+    target = gpu.probs_from_logits(logits, 1.0, top=4)
+    bad, good = int((target[0, 0] == 0).nonzero()[0]), int(target[0, 0].argmax())
+    for coin in (0.0, 2.0 ** -24):
+        out = sglang_verify_tree(torch.tensor([[0, bad, good]]), torch.tensor([[0, 1, 2]]), torch.tensor([[1, -1, -1]]),
+                                 torch.tensor([[-1, 2, -1]]), target, None, method="nss",
+                                 uniform_samples=torch.tensor([[coin, 0.5, 0.5]]),
+                                 uniform_samples_for_final_sampling=torch.tensor([0.5]))
+        assert out.accept_index.tolist()[0][:2] == [0, 2] and float(target[0, 0, int(out.predicts[0])]) > 0

@@ -205,3 +205,16 @@ def test_g_test_rejects_a_lossy_spechub_sampler():
     tree, p, q = _hub_tree()
     law = VERIFIERS["spechub"].law(tree, p, q, "hub")
     assert_rejects(g_test(_spechub_samples(SWAPPED_SPECHUB, tree, p, q, 8), law), "spechub-swapped")
+
+
+def test_gr_single_child_is_the_unique_plan_at_any_draft_mass():
+    """A chain whose drafted tokens have q = 1e-17 (a float32 row's tail at a low temperature, cast to float64):
+    GR planned k = 1 with the i.i.d. layout, whose interval arithmetic gives such a token μ = 0 (below an ulp of
+    its position), so it rejected tokens with p/q = 5·10¹⁶ and reported E[τ | T] = 0.  The k = 1 plan is unique,
+    w = min(1, p/q) = 1: E[τ | T] = 2, as RRS and the batched GR."""
+    tree = DraftTree((-1, 0, 1), (-1, 0, 1))
+    for tail in (1e-15, 1e-17, 1e-30):
+        p, q = np.array([0.5, 0.3, 0.2, 0.0]), np.array([tail, tail, 1 - 2 * tail, 0.0])
+        P, Q = np.stack([p] * 3), np.stack([q] * 3)
+        for name in ("gr", "rrs"):
+            assert float(VERIFIERS[name].expected_accepted_length(tree, P, Q, "iid")) == 2.0, (name, tail)
