@@ -154,18 +154,25 @@ def check_rows(where: str, name: str, rows: torch.Tensor, valid: torch.Tensor | 
 
 
 def engine_rows(where: str, name: str, rows: torch.Tensor, used: torch.Tensor | None = None) -> torch.Tensor:
-    """An inference engine's own probability rows ``[R, V]`` as the laws its sampler draws from: float64 rows as they
-    are; float32 rows — an engine's softmax sums in float32, 1.6e-4 short of 1 at V = 49 152 on a flat-tailed row
-    on the CPU — checked (:func:`check_rows`, the ``used [R]`` rows) within ``V·2^-24`` of 1, the bound on the
-    rounding of any float32 sum of V nonnegative terms, then divided by their float64 sum and rounded back entry
-    by entry (within 3e-8 of 1: :data:`SIMPLEX_TOL` holds).  Used as they are, NSS / RRS / TV would verify against
-    a law off by the row's defect; a row off by more than that bound is still refused.  Rows without positive
-    mass (padding) are left as they are."""
+    """An inference engine's own probability rows ``[R, V]`` as the laws its sampler draws from.  float64 rows as
+    they are.  An engine's float32 softmax sums in float32 — 1.6e-4 short of 1 at V = 49 152 on a flat-tailed row
+    on the CPU — so float32 rows (the ``used [R]`` ones) are checked (:func:`check_rows`) within ``V·2^-24`` of 1,
+    the bound on the rounding of any float32 sum of V nonnegative terms; those within :data:`SIMPLEX_TOL` are used
+    as they are (no copy, as :func:`gpu.verify` takes them), the others divided by their float64 sum and rounded
+    back entry by entry (within 3e-8 of 1) in a copy of the rows.  Used as they were, NSS / RRS / TV verified
+    against a law off by the row's defect; a row off by more than the bound is still refused."""
     if rows.dtype != torch.float32:
         return rows
     check_rows(where, name, rows, used, tol=rows.shape[-1] * 2.0 ** -24)
-    total = rows.sum(-1, keepdim=True, dtype=torch.float64)
-    return torch.where(total > 0, rows / total, rows).to(torch.float32)
+    total = rows.sum(-1)
+    off = ((total - 1).abs() > SIMPLEX_TOL[torch.float32]) & (total > 0)
+    if used is not None:
+        off &= used
+    if not bool(off.any()):                                     # host read: the common case copies nothing
+        return rows
+    at = off.nonzero().squeeze(1)
+    some = rows[at].double()
+    return rows.index_copy(0, at, (some / some.sum(-1, keepdim=True)).to(torch.float32))
 
 
 #: Block width of the two-level inverse CDF of :func:`sample_rows`, and the chunk summed in the rows' dtype.

@@ -273,7 +273,8 @@ def test_an_engines_own_float32_softmax_rows_are_verified_as_their_laws():
     """torch's float32 softmax (vLLM's ``compute_probs``, SGLang's sampling branch) sums in float32: ten tokens at
     logit 12 over a flat tail at V = 49 152 came 1.6e-4 short of 1, and both adapters refused the engine's own
     rows (``SIMPLEX_TOL`` 1e-5).  The adapters take float32 rows within the bound ``V·2^-24`` on a float32 sum's
-    rounding and verify their float64 renormalisation (:func:`gpu.probs.engine_rows`); a row off by more is refused."""
+    rounding and verify their float64 renormalisation (:func:`gpu.probs.engine_rows`; rows within ``SIMPLEX_TOL``
+    in place); a row off by more is refused."""
     from gpu.probs import engine_rows
     V = 49_152
     logits = torch.zeros(3, V)
@@ -283,7 +284,8 @@ def test_an_engines_own_float32_softmax_rows_are_verified_as_their_laws():
     law = engine_rows("test", "rows", rows)
     assert law.dtype == torch.float32 and (law.double().sum(-1) - 1).abs().max() <= 3e-8
     torch.testing.assert_close(law.double(), rows.double() / rows.double().sum(-1, keepdim=True), rtol=6e-8, atol=0)
-    assert engine_rows("test", "rows", rows.double()) is not None                       # float64: as it is
+    for as_is in (rows.double(), gpu.probs_from_logits(logits)):      # float64, and float32 within SIMPLEX_TOL
+        assert engine_rows("test", "rows", as_is) is as_is                # used in place, no copy
     with pytest.raises(ValueError, match=r"rows row \[1\] does not sum to 1 within"):
         engine_rows("test", "rows", torch.cat([rows[:1], rows[1:2] * (1 - 2 * V * 2.0 ** -24)]))
     draft = gpu.probs_from_logits(logits + 0.5 * torch.randn(3, V, generator=torch.Generator().manual_seed(0)))
