@@ -1,17 +1,20 @@
 """Claim 1 — every lossless method is exactly lossless; every bug-zoo variant is flagged.
 
-Grid: V ∈ {3, 4}, shapes [1,1,1], [2,2], [3,1], [2,1,2] and the asymmetric ((..),.), processes iid / wor,
+Grid: V ∈ {3, 4}, shapes [1,1,1], [2,2], [3,1], [2,1,2] and the asymmetric ((..),.), every process (iid, wor,
+topk, greedy, and SpecHub's hub where a node has two children),
 Dirichlet family (similarity 0.4, concentration 0.8) and a peaky family (concentration 0.2), seeds 0–1
 (``fast``: V = 3, seed 0, the Dirichlet family), plus confident instances
 (:func:`paper_checks.instances.confident_instances`: near-deterministic drafts with tails 1e-8 … 1e-310 on the
-same shapes, V ≤ 4; 12, ``fast`` 4).  Float distance must be ≤ 1e-12; in Fraction mode (rational
-methods, V = 3) it must be exactly 0.  Lossy variants must show distance > 1e-6 on at least one instance.
+same shapes, V ≤ 4, iid / wor; 12, ``fast`` 4).  Float distance must be ≤ 1e-12; in Fraction mode (the rational
+methods — UniVer, K-SEQ and GR compute in floats — V = 3) it must be exactly 0.  Lossy variants must show
+distance > 1e-6 on at least one instance.
 """
 from __future__ import annotations
 
 from tqdm import tqdm
 
 from univer_theory import BUG_ZOO, LOSSLESS_TOL, VERIFIERS, DirichletModel, TreeShape, evaluate
+from univer_theory.processes import EXACT_PROCESSES
 
 from .base import CheckResult, markdown_table
 from .instances import confident_instances
@@ -20,6 +23,8 @@ NAME = "lossless"
 CLAIM = ("Every lossless verifier reproduces the target law exactly (distance ≤ 1e-12 in float, = 0 in "
          "Fraction mode); every bug-zoo variant is flagged (distance > 1e-6).")
 SHAPES = ["1,1,1", "2,2", "3,1", "2,1,2", "((..),.)"]
+#: Every draft process of the exact core (SpecHub's ``hub`` on the shapes with two children a node).
+PROCESSES = EXACT_PROCESSES
 
 
 def instances(fast: bool):
@@ -31,7 +36,7 @@ def instances(fast: bool):
                 fmodel = DirichletModel(V, seed=seed, similarity=0.4, concentration=conc)
                 emodel = DirichletModel(V, seed=seed, similarity=0.4, concentration=conc, exact=True) if V == 3 else None
                 for shape in SHAPES:
-                    for process in ("iid", "wor"):
+                    for process in PROCESSES:
                         yield f"{fam}/V{V}/s{seed}/{shape}/{process}", fmodel, emodel, TreeShape.parse(shape), process
     for inst in confident_instances(4 if fast else 12, 0, {shape: 4 for shape in SHAPES}):
         yield inst.name, inst.model, None, inst.shape, inst.process

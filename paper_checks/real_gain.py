@@ -12,7 +12,7 @@ the paper's range.  The per-set gains and TV's gain are reported too.
 
 Full: binary tree of depth 4 (30 nodes) and the EAGLE-like tree (24 nodes), 6 prompts per set × 6 positions
 (on 2 CPU cores about 40 s per prompt for the EAGLE-like tree, ~6 s for binary:4).
-``fast``: binary depth 2, 4 prompts per set × 3 positions (a CI-sized run: its interval rests on 8 prompts).
+``fast``: binary depth 2, 4 prompts per set × 12 positions (a CI-sized run: its interval rests on 8 prompts).
 """
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from solvers import cf_bound, condot_lp, global_tree_lp, value_aware_verifier
 from univer_theory import VERIFIERS, Verifier, evaluate, tuple_law
 from univer_theory.verifiers import BASELINE
@@ -75,7 +77,9 @@ def bounds(model, shape, process: str, with_global: bool = True) -> dict[str, fl
 @dataclass(frozen=True)
 class NodeRecord:
     """One internal-node context met by a verifier: skeleton node, prefix, scaling ρ, realised children S, the
-    probability ``reach`` that the drafted tree produces this context, and the rule's trace info."""
+    probability ``reach`` that the drafted tree produces this context, the rule's trace info (``construction``,
+    ``slot_rule`` and its own ``reported_alpha``), and what the weights it actually applied give over all tuples of
+    the context: ``alpha = Σ_y a(y)`` and ``excess = max_y (a(y) − ρ p(y))`` (:func:`node_audit`)."""
 
     node: int
     prefix: tuple[int, ...]
@@ -85,10 +89,28 @@ class NodeRecord:
     construction: str
     slot_rule: bool
     alpha: float
+    reported_alpha: float
+    excess: float
+
+
+def applied_marginal(decisions, V: int) -> np.ndarray:
+    """``a(y) = Σ_S Q_k(S) Σ_{j: S_j = y} w_j(S)`` from the decisions a rule made on every tuple of one context
+    (``[(S, Q_k(S), NodeDecision)]``): the path continues through child j w.p. ``w_j = e_j s_j Π_{l<j}(1 − e_l s_l)``
+    (entered w.p. ``e_j``, then its subtree succeeds w.p. its scaling ``s_j``, theory.md §6.1) — the weights applied,
+    recomputed independently of the plan's own account of its marginal."""
+    a = np.zeros(V)
+    for S, qs, d in decisions:
+        go = 1.0
+        for y, e, s in zip(S, d.enter, d.scale):
+            take = float(e) * float(s)
+            a[int(y)] += float(qs) * go * take
+            go *= 1.0 - take
+    return a
 
 
 def node_audit(model, shape, process: str, verifier: Verifier) -> list[NodeRecord]:
-    """Every internal-node context of every tree of (model, shape, process), with the verifier's trace info.
+    """Every internal-node context of every tree of (model, shape, process), with the verifier's trace info and
+    the acceptance its applied weights give (:func:`applied_marginal`).
 
     A node's decision depends only on its ancestors' tuples (the scalings are handed down), so recursing over
     (skeleton node, prefix, ρ, S) visits each distinct context once instead of once per enumerated tree —
@@ -102,12 +124,15 @@ def node_audit(model, shape, process: str, verifier: Verifier) -> list[NodeRecor
         if not kids:
             return
         p, q = model.target(prefix), model.draft(prefix)
-        for S, qs in tuple_law(q, len(kids), process):
-            ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_keys[c] for c in kids), prefix)
-            d = verifier.rule(ctx)
+        keys = tuple(shape.subtree_keys[c] for c in kids)
+        decisions = [(S, qs, verifier.rule(NodeContext(rho, p, q, S, process, keys, prefix)))
+                     for S, qs in tuple_law(q, len(kids), process)]
+        a = applied_marginal(decisions, len(p))
+        alpha, excess = float(a.sum()), float(np.max(a - float(rho) * np.asarray(p, dtype=np.float64)))
+        for S, qs, d in decisions:
             records.append(NodeRecord(u, prefix, float(rho), tuple(int(y) for y in S), reach * float(qs),
                                       d.info.get("construction", verifier.name), bool(d.info.get("slot_rule")),
-                                      float(d.info["alpha"])))
+                                      alpha, float(d.info["alpha"]), excess))
             for c, y, s in zip(kids, S, d.scale):
                 rec(c, prefix + (int(y),), s, reach * float(qs))
 
@@ -116,8 +141,11 @@ def node_audit(model, shape, process: str, verifier: Verifier) -> list[NodeRecor
 
 
 def alpha_star_lp(model, record: NodeRecord, process: str, cache: dict) -> float:
-    """α*(ρ) of the record's node from the CondOT(ρ) LP (:func:`solvers.condot_lp`), cached by (prefix, ρ, k)."""
+    """α*(ρ) of the record's node from the CondOT(ρ) LP (:func:`solvers.condot_lp`), cached by (prefix, ρ, k);
+    exactly 0 at ρ = 0 (``a ≤ ρp = 0``), where the LP's answer is its tolerance (1e-12)."""
     key = (record.prefix, record.rho, len(record.children))
+    if record.rho == 0:
+        return 0.0
     if key not in cache:
         res = condot_lp(model.target(record.prefix), model.draft(record.prefix), record.rho,
                         len(record.children), process)

@@ -7,9 +7,11 @@ duplicate children, so no lossless verifier can do better (a(s) ≤ Pr_draft(s �
 Toys (exact): ``TemperedModel`` of a Dirichlet pair (V = 4, similarity 0.5, concentration 0.8), draft at T
 (at 1 when T = 0, as the real pipeline does), wor trees [2,2], [3,1], ((..),.), seeds 0–2 (``fast``: [2,2] and
 ((..),.), seed 0); T ∈ {0, 0.1, 0.3, 0.6, 1}.  Claim on the toys: at T = 0, |E[τ]_UniVer − E[τ]_RRSw| ≤ 1e-12
-on every instance; the gain is ≥ 0 at every T; and the mean gain at the smallest positive T is below the mean
-gain at every larger T.  Reported, not claimed: iid trees against RRS, where the gain at T = 0 is *not* 0
-(duplicate children let a traversal-style verifier pick the copy whose subtree holds the greedy path).
+on every instance, and the mean gain at the smallest positive T is below the mean gain at every larger T.
+Reported, not claimed: the smallest gain at each T (UniVer is not ≥ RRSw on every instance at T > 0: −1.36% at
+T = 0.3 on a fresh V = 5 toy of the deep shape (((..),.),.), docs/deviations.md item 93), and iid trees against
+RRS, where the gain at T = 0 is *not* 0 (duplicate children let a traversal-style verifier pick the copy whose
+subtree holds the greedy path).
 Real trees (SmolLM2, wor, paired accept-bench; ``NEEDS_REAL_MODEL``): T ∈ {0, 0.3, 0.6, 1}, binary depth 4,
 4 MT-Bench prompts × 4 positions (``fast``: T ∈ {0, 1}, binary depth 2, 1 prompt × 3 positions); claim: at
 T = 0 the two methods' E[τ | T] agree on every drafted tree within 1e-9.  The gain vs T is plotted.
@@ -66,9 +68,6 @@ def run(fast: bool, out_dir, progress: bool = True, real_model: bool = True) -> 
         b0, u0 = by_t[0.0]
         if abs(u0 - b0) > EXACT_TOL:
             problems.append(f"toy {inst}: at T = 0 UniVer {u0:.15g} ≠ RRSw {b0:.15g}")
-        for T, (b, u) in by_t.items():
-            if u < b - EXACT_TOL:
-                problems.append(f"toy {inst}: at T = {T} UniVer {u:.6f} < RRSw {b:.6f}")
     mean_gain = {T: float(np.mean([by_t[T][1] / by_t[T][0] - 1 for by_t in wor.values()])) for T in TOY_TEMPERATURES}
     t_small = min(T for T in TOY_TEMPERATURES if T > 0)
     if any(mean_gain[t_small] >= mean_gain[T] for T in TOY_TEMPERATURES if T > t_small):

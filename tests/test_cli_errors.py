@@ -143,3 +143,15 @@ def test_synthetic_model_options_beside_a_model_file_are_refused(flags, tmp_path
         assert err.count("\n") == 1 and "with --model-file the file sets the model" in err
         assert all(f in err for f in flags if f.startswith("--"))
     assert main(["exact", "--model-file", str(path), "--shape", "2", "--methods", "tv", "--json"]) == 0
+
+
+def test_rational_runs_say_what_they_cannot_do_and_keep_a_baseline(capsys):
+    """``bound --rational --methods univer-va`` printed ``"methods": {}`` and exit 0 (the oracle silently dropped):
+    it is refused now, like ``--methods univer``.  ``exact --process greedy --rational`` found "no method" (the
+    default list kept NSS for topk only, and UniVer is not rational): NSS is the greedy baseline too."""
+    assert main(["bound", "--vocab", "3", "--shape", "2", "--rational", "--methods", "univer-va"]) == 2
+    err = capsys.readouterr().err
+    assert "univer-va with --rational" in err and "Traceback" not in err
+    assert main(["exact", "--vocab", "3", "--shape", "2", "--process", "greedy", "--rational", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["methods"]) == ["nss"] and out["methods"]["nss"]["exact"]["distance"] == "0"

@@ -161,7 +161,7 @@ def test_a_model_with_exact_targets_and_float_drafts_is_refused():
     exact = np.array([F(1, 2), F(1, 4), F(1, 4)], dtype=object)
     for p, q in ((exact, np.array([0.25, 0.25, 0.5])), (np.array([0.5, 0.25, 0.25]), exact)):
         for name in ("tv", "rrs"):
-            with pytest.raises(ValueError, match="must both be exact"):
+            with pytest.raises(ValueError, match="one mode for every row"):
                 evaluate(RowsModel(p, q, 3), TreeShape.parse("2"), "iid", VERIFIERS[name])
 
 

@@ -63,23 +63,24 @@ def test_optimality_fails_when_a_node_misses_alpha_star(monkeypatch, tmp_path):
     monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 2))
     res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
     assert not res.passed
-    assert "(layout) α =" in res.table and "≠ α*(ρ)" in res.table
+    assert "(layout): α =" in res.table and "≠ α*(ρ)" in res.table
 
 
-def test_optimality_fails_when_univer_is_too_far_below_tv(monkeypatch, tmp_path):
-    """The per-instance claim UniVer ≥ (1 − x)·TV is enforced: TV's plan handing its children half their
-    scalings (fewer accepted tokens) fails it, with the shortfall named."""
-    tv_plan = make_univer_verifier("tv", slot_rule=False)
+def test_optimality_recomputes_alpha_from_the_applied_weights(monkeypatch, tmp_path):
+    """The node audit took α from the plan's own account (``info["alpha"]``): UniVer handing its children 0.98 of
+    their scalings (lossy, 3.9e-2 from the target) passed with "max |α − α*| = 1.0e-12".  α is now recomputed from
+    the weights applied on every tuple of the context, so the check fails, naming both numbers."""
+    univer = VERIFIERS["univer"]
 
-    def halved(ctx):
-        d = tv_plan.rule(ctx)
-        return replace(d, scale=tuple(s / 2 for s in d.scale))
+    def shrunk(ctx):
+        d = univer.rule(ctx)
+        return replace(d, scale=tuple(0.98 * s for s in d.scale))
 
-    monkeypatch.setitem(VERIFIERS, "univer", replace(tv_plan, name="univer", rule=halved))
+    monkeypatch.setitem(VERIFIERS, "univer", replace(univer, rule=shrunk))
     monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 2))
     res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
     assert not res.passed
-    assert f"is more than {100 * optimality.TV_SHORTFALL:g}% below TV" in res.table
+    assert "the applied weights give α =" in res.table and "the plan reports" in res.table
 
 
 def test_reductions_fail_when_depth_one_is_not_optimal(monkeypatch, tmp_path):
@@ -230,16 +231,17 @@ def _univer_times(monkeypatch, module, edit):
 
 
 def test_optimality_fails_when_a_node_claims_more_than_alpha_star(monkeypatch, tmp_path):
-    """A node of any construction whose α exceeds α*(ρ) breaks the LP bound: the check fails and says so."""
+    """A node of any construction whose α exceeds α*(ρ) breaks the LP bound: its first child always taken (α = 1,
+    reported so, infeasible: a > ρp) fails the check, which says so."""
     tv_plan = make_univer_verifier("tv", slot_rule=False)
 
     def inflated(ctx):
         d = tv_plan.rule(ctx)
-        return replace(d, info={**d.info, "construction": "pts", "alpha": float(d.info["alpha"]) + 0.05})
+        return replace(d, scale=(1.0,) + tuple(d.scale[1:]), info={**d.info, "construction": "pts", "alpha": 1.0})
     monkeypatch.setitem(VERIFIERS, "univer", replace(tv_plan, name="univer", rule=inflated))
     monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 2))
     res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
-    assert not res.passed and "exceeds α*(ρ)" in res.table
+    assert not res.passed and "exceeds α*(ρ)" in res.table and "the applied marginal exceeds ρp" in res.table
 
 
 @pytest.mark.parametrize("key, factor, message", [("cf_alpha_root", 0.9, "α*-root bound"), ("cf", 0.9, "CF")])
@@ -295,8 +297,9 @@ def test_global_gap_fails_when_univer_is_above_cf(monkeypatch, tmp_path):
     assert not res.passed and "above CF" in res.table
 
 
-def test_temperature_fails_where_univer_is_below_the_baseline(monkeypatch, tmp_path):
-    """UniVer 1–4% below RRSw at every T > 0 (its gain still rising in T): the per-temperature claim fails."""
+def test_temperature_reports_where_univer_is_below_the_baseline(monkeypatch, tmp_path):
+    """UniVer 1–4% below RRSw at every T > 0, its gain rising in T: no per-instance gain ≥ 0 is claimed (a fresh
+    toy reaches −1.36%, docs/deviations.md item 93), so the check passes and reports the smallest gain per T."""
     real = temperature.expected_lengths
     below = {0.1: -0.04, 0.3: -0.03, 0.6: -0.02, 1.0: -0.01}
 
@@ -308,7 +311,10 @@ def test_temperature_fails_where_univer_is_below_the_baseline(monkeypatch, tmp_p
     monkeypatch.setattr(temperature, "expected_lengths", expected_lengths)
     monkeypatch.setattr(temperature, "toy_instances", _first(temperature.toy_instances, 1))
     res = temperature.run(fast=True, out_dir=tmp_path, progress=False, real_model=False)
-    assert not res.passed
+    assert res.passed
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in res.table.splitlines()
+            if line.startswith("| 0.") or line.startswith("| 1 ")}
+    assert {T: float(v) for T, v in rows.items()} == pytest.approx({"0.1": -4.0, "0.3": -3.0, "0.6": -2.0, "1": -1.0})
 
 
 def test_a_failed_check_reads_fail_in_its_section_and_the_summary(monkeypatch, tmp_path):
@@ -335,15 +341,16 @@ def test_optimality_fails_when_univer_is_just_above_cf(monkeypatch, tmp_path):
     assert not optimality.run(fast=True, out_dir=tmp_path, progress=False).passed
 
 
-def test_optimality_fails_on_one_instance_too_far_below_tv(monkeypatch, tmp_path):
-    """UniVer 10% below TV on the first instance only (far above it elsewhere, so the mean claim holds): the
-    per-instance bound (6%) fails the check, and the summary names that instance as the worst."""
+def test_optimality_reports_an_instance_below_tv_without_failing(monkeypatch, tmp_path):
+    """UniVer 10% below TV on the first instance only (far above it elsewhere, so the mean claim holds): no fixed
+    per-instance margin is claimed (fresh draws of the deep shape reach −7.85%, docs/deviations.md item 93), so the
+    check passes, lists the instance below TV and names it as the worst."""
     _univer_times(monkeypatch, optimality,
                   lambda v, n: v.update(tv=v["univer"] / 0.9 if n == 1 else 0.5 * v["univer"]))
     monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 3))
     res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
     first = next(optimality.instances(True))[0]
-    assert not res.passed and f"more than {100 * optimality.TV_SHORTFALL:g}% below TV" in res.table
+    assert res.passed and "**Where UniVer is below TV**" in res.table and first in res.table
     assert f"worst -10.00% ({first}" in res.summary
 
 

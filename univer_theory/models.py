@@ -196,10 +196,10 @@ class TableModel(Model):
 
 
 class CheckedModel(Model):
-    """``base`` seen through :func:`checked_rows`: every row is checked once, on first use, and a prefix's two rows
-    must be of one mode (both exact or both float).  The exact core's entry points wrap the caller's model with
-    :func:`checked_model`, so a custom :class:`Model` with a bad row is a ValueError naming the prefix, not a wrong
-    number."""
+    """``base`` seen through :func:`checked_rows`: every row is checked once, on first use, and every row must be of
+    the root's mode (exact or float; :attr:`Model.exact` reads the root).  The exact core's entry points wrap the
+    caller's model with :func:`checked_model`, so a custom :class:`Model` with a bad row is a ValueError naming the
+    prefix, not a wrong number."""
 
     def __init__(self, base: Model, where: str):
         self.base, self.vocab_size, self.where, self._rows = base, base.vocab_size, where, {}
@@ -207,10 +207,14 @@ class CheckedModel(Model):
     def _checked(self, prefix) -> tuple[np.ndarray, np.ndarray]:
         prefix = tuple(prefix)
         if prefix not in self._rows:
-            p, q = self._rows[prefix] = checked_rows(self.base, prefix, self.where)
-            if (p.dtype == object) != (q.dtype == object):      # the exact core runs in one mode (the solvers cast)
-                raise ValueError(f"{self.where}: the target and draft rows at prefix {prefix} must both be exact "
-                                 f"(Fraction) or both float")
+            rows = checked_rows(self.base, prefix, self.where)
+            exact = (rows if prefix == () else self._checked(()))[0].dtype == object
+            for name, row in zip(("target", "draft"), rows):    # the exact core runs in one mode (the solvers cast)
+                if (row.dtype == object) != exact:
+                    raise ValueError(f"{self.where}: the {name} row at prefix {prefix} is "
+                                     f"{'float' if exact else 'exact (Fraction)'} but the model's root target row is "
+                                     f"{'exact (Fraction)' if exact else 'float'}: one mode for every row")
+            self._rows[prefix] = rows
         return self._rows[prefix]
 
     def target(self, prefix):

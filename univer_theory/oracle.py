@@ -99,15 +99,18 @@ def distance_to_target(model: Model, law: dict, length: int):
 
 
 def mass_balance_violation(model: Model, law: dict):
-    """``max_{s,y} |c(s,y) − (a(s)·p(y|s) − a(s·y))|`` (theory §2 lemma); 0 iff lossless."""
-    a: dict = {(): sum(law.values())}
+    """``max_{s,y} |c(s,y) − (a(s)·p(y|s) − a(s·y))|`` (theory §2 lemma, ``a(()) = 1``); 0 iff lossless (a law of
+    another total mass, scaled, is not: ``a(())`` is 1, not the law's mass).  Exact (a Fraction) for Fraction
+    laws."""
+    one = next(iter(law.values())) * 0 + 1 if law else 1
+    a: dict = {(): one}
     c: dict = {}
     for key, v in law.items():
         path = key[:-1]
         for i in range(1, len(path) + 1):
             a[path[:i]] = a.get(path[:i], 0) + v
         c[key] = c.get(key, 0) + v
-    worst = 0
+    worst = one * 0
     for s in a:
         row = model.target(s)
         for y in range(model.vocab_size):

@@ -17,6 +17,7 @@ ordered-tuple law ``Q_k(S)`` (float or Fraction), samplers, and enumeration of a
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from itertools import product
 from typing import Iterator
 
@@ -82,11 +83,11 @@ def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...]
             rest_mass = sum(q[x] for x in rest)
             for x in rest:          # the ratio first: pr·q(x) underflows where the rest is subnormal
                 rec(prefix + [x], pr * (q[x] / rest_mass))
-        rec([], q.dtype.type(1) if q.dtype != object else 1)
+        rec([], q.dtype.type(1) if q.dtype != object else Fraction(1))
         return out
     top = _top_tokens(q, k if process == "topk" else k - 1)
     if process == "topk":
-        return [(tuple(top), q.dtype.type(1) if q.dtype != object else 1)]
+        return [(tuple(top), q.dtype.type(1) if q.dtype != object else Fraction(1))]
     rest = [x for x in support if x not in top]
     rest_mass = sum(q[x] for x in rest)
     if process == HUB:
@@ -222,7 +223,7 @@ def enumerate_trees(model: Model, shape: TreeShape, process: str) -> Iterator[tu
                 t2[c], p2[c] = y, paths[u] + (y,)
             yield from rec(i + 1, t2, p2, pr * qs)
 
-    one = model.draft(()).dtype.type(1) if not model.exact else 1
+    one = model.draft(()).dtype.type(1) if not model.exact else Fraction(1)
     yield from rec(0, [-1] * shape.num_nodes, [()] * shape.num_nodes, one)
 
 

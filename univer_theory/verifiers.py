@@ -45,8 +45,9 @@ def positive_part(x: np.ndarray) -> np.ndarray:
 
 def _ratio_min1(num, den):
     """``min(1, num/den)`` for a drafted token (den > 0 is guaranteed by validation); the ratio is formed only
-    below 1, so a subnormal ``den`` does not overflow it (exact for Fractions too)."""
-    return 1 if num >= den else num / den
+    below 1, so a subnormal ``den`` does not overflow it (exact for Fractions too: the 1 is of num's type, so a
+    Fraction stays a Fraction where every ratio is 1)."""
+    return num * 0 + 1 if num >= den else num / den
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -291,13 +291,27 @@ def test_an_engines_own_float32_softmax_rows_are_verified_as_their_laws():
     draft = gpu.probs_from_logits(logits + 0.5 * torch.randn(3, V, generator=torch.Generator().manual_seed(0)))
     g = torch.Generator().manual_seed(0)
     ids, cu = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
-    for method in ("sps", "bv"):
-        out = vllm_rejection_sample(ids, cu, draft[:2], rows[:2], torch.tensor([[3]]), g, method=method)
-        assert out.shape == (1, 3)
-    out = sglang_verify_tree(torch.tensor([[0, 0, 1]]), torch.tensor([[0, 1, 2]]), torch.tensor([[1, -1, -1]]),
-                             torch.tensor([[-1, 2, -1]]), rows[None], draft[None], method="tv", process="wor",
-                             generator=g)
-    assert out.accept_token_num.shape == (1,)
+    links = (torch.tensor([[0, 0, 1]]), torch.tensor([[0, 1, 2]]), torch.tensor([[1, -1, -1]]),
+             torch.tensor([[-1, 2, -1]]))
+    for q in (draft, rows):                                  # the engine's own float32 rows as drafts too
+        for method in ("sps", "bv"):
+            out = vllm_rejection_sample(ids, cu, q[:2], rows[:2], torch.tensor([[3]]), g, method=method)
+            assert out.shape == (1, 3)
+        for method in ("rrs", "tv"):
+            out = sglang_verify_tree(*links, rows[None], q[None], method=method, process="iid", generator=g)
+            assert out.accept_token_num.shape == (1,)
+    # SGLang's coin path reads the renormalised rows: a coin between a child's raw and renormalised mass takes it
+    raw = float(rows[0, 0])
+    law = raw / float(rows[0].double().sum())
+    coin = (raw + law) / 2
+    out = sglang_verify_tree(*links, rows[None], None, method="nss", uniform_samples=torch.tensor([[coin, coin, 0.5]]),
+                             uniform_samples_for_final_sampling=torch.tensor([0.5]))
+    assert out.accept_index.tolist() == [[0, 1]]
+    bad = torch.full((1, 3, 4), 0.25, dtype=torch.float64)
+    bad[0, 0] = torch.tensor([0.1, 0.1, 0.1, 0.2])                # float64 rows on the coin path are checked too
+    with pytest.raises(ValueError, match="does not sum to 1"):
+        sglang_verify_tree(*links, bad, None, method="nss", uniform_samples=torch.tensor([[0.5, 0.5, 0.5]]),
+                           uniform_samples_for_final_sampling=torch.tensor([0.5]))
 
 
 def test_sglang_coins_never_accept_a_child_the_target_cannot_emit():

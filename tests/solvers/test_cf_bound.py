@@ -194,6 +194,11 @@ def test_value_aware_refuses_a_cf_of_another_setting():
                       {"": root_q, "0": [0.8, 0.1, 0.1], "1": [0.1, 0.1, 0.8], "2": [0.3, 0.3, 0.4]})
     with pytest.raises(ValueError, match=r"another model \(its rows at prefix \(0,\) differ\)"):
         value_aware_verifier(deep, "2,2", "wor", cf_bound(flat, "2,2", "wor"))
+    targets = {"": root_p, "0": [0.05, 0.05, 0.9], "1": [0.9, 0.05, 0.05], "2": [0.1, 0.8, 0.1]}
+    drafts = {"": root_q, "0": [0.8, 0.1, 0.1], "1": [0.1, 0.1, 0.8], "2": [0.3, 0.3, 0.4]}
+    other_drafts = TableModel(3, targets, {**drafts, "0": [0.1, 0.8, 0.1]})       # the drafts alone differ
+    with pytest.raises(ValueError, match="another model"):
+        value_aware_verifier(other_drafts, "2,1", "wor", cf_bound(TableModel(3, targets, drafts), "2,1", "wor"))
 
 
 def test_value_aware_serves_only_its_own_model_rows_and_process():
@@ -217,3 +222,9 @@ def test_value_aware_serves_only_its_own_model_rows_and_process():
     p, q = m.node_probs(tree)                      # the model's rows renormalised by the caller: round-off only
     assert va.expected_accepted_length(tree, p / p.sum(1, keepdims=True), q, "wor") == pytest.approx(
         va.expected_accepted_length(tree, p, q, "wor"), abs=1e-12)
+    p_other, q_other = other.node_probs(tree)
+    nudged = p.copy()
+    nudged[0, :2] += (1e-6, -1e-6)
+    for rows in ((p, q_other), (p_other, q), (nudged, q)):   # after a cached call: either row, or a nudge, refused
+        with pytest.raises(ValueError, match="not those of the model"):
+            va.expected_accepted_length(tree, *rows, "wor")

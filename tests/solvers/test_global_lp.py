@@ -10,8 +10,8 @@ import pytest
 from solvers.global_lp import (TreeArrays, _certified_bound, _prefix_table, enumerate_tree_arrays, global_tree_lp,
                                trie_classes)
 from univer.cli import main as cli_main
-from univer_theory import (VERIFIERS, DirichletModel, Model, TemperedModel, TreeShape, context_free, enumerate_trees,
-                           evaluate)
+from univer_theory import (VERIFIERS, DirichletModel, Model, TableModel, TemperedModel, TreeShape, context_free,
+                           enumerate_trees, evaluate)
 from univer_theory.alpha_star import alpha_star
 
 
@@ -187,6 +187,10 @@ def test_given_trees_must_be_of_the_setting():
         global_tree_lp(m, shape, "wor", trees=TreeArrays(t.shape, t.vocab_size, t.tokens, t.probs, t.codes, "wor"))
     univer = evaluate(m, TreeShape.parse(shape), "wor", VERIFIERS["univer"]).expected_accepted
     assert univer <= own.value + 1e-9
+    flat_p, flat_q = {"": [.5, .3, .2]}, {"": [.2, .3, .5]}           # the same root, other drafts below it
+    deep = TableModel(3, flat_p, {**flat_q, "0": [.8, .1, .1], "1": [.1, .1, .8], "2": [.3, .3, .4]})
+    with pytest.raises(ValueError, match=r"draft row at prefix \(0,\)"):
+        global_tree_lp(deep, shape, "wor", trees=enumerate_tree_arrays(TableModel(3, flat_p, flat_q), shape, "wor"))
     # the solvers read rows as float64, so an exact target with a float draft is theirs to take (evaluate refuses it)
     mixed = TemperedModel(DirichletModel(3, seed=0, exact=True), 1.0, draft_temperature=0.5)
     assert global_tree_lp(mixed, shape, "wor").success

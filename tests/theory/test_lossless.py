@@ -88,6 +88,50 @@ def test_per_tree_expected_length_is_a_fraction_where_every_coin_is_certain(name
     rows = np.stack([_exact(F(1, 2), F(1, 2), F(0))] * 3)
     e = VERIFIERS[name].expected_accepted_length(DraftTree.chain([0, 1]), rows, rows.copy(), process)
     assert isinstance(e, F) and e == 2
+    one = VERIFIERS[name].expected_accepted_length(DraftTree.chain([0]), rows[:2], rows[:2].copy(), process)
+    assert isinstance(one, F) and one == 1          # BV's one-token chain gave the int 1 (its ratio was the int 1)
+
+
+def test_exact_mode_stays_in_fractions_and_mass_balance_reads_a_root_of_one():
+    """``mass_balance_violation`` took a(()) as the law's own mass, so a law of mass 1/2 (uniform target, V = 2,
+    {(0,): 1/4, (1,): 1/4}) gave 0 where the lemma with a(()) = 1 gives 1/4 (its distance); and exact mode leaked
+    ints: topk's tuple and tree probability 1, a lossless law's violation 0, a k = 1 exact plan's w at a token of
+    Q_1 = 0 divided by zero."""
+    half = _exact(F(1, 2), F(1, 2))
+    model = context_free(half, half.copy())
+    law = {(0,): F(1, 4), (1,): F(1, 4)}
+    assert mass_balance_violation(model, law) == F(1, 4) == distance_to_target(model, law, 1)
+    exact = DirichletModel(3, seed=0, exact=True)
+    lossless = output_law(exact, TreeShape.parse("2"), "topk", VERIFIERS["nss"])
+    v = mass_balance_violation(exact, lossless)
+    assert isinstance(v, F) and v == 0
+    from univer_theory import enumerate_trees, tuple_law
+    from univer_theory.plans.choose import single_child_plan
+    assert all(isinstance(pr, F) for _, pr in tuple_law(exact.draft(()), 2, "topk"))
+    assert all(isinstance(pr, F) for _, pr in enumerate_trees(exact, TreeShape.parse("2,1"), "topk"))
+    plan = single_child_plan(exact.target(()), exact.draft(()), F(1), "topk")
+    top = int(np.argmax(exact.draft(()).astype(float)))
+    assert [plan.select((y,))[0] for y in range(3) if y != top] == [0, 0]
+
+
+def test_a_model_must_keep_one_mode_below_its_root():
+    """Exact root rows and float rows below (or the reverse): TV's E[τ] came back a float judged by tolerance, and
+    UniVer (not rational) ran on Fraction children; every row must be of the root's mode now."""
+    exact, flt = _exact(F(1, 2), F(1, 4), F(1, 4)), np.array([0.25, 0.25, 0.5])
+
+    class Mixed(DirichletModel):
+        def __init__(self, root_exact):
+            super().__init__(3)
+            self.root_exact = root_exact
+
+        def target(self, prefix):
+            return exact if (prefix == ()) == self.root_exact else flt
+
+        draft = target
+
+    for root_exact, name in ((True, "tv"), (False, "tv"), (False, "univer")):   # (UniVer on an exact root: refused)
+        with pytest.raises(ValueError, match="one mode for every row"):
+            evaluate(Mixed(root_exact), TreeShape.parse("2,1"), "iid", VERIFIERS[name])
 
 
 def test_flat_plan_cache_keeps_float_and_fraction_rows_apart():

@@ -164,14 +164,24 @@ def test_trace_records_construction_shape_rule_and_slot_rule():
     assert all(0 <= row["alpha"] <= row["rho"] + 1e-12 for row in trace if "alpha" in row)
 
 
-def test_tv_construction_is_exact_in_fractions():
-    """Rule 6 without the slot rule is rational: the output law is exactly the target law."""
-    model = DirichletModel(3, seed=2, exact=True)
+@pytest.mark.parametrize("process, shape", [("wor", "2,1"), ("iid", "2,2")])
+def test_tv_construction_is_exact_in_fractions(process, shape):
+    """Rule 6 without the slot rule is rational: the output law is exactly the target law — i.i.d. too, whose
+    closed-form marginal runs TV's state (r, P) at ρ < 1 below the root (derived by hand at ρ = 1/2:
+    p = (1/2, 1/3, 1/6), q = (1/6, 1/3, 1/2), k = 2: child 1 takes min(q, ρp) = (1/6, 1/6, 1/12), TV's residual
+    after it is [ρp − q]_+ = (1/12, 0, 0) with r = (1/12)/(1/12 + 1/2) = 1/7, so child 2 adds (1 − 5/12)·q·min(1,
+    r·P/q) = (7/12)(1/7, 0, 0) = (1/12, 0, 0): a = (1/4, 1/6, 1/12) = ρp)."""
+    from univer_theory.plans.tv_plan import tv_plan
+    model = DirichletModel(3, seed=2 if process == "wor" else 1, similarity=0.3, exact=True)
     v = make_univer_verifier("tv", slot_rule=False)
-    law = output_law(model, TreeShape.parse("2,1"), "wor", v)
+    law = output_law(model, TreeShape.parse(shape), process, v)
     assert sum(law.values()) == 1
-    assert distance_to_target(model, law, 3) == 0
+    assert distance_to_target(model, law, TreeShape.parse(shape).max_depth + 1) == 0
     assert isinstance(next(iter(law.values())), Fraction)
+    F = Fraction
+    plan = tv_plan(np.array([F(1, 2), F(1, 3), F(1, 6)], dtype=object),
+                   np.array([F(1, 6), F(1, 3), F(1, 2)], dtype=object), F(1, 2), 2, "iid")
+    assert list(plan.marginal) == [F(1, 4), F(1, 6), F(1, 12)]
 
 
 def test_options_and_bad_input():

@@ -45,6 +45,9 @@ def bound_results(args, progress: bool = True) -> dict:
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
+    if args.rational and names is not None and VALUE_AWARE in names:
+        raise NotImplementedError(f"--methods {VALUE_AWARE} with --rational: the value-aware oracle's node LPs are "
+                                  f"solved in floats; it has no exact rational form")
     model = build_model(args)
     check_enumeration_size(model.vocab_size, shape, args.process)          # as exact_results does
     trees = enumerate_tree_arrays(model, shape, args.process)   # first: above solvers.global_lp.MAX_TREES, refused

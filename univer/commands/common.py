@@ -34,7 +34,10 @@ def add_model_options(p) -> None:
     p.add_argument("--draft-temperature", type=temperature, default=None,
                    help="draft temperature (default: T, or 1.0 when T = 0, as the LLM commands)")
     p.add_argument("--model-file", help='JSON tables {"vocab": V, "target": {"": [...], "0,2": [...]}, "draft": {...}}')
-    p.add_argument("--rational", action="store_true", help="exact Fraction arithmetic (rational methods only)")
+    p.add_argument("--rational", action="store_true",
+                   help="exact Fraction arithmetic (rational methods only); the synthetic model's rows are rounded "
+                        "to multiples of 1/1000 (each positive entry kept ≥ 1/1000), a nearby model, not the float "
+                        "one; a --model-file's rows are read as exact fractions")
     p.add_argument("--methods", help="comma-separated method names (default: every method that applies)")
     p.add_argument("--json", action="store_true", help="print the JSON object instead of the table")
 
@@ -97,7 +100,8 @@ def check_enumeration_size(vocab: int, shape: TreeShape, process: str) -> None:
 
 
 def selected_methods(args, shape: TreeShape, exact: bool) -> list:
-    """Verifiers that apply to (shape, process[, rational]); ``nss`` is listed for ``topk`` only."""
+    """Verifiers that apply to (shape, process[, rational]); ``nss`` is listed for ``topk`` and ``greedy`` only (a
+    deterministic first draft leaves the others no baseline)."""
     if args.methods:
         names = [m.strip() for m in args.methods.split(",") if m.strip()]
         unknown = [m for m in names if m not in VERIFIERS]
@@ -115,7 +119,7 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
     for v in VERIFIERS.values():
         if not v.supports(shape, args.process) or (exact and not v.rational):
             continue
-        if v.name == "nss" and args.process != "topk":
+        if v.name == "nss" and args.process not in ("topk", "greedy"):
             continue
         out.append(v)
     if not out:

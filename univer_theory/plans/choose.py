@@ -142,7 +142,7 @@ def single_child_plan(target_probs, draft_probs, rho, process) -> NodePlan:
 
         def select(S):
             (y,) = S
-            return np.array([min(1, c[y] / q[y])], dtype=p.dtype)
+            return np.array([min(1, c[y] / q[y]) if q[y] > 0 else 0 * c[y]], dtype=p.dtype)   # Q_1 = 0: w = 0
 
         return NodePlan("single", rho, p, a, select)
     c = float(rho) * np.asarray(p, dtype=np.float64)
