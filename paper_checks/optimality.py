@@ -4,9 +4,11 @@ Per node (theory.md §6.2): at every internal node of every tree of the grid, th
 the weights UniVer actually applies — recomputed from its decisions on every tuple of the context
 (:func:`paper_checks.studies.applied_marginal`), not taken from the plan's account of itself — must satisfy
 ``a ≤ ρp`` (1e-9), agree with the plan's own α (1e-9), and equal α*(ρ) of the CondOT(ρ) LP (§4.2,
-``solvers.condot_lp``) within 1e-9 for nodes built by an α*-optimal construction (k = 1, the iid layout, the LP,
-the wor pair families, full support).  Nodes built by PTS, the iid coupling, rules 7–8 or TV's plan are feasible
-but only near-optimal: they are reported with their ratio α/α*, not required equal.  No node may exceed α*(ρ).
+``solvers.condot_lp``) within 1e-9 wherever the automatic choice reaches α* by construction — decided from the
+node itself (k = 1, i.i.d., topk and greedy children, wor supports of k tokens or within the LP's size:
+:func:`paper_checks.studies.alpha_star_guaranteed`), not from the plan's label, so a plan mislabelled or a
+construction swapped below the root is caught.  Elsewhere (wor on larger supports: rule 3, PTS, the i.i.d.
+coupling, rules 7–8) α is reported with its ratio α/α*, not required equal.  No node may exceed α*(ρ).
 Per tree law (§6.4): UniVer's E[τ] ≥ the mean of RRS / RRSw, K-SEQ and TV over the grid; on every instance
 UniVer ≤ its α*-root bound (``cf_bound(...).alpha_root_value``, the best E[τ] of any §6.1 verifier whose root
 attains α*(1)) ≤ CF.  Per instance UniVer is *not* claimed ≥ TV, nor within a fixed margin of it: no α*-optimal
@@ -32,7 +34,7 @@ from univer_theory import VERIFIERS
 
 from .base import CheckResult, markdown_table, save_figure
 from .instances import confident_instances, random_instances
-from .studies import (ALPHA_STAR_CONSTRUCTIONS, BOUND_SLACK, alpha_star_lp, bounds, comparison_methods,
+from .studies import (BOUND_SLACK, alpha_star_guaranteed, alpha_star_lp, bounds, comparison_methods,
                       expected_lengths, node_audit)
 
 NAME = "optimality"
@@ -67,14 +69,15 @@ def instances(fast: bool):
 
 def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
     univer = VERIFIERS["univer"]
-    by_cons: dict[str, list] = {}          # construction -> [(alpha, alpha*, reach)]
+    by_cons: dict[str, list] = {}          # construction -> [(alpha, alpha*, reach, α* required)]
     rows, per_instance, problems, below = [], [], [], []
     for iid, model, shape, process in tqdm(list(instances(fast)), desc=NAME, disable=not progress):
         cache: dict = {}
         seen: set = set()
         for r in node_audit(model, shape, process, univer):
             star = alpha_star_lp(model, r, process, cache)
-            by_cons.setdefault(r.construction, []).append((r.alpha, star, r.reach))
+            required = alpha_star_guaranteed(process, len(r.children), r.support)
+            by_cons.setdefault(r.construction, []).append((r.alpha, star, r.reach, required))
             where = f"{iid}: node {r.node} at prefix {r.prefix}, ρ = {r.rho:.6g}"
             if (r.node, r.prefix, r.rho) in seen:       # one context, many tuples: its α and excess are the same
                 continue
@@ -86,7 +89,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
                                 f"{r.reported_alpha:.12g}")
             if r.alpha > star + NODE_TOL:
                 problems.append(f"{where}: α = {r.alpha:.12g} exceeds α*(ρ) = {star:.12g}")
-            if r.construction in ALPHA_STAR_CONSTRUCTIONS and abs(r.alpha - star) > NODE_TOL:
+            if required and abs(r.alpha - star) > NODE_TOL:
                 problems.append(f"{where} ({r.construction}): α = {r.alpha:.12g} ≠ α*(ρ) = {star:.12g}")
         methods = comparison_methods(process)
         values = expected_lengths(model, shape, process, methods)
@@ -119,18 +122,16 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
                           else "bound / oracle (reported)"])
     cons_rows = []
     for cons, vals in sorted(by_cons.items()):
-        a, s, w = (np.array(x) for x in zip(*vals))
+        a, s, w, req = (np.array(x) for x in zip(*vals))
         ratio = np.where(s > 0, a / np.where(s > 0, s, 1), 1.0)
-        required = cons in ALPHA_STAR_CONSTRUCTIONS
-        cons_rows.append([cons, "α = α* required (1e-9)" if required else "reported only (near-optimal)",
+        cons_rows.append([cons, f"α = α* required on {int(req.sum())} (1e-9), reported on {int((~req).sum())}",
                           len(vals), float(np.max(np.abs(a - s))), float(ratio.min()),
                           float(np.sum(w * ratio) / np.sum(w))])
     passed = not problems
     fig = _figure(by_cons, per_instance)
     figures = (save_figure(fig, Path(out_dir), NAME),)
     n_nodes = sum(len(v) for v in by_cons.values())
-    worst = max((abs(a - s) for c, v in by_cons.items() if c in ALPHA_STAR_CONSTRUCTIONS for a, s, _ in v),
-                default=0.0)
+    worst = max((abs(a - s) for v in by_cons.values() for a, s, _, required in v if required), default=0.0)
     gaps = [1 - relative(v["univer"], b["cf"]) for _, _, v, b in per_instance]
     vs_tv = [relative(v["univer"], v["tv"]) - 1 for _, _, v, b in per_instance]
     worst_tv, worst_cf = per_instance[int(np.argmin(vs_tv))][0], per_instance[int(np.argmax(gaps))][0]
@@ -170,7 +171,7 @@ def _figure(by_cons, per_instance):
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for cons, vals in sorted(by_cons.items()):
-        a, s, _ = zip(*vals)
+        a, s, _, _ = zip(*vals)
         ax1.scatter(s, a, s=8, alpha=0.6, label=f"{cons} ({len(vals)})")
     ax1.plot([0, 1], [0, 1], "k--", lw=0.8)
     ax1.set_xlabel("α*(ρ) (CondOT LP)")

@@ -18,12 +18,16 @@ from solvers import cf_bound, condot_lp, global_tree_lp, value_aware_verifier
 from univer_theory import VERIFIERS, Verifier, evaluate, tuple_law
 from univer_theory.verifiers import BASELINE
 from univer_theory.engine import NodeContext
+from univer_theory.plans.choose import small_lp
 from univer_theory.univer import make_univer_verifier
 
-#: Node constructions that are α*(ρ)-optimal by construction (theory.md §6.3 rules 1–3, k = 1 and a wor
-#: support of exactly k tokens); PTS, the iid coupling and TV's plan are feasible but only near-optimal.
-ALPHA_STAR_CONSTRUCTIONS = frozenset({"single", "fill", "greedy_fill", "layout", "lp", "wor_pair", "shape_lp",
-                                      "full"})
+def alpha_star_guaranteed(process: str, k: int, support: int) -> bool:
+    """Whether UniVer's automatic choice reaches α*(ρ) at a node by construction, decided from the node (its
+    process, k and draft support size), not from the plan's label of itself: k = 1; i.i.d. children (the layout,
+    theory.md §6.3 rule 2); topk and greedy (the fills); wor children on a support of exactly k tokens or within
+    the LP's size (rule 1, :func:`univer_theory.plans.choose.small_lp`).  Elsewhere (wor on a larger support) rule
+    3 where feasible, else PTS, the i.i.d. coupling or rules 7–8: feasible, near-optimal."""
+    return k == 1 or process != "wor" or support == k or bool(small_lp(support, k))
 #: Two-sided normal quantile of a 95% confidence interval.
 Z95 = 1.959963984540054
 
@@ -77,15 +81,17 @@ def bounds(model, shape, process: str, with_global: bool = True) -> dict[str, fl
 @dataclass(frozen=True)
 class NodeRecord:
     """One internal-node context met by a verifier: skeleton node, prefix, scaling ρ, realised children S, the
-    probability ``reach`` that the drafted tree produces this context, the rule's trace info (``construction``,
-    ``slot_rule`` and its own ``reported_alpha``), and what the weights it actually applied give over all tuples of
-    the context: ``alpha = Σ_y a(y)`` and ``excess = max_y (a(y) − ρ p(y))`` (:func:`node_audit`)."""
+    probability ``reach`` that the drafted tree produces this context, the size ``support`` of its draft row's
+    support, the rule's trace info (``construction``, ``slot_rule`` and its own ``reported_alpha``), and what the
+    weights it actually applied give over all tuples of the context: ``alpha = Σ_y a(y)`` and
+    ``excess = max_y (a(y) − ρ p(y))`` (:func:`node_audit`)."""
 
     node: int
     prefix: tuple[int, ...]
     rho: float
     children: tuple[int, ...]
     reach: float
+    support: int
     construction: str
     slot_rule: bool
     alpha: float
@@ -131,6 +137,7 @@ def node_audit(model, shape, process: str, verifier: Verifier) -> list[NodeRecor
         alpha, excess = float(a.sum()), float(np.max(a - float(rho) * np.asarray(p, dtype=np.float64)))
         for S, qs, d in decisions:
             records.append(NodeRecord(u, prefix, float(rho), tuple(int(y) for y in S), reach * float(qs),
+                                      int(np.count_nonzero(np.asarray(q, dtype=np.float64))),
                                       d.info.get("construction", verifier.name), bool(d.info.get("slot_rule")),
                                       alpha, float(d.info["alpha"]), excess))
             for c, y, s in zip(kids, S, d.scale):

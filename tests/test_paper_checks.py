@@ -260,7 +260,7 @@ def test_optimality_fails_when_univer_is_above_a_bound(monkeypatch, tmp_path, ke
 
 
 def test_optimality_fails_when_univer_is_below_tv_on_average(monkeypatch, tmp_path):
-    """TV 3% above UniVer everywhere: within the per-instance 6%, but the mean claim (UniVer ≥ TV) fails."""
+    """TV 3% above UniVer everywhere: the mean claim (UniVer ≥ TV) fails."""
     _univer_times(monkeypatch, optimality, lambda v, n: v.update(tv=1.03 * v["univer"]))
     monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 3))
     res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
@@ -339,6 +339,19 @@ def test_optimality_fails_when_univer_is_just_above_cf(monkeypatch, tmp_path):
     monkeypatch.setattr(optimality, "bounds", bounds)
     monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 2))
     assert not optimality.run(fast=True, out_dir=tmp_path, progress=False).passed
+
+
+@pytest.mark.parametrize("below_root", [True, False])
+def test_optimality_requires_alpha_star_where_the_node_allows_it_whatever_the_label(monkeypatch, tmp_path, below_root):
+    """α = α*(ρ) was required only of nodes whose plan *labelled* itself α*-optimal: TV's plan with its own label
+    "tv" at every node, or below the root only (lossless, +7.9% over TV on average), passed every exact check.  The
+    requirement is now decided from the node (k, process, support: every node of this V = 3 grid), so both fail."""
+    univer, tv = VERIFIERS["univer"], make_univer_verifier("tv", slot_rule=False)
+    rule = (lambda ctx: univer.rule(ctx) if float(ctx.rho) == 1.0 else tv.rule(ctx)) if below_root else tv.rule
+    monkeypatch.setitem(VERIFIERS, "univer", replace(univer, rule=rule))
+    monkeypatch.setattr(optimality, "instances", _first(optimality.instances, 6))
+    res = optimality.run(fast=True, out_dir=tmp_path, progress=False)
+    assert not res.passed and "(tv): α =" in res.table and "≠ α*(ρ)" in res.table
 
 
 def test_optimality_reports_an_instance_below_tv_without_failing(monkeypatch, tmp_path):

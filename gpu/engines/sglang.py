@@ -201,8 +201,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
         ``generator`` (a torch.Generator on the inputs' device; None: torch's default).
     num_speculative_tokens : ``S``; default ``accept_index``'s width if given, else the deepest tree + 1.
     predicts, accept_index, accept_token_num : output tensors filled in place (created if None).
-    validate : check the probability rows (:func:`gpu.validate_inputs`); float32 rows are taken within the float32
-        rounding of their sum and renormalised first (:func:`gpu.probs.engine_rows`); the links are always checked.
+    validate : check the probability rows (:func:`gpu.validate_inputs`); float32 rows within the float32 rounding of
+        their sum are renormalised first (:func:`gpu.probs.engine_rows`); the links are always checked.
     """
     where = "sglang.verify_tree"
     check_choice(method, METHODS, where, "method")
@@ -219,8 +219,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     if validate:                            # an engine's float32 rows as the laws its sampler draws from
         used = torch.zeros(B * N, dtype=torch.bool, device=dev)
         used[row_index[batch.valid]] = True
-        p = engine_rows(where, "target_probs", p, used)
-        q = q if draft_probs is None else engine_rows(where, "draft_probs", q, used)
+        p = engine_rows(p, used)
+        q = q if draft_probs is None else engine_rows(q, used)
     S = None if num_speculative_tokens is None else int_argument(where, "num_speculative_tokens",
                                                                  num_speculative_tokens, 1)
     if accept_index is not None:
@@ -261,7 +261,7 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                                  f"{coins.device}")
             if not bool(((coins >= 0) & (coins <= 1)).all()):
                 raise ValueError(f"{where}: {name} has an entry outside [0, 1] (or NaN): coins are uniforms")
-        if validate and p.dtype != torch.float32:           # (float32 rows: engine_rows checked them)
+        if validate:                                         # (no gpu.verify on this path to check them)
             check_rows(where, "target_probs", p, used)
         path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, p.view(B, N, -1), U,
                                          Uf, S)

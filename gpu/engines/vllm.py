@@ -151,8 +151,8 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     max_spec_len : output width − 1 (default: the longest chain).
     accepted_draft : optional ``[B]`` integer tensor on the inputs' device, filled in place with the chain index
         of the accepted path (−1 when no draft token is accepted).
-    validate : check the probability rows (:func:`gpu.validate_inputs`); float32 rows are taken within the float32
-        rounding of their sum and renormalised first (:func:`gpu.probs.engine_rows`).
+    validate : check the probability rows (:func:`gpu.validate_inputs`); float32 rows within the float32 rounding of
+        their sum are renormalised first (:func:`gpu.probs.engine_rows`).
     """
     where = "vllm.rejection_sample"
     check_choice(method, METHODS, where, "method")
@@ -174,8 +174,8 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     if process is None or num_drafts == 1:
         process = "wor" if METHODS[method] == "rrsw" else "iid"
     if validate:                            # an engine's float32 rows as the laws its sampler draws from
-        p = engine_rows(where, "target_probs", p)
-        q = q if draft_probs is None else engine_rows(where, "draft_probs", q)
+        p = engine_rows(p)
+        q = q if draft_probs is None else engine_rows(q)
     if validate and num_drafts > 1:
         _check_shared_heads(where, L, num_drafts, target_probs=p, draft_probs=None if draft_probs is None else q)
     width = batch.max_depth if max_spec_len is None else int_argument(where, "max_spec_len", max_spec_len, 0)

@@ -281,16 +281,20 @@ def test_an_engines_own_float32_softmax_rows_are_verified_as_their_laws():
     logits[:, :10] = 12.0
     rows = torch.softmax(logits, dim=-1)
     assert 1e-5 < 1 - float(rows[0].double().sum()) < V * 2.0 ** -24
-    law = engine_rows("test", "rows", rows)
-    assert law.dtype == torch.float32 and (law.double().sum(-1) - 1).abs().max() <= 3e-8
+    law = engine_rows(rows)
+    assert law.dtype == torch.float32 and (law.double().sum(-1) - 1).abs().max() <= 6e-8
     torch.testing.assert_close(law.double(), rows.double() / rows.double().sum(-1, keepdim=True), rtol=6e-8, atol=0)
     for as_is in (rows.double(), gpu.probs_from_logits(logits)):      # float64, and float32 within SIMPLEX_TOL
-        assert engine_rows("test", "rows", as_is) is as_is                # used in place, no copy
-    with pytest.raises(ValueError, match=r"rows row \[1\] does not sum to 1 within"):
-        engine_rows("test", "rows", torch.cat([rows[:1], rows[1:2] * (1 - 2 * V * 2.0 ** -24)]))
+        assert engine_rows(as_is) is as_is                                # used in place, no copy
+    ids, cu = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
+    # beyond min(V·2^-24, ENGINE_SUM_CAP = 1e-3) — a top-p row never renormalised — a row is left for the check
+    short = gpu.probs_from_logits(logits[:2]) * torch.tensor([[1 - 5e-4], [1 - 2e-3]])
+    kept = engine_rows(short)
+    assert abs(float(kept[0].double().sum()) - 1) <= 6e-8 and torch.equal(kept[1], short[1])
+    with pytest.raises(ValueError, match=r"target_probs row \[1\] does not sum to 1"):
+        vllm_rejection_sample(ids, cu, short, short, torch.tensor([[3]]), method="sps")
     draft = gpu.probs_from_logits(logits + 0.5 * torch.randn(3, V, generator=torch.Generator().manual_seed(0)))
     g = torch.Generator().manual_seed(0)
-    ids, cu = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
     links = (torch.tensor([[0, 0, 1]]), torch.tensor([[0, 1, 2]]), torch.tensor([[1, -1, -1]]),
              torch.tensor([[-1, 2, -1]]))
     for q in (draft, rows):                                  # the engine's own float32 rows as drafts too

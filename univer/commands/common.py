@@ -100,8 +100,8 @@ def check_enumeration_size(vocab: int, shape: TreeShape, process: str) -> None:
 
 
 def selected_methods(args, shape: TreeShape, exact: bool) -> list:
-    """Verifiers that apply to (shape, process[, rational]); ``nss`` is listed for ``topk`` and ``greedy`` only (a
-    deterministic first draft leaves the others no baseline)."""
+    """Verifiers that apply to (shape, process[, rational]); ``nss`` is listed for ``topk``, and otherwise only
+    where nothing else applies (``greedy`` in rational mode)."""
     if args.methods:
         names = [m.strip() for m in args.methods.split(",") if m.strip()]
         unknown = [m for m in names if m not in VERIFIERS]
@@ -115,13 +115,8 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
                                  f"{flag} {getattr(args, flag[2:], None) or shape} --process {args.process}"
                                  f"{' --rational' if exact else ''}: {why}")
         return [VERIFIERS[m] for m in names]
-    out = []
-    for v in VERIFIERS.values():
-        if not v.supports(shape, args.process) or (exact and not v.rational):
-            continue
-        if v.name == "nss" and args.process not in ("topk", "greedy"):
-            continue
-        out.append(v)
+    found = [v for v in VERIFIERS.values() if v.supports(shape, args.process) and (v.rational or not exact)]
+    out = [v for v in found if v.name != "nss" or args.process == "topk"] or found
     if not out:
         raise ValueError(f"no method applies to shape {shape} with process {args.process!r}"
                          + (" in rational mode" if exact else ""))
