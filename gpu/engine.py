@@ -19,7 +19,8 @@ one depth, across the batch) from a :class:`LevelContext` and returns a :class:`
 
 Slots are padded with a *dump* index ``N``: tensors indexed by slot have ``N + 1`` columns so padded children
 scatter harmlessly into the last one.  The engine itself reads the host inside the per-depth loops only for a
-level's drafted width (:func:`gpu.support.scan`, when planning on the drafted support; the level structure comes
+level's drafted width and entries (:func:`gpu.support.scan`, when planning on the drafted support: on an
+accelerator the width's maximum and a ``nonzero``; the level structure comes
 from :attr:`TreeBatch.level_nodes`, computed once per batch) and, for a rule that leaves nodes with ``ρ = 0``
 unplanned (``reached_only``: UniVer's), which of a level's rows are reached, and on the CPU (where a read costs no
 sync) whether a level's whole rows are consecutive input rows, read in place then (:func:`_run_start`); the baseline

@@ -260,8 +260,8 @@ def _undrafted_blocks_device(p_rows: torch.Tensor, src: torch.Tensor, cols: torc
     V = p_rows.shape[1]
     w = torch.nn.functional.pad(p_rows.index_select(0, src), (0, 1))         # column V: where padding points
     w = w.scatter_(1, cols.clamp(max=V), 0)[:, :V]
-    w = torch.nn.functional.pad(w, (0, SCAN_BLOCK - V % SCAN_BLOCK))
-    return w.view(w.shape[0], -1, SCAN_BLOCK).sum(2, dtype=torch.float64)
+    w = torch.nn.functional.pad(w, (0, SCAN_BLOCK - V % SCAN_BLOCK))          # V // SCAN_BLOCK + 1 blocks
+    return w.view(w.shape[0], V // SCAN_BLOCK + 1, SCAN_BLOCK).sum(2, dtype=torch.float64)
 
 
 def draw_undrafted(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, cols: torch.Tensor,

@@ -353,3 +353,20 @@ def test_unreached_rows_are_left_unplanned(process, spec):
             a, b = (engine.sample(batch, tp, dq, process, rule, torch.Generator().manual_seed(seed),
                                   reached_only=r, **opts) for r in (False, True))
             assert torch.equal(a.accepted_nodes, b.accepted_nodes) and torch.equal(a.next_token, b.next_token)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+@pytest.mark.parametrize("V", [300, 256])
+def test_accelerator_block_masses_are_the_hosts(n, V):
+    """The accelerator's undrafted block masses (torch, :func:`gpu.support._undrafted_blocks_device`, run here on CPU
+    tensors) equal the CPU's compiled pass, V // SCAN_BLOCK + 1 blocks whether or not V is a multiple — and on zero
+    rows, where the torch view raised (no engine call reaches it: the engine draws only where a tree needs it)."""
+    from gpu.support import _undrafted_blocks_device, _undrafted_blocks_host
+    gen = torch.Generator().manual_seed(V + n)
+    p = torch.softmax(torch.randn(6, V, generator=gen, dtype=torch.float64), -1)
+    src = torch.arange(n)
+    cols = torch.sort(torch.randint(0, V, (n, 7), generator=gen), dim=1).values
+    cols[:, -2:] = support.PAD
+    host, dev = _undrafted_blocks_host(p, src, cols), _undrafted_blocks_device(p, src, cols)
+    assert host.shape == dev.shape == (n, V // support.SCAN_BLOCK + 1)
+    torch.testing.assert_close(dev, host, rtol=1e-12, atol=1e-15)
