@@ -21,6 +21,7 @@ from univer_theory.engine import NodeContext
 from univer_theory.plans.choose import small_lp
 from univer_theory.univer import make_univer_verifier
 
+
 def alpha_star_guaranteed(process: str, k: int, support: int) -> bool:
     """Whether UniVer's automatic choice reaches α*(ρ) at a node by construction, decided from the node (its
     process, k and draft support size), not from the plan's label of itself: k = 1; i.i.d. children (the layout,
@@ -28,6 +29,8 @@ def alpha_star_guaranteed(process: str, k: int, support: int) -> bool:
     the LP's size (rule 1, :func:`univer_theory.plans.choose.small_lp`).  Elsewhere (wor on a larger support) rule
     3 where feasible, else PTS, the i.i.d. coupling or rules 7–8: feasible, near-optimal."""
     return k == 1 or process != "wor" or support == k or bool(small_lp(support, k))
+
+
 #: Two-sided normal quantile of a 95% confidence interval.
 Z95 = 1.959963984540054
 
