@@ -29,6 +29,7 @@ from univer_theory.plans import shape_lp
 from univer_theory.plans.lp_plan import lp_plan
 from univer_theory.plans.pts import pts_plan
 from univer_theory.plans.wor_pair import wor_pair_plan
+from univer_theory.processes import tuple_count
 
 from bench_args import at_least     # sibling modules (benchmarks/ is the script's path)
 from bench_timing import warm_timed
@@ -92,7 +93,7 @@ def main(argv=None):
         for k in args.k:
             for process in ("iid", "wor"):
                 plan, t = warm_timed(lambda: lp_plan(p, q, args.rho, k, process))
-                n = m ** k if process == "iid" else int(np.prod(np.arange(m - k + 1, m + 1)))
+                n = tuple_count(m, k, process)
                 print(f"{m:>3} {k:>2} {process:>7} | {n:>7} {t:8.3f}")
 
     print(f"\nShape rule vs draft support m, children ((..),.) (k = 2, MAX_TUPLES = {shape_lp.MAX_TUPLES}); "
@@ -110,7 +111,7 @@ def main(argv=None):
             kids = torch.tensor([[0, 1]] * args.batch)
             _, t_batch = warm_timed(lambda: condot_weights(args.rho * c, q, kids, process,
                                                       torch.tensor([omega] * args.batch, dtype=torch.float64)))
-            n = m ** 2 if process == "iid" else m * (m - 1)
+            n = tuple_count(m, 2, process)
             print(f"{m:>3} {process:>7} | {n:>7} {t_exact / args.batch:8.4f} {t_batch / args.batch:8.4f}"
                   f" {t_exact / t_batch:13.2f}")
 

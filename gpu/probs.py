@@ -159,10 +159,10 @@ def check_rows(where: str, name: str, rows: torch.Tensor, valid: torch.Tensor | 
 ENGINE_SUM_CAP = 1e-3
 
 
-def engine_rows(rows: torch.Tensor, used: torch.Tensor | None = None) -> torch.Tensor:
+def engine_rows(rows: torch.Tensor) -> torch.Tensor:
     """An inference engine's own probability rows ``[R, V]`` as the laws its sampler draws from: float64 rows, and
-    float32 rows within :data:`SIMPLEX_TOL` of 1, as they are (no copy); the ``used [R]`` float32 rows that miss 1
-    by more, up to ``min(V·2^-24, ENGINE_SUM_CAP)``, divided by their float64 sum and rounded back entry by entry
+    float32 rows within :data:`SIMPLEX_TOL` of 1, as they are (no copy); the float32 rows that miss 1 by more, up
+    to ``min(V·2^-24, ENGINE_SUM_CAP)``, divided by their float64 sum and rounded back entry by entry
     (each entry to 2^-24 relative, so the sum to 6e-8), in a copy of the rows.  Used as they were, NSS / RRS / TV
     verified against a law off by the row's defect.  Nothing is checked here: rows off by more than that (or not
     finite, or negative) are left for :func:`check_rows` to refuse.  One float32 pass over the rows."""
@@ -170,8 +170,6 @@ def engine_rows(rows: torch.Tensor, used: torch.Tensor | None = None) -> torch.T
         return rows
     gap = (rows.sum(-1) - 1).abs()
     off = (gap > SIMPLEX_TOL[torch.float32]) & (gap <= min(rows.shape[-1] * 2.0 ** -24, ENGINE_SUM_CAP))
-    if used is not None:
-        off &= used
     if not bool(off.any()):                                     # host read: the common case copies nothing
         return rows
     at = off.nonzero().squeeze(1)

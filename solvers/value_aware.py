@@ -23,7 +23,7 @@ import numpy as np
 
 from univer_theory.engine import NodeContext, NodeDecision
 from univer_theory.models import Model, check_model_type
-from univer_theory.plans.base import NodePlan
+from univer_theory.plans.base import NodePlan, sequential_shares
 from univer_theory.plans.lp_plan import tabulated_plan
 from univer_theory.tree import DraftTree, TreeShape
 from univer_theory.verifiers import Verifier
@@ -102,10 +102,7 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
     def rule(ctx: NodeContext) -> NodeDecision:
         plan, g = node_plan(ctx, ctx.child_shapes)
         w = plan.select(ctx.children)
-        done = np.concatenate([[0.0], np.cumsum(w)[:-1]])
-        left = 1.0 - done
-        scale = tuple(float(min(1.0, wj / lj)) if lj > 0 else 0.0 for wj, lj in zip(w, left))
-        return NodeDecision((1.0,) * len(w), scale, float(plan.stop), plan.residual,
+        return NodeDecision((1.0,) * len(w), sequential_shares(w), float(plan.stop), plan.residual,
                             {"construction": plan.construction, "alpha": float(plan.alpha), "value": g})
 
     return ValueAwareVerifier("univer-va", rule, (process,),

@@ -216,11 +216,9 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                                                 target_probs, draft_probs, where)
     B, N = target_probs.shape[:2]
     dev = target_probs.device
-    if validate:                            # an engine's float32 rows as the laws its sampler draws from
-        used = torch.zeros(B * N, dtype=torch.bool, device=dev)
-        used[row_index[batch.valid]] = True
-        p = engine_rows(p, used)
-        q = q if draft_probs is None else engine_rows(q, used)
+    if validate:                            # an engine's float32 rows as the laws its sampler draws from (every
+        p = engine_rows(p)                  # storage slot is a node: from_sglang is given no padding)
+        q = q if draft_probs is None else engine_rows(q)
     S = None if num_speculative_tokens is None else int_argument(where, "num_speculative_tokens",
                                                                  num_speculative_tokens, 1)
     if accept_index is not None:
@@ -262,7 +260,7 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
             if not bool(((coins >= 0) & (coins <= 1)).all()):
                 raise ValueError(f"{where}: {name} has an entry outside [0, 1] (or NaN): coins are uniforms")
         if validate:                                         # (no gpu.verify on this path to check them)
-            check_rows(where, "target_probs", p, used)
+            check_rows(where, "target_probs", p)
         path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, p.view(B, N, -1), U,
                                          Uf, S)
         _write(path, tau, y, candidates, ridx, predicts, accept_index, accept_token_num)

@@ -49,7 +49,7 @@ def bound_results(args, progress: bool = True) -> dict:
         raise NotImplementedError(f"--methods {VALUE_AWARE} with --rational: the value-aware oracle's node LPs are "
                                   f"solved in floats; it has no exact rational form")
     model = build_model(args)
-    check_enumeration_size(model.vocab_size, shape, args.process)          # as exact_results does
+    check_enumeration_size(model.vocab_size, shape, args.process)          # exact_results, given the model, does not
     trees = enumerate_tree_arrays(model, shape, args.process)   # first: above solvers.global_lp.MAX_TREES, refused
     if others == "":  # only univer-va asked for
         results, errors = {}, {}

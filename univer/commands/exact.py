@@ -16,11 +16,12 @@ def add_parser(sub) -> None:
 
 def exact_results(args, progress: bool = True, model=None):
     """``(model, shape, {name: MethodResult}, {name: reason})`` for the options in ``args`` (``model``: the one
-    they describe, when the caller has built it); a method whose solver fails (RuntimeError, e.g. an LP HiGHS
-    cannot solve) is left out of the results with its reason."""
+    they describe, when the caller has built it and passed :func:`check_enumeration_size`); a method whose solver
+    fails (RuntimeError, e.g. an LP HiGHS cannot solve) is left out of the results with its reason."""
     shape = TreeShape.parse(args.shape)
-    model = build_model(args) if model is None else model
-    check_enumeration_size(model.vocab_size, shape, args.process)
+    if model is None:
+        model = build_model(args)
+        check_enumeration_size(model.vocab_size, shape, args.process)
     methods = selected_methods(args, shape, model.exact)
     results, errors = {}, {}
     for v in tqdm(methods, desc="enumerating", unit="method", disable=not progress, leave=False):
