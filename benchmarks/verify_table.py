@@ -161,12 +161,12 @@ def plot(found: dict, path: str) -> None:
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     ax.minorticks_off()
     ax.axvline(GOAL, color="k", ls="--", lw=1, label=f"goal {GOAL:g}")
-    ax.set_xlabel("one gpu.verify / the target's forward of the same tree (range over runs and trees)")
+    ax.set_xlabel("one gpu.verify / the target's forward of the same tree\n(range over runs and trees; log axis)")
     ax.legend(loc="lower right", fontsize=7)
     ax.grid(axis="x", which="both", alpha=0.3)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 

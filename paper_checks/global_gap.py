@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from univer_theory import VERIFIERS
 
-from .base import CheckResult, markdown_table, save_figure
+from .base import CheckResult, markdown_table, percent, save_figure
 from .instances import confident_instances, random_instances
 from .studies import BOUND_SLACK, bounds, comparison_methods, expected_lengths, univer_variant
 
@@ -73,7 +73,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             notes.append(f"{iid}: {b['global_note']}")
         base = comparison_methods(process)[0]
         records.append((iid, process, values, b))
-        gap = [f"{100 * (1 - v / b['global']):.2f}%" if b["global"] >= GAP_FLOOR else "–"
+        gap = [f"{percent(1 - v / b['global'])}%" if b["global"] >= GAP_FLOOR else "–"
                for v in (values["univer"], b["cf"])]
         rows.append([iid, values[base], values.get("kseq", "–"), values["tv"], values["univer-slot"],
                      values["univer"], b["univer-va"], b["cf"], b["global"], *gap,
@@ -125,10 +125,10 @@ def _figure(gaps):
 
     fig, ax = plt.subplots(figsize=(8, 4.2))
     show = [m for m in ("rrs / rrsw", "tv", "univer-slot", "univer", "cf") if m in gaps]
-    hi = max(max(gaps[m]) for m in show)
-    bins = np.linspace(0, max(hi, 1e-3) * 100, 30)
+    lo, hi = min(min(gaps[m]) for m in show), max(max(gaps[m]) for m in show)
+    bins = np.linspace(min(lo, 0) * 100, max(hi, 1e-3) * 100, 30)     # a negative gap (round-off) stays in view
     for m in show:
-        ax.hist(100 * np.asarray(gaps[m]), bins=bins, alpha=0.5, label=m)
+        ax.hist(100 * np.asarray(gaps[m]), bins=bins, histtype="step", lw=1.5, label=m)
     ax.set_xlabel("relative gap to the global tree LP, 1 − E[τ]/global (%)")
     ax.set_ylabel("instances")
     ax.set_title("price of on-tree information", fontsize=10)

@@ -217,7 +217,9 @@ def gain_interval(stats: dict, z: float = Z95, key: str = "gain") -> tuple[float
 
 def gain_rows(bench_json: dict, method: str, z: float = Z95) -> list[dict]:
     """Per category (and ``"all"``) of an accept-bench JSON object: prompts, positions, the baseline's and the
-    method's E[τ], and the method's gain over the baseline with its ``z``-interval."""
+    method's acceptance length (tokens per target forward, E[τ] + 1: ``baseline_length``, ``method_length``) and
+    E[τ] (``baseline``, ``method``), and the method's gain over the baseline with its ``z``-interval on each —
+    ``gain_per_forward`` (``pf_low``, ``pf_high``) and ``gain`` on E[τ] (``low``, ``high``)."""
     base = bench_json["baseline"]
     if base is None:
         raise ValueError("gain_rows: the accept-bench run has no baseline method, so there is no gain")
@@ -226,8 +228,11 @@ def gain_rows(bench_json: dict, method: str, z: float = Z95) -> list[dict]:
                      "positions": sum(c["positions"] for c in groups.values())}
     rows = []
     for cat, entry in groups.items():
+        pf, pf_lo, pf_hi = gain_interval(entry[method], z, key="gain_per_forward")
         g, lo, hi = gain_interval(entry[method], z)
         rows.append({"category": cat, "prompts": entry["prompts"], "positions": entry["positions"],
+                     "baseline_length": entry[base]["acceptance_length"],
+                     "method_length": entry[method]["acceptance_length"],
                      "baseline": entry[base]["expected_accepted"], "method": entry[method]["expected_accepted"],
-                     "gain": g, "low": lo, "high": hi})
+                     "gain_per_forward": pf, "pf_low": pf_lo, "pf_high": pf_hi, "gain": g, "low": lo, "high": hi})
     return rows

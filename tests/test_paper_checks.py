@@ -312,9 +312,11 @@ def test_temperature_reports_where_univer_is_below_the_baseline(monkeypatch, tmp
     monkeypatch.setattr(temperature, "toy_instances", _first(temperature.toy_instances, 1))
     res = temperature.run(fast=True, out_dir=tmp_path, progress=False, real_model=False)
     assert res.passed
-    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in res.table.splitlines()
+    rows = {line.split("|")[1].strip(): [float(c) for c in line.split("|")[2:6]] for line in res.table.splitlines()
             if line.startswith("| 0.") or line.startswith("| 1 ")}
-    assert {T: float(v) for T, v in rows.items()} == pytest.approx({"0.1": -4.0, "0.3": -3.0, "0.6": -2.0, "1": -1.0})
+    assert {T: v[3] for T, v in rows.items()} == pytest.approx({"0.1": -4.0, "0.3": -3.0, "0.6": -2.0, "1": -1.0})
+    # per forward the same shortfall is g·E[τ]/(E[τ] + 1): smaller, same sign
+    assert all(v[3] < v[1] < 0 for v in rows.values())
 
 
 def test_a_failed_check_reads_fail_in_its_section_and_the_summary(monkeypatch, tmp_path):
