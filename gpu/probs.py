@@ -120,6 +120,17 @@ def support_floor(q: torch.Tensor, logits: torch.Tensor, s: int) -> torch.Tensor
     return torch.where(low, lifted / lifted.sum(-1, keepdim=True), q)
 
 
+def check_row_dtypes(where: str, target_probs, draft_probs) -> None:
+    """Raise ValueError unless ``target_probs`` and ``draft_probs`` are tensors of one float32 / float64 dtype —
+    the engine's tables are per dtype, so this runs even where the rows' values are not checked."""
+    for name, x in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if not torch.is_tensor(x):
+            raise ValueError(f"{where}: {name} must be a torch tensor, got {type(x).__name__}")
+    if target_probs.dtype not in SIMPLEX_TOL or draft_probs.dtype != target_probs.dtype:
+        raise ValueError(f"{where}: target_probs and draft_probs must be float32 or float64 of one dtype, got "
+                         f"{target_probs.dtype} and {draft_probs.dtype} (convert logits with probs_from_logits)")
+
+
 def check_rows(where: str, name: str, rows: torch.Tensor, valid: torch.Tensor | None = None) -> None:
     """Raise ValueError unless every row ``[..., V]`` (where ``valid [...]`` is True) is finite, ≥ 0 and sums to
     1 within :data:`SIMPLEX_TOL` of its dtype (float32 / float64 only).

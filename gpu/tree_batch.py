@@ -303,9 +303,15 @@ class TreeBatch:
         return int(self.depth.max())
 
     def positions(self, offset) -> torch.Tensor:
-        """``[B, N]`` position ids: ``offset[b] + depth`` (``offset`` = position of the root, scalar or [B])."""
-        offset = torch.as_tensor(offset, device=self.device).reshape(-1, 1)
-        return offset + self.depth.clamp(min=0)
+        """``[B, N]`` position ids: ``offset[b] + depth`` (``offset`` = position of the root: an integer scalar or
+        ``[B]`` integers, else a ValueError)."""
+        offset = torch.as_tensor(offset, device=self.device)
+        B = self.parent.shape[0]
+        integer = not (offset.is_floating_point() or offset.is_complex() or offset.dtype == torch.bool)
+        if not integer or offset.numel() not in (1, B):
+            raise ValueError(f"TreeBatch.positions: offset must be an integer scalar or {B} integers (one per tree), "
+                             f"got {offset.dtype} of shape {list(offset.shape)}")
+        return offset.reshape(-1, 1) + self.depth.clamp(min=0)
 
     @cached_property
     def sibling_rank(self) -> torch.Tensor:

@@ -17,7 +17,7 @@ from univer_theory.validation import check_choice
 
 from . import engine
 from .engine import VerifyResult
-from .probs import check_rows
+from .probs import check_row_dtypes, check_rows
 from .multidraft_rule import gr_rule
 from .rules import kseq_rule, nss_rule, rrs_rule, rrsw_rule, tv_rule
 from .tree_batch import TreeBatch
@@ -84,9 +84,10 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
         if bad.any():
             b, v = (int(i) for i in bad.nonzero()[0])
             raise ValueError(f"{where}: row_index[{b}, {v}] = {int(row_index[b, v])} is outside the {R} rows")
-    if target_probs.shape != draft_probs.shape or target_probs.dtype != draft_probs.dtype:
-        raise ValueError(f"{where}: target_probs {list(target_probs.shape)} {target_probs.dtype} and draft_probs "
-                         f"{list(draft_probs.shape)} {draft_probs.dtype} disagree (vocab, nodes or dtype)")
+    if target_probs.shape != draft_probs.shape:
+        raise ValueError(f"{where}: target_probs {list(target_probs.shape)} and draft_probs "
+                         f"{list(draft_probs.shape)} disagree (vocab or nodes)")
+    check_row_dtypes(where, target_probs, draft_probs)
     valid = batch.valid if row_index is None else None
     check_rows(where, "target_probs", target_probs, valid)
     check_rows(where, "draft_probs", draft_probs, valid)
@@ -150,6 +151,13 @@ def _engine_options(method: str, process: str) -> dict:
             "block_bytes": BLOCK_BYTES.get(method), "reached_only": method in REACHED_ONLY}
 
 
+def _engine_inputs(where: str, target_probs, draft_probs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows as the engine reads them: float32 / float64 of one dtype (checked with ``validate=False`` too),
+    detached — a verification is a sampler, no gradient flows through it."""
+    check_row_dtypes(where, target_probs, draft_probs)
+    return target_probs.detach(), draft_probs.detach()
+
+
 def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
            method: str, generator: torch.Generator | None = None, validate: bool = True,
            row_index: torch.Tensor | None = None) -> VerifyResult:
@@ -167,7 +175,8 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     process : draft process of the children (``iid``, ``wor``, ``topk``, ``greedy``).
     method : one of :data:`METHODS`; its processes are those of the exact twin in ``univer_theory``.
     generator : torch.Generator on the inputs' device (None: torch's default generator).
-    validate : run :func:`validate_inputs` (skip only for inputs already checked).
+    validate : run :func:`validate_inputs` (skip only for inputs already checked); the dtypes are checked either
+        way, and rows that require grad are read detached (no gradient flows through a verification).
     row_index : optional ``[B, N]`` long; then ``target_probs`` / ``draft_probs`` are ``[R, V]`` rows in any
         order and slot v of tree b reads row ``row_index[b, v]`` (so rows stored in another layout, e.g. a
         serving engine's, are read in place instead of copied into ``[B, N, V]``).
@@ -186,6 +195,7 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     rule = _rule("verify", method, process)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ValueError(f"verify: generator must be a torch.Generator or None, got {type(generator).__name__}")
+    target_probs, draft_probs = _engine_inputs("verify", target_probs, draft_probs)
     if validate:
         validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
     return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index,
@@ -197,6 +207,7 @@ def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft
                              row_index: torch.Tensor | None = None) -> torch.Tensor:
     """``E[τ | T_b]`` per tree ``[B]`` (analytic, no sampling; dtype of the inputs); arguments as :func:`verify`."""
     rule = _rule("expected_accepted_length", method, process)
+    target_probs, draft_probs = _engine_inputs("expected_accepted_length", target_probs, draft_probs)
     if validate:
         validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process, row_index)
     return engine.expected_accepted(batch, target_probs, draft_probs, process, rule, row_index,

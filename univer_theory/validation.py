@@ -7,6 +7,7 @@ exactly on the simplex.
 """
 from __future__ import annotations
 
+import numbers
 from fractions import Fraction
 
 import numpy as np
@@ -17,7 +18,12 @@ SIMPLEX_ATOL = 1e-9
 
 
 def check_temperature(value, where: str, name: str = "temperature") -> float:
-    """``value`` as a float, or a ValueError unless it is finite and ≥ 0 (NaN and inf make no law)."""
+    """``value`` as a float, or a ValueError unless it is one real number (not a bool, a string or a tensor — a
+    per-row temperature is refused, not read as its first entry) that is finite and ≥ 0 (NaN and inf make no
+    law)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        got = f"of shape {list(value.shape)}" if hasattr(value, "shape") else repr(value)
+        raise ValueError(f"{where}: {name} must be one real number, got {type(value).__name__} {got}")
     t = float(value)
     if not 0 <= t < float("inf"):
         raise ValueError(f"{where}: {name} must be finite and ≥ 0, got {t}")

@@ -32,12 +32,14 @@ import torch
 from univer_theory.validation import check_choice
 
 from ..engine import VerifyResult
-from ..probs import SIMPLEX_TOL, check_rows, engine_rows
-from ..tree_batch import TreeBatch, _as_long, integer_dtype
+from ..probs import check_row_dtypes, check_rows, engine_rows
+from ..tree_batch import TreeBatch, _as_long
 from ..verify import verify
 
 #: Method names; ``target-only`` is SGLang's name for ``nss``.
 METHODS = ("nss", "target-only", "rrs", "rrsw", "tv", "univer")
+#: Dtypes of the output buffers filled in place.
+OUTPUT_DTYPES = (torch.int32, torch.int64)
 
 
 class SGLangOutputs(NamedTuple):
@@ -75,9 +77,7 @@ def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_pro
     if not torch.is_tensor(q) or q.shape != target_probs.shape:
         raise ValueError(f"{where}: draft_probs must be [B, N, V] = {list(target_probs.shape)}, got "
                          f"{list(q.shape) if torch.is_tensor(q) else type(q).__name__}")
-    if target_probs.dtype not in SIMPLEX_TOL or q.dtype != target_probs.dtype:      # checked with validate=False too
-        raise ValueError(f"{where}: target_probs and draft_probs must be float32 or float64 of one dtype, got "
-                         f"{target_probs.dtype} and {q.dtype}")
+    check_row_dtypes(where, target_probs, q)                                         # with validate=False too
     row_index = torch.arange(B, device=order.device)[:, None] * N + order
     return batch, target_probs.reshape(B * N, V), q.reshape(B * N, V), row_index, order
 
@@ -95,12 +95,13 @@ def int_argument(where: str, name: str, value, least: int) -> int:
 
 
 def check_integer_outputs(where: str, device: torch.device, **outputs) -> None:
-    """Output buffers filled in place must be integer tensors on the inputs' ``device`` (the engine's int32 /
-    int64), else a ``ValueError`` naming the first that is not."""
+    """Output buffers filled in place must be int32 / int64 tensors (the engines' own; a narrower one would wrap a
+    token id or the −1 of "nothing accepted") on the inputs' ``device``, else a ``ValueError`` naming the first
+    that is not."""
     for name, x in outputs.items():
-        if not torch.is_tensor(x) or not integer_dtype(x.dtype) or x.device != device:
+        if not torch.is_tensor(x) or x.dtype not in OUTPUT_DTYPES or x.device != device:
             got = f"dtype {x.dtype} on {x.device}" if torch.is_tensor(x) else type(x).__name__
-            raise ValueError(f"{where}: {name} must be an integer tensor on {device}, got {got}")
+            raise ValueError(f"{where}: {name} must be an int32 or int64 tensor on {device}, got {got}")
 
 
 def fill_outputs(result: VerifyResult, order: torch.Tensor, candidates, retrive_index,
@@ -223,7 +224,7 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                                                                  num_speculative_tokens, 1)
     if accept_index is not None:
         if not torch.is_tensor(accept_index) or accept_index.ndim != 2:
-            raise ValueError(f"{where}: accept_index must be an integer tensor [B, S], got "
+            raise ValueError(f"{where}: accept_index must be an int32 or int64 tensor [B, S], got "
                              f"{type(accept_index).__name__}")
         if S is not None and accept_index.shape[1] != S:
             raise ValueError(f"{where}: accept_index has width {accept_index.shape[1]} but num_speculative_tokens "

@@ -156,7 +156,7 @@ def test_sglang_adapter_checks_indices_coins_and_buffers():
                            draft_probs=p, method="tv", generator=gen)
     for name, buf in (("predicts", torch.zeros(3)), ("accept_index", torch.zeros(1, 2)),
                       ("accept_token_num", torch.zeros(1, dtype=torch.int32, device="meta"))):
-        with pytest.raises(ValueError, match=f"{name} must be an integer tensor on cpu"):
+        with pytest.raises(ValueError, match=f"{name} must be an int32 or int64 tensor on cpu"):
             sglang_verify_tree(**ints, target_probs=p, draft_probs=p, method="tv", generator=gen, **{name: buf})
     coins = dict(uniform_samples=torch.full((1, 3), 0.5), uniform_samples_for_final_sampling=torch.tensor([0.5]))
     for bad, match in ((dict(uniform_samples=[[0.5, 0.5, 0.5]]), "must be a \\[B, N\\] = \\[1, 3\\] tensor"),
@@ -199,7 +199,7 @@ def test_vllm_adapter_checks_shapes_counts_and_buffers():
         with pytest.raises(ValueError, match="num_drafts must be an int"):
             vllm_rejection_sample(ids, cu, q, p, bonus, method="univer", num_drafts=m)
     for acc, match in ((torch.zeros(4, dtype=torch.long), r"accepted_draft must be \[B\] = \[3\]"),
-                       (torch.zeros(3), "accepted_draft must be an integer tensor")):
+                       (torch.zeros(3), "accepted_draft must be an int32 or int64 tensor")):
         with pytest.raises(ValueError, match=match):
             vllm_rejection_sample(ids, cu, q, p, bonus, method="univer", num_drafts=2, accepted_draft=acc)
     with pytest.raises(ValueError, match="cu_num_draft_tokens \\[B ≥ 1\\]"):
@@ -236,7 +236,7 @@ def test_adapter_sizes_and_dtypes_a_serving_engineer_gets_wrong():
     out = sglang_verify_tree(c, ri, nt, ns, p, p, method="tv", accept_index=wide)      # S from the buffer: fine
     assert out.accept_token_num.tolist() == [1]
     for kwargs, match in (({"num_speculative_tokens": 1, "accept_index": wide}, "they are the same S"),
-                          ({"accept_index": [[-1, -1]]}, "accept_index must be an integer tensor"),
+                          ({"accept_index": [[-1, -1]]}, "accept_index must be an int32 or int64 tensor"),
                           ({"num_speculative_tokens": 2.0}, "num_speculative_tokens must be an int ≥ 1")):
         with pytest.raises(ValueError, match=match):
             sglang_verify_tree(c, ri, nt, ns, p, p, method="tv", **kwargs)
@@ -331,3 +331,45 @@ def test_sglang_coins_never_accept_a_child_the_target_cannot_emit():
                                  uniform_samples=torch.tensor([[coin, 0.5, 0.5]]),
                                  uniform_samples_for_final_sampling=torch.tensor([0.5]))
         assert out.accept_index.tolist()[0][:2] == [0, 2] and float(target[0, 0, int(out.predicts[0])]) > 0
+
+
+def test_output_buffers_narrower_than_int32_are_refused():
+    """An int16 ``predicts`` wrapped token 33 000 to −32 536, a uint8 ``accepted_draft`` the −1 of "nothing
+    accepted" to 255, silently: the buffers filled in place must be int32 / int64."""
+    V = 40_000
+    p = torch.zeros(1, 2, V, dtype=torch.float64)
+    p[0, 0, 33_000] = p[0, 1, 35_000] = 1
+    links = dict(candidates=torch.tensor([[0, 33_000]]), retrive_index=torch.tensor([[0, 1]]),
+                 retrive_next_token=torch.tensor([[1, -1]]), retrive_next_sibling=torch.tensor([[-1, -1]]))
+    gen = torch.Generator().manual_seed(0)
+    out = sglang_verify_tree(**links, target_probs=p, draft_probs=p, method="tv", generator=gen,
+                             predicts=torch.full((2,), -1, dtype=torch.int32))
+    assert out.predicts.tolist() == [33_000, 35_000]
+    for dtype in (torch.int16, torch.int8, torch.uint8):
+        with pytest.raises(ValueError, match=f"predicts must be an int32 or int64 tensor on cpu, got dtype {dtype}"):
+            sglang_verify_tree(**links, target_probs=p, draft_probs=p, method="tv", generator=gen,
+                               predicts=torch.full((2,), 0, dtype=dtype))
+    q = torch.full((1, 5), 0.2, dtype=torch.float64)
+    target = torch.tensor([[0.0, 1, 0, 0, 0]], dtype=torch.float64)
+    narrow = torch.zeros(1, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="accepted_draft must be an int32 or int64 tensor on cpu, got dtype torch.uint8"
+                       " on cpu"):
+        vllm_rejection_sample([3], [1], q, target, [2], gen, method="bv", accepted_draft=narrow)
+
+
+def test_rows_that_require_grad_verify_as_their_detached_values():
+    """Rows from a model run outside ``no_grad`` (or ``nn.Parameter`` rows) raised torch's "Can't call numpy() on
+    Tensor that requires grad" from the host path of both adapters; they are read detached."""
+    ints, _ = sglang_case()
+    p = torch.softmax(torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64), -1)
+    grad = p.clone().requires_grad_(True)
+    runs = [sglang_verify_tree(**ints, target_probs=x, draft_probs=x, method=m,
+                               generator=torch.Generator().manual_seed(3))
+            for m in ("univer", "rrsw") for x in (p, grad)]
+    for plain, tracked in zip(runs[::2], runs[1::2]):
+        assert all(torch.equal(a, b) for a, b in zip(plain, tracked))
+    rows = torch.tensor([[.5, .3, .2]], dtype=torch.float64)
+    tracked_rows = rows.clone().requires_grad_(True)
+    out = [vllm_rejection_sample([1], [1], x, x, [0], torch.Generator().manual_seed(1), method="univer")
+           for x in (rows, tracked_rows)]
+    assert torch.equal(out[0], out[1])

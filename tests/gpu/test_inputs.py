@@ -38,7 +38,7 @@ def renormalised_with_zero(q, b, u, y):
     ("negative", "negative entry"),
     ("nan", "NaN or inf"),
     ("bf16", "float32 or float64"),
-    ("dtype_mix", "disagree"),
+    ("dtype_mix", "float32 or float64 of one dtype, got torch.float32 and torch.float64"),
     ("q_zero", "draft_probs\\[0, 0, 2\\] = 0"),
     ("token_range", "outside \\[0, 3\\)"),
 ])
@@ -180,3 +180,33 @@ def test_rows_off_the_simplex_by_more_than_the_dtypes_tolerance_are_refused(dtyp
     check_rows("test", "rows", row + torch.tensor([[0.0, SIMPLEX_TOL[dtype] / 2, 0.0]], dtype=dtype))
     with pytest.raises(ValueError, match="does not sum to 1"):
         check_rows("test", "rows", row + torch.tensor([[0.0, off, 0.0]], dtype=dtype))
+
+
+@pytest.mark.parametrize("method", ["univer", "rrsw", "tv"])
+def test_rows_that_require_grad_are_read_detached(method):
+    """Rows that require grad raised torch's RuntimeError from the host path (``.numpy()``); verification is a
+    sampler, so they are read detached and give the detached rows' draws and E[τ] bit for bit."""
+    model = DirichletModel(6, seed=2, similarity=0.4)
+    trees = [DraftTree.from_shape(TreeShape.parse("2,2"), [1, 2, 3, 4, 0, 5]),
+             DraftTree.from_shape(TreeShape.parse("2,1"), [4, 1, 2, 3])]
+    batch, p, q = padded_rows(trees, model)
+    pg, qg = p.clone().requires_grad_(True), q.clone().requires_grad_(True)
+    for process in ("wor", "iid"):
+        a = verify(batch, p, q, process, method, torch.Generator().manual_seed(5))
+        b = verify(batch, pg, qg, process, method, torch.Generator().manual_seed(5))
+        assert all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("accepted_nodes", "num_accepted", "next_token"))
+        e = expected_accepted_length(batch, pg, qg, process, method)
+        assert not e.requires_grad and torch.equal(e, expected_accepted_length(batch, p, q, process, method))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_rows_are_refused_without_validation_too(dtype):
+    """``validate=False`` skipped the dtype check: bfloat16 / float16 rows reached the support scan's per-dtype
+    table as a bare KeyError. The dtypes are checked either way (O(1))."""
+    b = TreeBatch.from_trees([DraftTree.chain([1])])
+    p = torch.tensor([[[0.25, 0.75], [0.5, 0.5]]], dtype=dtype)
+    with pytest.raises(ValueError, match=f"verify: target_probs and draft_probs must be float32 or float64 of one "
+                                         f"dtype, got {dtype} and {dtype}"):
+        verify(b, p, p, "iid", "tv", torch.Generator().manual_seed(0), validate=False)
+    with pytest.raises(ValueError, match="expected_accepted_length: .* got torch.float32 and torch.float64"):
+        expected_accepted_length(b, p.float(), p.double(), "iid", "tv", validate=False)

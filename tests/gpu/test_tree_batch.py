@@ -27,6 +27,10 @@ def test_structure_matches_draft_tree():
             assert tuple(kids) == t.children[u]
     assert b.max_depth == max(t.max_depth for t in TREES)
     assert b.positions(torch.tensor([10, 20, 30, 40]))[1, :4].tolist() == [20, 21, 22, 23]
+    assert torch.equal(b.positions(7), b.positions(torch.full((4,), 7)))
+    for bad in (torch.tensor([10, 20]), torch.tensor([1.5] * 4), [True] * 4):     # torch's broadcast error before
+        with pytest.raises(ValueError, match="TreeBatch.positions: offset must be an integer scalar or 4 integers"):
+            b.positions(bad)
 
 
 def test_subtree_shapes_spell_the_draft_trees_subtree_keys():
