@@ -19,6 +19,10 @@ NUM_NODES = [4, 3]
 PAIRS = [(m, p) for m in ("tv", "rrs", "rrsw", "kseq", "univer") for p in ("iid", "wor")
          if p in VERIFIERS[m].processes]
 
+#: Our ValueErrors name the function first ("verify: …", "TreeBatch.from_trees: …"); numpy's and torch's (a
+#: broadcast error, an index error re-raised) do not — an input no check caught must not pass as validated.
+OURS = r"^[A-Za-z_][\w.]*: "
+
 
 def rows(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Full-support target / draft rows [2, 4, V] (every drafted token has q > 0)."""
@@ -91,7 +95,7 @@ def malformed(draw):
 def test_gpu_entry_points_raise_only_value_error(case, pair, sample):
     parent, token, num_nodes, p, q, what = case
     method, process = pair
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=OURS):
         batch = TreeBatch(parent, token, num_nodes)          # the raw constructor checks the layout itself
         if sample:
             verify(batch, p, q, process, method, torch.Generator().manual_seed(0))
@@ -150,7 +154,7 @@ def test_evaluate_raises_only_value_error_on_bad_rows(model, shape, pair):
     method, process = pair
     shape = TreeShape.parse(shape)
     assume(VERIFIERS[method].supports(shape, process))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=OURS):
         evaluate(model, shape, process, VERIFIERS[method])
 
 
@@ -174,7 +178,7 @@ def test_evaluate_raises_only_value_error_on_bad_shapes(text):
     else:
         assume(False)                                        # a valid shape: nothing malformed to test
     good = RowsModel(np.full(V, 1 / V), np.full(V, 1 / V), V)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=OURS):
         evaluate(good, text, "iid", VERIFIERS["tv"])
 
 

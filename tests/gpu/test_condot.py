@@ -110,3 +110,48 @@ def test_small_vocabulary_wor_trees_match_the_exact_core(V, shapes):
     batch, p, q = padded_rows(trees, model)
     got = expected_accepted_length(batch, p, q, "wor", "univer")
     np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)
+
+
+def test_an_unfinished_simplex_falls_back_to_the_plan_without_its_lp(monkeypatch):
+    """Where ``condot_weights`` reports a row not solved (pivot cap), the batched shape rule and wor rule 1 keep the
+    plan they would give without that LP — never the unsolved answer, never an empty plan; the exact core's
+    ``lp_plan`` returns None (its callers fall back on None only)."""
+    import gpu.univer_rule as univer_rule
+    import gpu.wor_plans as wor_plans
+    import solvers.condot_simplex as condot_simplex
+    from univer_theory.plans import shape_lp
+
+    def unsolved(*args, **kwargs):                   # junk weights, flagged as not solved
+        w, a, solved = condot_weights(*args, **kwargs)
+        return w * 0 + 0.5, a * 0 + 1.0, solved & False
+
+    def never_better(*args, **kwargs):               # solved, α = 0: rule 1 is never taken
+        w, a, solved = condot_weights(*args, **kwargs)
+        return w, a * 0, solved | True
+
+    model = DirichletModel(4, seed=3, similarity=0.5, concentration=0.6)
+    rng = np.random.default_rng(7)
+    for process, shapes in (("iid", ["((..),.)", "(((..),.),.)"]), ("wor", ["((..),.)", "2,2", "3,1"])):
+        trees = [sample_tree(model, TreeShape.parse(s), process, rng) for s in shapes for _ in range(3)]
+        batch, p, q = padded_rows(trees, model)
+        with monkeypatch.context() as m:
+            m.setattr(univer_rule, "condot_weights", unsolved)
+            m.setattr(wor_plans, "condot_weights", unsolved)
+            forced = expected_accepted_length(batch, p, q, process, "univer")
+        with monkeypatch.context() as m:
+            m.setattr(shape_lp, "within_limits", lambda *a, **k: False)
+            m.setattr(wor_plans, "condot_weights", never_better)
+            without = expected_accepted_length(batch, p, q, process, "univer")
+        assert (forced - without).abs().max() <= 1e-12, process
+        assert (forced - expected_accepted_length(batch, p, q, process, "univer")).abs().max() > 1e-3, process
+
+    real = condot_simplex.condot_table
+
+    def unfinished(*args, **kwargs):
+        sup, tup, w, a, solved = real(*args, **kwargs)
+        return sup, tup, w * 0 + 0.5, a * 0, solved & False
+
+    monkeypatch.setattr(condot_simplex, "condot_table", unfinished)
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    assert lp_plan(p, q, 1.0, 2, "iid") is None and lp_plan(p, q, 1.0, 2, "wor") is None
+    assert lp_plan(p, q, 1.0, 2, "wor", (3, 1)) is None

@@ -38,7 +38,7 @@ def test_tree_shape_specs():
     assert tree_shape("((..),.)") == TreeShape.parse("((..),.)")
     assert tree_shape("eagle") == eagle_like_shape(4)
     for bad in ("binary:0", "chain:x", "eagle:-1", "ternary:2"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=f"^tree_shape: .*'{bad}'"):
             tree_shape(bad)
 
 

@@ -192,3 +192,34 @@ def test_confident_classes_are_slotted_on_both_sides():
         assert applied.all()
         want = res.weights[orderings.index(S)]
         np.testing.assert_allclose(got[0].numpy(), want, rtol=0, atol=1e-13, err_msg=f"seed {seed}")
+
+
+def test_slot_rule_keeps_the_plans_weights_where_the_simplex_fails_or_its_answer_moves_mass(monkeypatch):
+    """The fallback of ``slot_lp``: a row whose simplex did not finish, or whose answer fails the recheck (a token's
+    class mass moved), keeps the plan's own weights — neither branch was reached by a test."""
+    import solvers.slot_rule as slot_rule
+
+    real = slot_rule.lex_simplex
+    rng = np.random.default_rng(21)
+    cases = list(classes(rng, "wor", 3, 8))
+    args = (torch.tensor(np.stack([c[3] for c in cases])), torch.tensor([c[1] for c in cases]),
+            torch.tensor(np.stack([c[0] for c in cases])), torch.tensor(np.stack([c[4] for c in cases])), "wor",
+            cases[0][2])
+    _, applied = slot_weights(*args)
+    assert applied.all()                             # the unpatched LP is applied on every row of this batch
+
+    def not_finished(A, b, costs, basis):
+        x, ok = real(A, b, costs, basis)
+        return x, ok & False
+
+    def moves_class_mass(A, b, costs, basis):        # u of (ordering 0, position 0) up: a token's mass moved
+        x, ok = real(A, b, costs, basis)
+        x = x.clone()
+        x[:, 0] += 1e-3
+        return x, ok
+
+    for patch in (not_finished, moves_class_mass):
+        monkeypatch.setattr(slot_rule, "lex_simplex", patch)
+        got, applied = slot_weights(*args)
+        assert not applied.any(), patch.__name__
+        assert torch.equal(got, args[0][:, 0]), patch.__name__

@@ -115,6 +115,30 @@ def test_cf_face_lp_is_resolved_on_a_peaky_p_equals_q_model(monkeypatch):
         cf_bound(m, "2", "iid")
 
 
+def test_cf_face_lp_relaxed_floors_alone_rescue_the_peaky_model(monkeypatch):
+    """docs/deviations.md item 23: the relaxed α*-face floors (``FACE_SLACKS``) rescue the peaky p = q instance
+    without HiGHS' re-solves (the test above switches both off together)."""
+    p = np.array(PEAKY) / sum(PEAKY)
+    monkeypatch.setattr(cf_module, "solve_lp", partial(cf_module.solve_lp, retry=False))
+    r = cf_bound(context_free(p, p), "2", "iid")
+    assert r.success and r.alpha_root_value == pytest.approx(1.0, abs=1e-8)
+
+
+def test_global_lp_fails_where_its_certified_bound_is_too_far_above_its_feasible_point(monkeypatch):
+    """A dual bound more than ``REPAIR_TOL`` above the feasible point is not reported as the bound (status 4)."""
+    real = global_module._solve
+
+    def loose(*args, **kwargs):
+        a, status, message, objective, bound = real(*args, **kwargs)
+        return a, status, message, objective, float(a.sum()) + 10 * REPAIR_TOL
+
+    model = DirichletModel(3, seed=0, similarity=0.5)
+    assert global_tree_lp(model, "2", "iid").success
+    monkeypatch.setattr(global_module, "_solve", loose)
+    r = global_tree_lp(model, "2", "iid")
+    assert not r.success and r.status == 4 and "the certified bound exceeds the feasible point" in r.message
+
+
 def test_bound_command_on_the_issue_instance(tmp_path, capsys):
     path = tmp_path / "model.json"
     path.write_text(json.dumps({"vocab": 5, "target": {"": ISSUE_TARGET}, "draft": {"": ISSUE_DRAFT}}))
