@@ -18,9 +18,11 @@ from univer_theory.validation import SIMPLEX_ATOL, check_temperature
 #: leaves room for rows summed by a pairwise float32 sum (~1e-6 at V ≈ 1.5·10⁵) and still rejects a forgotten
 #: normalisation.
 SIMPLEX_TOL = {torch.float64: SIMPLEX_ATOL, torch.float32: 1e-5}
+#: Integer dtypes a per-row temperature tensor may have (besides floating ones).
+INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
-def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int | None = None,
+def probs_from_logits(logits: torch.Tensor, temperature: float | torch.Tensor = 1.0, top: int | None = None,
                       support: int | None = None) -> torch.Tensor:
     """``softmax(logits / T)`` as float32 rows normalised in float64 (float64 stays float64); ``T = 0`` → one-hot
     argmax; with ``top = m`` the softmax over each row's m largest logits only (the others get probability 0).
@@ -28,8 +30,10 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
     Parameters
     ----------
     logits : [..., V] float tensor (bf16 / fp16 / fp32 / fp64).
-    temperature : ``T ≥ 0``.  At ``T = 0`` the row is the one-hot of the first maximal logit (lowest token id
-        on ties), the same convention as :func:`univer_theory.apply_temperature`.
+    temperature : ``T ≥ 0``, one number or a tensor of one per row (broadcastable to ``logits.shape[:-1]``, as an
+        engine holds a temperature per request: each row is then bit for bit the row that row's T alone gives).
+        At ``T = 0`` the row is the one-hot of the first maximal logit (lowest token id on ties), the same
+        convention as :func:`univer_theory.apply_temperature`.
     top : None (the whole row) or ``1 ≤ m``: a draft truncated to its m most likely tokens (``torch.topk``;
         among logits tied at the m-th place it keeps the ones topk returns).  Such a row is a draft process of
         its own — verifying against it is exact — and an iid / wor level is then planned on m + 1 columns
@@ -47,7 +51,6 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
     if not torch.is_tensor(logits) or not logits.dtype.is_floating_point or logits.ndim == 0:
         raise ValueError(f"probs_from_logits: logits must be a floating tensor [..., V], got "
                          f"{getattr(logits, 'dtype', type(logits).__name__)}")
-    temperature = check_temperature(temperature, "probs_from_logits")
     if logits.shape[-1] == 0:
         raise ValueError("probs_from_logits: logits must have a non-empty vocabulary axis, got shape "
                          f"{list(logits.shape)}")
@@ -67,8 +70,10 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
         if mask.any():
             i = [int(v) for v in mask.nonzero()[0]]
             raise ValueError(f"probs_from_logits: logits row {i} {rule}")
-    if temperature == 0:
-        q = torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(dtype)
+    T = row_temperatures(temperature, x)
+    greedy = T == 0                                   # a bool, or a bool per row
+    if bool(greedy.all() if torch.is_tensor(T) else greedy):
+        q = _one_hot_argmax(x)
     else:
         if top is not None and top < x.shape[-1]:
             kept = x.topk(top, dim=-1).indices
@@ -80,9 +85,38 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top: int |
         # normalised in float64 (then rounded to float32 entry by entry): torch's float32 softmax accumulates its
         # sum in float32, 1.7e-5 off at V = 49 152 on a row with a flat tail — past SIMPLEX_TOL, so its own rows
         # were refused downstream
-        q = torch.softmax(torch.where(x == top_logit, 0.0, (x - top_logit) / temperature), dim=-1,
+        scale = T if not torch.is_tensor(T) else torch.where(greedy, 1.0, T)[..., None]
+        q = torch.softmax(torch.where(x == top_logit, 0.0, (x - top_logit) / scale), dim=-1,
                           dtype=torch.float64).to(dtype)
+        if torch.is_tensor(T) and bool(greedy.any()):
+            q = torch.where(greedy[..., None], _one_hot_argmax(x), q)     # top keeps the argmax: the same row
     return q if support is None else support_floor(q, x, support)
+
+
+def row_temperatures(temperature, logits: torch.Tensor):
+    """``temperature`` as :func:`probs_from_logits` reads it: one number as a float (checked by
+    :func:`univer_theory.validation.check_temperature`), a tensor as one value per row ``logits.shape[:-1]`` in the
+    logits' dtype; each finite and ≥ 0, else a ValueError."""
+    if not torch.is_tensor(temperature):
+        return check_temperature(temperature, "probs_from_logits")
+    shape = tuple(logits.shape[:-1])
+    if not (temperature.dtype.is_floating_point or temperature.dtype in INTEGER_DTYPES):
+        raise ValueError(f"probs_from_logits: temperature must be real numbers, got a {temperature.dtype} tensor")
+    try:
+        T = torch.broadcast_to(temperature.to(logits.device, logits.dtype), shape)
+    except RuntimeError:
+        raise ValueError(f"probs_from_logits: temperature of shape {list(temperature.shape)} does not broadcast "
+                         f"to one per row {list(shape)}") from None
+    bad = ~((T >= 0) & torch.isfinite(T))
+    if bad.any():
+        i = [int(v) for v in bad.nonzero()[0]]
+        raise ValueError(f"probs_from_logits: temperature of row {i} must be finite and ≥ 0, got "
+                         f"{float(T[tuple(i)])}")
+    return T
+
+
+def _one_hot_argmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(x.dtype)
 
 
 def support_floor(q: torch.Tensor, logits: torch.Tensor, s: int) -> torch.Tensor:

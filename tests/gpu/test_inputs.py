@@ -210,3 +210,31 @@ def test_half_rows_are_refused_without_validation_too(dtype):
         verify(b, p, p, "iid", "tv", torch.Generator().manual_seed(0), validate=False)
     with pytest.raises(ValueError, match="expected_accepted_length: .* got torch.float32 and torch.float64"):
         expected_accepted_length(b, p.float(), p.double(), "iid", "tv", validate=False)
+
+
+def test_a_temperature_per_row_gives_each_row_its_own_temperatures_row():
+    """An engine holds a temperature per request (vLLM's ``sampling_metadata.temperature [B]``): a tensor of one T
+    per row gives, bit for bit, the row each T alone gives — greedy (T = 0) rows one-hot, ``top`` and ``support``
+    applied as for a number; a tensor that does not broadcast to one per row, or a T < 0, NaN or bool, is refused."""
+    from gpu.probs import probs_from_logits
+    g = torch.Generator().manual_seed(0)
+    T = torch.tensor([[0.0, 0.7, 1.0, 2.3, 0.0, 1e-3], [0.31, 0.0, 5.0, 1.0, 0.9, 0.0]], dtype=torch.float64)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        x = (3 * torch.randn(2, 6, 50, generator=g)).to(dtype)
+        for top, support in ((None, None), (5, None), (None, 3), (5, 3)):
+            got = probs_from_logits(x, T, top, support)
+            want = torch.stack([torch.stack([probs_from_logits(x[i, j], float(T[i, j]), top, support)
+                                             for j in range(6)]) for i in range(2)])
+            assert torch.equal(got, want), (dtype, top, support)
+        assert torch.equal(probs_from_logits(x, torch.tensor(0.7, dtype=torch.float64)), probs_from_logits(x, 0.7))
+        assert torch.equal(probs_from_logits(x, torch.zeros(6)), probs_from_logits(x, 0))
+    x = torch.randn(2, 5, generator=g)
+    for bad, match in ((torch.tensor([[0.7], [1.0]]), "temperature of shape \\[2, 1\\] does not broadcast to one "
+                                                        "per row \\[2\\]"),
+                       (torch.tensor([0.7, -1.0]), "temperature of row \\[1\\] must be finite and ≥ 0, got -1"),
+                       (torch.tensor([float("nan"), 1.0]), "temperature of row \\[0\\] must be finite"),
+                       (torch.tensor([True, False]), "temperature must be real numbers, got a torch.bool tensor"),
+                       (None, "temperature must be one real number, got NoneType None"),
+                       ("0.7", "temperature must be one real number, got str '0.7'")):
+        with pytest.raises(ValueError, match=f"^probs_from_logits: {match}"):
+            probs_from_logits(x, bad)

@@ -172,20 +172,18 @@ def test_kseq_acceptance_mass_refuses_what_kseq_rho_star_refuses():
 
 
 def test_temperature_must_be_one_real_number():
-    """``check_temperature`` was a bare ``float(value)``: an engine's per-request temperature tensor gave torch's
-    unnamed error, ``None`` a TypeError, and ``"0.7"`` / ``True`` were read as 0.7 / 1."""
+    """``check_temperature`` was a bare ``float(value)``: a tensor or array gave an unnamed error (or its first
+    entry), ``None`` a TypeError, and ``"0.7"`` / ``True`` were read as 0.7 / 1."""
     from fractions import Fraction
 
-    import torch
-
-    from gpu.probs import probs_from_logits
+    from univer_theory import TemperedModel
     from univer_theory.validation import check_temperature
     for value, want in ((0.7, 0.7), (0, 0.0), (np.float32(0.5), 0.5), (Fraction(1, 2), 0.5), (np.int64(2), 2.0)):
         assert check_temperature(value, "f") == want
-    for bad, got in ((torch.tensor([[0.7], [1.0]]), "Tensor of shape \\[2, 1\\]"), (None, "NoneType None"),
-                     ("0.7", "str '0.7'"), (True, "bool True"), (np.array([0.7]), "ndarray of shape \\[1\\]")):
-        with pytest.raises(ValueError, match=f"probs_from_logits: temperature must be one real number, got {got}"):
-            probs_from_logits(torch.zeros(2, 5), bad)
+    for bad, got in ((None, "NoneType None"), ("0.7", "str '0.7'"), (True, "bool True"),
+                     (np.array([0.7]), "ndarray of shape \\[1\\]")):
+        with pytest.raises(ValueError, match=f"^TemperedModel: temperature must be one real number, got {got}"):
+            TemperedModel(DirichletModel(3, seed=0), bad)
     for bad in (-0.1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="temperature must be finite and ≥ 0"):
             check_temperature(bad, "f")
