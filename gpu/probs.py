@@ -70,49 +70,58 @@ def probs_from_logits(logits: torch.Tensor, temperature: float | torch.Tensor = 
         if mask.any():
             i = [int(v) for v in mask.nonzero()[0]]
             raise ValueError(f"probs_from_logits: logits row {i} {rule}")
-    T = row_temperatures(temperature, x)
-    greedy = T == 0                                   # a bool, or a bool per row
-    if bool(greedy.all() if torch.is_tensor(T) else greedy):
-        q = _one_hot_argmax(x)
-    else:
-        if top is not None and top < x.shape[-1]:
-            kept = x.topk(top, dim=-1).indices
-            x = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
-        # shifted by the largest logit before the division: ``z − max z`` is exact near the top (a quotient
-        # ``z/T`` first rounds at ``ulp(|z|/T)``, O(1) relative at a small T) and never overflows; a T below the
-        # dtype's range (0 there) leaves ``0/0`` only at the maxima, whose shifted logit is 0
-        top_logit = x.amax(-1, keepdim=True)
-        # normalised in float64 (then rounded to float32 entry by entry): torch's float32 softmax accumulates its
-        # sum in float32, 1.7e-5 off at V = 49 152 on a row with a flat tail — past SIMPLEX_TOL, so its own rows
-        # were refused downstream
-        scale = T if not torch.is_tensor(T) else torch.where(greedy, 1.0, T)[..., None]
-        q = torch.softmax(torch.where(x == top_logit, 0.0, (x - top_logit) / scale), dim=-1,
-                          dtype=torch.float64).to(dtype)
-        if torch.is_tensor(T) and bool(greedy.any()):
-            q = torch.where(greedy[..., None], _one_hot_argmax(x), q)     # top keeps the argmax: the same row
-    return q if support is None else support_floor(q, x, support)
+    T, greedy = row_temperatures(temperature, x)
+    if bool(greedy.all()) if torch.is_tensor(greedy) else greedy:
+        return _floored(_one_hot_argmax(x), x, support)
+    z = x
+    if top is not None and top < x.shape[-1]:
+        kept = x.topk(top, dim=-1).indices
+        z = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
+    # shifted by the largest logit before the division: ``z − max z`` is exact near the top (a quotient ``z/T``
+    # first rounds at ``ulp(|z|/T)``, O(1) relative at a small T) and never overflows; a T below the dtype's range
+    # (0 there) leaves ``0/0`` only at the maxima, whose shifted logit is 0.  One division for a number and a
+    # tensor of temperatures alike (a tensor on the logits' device: a Python number would be a reciprocal
+    # product in CUDA's kernel, another rounding)
+    top_logit = z.amax(-1, keepdim=True)
+    scale = (T if T.ndim == 0 else torch.where(greedy, 1.0, T)[..., None])
+    # normalised in float64 (then rounded to float32 entry by entry): torch's float32 softmax accumulates its sum
+    # in float32, 1.7e-5 off at V = 49 152 on a row with a flat tail — past SIMPLEX_TOL, so its own rows were
+    # refused downstream
+    q = torch.softmax(torch.where(z == top_logit, 0.0, (z - top_logit) / scale), dim=-1,
+                      dtype=torch.float64).to(dtype)
+    if torch.is_tensor(greedy) and bool(greedy.any()):            # greedy rows as T = 0 alone gives them: the
+        q = torch.where(greedy[..., None], _one_hot_argmax(x), q)    # whole row's argmax, floored by its logits
+        z = torch.where(greedy[..., None], x, z)
+    return _floored(q, z, support)
 
 
-def row_temperatures(temperature, logits: torch.Tensor):
-    """``temperature`` as :func:`probs_from_logits` reads it: one number as a float (checked by
-    :func:`univer_theory.validation.check_temperature`), a tensor as one value per row ``logits.shape[:-1]`` in the
-    logits' dtype; each finite and ≥ 0, else a ValueError."""
+def row_temperatures(temperature, logits: torch.Tensor) -> tuple[torch.Tensor, bool | torch.Tensor]:
+    """``(T, greedy)`` as :func:`probs_from_logits` reads ``temperature``: one number (checked by
+    :func:`univer_theory.validation.check_temperature`) as a 0-dim tensor and ``greedy = (T == 0)``; a tensor as
+    one value per row ``logits.shape[:-1]``, its axes aligned from the left (a ``[B]`` tensor against ``[B, N, V]``
+    logits gives request b's rows its T) and ``greedy`` per row.  Each T must be finite and ≥ 0 in its own
+    precision (checked, and ``greedy`` decided, before ``T`` is cast to the logits' dtype and device)."""
     if not torch.is_tensor(temperature):
-        return check_temperature(temperature, "probs_from_logits")
+        t = check_temperature(temperature, "probs_from_logits")
+        return torch.tensor(t, dtype=logits.dtype, device=logits.device), t == 0
     shape = tuple(logits.shape[:-1])
     if not (temperature.dtype.is_floating_point or temperature.dtype in INTEGER_DTYPES):
         raise ValueError(f"probs_from_logits: temperature must be real numbers, got a {temperature.dtype} tensor")
-    try:
-        T = torch.broadcast_to(temperature.to(logits.device, logits.dtype), shape)
-    except RuntimeError:
-        raise ValueError(f"probs_from_logits: temperature of shape {list(temperature.shape)} does not broadcast "
-                         f"to one per row {list(shape)}") from None
-    bad = ~((T >= 0) & torch.isfinite(T))
+    t = temperature.to(logits.device, torch.float64)
+    if t.ndim > len(shape) or any(a not in (1, b) for a, b in zip(t.shape, shape)):
+        raise ValueError(f"probs_from_logits: temperature of shape {list(temperature.shape)} does not give one per "
+                         f"row {list(shape)} (its axes align with the rows' from the left)")
+    t = torch.broadcast_to(t.reshape(t.shape + (1,) * (len(shape) - t.ndim)), shape)
+    bad = ~((t >= 0) & torch.isfinite(t))
     if bad.any():
         i = [int(v) for v in bad.nonzero()[0]]
         raise ValueError(f"probs_from_logits: temperature of row {i} must be finite and ≥ 0, got "
-                         f"{float(T[tuple(i)])}")
-    return T
+                         f"{float(t[tuple(i)])}")
+    return t.to(logits.dtype), t == 0
+
+
+def _floored(q: torch.Tensor, logits: torch.Tensor, support: int | None) -> torch.Tensor:
+    return q if support is None else support_floor(q, logits, support)
 
 
 def _one_hot_argmax(x: torch.Tensor) -> torch.Tensor:

@@ -105,9 +105,9 @@ def _iid_wor(ctx: LevelContext, p, q, rho, c, w, a, walk: str) -> None:
     slot = uneven & (k <= SLOT_RULE_MAX_K)
 
     for n in _sizes(nx, k[shaped]):
-        rows = nx.nonzero(shaped & (k == n))[0]      # the shape rule; a row whose simplex did not finish
+        rows = nx.nonzero(shaped & (k == n))[0]      # the shape rule; a row whose simplex did not finish leaves it
         w_s, a_s, solved = condot_weights(c[rows], q[rows], ctx.children[rows, :n], ctx.process, omega[rows, :n])
-        w[rows[solved], :n], a[rows[solved]] = w_s[solved], a_s[solved]   # keeps the plan below
+        w[rows[solved], :n], a[rows[solved]] = w_s[solved], a_s[solved]   # for the plan the rules below give it
         shaped[rows[~solved]] = False
     rest = base & ~shaped
     if ctx.process == "iid":            # the layout, every k at once (child_mask); on the slot rule's rows too:

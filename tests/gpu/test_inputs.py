@@ -213,24 +213,37 @@ def test_half_rows_are_refused_without_validation_too(dtype):
 
 
 def test_a_temperature_per_row_gives_each_row_its_own_temperatures_row():
-    """An engine holds a temperature per request (vLLM's ``sampling_metadata.temperature [B]``): a tensor of one T
-    per row gives, bit for bit, the row each T alone gives — greedy (T = 0) rows one-hot, ``top`` and ``support``
-    applied as for a number; a tensor that does not broadcast to one per row, or a T < 0, NaN or bool, is refused."""
+    """An engine holds a temperature per request: a tensor of one T per row gives, bit for bit, the row each T
+    alone gives — greedy (T = 0) rows one-hot on the whole row's first maximum (ties included), ``top`` and
+    ``support`` applied as for a number; a tensor that does not give one per row (axes aligned from the left), or a
+    T < 0, NaN or bool, is refused (vLLM marks greedy requests T = −1: clamp them to 0 first)."""
     from gpu.probs import probs_from_logits
     g = torch.Generator().manual_seed(0)
     T = torch.tensor([[0.0, 0.7, 1.0, 2.3, 0.0, 1e-3], [0.31, 0.0, 5.0, 1.0, 0.9, 0.0]], dtype=torch.float64)
     for dtype in (torch.float32, torch.float64, torch.bfloat16):
         x = (3 * torch.randn(2, 6, 50, generator=g)).to(dtype)
-        for top, support in ((None, None), (5, None), (None, 3), (5, 3)):
+        x[0, 0, :5] = x[0, 0].max() + 1                  # greedy rows with tied maxima: topk keeps another of them
+        x[1, 1] = 2.0
+        x[1, 5, 3:9] = x[1, 5].max() + 1
+        for top, support in ((None, None), (5, None), (None, 3), (5, 3), (1, None), (2, 1)):
             got = probs_from_logits(x, T, top, support)
             want = torch.stack([torch.stack([probs_from_logits(x[i, j], float(T[i, j]), top, support)
                                              for j in range(6)]) for i in range(2)])
             assert torch.equal(got, want), (dtype, top, support)
         assert torch.equal(probs_from_logits(x, torch.tensor(0.7, dtype=torch.float64)), probs_from_logits(x, 0.7))
-        assert torch.equal(probs_from_logits(x, torch.zeros(6)), probs_from_logits(x, 0))
+        assert torch.equal(probs_from_logits(x, torch.zeros(2, 1)), probs_from_logits(x, 0))
+        # a [B] tensor (one per request) aligns with the rows' first axis: request b's rows all take its T
+        per_request = probs_from_logits(x, torch.tensor([0.0, 0.7], dtype=torch.float64))
+        assert torch.equal(per_request[0], probs_from_logits(x[0], 0)) and torch.equal(per_request[1],
+                                                                                      probs_from_logits(x[1], 0.7))
+    # checked and decided greedy in its own precision: 1e-50 (0 in float32) is a tiny T, 1e300 (inf) a huge one
+    ones = torch.tensor([[1.0, 1.0, 0.0]])
+    for t in (1e-50, 1e300):
+        assert torch.equal(probs_from_logits(ones, torch.tensor([t], dtype=torch.float64)), probs_from_logits(ones, t))
     x = torch.randn(2, 5, generator=g)
-    for bad, match in ((torch.tensor([[0.7], [1.0]]), "temperature of shape \\[2, 1\\] does not broadcast to one "
-                                                        "per row \\[2\\]"),
+    for bad, match in ((torch.tensor([[0.7], [1.0]]), "temperature of shape \\[2, 1\\] does not give one per row "
+                                                        "\\[2\\]"),
+                       (torch.tensor([0.7, 1.0, 1.0]), "temperature of shape \\[3\\] does not give one per row"),
                        (torch.tensor([0.7, -1.0]), "temperature of row \\[1\\] must be finite and ≥ 0, got -1"),
                        (torch.tensor([float("nan"), 1.0]), "temperature of row \\[0\\] must be finite"),
                        (torch.tensor([True, False]), "temperature must be real numbers, got a torch.bool tensor"),

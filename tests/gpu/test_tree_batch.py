@@ -28,7 +28,7 @@ def test_structure_matches_draft_tree():
     assert b.max_depth == max(t.max_depth for t in TREES)
     assert b.positions(torch.tensor([10, 20, 30, 40]))[1, :4].tolist() == [20, 21, 22, 23]
     assert torch.equal(b.positions(7), b.positions(torch.full((4,), 7)))
-    for bad in (torch.tensor([10, 20]), torch.tensor([1.5] * 4), [True] * 4):     # torch's broadcast error before
+    for bad in (torch.tensor([10, 20]), torch.tensor([1.5] * 4), [True] * 4, torch.ones(2, 2, dtype=torch.long)):
         with pytest.raises(ValueError, match="TreeBatch.positions: offset must be an integer scalar or 4 integers"):
             b.positions(bad)
 

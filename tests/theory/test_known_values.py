@@ -115,8 +115,10 @@ def test_tempered_model_drafts_at_one_by_default_at_temperature_zero():
         assert model.draft_temperature == draft_T
     cold = TemperedModel(base, 0.0)
     assert np.array_equal(cold.draft(()), base.draft(())) and sorted(cold.target(())) == [0.0, 0.0, 1.0]
-    text = TemperedModel(base, 1.0, draft_temperature="0.5")     # a temperature check_temperature takes, as a float
-    assert text.draft_temperature == 0.5 and np.array_equal(text.draft(()), TemperedModel(base, 1.0, 0.5).draft(()))
+    half = TemperedModel(base, 1.0, draft_temperature=np.float32(0.5))       # a numpy number is a real number
+    assert half.draft_temperature == 0.5 and np.array_equal(half.draft(()), TemperedModel(base, 1.0, 0.5).draft(()))
+    with pytest.raises(ValueError, match="TemperedModel: draft_temperature must be one real number, got str '0.5'"):
+        TemperedModel(base, 1.0, draft_temperature="0.5")
 
 
 def test_small_temperatures_sharpen_towards_the_argmax():
