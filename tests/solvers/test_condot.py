@@ -71,3 +71,25 @@ def test_kseq_acceptance_identity_and_guarantee(node):
     assert kseq_acceptance_mass(p, q, k, rho_star).sum() == pytest.approx(alpha, abs=1e-12)
     best = alpha_star(p, q, k, "iid")
     assert (1 - np.exp(-1)) * best - 1e-12 <= alpha <= best + 1e-12
+
+
+def test_position_weights_pick_the_weighted_optimum_on_the_alpha_star_face():
+    """``condot_plan(position_weights=ω)``'s second level: ``Σ_j ω_j π(S, j)`` (ω laid out per tuple, position
+    fastest) is the largest any plan of value α*(ρ) reaches (HiGHS on the face, an independent LP)."""
+    from scipy.optimize import linprog
+    from scipy.sparse import vstack
+
+    from solvers.condot import condot_constraints, condot_plan
+    from univer_theory.processes import tuple_law
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        p, q = rng.dirichlet(np.ones(4) * .5), rng.dirichlet(np.ones(4))
+        for process, k, omega in (("wor", 2, (1, 4)), ("iid", 2, (5, 1)), ("wor", 3, (2, 1, 3))):
+            res = condot_plan(p, q, 0.9, k, process, position_weights=omega)
+            assert res.success
+            probs = np.array([float(v) for _, v in tuple_law(q, k, process)])
+            bt, bk = condot_constraints(res.tuples, 4)
+            w = np.tile(np.asarray(omega, float), len(res.tuples))
+            best = linprog(-w, A_ub=vstack([bt, bk]).tocsr(), b_ub=np.concatenate([probs, 0.9 * p]),
+                           A_eq=np.ones((1, w.size)), b_eq=[res.value], bounds=(0, None), method="highs")
+            assert float(w @ res.plan.reshape(-1)) >= -best.fun - 1e-8, (process, k, omega)

@@ -261,3 +261,40 @@ def test_rho_must_be_a_real_number_and_rows_rectangular():
                 call()
     with pytest.raises(ValueError, match="target_probs must be rows of one length"):
         alpha_star([[.5, .5], [1.0]], [[.5, .5], [1.0]], 1, "iid")
+
+
+def test_cvxpy_succeeds_only_on_an_optimal_status_and_a_claim_its_plan_keeps(monkeypatch):
+    """``flat_ot_cvxpy`` counts only cvxpy's ``optimal`` as success (not ``optimal_inaccurate``), and rechecks the
+    claimed objective against its plan's sum."""
+    import cvxpy as cp
+    p, q = np.array([.5, .3, .2]), np.array([.2, .3, .5])
+    assert flat_ot_cvxpy(p, q, 2, "iid", 0.7).success
+    solve = cp.Problem.solve
+    for status, shift in ((cp.OPTIMAL_INACCURATE, 0.0), (None, 1e-3)):
+        def patched(self, *args, **kwargs):
+            out = solve(self, *args, **kwargs)
+            if status is not None:
+                self._status = status
+            self._value += shift
+            return out
+        monkeypatch.setattr(cp.Problem, "solve", patched)
+        res = flat_ot_cvxpy(p, q, 2, "iid", 0.7)
+        assert not res.success and (status is not None or "claims" in res.message), res.message
+
+
+def test_mincut_takes_its_largest_vocabulary_and_refuses_the_next():
+    from solvers.mincut import MAX_MINCUT_VOCAB
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(MAX_MINCUT_VOCAB)), rng.dirichlet(np.ones(MAX_MINCUT_VOCAB))
+    assert abs(condot_mincut(p, q, 2, "wor", 0.8).value - condot_value(p, q, 0.8, 2, "wor")) < 1e-8
+    p, q = rng.dirichlet(np.ones(MAX_MINCUT_VOCAB + 1)), rng.dirichlet(np.ones(MAX_MINCUT_VOCAB + 1))
+    with pytest.raises(ValueError, match="exceeds"):
+        condot_mincut(p, q, 2, "wor", 0.8)
+
+
+def test_plan_recheck_flags_a_negative_entry_beyond_its_tolerance():
+    from solvers.condot import check_plan
+    tuples, probs, p = ((0, 1), (1, 0)), np.array([.5, .5]), np.array([.5, .5])
+    problems = check_plan(np.array([[.25 + 1e-6, -1e-6], [.25, 0.]]), tuples, probs, p, 1.0)[2]
+    assert any("negative" in s for s in problems), problems
+    assert check_plan(np.array([[.25, -0.1 * PLAN_TOL], [.25, 0.]]), tuples, probs, p, 1.0)[2] == []

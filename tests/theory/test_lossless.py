@@ -150,3 +150,15 @@ def test_distance_counts_the_target_mass_a_law_misses():
     model = context_free(_exact(F(1, 2), F(1, 2)), _exact(F(1, 2), F(1, 2)))
     assert distance_to_target(model, {(0,): F(1)}, 1) == F(1, 2)
     assert distance_to_target(model, {(0,): F(1, 2), (1,): F(1, 2)}, 1) == 0
+
+
+def test_lossless_means_within_1e_12_and_plans_are_counted_once_per_node():
+    """The standard: a float law is lossless within 1e-12 (a 1e-9 loss is a loss); and ``evaluate`` counts UniVer's
+    plans per internal (node, prefix, ρ), not per drafted tuple — a one-level tree has exactly one plan."""
+    from univer_theory.oracle import MethodResult
+    assert LOSSLESS_TOL <= 1e-12
+    assert MethodResult(1.0, LOSSLESS_TOL).lossless and not MethodResult(1.0, 2 * LOSSLESS_TOL).lossless
+    assert not MethodResult(1.0, 1e-9).lossless
+    for process in ("iid", "wor"):
+        r = evaluate(DirichletModel(3, seed=0), TreeShape.parse("2"), process, VERIFIERS["univer"])
+        assert r.plans is not None and sum(r.plans.values()) == 1, (process, r.plans)

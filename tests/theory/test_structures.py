@@ -113,3 +113,41 @@ def test_symbolic_identities():
     """The sympy proofs behind losslessness all reduce to 0 (one-stage identity, TV update, BV step, lemma)."""
     assert verify_all() == {name: True for name in verify_all()}
     assert len(verify_all()) == 4
+
+
+def test_children_are_drafted_at_their_own_prefix():
+    """``sample_tree`` draws each node's children from ``q(·|s(u))`` at that node's own prefix: on a model whose
+    depth-1 rows put all draft mass on token 2 (the root's gives it none), every depth-2 child is 2."""
+    from univer_theory import TableModel
+    root, below = np.array([.5, .5, 0.]), np.array([0., 0., 1.])
+    model = TableModel(3, {(): np.full(3, 1 / 3)}, {(): root, (0,): below, (1,): below})
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        t = sample_tree(model, TreeShape.parse("1,1"), "iid", rng)
+        assert t.token[1] in (0, 1) and t.token[2] == 2 and t.paths[2] == (t.token[1], 2), t.token
+
+
+def test_every_sign_pattern_is_a_case_and_a_broken_identity_is_reported(monkeypatch):
+    """The symbolic proofs enumerate every sign pattern of ``p − q`` but the two one-sided ones (a single pattern
+    would leave most identities unchecked), and ``verify_all`` reports a proof with a non-zero residual."""
+    from univer_theory import proofs
+    assert len(proofs.prove_one_stage_identity()) == 2
+    assert len(proofs.prove_residual_update(3)) == (2 ** 3 - 2) * 3                # one residual per token
+    assert len(proofs.prove_mass_balance_one_node(3)) == (2 ** 3 - 2) * 3
+    monkeypatch.setitem(proofs.PROOFS, "broken", lambda: [0, proofs.sp.Integer(1)])
+    got = proofs.verify_all()
+    assert got["broken"] is False and all(v for k, v in got.items() if k != "broken")
+
+
+def test_small_concentrations_keep_full_support_and_zero_temperature_is_the_first_argmax():
+    """``DirichletModel`` floors its rows at 1e-12 (a concentration of 1e-3 underflows draws to 0), and
+    ``apply_temperature(row, 0)`` is the one-hot of the first maximum, wherever it sits, in both modes."""
+    m = DirichletModel(8, seed=0, concentration=0.001)
+    for prefix in [(), (0,), (1, 2), (3,), (4, 5)]:
+        for row in (m.target(prefix), m.draft(prefix)):
+            assert np.all(row > 0) and abs(row.sum() - 1) < 1e-12, row
+    assert list(apply_temperature(np.array([.5, .3, .2]), 0)) == [1, 0, 0]
+    assert list(apply_temperature(np.array([.1, .2, .3, .4]), 0)) == [0, 0, 0, 1]
+    assert list(apply_temperature(np.array([.2, .4, .4]), 0)) == [0, 1, 0]            # the lower id on a tie
+    exact = apply_temperature(np.array([F(3, 5), F(1, 5), F(1, 5)], dtype=object), 0)
+    assert list(exact) == [1, 0, 0] and isinstance(exact[0], F)

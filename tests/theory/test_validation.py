@@ -187,3 +187,26 @@ def test_temperature_must_be_one_real_number():
     for bad in (-0.1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="temperature must be finite and ≥ 0"):
             check_temperature(bad, "f")
+
+
+def test_tree_and_row_checks_at_their_boundaries():
+    """A node that is its own parent (``path()`` would loop), a token equal to V (in the constructor and against the
+    rows: a ValueError, not an IndexError), a negative entry however small, a confident tail of half the draft."""
+    from univer_theory.models import ConfidentModel
+    from univer_theory.validation import check_simplex
+    for cls, args in ((TreeShape, ((-1, 0, 2),)), (DraftTree, ((-1, 0, 2), (-1, 0, 1)))):
+        with pytest.raises(ValueError, match="parents must precede"):
+            cls(*args)
+    DraftTree((-1, 0), (-1, 2), vocab_size=3)
+    with pytest.raises(ValueError, match="outside"):
+        DraftTree((-1, 0), (-1, 3), vocab_size=3)
+    rows = np.full((2, 3), 1 / 3)
+    with pytest.raises(ValueError, match="outside"):
+        VERIFIERS["tv"].law(DraftTree((-1, 0), (-1, 3)), rows, rows, "iid")
+    check_simplex(np.array([0.5, 0.5, 0.0]), "t", "row")
+    with pytest.raises(ValueError, match="negative entry"):
+        check_simplex(np.array([0.5 + 1e-12, 0.5, -1e-12]), "t", "row")
+    ConfidentModel(4, tail=0.49)
+    for tail in (0.5, 0.7, 0.0, 1.0):
+        with pytest.raises(ValueError, match="tail must lie in"):
+            ConfidentModel(4, tail=tail)

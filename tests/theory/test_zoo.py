@@ -38,3 +38,16 @@ def test_skip_duplicates_is_harmless_without_duplicates():
     tree = DraftTree(parent=(-1, 0, 0), token=(-1, 0, 2), vocab_size=3)
     p, q = model.node_probs(tree)
     assert BUG_ZOO["rrs-skip-duplicates"].law(tree, p, q, "iid") == VERIFIERS["rrs"].law(tree, p, q, "iid")
+
+
+def test_a_root_stop_below_one_is_forced_to_one_in_both_laws():
+    """Both the per-tree engine and the prefix recursion force the root's stop to 1 (the path always reaches the
+    root); every lossless rule returns 1 there already, the bug zoo's wrong-update TV does not — its two laws must
+    still be one law of mass 1 (in Fractions)."""
+    from univer_theory.oracle import enumerated_output_law, output_law
+    model = DirichletModel(3, seed=0, similarity=0.3, exact=True)
+    shape = TreeShape.parse("2,1")
+    rec = output_law(model, shape, "iid", BUG_ZOO["tv-wrong-update"])
+    enum = enumerated_output_law(model, shape, "iid", BUG_ZOO["tv-wrong-update"])
+    assert sum(rec.values()) == 1 and sum(enum.values()) == 1
+    assert all(rec.get(s, 0) == enum.get(s, 0) for s in set(rec) | set(enum))
