@@ -373,3 +373,23 @@ def test_rows_that_require_grad_verify_as_their_detached_values():
     out = [vllm_rejection_sample([1], [1], x, x, [0], torch.Generator().manual_seed(1), method="univer")
            for x in (rows, tracked_rows)]
     assert torch.equal(out[0], out[1])
+
+
+def test_a_coin_equal_to_the_running_sum_accepts_and_a_last_request_without_drafts_gets_its_bonus():
+    """SGLang's kernel accepts child y_j iff coin ≤ A_j (a coin equal to the running sum accepts: coin for coin with
+    the kernel); a vLLM batch whose last request drafted nothing (``cu = [2, 2]``) returns that request's bonus
+    token (its empty slice starts past the rows; it reads row 0)."""
+    from gpu.engines import sglang
+    cand, ridx = torch.tensor([[0, 1]]), torch.tensor([[0, 1]])
+    first, sib = torch.tensor([[1, -1]]), torch.tensor([[-1, -1]])
+    p = torch.tensor([[[0.5, 0.5], [0.25, 0.75]]], dtype=torch.float32)
+    for coin, accepted in ((0.5, 1), (0.5000001, 0)):          # A_1 = p(1) = 0.5
+        out = sglang.verify_tree(cand, ridx, first, sib, p, method="target-only",
+                                 uniform_samples=torch.tensor([[coin, 0.0]]),
+                                 uniform_samples_for_final_sampling=torch.tensor([0.0]))
+        assert out.accept_token_num.tolist() == [accepted] and out.accept_index.tolist()[0][:accepted + 1] == \
+            [0, 1][:accepted + 1], (coin, out)
+    rows = torch.tensor([[0.25, 0.25, 0.25, 0.25], [0.1, 0.2, 0.3, 0.4]])
+    out = vllm_rejection_sample(torch.tensor([1, 2]), torch.tensor([2, 2]), rows.clone(), rows, torch.tensor([3, 1]),
+                                torch.Generator().manual_seed(0), method="sps")
+    assert out.shape == (2, 3) and out[1].tolist() == [1, -1, -1]

@@ -95,3 +95,22 @@ def test_floored_drafts_are_verified_exactly_losslessly(shape, process):
         floored += len(model.floored)
     assert floored >= 6, f"the grid must hold rows the floor lifts, got {floored}"
     assert worst[0] <= LOSSLESS_TOL, f"worst distance {worst[0]:.2e} at (seed, verifier) {worst[1]}"
+
+
+def test_the_floor_and_top_m_do_not_move_with_a_constant_on_the_logits():
+    """The floor is ``ε²·exp(z_i − max z)``: a constant added to every logit (real logits sit at +20…+40) leaves the
+    floored row bit for bit (``exp(z_i)`` would lift a token from 1.8e-32 to 4e-15 at +40 and flatten the row at
+    +100); and ``top = m`` keeps exactly the m largest logits, ``m = V − 1`` included."""
+    from gpu.probs import probs_from_logits, support_floor
+    q = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    z = torch.tensor([[0.0, -1.0, -2.0]], dtype=torch.float64)
+    floored = support_floor(q, z, 2)
+    assert float(floored[0, 0]) == 1.0 and 0 < float(floored[0, 1]) < 1e-30
+    for c in (40.0, 100.0, -300.0):
+        assert torch.equal(support_floor(q, z + c, 2), floored), c
+    r = probs_from_logits(torch.tensor([[30.0, 29.0, 10.0, 5.0]], dtype=torch.float64), 0.0, support=2)
+    assert float(r[0, 0]) == 1.0 and 0 < float(r[0, 1]) < 1e-30
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0]], dtype=torch.float64)
+    for m in (1, 2, 3, 4):
+        row = probs_from_logits(logits, 1.0, top=m)
+        assert int((row > 0).sum()) == m and torch.allclose(row[0, 4 - m:], torch.softmax(logits[0, 4 - m:], -1))

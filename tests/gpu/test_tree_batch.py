@@ -260,3 +260,15 @@ def test_depths_of_one_long_chain(n):
     node's depth, by pointer jumping, is its index."""
     batch = TreeBatch.from_trees([DraftTree.chain([0] * n)])
     assert batch.depth[0].tolist() == list(range(n + 1)) and batch.max_depth == n
+
+
+def test_sibling_ranks_of_root_and_padding_and_the_vocabulary_bound():
+    """``sibling_rank`` is −1 on roots and padded slots (documented), and a token equal to ``vocab_size`` is refused
+    by both constructors, without waiting for ``validate_inputs`` (skipped with ``validate=False``)."""
+    b = TreeBatch.from_trees([DraftTree.chain([1]), DraftTree((-1, 0, 0, 1), (-1, 2, 0, 1))])
+    assert b.sibling_rank.tolist() == [[-1, 0, -1, -1], [-1, 0, 1, 0]]
+    TreeBatch.from_tensors([[-1, 0]], [[-1, 3]], vocab_size=4)
+    with pytest.raises(ValueError, match=r"must lie in \[0, 4\)"):
+        TreeBatch.from_tensors([[-1, 0]], [[-1, 4]], vocab_size=4)
+    with pytest.raises(ValueError, match=r"\[0, 4\)"):
+        TreeBatch.from_sglang([[1, -1]], [[-1, -1]], [[-1, 4]], vocab_size=4)
