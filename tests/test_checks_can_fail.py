@@ -23,116 +23,107 @@ from univer_theory import VERIFIERS
 from univer_theory.processes import EXACT_PROCESSES
 
 
+def run(check, tmp_path, fast: bool = True):
+    """One paper check, as ``univer check`` runs it (no progress bars)."""
+    return check.run(fast=fast, out_dir=str(tmp_path), progress=False)
+
+
+def scale_univer(monkeypatch, factor: float, where=lambda ctx: True) -> None:
+    """UniVer with its child scalings multiplied by ``factor`` at the nodes where ``where(ctx)`` holds."""
+    u = VERIFIERS["univer"]
+
+    def rule(ctx):
+        d = u.rule(ctx)
+        return replace(d, scale=tuple(factor * s for s in d.scale)) if where(ctx) else d
+    monkeypatch.setitem(VERIFIERS, "univer", replace(u, rule=rule))
+
+
 def first(instances, n):
     """``instances`` cut to its first ``n`` (the grid generators take ``fast`` and optional arguments)."""
     return lambda fast, *args: islice(instances(fast, *args), n)
 
 
-def test_lossless_exact_zero(tmp_path):
+def test_lossless_exact_zero(monkeypatch, tmp_path):
     """A rational lossless method whose Fraction-mode distance is 1e-30 (not 0) while its float distance is 0
     must fail the lossless check."""
-    P = pytest.MonkeyPatch()
-    try:
-        real = lossless.evaluate
-        def evaluate(model, shape, process, v):
-            r = real(model, shape, process, v)
-            return SimpleNamespace(distance=Fraction(1, 10**30)) if isinstance(r.distance, Fraction) else r
-        P.setattr(lossless, "evaluate", evaluate)
-        P.setattr(lossless, "BUG_ZOO", {})
-        P.setattr(lossless, "VERIFIERS", {"rrs": VERIFIERS["rrs"]})
-        P.setattr(lossless, "instances", first(lossless.instances, 2))
-        res = lossless.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed, "a nonzero Fraction-mode distance passed"
-    finally:
-        P.undo()
+    real = lossless.evaluate
+    def evaluate(model, shape, process, v):
+        r = real(model, shape, process, v)
+        return SimpleNamespace(distance=Fraction(1, 10**30)) if isinstance(r.distance, Fraction) else r
+    monkeypatch.setattr(lossless, "evaluate", evaluate)
+    monkeypatch.setattr(lossless, "BUG_ZOO", {})
+    monkeypatch.setattr(lossless, "VERIFIERS", {"rrs": VERIFIERS["rrs"]})
+    monkeypatch.setattr(lossless, "instances", first(lossless.instances, 2))
+    res = run(lossless, tmp_path)
+    assert not res.passed, "a nonzero Fraction-mode distance passed"
 
 
-def test_lossless_all_flagged(tmp_path):
+def test_lossless_all_flagged(monkeypatch, tmp_path):
     """Two lossy variants, one flagged, one never: the check must fail, 1/2."""
-    P = pytest.MonkeyPatch()
-    try:
-        rrs = VERIFIERS["rrs"]
-        P.setattr(lossless, "BUG_ZOO", {"bad": replace(rrs, name="bad", lossless=False),
-                                        "fake": replace(rrs, name="fake", lossless=False)})
-        P.setattr(lossless, "VERIFIERS", {"rrs": rrs})
-        P.setattr(lossless, "instances", first(lossless.instances, 2))
-        real = lossless.evaluate
-        P.setattr(lossless, "evaluate",
-                  lambda m, s, p, v: SimpleNamespace(distance=1e-3) if v.name == "bad" else real(m, s, p, v))
-        res = lossless.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert "flagged: 1/2" in res.summary, res.summary
-        assert not res.passed, "one unflagged lossy variant out of two passed"
-    finally:
-        P.undo()
+    rrs = VERIFIERS["rrs"]
+    monkeypatch.setattr(lossless, "BUG_ZOO", {"bad": replace(rrs, name="bad", lossless=False),
+                                    "fake": replace(rrs, name="fake", lossless=False)})
+    monkeypatch.setattr(lossless, "VERIFIERS", {"rrs": rrs})
+    monkeypatch.setattr(lossless, "instances", first(lossless.instances, 2))
+    real = lossless.evaluate
+    monkeypatch.setattr(lossless, "evaluate",
+              lambda m, s, p, v: SimpleNamespace(distance=1e-3) if v.name == "bad" else real(m, s, p, v))
+    res = run(lossless, tmp_path)
+    assert "flagged: 1/2" in res.summary, res.summary
+    assert not res.passed, "one unflagged lossy variant out of two passed"
 
 
-def test_lossless_worst(tmp_path):
+def test_lossless_worst(monkeypatch, tmp_path):
     """A lossless method 5e-13 off (within 1e-12) is the reported worst."""
-    P = pytest.MonkeyPatch()
-    try:
-        P.setattr(lossless, "BUG_ZOO", {})
-        P.setattr(lossless, "VERIFIERS", {"rrs": VERIFIERS["rrs"]})
-        P.setattr(lossless, "instances", first(lossless.instances, 2))
-        real = lossless.evaluate
-        def evaluate(m, s, p, v):
-            r = real(m, s, p, v)
-            return r if isinstance(r.distance, Fraction) else SimpleNamespace(distance=5e-13)
-        P.setattr(lossless, "evaluate", evaluate)
-        res = lossless.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert res.passed and "worst float distance of a lossless method 5.00e-13" in res.summary, res.summary
-    finally:
-        P.undo()
+    monkeypatch.setattr(lossless, "BUG_ZOO", {})
+    monkeypatch.setattr(lossless, "VERIFIERS", {"rrs": VERIFIERS["rrs"]})
+    monkeypatch.setattr(lossless, "instances", first(lossless.instances, 2))
+    real = lossless.evaluate
+    def evaluate(m, s, p, v):
+        r = real(m, s, p, v)
+        return r if isinstance(r.distance, Fraction) else SimpleNamespace(distance=5e-13)
+    monkeypatch.setattr(lossless, "evaluate", evaluate)
+    res = run(lossless, tmp_path)
+    assert res.passed and "worst float distance of a lossless method 5.00e-13" in res.summary, res.summary
 
 
-def test_lossless_every_process(tmp_path):
+def test_lossless_every_process(monkeypatch, tmp_path):
     """UniVer 1e-6 off the target on wor trees only must fail; every exact process appears in the grid."""
-    P = pytest.MonkeyPatch()
-    try:
-        assert {i[4] for i in lossless.instances(True)} == set(EXACT_PROCESSES)
-        P.setattr(lossless, "BUG_ZOO", {})
-        P.setattr(lossless, "VERIFIERS", {"univer": VERIFIERS["univer"]})
-        P.setattr(lossless, "instances", first(lossless.instances, len(EXACT_PROCESSES)))   # one shape, every process
-        real = lossless.evaluate
-        def evaluate(m, s, p, v):
-            r = real(m, s, p, v)
-            return SimpleNamespace(distance=1e-6) if p == "wor" and not isinstance(r.distance, Fraction) else r
-        P.setattr(lossless, "evaluate", evaluate)
-        res = lossless.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed, "UniVer lossy on wor trees passed"
-    finally:
-        P.undo()
+    assert {i[4] for i in lossless.instances(True)} == set(EXACT_PROCESSES)
+    monkeypatch.setattr(lossless, "BUG_ZOO", {})
+    monkeypatch.setattr(lossless, "VERIFIERS", {"univer": VERIFIERS["univer"]})
+    # one shape, every process
+    monkeypatch.setattr(lossless, "instances", first(lossless.instances, len(EXACT_PROCESSES)))
+    real = lossless.evaluate
+    def evaluate(m, s, p, v):
+        r = real(m, s, p, v)
+        return SimpleNamespace(distance=1e-6) if p == "wor" and not isinstance(r.distance, Fraction) else r
+    monkeypatch.setattr(lossless, "evaluate", evaluate)
+    res = run(lossless, tmp_path)
+    assert not res.passed, "UniVer lossy on wor trees passed"
 
 
-def test_optimality_node_tol(tmp_path):
+def test_optimality_node_tol(monkeypatch, tmp_path):
     """UniVer's scalings shrunk by 1e-7 (α off α* by ~1e-7, lossy) must fail."""
-    P = pytest.MonkeyPatch()
-    try:
-        u = VERIFIERS["univer"]
-        P.setitem(VERIFIERS, "univer", replace(u, rule=lambda ctx: replace(
-            d := u.rule(ctx), scale=tuple((1 - 1e-7) * s for s in d.scale))))
-        P.setattr(optimality, "instances", first(optimality.instances, 2))
-        res = optimality.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed, "α off α*(ρ) by 1e-7 passed"
-    finally:
-        P.undo()
+    scale_univer(monkeypatch, 1 - 1e-7)
+    monkeypatch.setattr(optimality, "instances", first(optimality.instances, 2))
+    res = run(optimality, tmp_path)
+    assert not res.passed, "α off α*(ρ) by 1e-7 passed"
 
 
 def test_optimality_node_checks(tmp_path):
     """With the α*-required test switched off, an α*(ρ) put 1e-6 below every applied α must fail ("exceeds
     α*(ρ)"); an applied marginal 1e-6 above ρp on one node context must fail ("exceeds ρp").  (The suite's test
     reaches "exceeds α*(ρ)" only where the LP returns a round-off negative α* for an α = 1 node.)"""
-    def run(patches):
-        P = pytest.MonkeyPatch()
-        P.setattr(optimality, "instances", first(optimality.instances, 1))
-        for name, f in patches.items():
-            P.setattr(optimality, name, f)
-        try:
-            return optimality.run(fast=True, out_dir=str(tmp_path), progress=False)
-        finally:
-            P.undo()
+    def patched(patches):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(optimality, "instances", first(optimality.instances, 1))
+            for name, f in patches.items():
+                mp.setattr(optimality, name, f)
+            return run(optimality, tmp_path)
 
     real_star, real_audit = optimality.alpha_star_lp, optimality.node_audit
-    res = run({"alpha_star_guaranteed": lambda *a: False,
+    res = patched({"alpha_star_guaranteed": lambda *a: False,
                "alpha_star_lp": lambda model, r, process, cache: min(real_star(model, r, process, cache),
                                                                      r.alpha) - 1e-6})
     assert not res.passed and "exceeds α*(ρ)" in res.table, res.summary
@@ -140,205 +131,132 @@ def test_optimality_node_checks(tmp_path):
     def audit(*a):
         recs = real_audit(*a)
         return [replace(recs[0], excess=1e-6)] + recs[1:]
-    res = run({"node_audit": audit})
+    res = patched({"node_audit": audit})
     assert not res.passed and "exceeds ρp by 1e-06" in res.table, res.summary
 
 
-def test_optimality_mean_kseq(tmp_path):
+def test_optimality_mean_kseq(monkeypatch, tmp_path):
     """K-SEQ 3% above UniVer on every iid instance must fail."""
-    P = pytest.MonkeyPatch()
-    try:
-        real = optimality.expected_lengths
-        def expected_lengths(*a):
-            v = dict(real(*a))
-            if "kseq" in v:
-                v["kseq"] = 1.03 * v["univer"]
-            return v
-        P.setattr(optimality, "expected_lengths", expected_lengths)
-        P.setattr(optimality, "instances", first(optimality.instances, 4))
-        assert any(i[3] == "iid" for i in first(optimality.instances, 4)(True))
-        res = optimality.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed and "< kseq" in res.table, res.summary
-    finally:
-        P.undo()
+    real = optimality.expected_lengths
+    def expected_lengths(*a):
+        v = dict(real(*a))
+        if "kseq" in v:
+            v["kseq"] = 1.03 * v["univer"]
+        return v
+    monkeypatch.setattr(optimality, "expected_lengths", expected_lengths)
+    monkeypatch.setattr(optimality, "instances", first(optimality.instances, 4))
+    assert any(i[3] == "iid" for i in first(optimality.instances, 4)(True))
+    res = run(optimality, tmp_path)
+    assert not res.passed and "< kseq" in res.table, res.summary
 
 
-def test_optimality_worst_cf(tmp_path):
+def test_optimality_worst_cf(monkeypatch, tmp_path):
     """CF doubled on the 2nd of 3 instances makes it the worst, 50% below CF; the summary must name it and print
     the max."""
-    P = pytest.MonkeyPatch()
-    try:
-        real_b, real_l, n = optimality.bounds, optimality.expected_lengths, [0]
-        def bounds(model, shape, process, *a, **k):
-            b = dict(real_b(model, shape, process, *a, **k))
-            n[0] += 1
-            if n[0] == 2:
-                b["cf"] = 2 * real_l(model, shape, process, ["univer"])["univer"]
-            return b
-        P.setattr(optimality, "bounds", bounds)
-        P.setattr(optimality, "instances", first(optimality.instances, 3))
-        second = list(first(optimality.instances, 3)(True))[1][0]
-        res = optimality.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert f"(worst 50.00%, {second})" in res.summary, res.summary
-    finally:
-        P.undo()
+    real_b, real_l, n = optimality.bounds, optimality.expected_lengths, [0]
+    def bounds(model, shape, process, *a, **k):
+        b = dict(real_b(model, shape, process, *a, **k))
+        n[0] += 1
+        if n[0] == 2:
+            b["cf"] = 2 * real_l(model, shape, process, ["univer"])["univer"]
+        return b
+    monkeypatch.setattr(optimality, "bounds", bounds)
+    monkeypatch.setattr(optimality, "instances", first(optimality.instances, 3))
+    second = list(first(optimality.instances, 3)(True))[1][0]
+    res = run(optimality, tmp_path)
+    assert f"(worst 50.00%, {second})" in res.summary, res.summary
 
 
-def test_optimality_whole_grid(tmp_path):
+def test_optimality_whole_grid(monkeypatch, tmp_path):
     """Every instance of the grid is evaluated and counted."""
-    P = pytest.MonkeyPatch()
-    try:
-        P.setattr(optimality, "instances", first(optimality.instances, 3))
-        res = optimality.run(fast=True, out_dir=str(tmp_path), progress=False)
-        names = [i[0] for i in first(optimality.instances, 3)(True)]
-        assert res.summary.startswith("3 instances") and all(f"| {n} |" in res.table for n in names), res.summary
-    finally:
-        P.undo()
+    monkeypatch.setattr(optimality, "instances", first(optimality.instances, 3))
+    res = run(optimality, tmp_path)
+    names = [i[0] for i in first(optimality.instances, 3)(True)]
+    assert res.summary.startswith("3 instances") and all(f"| {n} |" in res.table for n in names), res.summary
 
 
-def test_reductions_law_tol(tmp_path):
-    """UniVer's chain scalings shrunk by 1e-10 (per-tree law off by ~1e-10) must fail."""
-    P = pytest.MonkeyPatch()
-    try:
-        u = VERIFIERS["univer"]
-        def rule(ctx):
-            d = u.rule(ctx)
-            return replace(d, scale=tuple((1 - 1e-10) * s for s in d.scale)) if len(ctx.children) == 1 else d
-        P.setitem(VERIFIERS, "univer", replace(u, rule=rule))
-        P.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
-        chains = reductions.chain_instances
-        P.setattr(reductions, "chain_instances", lambda fast: list(chains(fast))[1:3])
-        res = reductions.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed and "per-tree law differs" in res.table, res.table[-500:]
-    finally:
-        P.undo()
+@pytest.mark.parametrize("factor, where, chains", [
+    (1 - 1e-10, lambda ctx: len(ctx.children) == 1, slice(1, 3)),      # a per-tree law off by ~1e-10
+    (0.5, lambda ctx: ctx.process == "wor" and tuple(int(y) for y in ctx.children) == (0,), slice(1, 2)),
+])
+def test_reductions_chain_law(monkeypatch, tmp_path, factor, where, chains):
+    """UniVer's chain scalings shrunk by 1e-10 everywhere, or halved on wor chain nodes drafting token 0 only (not
+    the last tree enumerated), must fail UniVer == BV on chains."""
+    scale_univer(monkeypatch, factor, where)
+    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
+    all_chains = reductions.chain_instances
+    monkeypatch.setattr(reductions, "chain_instances", lambda fast: list(all_chains(fast))[chains])
+    res = run(reductions, tmp_path)
+    assert not res.passed and "per-tree law differs" in res.table, res.table[-600:]
 
 
-def test_reductions_lp_failure(tmp_path):
+def test_reductions_lp_failure(monkeypatch, tmp_path):
     """Flat_ot_lp reporting failure (with a right value) must fail the check."""
-    P = pytest.MonkeyPatch()
-    try:
-        real = solvers.flat_ot_lp
-        P.setattr(solvers, "flat_ot_lp",
-                  lambda *a, **k: replace(real(*a, **k), success=False, message="HiGHS: time limit"))
-        P.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
-        P.setattr(reductions, "chain_instances", first(reductions.chain_instances, 1))
-        res = reductions.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed and "flat OT LP failed" in res.table
-    finally:
-        P.undo()
+    real = solvers.flat_ot_lp
+    monkeypatch.setattr(solvers, "flat_ot_lp",
+                        lambda *a, **k: replace(real(*a, **k), success=False, message="HiGHS: time limit"))
+    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
+    monkeypatch.setattr(reductions, "chain_instances", first(reductions.chain_instances, 1))
+    res = run(reductions, tmp_path)
+    assert not res.passed and "flat OT LP failed" in res.table
 
 
-def test_reductions_every_tree(tmp_path):
-    """UniVer halved on wor chain nodes whose drafted token is 0 (not the last enumerated tree) must fail."""
-    P = pytest.MonkeyPatch()
-    try:
-        u = VERIFIERS["univer"]
-        def rule(ctx):
-            d = u.rule(ctx)
-            hit = ctx.process == "wor" and tuple(int(y) for y in ctx.children) == (0,)
-            return replace(d, scale=tuple(s / 2 for s in d.scale)) if hit else d
-        P.setitem(VERIFIERS, "univer", replace(u, rule=rule))
-        P.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
-        chains = reductions.chain_instances
-        P.setattr(reductions, "chain_instances", lambda fast: list(chains(fast))[1:2])
-        res = reductions.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed and "per-tree law differs" in res.table, res.table[-600:]
-    finally:
-        P.undo()
-
-
-def test_reductions_depth1_wor(tmp_path):
+def test_reductions_depth1_wor(monkeypatch, tmp_path):
     """UniVer halved at wor nodes of k ≥ 2 must fail the depth-1 α* claim."""
-    P = pytest.MonkeyPatch()
-    try:
-        u = VERIFIERS["univer"]
-        def rule(ctx):
-            d = u.rule(ctx)
-            halved = replace(d, scale=tuple(s / 2 for s in d.scale))
-            return halved if ctx.process == "wor" and len(ctx.children) > 1 else d
-        P.setitem(VERIFIERS, "univer", replace(u, rule=rule))
-        P.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 2))
-        P.setattr(reductions, "chain_instances", first(reductions.chain_instances, 1))
-        res = reductions.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed and "/wor: UniVer E[τ]" in res.table, res.table[-600:]
-    finally:
-        P.undo()
+    scale_univer(monkeypatch, 0.5, lambda ctx: ctx.process == "wor" and len(ctx.children) > 1)
+    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 2))
+    monkeypatch.setattr(reductions, "chain_instances", first(reductions.chain_instances, 1))
+    res = run(reductions, tmp_path)
+    assert not res.passed and "/wor: UniVer E[τ]" in res.table, res.table[-600:]
 
 
-def test_global_gap_cf_above_global(tmp_path):
-    """CF 1e-3 above the global LP with univer-va below it must fail."""
-    P = pytest.MonkeyPatch()
-    try:
-        real = global_gap.bounds
-        def bounds(*a, **k):
-            b = dict(real(*a, **k))
-            b["global"] = b["cf"] - 1e-3
-            b["univer-va"] = b["global"] - 1e-2
-            return b
-        P.setattr(global_gap, "bounds", bounds)
-        P.setattr(global_gap, "instances", first(global_gap.instances, 1))
-        res = global_gap.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed and "above the global LP" in res.table
-    finally:
-        P.undo()
+@pytest.mark.parametrize("above, va_below", [(1e-3, 1e-2), (1e-6, None)])
+def test_global_gap_cf_above_global(monkeypatch, tmp_path, above, va_below):
+    """CF above the global LP must fail — by 1e-3 with univer-va below the LP, or by only 1e-6 (the LP's slack)."""
+    real = global_gap.bounds
+
+    def bounds(*a, **k):
+        b = dict(real(*a, **k))
+        b["global"] = b["cf"] - above
+        if va_below is not None:
+            b["univer-va"] = b["global"] - va_below
+        return b
+    monkeypatch.setattr(global_gap, "bounds", bounds)
+    monkeypatch.setattr(global_gap, "instances", first(global_gap.instances, 1))
+    res = run(global_gap, tmp_path)
+    assert not res.passed and "above the global LP" in res.table
 
 
-def test_global_gap_every_method(tmp_path):
+def test_global_gap_every_method(monkeypatch, tmp_path):
     """TV put 0.5 above CF must fail the ordering."""
-    P = pytest.MonkeyPatch()
-    try:
-        real_l, real_b = global_gap.expected_lengths, global_gap.bounds
-        def expected_lengths(model, shape, process, vs):
-            v = dict(real_l(model, shape, process, vs))
-            v["tv"] = real_b(model, shape, process, with_global=False)["cf"] + 0.5
-            return v
-        P.setattr(global_gap, "expected_lengths", expected_lengths)
-        P.setattr(global_gap, "instances", first(global_gap.instances, 1))
-        res = global_gap.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed and "tv " in res.table and "above CF" in res.table
-    finally:
-        P.undo()
+    real_l, real_b = global_gap.expected_lengths, global_gap.bounds
+    def expected_lengths(model, shape, process, vs):
+        v = dict(real_l(model, shape, process, vs))
+        v["tv"] = real_b(model, shape, process, with_global=False)["cf"] + 0.5
+        return v
+    monkeypatch.setattr(global_gap, "expected_lengths", expected_lengths)
+    monkeypatch.setattr(global_gap, "instances", first(global_gap.instances, 1))
+    res = run(global_gap, tmp_path)
+    assert not res.passed and "tv " in res.table and "above CF" in res.table
 
 
-def test_global_gap_lp_slack(tmp_path):
-    """A global 'bound' 1e-6 below CF must fail CF ≤ global."""
-    P = pytest.MonkeyPatch()
-    try:
-        real = global_gap.bounds
-        def bounds(*a, **k):
-            b = dict(real(*a, **k))
-            b["global"] = b["cf"] - 1e-6
-            return b
-        P.setattr(global_gap, "bounds", bounds)
-        P.setattr(global_gap, "instances", first(global_gap.instances, 1))
-        res = global_gap.run(fast=True, out_dir=str(tmp_path), progress=False)
-        assert not res.passed and "above the global LP" in res.table
-    finally:
-        P.undo()
-
-
-def test_global_gap_worst(tmp_path):
+def test_global_gap_worst(monkeypatch, tmp_path):
     """UniVer halved on the 2nd of 3 instances is the worst gap; the summary must name it and print the largest
     gap."""
-    P = pytest.MonkeyPatch()
-    try:
-        real, n = global_gap.expected_lengths, [0]
-        def expected_lengths(*a):
-            v = dict(real(*a)); n[0] += 1
-            if n[0] == 2:
-                v["univer"] /= 2
-            return v
-        P.setattr(global_gap, "expected_lengths", expected_lengths)
-        P.setattr(global_gap, "instances", first(global_gap.instances, 3))
-        second = list(first(global_gap.instances, 3)(True))[1][0]
-        res = global_gap.run(fast=True, out_dir=str(tmp_path), progress=False)
-        rows = [l.split("|") for l in res.table.splitlines() if l.startswith("| ") and l.count("|") == 13]
-        gaps = {r[1].strip(): float(r[10].strip().rstrip("%")) for r in rows if r[10].strip().endswith("%")}
-        assert max(gaps, key=gaps.get) == second, gaps
-        assert f"(worst {max(gaps.values()):.2f}%, {second})" in res.summary, (gaps, res.summary)
-    finally:
-        P.undo()
+    real, n = global_gap.expected_lengths, [0]
+    def expected_lengths(*a):
+        v = dict(real(*a)); n[0] += 1
+        if n[0] == 2:
+            v["univer"] /= 2
+        return v
+    monkeypatch.setattr(global_gap, "expected_lengths", expected_lengths)
+    monkeypatch.setattr(global_gap, "instances", first(global_gap.instances, 3))
+    second = list(first(global_gap.instances, 3)(True))[1][0]
+    res = run(global_gap, tmp_path)
+    rows = [l.split("|") for l in res.table.splitlines() if l.startswith("| ") and l.count("|") == 13]
+    gaps = {r[1].strip(): float(r[10].strip().rstrip("%")) for r in rows if r[10].strip().endswith("%")}
+    assert max(gaps, key=gaps.get) == second, gaps
+    assert f"(worst {max(gaps.values()):.2f}%, {second})" in res.summary, (gaps, res.summary)
 
 
 def test_real_gain_claim(tmp_path):
@@ -349,59 +267,54 @@ def test_real_gain_claim(tmp_path):
                              "gain_per_forward": gain, "gain_per_forward_se": se, "acceptance_length": e + 1}
         return {"prompts": 8, "positions": 96, "rrsw": m(2.0, 0.0), "univer": m(2.0 * (1 + g), g), "tv": m(2.0, 0.0)}
 
-    def run(fast, per_tree):
-        P = pytest.MonkeyPatch()
-        P.setattr(real_gain, "missing_batched", lambda methods: [])
-        P.setattr(real_gain, "real_prompts", lambda sets, n: [])
-        P.setattr(real_gain, "real_bench",
-                  lambda prompts, tree, *a, **k: SimpleNamespace(tree=tree, as_json=lambda: {}))
-        P.setattr(real_gain, "subset_stats", lambda result, keep: stats(*per_tree[result.tree]))
-        try:
-            return real_gain.run(fast=fast, out_dir=str(tmp_path), progress=False)
-        finally:
-            P.undo()
+    def claim(fast, per_tree):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(real_gain, "missing_batched", lambda methods: [])
+            mp.setattr(real_gain, "real_prompts", lambda sets, n: [])
+            mp.setattr(real_gain, "real_bench",
+                       lambda prompts, tree, *a, **k: SimpleNamespace(tree=tree, as_json=lambda: {}))
+            mp.setattr(real_gain, "subset_stats", lambda result, keep: stats(*per_tree[result.tree]))
+            return run(real_gain, tmp_path, fast)
 
-    assert run(True, {"binary:2": (0.05, 0.01)}).passed                     # sanity: CI above 0 passes
-    res = run(True, {"binary:2": (0.02, 0.02)})
+    assert claim(True, {"binary:2": (0.05, 0.01)}).passed                     # sanity: CI above 0 passes
+    res = claim(True, {"binary:2": (0.02, 0.02)})
     assert not res.passed and "does not lie above 0" in res.table, res.summary
-    res = run(False, {"binary:4": (0.05, 0.01), "eagle": (0.02, 0.02)})
+    res = claim(False, {"binary:4": (0.05, 0.01), "eagle": (0.02, 0.02)})
     assert not res.passed and "eagle" in res.table, res.summary
 
 
 def test_temperature_claims(tmp_path):
-    """Kills T1 (EXACT_TOL 1e-12 → 1e-9), T4 (only the per-forward measure required to shrink) and T3 (REAL_TOL
-    loosened; the SmolLM2 part faked)."""
-    def run(edit, real_model=False, bench=None):
-        P = pytest.MonkeyPatch()
+    """The toys' T = 0 equality at 1e-12, the shrink claim on both measures (per forward and on E[τ]), and the
+    SmolLM2 part's per-tree equality at T = 0 (its bench faked) each fail on one violation."""
+    def patched(edit, real_model=False, bench=None):
         real = temperature.expected_lengths
+
         def expected_lengths(tm, shape, process, names):
             v = dict(real(tm, shape, process, names))
             if process == "wor":
                 edit(v, names[0], tm.temperature)
             return v
-        P.setattr(temperature, "expected_lengths", expected_lengths)
-        P.setattr(temperature, "toy_instances", first(temperature.toy_instances, 1))
-        if bench:
-            P.setattr(temperature, "missing_batched", lambda m: [])
-            P.setattr(temperature, "real_prompts", lambda s, n: [])
-            P.setattr(temperature, "real_bench", bench)
-        try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(temperature, "expected_lengths", expected_lengths)
+            mp.setattr(temperature, "toy_instances", first(temperature.toy_instances, 1))
+            if bench:
+                mp.setattr(temperature, "missing_batched", lambda m: [])
+                mp.setattr(temperature, "real_prompts", lambda s, n: [])
+                mp.setattr(temperature, "real_bench", bench)
             return temperature.run(fast=True, out_dir=str(tmp_path), progress=False, real_model=real_model)
-        finally:
-            P.undo()
 
     # T1: UniVer 1e-10 above RRSw at T = 0
     def off_at_zero(v, base, T):
         if T == 0:
             v["univer"] = v[base] + 1e-10
-    res = run(off_at_zero)
+    res = patched(off_at_zero)
     assert not res.passed and "at T = 0 UniVer" in res.table, res.summary
 
     # T4: per forward the gain at T = 0.1 is the smallest, on E[τ] it is the largest
     values = {0.0: (1.0, 1.0), 0.1: (0.1, 0.11), 0.3: (1.0, 1.02), 0.6: (1.0, 1.03), 1.0: (1.0, 1.04)}
     def shaped(v, base, T):
         v[base], v["univer"] = values[T]
-    res = run(shaped)
+    res = patched(shaped)
     assert not res.passed and "mean gain on E[τ] at T = 0.1" in res.table, res.table[-400:]
 
     # T3: SmolLM2 part, UniVer and RRSw 1e-6 apart on a drafted tree at T = 0
@@ -410,7 +323,7 @@ def test_temperature_claims(tmp_path):
               "acceptance_length": 2.0}
         rec = SimpleNamespace(expected={"rrsw": [1.0, 1.0], "univer": [1.0, 1.0 + (1e-6 if T == 0 else 0.01)]})
         return SimpleNamespace(summary=lambda: {"all": {"prompts": 1, "rrsw": st, "univer": st}}, records=[rec])
-    res = run(lambda v, b, T: None, real_model=True, bench=bench)
+    res = patched(lambda v, b, T: None, real_model=True, bench=bench)
     assert not res.passed and "SmolLM2 at T = 0" in res.table, res.summary
 
 
@@ -428,95 +341,79 @@ def test_instances_grid(tmp_path):
         assert (p == 0).any() and (q == 0).any(), i.name
 
 
-def test_runner_contract(tmp_path):
+def test_runner_contract(monkeypatch, tmp_path):
     """Run_checks([]) is refused; run_checks(["temperature", "real_gain"], real_model=False) never benches
     SmolLM2, runs the toy part and writes real_gain as NOT RUN."""
-    P = pytest.MonkeyPatch()
     try:
-        try:
-            run_checks([])
-        except ValueError:
-            pass
-        else:
-            raise AssertionError("run_checks([]) ran nothing and returned")
+        run_checks([])
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("run_checks([]) ran nothing and returned")
 
-        def no_model(*a, **k):
-            raise AssertionError("SmolLM2 benched despite real_model=False")
-        P.setattr(temperature, "real_bench", no_model)
-        P.setattr(real_gain, "real_bench", no_model)
-        P.setattr(temperature, "toy_instances", first(temperature.toy_instances, 1))
-        out = str(tmp_path)
-        res = run_checks(["temperature", "real_gain"], fast=True, out_dir=out, progress=False, real_model=False)
-        report = open(f"{out}/paper_checks.md").read()
-        assert [r.name for r in res] == ["temperature"] and "## real_gain — NOT RUN" in report
-    finally:
-        P.undo()
+    def no_model(*a, **k):
+        raise AssertionError("SmolLM2 benched despite real_model=False")
+    monkeypatch.setattr(temperature, "real_bench", no_model)
+    monkeypatch.setattr(real_gain, "real_bench", no_model)
+    monkeypatch.setattr(temperature, "toy_instances", first(temperature.toy_instances, 1))
+    out = str(tmp_path)
+    res = run_checks(["temperature", "real_gain"], fast=True, out_dir=out, progress=False, real_model=False)
+    report = open(f"{out}/paper_checks.md").read()
+    assert [r.name for r in res] == ["temperature"] and "## real_gain — NOT RUN" in report
 
 
-def test_cli_check_exit(tmp_path):
+def test_cli_check_exit(monkeypatch, tmp_path):
     """Run_checks faked with one failing result."""
-    P = pytest.MonkeyPatch()
-    try:
-        seen = {}
-        def fake(names, fast, out_dir, real_model):
-            seen["real_model"] = real_model
-            return [CheckResult("ok", "c", True, "t", "fine"), CheckResult("bad", "c", False, "t", "broken")]
-        P.setattr(check, "run_checks", fake)
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            rc = main(["check", "--fast", "--no-real-model", "--out", str(tmp_path)])
-        out = buf.getvalue()
-        assert rc == 1, rc
-        assert "FAIL  bad" in out and "PASS  ok" in out, out
-        assert seen["real_model"] is False
-    finally:
-        P.undo()
+    seen = {}
+    def fake(names, fast, out_dir, real_model):
+        seen["real_model"] = real_model
+        return [CheckResult("ok", "c", True, "t", "fine"), CheckResult("bad", "c", False, "t", "broken")]
+    monkeypatch.setattr(check, "run_checks", fake)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["check", "--fast", "--no-real-model", "--out", str(tmp_path)])
+    out = buf.getvalue()
+    assert rc == 1, rc
+    assert "FAIL  bad" in out and "PASS  ok" in out, out
+    assert seen["real_model"] is False
 
 
-def test_cli_runtime_error(tmp_path):
+def test_cli_runtime_error(monkeypatch, tmp_path):
     """A solver failure inside `univer check` (bounds raises RuntimeError) exits 1 with one 'failed:' line."""
-    P = pytest.MonkeyPatch()
-    try:
-        def boom(*a, **k):
-            raise RuntimeError("bounds: cf_bound failed: HiGHS Infeasible")
-        P.setattr(check, "run_checks", boom)
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err):
-            rc = main(["check", "--fast", "--out", str(tmp_path)])
-        assert rc == 1 and "univer check: failed: bounds: cf_bound failed" in err.getvalue(), (rc, err.getvalue())
-    finally:
-        P.undo()
+    def boom(*a, **k):
+        raise RuntimeError("bounds: cf_bound failed: HiGHS Infeasible")
+    monkeypatch.setattr(check, "run_checks", boom)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["check", "--fast", "--out", str(tmp_path)])
+    assert rc == 1 and "univer check: failed: bounds: cf_bound failed" in err.getvalue(), (rc, err.getvalue())
 
 
-def test_cli_exact_reporting(tmp_path):
-    """Kills C5 (`exact --json` exits 0 when a method failed), C7 (its "errors" key renamed), C6 / C9 (a lossy
-    method printed ✓ in the `exact` / `bound` tables)."""
-    P = pytest.MonkeyPatch()
-    try:
-        def call(argv):
-            buf = io.StringIO()
-            with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-                rc = main(argv)
-            return rc, buf.getvalue()
+def test_cli_exact_reporting(monkeypatch, tmp_path):
+    """``univer exact --json`` exits 1 and names the failed method under ``errors``; a lossy method is printed ✗
+    in the ``exact`` and ``bound`` tables."""
+    def call(argv):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+            rc = main(argv)
+        return rc, buf.getvalue()
 
-        real = exact.evaluate
-        def failing(model, shape, process, v, *a, **k):
-            if v.name == "univer":
-                raise RuntimeError("slot_rule_lp: HiGHS returned Infeasible")
-            return real(model, shape, process, v, *a, **k)
-        P.setattr(exact, "evaluate", failing)
-        rc, out = call(["exact", "--vocab", "3", "--shape", "2", "--process", "iid", "--json"])
-        assert rc == 1, rc
-        assert json.loads(out)["errors"] == {"univer": "slot_rule_lp: HiGHS returned Infeasible"}
-        P.undo()
+    real = exact.evaluate
+    def failing(model, shape, process, v, *a, **k):
+        if v.name == "univer":
+            raise RuntimeError("slot_rule_lp: HiGHS returned Infeasible")
+        return real(model, shape, process, v, *a, **k)
+    monkeypatch.setattr(exact, "evaluate", failing)
+    rc, out = call(["exact", "--vocab", "3", "--shape", "2", "--process", "iid", "--json"])
+    assert rc == 1, rc
+    assert json.loads(out)["errors"] == {"univer": "slot_rule_lp: HiGHS returned Infeasible"}
+    monkeypatch.undo()
 
-        def lossy(model, shape, process, v, *a, **k):
-            r = real(model, shape, process, v, *a, **k)
-            return replace(r, distance=1e-3) if v.name == "tv" else r
-        P.setattr(exact, "evaluate", lossy)
-        for cmd in ("exact", "bound"):
-            rc, out = call([cmd, "--vocab", "3", "--shape", "2", "--process", "iid", "--methods", "tv,rrs"])
-            row = next(l for l in out.splitlines() if l.startswith("tv "))
-            assert "✗" in row and "✓" not in row, (cmd, row)
-    finally:
-        P.undo()
+    def lossy(model, shape, process, v, *a, **k):
+        r = real(model, shape, process, v, *a, **k)
+        return replace(r, distance=1e-3) if v.name == "tv" else r
+    monkeypatch.setattr(exact, "evaluate", lossy)
+    for cmd in ("exact", "bound"):
+        rc, out = call([cmd, "--vocab", "3", "--shape", "2", "--process", "iid", "--methods", "tv,rrs"])
+        row = next(l for l in out.splitlines() if l.startswith("tv "))
+        assert "✗" in row and "✓" not in row, (cmd, row)
