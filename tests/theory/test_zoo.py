@@ -51,3 +51,25 @@ def test_a_root_stop_below_one_is_forced_to_one_in_both_laws():
     enum = enumerated_output_law(model, shape, "iid", BUG_ZOO["tv-wrong-update"])
     assert sum(rec.values()) == 1 and sum(enum.values()) == 1
     assert all(rec.get(s, 0) == enum.get(s, 0) for s in set(rec) | set(enum))
+
+
+def test_tv_whose_residual_forgets_r_is_flagged_where_it_changes_the_law(monkeypatch):
+    """A subtle lossy TV: after a rejected child its residual is ``norm([P − Q]_+)`` instead of ``norm([rP − Q]_+)``
+    (r forgotten below the root). It changes the law only where r < 1 meets two tokens with ``rP > Q``, so it is
+    exactly lossless on many small Dirichlet instances; on a model built for it the oracle flags it in Fractions
+    (an independent re-implementation of the oracle found the same distances)."""
+    from fractions import Fraction as F
+
+    import numpy as np
+
+    import univer_theory.verifiers as verifiers
+    from univer_theory import TableModel
+    rows = lambda *xs: np.array([F(x) for x in xs], dtype=object)
+    model = TableModel(3, {(): rows("1/2", "1/2", "0"), (0,): rows("5/10", "4/10", "1/10")},
+                       {(): rows("9/10", "1/10", "0"), (0,): rows("5/100", "30/100", "65/100")})
+    shapes = [("1,1", "iid"), ("2,1", "wor"), ("2,2", "iid")]
+    assert all(evaluate(model, TreeShape.parse(s), p, VERIFIERS["tv"]).distance == 0 for s, p in shapes)
+    real = verifiers.tv_residual_step
+    monkeypatch.setattr(verifiers, "tv_residual_step", lambda r, P, Q: real(1, P, Q))
+    for s, p in shapes:
+        assert evaluate(model, TreeShape.parse(s), p, VERIFIERS["tv"]).distance > F(1, 10), (s, p)
