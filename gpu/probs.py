@@ -12,14 +12,14 @@ import torch
 
 from univer_theory.validation import SIMPLEX_ATOL, check_temperature
 
+from .tree_batch import integer_dtype
+
 #: ``|Σ row − 1|`` tolerance per dtype.  float64 keeps the exact core's 1e-9.  A float32 row normalised in float64
 #: and rounded entry by entry sums to 1 within ~6e-8 (:func:`probs_from_logits` does so); torch's own float32
 #: softmax, whose sum is accumulated in float32, came 1.7e-5 short at V = 49 152 on a row with a flat tail.  1e-5
 #: leaves room for rows summed by a pairwise float32 sum (~1e-6 at V ≈ 1.5·10⁵) and still rejects a forgotten
 #: normalisation.
 SIMPLEX_TOL = {torch.float64: SIMPLEX_ATOL, torch.float32: 1e-5}
-#: Integer dtypes a per-row temperature tensor may have (besides floating ones).
-INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def probs_from_logits(logits: torch.Tensor, temperature: float | torch.Tensor = 1.0, top: int | None = None,
@@ -30,8 +30,9 @@ def probs_from_logits(logits: torch.Tensor, temperature: float | torch.Tensor = 
     Parameters
     ----------
     logits : [..., V] float tensor (bf16 / fp16 / fp32 / fp64).
-    temperature : ``T ≥ 0``, one number or a tensor of one per row (broadcastable to ``logits.shape[:-1]``, as an
-        engine holds a temperature per request: each row is then bit for bit the row that row's T alone gives).
+    temperature : ``T ≥ 0``, one number or a tensor of them aligned with ``logits.shape[:-1]`` from the left (one
+        per row, or a ``[B]`` tensor of one per request, as an engine holds them; :func:`row_temperatures`): each
+        row is then bit for bit the row its own T alone gives.
         At ``T = 0`` the row is the one-hot of the first maximal logit (lowest token id on ties), the same
         convention as :func:`univer_theory.apply_temperature`.
     top : None (the whole row) or ``1 ≤ m``: a draft truncated to its m most likely tokens (``torch.topk``;
@@ -105,7 +106,7 @@ def row_temperatures(temperature, logits: torch.Tensor) -> tuple[torch.Tensor, b
         t = check_temperature(temperature, "probs_from_logits")
         return torch.tensor(t, dtype=logits.dtype, device=logits.device), t == 0
     shape = tuple(logits.shape[:-1])
-    if not (temperature.dtype.is_floating_point or temperature.dtype in INTEGER_DTYPES):
+    if not (temperature.dtype.is_floating_point or integer_dtype(temperature.dtype)):
         raise ValueError(f"probs_from_logits: temperature must be real numbers, got a {temperature.dtype} tensor")
     t = temperature.to(logits.device, torch.float64)
     if t.ndim > len(shape) or any(a not in (1, b) for a, b in zip(t.shape, shape)):

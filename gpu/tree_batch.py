@@ -307,8 +307,7 @@ class TreeBatch:
         ``[B]`` integers, else a ValueError)."""
         offset = torch.as_tensor(offset, device=self.device)
         B = self.parent.shape[0]
-        integer = not (offset.is_floating_point() or offset.is_complex() or offset.dtype == torch.bool)
-        if not integer or offset.ndim > 1 or offset.numel() not in (1, B):
+        if not integer_dtype(offset.dtype) or offset.ndim > 1 or offset.numel() not in (1, B):
             raise ValueError(f"TreeBatch.positions: offset must be an integer scalar or {B} integers (one per tree), "
                              f"got {offset.dtype} of shape {list(offset.shape)}")
         return offset.reshape(-1, 1) + self.depth.clamp(min=0)
