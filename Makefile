@@ -13,4 +13,4 @@ main: install
 
 test: install
 	$(PY) -m pytest -q -n auto --maxprocesses 4
-	$(PY) -m pytest -q -n 3 -m extras
+	$(PY) -m pytest -q -n 4 -m extras

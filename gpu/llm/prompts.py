@@ -1,4 +1,4 @@
-"""Vendored evaluation prompts (``data/prompts/``, each set with its license file).
+"""Vendored evaluation prompts (``gpu/llm/prompt_sets/``, package data: each set with its license file).
 
 * ``mtbench``   — MT-Bench's 80 questions (FastChat, Apache-2.0), first turn, 8 categories of 10;
 * ``humaneval`` — HumanEval's 164 function stubs (OpenAI, MIT), category ``humaneval``;
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-#: Folder of the vendored prompt files.
-PROMPT_DIR = Path(__file__).resolve().parents[2] / "data" / "prompts"
+#: Folder of the vendored prompt files, shipped inside the package (a wheel install reads them too).
+PROMPT_DIR = Path(__file__).resolve().parent / "prompt_sets"
 PROMPT_SETS = ("mtbench", "humaneval", "all")
 
 #: Instruction wrapped around a HumanEval stub so the chat model continues the code.
