@@ -20,6 +20,9 @@ chain c is ``bonus_token_ids[:, c]``.
 """
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping
+
 import torch
 
 from univer_theory.validation import check_choice
@@ -27,7 +30,7 @@ from univer_theory.validation import check_choice
 from ..engine import VerifyResult
 from ..probs import SIMPLEX_TOL, engine_rows
 from ..tree_batch import TreeBatch, _as_long
-from ..verify import verify
+from ..verify import validate_inputs, verify
 from .sglang import check_integer_outputs, int_argument, uniform_draft_rows
 
 #: vLLM's marker for rejected output slots.
@@ -134,10 +137,34 @@ def output_tokens(batch: TreeBatch, result: VerifyResult, lengths: torch.Tensor,
     return out, chain
 
 
+def seeded_groups(where: str, generators, num_nodes: torch.Tensor, generator: torch.Generator | None):
+    """``[(requests, N, generator)]``: the requests vLLM seeds (``generators``, as ``sampling_metadata.generators``
+    holds them: request index → its own ``torch.Generator``) one at a time, each on its own ``N`` slots and with
+    its own generator — so its coins, and its output, do not depend on the rest of the batch —, then the others
+    together on the batch's slots with ``generator`` (``requests`` None: the whole batch)."""
+    B = num_nodes.shape[0]
+    if not generators:
+        return [(None, int(num_nodes.max()), generator)]
+    if not isinstance(generators, Mapping):
+        raise ValueError(f"{where}: generators must map request indices to torch.Generator, got "
+                         f"{type(generators).__name__}")
+    for b, g in generators.items():
+        if isinstance(b, bool) or not isinstance(b, numbers.Integral) or not 0 <= b < B:
+            raise ValueError(f"{where}: generators' key {b!r} is not a request index in [0, {B})")
+        if not isinstance(g, torch.Generator):
+            raise ValueError(f"{where}: generators[{b}] must be a torch.Generator, got {type(g).__name__}")
+    dev = num_nodes.device
+    groups = [(torch.tensor([int(b)], device=dev), int(num_nodes[int(b)]), g) for b, g in sorted(generators.items())]
+    rest = torch.tensor([b for b in range(B) if b not in generators], dtype=torch.long, device=dev)
+    if rest.numel():
+        groups.append((rest, int(num_nodes[rest].max()), generator))
+    return groups
+
+
 def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
                      generator: torch.Generator | None = None, *, method: str = "sps", num_drafts: int = 1,
                      process: str | None = None, max_spec_len: int | None = None, accepted_draft=None,
-                     validate: bool = True) -> torch.Tensor:
+                     generators=None, validate: bool = True) -> torch.Tensor:
     """``output_token_ids [B, max_spec_len + 1]`` int32 as vLLM's ``RejectionSampler`` returns them
     (module docstring for the inputs).
 
@@ -151,6 +178,10 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     max_spec_len : output width − 1 (default: the longest chain).
     accepted_draft : optional ``[B]`` integer tensor on the inputs' device, filled in place with the chain index
         of the accepted path (−1 when no draft token is accepted).
+    generators : optional ``{request index: torch.Generator}``, vLLM's ``sampling_metadata.generators`` (the
+        requests with a seed): each such request is verified on its own with its own generator, so its output
+        depends only on its rows and its generator's state, not on the batch it is in (vLLM's seeded requests
+        are reproducible the same way); the other requests draw from ``generator``.
     validate : check the probability rows (:func:`gpu.validate_inputs`); float32 rows within the float32 rounding of
         their sum are renormalised first (:func:`gpu.probs.engine_rows`).
     """
@@ -182,14 +213,22 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     if width < batch.max_depth:
         raise ValueError(f"{where}: max_spec_len = {width} is shorter than a chain ({batch.max_depth} tokens)")
     B = batch.batch_size
+    groups = seeded_groups(where, generators, batch.num_nodes, generator)
     if p.shape[0] == 0:                     # no drafts at all: every request emits its bonus token
         out = torch.full((B, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=p.device)
         out[:, 0] = bonus[:, 0].to(torch.int32)
         chain = torch.full((B,), -1, dtype=torch.long, device=p.device)
     else:
         gpu_method = "nss" if draft_probs is None else METHODS[method]
-        result = verify(batch, p, q, process, gpu_method, generator, validate, row_index)
-        out, chain = output_tokens(batch, result, L, bonus, width + 1)
+        if validate:
+            validate_inputs(where, batch, p, q, process, row_index)
+        out = torch.empty((B, width + 1), dtype=torch.int32, device=p.device)
+        chain = torch.empty((B,), dtype=torch.long, device=p.device)
+        for req, N, gen in groups:
+            every = slice(None) if req is None else req
+            sub = batch if req is None else TreeBatch(batch.parent[req, :N], batch.token[req, :N], batch.num_nodes[req])
+            result = verify(sub, p, q, process, gpu_method, gen, False, row_index[every, :N])
+            out[every], chain[every] = output_tokens(sub, result, L[every], bonus[every], width + 1)
     if accepted_draft is not None:
         accepted_draft.copy_(chain)
     return out
