@@ -109,6 +109,24 @@ def test_tv_le_cf_le_global_and_value_aware_attains_cf(shape, process):
     assert float(va.expected_accepted) >= cf.value - 1e-8
 
 
+def test_cf_of_a_star_is_alpha_star_within_its_tolerance_and_margin():
+    """Depth 1: CF = α*(1) exactly (module docstring).  ``value`` is HiGHS' objective or its certificate, whichever is
+    larger, so it may sit above α* — by 1.1e-9 on a V = 6 five-child star, above the E[τ] ≤ 1 of any verifier —
+    but never by more than ``margin``, nor below by more than ``tolerance``; the worst instance is reported."""
+    worst = (0.0, None)
+    for V, k, process, seed in [(6, 5, "iid", 1), (6, 5, "wor", 1), (6, 4, "iid", 1), (3, 2, "wor", 1),
+                                *((V, k, pr, s) for V in (3, 5) for k in (2, 3) for pr in ("iid", "wor")
+                                  for s in range(3) if pr == "iid" or k < V)]:
+        m = DirichletModel(V, seed=seed, similarity=0.4)
+        cf = cf_bound(m, str(k), process)
+        exact = float(alpha_star(np.asarray(m.target(()), float), np.asarray(m.draft(()), float), k, process, 1.0))
+        over = cf.value - exact
+        assert -cf.tolerance - 1e-13 <= over <= cf.margin + 1e-13, (V, k, process, seed, over, cf.margin)
+        assert f"{cf.margin:.1e} above" in cf.message
+        worst = max(worst, (over, (V, k, process, seed)), key=lambda w: w[0])
+    assert worst[0] > 1e-10, worst              # the grid holds a star whose certificate overshoots
+
+
 @pytest.mark.parametrize("V,shape,process", [(3, "((..),.)", "iid"), (4, "(((..),.),.)", "wor"), (3, "2,2", "iid")])
 def test_alpha_star_root_bound_sits_between_univer_and_cf(V, shape, process):
     """Restricting the root to the α*(1)-face can only lower CF, and UniVer (α* at every node) stays below it."""

@@ -74,7 +74,8 @@ def bound_results(args, progress: bool = True) -> dict:
         "primal_value": glob.primal_value, "tolerance": glob.tolerance}
     out["cf_bound"] = {"error": errors["cf_bound"]} if cf is None else {
         "value": cf.value, "alpha_root_value": cf.alpha_root_value, "breakpoints": cf.breakpoints,
-        "lp_solves": cf.lp_solves, "tolerance": cf.tolerance, "seconds": cf.seconds}
+        "lp_solves": cf.lp_solves, "tolerance": cf.tolerance, "margin": cf.margin,
+        "seconds": cf.seconds}
     if shape.max_depth == 1:
         k = len(shape.children[0])
         p, q = (np.asarray(row, dtype=np.float64) for row in (model.target(()), model.draft(())))
