@@ -108,7 +108,8 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
         raise ValueError(f"{where}: tree {b} node {v} drafts token {int(batch.token[b, v])} but its parent's "
                          f"draft_probs[{at}, {int(batch.token[b, v])}] = 0")
     if process != "iid":
-        same = (batch.parent[:, :, None] == batch.parent[:, None, :]) & (batch.token[:, :, None] == batch.token[:, None, :])
+        same = ((batch.parent[:, :, None] == batch.parent[:, None, :])
+                & (batch.token[:, :, None] == batch.token[:, None, :]))
         dup = (same & drafted[:, :, None]).triu(1).any(-1)
         if dup.any():
             b, v = (int(i) for i in dup.nonzero()[0])
@@ -137,6 +138,9 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
 def _rule(where: str, method: str, process: str):
     check_choice(method, METHODS, where, "method")
     check_choice(process, PROCESSES, where, "process")
+    if method not in VERIFIERS:
+        raise ValueError(f"{where}: method {method!r} has a level rule in gpu.METHODS but no exact twin in "
+                         f"univer_theory.VERIFIERS (register one: its processes and the tests' oracle come from it)")
     supported = VERIFIERS[method].processes
     if process not in supported:
         raise NotImplementedError(f"{where}: {method} is defined for processes {supported}, got {process!r}")

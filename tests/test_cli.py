@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 
 from univer.cli import main
 
@@ -91,3 +92,49 @@ def test_bound_refuses_the_hub_process():
     args = build_parser().parse_args(["bound", "--vocab", "3", "--shape", "2", "--process", "hub"])
     with pytest.raises(NotImplementedError, match="`univer exact` only"):
         bound_results(args, progress=False)
+
+
+PLUGIN = '''
+from univer_theory import Verifier, register
+from univer_theory.engine import NodeDecision
+from univer_theory.verifiers import normalise, positive_part
+
+
+def naive_rule(ctx):
+    p, q = ctx.target, ctx.draft
+    enter = tuple(min(1, p[y] / q[y]) for y in ctx.children)
+    return NodeDecision(enter, (1,) * len(enter), 1, normalise(positive_part(p - q)))
+
+
+register(Verifier("naive", naive_rule, ("iid",), "per-token rejection, residual never updated"))
+'''
+
+
+def test_a_plugins_verifier_is_a_method_of_the_command_line(tmp_path, capsys, monkeypatch):
+    """``--plugin FILE`` imports a user's file that registers a verifier; the command then runs it by name beside
+    the built-in ones, and the oracle refutes it (lossy with two children).  A module name works as well, a
+    missing file or module is one line and exit status 2, and a registered name cannot be taken silently."""
+    from univer_theory import VERIFIERS, Verifier, register
+    for name in ("naive_file", "naive_module"):
+        (tmp_path / f"{name}.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        methods = run_json(capsys, "--plugin", str(tmp_path / "naive_file.py"), "exact", "--methods", "naive,rrs",
+                           "--vocab", "4", "--shape", "2", "--process", "iid")["methods"]
+        assert methods["naive"]["lossless"] is False and methods["naive"]["distance"] > 1e-3
+        assert methods["rrs"]["lossless"] is True
+        with pytest.raises(ValueError, match="a verifier named 'naive' exists already"):
+            register(Verifier("naive", VERIFIERS["rrs"].rule, ("iid",), "a second naive"))
+        assert register(VERIFIERS["naive"]) is VERIFIERS["naive"]         # the same object again: a no-op
+        del VERIFIERS["naive"]
+        assert "naive" in run_json(capsys, "--plugin", "naive_module", "exact", "--methods", "naive", "--vocab", "3",
+                                   "--shape", "2", "--process", "iid")["methods"]
+    finally:
+        VERIFIERS.pop("naive", None)
+        for name in ("naive_file", "naive_module"):
+            sys.modules.pop(name, None)
+    for plugin, message in ((str(tmp_path / "missing.py"), "missing.py: no such file"),
+                            ("no_such_plugin", "no module named 'no_such_plugin'")):
+        assert main(["--plugin", plugin, "exact", "--vocab", "3", "--shape", "2"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("univer: error: --plugin ") and message in err, err

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
+from pathlib import Path
 
 #: Subcommand modules under ``univer.commands``, in help order.  They import only the exact core at module level
 #: (solvers, torch, transformers inside ``run``), so a bad argument is reported before any heavy import.
@@ -27,6 +29,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="univer", description="Lossless verification for speculative decoding.")
+    parser.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                        help="import a .py file or a module first (repeatable); a plugin that calls "
+                             "univer_theory.register(Verifier(...)) adds its verifier to --methods "
+                             "(README, 'Adding a verifier')")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:
@@ -39,8 +45,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def load_plugin(spec: str) -> None:
+    """Import ``spec``: a path to a ``.py`` file (run as a module of its stem's name) or an importable module name.
+    A file that does not exist or a module that cannot be imported is a ValueError naming it."""
+    if spec.endswith(".py"):
+        path = Path(spec)
+        if not path.is_file():
+            raise ValueError(f"--plugin {spec}: no such file")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module
+        module_spec.loader.exec_module(module)
+        return
+    try:
+        importlib.import_module(spec)
+    except ModuleNotFoundError as err:
+        if err.name and spec.startswith(err.name):
+            raise ValueError(f"--plugin {spec}: no module named {err.name!r} (pass a .py path or put its folder on "
+                             f"PYTHONPATH)") from err
+        raise
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        for plugin in args.plugin:
+            load_plugin(plugin)
+    except ValueError as err:
+        print(f"univer: error: {err}", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except ValueError as err:

@@ -414,8 +414,17 @@ VERIFIERS: dict[str, Verifier] = {v.name: v for v in (NSS, SPS, RRS, RRSW, KSEQ,
 BASELINE = {"iid": "rrs", "wor": "rrsw", "topk": "nss", "greedy": "nss"}
 
 
-def register(verifier: Verifier) -> Verifier:
-    """Add a verifier to :data:`VERIFIERS` (UniVer and its variants register themselves)."""
+def register(verifier: Verifier, replace: bool = False) -> Verifier:
+    """Add ``verifier`` to :data:`VERIFIERS` under its name: how this package adds UniVer (the default
+    :func:`make_univer_verifier`, not its variants), SpecHub and GR, and how a user adds a rule of their own — the CLI
+    then takes its name in ``--methods`` (``univer --plugin FILE_OR_MODULE``, README "Adding a verifier").  A name
+    already taken is a ValueError unless ``replace``: a silent replacement would change what a built-in name means
+    in the exact core and not in :mod:`gpu`, whose methods are its own level rules."""
+    if not isinstance(verifier, Verifier):
+        raise ValueError(f"register: expected a Verifier, got {type(verifier).__name__}")
+    if verifier.name in VERIFIERS and not replace and VERIFIERS[verifier.name] is not verifier:
+        raise ValueError(f"register: a verifier named {verifier.name!r} exists already; pick another name, or pass "
+                         f"replace=True to replace it in the exact core (gpu.verify keeps its own {verifier.name!r})")
     VERIFIERS[verifier.name] = verifier
     return verifier
 

@@ -90,6 +90,16 @@ def test_process_rules_and_options():
         verify(batch, p, q, "iid", "tv", 0)                       # was a TypeError inside torch.rand
 
 
+def test_a_level_rule_without_an_exact_twin_is_named(monkeypatch):
+    """A method added to ``gpu.METHODS`` alone (no Verifier of that name in the exact core, whose processes
+    and law check it) was a bare KeyError."""
+    from gpu import METHODS
+    batch, p, q = inputs()
+    monkeypatch.setitem(METHODS, "mine", METHODS["tv"])
+    with pytest.raises(ValueError, match="method 'mine' has a level rule in gpu.METHODS but no exact twin"):
+        verify(batch, p, q, "iid", "mine")
+
+
 @pytest.mark.parametrize("process", ["topk", "greedy"])
 def test_top_children_out_of_order_are_refused_in_both_layers(process):
     """The process drafts its top tokens most likely first, so listing them in another order is a tree of
