@@ -61,6 +61,23 @@ def leaf_decision(ctx: NodeContext) -> NodeDecision:
     return NodeDecision((), (), ctx.rho, ctx.target)
 
 
+def check_decision(d, k: int, V: int, rule, u: int) -> None:
+    """ValueError naming the rule and node unless ``d`` is a :class:`NodeDecision` with one ``enter`` and one
+    ``scale`` entry per child, each in [0, 1], ``stop`` in [0, 1] and a ``[V]`` residual (a short tuple was cut
+    short by ``zip``, an entry above 1 read as a probability — the oracle then flagged a loss it could not name)."""
+    name = getattr(rule, "__name__", type(rule).__name__)
+    if not isinstance(d, NodeDecision):
+        raise ValueError(f"node rule {name} returned {type(d).__name__} at node {u}, not a NodeDecision")
+    why = (f"{len(d.enter)} enter and {len(d.scale)} scale entries for {k} children"
+           if len(d.enter) != k or len(d.scale) != k else
+           f"a residual of shape {np.shape(d.residual)}, not [{V}]" if np.shape(d.residual) != (V,) else
+           next((f"{what} {x} outside [0, 1]" for what, xs in (("enter", d.enter), ("scale", d.scale),
+                                                               ("stop", (d.stop,)))
+                 for x in xs if not 0 <= x <= 1), None))
+    if why:
+        raise ValueError(f"node rule {name} at node {u}: {why}")
+
+
 def allocate(tree: DraftTree, target_probs: np.ndarray, draft_probs: np.ndarray, process: str,
              rule: NodeRule) -> tuple[list, list]:
     """Pass 1: ``(rho[N], decision[N])`` from the root down."""
@@ -74,6 +91,8 @@ def allocate(tree: DraftTree, target_probs: np.ndarray, draft_probs: np.ndarray,
         ctx = NodeContext(rho[u], target_probs[u], draft_probs[u], tree.child_tokens(u), process,
                           tuple(tree.subtree_keys[c] for c in kids), tree.paths[u])
         dec[u] = rule(ctx) if kids else leaf_decision(ctx)
+        if kids:
+            check_decision(dec[u], len(kids), target_probs.shape[-1], rule, u)
         if u == 0:  # the root never fails: once its children failed, the traversal ends there with Y
             dec[u] = replace(dec[u], stop=1 if exact else 1.0)
         for c, s in zip(kids, dec[u].scale):

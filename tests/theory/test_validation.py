@@ -210,3 +210,31 @@ def test_tree_and_row_checks_at_their_boundaries():
     for tail in (0.5, 0.7, 0.0, 1.0):
         with pytest.raises(ValueError, match="tail must lie in"):
             ConfidentModel(4, tail=tail)
+
+
+def test_a_user_rules_malformed_decision_is_named():
+    """A node rule's decision must give one enter and one scale entry per child, each in [0, 1], a stop in [0, 1]
+    and a [V] residual: a short tuple was cut short by zip and an entry above 1 read as a probability — the oracle
+    then flagged a loss it could not name."""
+    from univer_theory import Verifier
+    from univer_theory.engine import NodeDecision
+    good = VERIFIERS["rrs"].rule
+
+    def rule_with(**changes):
+        def bad_rule(ctx):
+            d = good(ctx)
+            return "not a decision" if changes.get("kind") else NodeDecision(
+                **{**{f: getattr(d, f) for f in ("enter", "scale", "stop", "residual")}, **changes})
+        return Verifier("bad", bad_rule, ("iid",), "a malformed rule")
+
+    for changes, match in (({"enter": (1.0,)}, "1 enter and 2 scale entries for 2 children"),
+                           ({"scale": (1.0, 1.0, 1.0)}, "2 enter and 3 scale entries"),
+                           ({"enter": (1.5, 0.2)}, r"enter 1.5 outside \[0, 1\]"),
+                           ({"scale": (0.5, float("nan"))}, r"scale nan outside \[0, 1\]"),
+                           ({"stop": -0.1}, r"stop -0.1 outside \[0, 1\]"),
+                           ({"residual": np.ones(2) / 2}, r"a residual of shape \(2,\), not \[3\]"),
+                           ({"kind": 1}, "returned str at node 0, not a NodeDecision")):
+        with pytest.raises(ValueError, match="node rule bad_rule" + (" at node 0: " if "kind" not in changes else
+                                                                     " ") + match):
+            rule_with(**changes).law(TREE, GOOD, GOOD, "iid")
+    assert VERIFIERS["rrs"].law(TREE, GOOD, GOOD, "iid")                   # the rule itself passes
