@@ -17,6 +17,7 @@ import numbers
 import torch
 
 from univer_theory import PROCESSES, TreeShape
+from univer_theory.tree import as_shape
 from univer_theory.orders import top_tokens
 from univer_theory.validation import check_choice
 
@@ -87,7 +88,8 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
 
     Parameters
     ----------
-    shape : the skeleton (``TreeShape``), shared by the batch; slot u of every tree is skeleton node u.
+    shape : the skeleton (a ``TreeShape`` or its text, ``"2,2"``), shared by the batch; slot u of every tree is
+        skeleton node u.
     draft_probs : either a callable ``(token [B, N], nodes list[int]) -> [B, len(nodes), V]`` giving
         ``q(·|s(u))`` at skeleton nodes ``nodes`` of one depth (``token`` holds the tokens drafted so far, −1
         elsewhere), or precomputed rows that ignore the drafted tokens: ``[V]`` (context-free), ``[N, V]``
@@ -102,8 +104,7 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
     """
     where = "draft_tree"
     check_choice(process, PROCESSES, where, "process")
-    if not isinstance(shape, TreeShape):
-        raise ValueError(f"{where}: shape must be a TreeShape, got {type(shape).__name__}")
+    shape = as_shape(shape, where)
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise ValueError(f"{where}: batch_size must be an int ≥ 1, got {batch_size!r}")
     N, B = shape.num_nodes, int(batch_size)

@@ -39,10 +39,10 @@ import scipy.sparse as sp
 from univer_theory.alpha_star import alpha_star
 from univer_theory.models import Model, check_model_type
 from univer_theory.processes import PROCESSES, tuple_law
-from univer_theory.tree import split_key
+from univer_theory.tree import as_shape, split_key
 from univer_theory.validation import check_choice
 
-from .global_lp import as_shape, model_rows
+from .global_lp import model_rows
 from .highs_lp import nonnegative_multipliers, solve_lp
 
 #: Sandwich stopping gap per value function (tangent envelope − chord, absolute).
@@ -229,8 +229,8 @@ class CFResult:
     α*(1)-optimal face (every other node free) — the best E[τ] of any §6.1 verifier whose root attains α*, hence
     an upper bound on every verifier that attains α*(ρ) at every node (UniVer): below another method's E[τ] it
     *proves* that no such verifier reaches that method on this instance; ``functions``: {(subtree key, prefix):
-    ValueFunction} of every internal non-root node; ``breakpoints`` total / ``max_breakpoints`` per function (the ρ-grid sizes);
-    ``lp_solves``; ``tolerance``: bound on how far ``value`` may sit below the exact CF, propagated as
+    ValueFunction} of every internal non-root node; ``breakpoints`` total / ``max_breakpoints`` per function (the
+    ρ-grid sizes); ``lp_solves``; ``tolerance``: bound on how far ``value`` may sit below the exact CF, propagated as
     ``δ_X = gap_X + k·max_c δ_c`` (every node value is HiGHS' objective or its weak-duality certificate, whichever is
     larger, so only the chords between breakpoints fall short); ``margin``: bound on how far ``value`` may sit
     *above* the exact CF — the certificates' slack over HiGHS' objectives, ``μ_X = max_ρ (certified − objective)

@@ -54,7 +54,7 @@ import scipy.sparse as sp
 
 from univer_theory.models import Model, check_model_type, checked_rows
 from univer_theory.processes import PROCESSES, tuple_law
-from univer_theory.tree import TreeShape
+from univer_theory.tree import TreeShape, as_shape
 from univer_theory.validation import check_choice
 
 from .highs_lp import LP_METHODS, nonnegative_multipliers, solve_lp
@@ -66,15 +66,6 @@ RECHECK_TOL = 1e-9
 REPAIR_TOL = 1e-5
 #: Smallest coefficient Q(T)/scale put in the matrix: HiGHS drops entries below its small_matrix_value (1e-9).
 COEF_FLOOR = 1e-8
-
-
-def as_shape(shape, where: str) -> TreeShape:
-    """Accept a :class:`TreeShape` or its text form (``"2,2"``, ``"((..),.)"``)."""
-    if isinstance(shape, TreeShape):
-        return shape
-    if isinstance(shape, str):
-        return TreeShape.parse(shape)
-    raise ValueError(f"{where}: shape must be a TreeShape or a string like '2,2', got {type(shape).__name__}")
 
 
 def model_rows(model: Model, prefix: tuple, where: str) -> tuple[np.ndarray, np.ndarray]:

@@ -25,11 +25,11 @@ from univer_theory.engine import NodeContext, NodeDecision
 from univer_theory.models import Model, check_model_type
 from univer_theory.plans.base import NodePlan, sequential_shares
 from univer_theory.plans.lp_plan import tabulated_plan
-from univer_theory.tree import DraftTree, TreeShape
+from univer_theory.tree import DraftTree, TreeShape, as_shape
 from univer_theory.verifiers import Verifier
 
 from .cf_bound import LEAF, CFResult, NodeProblem, cf_bound, check_cf_setting
-from .global_lp import as_shape, model_rows
+from .global_lp import model_rows
 
 _PROCESSES = ("iid", "wor", "topk", "greedy")
 #: How far (per entry) rows passed to a ``univer-va`` verifier may sit from its model's: round-off, e.g. the

@@ -14,7 +14,7 @@ from fractions import Fraction
 from . import engine
 from .models import Model, checked_model
 from .processes import EXACT_PROCESSES, enumerate_trees, tuple_law
-from .tree import TreeShape
+from .tree import TreeShape, as_shape
 from .validation import check_choice
 from .verifiers import Verifier
 
@@ -26,10 +26,7 @@ def check_inputs(where: str, model, shape, process: str, verifier) -> tuple[Mode
     """The entry checks of :func:`output_law` / :func:`evaluate`: ``(model with every row checked on use, shape)``
     (a shape may be given as its text, ``"2,2"``); ValueError naming the argument and the rule otherwise."""
     model = checked_model(model, where)
-    if isinstance(shape, str):
-        shape = TreeShape.parse(shape)
-    if not isinstance(shape, TreeShape):
-        raise ValueError(f"{where}: shape must be a TreeShape or its text like '2,2', got {type(shape).__name__}")
+    shape = as_shape(shape, where)
     check_choice(process, EXACT_PROCESSES, where, "process")
     if not isinstance(verifier, Verifier):
         raise ValueError(f"{where}: verifier must be a Verifier (e.g. VERIFIERS['tv']), got {type(verifier).__name__}")

@@ -235,6 +235,16 @@ class TreeShape(_Skeleton):
         return self.subtree_keys[0]
 
 
+def as_shape(shape, where: str) -> TreeShape:
+    """A :class:`TreeShape` as given or read from its text form (``"2,2"``, ``"((..),.)"``); ValueError naming
+    ``where`` for anything else."""
+    if isinstance(shape, TreeShape):
+        return shape
+    if isinstance(shape, str):
+        return TreeShape.parse(shape)
+    raise ValueError(f"{where}: shape must be a TreeShape or its text like '2,2', got {type(shape).__name__}")
+
+
 @dataclass(frozen=True)
 class DraftTree(_Skeleton):
     """A drafted tree: ``parent[N]`` (−1 for the root) and ``token[N]`` (−1 for the root).

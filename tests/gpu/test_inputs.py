@@ -141,6 +141,12 @@ def test_drafting_inputs_a_user_gets_wrong():
     logits = torch.tensor([[0.0, 1.0, 2.0]])
     assert torch.equal(probs_from_logits(logits, 1.0, top=np.int64(2), support=np.int64(2)),
                        probs_from_logits(logits, 1.0, top=2, support=2))
+    q4 = torch.full((4,), 0.25, dtype=torch.float64)                  # a shape's text, as the exact core takes it
+    text, parsed = (draft_tree(s, q4, "wor", 3, torch.Generator().manual_seed(0))
+                    for s in ("2,1", TreeShape.parse("2,1")))
+    assert torch.equal(text[0].token, parsed[0].token) and torch.equal(text[1], parsed[1])
+    with pytest.raises(ValueError, match="shape must be a TreeShape or its text like '2,2', got int"):
+        draft_tree(3, q4, "wor", 3)
 
 
 def test_padded_rows_are_ignored():
