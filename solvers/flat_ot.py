@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 
-import cvxpy as cp
 import numpy as np
 
 from univer_theory.alpha_star import alpha_star as alpha_star_fast
@@ -21,6 +20,7 @@ from univer_theory.alpha_star import alpha_star_and_cut, check_node_inputs
 from univer_theory.validation import check_choice
 
 from .condot import condot_constraints, condot_lp, plan_result, tuple_support
+from .highs_lp import silence_banner
 from .mincut import condot_mincut
 from .result import OTResult
 
@@ -38,6 +38,15 @@ CVXPY_SOLVERS = {
 }
 
 
+def _cvxpy():
+    """cvxpy, imported on the first :func:`flat_ot_cvxpy` (the other methods need neither it nor the extra)."""
+    try:
+        import cvxpy
+    except ImportError as err:
+        raise ImportError(f"flat_ot_cvxpy needs cvxpy: pip install 'univer[solvers]' ({err})") from err
+    return cvxpy
+
+
 def flat_ot_cvxpy(target_probs, draft_probs, k: int, process: str, rho=1.0, *, support=None,
                   solver: str | None = None) -> OTResult:
     """The CondOT(ρ) LP of :func:`condot_lp` stated in cvxpy (independent modelling path, same recheck).
@@ -48,6 +57,7 @@ def flat_ot_cvxpy(target_probs, draft_probs, k: int, process: str, rho=1.0, *, s
     p, q, k, rho_arr = check_node_inputs(where, target_probs, draft_probs, k, process, rho)
     if p.ndim != 1:
         raise ValueError(f"{where}: target_probs must be one row [V], got shape {p.shape}")
+    cp = _cvxpy()
     installed = cp.installed_solvers()
     if solver is None:
         solver = next((s for s in CVXPY_SOLVERS if s in installed), None)
@@ -57,6 +67,8 @@ def flat_ot_cvxpy(target_probs, draft_probs, k: int, process: str, rho=1.0, *, s
                          f"installed; choose one of {usable}")
     rho = float(rho_arr)
     tuples, probs = tuple_support(where, q, k, process, support)
+    if solver == "HIGHS":
+        silence_banner()                         # highspy's version banner, printed once, would corrupt --json
     start = time.perf_counter()
     by_tuple, by_token = condot_constraints(tuples, p.size)
     x = cp.Variable(len(tuples) * k, nonneg=True)

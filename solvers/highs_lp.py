@@ -94,7 +94,7 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     lp.a_matrix_.index_ = A.indices.astype(np.int32)
     lp.a_matrix_.value_ = A.data.astype(np.float64)
     lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_cols, n_rows
-    _silence_banner()
+    silence_banner()
     check_choice(presolve, ("choose", "off"), "solve_lp", "presolve")
     attempts = [(method, presolve)]
     if retry:
@@ -179,7 +179,7 @@ def _finite_or_inf(values, n: int, name: str) -> np.ndarray:
 
 
 @lru_cache(maxsize=1)
-def _silence_banner() -> None:
+def silence_banner() -> None:
     """Create the process's first ``Highs`` object with stdout closed: HiGHS prints its version banner on the
     first construction, before any option can be set, and it would corrupt ``--json`` output."""
     sys.stdout.flush()

@@ -62,12 +62,14 @@ def test_exact_core_needs_no_extra():
         from solvers.highs_lp import bindings
         lp_calls = bindings.cache_info().hits + bindings.cache_info().misses
         highs = bindings()[1].__module__
+        p, q = model.target(()), model.draft(())
+        closed = [float(solvers.solve_flat(p, q, 2, "wor", method=m).value) for m in ("fast", "mincut", "lp")]
         try:
-            solvers.solve_flat
-            flat = "imported"
+            solvers.solve_flat(p, q, 2, "wor", method="cvxpy")
+            flat = "solved"
         except ImportError as err:
             flat = str(err)
-        print(json.dumps({"rows": rows, "flat": flat, "lp_calls": lp_calls, "highs": highs}))
+        print(json.dumps({"rows": rows, "flat": flat, "closed": closed, "lp_calls": lp_calls, "highs": highs}))
     """, hide=("torch", "cvxpy", "highspy"))
     assert all(r["lossless"] for r in out["rows"].values()), out["rows"]
     # UniVer's node LPs (rule 1, the shape and slot rules) ran on the lexicographic simplex (torch hidden), not HiGHS
@@ -75,3 +77,18 @@ def test_exact_core_needs_no_extra():
     assert out["lp_calls"] == 0, out
     assert out["highs"].startswith("scipy.optimize"), out      # HiGHS, the oracle, comes from scipy without highspy
     assert "needs cvxpy: pip install 'univer[solvers]'" in out["flat"]
+    assert max(out["closed"]) - min(out["closed"]) <= 1e-9, out       # α* without cvxpy: closed form, min-cut, LP
+
+
+def test_a_missing_extra_is_one_line_naming_it():
+    """A command whose extra is not installed ended in a traceback deep inside (``decode.py``: No module named
+    'torch'); now one line naming the extra's pip command, exit status 2."""
+    out = run_python("""
+        import contextlib, io, json
+        from univer.cli import main
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            code = main(["decode", "--prompt", "hi", "--max-new-tokens", "2"])
+        print(json.dumps({"code": code, "err": err.getvalue()}))
+    """, hide=("torch",))
+    assert out["code"] == 2 and out["err"] == ("univer decode: error: needs torch, not installed: "
+                                               "pip install 'univer[gpu]'\n"), out

@@ -298,3 +298,15 @@ def test_plan_recheck_flags_a_negative_entry_beyond_its_tolerance():
     problems = check_plan(np.array([[.25 + 1e-6, -1e-6], [.25, 0.]]), tuples, probs, p, 1.0)[2]
     assert any("negative" in s for s in problems), problems
     assert check_plan(np.array([[.25, -0.1 * PLAN_TOL], [.25, 0.]]), tuples, probs, p, 1.0)[2] == []
+
+
+def test_the_cvxpy_path_prints_nothing_on_stdout():
+    """highspy prints its version banner on its first ``Highs`` object; through cvxpy it reached stdout (a user's
+    ``--json`` pipe).  A fresh interpreter whose first LP is cvxpy's prints only its own line."""
+    import subprocess
+    import sys
+    code = ("from solvers import solve_flat\nimport numpy as np\n"
+            "r = solve_flat(np.array([.5, .3, .2]), np.array([.2, .3, .5]), 2, 'wor', method='cvxpy')\n"
+            "print(r.solver)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("cvxpy-") and out.count("\n") == 1, out
