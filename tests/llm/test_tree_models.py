@@ -146,3 +146,21 @@ def test_loaded_target_equals_the_gguf_weights(pair):
         t = tensors[name]
         ref = torch.from_numpy(np.asarray(dequantize(t.data, t.tensor_type))).reshape(weight.shape)
         assert torch.equal(weight.detach(), ref.to(weight.dtype)), name
+
+
+def test_loading_needs_no_network_and_leaves_the_users_environment_alone(tmp_path):
+    """``gpu.llm`` set ``HF_HUB_OFFLINE=1`` in the user's whole process on import; every load now passes
+    ``local_files_only``.  In a fresh interpreter without the offline variables and with the hub pointed at a
+    closed port, the target loads from the GGUF file (an empty cache) and from its fp32 cache, and the environment
+    is as it was."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", UNIVER_CACHE_DIR=str(tmp_path))
+    code = ("import os\nfrom gpu.llm.models import load_target\n"
+            "for _ in range(2):\n    model, tok = load_target()\n"
+            "print(os.environ.get('HF_HUB_OFFLINE'), model.config.vocab_size)\n")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["None", "49152"], run.stdout
