@@ -32,6 +32,8 @@ from .instances import confident_instances, random_instances
 from .studies import BOUND_SLACK, bounds, comparison_methods, expected_lengths, univer_variant
 
 NAME = "global_gap"
+#: Packages beyond the exact core that the check imports (its figure), checked before any check runs.
+PACKAGES = ("matplotlib",)
 CLAIM = ("On every instance, including asymmetric shapes, the global tree LP ≥ CF ≥ every method's E[τ]; the "
          "relative gaps measure the price of on-tree information.")
 VALUE_TOL = 1e-9

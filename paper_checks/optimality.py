@@ -38,6 +38,8 @@ from .studies import (BOUND_SLACK, alpha_star_guaranteed, alpha_star_lp, bounds,
                       expected_lengths, node_audit)
 
 NAME = "optimality"
+#: Packages beyond the exact core that the check imports (its figure), checked before any check runs.
+PACKAGES = ("matplotlib",)
 #: |α − α*| allowed for α*-optimal constructions (HiGHS runs at 1e-10).
 NODE_TOL = 1e-9
 #: Where the figure draws |α − α*| = 0 on its log axis.

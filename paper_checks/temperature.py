@@ -32,6 +32,8 @@ from .base import CheckResult, markdown_table, save_figure
 from .studies import expected_lengths, gain_interval, missing_batched, real_bench, real_prompts
 
 NAME = "temperature"
+#: Packages beyond the exact core that the check imports (its figure), checked before any check runs.
+PACKAGES = ("matplotlib",)
 NEEDS_REAL_MODEL = True
 CLAIM = ("UniVer's gain over RRSw vanishes at T = 0 (exactly: E[τ] equal to 1e-12 on toys, per tree on SmolLM2) "
          "and shrinks as T → 0.")

@@ -400,3 +400,34 @@ def test_run_checks_takes_one_name_as_a_string():
     """``run_checks("optimality")`` iterated the string: "unknown check(s) ['o', 'p', 't', …]"."""
     with pytest.raises(ValueError, match=r"unknown check\(s\) \['nope'\]"):
         run_checks("nope")
+
+
+def test_a_run_that_stops_keeps_the_checks_it_finished(tmp_path, monkeypatch):
+    """The report was written once, after the last check: a check that raised (a missing figure package, a model
+    that failed to load) lost every finished one.  It is rewritten after each check, marked as in progress."""
+    done = CheckResult("lossless", "claim", True, "the table", "3 of 3", ())
+    monkeypatch.setattr(lossless, "run", lambda **kw: done)
+    monkeypatch.setattr(reductions, "run", lambda **kw: (_ for _ in ()).throw(RuntimeError("stopped")))
+    with pytest.raises(RuntimeError, match="stopped"):
+        run_checks(["lossless", "reductions"], fast=True, out_dir=tmp_path, progress=False)
+    report = (tmp_path / "paper_checks.md").read_text()
+    assert "| lossless | PASS | 3 of 3 |" in report and "the table" in report and "Run in progress" in report
+    run_checks(["lossless"], fast=True, out_dir=tmp_path, progress=False)
+    assert "Run in progress" not in (tmp_path / "paper_checks.md").read_text()
+
+
+def test_missing_packages_are_named_before_any_check_runs(tmp_path, monkeypatch):
+    """Without matplotlib (the figures) or SmolLM2's stack, ``univer check`` ran minutes of checks, then failed at
+    the first figure or model load and wrote nothing; now the packages are checked first and named."""
+    import importlib.util
+    from paper_checks import runner
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("matplotlib", "gguf")
+                        else real(name, *a))
+    monkeypatch.setattr(lossless, "run", lambda **kw: pytest.fail("a check ran"))
+    for names, real_model, missing in ((["lossless", "optimality"], True, "matplotlib"),
+                                       (["real_gain"], True, "gguf"), (["temperature"], False, "matplotlib")):
+        with pytest.raises(ValueError, match=f"need {missing}, not installed: pip install 'univer"):
+            run_checks(names, fast=True, out_dir=tmp_path, progress=False, real_model=real_model)
+    assert runner.missing_packages([real_gain], real_model=False) == []
+    assert not (tmp_path / "paper_checks.md").exists()

@@ -16,6 +16,9 @@ from pathlib import Path
 #: Subcommand modules under ``univer.commands``, in help order.  They import only the exact core at module level
 #: (solvers, torch, transformers inside ``run``), so a bad argument is reported before any heavy import.
 COMMANDS = ("exact", "bound", "decode", "speed", "accept_bench", "check")
+#: The extras that install each optional package a command imports (a missing one is one line naming the extra).
+EXTRA_OF = {"torch": "gpu", "cvxpy": "solvers", "highspy": "solvers", **{m: "gpu,llm" for m in (
+    "transformers", "gguf", "accelerate", "safetensors", "matplotlib")}}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,6 +81,13 @@ def main(argv=None) -> int:
         return int(args.func(args) or 0)
     except ValueError as err:
         print(f"univer {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:    # an extra the command needs is not installed
+        extra = EXTRA_OF.get((err.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"univer {args.command}: error: needs {err.name}, not installed: pip install 'univer[{extra}]'",
+              file=sys.stderr)
         return 2
     except NotImplementedError as err:
         print(f"univer {args.command}: error: unsupported method/shape/process combination: {err}", file=sys.stderr)
