@@ -205,7 +205,8 @@ def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, proce
 
     ``log``: append each prompt's record to this JSON-lines file as it finishes (a new run starts the file
     afresh with a header of the settings); ``resume``: read the records already in ``log`` instead of
-    recomputing them — the header must match this run's settings and every recorded prompt must be among
+    recomputing them — the header must match this run's settings (the device included: a float32 forward's last
+    bits differ between devices, and so do the trees sampled from them) and every recorded prompt must be among
     ``prompts`` (ValueError otherwise).  Records are per-prompt deterministic, so a resumed run gives the
     result of an uninterrupted one.  ``draft_top``: every tree is drafted from each row's ``draft_top`` most likely
     tokens (:func:`gpu.probs.probs_from_logits`; a setting of the header when given)."""
@@ -218,7 +219,7 @@ def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, proce
         raise ValueError("accept_bench: resume needs a log")
     baseline = BASELINE.get(process)
     config = {"draft": pair.draft_spec, "shape": str(shape), "nodes": shape.num_nodes, "process": process,
-              "temperature": temperature,
+              "device": str(pair.device), "temperature": temperature,
               "draft_temperature": resolve_draft_temperature(temperature, draft_temperature), "positions": positions,
               "seed": seed, **({"draft_top": draft_top} if draft_top is not None else {})}
     header = {"config": config, "methods": list(methods)}
@@ -234,6 +235,9 @@ def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, proce
         unknown = sorted(set(done) - {p.id for p in prompts})
         if unknown:
             raise ValueError(f"accept_bench: cannot resume {log}: recorded prompts {unknown} are not in this run")
+        # the log as read: a killed run's torn last line dropped, so the next record starts a line of its own (it was
+        # glued to the torn one, and the log could not be resumed again)
+        Path(log).write_text("".join(json.dumps(x) + "\n" for x in [old] + [r.as_json() for r in recs]))
     elif log is not None:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text(json.dumps(header) + "\n")

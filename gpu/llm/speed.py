@@ -62,19 +62,21 @@ def hf_assisted(pair: ModelPair, prompt_ids: list[int], temperature: float, max_
     (top-k / top-p off), stopping at the pair's stop tokens; its steps are the target's forwards."""
     device = pair.device
     ids = torch.tensor([prompt_ids], device=device)
-    torch.manual_seed(seed)                                  # generate() draws from torch's global generator
     clocks = {"target": ForwardClock(pair.target), "draft": ForwardClock(pair.draft)}
     sample = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else \
         {"do_sample": False}
-    start = time.perf_counter()
-    try:
-        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=pair.draft,
-                                   max_new_tokens=max_new_tokens, eos_token_id=sorted(pair.stop_ids),
-                                   pad_token_id=pair.tokenizer.eos_token_id, **sample)
-    finally:
-        for c in clocks.values():
-            c.close()
-    wall = time.perf_counter() - start
+    # generate() draws from torch's global generator: seeded here, the caller's state given back afterwards
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        start = time.perf_counter()
+        try:
+            out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=pair.draft,
+                                       max_new_tokens=max_new_tokens, eos_token_id=sorted(pair.stop_ids),
+                                       pad_token_id=pair.tokenizer.eos_token_id, **sample)
+        finally:
+            for c in clocks.values():
+                c.close()
+        wall = time.perf_counter() - start
     new = [int(t) for t in out[0, len(prompt_ids):]]
     stop = next((i for i, t in enumerate(new) if t in pair.stop_ids), None)
     new = new if stop is None else new[: stop + 1]

@@ -105,6 +105,18 @@ def test_accept_bench_resume_gives_the_uninterrupted_result(pair, tmp_path, monk
     assert cli.main([*argv(tmp_path / "parts", "--resume")[:5], "3", *argv(tmp_path / "parts", "--resume")[6:]]) == 2
     err = capsys.readouterr().err
     assert "settings differ" in err and "positions" in err
+    # a run killed while appending: its torn line is dropped when resumed, and the log resumes again afterwards
+    log = tmp_path / "parts" / "accept_bench.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
+    calls.clear()
+    for _ in range(2):
+        assert cli.main(argv(tmp_path / "parts", "--resume")) == 0
+    assert len(calls) == 1                                                  # the torn prompt, recomputed once
+    assert log.read_text().splitlines() == lines
+    parts = json.loads((tmp_path / "parts" / "accept_bench.json").read_text())
+    del parts["config"]["wall_s"]
+    assert parts == whole and whole["config"]["device"] == "cpu"
 
 
 def test_speed_cli_json_csv_png(pair, tmp_path, monkeypatch, capsys):

@@ -52,6 +52,19 @@ def test_decode_is_reproducible_from_the_seed(pair, prompt_ids):
     assert runs[0].tokens == runs[1].tokens and runs[0].accepted == runs[1].accepted
 
 
+def test_hf_assisted_is_seeded_and_gives_the_callers_generator_back(pair, prompt_ids):
+    """HF's generate() draws from torch's global generator: ``hf_assisted`` seeds it (two runs of one seed agree)
+    and gave the caller a generator reset to that seed — the caller's own draws after it now continue as if it had
+    not run."""
+    from gpu.llm.speed import hf_assisted
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    runs = [hf_assisted(pair, prompt_ids, 1.0, 3, seed=5).tokens for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert torch.equal(torch.rand(3), expected)
+
+
 @torch.inference_mode()
 def _greedy(model, prompt, n):
     """The first ``n`` greedy tokens after ``prompt``, one full causal forward per token (no cache)."""
