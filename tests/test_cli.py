@@ -114,27 +114,36 @@ def test_a_plugins_verifier_is_a_method_of_the_command_line(tmp_path, capsys, mo
     """``--plugin FILE`` imports a user's file that registers a verifier; the command then runs it by name beside
     the built-in ones, and the oracle refutes it (lossy with two children).  A module name works as well, a
     missing file or module is one line and exit status 2, and a registered name cannot be taken silently."""
+    import solvers
     from univer_theory import VERIFIERS, Verifier, register
-    for name in ("naive_file", "naive_module"):
+    for name in ("solvers", "naive_module"):           # a file named like a package of this project shadows nothing
         (tmp_path / f"{name}.py").write_text(PLUGIN)
+    (tmp_path / "broken.py").write_text("raise RuntimeError('half-way')\n")
+    (tmp_path / "needs_more.py").write_text("import no_such_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        methods = run_json(capsys, "--plugin", str(tmp_path / "naive_file.py"), "exact", "--methods", "naive,rrs",
-                           "--vocab", "4", "--shape", "2", "--process", "iid")["methods"]
+        file = str(tmp_path / "solvers.py")
+        methods = run_json(capsys, "--plugin", file, "--plugin", file, "bound", "--methods", "naive,rrs",
+                           "--vocab", "4", "--shape", "2", "--process", "iid")["methods"]      # twice: imported once
         assert methods["naive"]["lossless"] is False and methods["naive"]["distance"] > 1e-3
-        assert methods["rrs"]["lossless"] is True
+        assert methods["rrs"]["lossless"] is True and sys.modules["solvers"] is solvers
         with pytest.raises(ValueError, match="a verifier named 'naive' exists already"):
             register(Verifier("naive", VERIFIERS["rrs"].rule, ("iid",), "a second naive"))
         assert register(VERIFIERS["naive"]) is VERIFIERS["naive"]         # the same object again: a no-op
+        second = Verifier("naive", VERIFIERS["rrs"].rule, ("iid",), "replaced on purpose")
+        assert register(second, replace=True) is VERIFIERS["naive"] is second
         del VERIFIERS["naive"]
         assert "naive" in run_json(capsys, "--plugin", "naive_module", "exact", "--methods", "naive", "--vocab", "3",
                                    "--shape", "2", "--process", "iid")["methods"]
     finally:
         VERIFIERS.pop("naive", None)
-        for name in ("naive_file", "naive_module"):
+        for name in ("univer_plugin_solvers", "naive_module"):
             sys.modules.pop(name, None)
     for plugin, message in ((str(tmp_path / "missing.py"), "missing.py: no such file"),
-                            ("no_such_plugin", "no module named 'no_such_plugin'")):
+                            ("no_such_plugin", "no module named 'no_such_plugin'"),
+                            (str(tmp_path / "broken.py"), "broken.py: importing it raised RuntimeError: half-way"),
+                            ("needs_more", "needs_more: importing it raised ModuleNotFoundError: No module named "
+                                           "'no_such_dependency'")):
         assert main(["--plugin", plugin, "exact", "--vocab", "3", "--shape", "2"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("univer: error: --plugin ") and message in err, err

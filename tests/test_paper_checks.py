@@ -425,9 +425,12 @@ def test_missing_packages_are_named_before_any_check_runs(tmp_path, monkeypatch)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("matplotlib", "gguf")
                         else real(name, *a))
     monkeypatch.setattr(lossless, "run", lambda **kw: pytest.fail("a check ran"))
-    for names, real_model, missing in ((["lossless", "optimality"], True, "matplotlib"),
-                                       (["real_gain"], True, "gguf"), (["temperature"], False, "matplotlib")):
-        with pytest.raises(ValueError, match=f"need {missing}, not installed: pip install 'univer"):
+    for names, real_model, message in (
+            (["lossless", "optimality"], True, r"need matplotlib, not installed: pip install 'univer\[llm\]'$"),
+            (["real_gain"], True, r"need gguf, not installed: pip install 'univer\[gpu,llm\]' \(or leave the "
+                                  r"SmolLM2 checks out: --no-real-model\)$"),
+            (["temperature"], False, r"need matplotlib, not installed: pip install 'univer\[llm\]'$")):
+        with pytest.raises(ValueError, match=message):
             run_checks(names, fast=True, out_dir=tmp_path, progress=False, real_model=real_model)
     assert runner.missing_packages([real_gain], real_model=False) == []
     assert not (tmp_path / "paper_checks.md").exists()

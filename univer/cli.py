@@ -13,12 +13,11 @@ import os
 import sys
 from pathlib import Path
 
+from .extras import EXTRA_OF, install_hint
+
 #: Subcommand modules under ``univer.commands``, in help order.  They import only the exact core at module level
 #: (solvers, torch, transformers inside ``run``), so a bad argument is reported before any heavy import.
 COMMANDS = ("exact", "bound", "decode", "speed", "accept_bench", "check")
-#: The extras that install each optional package a command imports (a missing one is one line naming the extra).
-EXTRA_OF = {"torch": "gpu", "cvxpy": "solvers", "highspy": "solvers", **{m: "gpu,llm" for m in (
-    "transformers", "gguf", "accelerate", "safetensors", "matplotlib")}}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,24 +48,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_plugin(spec: str) -> None:
-    """Import ``spec``: a path to a ``.py`` file (run as a module of its stem's name) or an importable module name.
-    A file that does not exist or a module that cannot be imported is a ValueError naming it."""
+    """Import ``spec`` once: a path to a ``.py`` file (as the module ``univer_plugin_<stem>``, so it shadows no other
+    module) or an importable module name.  A file or module that is missing, or whose import raises, is a ValueError
+    naming it and the error."""
     if spec.endswith(".py"):
         path = Path(spec)
         if not path.is_file():
             raise ValueError(f"--plugin {spec}: no such file")
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        name = f"univer_plugin_{path.stem}"
+        if name in sys.modules:                                  # the same file twice: imported once
+            return
+        module_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(module_spec)
-        sys.modules[path.stem] = module
-        module_spec.loader.exec_module(module)
+        sys.modules[name] = module                               # dataclasses of the plugin look their module up
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as err:
+            del sys.modules[name]
+            raise ValueError(f"--plugin {spec}: importing it raised {type(err).__name__}: {err}") from err
         return
     try:
         importlib.import_module(spec)
     except ModuleNotFoundError as err:
-        if err.name and spec.startswith(err.name):
+        if err.name == spec or spec.startswith(f"{err.name}."):
             raise ValueError(f"--plugin {spec}: no module named {err.name!r} (pass a .py path or put its folder on "
                              f"PYTHONPATH)") from err
-        raise
+        raise ValueError(f"--plugin {spec}: importing it raised {type(err).__name__}: {err}") from err
+    except Exception as err:
+        raise ValueError(f"--plugin {spec}: importing it raised {type(err).__name__}: {err}") from err
 
 
 def main(argv=None) -> int:
@@ -83,10 +92,10 @@ def main(argv=None) -> int:
         print(f"univer {args.command}: error: {err}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as err:    # an extra the command needs is not installed
-        extra = EXTRA_OF.get((err.name or "").split(".")[0])
-        if extra is None:
+        package = (err.name or "").split(".")[0]
+        if package not in EXTRA_OF:
             raise
-        print(f"univer {args.command}: error: needs {err.name}, not installed: pip install 'univer[{extra}]'",
+        print(f"univer {args.command}: error: needs {package}, not installed: {install_hint([package])}",
               file=sys.stderr)
         return 2
     except NotImplementedError as err:

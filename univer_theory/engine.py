@@ -61,6 +61,14 @@ def leaf_decision(ctx: NodeContext) -> NodeDecision:
     return NodeDecision((), (), ctx.rho, ctx.target)
 
 
+def _unit(x) -> bool:
+    """``0 ≤ x ≤ 1`` for a float, Fraction or sympy number; False for NaN or a value that cannot be compared."""
+    try:
+        return bool(0 <= x <= 1)
+    except TypeError:
+        return False
+
+
 def check_decision(d, k: int, V: int, rule, u: int) -> None:
     """ValueError naming the rule and node unless ``d`` is a :class:`NodeDecision` with one ``enter`` and one
     ``scale`` entry per child, each in [0, 1], ``stop`` in [0, 1] and a ``[V]`` residual (a short tuple was cut
@@ -73,7 +81,7 @@ def check_decision(d, k: int, V: int, rule, u: int) -> None:
            f"a residual of shape {np.shape(d.residual)}, not [{V}]" if np.shape(d.residual) != (V,) else
            next((f"{what} {x} outside [0, 1]" for what, xs in (("enter", d.enter), ("scale", d.scale),
                                                                ("stop", (d.stop,)))
-                 for x in xs if not 0 <= x <= 1), None))
+                 for x in xs if not _unit(x)), None))
     if why:
         raise ValueError(f"node rule {name} at node {u}: {why}")
 

@@ -142,18 +142,19 @@ def seeded_groups(where: str, generators, num_nodes: torch.Tensor, generator: to
     holds them: request index → its own ``torch.Generator``) one at a time, each on its own ``N`` slots and with
     its own generator — so its coins, and its output, do not depend on the rest of the batch —, then the others
     together on the batch's slots with ``generator`` (``requests`` None: the whole batch)."""
-    B = num_nodes.shape[0]
-    if not generators:
-        return [(None, int(num_nodes.max()), generator)]
-    if not isinstance(generators, Mapping):
+    B, dev = num_nodes.shape[0], num_nodes.device
+    if generators is not None and not isinstance(generators, Mapping):
         raise ValueError(f"{where}: generators must map request indices to torch.Generator, got "
                          f"{type(generators).__name__}")
+    if not generators:
+        return [(None, int(num_nodes.max()), generator)]
     for b, g in generators.items():
         if isinstance(b, bool) or not isinstance(b, numbers.Integral) or not 0 <= b < B:
             raise ValueError(f"{where}: generators' key {b!r} is not a request index in [0, {B})")
         if not isinstance(g, torch.Generator):
             raise ValueError(f"{where}: generators[{b}] must be a torch.Generator, got {type(g).__name__}")
-    dev = num_nodes.device
+        if g.device.type != dev.type:
+            raise ValueError(f"{where}: generators[{b}] is on {g.device}, the rows on {dev}")
     groups = [(torch.tensor([int(b)], device=dev), int(num_nodes[int(b)]), g) for b, g in sorted(generators.items())]
     rest = torch.tensor([b for b in range(B) if b not in generators], dtype=torch.long, device=dev)
     if rest.numel():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,7 +238,9 @@ def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, proce
             raise ValueError(f"accept_bench: cannot resume {log}: recorded prompts {unknown} are not in this run")
         # the log as read: a killed run's torn last line dropped, so the next record starts a line of its own (it was
         # glued to the torn one, and the log could not be resumed again)
-        Path(log).write_text("".join(json.dumps(x) + "\n" for x in [old] + [r.as_json() for r in recs]))
+        tmp = Path(log).with_name(Path(log).name + ".tmp")            # replaced at once: a kill keeps one of the two
+        tmp.write_text("".join(json.dumps(x) + "\n" for x in [old] + [r.as_json() for r in recs]))
+        os.replace(tmp, log)
     elif log is not None:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text(json.dumps(header) + "\n")

@@ -66,7 +66,8 @@ def hf_assisted(pair: ModelPair, prompt_ids: list[int], temperature: float, max_
     sample = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else \
         {"do_sample": False}
     # generate() draws from torch's global generator: seeded here, the caller's state given back afterwards
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    cuda = range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []   # manual_seed reseeds them all
+    with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed)
         start = time.perf_counter()
         try:

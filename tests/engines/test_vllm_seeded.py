@@ -80,6 +80,8 @@ def test_every_request_seeded_leaves_the_batch_generator_alone():
     ({True: torch.Generator()}, r"generators' key True"),
     ({0: 7}, r"generators\[0\] must be a torch.Generator, got int"),
     ([torch.Generator()], "generators must map request indices to torch.Generator, got list"),
+    ([], "generators must map request indices to torch.Generator, got list"),       # an empty one too
+    (0, "generators must map request indices to torch.Generator, got int"),
 ])
 def test_bad_generators_are_named(generators, match):
     with pytest.raises(ValueError, match=match):

@@ -127,6 +127,21 @@ def test_cf_of_a_star_is_alpha_star_within_its_tolerance_and_margin():
     assert worst[0] > 1e-10, worst              # the grid holds a star whose certificate overshoots
 
 
+@pytest.mark.parametrize("V,seed,target,shape,process", [(3, 1049, "dirichlet", "3,1", "iid"),
+                                                          (6, 1051, "dirichlet", "2,1", "iid"),
+                                                          (6, 1075, "zero_top", "((..),.)", "iid")])
+def test_cf_less_its_margin_is_below_the_global_bound_on_confident_rows(V, seed, target, shape, process):
+    """Below the root: HiGHS' node points break a row by up to 1.1e-9 on confident rows (probabilities ~1e-8), its
+    objective then above the node's optimum, so CF came out up to 1.1e-9 above the certified global bound (the
+    exact CF is below it) with a margin of 5e-12.  The margin now measures each node value against a feasible
+    point and carries the children's margins up: CF − margin stays below the global bound, by a fresh-seed grid's
+    worst instances, whose CF sits above the bound by more than the root's own excess."""
+    m = ConfidentModel(V, seed=seed, tail=1e-8, target=target, concentration=1.0)
+    cf, glob = cf_bound(m, shape, process), global_tree_lp(m, shape, process)
+    assert cf.value > glob.value + 1e-11                  # the instance: CF's value above the bound
+    assert cf.value - cf.margin <= glob.value + 1e-12, (cf.value, cf.margin, glob.value)
+
+
 @pytest.mark.parametrize("V,shape,process", [(3, "((..),.)", "iid"), (4, "(((..),.),.)", "wor"), (3, "2,2", "iid")])
 def test_alpha_star_root_bound_sits_between_univer_and_cf(V, shape, process):
     """Restricting the root to the α*(1)-face can only lower CF, and UniVer (α* at every node) stays below it."""

@@ -125,6 +125,8 @@ def test_bound_cli_json(capsys):
     glob, cf = out["global_bound"]["value"], out["cf_bound"]["value"]
     assert out["alpha_star"]["lp"] == pytest.approx(out["alpha_star"]["fast"], abs=1e-9)
     assert glob == pytest.approx(out["alpha_star"]["fast"], abs=1e-9) and cf == pytest.approx(glob, abs=1e-9)
+    alpha, cf_out = out["alpha_star"]["fast"], out["cf_bound"]       # depth 1: the exact CF is α*
+    assert -cf_out["tolerance"] - 1e-13 <= cf - alpha <= cf_out["margin"] + 1e-13, cf_out
     assert out["methods"]["univer-va"]["lossless"]
     for name, row in out["methods"].items():
         assert row["expected_accepted"] <= glob + 1e-9, name

@@ -216,6 +216,7 @@ def test_a_user_rules_malformed_decision_is_named():
     """A node rule's decision must give one enter and one scale entry per child, each in [0, 1], a stop in [0, 1]
     and a [V] residual: a short tuple was cut short by zip and an entry above 1 read as a probability — the oracle
     then flagged a loss it could not name."""
+    import sympy
     from univer_theory import Verifier
     from univer_theory.engine import NodeDecision
     good = VERIFIERS["rrs"].rule
@@ -233,6 +234,8 @@ def test_a_user_rules_malformed_decision_is_named():
                            ({"scale": (0.5, float("nan"))}, r"scale nan outside \[0, 1\]"),
                            ({"stop": -0.1}, r"stop -0.1 outside \[0, 1\]"),
                            ({"residual": np.ones(2) / 2}, r"a residual of shape \(2,\), not \[3\]"),
+                           ({"enter": (sympy.nan, 0.2)}, r"enter nan outside \[0, 1\]"),
+                           ({"scale": (sympy.Symbol("s"), 1)}, r"scale s outside \[0, 1\]"),
                            ({"kind": 1}, "returned str at node 0, not a NodeDecision")):
         with pytest.raises(ValueError, match="node rule bad_rule" + (" at node 0: " if "kind" not in changes else
                                                                      " ") + match):
