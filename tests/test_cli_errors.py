@@ -26,7 +26,7 @@ def test_bad_combination_or_shape(argv, message, capsys):
     ({"target": {"": 0.5}, "draft": {"": [0.5, 0.5]}},
      "the target row for prefix '' must be a list of 2 probabilities, got 0.5"),
     ({"target": {"": [0.5, 0.5000001]}, "draft": {"": [0.5, 0.5]}},
-     "target row for prefix () row 0 sums to 1.0000001, expected 1 (off by +1e-07, tolerance 1e-09)"),
+     "target row for prefix () sums to 1.0000001, expected 1 (off by +1e-07, tolerance 1e-09)"),
     ({"target": {"": [0.5, 0.5], "10": [0.5, 0.5]}, "draft": {"": [0.5, 0.5]}},
      "prefix key '10' has token 10, outside [0, 2)"),
     ({"target": {"": [0.5, 0.5]}, "draft": {"": [0.5, 0.5], "1,7": [0.5, 0.5]}},

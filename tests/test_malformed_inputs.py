@@ -261,7 +261,7 @@ def test_build_plan_checks_its_node_inputs():
     from univer_theory.plans.choose import build_plan
 
     for construction, process in (("greedy_fill", "greedy"), ("tv", "iid"), ("auto", "wor")):
-        with pytest.raises(ValueError, match=r"build_plan: target_probs row 0 sums to 1.2"):
+        with pytest.raises(ValueError, match=r"build_plan: target_probs sums to 1.2"):
             build_plan(construction, np.array([0.5, 0.7]), np.array([0.5, 0.5]), 1.0, 2, process)
         with pytest.raises(ValueError, match="NaN"):
             build_plan(construction, np.array([np.nan, 1.0]), np.array([0.5, 0.5]), 1.0, 2, process)

@@ -63,21 +63,26 @@ def check_simplex(rows: np.ndarray, where: str, name: str) -> np.ndarray:
         raise ValueError(f"{where}: {name} must have a non-empty last (vocabulary) axis, got shape {arr.shape}")
     flat = arr.reshape(-1, arr.shape[-1])
     exact = arr.dtype == object
+
+    def row(r: int) -> str:                 # the row's index in ``rows`` (none for a single row [V])
+        index = tuple(int(i) for i in np.unravel_index(r, arr.shape[:-1]))
+        return "" if not index else f" row {index[0] if len(index) == 1 else index}"
+
     if not exact:
         bad = ~np.isfinite(flat)
         if bad.any():
             r = int(np.argwhere(bad)[0][0])
-            raise ValueError(f"{where}: {name} row {r} contains NaN or inf")
+            raise ValueError(f"{where}: {name}{row(r)} contains NaN or inf")
     neg = flat < 0
     if np.any(neg):
         r, c = (int(i) for i in np.argwhere(neg)[0])
-        raise ValueError(f"{where}: {name} row {r} has a negative entry {flat[r, c]} at token {c}")
+        raise ValueError(f"{where}: {name}{row(r)} has a negative entry {flat[r, c]} at token {c}")
     sums = flat.sum(axis=1)
     for r, s in enumerate(sums):
         if (s != 1) if exact else (abs(s - 1.0) > SIMPLEX_ATOL):
             off = f"{float(s - 1):+.3g}" + (", exact mode: the sum must be 1 exactly" if exact else
                                              f", tolerance {SIMPLEX_ATOL:g}")
-            raise ValueError(f"{where}: {name} row {r} sums to {float(s):.12g}, expected 1 (off by {off})")
+            raise ValueError(f"{where}: {name}{row(r)} sums to {float(s):.12g}, expected 1 (off by {off})")
     return arr
 
 
