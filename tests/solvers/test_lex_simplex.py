@@ -7,7 +7,6 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
 from scipy.optimize import linprog
 
 from solvers.lex_simplex import _lex_simplex, lex_simplex
@@ -15,6 +14,8 @@ from solvers.slot_rule import multiset_class, slot_rule_lp, slot_weights, tuple_
 from univer_theory.processes import tuple_probs
 from univer_theory import ConfidentModel
 from univer_theory.plans.choose import choose_plan
+
+torch = pytest.importorskip("torch")        # the torch side of the comparison
 
 
 def lockstep(A, b, costs, basis):

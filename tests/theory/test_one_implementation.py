@@ -61,7 +61,7 @@ def test_descending_order_from_the_ascending_one_is_the_descending_sort(seed):
     """:func:`descending_ratio_order` (O(V), no sort) equals ``ratio_argsort(…, descending=True)`` on every row of
     :func:`rows` — exact ties of p/q, q = 0, subnormal ratios — batched (rows with different numbers of drafted
     tokens in one batch), in numpy and in torch; reversing the ascending order instead fails on the tied rows."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     pairs = rows(seed)
     P, Q = np.stack([p for p, _ in pairs]), np.stack([q for _, q in pairs])
@@ -114,7 +114,7 @@ def test_kseq_rho_star_is_not_moved_by_a_rows_round_off(k):
     """At p = q every draft is accepted: ρ* = 1 and E[τ] is the tree's depth reached, for rows a few ulps, 9e-10
     (inside the simplex tolerance) or a float32 rounding short of 1.  ρ* moved by ``~ε^{1/k}`` there (1.011 on a
     float32 row 1.5e-8 short, E[τ] 1.989 for 2) while β was summed over the whole row."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     import gpu
     from gpu import TreeBatch

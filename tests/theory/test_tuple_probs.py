@@ -4,9 +4,10 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-import torch
 
 from univer_theory.processes import tuple_law, tuple_probs
+
+torch = pytest.importorskip("torch")        # the torch side of the comparison
 
 #: Below float64's smallest normal number a product of 1e-300 tail masses underflows whatever the form.
 TINY = Fraction(float(np.finfo(np.float64).tiny))

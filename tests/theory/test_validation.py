@@ -110,7 +110,7 @@ def test_model_tables_validated(tmp_path):
 def test_tree_vocab_declarations_agree_with_the_rows():
     """A tree without a declared vocab_size takes any V above its tokens; batching trees that declare different
     ones is refused (the batch keeps no vocab_size, the rows set V)."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     from gpu import TreeBatch, expected_accepted_length
     plain = DraftTree(parent=(-1, 0, 0), token=(-1, 0, 1))
