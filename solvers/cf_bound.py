@@ -157,13 +157,18 @@ class NodeProblem:
         size = math.fsum(np.abs(terms)) + math.fsum(self.abs_A.T @ y * self.column_upper)
         return math.fsum(terms) + 4 * np.finfo(np.float64).eps * (self.A.shape[0] + 2) * size
 
+    def row_upper(self, rho: float) -> np.ndarray:
+        """The rows' right-hand sides at ``ρ``: the marginals ``ρ·p(y)``, the others as built."""
+        upper = self.upper.copy()
+        upper[self.marginal_rows] = rho * self.target[self.tokens]
+        return upper
+
     def feasible_value(self, rho: float, x: np.ndarray) -> float:
         """A lower bound on the node LP's optimum at ``ρ`` (off the α*-face) from HiGHS' point ``x``, which may break
         a row by up to HiGHS' feasibility tolerance (1.1e-9 seen, its objective then above the optimum): ``π`` clipped
         to ≥ 0 and scaled down until the cumulative and marginal rows hold, then each ``t(S, j)`` the largest its
         hypograph rows allow — a feasible point, whose ``Σ t`` is summed with ``math.fsum``."""
-        upper = self.upper.copy()
-        upper[self.marginal_rows] = rho * self.target[self.tokens]
+        upper = self.row_upper(rho)
         pi = np.clip(x[:self.n_pi], 0.0, None)
         h = self.first_hypograph
         load = self.A[:h, :self.n_pi] @ pi
@@ -179,8 +184,7 @@ class NodeProblem:
         """``(G(ρ), supergradient dG/dρ, π [n_S, k], LPSolution)``; with ``on_face`` only α*(ρ)-optimal plans
         compete (``Σ π ≥ α*(ρ) − slack``, the first slack of :data:`FACE_SLACKS` HiGHS solves; the supergradient then
         ignores the floor's ρ-dependence).  Raises RuntimeError when HiGHS solves none (after its re-solves)."""
-        upper = self.upper.copy()
-        upper[self.marginal_rows] = rho * self.target[self.tokens]
+        upper = self.row_upper(rho)
         face = float(alpha_star(self.target, self.draft, self.k, self.process, rho)) if on_face else None
         for slack in FACE_SLACKS if on_face else (None,):
             if on_face:

@@ -51,30 +51,25 @@ def load_plugin(spec: str) -> None:
     """Import ``spec`` once: a path to a ``.py`` file (as the module ``univer_plugin_<stem>``, so it shadows no other
     module) or an importable module name.  A file or module that is missing, or whose import raises, is a ValueError
     naming it and the error."""
-    if spec.endswith(".py"):
-        path = Path(spec)
-        if not path.is_file():
-            raise ValueError(f"--plugin {spec}: no such file")
-        name = f"univer_plugin_{path.stem}"
-        if name in sys.modules:                                  # the same file twice: imported once
-            return
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module                               # dataclasses of the plugin look their module up
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as err:
-            del sys.modules[name]
-            raise ValueError(f"--plugin {spec}: importing it raised {type(err).__name__}: {err}") from err
+    path = Path(spec)
+    name = f"univer_plugin_{path.stem}" if spec.endswith(".py") else spec
+    if spec.endswith(".py") and not path.is_file():
+        raise ValueError(f"--plugin {spec}: no such file")
+    if name in sys.modules:                                  # the same plugin twice: imported once
         return
     try:
-        importlib.import_module(spec)
-    except ModuleNotFoundError as err:
-        if err.name == spec or spec.startswith(f"{err.name}."):
+        if spec.endswith(".py"):
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module                       # dataclasses of the plugin look their module up
+            module_spec.loader.exec_module(module)
+        else:
+            importlib.import_module(spec)
+    except Exception as err:
+        sys.modules.pop(name, None)
+        if isinstance(err, ModuleNotFoundError) and (err.name == spec or spec.startswith(f"{err.name}.")):
             raise ValueError(f"--plugin {spec}: no module named {err.name!r} (pass a .py path or put its folder on "
                              f"PYTHONPATH)") from err
-        raise ValueError(f"--plugin {spec}: importing it raised {type(err).__name__}: {err}") from err
-    except Exception as err:
         raise ValueError(f"--plugin {spec}: importing it raised {type(err).__name__}: {err}") from err
 
 

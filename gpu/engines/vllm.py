@@ -137,17 +137,18 @@ def output_tokens(batch: TreeBatch, result: VerifyResult, lengths: torch.Tensor,
     return out, chain
 
 
-def seeded_groups(where: str, generators, num_nodes: torch.Tensor, generator: torch.Generator | None):
+def seeded_groups(where: str, generators, batch: TreeBatch, generator: torch.Generator | None):
     """``[(requests, N, generator)]``: the requests vLLM seeds (``generators``, as ``sampling_metadata.generators``
     holds them: request index → its own ``torch.Generator``) one at a time, each on its own ``N`` slots and with
     its own generator — so its coins, and its output, do not depend on the rest of the batch —, then the others
-    together on the batch's slots with ``generator`` (``requests`` None: the whole batch)."""
+    together on their slots with ``generator`` (``requests`` None: the whole batch, on all its slots)."""
+    num_nodes = batch.num_nodes
     B, dev = num_nodes.shape[0], num_nodes.device
     if generators is not None and not isinstance(generators, Mapping):
         raise ValueError(f"{where}: generators must map request indices to torch.Generator, got "
                          f"{type(generators).__name__}")
     if not generators:
-        return [(None, int(num_nodes.max()), generator)]
+        return [(None, batch.max_nodes, generator)]
     for b, g in generators.items():
         if isinstance(b, bool) or not isinstance(b, numbers.Integral) or not 0 <= b < B:
             raise ValueError(f"{where}: generators' key {b!r} is not a request index in [0, {B})")
@@ -214,7 +215,7 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     if width < batch.max_depth:
         raise ValueError(f"{where}: max_spec_len = {width} is shorter than a chain ({batch.max_depth} tokens)")
     B = batch.batch_size
-    groups = seeded_groups(where, generators, batch.num_nodes, generator)
+    groups = seeded_groups(where, generators, batch, generator)
     if p.shape[0] == 0:                     # no drafts at all: every request emits its bonus token
         out = torch.full((B, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=p.device)
         out[:, 0] = bonus[:, 0].to(torch.int32)
