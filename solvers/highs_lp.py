@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -178,16 +179,22 @@ def _finite_or_inf(values, n: int, name: str) -> np.ndarray:
     return arr
 
 
+_BANNER_LOCK = threading.Lock()
+
+
 @lru_cache(maxsize=1)
 def silence_banner() -> None:
     """Create the process's first ``Highs`` object with stdout closed: HiGHS prints its version banner on the
-    first construction, before any option can be set, and it would corrupt ``--json`` output."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            bindings()[1]()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+    first construction, before any option can be set, and it would corrupt ``--json`` output.  Threads whose
+    first solves start together each run this (``lru_cache`` does not serialise them); the lock keeps one
+    thread from saving the descriptor another has pointed at ``/dev/null``, which would close stdout for good."""
+    with _BANNER_LOCK:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                bindings()[1]()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)

@@ -34,13 +34,20 @@ from .plans.lp_plan import lp_plan
 from .validation import check_choice
 from .verifiers import Verifier, register
 
-#: Plans kept per verifier (oldest evicted first): ``max(16, PLAN_CACHE_ENTRIES // V)``, so the cache stays
-#: ~100 MB at V = 49152 (each plan and its key hold a handful of length-V rows) and is unbounded in practice
-#: on the small vocabularies of the exact oracle.
-PLAN_CACHE_ENTRIES = 2**21
+#: Plans kept per verifier (oldest evicted first): ``max(16, min(PLAN_CACHE_ENTRIES, PLAN_CACHE_TOKENS // V))``.
+#: Measured, a plan with its key and slot entries holds ~8 MB at V = 49152 (~160 bytes a token) and ~3–13 KB of
+#: fixed overhead on the exact oracle's small vocabularies, so a long-lived process keeps at most ~130 MB at
+#: V = 49152 and ~50 MB on a few tokens (an exact evaluation needing more plans than that recomputes some: the
+#: 5 583 plans of a V = 5 ``2,2,2,2`` i.i.d. evaluation cost ~10% more time under a cap of 1 000).
+PLAN_CACHE_ENTRIES, PLAN_CACHE_TOKENS = 4096, 2**19
 #: Widest node the slot rule re-positions (k! orderings per multiset class, each one plan evaluation); wider
 #: nodes keep their plan's own positions (EAGLE-like trees branch at most 4-wide).
 SLOT_RULE_MAX_K = 4
+
+
+def plan_cache_size(V: int) -> int:
+    """Plans a UniVer rule keeps on rows of ``V`` tokens (:data:`PLAN_CACHE_ENTRIES`)."""
+    return max(16, min(PLAN_CACHE_ENTRIES, PLAN_CACHE_TOKENS // V))
 
 
 def _key(arr: np.ndarray):
@@ -68,7 +75,7 @@ class UniVerRule:
                            shape_lp.position_weights(child_shapes)) if shaped else None
             self._plans[key] = plan or build_plan(self.construction, target_probs, draft_probs, rho,
                                                   len(child_shapes), process)
-            if len(self._plans) > max(16, PLAN_CACHE_ENTRIES // np.asarray(target_probs).size):
+            if len(self._plans) > plan_cache_size(np.asarray(target_probs).size):
                 old, _ = self._plans.popitem(last=False)
                 self._slots = {s: v for s, v in self._slots.items() if s[0] != old}
         return self._plans[key], key

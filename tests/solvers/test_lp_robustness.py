@@ -206,3 +206,32 @@ def test_solve_lp_refuses_inputs_of_the_wrong_size_or_nan():
                         ((np.array([1.0, 2.0]), A, -np.inf, 1.0, np.nan, np.inf), "col_lower must be")):
         with pytest.raises(ValueError, match=match):
             solve_lp(*args)
+
+
+def test_first_solves_in_threads_leave_stdout_open(monkeypatch, tmp_path):
+    """Threads whose first LPs start together each ran the banner silencer (``lru_cache`` does not serialise a
+    miss): one could save descriptor 1 while another had it on /dev/null and restore that last — stdout closed
+    for good.  A slow stand-in for HiGHS' first construction forces the overlap; stdout must point where it did."""
+    import os
+    import threading
+    import time
+    highs_lp = importlib.import_module("solvers.highs_lp")
+    target = tmp_path / "stdout.txt"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT)
+    saved = os.dup(1)
+    os.dup2(fd, 1)
+    try:
+        monkeypatch.setattr(highs_lp, "bindings", lambda: (None, lambda: time.sleep(0.05)))
+        threads = [threading.Thread(target=highs_lp.silence_banner.__wrapped__) for _ in range(4)]
+        for t in threads:
+            t.start()
+            time.sleep(0.01)
+        for t in threads:
+            t.join()
+        os.write(1, b"still here\n")
+        assert os.fstat(1).st_ino == os.fstat(fd).st_ino
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(fd)
+    assert target.read_text() == "still here\n"

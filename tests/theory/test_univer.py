@@ -11,6 +11,7 @@ from solvers.condot import condot_value
 from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, DraftTree, TreeShape, context_free,
                            distance_to_target, enumerate_trees, evaluate, make_univer_verifier, output_law,
                            sample_tree, to_fractions)
+from univer_theory import univer
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans import shape_lp
 
@@ -271,3 +272,20 @@ def test_exact_mode_plans_do_not_keep_the_callers_buffer():
     buf[0, :] = p2
     ver.law(tree, buf, q, "wor")
     assert ver.law(tree, rows(p1), q, "wor") == want
+
+
+def test_plan_cache_is_bounded_on_small_vocabularies(monkeypatch):
+    """The cap was ``2**21 // V`` plans: ~500 000 at V = 4, where a plan holds ~13 KB of fixed overhead, so a
+    process evaluating new models grew ~100 KB a call towards ~6.6 GB.  It is now at most PLAN_CACHE_ENTRIES at
+    any V (16 at V = 49152), and evicting a plan drops its slot entries (checked under a cap of 20)."""
+    assert univer.plan_cache_size(4) == univer.plan_cache_size(128) == univer.PLAN_CACHE_ENTRIES <= 4096
+    assert univer.plan_cache_size(49152) == 16
+    monkeypatch.setattr(univer, "PLAN_CACHE_ENTRIES", 20)
+    monkeypatch.setattr(univer, "PLAN_CACHE_TOKENS", 20 * 4)
+    ver, shape, sizes = make_univer_verifier(shape_rule=False), TreeShape.parse("((..),.)"), []
+    for seed in range(12):
+        evaluate(DirichletModel(4, seed=seed, similarity=0.5), shape, "wor", ver)
+        sizes.append(len(ver.rule._plans))
+        assert {s[0] for s in ver.rule._slots} <= set(ver.rule._plans)
+    assert max(sizes) == 20 and sizes[-1] == 20, sizes
+    assert ver.rule._slots, "the slot rule never ran: the eviction of slot entries went unchecked"
