@@ -12,14 +12,13 @@ nodes at once:
 from __future__ import annotations
 
 import functools
-import numbers
 
 import torch
 
 from univer_theory import PROCESSES, TreeShape
 from univer_theory.tree import as_shape
 from univer_theory.orders import top_tokens
-from univer_theory.validation import check_choice
+from univer_theory.validation import check_choice, check_int
 
 from .probs import check_rows, sample_rows
 from .tree_batch import TreeBatch
@@ -38,8 +37,7 @@ def sample_children(draft_probs: torch.Tensor, k: int, process: str,
     if not torch.is_tensor(draft_probs) or draft_probs.ndim != 2:
         raise ValueError(f"{where}: draft_probs must be a [R, V] tensor")
     check_rows(where, "draft_probs", draft_probs)
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f"{where}: number of children k must be an int ≥ 1, got {k!r}")
+    check_int(k, where, "number of children k", 1)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ValueError(f"{where}: generator must be a torch.Generator or None, got {type(generator).__name__}")
     k = int(k)
@@ -105,8 +103,7 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
     where = "draft_tree"
     check_choice(process, PROCESSES, where, "process")
     shape = as_shape(shape, where)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(f"{where}: batch_size must be an int ≥ 1, got {batch_size!r}")
+    check_int(batch_size, where, "batch_size", 1)
     N, B = shape.num_nodes, int(batch_size)
     if callable(draft_probs):
         def source(token, nodes):

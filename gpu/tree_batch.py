@@ -22,6 +22,7 @@ import torch
 from univer_theory import DraftTree
 from univer_theory.nx import get_backend
 from univer_theory.orders import order_ranks
+from univer_theory.validation import check_int
 
 from .host import on_host
 from .unique import unique_rows
@@ -155,6 +156,7 @@ class TreeBatch:
         num_nodes = _as_long(num_nodes, where, "num_nodes", parent.device)
         batch = cls(parent.contiguous(), token.contiguous(), num_nodes.contiguous())  # the layout rules
         if vocab_size is not None:
+            vocab_size = check_int(vocab_size, where, "vocab_size", 1)
             bad = batch.valid & (batch.token >= vocab_size)
             if bad.any():
                 b, v = (int(i) for i in bad.nonzero()[0])

@@ -251,7 +251,7 @@ def test_table_model_keys_are_comma_joined_token_ids():
         TableModel(2, {(): row, "1,0": other, (1, 0): row}, {(): row})
     with pytest.raises(ValueError, match="must be an integer, got True"):
         TableModel(2, {(): row, (True,): other}, {(): row})
-    with pytest.raises(ValueError, match="vocab_size must be a positive integer"):
+    with pytest.raises(ValueError, match="vocab_size must be an integer ≥ 1, got True"):
         TableModel(True, {(): row}, {(): row})
     m = TableModel(11, {"": np.full(11, 1 / 11), "10": np.eye(11)[10], "1,0": np.eye(11)[3]}, {(): np.full(11, 1 / 11)})
     assert m.target((10,))[10] == 1 and m.target((1, 0))[3] == 1 and m.target((0, 1))[0] == 1 / 11
@@ -295,7 +295,8 @@ def test_shapes_models_and_model_files_past_their_range():
                        (lambda: ConfidentModel(3, concentration=float("inf")), "concentration must be finite"),
                        (lambda: apply_temperature(np.array([0.5, 0.5]), float("nan")), "temperature must be finite"),
                        (lambda: TemperedModel(DirichletModel(3), float("nan")), "temperature must be finite"),
-                       (lambda: DirichletModel(3, exact=True, denominator=0), "denominator must be a positive int"),
+                       (lambda: DirichletModel(3, exact=True, denominator=0),
+                        r"denominator \(exact=True\) must be an integer ≥ 1"),
                        (lambda: context_free(0.5, 0.5), "must be rows \\[V\\]")):
         with pytest.raises(ValueError, match=match):
             bad()
@@ -307,10 +308,10 @@ def test_a_model_file_entry_past_the_float_range_is_refused(tmp_path, capsys):
     from univer.cli import main
 
     path = tmp_path / "model.json"
-    for entry in ("1e999999999", "1e-999999999"):
+    for entry in ("1e999999999", "1e-999999999", "1e309", "1e400"):  # 1e309: a Fraction, a float OverflowError
         path.write_text(json.dumps({"vocab": 2, "target": {"": [entry, 0]}, "draft": {"": [0.5, 0.5]}}))
         assert main(["exact", "--model-file", str(path), "--shape", "1"]) == 2
-        assert "beyond 1e±400" in capsys.readouterr().err
+        assert "beyond 1e±400, or a float's range" in capsys.readouterr().err
 
 
 def test_probs_from_logits_past_the_float_range():
@@ -334,3 +335,38 @@ def test_probs_from_logits_past_the_float_range():
     for top in (0, -3, "x"):
         with pytest.raises(ValueError, match="top must be a positive int"):
             probs_from_logits(mild, 0.0, top)
+
+
+def test_public_helpers_check_their_arguments():
+    """A fuzzing campaign's finds: ``tuple_law`` gave an empty law for a NaN row and a law of mass 4 for an
+    unnormalised one, ``sample_children`` drew from a NaN row; a float ``vocab_size`` / ``seed`` / ``k`` was
+    truncated without a word, a string one was a TypeError, ``rng=0`` an AttributeError, and
+    ``DraftTree(vocab_size=0)`` said ``outside [0, ∞)``."""
+    from univer_theory import DirichletModel, DraftTree, sample_children, sample_tree, tuple_law
+    from univer_theory.alpha_star import alpha_star
+
+    rng = np.random.default_rng(0)
+    model = DirichletModel(3, seed=0)
+    half = np.array([0.5, 0.5])
+    for bad, match in (
+            (lambda: tuple_law(np.array([np.nan, 0.5]), 2, "wor"), "tuple_law: the draft row q contains NaN"),
+            (lambda: tuple_law(np.array([2.0, 2.0]), 1, "iid"), "tuple_law: the draft row q sums to 4"),
+            (lambda: tuple_law(np.array([1.5, -0.5]), 1, "iid"), "tuple_law: the draft row q has a negative"),
+            (lambda: tuple_law(np.full((2, 2), 0.5), 1, "iid"), r"must be one row \[V\], got shape \(2, 2\)"),
+            (lambda: sample_children(np.array([np.nan, 0.5, 0.5]), 2, "wor", rng), "sample_children: the draft row"),
+            (lambda: sample_children(half, 1, "iid", 0), "sample_children: rng must be a numpy Generator"),
+            (lambda: sample_tree(model, "2", "wor", 0), r"sample_tree: rng must be a numpy Generator \(.*\), got int"),
+            (lambda: sample_tree(half, "2", "wor", rng), "sample_tree: model must be a univer_theory Model"),
+            (lambda: DirichletModel("3"), "DirichletModel: vocab_size must be an integer ≥ 2, got '3'"),
+            (lambda: DirichletModel(2.5), "vocab_size must be an integer ≥ 2, got 2.5"),
+            (lambda: DirichletModel(3, seed=1.5), "DirichletModel: seed must be an integer ≥ 0, got 1.5"),
+            (lambda: DirichletModel(3, seed=-1), "seed must be an integer ≥ 0, got -1"),
+            (lambda: alpha_star(half, half, 2.0, "iid"), "k must be an integer ≥ 1, got 2.0"),
+            (lambda: DraftTree((-1, 0), (-1, 0), vocab_size=0), r"token 0, outside \[0, 0\)"),
+            (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], vocab_size="3"), "vocab_size must be an integer"),
+            (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], vocab_size=2.5), "got 2.5"),
+            (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], vocab_size=True), "got True")):
+        with pytest.raises(ValueError, match=match):
+            bad()
+    assert sum(pr for _, pr in tuple_law(np.array([0.25, 0.75]), 2, "iid")) == 1.0
+    assert len(sample_tree(model, "2,1", "wor", rng).token) == 5

@@ -41,7 +41,7 @@ from .nx import NUMPY, array_module, get_backend
 from .orders import order_ranks, ratio_argsort, top_tokens
 from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper
 from .processes import PROCESSES
-from .validation import check_choice, check_simplex
+from .validation import check_choice, check_int, check_simplex
 
 # Exponential-clock integrals (§4.1) use the shared Gauss–Legendre grid of plans.clocks (400 nodes on
 # log t ∈ [−30, 30]).  The upper end grows to log(50/r) for a complement mass r < 50·e^{−30} (more panels of
@@ -61,11 +61,7 @@ def _check_rows(where: str, target_probs, draft_probs) -> tuple[np.ndarray, np.n
 
 def _check_k(where: str, draft_probs: np.ndarray, k, process: str) -> int:
     check_choice(process, PROCESSES, where, "process")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise ValueError(f"{where}: k must be an integer ≥ 1, got {k!r}")
-    k = int(k)
-    if k < 1:
-        raise ValueError(f"{where}: number of children k must be ≥ 1, got {k}")
+    k = check_int(k, where, "k", 1)
     if process != "iid":
         support = int(np.count_nonzero(draft_probs > 0, axis=-1).min())
         if k > support:
@@ -431,8 +427,7 @@ def alpha_star_rows(p, q, k: int, process: str, rho, order=None):
     A* the first minimising prefix for iid / wor.  ``order``: the rows' ``ratio_argsort(p, q)`` when the caller
     has it already (iid / wor; else it is sorted here)."""
     check_choice(process, PROCESSES, "alpha_star_rows", "process")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"alpha_star_rows: k must be an integer ≥ 1, got {k!r}")
+    check_int(k, "alpha_star_rows", "k", 1)
     nx = get_backend(p, q)
     rho = nx.asarray(rho, p)
     if process in ("iid", "wor"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .tree import DraftTree, as_int_tuple
-from .validation import check_simplex, check_temperature
+from .validation import check_int, check_simplex, check_temperature
 
 Prefix = tuple[int, ...]
 
@@ -42,8 +41,7 @@ def to_fractions(row, denominator: int = 1000) -> np.ndarray:
     (:func:`~univer_theory.validation.check_simplex`), a denominator that is not a positive int, or one too
     small to keep the support (the largest entry would give up all it has).
     """
-    if isinstance(denominator, bool) or not isinstance(denominator, (int, np.integer)) or denominator < 1:
-        raise ValueError(f"to_fractions: denominator must be an int ≥ 1, got {denominator!r}")
+    check_int(denominator, "to_fractions", "denominator", 1)
     row = check_simplex(np.asarray(row, dtype=np.float64), "to_fractions", "input")
     counts = np.floor(row * denominator).astype(np.int64)
     counts[(row > 0) & (counts == 0)] = 1
@@ -121,8 +119,7 @@ class TableModel(Model):
     """
 
     def __init__(self, vocab_size: int, target: dict, draft: dict):
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
-            raise ValueError(f"TableModel: vocab_size must be a positive integer, got {vocab_size!r}")
+        check_int(vocab_size, "TableModel", "vocab_size", 1)
         self.vocab_size = int(vocab_size)
         self._tables = {}
         for name, table in (("target", target), ("draft", draft)):
@@ -182,11 +179,11 @@ class TableModel(Model):
                                  f"of {data['vocab']} probabilities, got {row!r}")
             try:
                 values = [_fraction(x) for x in row]
-            except (ValueError, ZeroDivisionError):
+                return np.array(values, dtype=object) if exact else np.array([float(x) for x in values])
+            except (ValueError, ZeroDivisionError, OverflowError):     # OverflowError: beyond a float's range
                 raise ValueError(f"TableModel.from_json: {path}: the {name} row for prefix {key!r} has an entry "
                                  f"that is not a number or a fraction like '1/3' (or is beyond "
-                                 f"1e±{MAX_ENTRY_EXPONENT}): {row!r}") from None
-            return np.array(values, dtype=object) if exact else np.array([float(x) for x in values])
+                                 f"1e±{MAX_ENTRY_EXPONENT}, or a float's range): {row!r}") from None
 
         for name in ("target", "draft"):
             if not isinstance(data[name], dict):
@@ -237,9 +234,7 @@ def check_model_type(model, where: str) -> None:
     if not isinstance(model, Model):
         raise ValueError(f"{where}: model must be a univer_theory Model (target/draft rows per prefix), got "
                          f"{type(model).__name__}")
-    V = getattr(model, "vocab_size", None)
-    if isinstance(V, bool) or not isinstance(V, (int, np.integer)) or V < 1:
-        raise ValueError(f"{where}: model.vocab_size must be a positive integer, got {V!r}")
+    check_int(getattr(model, "vocab_size", None), where, "model.vocab_size", 1)
 
 
 def context_free(target_probs, draft_probs) -> TableModel:
@@ -264,14 +259,14 @@ class DirichletModel(Model):
 
     def __init__(self, vocab_size: int, seed: int = 0, similarity: float = 0.5, concentration: float = 1.0,
                  exact: bool = False, denominator: int = 1000):
-        if vocab_size < 2:
-            raise ValueError(f"DirichletModel: vocab_size must be ≥ 2, got {vocab_size}")
+        check_int(vocab_size, "DirichletModel", "vocab_size", 2)
+        check_int(seed, "DirichletModel", "seed")
         if not 0.0 <= similarity <= 1.0:
             raise ValueError(f"DirichletModel: similarity must lie in [0, 1], got {similarity}")
         if not 0 < concentration < math.inf:
             raise ValueError(f"DirichletModel: concentration must be finite and > 0, got {concentration}")
-        if exact and not (isinstance(denominator, numbers.Integral) and denominator >= 1):
-            raise ValueError(f"DirichletModel: denominator must be a positive int with exact=True, got {denominator!r}")
+        if exact:
+            check_int(denominator, "DirichletModel", "denominator (exact=True)", 1)
         self.vocab_size, self.seed = int(vocab_size), int(seed)
         self.similarity, self.concentration = float(similarity), float(concentration)
         self.denominator = int(denominator) if exact else None
@@ -364,8 +359,8 @@ class ConfidentModel(Model):
 
     def __init__(self, vocab_size: int, seed: int = 0, tail: float = 1e-14, target: str = "dirichlet",
                  concentration: float = 1.0, top_target: float = 1e-6):
-        if vocab_size < 2:
-            raise ValueError(f"ConfidentModel: vocab_size must be ≥ 2, got {vocab_size}")
+        check_int(vocab_size, "ConfidentModel", "vocab_size", 2)
+        check_int(seed, "ConfidentModel", "seed")
         if not 0.0 < tail < 0.5:
             raise ValueError(f"ConfidentModel: tail must lie in (0, 0.5), got {tail}")
         if target not in CONFIDENT_TARGETS:

@@ -23,11 +23,11 @@ from typing import Iterator
 
 import numpy as np
 
-from .models import Model
+from .models import Model, check_model_type
 from .nx import get_backend
 from .orders import top_tokens
-from .tree import DraftTree, TreeShape
-from .validation import check_choice
+from .tree import DraftTree, TreeShape, as_shape
+from .validation import check_choice, check_simplex
 
 PROCESSES = ("iid", "wor", "topk", "greedy")
 #: SpecHub's draft law (module docstring); the exact oracle enumerates it, the batched layer does not.
@@ -46,7 +46,12 @@ def hub_token(draft_row) -> int:
 
 
 def _check_k(q: np.ndarray, k: int, process: str, where: str) -> None:
+    """``q`` one probability row (to float tolerance, Fraction rows included: the exact checkers enumerate the
+    laws of float rows' exact values), ``process`` known, and ``k`` children drawable from q under it."""
     check_choice(process, EXACT_PROCESSES, where, "process")
+    if np.ndim(q) != 1:
+        raise ValueError(f"{where}: the draft row q must be one row [V], got shape {np.shape(q)}")
+    check_simplex(np.asarray(q, dtype=np.float64), where, "the draft row q")
     support = int(np.count_nonzero(q))
     if k < 1:
         raise ValueError(f"{where}: number of children k must be ≥ 1, got {k}")
@@ -56,6 +61,12 @@ def _check_k(q: np.ndarray, k: int, process: str, where: str) -> None:
         raise ValueError(f"{where}: process {process!r} drafts {k} distinct tokens but q has only {support} "
                          f"tokens with positive probability (a row at a small draft temperature underflows to a "
                          f"few tokens: raise the draft temperature, or draft i.i.d. children)")
+
+
+def _check_rng(rng, where: str) -> None:
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"{where}: rng must be a numpy Generator (np.random.default_rng(seed)), got "
+                         f"{type(rng).__name__}")
 
 
 def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...], object]]:
@@ -172,6 +183,8 @@ def tuple_probs(q, tuples, process: str):
 def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generator) -> tuple[int, ...]:
     """Draw one ordered child tuple from ``Q_k`` (float rows; Gumbel-top-k for ``wor``)."""
     _check_k(q, k, process, "sample_children")
+    if process != "topk":                           # the top k tokens: no draw
+        _check_rng(rng, "sample_children")
     qf = np.asarray(q, dtype=np.float64)
     if process == "iid":
         return tuple(int(x) for x in rng.choice(qf.size, size=k, p=qf))
@@ -191,7 +204,10 @@ def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generato
 
 
 def sample_tree(model: Model, shape: TreeShape, process: str, rng: np.random.Generator) -> DraftTree:
-    """Draft one tree of the given shape: each node's children from ``Q_k(·|s(u))``."""
+    """Draft one tree of the given shape (or its text): each node's children from ``Q_k(·|s(u))``."""
+    check_model_type(model, "sample_tree")          # its rows are checked where drawn from (sample_children)
+    shape = as_shape(shape, "sample_tree")
+    _check_rng(rng, "sample_tree")
     tokens = [-1] * shape.num_nodes
     paths: list[tuple[int, ...]] = [()] * shape.num_nodes
     for u in range(shape.num_nodes):

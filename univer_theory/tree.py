@@ -271,11 +271,11 @@ class DraftTree(_Skeleton):
             raise ValueError(f"DraftTree: token has {len(self.token)} entries but parent has {len(self.parent)}")
         if self.token[0] != -1:
             raise ValueError(f"DraftTree: the root's token must be −1, got {self.token[0]}")
-        hi = self.vocab_size if self.vocab_size is not None else None
+        hi = self.vocab_size
         for u in range(1, len(self.token)):
             t = self.token[u]
             if t < 0 or (hi is not None and t >= hi):
-                raise ValueError(f"DraftTree: node {u} has token {t}, outside [0, {hi if hi else '∞'})")
+                raise ValueError(f"DraftTree: node {u} has token {t}, outside [0, {'∞' if hi is None else hi})")
 
     @classmethod
     def chain(cls, tokens, vocab_size: int | None = None) -> "DraftTree":

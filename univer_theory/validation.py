@@ -30,6 +30,13 @@ def check_temperature(value, where: str, name: str = "temperature") -> float:
     return t
 
 
+def check_int(value, where: str, name: str, low: int = 0) -> int:
+    """``value`` as an int, or a ValueError unless it is one integer (not a bool, a float or a string) ≥ ``low``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{where}: {name} must be an integer ≥ {low}, got {value!r}")
+    return int(value)
+
+
 def as_prob_array(values, where: str, name: str) -> np.ndarray:
     """Convert ``values`` to float64, or to an exact ``object`` array of Fractions if it holds Fractions / ints
     (ints become Fractions: Python's ``int / int`` is a float, and an all-int one-hot row would leave the exact

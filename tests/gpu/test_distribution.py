@@ -157,8 +157,8 @@ def test_draft_tree_checks_its_batch_and_rows():
     from univer_theory import TreeShape
 
     shape, q = TreeShape.parse("2,2"), torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
-    for bad, match in ((lambda: draft_tree(shape, q, "wor", 0), "batch_size must be an int ≥ 1"),
-                       (lambda: draft_tree(shape, q, "wor", 2.5), "batch_size must be an int ≥ 1"),
+    for bad, match in ((lambda: draft_tree(shape, q, "wor", 0), "batch_size must be an integer ≥ 1"),
+                       (lambda: draft_tree(shape, q, "wor", 2.5), "batch_size must be an integer ≥ 1"),
                        (lambda: draft_tree(shape, q.expand(2, 7, 3, 4), "wor", 2), "must be \\[V\\], \\[N, V\\]"),
                        (lambda: draft_tree(shape, lambda t, n: q.expand(2, len(n) + 1, 4), "wor", 2),
                         "callable must return a \\[B, len\\(nodes\\), V\\]"),

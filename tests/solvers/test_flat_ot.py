@@ -178,7 +178,7 @@ BAD = [
     ("NaN target", dict(p=[np.nan, 0.5, 0.5]), "NaN"),
     ("mismatched vocabularies", dict(q=[0.5, 0.5]), "differ"),
     ("k above support", dict(k=3, process="wor"), "only 2 tokens"),
-    ("k zero", dict(k=0), "k must be ≥ 1"),
+    ("k zero", dict(k=0), "k must be an integer ≥ 1, got 0"),
     ("k a bool", dict(k=True), "k must be an integer ≥ 1, got True"),
     ("rho above one", dict(rho=1.5), "rho must lie in [0, 1]"),
     ("unknown process", dict(process="beam"), "unknown process"),

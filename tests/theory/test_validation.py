@@ -131,7 +131,7 @@ def test_to_fractions_keeps_the_support_or_refuses():
     for row, d, match in (([.3, .3, .4], 2, "too small for a row with 3 positive entries"),
                           ([.2] * 5, 4, "too small"), ([.5, .6], 1000, "sums to 1.1"),
                           ([1.5, -.5], 1000, "negative entry"), ([np.nan, .5], 1000, "NaN"),
-                          ([.5, .5], 0, "denominator must be an int ≥ 1"), ([.5, .5], 2.0, "int ≥ 1")):
+                          ([.5, .5], 0, "denominator must be an integer ≥ 1"), ([.5, .5], 2.0, "integer ≥ 1")):
         with pytest.raises(ValueError, match=match):
             to_fractions(np.array(row), d)
 
