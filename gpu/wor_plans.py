@@ -419,7 +419,7 @@ def _wor_weights(c, q, rho, p, children, walk: str):
         w_pts, a_pts = _pts_weights(c[rows], q[rows], p[rows], children[rows], walk, order[rows])
         w[rows], a[rows] = w_pts, a_pts
         star = alpha_star_rows(p[rows], q[rows], k, "iid", rho[rows], order[rows])[0]
-        rows = rows[coupling_can_win(star, a_pts.sum(-1))]     # the coupling attains α*_iid(ρ)
+        rows = rows[coupling_can_win(star, a_pts.sum(-1), k, (q[rows] > 0).sum(-1))]  # it attains α*_iid(ρ)
     if rows.shape[0]:
         w_cp, a_cp = _coupling_weights(c[rows], q[rows], children[rows], p[rows])
         _take(w, a, rows, a_cp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))

@@ -378,12 +378,16 @@ def test_coupling_gate_margin():
     """The gate's band, which no random node falls in: the coupling's float α may exceed the closed form
     α*_iid(ρ) by up to ``COUPLING_GAP``, so it is built wherever ``α*_iid(ρ) + COUPLING_GAP`` could beat PTS's α
     by more than the tie — just inside the band it is built, just outside it is not (a gate without the margin,
-    or with it added, flips one of the two)."""
+    or with it added, flips one of the two); and never past ``COUPLING_MAX_COST`` (k = 8 on 49 152 tokens is
+    within it, k = 9 not; k = 100 on 100 tokens not, without an overflow)."""
     from univer_theory.plans.choose import ALPHA_TIE, COUPLING_GAP, coupling_can_win
     a = 0.5
-    assert coupling_can_win(a + ALPHA_TIE - 0.5 * COUPLING_GAP, a)
-    assert not coupling_can_win(a + ALPHA_TIE - 1.5 * COUPLING_GAP, a)
-    assert coupling_can_win(np.array([a + ALPHA_TIE, a]), np.array([a, a])).tolist() == [True, False]
+    assert coupling_can_win(a + ALPHA_TIE - 0.5 * COUPLING_GAP, a, 3, 10)
+    assert not coupling_can_win(a + ALPHA_TIE - 1.5 * COUPLING_GAP, a, 3, 10)
+    assert coupling_can_win(np.array([a + ALPHA_TIE, a]), np.array([a, a]), 3, np.array([10, 10])).tolist() == [
+        True, False]
+    wins = [coupling_can_win(a + 0.1, a, k, m) for k, m in ((8, 49152), (9, 49152), (9, 1024), (100, 100))]
+    assert wins == [True, False, True, False]
 
 
 def ceiling_rows(V, k):
@@ -674,3 +678,21 @@ def test_a_side_with_small_mass_keeps_the_unit_tolerance_floor():
     plan = wor_pair_plan(p, q, 0.9, 2, "wor")
     assert plan is not None and plan.info["families"] == {"H": "beta", "A": "beta"}
     assert plan.alpha == pytest.approx(float(alpha_star(p, q, 2, "wor", 0.9)), abs=1e-12)
+
+
+def test_small_lp_sizes_wide_nodes_without_overflow():
+    """Rule 1's gate counted the ordered tuples of the whole support: 6000·5999·…·5989 wrapped an int64 (a
+    RuntimeWarning on every wide node of a large support; a wrapped count could pass the gate).  It counts on
+    the support clipped to SMALL_SUPPORT, which the gate requires anyway."""
+    import warnings
+
+    import torch
+
+    from univer_theory.plans.choose import MAX_LP_TUPLES, SMALL_SUPPORT, small_lp
+    from univer_theory.processes import falling
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not small_lp(np.int64(6000), 12) and not small_lp(np.array([6000, 49152]), 12).any()
+        assert not small_lp(torch.tensor([6000]), 12).any()
+    assert falling(SMALL_SUPPORT, 4) <= MAX_LP_TUPLES and small_lp(SMALL_SUPPORT, 4)
+    assert small_lp(np.array([3, SMALL_SUPPORT + 1]), 2).tolist() == [True, False]

@@ -66,12 +66,19 @@ ALPHA_TIE = 1e-12
 #: How far rule 5's float α may sit from the closed-form α*_iid(ρ) it attains (measured ≤ 6e-15; checked to this
 #: bound on a seeded grid): the margin of :func:`coupling_can_win`.
 COUPLING_GAP = 1e-13
+#: Largest ``2^(k−1)·m`` (k children, m drafted tokens) rule 5 is built on: its layouts cover the 2^(k−1)
+#: multisets of virtual draws over the support and its chain has a state per subset of the children, so one
+#: whole-row SmolLM2 node (m = 49 152) took 0.5 s at k = 8, 14 s at k = 12 and ran out of memory at k = 100.  Wider
+#: nodes take PTS (rule 4, lossless at any k); k = 8 on whole rows stays within it.
+COUPLING_MAX_COST = 2 ** 23
 
 
 def small_lp(support, k: int):
     """Where rule 1 is tried under ``wor``: at most :data:`SMALL_SUPPORT` drafted tokens (``support``, an int or
-    integer arrays, numpy or torch) whose ordered k-tuples number at most :data:`MAX_LP_TUPLES`."""
-    return (support <= SMALL_SUPPORT) & (falling(support, k) <= MAX_LP_TUPLES)
+    integer arrays, numpy or torch) whose ordered k-tuples number at most :data:`MAX_LP_TUPLES` (counted on the
+    support clipped to SMALL_SUPPORT: 6000·5999·…·5989 wraps an int64)."""
+    clipped = get_backend(support).minimum(support, SMALL_SUPPORT)
+    return (support <= SMALL_SUPPORT) & (falling(clipped, k) <= MAX_LP_TUPLES)
 
 
 def single_child_rows(c, q, process: str):
@@ -352,19 +359,21 @@ def unreached_plan(target_probs, k: int) -> NodePlan:
     return NodePlan("unreached", 0.0, p, np.zeros(p.size), lambda S: np.zeros(k))
 
 
-def coupling_can_win(star_iid, alpha_pts):
-    """Where rule 5 can beat PTS's α by more than ``ALPHA_TIE``: ``α*_iid(ρ) > α_PTS + ALPHA_TIE − COUPLING_GAP``.
-    The coupling attains α*_iid(ρ) exactly (theory.md §6.3 rule 5; its float α within :data:`COUPLING_GAP` of the
-    closed form's), so elsewhere it would lose or tie and is not built: the choice is the same.  Floats or
-    arrays (numpy or torch)."""
-    return star_iid > alpha_pts + (ALPHA_TIE - COUPLING_GAP)
+def coupling_can_win(star_iid, alpha_pts, k: int, support):
+    """Where rule 5 is built for a node of ``k`` children on ``support`` drafted tokens: within
+    :data:`COUPLING_MAX_COST` (``2^(k−1)·support``) and where it can beat PTS's α by more than ``ALPHA_TIE``,
+    ``α*_iid(ρ) > α_PTS + ALPHA_TIE − COUPLING_GAP``.  The coupling attains α*_iid(ρ) exactly (theory.md §6.3
+    rule 5; its float α within :data:`COUPLING_GAP` of the closed form's), so elsewhere it would lose or tie and
+    is not built: the choice is the same.  Floats or arrays (numpy or torch)."""
+    return (star_iid > alpha_pts + (ALPHA_TIE - COUPLING_GAP)) & (support <= COUPLING_MAX_COST // 2 ** (k - 1))
 
 
 def _pts_or_coupling(target_probs, draft_probs, rho, k: int) -> NodePlan:
     """Rules 4 and 5 (wor): the larger α, PTS on ties within ``ALPHA_TIE``; the coupling built only where it can
     win (:func:`coupling_can_win`)."""
     pts = pts_plan(target_probs, draft_probs, rho, k, "wor")
-    if not coupling_can_win(float(alpha_star(target_probs, draft_probs, k, "iid", rho)), float(pts.alpha)):
+    star = float(alpha_star(target_probs, draft_probs, k, "iid", rho))
+    if not coupling_can_win(star, float(pts.alpha), k, int(np.count_nonzero(np.asarray(draft_probs)))):
         return pts
     return _best([pts, iid_coupling_plan(target_probs, draft_probs, rho, k, "wor")])
 

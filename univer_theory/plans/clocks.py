@@ -250,10 +250,11 @@ def early_nodes(k: int, s: np.ndarray, fastest: float, total: float) -> int:
     terms = [j * math.log(x) - math.lgamma(j + 1) for j in range(k)]
     largest = max(terms)
     log_sum = largest + math.log(sum(math.exp(t - largest) for t in terms))
-    gamma = math.factorial(k - 1) * -math.expm1(log_sum - x)
-    if not gamma > 0:                                     # (round-off at x ≈ 1 and large k): no cut
+    share = -math.expm1(log_sum - x)                      # γ(k, x)/(k − 1)!; γ in logs: 171! overflows a float
+    if not share > 0:                                     # (round-off at x ≈ 1 and large k): no cut
         return 0
-    lower = (math.log(k * EARLY_TAIL * gamma) + (k - 1) * math.log(-math.expm1(-1.0))) / k - math.log(total)
+    log_gamma = math.lgamma(k) + math.log(share)
+    lower = (math.log(k * EARLY_TAIL) + log_gamma + (k - 1) * math.log(-math.expm1(-1.0))) / k - math.log(total)
     return int(np.count_nonzero(np.asarray(s) < lower))
 
 
