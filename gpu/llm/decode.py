@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from univer_theory import TreeShape
 from univer_theory.models import resolve_draft_temperature
+from univer_theory.validation import check_int
 
 from ..probs import probs_from_logits, sample_rows
 from ..tree_batch import TreeBatch, tree_attention_mask
@@ -188,11 +189,19 @@ def tree_step(t_cache: RaggedCache, d_cache: RaggedCache, root: list[int], pendi
     return TreeStep(batch, draft_probs, logits, node_slot, t_start, d_logits)
 
 
-def check_prompts(prompts: list[list[int]], where: str) -> None:
-    """ValueError unless ``prompts`` holds at least one prompt and none is empty."""
+def check_prompts(prompts: list[list[int]], where: str, models=(), extra: int = 0) -> None:
+    """ValueError unless ``prompts`` holds at least one prompt and none is empty, and the longest prompt with
+    ``extra`` more positions (new tokens, a tree's depth) fits every model of ``models`` (its config's
+    ``max_position_embeddings``: a 1 024-position GPT-2 draft given 1 100 tokens failed with an IndexError)."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError(f"{where}: prompts must hold at least one prompt and no empty one, got lengths "
                          f"{[len(p) for p in prompts]}")
+    need = max(len(p) for p in prompts) + extra
+    for name, model in models:
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        if limit is not None and need > limit:
+            raise ValueError(f"{where}: the longest prompt ({max(len(p) for p in prompts)} tokens) and {extra} more "
+                             f"positions exceed the {name}'s {limit} (max_position_embeddings)")
 
 
 def start_caches(pair: ModelPair, prompts: list[list[int]], timer: PhaseTimer | None = None):
@@ -217,9 +226,11 @@ def speculative_decode_batch(pair: ModelPair, prompts: list[list[int]], method: 
     ``draft_temperature`` defaults to :func:`univer_theory.models.resolve_draft_temperature`; ``draft_top``: the
     draft samples from each row's ``draft_top`` most likely tokens (:func:`gpu.probs.probs_from_logits`; the
     output law is still the target's — the verifier sees the truncated rows)."""
-    if max_new_tokens < 1:
-        raise ValueError(f"speculative_decode: max_new_tokens must be ≥ 1, got {max_new_tokens}")
-    check_prompts(prompts, "speculative_decode")
+    check_int(max_new_tokens, "speculative_decode", "max_new_tokens", 1)
+    if max_steps is not None:
+        check_int(max_steps, "speculative_decode", "max_steps", 1)
+    check_prompts(prompts, "speculative_decode", (("target", pair.target), ("draft", pair.draft)),
+                  max_new_tokens + shape.max_depth)
     dtemp = resolve_draft_temperature(temperature, draft_temperature)
     timer = PhaseTimer()
     start = time.perf_counter()
@@ -283,9 +294,8 @@ def sample_plain_batch(pair: ModelPair, prompts: list[list[int]], temperature: f
     ``prompts`` in the same forwards (:func:`feed_sequences`; a request stops after a stop token): phases
     ``target`` (the forwards) and ``verify`` (drawing ``Y ~ p`` row by row); τ = 0 at every step;
     ``record_logits``: keep the target logits each token was drawn from (:class:`DecodeResult`)."""
-    if max_new_tokens < 1:
-        raise ValueError(f"sample_plain: max_new_tokens must be ≥ 1, got {max_new_tokens}")
-    check_prompts(prompts, "sample_plain")
+    check_int(max_new_tokens, "sample_plain", "max_new_tokens", 1)
+    check_prompts(prompts, "sample_plain", (("target", pair.target),), max_new_tokens)
     timer = PhaseTimer()
     start = time.perf_counter()
     cache = RaggedCache(pair.target, len(prompts))

@@ -45,6 +45,18 @@ class ModelPair:
     tokenizer: object
     draft_spec: str
 
+    def __post_init__(self):
+        """A ValueError unless both models are on one device and score one vocabulary (a pair built by hand
+        with a 32 000-token draft failed with an IndexError after its first forward)."""
+        sizes = {name: getattr(getattr(m, "config", None), "vocab_size", None)
+                 for name, m in (("target", self.target), ("draft", self.draft))}
+        if None in sizes.values() or sizes["target"] != sizes["draft"]:
+            raise ValueError(f"ModelPair: the target and the draft ({self.draft_spec!r}) must score one vocabulary "
+                             f"(config.vocab_size): target {sizes['target']}, draft {sizes['draft']}")
+        devices = {next(m.parameters()).device for m in (self.target, self.draft)}
+        if len(devices) > 1:
+            raise ValueError(f"ModelPair: the target and the draft are on different devices {sorted(map(str, devices))}")
+
     @property
     def device(self) -> torch.device:
         return next(self.target.parameters()).device
@@ -108,44 +120,69 @@ def load_target(device: str | torch.device = "cpu", use_cache: bool = True):
     return model.to(device).eval(), tokenizer
 
 
-def build_draft(target: torch.nn.Module, spec: str) -> torch.nn.Module:
-    """The draft model named by ``spec`` (see the module docstring), on the target's device, eval mode."""
-    kind, _, arg = spec.partition(":")
-    device = next(target.parameters()).device
+def parse_draft_spec(spec: str, where: str = "build_draft"):
+    """``(kind, args)`` of a draft spec, checked before any model loads: ``("rtn", (bits, group))``,
+    ``("early", L)`` (its upper bound, the target's layer count, is checked once the target is loaded) or
+    ``("hf", folder)`` (``~`` expanded; the folder must hold a ``config.json``)."""
+    kind, _, arg = str(spec).partition(":")
     if kind == "rtn":
         try:
             bits, group = (int(x) for x in arg.split(":"))
         except ValueError:
-            raise ValueError(f"build_draft: spec {spec!r} must read rtn:BITS:GROUP, e.g. rtn:4:128") from None
+            raise ValueError(f"{where}: spec {spec!r} must read rtn:BITS:GROUP, e.g. rtn:4:128") from None
+        if bits < 1 or group < 1:
+            raise ValueError(f"{where}: spec {spec!r} needs BITS ≥ 1 and GROUP ≥ 1")
+        return kind, (bits, group)
+    if kind == "early":
+        if not (arg.isascii() and arg.isdigit()) or int(arg) < 1:
+            raise ValueError(f"{where}: spec {spec!r} must read early:L with L ≥ 1 (the first L decoder layers)")
+        return kind, int(arg)
+    if kind == "hf":
+        folder = Path(arg).expanduser()
+        if not arg or not (folder / "config.json").is_file():   # nothing is downloaded: a local model folder only
+            raise ValueError(f"{where}: spec {spec!r} must name a local folder holding a Hugging Face causal "
+                             f"LM (its config.json and weights); {arg!r} has no config.json")
+        return kind, folder
+    raise ValueError(f"{where}: unknown draft kind {kind!r} in {spec!r}; choose one of ['early', 'hf', 'rtn']")
+
+
+def build_draft(target: torch.nn.Module, spec: str) -> torch.nn.Module:
+    """The draft model named by ``spec`` (see the module docstring, :func:`parse_draft_spec`), on the target's
+    device, eval mode."""
+    kind, arg = parse_draft_spec(spec)
+    device = next(target.parameters()).device
+    if kind == "rtn":
+        bits, group = arg
         if device.type == "cpu" and bits <= PACKED_MAX_BITS and group % PACKED_GROUPS[0] == 0:
             return packed_rtn_draft(target, bits, group)
         return quantize_linear_layers(target, bits, group).eval()
     if kind == "early":
         n_layers = len(target.model.layers)
-        if not arg.isdigit() or not 1 <= int(arg) < n_layers:
+        if not arg < n_layers:
             raise ValueError(f"build_draft: spec {spec!r} must read early:L with 1 ≤ L < {n_layers}")
         draft = copy.deepcopy(target)
-        draft.model.layers = draft.model.layers[: int(arg)]
-        draft.config.num_hidden_layers = int(arg)
+        draft.model.layers = draft.model.layers[:arg]
+        draft.config.num_hidden_layers = arg
         return draft.eval()
-    if kind == "hf":
-        from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-        if not (Path(arg) / "config.json").is_file():      # nothing is downloaded: a local model folder only
-            raise ValueError(f"build_draft: spec {spec!r} must name a local folder holding a Hugging Face causal "
-                             f"LM (its config.json and weights); {arg!r} has no config.json")
-        draft = AutoModelForCausalLM.from_pretrained(arg, dtype=torch.float32, local_files_only=True)
-        draft = draft.to(device).eval()
-        want = target.config.vocab_size
-        if draft.config.vocab_size != want:
-            raise ValueError(f"build_draft: draft {arg!r} has vocab_size {draft.config.vocab_size}, the target's "
-                             f"tokenizer needs {want}")
-        return draft
-    raise ValueError(f"build_draft: unknown draft kind {kind!r} in {spec!r}; choose one of ['early', 'hf', 'rtn']")
+    return AutoModelForCausalLM.from_pretrained(arg, dtype=torch.float32, local_files_only=True).to(device).eval()
+
+
+def check_device(device, label: str) -> torch.device:
+    """``device`` as a torch device this build and machine have, else a ValueError ``"{label} {device}: why"``
+    (torch says why: an AssertionError for CUDA on a CPU build, a RuntimeError for an unknown name)."""
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as err:
+        raise ValueError(f"{label} {device}: {str(err).splitlines()[0]}") from None
+    return torch.device(device)
 
 
 def load_pair(draft_spec: str = DEFAULT_DRAFT, device: str | torch.device = "cpu",
               use_cache: bool = True) -> ModelPair:
-    """Target, the draft named by ``draft_spec`` and the tokenizer."""
+    """Target, the draft named by ``draft_spec`` and the tokenizer (the spec and the device checked first)."""
+    parse_draft_spec(draft_spec, "load_pair")
+    check_device(device, "load_pair: device")
     target, tokenizer = load_target(device, use_cache)
     return ModelPair(target, build_draft(target, draft_spec), tokenizer, draft_spec)

@@ -41,21 +41,32 @@ def eagle_like_shape(width: int = 4) -> TreeShape:
     return TreeShape(tuple(parent))
 
 
+#: Most nodes of a decoding tree: one target forward scores them all (an ``[N, context + N]`` attention bias per
+#: layer, every node's row of V logits), so ``8,8,8`` (585 nodes) took ~14 s a step on 2 cores and ``64,64,64``
+#: (266 305) asked the allocator for 70 GB.
+MAX_DECODE_NODES = 1024
+
+
 def tree_shape(spec: str) -> TreeShape:
-    """The :class:`TreeShape` named by ``spec`` (see the module docstring)."""
+    """The :class:`TreeShape` named by ``spec`` (see the module docstring), of at most :data:`MAX_DECODE_NODES`."""
     kind, sep, arg = spec.partition(":")
     if sep and kind in ("binary", "chain"):
         if not (arg.isascii() and arg.isdigit()) or int(arg) < 1:
             raise ValueError(f"tree_shape: {spec!r} needs a positive depth, e.g. {kind}:4")
-        return TreeShape.uniform([2 if kind == "binary" else 1] * int(arg))
-    if kind == "eagle":
+        shape = TreeShape.uniform([2 if kind == "binary" else 1] * int(arg))
+    elif kind == "eagle":
         if sep and not (arg.isascii() and arg.isdigit() and int(arg) >= 1):
             raise ValueError(f"tree_shape: {spec!r} needs a positive width, e.g. eagle:4")
-        return eagle_like_shape(int(arg) if sep else 4)
-    if sep:
+        shape = eagle_like_shape(int(arg) if sep else 4)
+    elif sep:
         raise ValueError(f"tree_shape: unknown shape kind {kind!r} in {spec!r}; choose one of "
                          "['binary:D', 'chain:D', 'eagle[:W]'] or a TreeShape.parse string")
-    return TreeShape.parse(spec)
+    else:
+        shape = TreeShape.parse(spec)
+    if shape.num_nodes > MAX_DECODE_NODES:
+        raise ValueError(f"tree_shape: {spec!r} has {shape.num_nodes} nodes, beyond the {MAX_DECODE_NODES} a "
+                         f"decoding tree may have (one target forward scores every node)")
+    return shape
 
 
 def ancestors(shape: TreeShape) -> torch.Tensor:

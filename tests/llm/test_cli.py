@@ -181,6 +181,17 @@ def test_llm_commands_reject_non_positive_counts(argv, tmp_path, capsys):
     assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
+def test_decode_refuses_a_non_positive_budget_before_loading(monkeypatch, capsys):
+    """``decode --max-new-tokens 0`` (or −3) was refused by the decoder, once both models had loaded (~7 s)."""
+    import gpu.llm.models
+
+    monkeypatch.setattr(gpu.llm.models, "load_target", lambda *a, **k: pytest.fail("loaded the target"))
+    for budget in ("0", "-3"):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["decode", "--prompt", "hi", "--max-new-tokens", budget])
+        assert exc.value.code == 2 and "must be ≥ 1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,match", [
     (["accept-bench", "--methods", "spechub"], "--methods spechub with --tree"),           # read args.shape
     (["accept-bench", "--methods", "sps", "--tree", "binary:2"], "--methods sps with --tree binary:2"),
@@ -191,6 +202,9 @@ def test_llm_commands_reject_non_positive_counts(argv, tmp_path, capsys):
     (["speed", "--n", "1", "--methods", "plain", "--out", "FILE/sub"], "is a file, so the folder cannot be created"),
     (["accept-bench", "--methods", "sps", "--tree", "chain:1", "--out", "FILE/sub/x"], "cannot be created"),
     (["decode", "--prompt", "hi", "--tree", "binary:2", "--draft-top", "1"], "--draft-top 1 keeps fewer tokens"),
+    (["decode", "--prompt", "hi", "--draft", "rtn:4"], "--draft: spec 'rtn:4' must read rtn:BITS:GROUP"),
+    (["decode", "--prompt", "hi", "--draft", "hf:/no/such"], "'/no/such' has no config.json"),
+    (["decode", "--prompt", "hi", "--tree", "64,64,64"], "beyond the 1024 a decoding tree may have"),
 ])
 def test_llm_commands_refuse_bad_values_in_one_line_before_loading(argv, match, tmp_path, capsys):
     """Each was a traceback with exit 1 (an AttributeError, a RuntimeError, a FileExistsError — the last one only

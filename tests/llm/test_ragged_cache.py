@@ -152,3 +152,37 @@ def test_speed_compare_batches_groups_and_counts_every_request(tiny_pair, monkey
     for batch in (0, 4):
         with pytest.raises(ValueError, match="batch must be in"):
             speed_compare(tiny_pair, prompts, methods, "wor", 1.0, 2, batch=batch)
+
+
+def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_path, monkeypatch):
+    """An inference engineer's own pair: a draft of another vocabulary was an IndexError after the prefill (now a
+    ValueError building the pair); ``max_steps = 0`` decoded 9 steps anyway; a prompt past a model's positions
+    was an IndexError inside its embedding; ``hf:~/dir`` was not expanded."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gpu.llm.models import parse_draft_spec
+    from gpu.llm.tree_draft import MAX_DECODE_NODES
+
+    wide = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=2)).eval()
+    with pytest.raises(ValueError, match="must score one vocabulary .*target 48, draft 50"):
+        ModelPair(tiny_pair.target, wide, tiny_pair.tokenizer, "wide")
+    shape, gen = tree_shape("binary:2"), torch.Generator().manual_seed(0)
+    decode = lambda prompts, **kw: speculative_decode_batch(tiny_pair, prompts, "tv", shape, "wor", 1.0,  # noqa
+                                                           kw.pop("new", 4), gen, **kw)
+    for bad, match in ((lambda: decode([[3, 4]], max_steps=0), "max_steps must be an integer ≥ 1, got 0"),
+                       (lambda: decode([[3, 4]], new=0), "max_new_tokens must be an integer ≥ 1, got 0"),
+                       (lambda: decode([[3] * 124]), r"\(124 tokens\) and 6 more positions exceed the target.s 128"),
+                       (lambda: tree_shape("64,64,64"), f"beyond the {MAX_DECODE_NODES} a decoding tree")):
+        with pytest.raises(ValueError, match=match):
+            bad()
+    assert len(decode([[3] * 118])[0].accepted) >= 1                      # 118 + 4 + 2 = 124 ≤ 128 positions
+    assert len(decode([[3, 4]], new=8, max_steps=1)[0].accepted) == 1
+    assert tree_shape("binary:9").num_nodes == 1023
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "config.json").write_text("{}")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert parse_draft_spec("hf:~/d") == ("hf", tmp_path / "d")
+    for bad in ("hf:", "hf:~/missing", "rtn:4", "rtn:0:32", "early:x", "lora:1"):
+        with pytest.raises(ValueError, match="load_pair: (spec|unknown draft kind)"):
+            parse_draft_spec(bad, "load_pair")

@@ -44,16 +44,14 @@ def load_models(args):
     vocabulary (known once the pair is loaded) is a ValueError — it would truncate nothing."""
     import torch
 
-    from gpu.llm.models import DEFAULT_DRAFT, load_pair
+    from gpu.llm.models import DEFAULT_DRAFT, check_device, load_pair, parse_draft_spec
 
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be ≥ 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    try:                                # a bad name, or a device this torch build or machine lacks
-        torch.empty(0, device=args.device)
-    except (RuntimeError, AssertionError) as err:
-        raise ValueError(f"--device {args.device}: {str(err).splitlines()[0]}") from None
+    check_device(args.device, "--device")
+    parse_draft_spec(args.draft or DEFAULT_DRAFT, "--draft")
     pair = load_pair(args.draft or DEFAULT_DRAFT, device=args.device)
     if args.draft_top is not None and args.draft_top > pair.vocab_size:
         raise ValueError(f"--draft-top {args.draft_top} exceeds the vocabulary ({pair.vocab_size} tokens) and would "
@@ -66,7 +64,7 @@ def add_parser(sub) -> None:
     p.add_argument("--prompt", required=True, help="user message (the chat template is applied)")
     p.add_argument("--method", default="univer", help="verifier (default univer)")
     p.add_argument("--tree", default="binary:3", help="tree shape: binary:D, chain:D, eagle[:W] or a TreeShape string (default binary:3)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="token budget (default 64)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="token budget (default 64)")
     p.add_argument("--batch", type=positive_int, default=1,
                    help="independent samples of the prompt decoded together in shared forwards; prints each "
                         "sample, then totals over all of them (tokens/s: all samples' tokens over the shared wall "
