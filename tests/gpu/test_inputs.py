@@ -132,7 +132,7 @@ def test_drafting_inputs_a_user_gets_wrong():
     """Each was a TypeError from inside torch, a refusal of a numpy integer, or a message about −inf rows."""
     from gpu import probs_from_logits, sample_children
     q = torch.tensor([[0.5, 0.5]])
-    with pytest.raises(ValueError, match="k must be an int ≥ 1, got 2.0"):
+    with pytest.raises(ValueError, match="k must be an integer ≥ 1, got 2.0"):
         sample_children(q, 2.0, "wor")
     with pytest.raises(ValueError, match="generator must be a torch.Generator or None, got int"):
         sample_children(q, 2, "wor", 0)
