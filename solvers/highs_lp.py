@@ -102,7 +102,7 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
         attempts += [a for a in RETRIES if a != (method, presolve) and (not vertex or a[0] == "simplex")]
     tried = []
     for solver, pre in attempts:
-        h = _run(lp, solver, pre, tolerance, threads)
+        h = _run(lp, solver, pre, tolerance, threads, A.nnz >= INTERRUPTIBLE_NONZEROS)
         model_status = h.getModelStatus()
         tried.append(f"{solver} (presolve {pre}): {h.modelStatusToString(model_status)}")
         if model_status == highspy.HighsModelStatus.kOptimal:
@@ -119,8 +119,8 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
                       0 if ok else 1, ok, message)
 
 
-def _run(lp, solver: str, presolve: str, tolerance: float, threads: int):
-    """One HiGHS run of ``lp``; returns the solved ``Highs`` object."""
+def _run(lp, solver: str, presolve: str, tolerance: float, threads: int, interruptible: bool = False):
+    """One HiGHS run of ``lp`` (in a worker thread when ``interruptible``); returns the solved ``Highs`` object."""
     highspy, Highs = bindings()
     h = Highs()
     h.setOptionValue("output_flag", False)
@@ -131,12 +131,46 @@ def _run(lp, solver: str, presolve: str, tolerance: float, threads: int):
     h.setOptionValue("primal_feasibility_tolerance", float(tolerance))
     h.setOptionValue("dual_feasibility_tolerance", float(tolerance))
     h.passModel(lp)
-    if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+    run = (lambda: interruptible_run(h)) if interruptible else h.run
+    if run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
         # HiGHS' thread scheduler is process-wide: if another user (cvxpy's HIGHS backend, say) started it
         # with a different thread count, run() refuses to start; reset it and run once more
         Highs.resetGlobalScheduler(True)
-        h.run()
+        run()
     return h
+
+
+#: LPs with at least this many matrix entries run in a worker thread (:func:`interruptible_run`): the global
+#: tree LP of V = 6 ``3,2`` wor ran > 10 minutes, and Ctrl-C did nothing while HiGHS held the main thread.
+INTERRUPTIBLE_NONZEROS = 10 ** 5
+
+
+def interruptible_run(h):
+    """``h.run()`` in a worker thread while the main thread waits, so Ctrl-C reaches Python during a long solve:
+    the solve is cancelled (``cancelSolve``, where the bindings have it; else left to end with the process)
+    and the KeyboardInterrupt raised."""
+    done, out = threading.Event(), []
+
+    def work():
+        try:
+            out.append(h.run())
+        except BaseException as err:            # handed to the caller's thread
+            out.append(err)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, daemon=True).start()
+    try:
+        while not done.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        if hasattr(h, "cancelSolve"):
+            h.cancelSolve()
+            done.wait(1.0)
+        raise
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
 
 
 def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:

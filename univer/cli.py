@@ -102,6 +102,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader went away (`univer exact --json | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at interpreter exit
         return 141
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT (files written so far are kept)
+        print(f"\nuniver {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

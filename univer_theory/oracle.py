@@ -139,14 +139,17 @@ class MethodResult:
         return out
 
 
-def evaluate(model: Model, shape: TreeShape, process: str, verifier: Verifier) -> MethodResult:
+def evaluate(model: Model, shape: TreeShape, process: str, verifier: Verifier, on_node=None) -> MethodResult:
     """Exact E[τ] and distance to the target law of one verifier (and, for rules that record a
-    ``construction`` per node, how many node plans used each construction)."""
+    ``construction`` per node, how many node plans used each construction).  ``on_node(info)``: as in
+    :func:`output_law` (e.g. a progress bar's tick per node evaluation)."""
     plans: dict = {}
 
     def count(info):
         if "construction" in info:
             plans[info["construction"]] = plans.get(info["construction"], 0) + 1
+        if on_node is not None:
+            on_node(info)
 
     model, shape = check_inputs("evaluate", model, shape, process, verifier)
     law = output_law(model, shape, process, verifier, count)

@@ -235,3 +235,35 @@ def test_first_solves_in_threads_leave_stdout_open(monkeypatch, tmp_path):
         os.close(saved)
         os.close(fd)
     assert target.read_text() == "still here\n"
+
+
+def test_a_long_solve_stops_on_ctrl_c():
+    """Ctrl-C did nothing while HiGHS solved (the global LP of V = 6 ``3,2`` wor ran past 10 minutes; a SIGINT
+    after 60 s left it running): large LPs run in a worker thread, and the interrupt cancels the solve and is
+    raised.  A stand-in ``Highs`` that solves for 30 s, interrupted after 0.3 s, in a fresh interpreter (its
+    main thread takes the signal)."""
+    import subprocess
+    import sys
+    code = """
+import _thread, threading, time
+from solvers.highs_lp import interruptible_run
+
+class SlowHighs:
+    cancelled = False
+    def run(self):
+        for _ in range(300):
+            if self.cancelled:
+                return "cancelled"
+            time.sleep(0.1)
+    def cancelSolve(self):
+        self.cancelled = True
+
+h, start = SlowHighs(), time.perf_counter()
+threading.Timer(0.3, _thread.interrupt_main).start()
+try:
+    interruptible_run(h)
+except KeyboardInterrupt:
+    print("interrupted", h.cancelled, time.perf_counter() - start < 3)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.split() == ["interrupted", "True", "True"], out

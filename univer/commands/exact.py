@@ -25,10 +25,11 @@ def exact_results(args, progress: bool = True, model=None):
     methods = selected_methods(args, shape, model.exact)
     results, errors = {}, {}
     for v in tqdm(methods, desc="enumerating", unit="method", disable=not progress, leave=False):
-        try:
-            results[v.name] = evaluate(model, shape, args.process, v)
-        except RuntimeError as err:
-            errors[v.name] = str(err)
+        with tqdm(desc=f"  {v.name}", unit=" nodes", disable=not progress, leave=False) as nodes:
+            try:                        # nodes: the distinct (prefix, ρ, children) evaluations of a rule
+                results[v.name] = evaluate(model, shape, args.process, v, lambda info: nodes.update())
+            except RuntimeError as err:
+                errors[v.name] = str(err)
     return model, shape, results, errors
 
 
