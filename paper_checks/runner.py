@@ -53,18 +53,24 @@ def run_checks(names=None, fast: bool = False, out_dir: str | Path = "results", 
                 continue
             kwargs["real_model"] = False   # the check has a part without the model; it says what it left out
         t0 = time.perf_counter()
-        res = module.run(fast=fast, out_dir=out_dir, progress=progress, **kwargs)
+        try:
+            res = module.run(fast=fast, out_dir=out_dir, progress=progress, **kwargs)
+        except BaseException as err:            # an error or Ctrl-C: the report says where the run stopped
+            write_report(out_dir, lines, results,
+                         f"*Stopped during {name} ({type(err).__name__}): {len(results)} check(s) finished.*")
+            raise
         results.append(res)
         lines += [res.as_markdown(), f"*Runtime: {time.perf_counter() - t0:.1f} s.*", ""]
-        write_report(out_dir, lines, results, running=True)
+        write_report(out_dir, lines, results, f"*Run in progress: {len(results)} check(s) finished so far.*")
     write_report(out_dir, lines, results)
     return results
 
 
-def write_report(out_dir: Path, lines: list[str], results, running: bool = False) -> None:
+def write_report(out_dir: Path, lines: list[str], results, status: str | None = None) -> None:
     """``out_dir/paper_checks.md``: the summary table, then each check's section; rewritten after every check, so a
-    stopped run keeps the checks it finished (``running``: the report says the run is still going)."""
+    stopped run keeps the checks it finished (``status``: a line saying the run is still going, or where it
+    stopped)."""
     table = ["| check | status | headline |", "|---|---|---|"] + [
         f"| {r.name} | {'PASS' if r.passed else 'FAIL'} | {r.summary} |" for r in results] + [""]
-    going = [f"*Run in progress: {len(results)} check(s) finished so far.*", ""] if running else []
+    going = [status, ""] if status else []
     (out_dir / "paper_checks.md").write_text("\n".join(lines[:3] + going + table + lines[3:]))

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from paper_checks import global_gap, lossless, optimality, real_gain, reductions, run_checks, studies, temperature
+from paper_checks import (global_gap, lossless, optimality, real_gain, reductions, run_checks, runner, studies,
+                          temperature)
 from paper_checks.base import CheckResult
 from univer_theory import BUG_ZOO, VERIFIERS, Verifier
 from univer_theory.univer import make_univer_verifier
@@ -404,16 +405,26 @@ def test_run_checks_takes_one_name_as_a_string():
 
 def test_a_run_that_stops_keeps_the_checks_it_finished(tmp_path, monkeypatch):
     """The report was written once, after the last check: a check that raised (a missing figure package, a model
-    that failed to load) lost every finished one.  It is rewritten after each check, marked as in progress."""
+    that failed to load) lost every finished one.  It is rewritten after each check, marked as in progress, and
+    where the run stopped (an error, or Ctrl-C: the report said "in progress" for good)."""
     done = CheckResult("lossless", "claim", True, "the table", "3 of 3", ())
     monkeypatch.setattr(lossless, "run", lambda **kw: done)
     monkeypatch.setattr(reductions, "run", lambda **kw: (_ for _ in ()).throw(RuntimeError("stopped")))
     with pytest.raises(RuntimeError, match="stopped"):
         run_checks(["lossless", "reductions"], fast=True, out_dir=tmp_path, progress=False)
     report = (tmp_path / "paper_checks.md").read_text()
-    assert "| lossless | PASS | 3 of 3 |" in report and "the table" in report and "Run in progress" in report
-    run_checks(["lossless"], fast=True, out_dir=tmp_path, progress=False)
-    assert "Run in progress" not in (tmp_path / "paper_checks.md").read_text()
+    assert "| lossless | PASS | 3 of 3 |" in report and "the table" in report
+    assert "*Stopped during reductions (RuntimeError): 1 check(s) finished.*" in report
+    monkeypatch.setattr(reductions, "run", lambda **kw: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        run_checks(["lossless", "reductions"], fast=True, out_dir=tmp_path, progress=False)
+    assert "Stopped during reductions (KeyboardInterrupt)" in (tmp_path / "paper_checks.md").read_text()
+    monkeypatch.setattr(reductions, "run", lambda **kw: done)
+    seen = []
+    monkeypatch.setattr(runner, "write_report", lambda *a: seen.append(a[-1] if len(a) == 4 else None))
+    run_checks(["lossless", "reductions"], fast=True, out_dir=tmp_path, progress=False)
+    assert seen == ["*Run in progress: 1 check(s) finished so far.*", "*Run in progress: 2 check(s) finished so far.*",
+                    None]
 
 
 def test_missing_packages_are_named_before_any_check_runs(tmp_path, monkeypatch):
