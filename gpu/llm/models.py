@@ -171,11 +171,15 @@ def build_draft(target: torch.nn.Module, spec: str) -> torch.nn.Module:
 
 def check_device(device, label: str) -> torch.device:
     """``device`` as a torch device this build and machine have, else a ValueError ``"{label} {device}: why"``
-    (torch says why: an AssertionError for CUDA on a CPU build, a RuntimeError for an unknown name)."""
+    (torch says why, its first line cut at 200 characters: an AssertionError for CUDA on a CPU build, a RuntimeError
+    for an unknown name or a backend without this operator); ``meta`` holds no values to decode with."""
     try:
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as err:
-        raise ValueError(f"{label} {device}: {str(err).splitlines()[0]}") from None
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(f"{label} {device}: {why[:200]}{'…' if len(why) > 200 else ''}") from None
+    if torch.device(device).type == "meta":
+        raise ValueError(f"{label} {device}: meta tensors hold no values (the models would load, then fail)")
     return torch.device(device)
 
 

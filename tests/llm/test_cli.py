@@ -205,7 +205,8 @@ def test_decode_refuses_a_non_positive_budget_before_loading(monkeypatch, capsys
     (["decode", "--prompt", "hi", "--draft", "rtn:4"], "--draft: spec 'rtn:4' must read rtn:BITS:GROUP"),
     (["decode", "--prompt", "hi", "--draft", "hf:/no/such"], "'/no/such' has no config.json"),
     (["decode", "--prompt", "hi", "--tree", "64,64,64"], "beyond the 1024 a decoding tree may have"),
-])
+    (["decode", "--prompt", "hi", "--device", "meta"], "--device meta: meta tensors hold no values"),  # loaded, then
+])                                                                                             # a RuntimeError
 def test_llm_commands_refuse_bad_values_in_one_line_before_loading(argv, match, tmp_path, capsys):
     """Each was a traceback with exit 1 (an AttributeError, a RuntimeError, a FileExistsError — the last one only
     after the whole speed run) or, for a draft that cannot draft the tree's widest node, an error once both models
