@@ -370,3 +370,4 @@ def test_public_helpers_check_their_arguments():
             bad()
     assert sum(pr for _, pr in tuple_law(np.array([0.25, 0.75]), 2, "iid")) == 1.0
     assert len(sample_tree(model, "2,1", "wor", rng).token) == 5
+    assert sample_tree(model, "2", "topk", None).token[1:] == tuple(int(i) for i in np.argsort(-model.draft(()))[:2])

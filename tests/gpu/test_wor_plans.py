@@ -179,9 +179,14 @@ def test_coupling_on_tensors_is_exact_by_enumeration(V, k):
         assert abs(a[i].sum().item() - alpha_star(pi, qi, k, "iid", r)) <= 1e-12
 
 
-def test_the_k2_choice_matches_choose_plan():
+@pytest.mark.parametrize("capped", [False, True])
+def test_the_k2_choice_matches_choose_plan(capped, monkeypatch):
     """wor_weights follows choose_plan beyond small supports (w(S), a to 1e-12): on Dirichlet rows of growing
-    flatness (V = 200) rule 3, PTS and the coupling all occur."""
+    flatness (V = 200) rule 3, PTS and the coupling all occur — and with the coupling's cost cap below every
+    node (``capped``: as a wide node sees it), neither path builds it."""
+    import univer_theory.plans.choose as choose
+    if capped:
+        monkeypatch.setattr(choose, "COUPLING_MAX_COST", 1)
     V, rng, cases = 200, np.random.default_rng(0), []
     for conc in (1.0, 5.0, 50.0):
         for i in range(12):
@@ -195,7 +200,7 @@ def test_the_k2_choice_matches_choose_plan():
         used.add(plan.construction)
         np.testing.assert_allclose(w[i].numpy(), plan.select(S), rtol=0, atol=1e-12)
         np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-12)
-    assert used == {"wor_pair", "pts", "iid_coupling"}, used
+    assert used == ({"wor_pair", "pts"} if capped else {"wor_pair", "pts", "iid_coupling"}), used
 
 
 def test_unreached_rows_get_no_plan():

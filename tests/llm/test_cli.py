@@ -87,8 +87,8 @@ def test_accept_bench_resume_gives_the_uninterrupted_result(pair, tmp_path, monk
         return evaluate(*args, **kwargs)
 
     monkeypatch.setattr(bench, "evaluate_prompt", stop_after_one)
-    with pytest.raises(KeyboardInterrupt):
-        cli.main(argv(tmp_path / "parts"))
+    assert cli.main(argv(tmp_path / "parts")) == 130                         # Ctrl-C: one line, status 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "univer accept-bench: interrupted"
     log = (tmp_path / "parts" / "accept_bench.jsonl").read_text().splitlines()
     assert len(log) == 2 and json.loads(log[1])["id"] == calls[0]          # header + the finished prompt
     assert not (tmp_path / "parts" / "accept_bench.json").exists()

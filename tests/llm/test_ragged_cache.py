@@ -156,9 +156,11 @@ def test_speed_compare_batches_groups_and_counts_every_request(tiny_pair, monkey
 
 def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_path, monkeypatch):
     """An inference engineer's own pair: a draft of another vocabulary was an IndexError after the prefill (now a
-    ValueError building the pair); ``max_steps = 0`` decoded 9 steps anyway; a prompt past a model's positions
-    was an IndexError inside its embedding; ``hf:~/dir`` was not expanded."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    ValueError building the pair); ``max_steps = 0`` decoded 9 steps anyway; a prompt past the positions of a
+    model that embeds them (GPT-2) was an IndexError inside its embedding — refused up front, to the position
+    (27 + 4 new + depth 2 − 1 = 32 of 32 runs, 28 not), while rotary models, which run past their
+    ``max_position_embeddings``, are not held to it; ``hf:~/dir`` was not expanded."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     from gpu.llm.models import parse_draft_spec
     from gpu.llm.tree_draft import MAX_DECODE_NODES
@@ -167,16 +169,24 @@ def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_p
                                         num_attention_heads=4, num_key_value_heads=2)).eval()
     with pytest.raises(ValueError, match="must score one vocabulary .*target 48, draft 50"):
         ModelPair(tiny_pair.target, wide, tiny_pair.tokenizer, "wide")
+    torch.manual_seed(2)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=48, n_positions=32, n_embd=32, n_layer=1, n_head=4)).eval()
+    absolute = ModelPair(tiny_pair.target, gpt2, tiny_pair.tokenizer, "gpt2")
     shape, gen = tree_shape("binary:2"), torch.Generator().manual_seed(0)
-    decode = lambda prompts, **kw: speculative_decode_batch(tiny_pair, prompts, "tv", shape, "wor", 1.0,  # noqa
-                                                           kw.pop("new", 4), gen, **kw)
+    decode = lambda prompts, pair=tiny_pair, **kw: speculative_decode_batch(  # noqa: E731
+        pair, prompts, "tv", shape, "wor", 1.0, kw.pop("new", 4), gen, **kw)
     for bad, match in ((lambda: decode([[3, 4]], max_steps=0), "max_steps must be an integer ≥ 1, got 0"),
                        (lambda: decode([[3, 4]], new=0), "max_new_tokens must be an integer ≥ 1, got 0"),
-                       (lambda: decode([[3] * 124]), r"\(124 tokens\) and 6 more positions exceed the target.s 128"),
+                       (lambda: decode([[3] * 28], absolute), r"\(28 tokens\) and 6 more positions pass the draft.s"),
                        (lambda: tree_shape("64,64,64"), f"beyond the {MAX_DECODE_NODES} a decoding tree")):
         with pytest.raises(ValueError, match=match):
             bad()
-    assert len(decode([[3] * 118])[0].accepted) >= 1                      # 118 + 4 + 2 = 124 ≤ 128 positions
+    tiny_pair.target.config.eos_token_id = None                            # every run spends its whole budget
+    try:
+        assert len(decode([[3] * 27], absolute)[0].tokens) == 4               # the last position, 31, is fed
+        assert len(decode([[3] * 130], new=2)[0].tokens) == 2                 # rotary: past its 128 positions
+    finally:
+        tiny_pair.target.config.eos_token_id = 47
     assert len(decode([[3, 4]], new=8, max_steps=1)[0].accepted) == 1
     assert tree_shape("binary:9").num_nodes == 1023
     (tmp_path / "d").mkdir()

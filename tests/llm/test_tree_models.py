@@ -85,7 +85,8 @@ def test_rtn_draft_quantises_decoder_projections_only(pair):
 
 
 def test_draft_spec_errors(pair, tmp_path):
-    for bad in ("rtn:4", "rtn:0:32", "early:0", "early:30", "lora:1", "hf:/no/such/folder", f"hf:{tmp_path}", "hf:"):
+    for bad in ("rtn:4", "rtn:0:32", "rtn:16:128", "rtn:1:32", "early:0", "early:30", "lora:1", "hf:/no/such/folder",
+                f"hf:{tmp_path}", "hf:"):
         with pytest.raises(ValueError, match="build_draft"):
             build_draft(pair.target, bad)
 

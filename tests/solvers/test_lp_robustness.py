@@ -3,6 +3,7 @@ the α*-face floor, and ``univer bound`` / ``univer exact`` reporting a failed L
 import dataclasses
 import importlib
 import json
+import re
 from functools import partial
 
 import numpy as np
@@ -267,3 +268,29 @@ except KeyboardInterrupt:
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.split() == ["interrupted", "True", "True"], out
+
+
+def test_large_lps_run_interruptibly_and_small_ones_directly(monkeypatch):
+    """The wiring of the test above: an LP of INTERRUPTIBLE_NONZEROS entries goes through ``interruptible_run``
+    (same optimum), a small one calls HiGHS directly."""
+    import scipy.sparse as sp
+
+    highs_lp = importlib.import_module("solvers.highs_lp")
+    calls = []
+    real = highs_lp.interruptible_run
+    monkeypatch.setattr(highs_lp, "interruptible_run", lambda h: calls.append(1) or real(h))
+    for n in (10, highs_lp.INTERRUPTIBLE_NONZEROS):
+        sol = highs_lp.solve_lp(np.ones(n), sp.identity(n, format="csc"), -np.inf, np.full(n, 0.5), 0.0, np.inf)
+        assert sol.success and sol.objective == 0.5 * n
+    assert calls == [1]
+
+
+def test_a_node_lp_past_its_tuple_budget_is_refused_before_enumerating():
+    """``solve_flat(method="lp")`` on V = 32, k = 4 i.i.d. (10⁶ tuples) ran past 150 s at 3.5 GB; it is a
+    ValueError pointing at the closed form, raised before the tuples are built."""
+    from solvers import solve_flat
+    from solvers.condot import MAX_NODE_LP_TUPLES
+    q = np.full(32, 1 / 32)
+    with pytest.raises(ValueError, match=re.escape(f"exceed MAX_NODE_LP_TUPLES = {MAX_NODE_LP_TUPLES:.0e}")):
+        solve_flat(q, q, 4, "iid", method="lp")
+    assert abs(solve_flat(q, q, 4, "iid", method="fast").value - 1.0) <= 1e-12

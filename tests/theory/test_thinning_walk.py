@@ -295,23 +295,24 @@ def test_early_nodes_reads_the_rates():
 
 def test_early_nodes_at_any_width():
     """``early_nodes`` formed γ(k, x) as ``(k − 1)!·(…)``, a float OverflowError from k = 172 children (a
-    ``--tree 1000`` decode crashed there): γ is in logs now, the same cut as the direct form wherever that
-    one is a float (k ≤ 171), and a cut (or none) at any k."""
+    ``--tree 1000`` decode crashed there): γ is in logs now — the cut of the formula with scipy's regularised
+    incomplete gamma at every k up to 1 000, and none where ``γ(k, x)/(k − 1)!`` is below EARLY_SHARE_FLOOR
+    (there the sum it is formed from is round-off: k = 40, x = 2 cut 203 nodes where 195 may go)."""
     import math
-    s = np.linspace(-30, 5, 64)
 
-    def direct(k, fastest, total):          # the former formula, valid while (k − 1)! is a float
-        x = total / fastest
-        gamma = math.factorial(k - 1) * (1 - math.exp(-x) * sum(x ** j / math.factorial(j) for j in range(k)))
-        if not gamma > 0:
+    from scipy.special import gammainc
+    s = np.linspace(-30, 30, 400)
+
+    def oracle(k, fastest, total):
+        share = float(gammainc(k, total / fastest))
+        if share <= clocks.EARLY_SHARE_FLOOR:
             return 0
-        lower = (math.log(k * clocks.EARLY_TAIL * gamma) + (k - 1) * math.log(-math.expm1(-1.0))) / k
-        return int(np.count_nonzero(s < lower - math.log(total)))
+        lower = (math.log(k * clocks.EARLY_TAIL) + math.lgamma(k) + math.log(share)
+                 + (k - 1) * math.log(-math.expm1(-1.0))) / k - math.log(total)
+        return int(np.count_nonzero(s < lower))
 
-    for k in (2, 3, 8, 40, 120, 171):
-        for fastest, total in ((0.01, 1.0), (0.2, 1.0), (1e-4, 0.5)):
-            x = total / fastest
-            if x > 700 or (k - 1) * math.log(x) > 700:      # e^{−x} or x^j out of a float in the direct form
-                continue
-            assert early_nodes(k, s, fastest, total) == direct(k, fastest, total), (k, fastest, total)
-    assert all(0 <= early_nodes(k, s, f, 1.0) <= s.size for k in (172, 500, 1000) for f in (0.01, 0.3))
+    cases = [(k, f, t) for k in (2, 3, 8, 40, 120, 171, 172, 500, 1000)
+             for f, t in ((0.01, 1.0), (0.2, 1.0), (1e-4, 0.5), (0.5, 1.0), (0.002, 1.0))]
+    got = [early_nodes(k, s, f, t) for k, f, t in cases]
+    assert got == [oracle(*c) for c in cases]
+    assert early_nodes(40, s, 0.5, 1.0) == 0 < early_nodes(1000, s, 1e-4, 0.5)   # round-off: no cut; a cut at k = 1000

@@ -8,7 +8,8 @@
 * ``wor``: k = 2 → rule 3 (``wor_pair``) when feasible, which it is only when its exact α is within
   ``OPTIMALITY_TOL`` of α*(ρ) (checked on the result, so nothing can beat it by more); otherwise the larger
   exact α of rule 4 (``pts``) and rule 5 (``iid_coupling``; not built where PTS comes within ``ALPHA_TIE`` of
-  α*_iid(ρ), which the coupling attains exactly: :func:`coupling_can_win`); on a small draft support
+  α*_iid(ρ), which the coupling attains exactly, nor past :data:`COUPLING_MAX_COST`: :func:`coupling_can_win`);
+  on a small draft support
   (≤ :data:`SMALL_SUPPORT` tokens, its LP of at most :data:`MAX_LP_TUPLES` ordered tuples: :func:`small_lp`)
   rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; elsewhere, where
   they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first
