@@ -160,6 +160,10 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     assert main(["exact", "--vocab", "3", "--shape", "2", "--methods", "tv"]) == 130
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == "univer exact: interrupted" and "Traceback" not in err
+    import univer.cli
+    monkeypatch.setattr(univer.cli, "load_plugin", interrupted)          # while a --plugin loads
+    assert main(["--plugin", "p.py", "exact", "--vocab", "3", "--shape", "2"]) == 130
+    assert capsys.readouterr().err.strip() == "univer: interrupted"
 
 
 def test_evaluate_reports_each_node_evaluation():

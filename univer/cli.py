@@ -81,6 +81,8 @@ def main(argv=None) -> int:
     except ValueError as err:
         print(f"univer: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _interrupted("univer")
     try:
         return int(args.func(args) or 0)
     except ValueError as err:
@@ -102,9 +104,14 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader went away (`univer exact --json | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at interpreter exit
         return 141
-    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT (files written so far are kept)
-        print(f"\nuniver {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:
+        return _interrupted(f"univer {args.command}")
+
+
+def _interrupted(who: str) -> int:
+    """Ctrl-C: one line, and the shell's status for SIGINT (files written so far are kept)."""
+    print(f"\n{who}: interrupted", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":
