@@ -106,10 +106,10 @@ class TreeArrays:
 
 
 #: Most trees :func:`enumerate_tree_arrays` builds (each a row of N tokens and N prefix codes; the LP has a
-#: variable per tree and node).  The largest benchmarked case, V = 5 ``3,2`` wor, is 4.8·10⁵ trees (17 s); beyond
-#: this the arrays alone outgrow a workstation's memory (V = 8 ``3,3`` wor: 1.3·10¹⁰ trees, 95 GiB of arrays at
-#: its last node) and the LP would not be solved in reasonable time, so it is refused as the count passes it.
-MAX_TREES = 5 * 10 ** 6
+#: variable per tree and node).  The largest benchmarked case, V = 5 ``3,2`` wor, is 4.8·10⁵ trees (17 s); V = 6
+#: ``3,2`` wor (3.2·10⁶) ran past 10 minutes, and further on the arrays alone outgrow a workstation's memory (V = 8
+#: ``3,3`` wor: 1.3·10¹⁰ trees, 95 GiB of arrays at its last node), so it is refused as the count passes this.
+MAX_TREES = 10 ** 6
 
 
 def enumerate_tree_arrays(model: Model, shape, process: str) -> TreeArrays:
