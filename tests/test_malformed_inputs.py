@@ -353,6 +353,7 @@ def test_public_helpers_check_their_arguments():
             (lambda: tuple_law(np.array([2.0, 2.0]), 1, "iid"), "tuple_law: the draft row q sums to 4"),
             (lambda: tuple_law(np.array([1.5, -0.5]), 1, "iid"), "tuple_law: the draft row q has a negative"),
             (lambda: tuple_law(np.full((2, 2), 0.5), 1, "iid"), r"must be one row \[V\], got shape \(2, 2\)"),
+            (lambda: tuple_law(half, 2.0, "iid"), "tuple_law: number of children k must be an integer ≥ 1, got 2.0"),
             (lambda: sample_children(np.array([np.nan, 0.5, 0.5]), 2, "wor", rng), "sample_children: the draft row"),
             (lambda: sample_children(half, 1, "iid", 0), "sample_children: rng must be a numpy Generator"),
             (lambda: sample_tree(model, "2", "wor", 0), r"sample_tree: rng must be a numpy Generator \(.*\), got int"),

@@ -27,7 +27,7 @@ from .models import Model, check_model_type
 from .nx import get_backend
 from .orders import top_tokens
 from .tree import DraftTree, TreeShape, as_shape
-from .validation import check_choice, check_simplex
+from .validation import check_choice, check_int, check_simplex
 
 PROCESSES = ("iid", "wor", "topk", "greedy")
 #: SpecHub's draft law (module docstring); the exact oracle enumerates it, the batched layer does not.
@@ -53,8 +53,7 @@ def _check_k(q: np.ndarray, k: int, process: str, where: str) -> None:
         raise ValueError(f"{where}: the draft row q must be one row [V], got shape {np.shape(q)}")
     check_simplex(np.asarray(q, dtype=np.float64), where, "the draft row q")
     support = int(np.count_nonzero(q))
-    if k < 1:
-        raise ValueError(f"{where}: number of children k must be ≥ 1, got {k}")
+    check_int(k, where, "number of children k", 1)
     if process == HUB and k != 2:
         raise ValueError(f"{where}: process 'hub' (SpecHub) drafts exactly 2 children, got k = {k}")
     if process != "iid" and k > support:

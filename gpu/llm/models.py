@@ -56,9 +56,9 @@ class ModelPair:
         first = [next(m.parameters(), None) for m in (self.target, self.draft)]
         if None in first:
             raise ValueError("ModelPair: the target and the draft must be torch modules with parameters")
-        devices = {w.device for w in first}
-        if len(devices) > 1:
-            raise ValueError(f"ModelPair: the target and the draft are on different devices {sorted(map(str, devices))}")
+        if first[0].device != first[1].device:
+            raise ValueError(f"ModelPair: the target ({first[0].device}) and the draft ({first[1].device}) are on "
+                             f"different devices")
 
     @property
     def device(self) -> torch.device:
