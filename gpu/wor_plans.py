@@ -57,8 +57,9 @@ import torch
 from univer_theory.alpha_star import alpha_star_rows
 from univer_theory.nx import get_backend
 from univer_theory.orders import descending_ratio_order, order_ranks, ratio_argsort, top_tokens
-from univer_theory.plans.choose import (ALPHA_TIE, coupling_can_win, full_support_weights, single_child_rows,
-                                        single_child_weights, small_lp, support_marginal, under_ceiling)
+from univer_theory.plans.choose import (ALPHA_TIE, alpha_star_computable, coupling_can_win, full_support_weights,
+                                        single_child_rows, single_child_weights, small_lp, support_marginal,
+                                        under_ceiling)
 from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
                                         row_weights, thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
@@ -436,6 +437,8 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     if rows.shape[0]:
         first = first_draw_gate(q[rows], alpha, OPTIMALITY_TOL)
         luce = luce_rows(c[rows], q[rows], k)
+        if not alpha_star_computable(q.shape[-1], k):       # α*(ρ) beyond float64's clock range: rules 7, 8 not tried
+            first, luce = first & False, luce & False
         rows, first, luce, alpha = rows[first | luce], first[first | luce], luce[first | luce], alpha[first | luce]
     if rows.shape[0]:
         star = alpha_star_rows(p[rows], q[rows], k, "wor", rho[rows], order[rows])[0] - OPTIMALITY_TOL

@@ -167,12 +167,18 @@ SURE_RING = 50.0
 LOG_RATE_TIME_SPAN = (-46.0, 6.7)
 
 
+def wor_clocks_in_range(V: int, k: int) -> bool:
+    """Whether the clock integral of α*(ρ) for ``wor`` (k ≥ 3) over rows of V tokens is within float64's range
+    (:func:`_clock_clamp`: about k ≤ 12 at V = 128 000, k ≤ 17 at V = 10)."""
+    return LOG_SUM_RANGE / max(k - 1, 1) - math.log(V) >= math.log(V) + CLAMP_MARGIN
+
+
 def _clock_clamp(V: int, k: int) -> float:
     """``λ`` with ``(k − 1)(λ + log V) ≤`` :data:`LOG_SUM_RANGE`: the clamped odds ``r_x ≤ e^{λ}`` keep every
     ``e_n(r) ≤ (V e^{λ})^n``, n < k, finite.  Raises ValueError when ``V·e^{−λ}`` cannot stay below
-    ``e^{−37}`` (about k ≤ 12 at V = 128 000, k ≤ 17 at V = 10)."""
+    ``e^{−37}`` (:func:`wor_clocks_in_range`)."""
     lam = LOG_SUM_RANGE / max(k - 1, 1) - math.log(V)
-    if lam < math.log(V) + CLAMP_MARGIN:
+    if not wor_clocks_in_range(V, k):
         raise ValueError(f"_wor_miss_clocks: k = {k} children over V = {V} tokens is beyond the float64 range of "
                          f"the clock integral's elementary symmetric sums")
     return lam

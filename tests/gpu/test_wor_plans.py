@@ -387,3 +387,27 @@ def test_rule_1_only_where_its_lp_is_small():
     batch, pt, qt = padded_rows([tree], model)
     want = VERIFIERS["univer"].expected_accepted_length(tree, p, q, "wor")
     assert abs(float(expected_accepted_length(batch, pt, qt, "wor", "univer")[0]) - want) < 1e-12
+
+
+@pytest.mark.parametrize("k,V", [(9, 13), (12, 16), (16, 300), (24, 2000)])
+def test_wide_nodes_are_planned_alike_and_in_bounded_time(k, V):
+    """A wide-node campaign: rule 7 enumerated every composition's k! orders (k = 12 on 16 tokens asked for ~46 GB;
+    now k ≤ LUCE_MAX_K), and rules 7 and 8 asked for α*(ρ) where its clock integral is beyond float64 (k = 16 on
+    300 tokens: a ValueError, the node unplanned; now not tried there).  One dominant draft token (PTS short of
+    α*); the exact core and the batched path give one plan, within α*'s bounds where α* is computable."""
+    from univer_theory.alpha_star import wor_clocks_in_range
+    from univer_theory.plans.luce import LUCE_MAX_K, luce_budget
+    rng = np.random.default_rng(k + V)
+    q = rng.dirichlet(np.full(V, 0.5))
+    q *= 0.05 / q.sum()
+    q[0] += 0.95
+    p = rng.dirichlet(np.full(V, 0.5))
+    S = tuple(int(y) for y in rng.choice(V, k, replace=False, p=q))
+    plan = choose_plan(p, q, 1.0, k, "wor")
+    w, a = wor_weights(torch.tensor(p)[None], torch.tensor(q)[None], torch.ones(1, dtype=torch.float64),
+                       torch.tensor(p)[None], torch.tensor([S]))
+    np.testing.assert_allclose(w[0].numpy(), plan.select(S), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a[0].numpy(), plan.marginal, rtol=0, atol=1e-12)
+    assert (plan.marginal <= p + 1e-12).all() and not luce_budget([1] * V, k) and k > LUCE_MAX_K
+    if wor_clocks_in_range(V, k):
+        assert float(plan.alpha) <= alpha_star(p, q, k, "wor", 1.0) + 1e-9

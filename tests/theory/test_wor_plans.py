@@ -379,15 +379,15 @@ def test_coupling_gate_margin():
     α*_iid(ρ) by up to ``COUPLING_GAP``, so it is built wherever ``α*_iid(ρ) + COUPLING_GAP`` could beat PTS's α
     by more than the tie — just inside the band it is built, just outside it is not (a gate without the margin,
     or with it added, flips one of the two); and never past ``COUPLING_MAX_COST`` (k = 8 on 49 152 tokens is
-    within it, k = 9 not; k = 100 on 100 tokens not, without an overflow)."""
+    within it, k = 9 not; k = 19 on 32 tokens, 38 s, not; k = 100 on 100 tokens not, without an overflow)."""
     from univer_theory.plans.choose import ALPHA_TIE, COUPLING_GAP, coupling_can_win
     a = 0.5
     assert coupling_can_win(a + ALPHA_TIE - 0.5 * COUPLING_GAP, a, 3, 10)
     assert not coupling_can_win(a + ALPHA_TIE - 1.5 * COUPLING_GAP, a, 3, 10)
     assert coupling_can_win(np.array([a + ALPHA_TIE, a]), np.array([a, a]), 3, np.array([10, 10])).tolist() == [
         True, False]
-    wins = [coupling_can_win(a + 0.1, a, k, m) for k, m in ((8, 49152), (9, 49152), (9, 1024), (100, 100))]
-    assert wins == [True, False, True, False]
+    wins = [coupling_can_win(a + 0.1, a, k, m) for k, m in ((8, 49152), (9, 49152), (9, 1024), (19, 32), (100, 100))]
+    assert wins == [True, False, True, False, False]
 
 
 def ceiling_rows(V, k):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..alpha_star import alpha_star
+from ..alpha_star import alpha_star, wor_clocks_in_range
 from ..nx import get_backend
 from ..orders import top_tokens
 from ..processes import falling, tuple_law
@@ -67,11 +67,11 @@ ALPHA_TIE = 1e-12
 #: How far rule 5's float α may sit from the closed-form α*_iid(ρ) it attains (measured ≤ 6e-15; checked to this
 #: bound on a seeded grid): the margin of :func:`coupling_can_win`.
 COUPLING_GAP = 1e-13
-#: Largest ``2^(k−1)·m`` (k children, m drafted tokens) rule 5 is built on: its layouts cover the 2^(k−1)
+#: Largest ``2^(k−1)·k²·m`` (k children, m drafted tokens) rule 5 is built on: its layouts cover the 2^(k−1)
 #: multisets of virtual draws over the support and its chain has a state per subset of the children, so one
-#: whole-row SmolLM2 node (m = 49 152) took 0.5 s at k = 8, 14 s at k = 12 and ran out of memory at k = 100.  Wider
-#: nodes take PTS (rule 4, lossless at any k); k = 8 on whole rows stays within it.
-COUPLING_MAX_COST = 2 ** 23
+#: whole-row SmolLM2 node (m = 49 152) took 0.5 s at k = 8, 14 s at k = 12 and ran out of memory at k = 100, and
+#: k = 19 on 32 tokens 38 s.  Wider nodes take PTS (rule 4, lossless at any k); k = 8 on whole rows stays within it.
+COUPLING_MAX_COST = 2 ** 29
 
 
 def small_lp(support, k: int):
@@ -287,10 +287,18 @@ def support_marginal(c, q):
     return get_backend(c, q).where(q > 0, c, 0.0)
 
 
+def alpha_star_computable(V: int, k: int) -> bool:
+    """Whether rules 7 and 8 can ask for α*(ρ) under ``wor`` with k children on rows of V tokens: k = 2 is a closed
+    form, wider nodes a clock integral within float64's range only so far (k = 16 on 300 tokens is beyond it,
+    :func:`~univer_theory.alpha_star.wor_clocks_in_range`); beyond, those rules are not tried."""
+    return k <= 2 or wor_clocks_in_range(V, k)
+
+
 def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
     """wor on a large support: rules 7, then 8, where ``plan`` falls short of α*(ρ) by more than ``OPTIMALITY_TOL``
     (module docstring); α*(ρ) is computed only when the plan is below the ceiling of every α
-    (:func:`under_ceiling`, one pass, asked first) and one of their cheap gates passes."""
+    (:func:`under_ceiling`, one pass, asked first), one of their cheap gates passes and α*(ρ) is computable
+    (:func:`alpha_star_computable`)."""
     p = np.asarray(target_probs, dtype=np.float64)
     c = float(rho) * p
     alpha = float(plan.alpha)
@@ -298,7 +306,7 @@ def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
         return plan
     first = bool(first_draw_gate(q, alpha, OPTIMALITY_TOL))
     luce = luce_budget(token_classes(q, c)[1], k)
-    if not (first or luce):
+    if not (first or luce) or not alpha_star_computable(q.shape[-1], k):
         return plan
     star = float(alpha_star(target_probs, q, k, "wor", rho)) - OPTIMALITY_TOL
     if luce and alpha < star:
@@ -362,11 +370,12 @@ def unreached_plan(target_probs, k: int) -> NodePlan:
 
 def coupling_can_win(star_iid, alpha_pts, k: int, support):
     """Where rule 5 is built for a node of ``k`` children on ``support`` drafted tokens: within
-    :data:`COUPLING_MAX_COST` (``2^(k−1)·support``) and where it can beat PTS's α by more than ``ALPHA_TIE``,
+    :data:`COUPLING_MAX_COST` (``2^(k−1)·k²·support``) and where it can beat PTS's α by more than ``ALPHA_TIE``,
     ``α*_iid(ρ) > α_PTS + ALPHA_TIE − COUPLING_GAP``.  The coupling attains α*_iid(ρ) exactly (theory.md §6.3
     rule 5; its float α within :data:`COUPLING_GAP` of the closed form's), so elsewhere it would lose or tie and
     is not built: the choice is the same.  Floats or arrays (numpy or torch)."""
-    return (star_iid > alpha_pts + (ALPHA_TIE - COUPLING_GAP)) & (support <= COUPLING_MAX_COST // 2 ** (k - 1))
+    affordable = support <= COUPLING_MAX_COST // (2 ** (k - 1) * k * k)
+    return (star_iid > alpha_pts + (ALPHA_TIE - COUPLING_GAP)) & affordable
 
 
 def _pts_or_coupling(target_probs, draft_probs, rho, k: int) -> NodePlan:

@@ -55,6 +55,9 @@ from ..processes import wor_tuple_probs
 LUCE_SUPPORT = 16
 #: Largest number of sets ``C(m, k)`` enumerated.
 LUCE_SETS = 2048
+#: Widest node the fit is built for: every composition's k! orders are enumerated (k = 8 on 12 tokens: 6 s;
+#: k = 9 on 13: 44 s; k = 11 on 12: a MemoryError; k = 12 on 16 asked for ~46 GB).
+LUCE_MAX_K = 8
 #: ``T``: the reject option's weight is ``e^{−T}``; classes sit ~``μT`` apart (module docstring).  Reached by
 #: doubling from :data:`LUCE_START`, each stage starting from the last one's φ (a continuation: at small T the
 #: Newton steps find the Luce weights inside the classes, larger T only pulls the classes apart).
@@ -92,10 +95,10 @@ def composition_count(caps, k: int) -> int:
 
 def luce_budget(sizes, k: int) -> bool:
     """Whether classes of ``sizes`` exchangeable drafted tokens (:func:`token_classes`; all 1 when no two
-    drafted tokens tie) fit the fit's budget at k children: at most :data:`LUCE_SUPPORT` classes, at least k
-    tokens, at most :data:`LUCE_SETS` compositions."""
+    drafted tokens tie) fit the fit's budget at k children: k ≤ :data:`LUCE_MAX_K`, at most :data:`LUCE_SUPPORT`
+    classes, at least k tokens, at most :data:`LUCE_SETS` compositions."""
     sizes = [int(n) for n in sizes]
-    return (0 < len(sizes) <= LUCE_SUPPORT and sum(sizes) >= k
+    return (k <= LUCE_MAX_K and 0 < len(sizes) <= LUCE_SUPPORT and sum(sizes) >= k
             and composition_count(tuple(min(n, k) for n in sizes), k) <= LUCE_SETS)
 
 
