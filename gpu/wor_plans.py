@@ -429,7 +429,7 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     if rows.shape[0]:                   # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         _take(w, a, rows, solved & (a_lp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
-    rows = nx.nonzero(~feasible & ~small)[0]
+    rows = nx.nonzero(~feasible & ~small & alpha_star_computable(q.shape[-1], k))[0]
     if rows.shape[0]:                   # rules 7 and 8 where the plan so far is short of α*(ρ) by > OPTIMALITY_TOL
         alpha = a[rows].sum(-1)
         below = under_ceiling(c[rows], q[rows], alpha)    # the one-pass gate first: the others on its rows only
@@ -437,8 +437,6 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     if rows.shape[0]:
         first = first_draw_gate(q[rows], alpha, OPTIMALITY_TOL)
         luce = luce_rows(c[rows], q[rows], k)
-        if not alpha_star_computable(q.shape[-1], k):       # α*(ρ) beyond float64's clock range: rules 7, 8 not tried
-            first, luce = first & False, luce & False
         rows, first, luce, alpha = rows[first | luce], first[first | luce], luce[first | luce], alpha[first | luce]
     if rows.shape[0]:
         star = alpha_star_rows(p[rows], q[rows], k, "wor", rho[rows], order[rows])[0] - OPTIMALITY_TOL

@@ -45,9 +45,10 @@ def tuple_support(where: str, q: np.ndarray, k: int, process: str, support) -> t
     tokens in ``[0, V)`` (distinct within S unless iid), ``Q_k(S)`` finite, ≥ 0 and summing to 1 (within
     :data:`~univer_theory.validation.SIMPLEX_ATOL`); ValueError naming the first rule broken."""
     if support is None:
-        count = tuple_count(int(np.count_nonzero(q)), k, process)
+        drafted = int(np.count_nonzero(q))
+        count = tuple_count(drafted, k, process)
         if count > MAX_NODE_LP_TUPLES:
-            raise ValueError(f"{where}: {count:.3g} draft tuples (k = {k}, {process}, {np.count_nonzero(q)} drafted "
+            raise ValueError(f"{where}: {count:.3g} draft tuples (k = {k}, {process}, {drafted} drafted "
                              f"tokens) exceed MAX_NODE_LP_TUPLES = {MAX_NODE_LP_TUPLES:.0e}; α*(ρ) alone comes "
                              f"from the closed form (solve_flat(..., method='fast'))")
         law = tuple_law(q, k, process)

@@ -296,9 +296,11 @@ def alpha_star_computable(V: int, k: int) -> bool:
 
 def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
     """wor on a large support: rules 7, then 8, where ``plan`` falls short of α*(ρ) by more than ``OPTIMALITY_TOL``
-    (module docstring); α*(ρ) is computed only when the plan is below the ceiling of every α
-    (:func:`under_ceiling`, one pass, asked first), one of their cheap gates passes and α*(ρ) is computable
-    (:func:`alpha_star_computable`)."""
+    (module docstring), where α*(ρ) is computable (:func:`alpha_star_computable`); it is computed only when the plan
+    is below the ceiling of every α (:func:`under_ceiling`, one pass, asked first) and one of their cheap gates
+    passes."""
+    if not alpha_star_computable(q.shape[-1], k):
+        return plan
     p = np.asarray(target_probs, dtype=np.float64)
     c = float(rho) * p
     alpha = float(plan.alpha)
@@ -306,7 +308,7 @@ def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
         return plan
     first = bool(first_draw_gate(q, alpha, OPTIMALITY_TOL))
     luce = luce_budget(token_classes(q, c)[1], k)
-    if not (first or luce) or not alpha_star_computable(q.shape[-1], k):
+    if not (first or luce):
         return plan
     star = float(alpha_star(target_probs, q, k, "wor", rho)) - OPTIMALITY_TOL
     if luce and alpha < star:
