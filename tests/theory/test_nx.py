@@ -87,9 +87,21 @@ def sort_rows(rng, V):
     yield rng.random(V)
     yield np.where(rng.random((2, 3, V)) < 0.5, 0.25, rng.random((2, 3, V)))
     yield rng.random((3, 2 * V))[:, ::2]
+    yield near_keys(rng, (2, V), "long runs")
+    yield near_keys(rng, (2, V), "short runs")
 
 
-@pytest.mark.parametrize("V", [1, 127, 128, 1025, 49152])
+def near_keys(rng, shape, kind):
+    """Keys that differ below their high 32 bits (the radix sort's first passes, ``nx.stable_argsort_row``):
+    ``"long runs"`` within 2^-32 of 1 (one run of equal high words: the passes over the whole keys), ``"short runs"``
+    ~4 keys to a high word, a few hundred ulps apart (each run finished by insertion on the whole keys)."""
+    if kind == "long runs":
+        return 1.0 + rng.integers(0, 2**20, shape) * 2.0**-52
+    n = shape[-1]
+    return 0.5 + rng.integers(0, max(1, n // 4), shape) / max(1, n // 4) + rng.integers(0, 500, shape) * 2.0**-52
+
+
+@pytest.mark.parametrize("V", [1, 127, 1025, 4095, 4096, 49152])
 def test_stable_argsort_is_numpys_stable_sort(V):
     rng = np.random.default_rng(V)
     for x in sort_rows(rng, V):
@@ -117,18 +129,22 @@ def test_scatter_add_is_add_at(R, V, M):
 def test_stable_argsort_row_is_numpys_stable_sort():
     """The compiled kernels' stable argsort (``nx.stable_argsort_row``, a radix sort on the floats' bits) gives
     numpy's stable permutation: rows of 0–70 000 entries with runs of ties, ±0.0, ±∞, NaNs (last, in index order),
-    subnormals, all-equal rows and keys spread over the whole exponent range; rows already in order (the identity,
-    without the radix passes: ties, −0.0 beside 0.0, NaNs last), and such rows with one pair out of order, a NaN
-    first or a NaN inside (the radix passes); it fails when −0.0 is not read as 0.0, when ties leave index order
-    or when a row out of order (a NaN before a number) is taken for one in order."""
+    subnormals, all-equal rows, keys spread over the whole exponent range and keys that differ below their high
+    words only (short runs of equal high words, and one long run); rows already in order (the identity, without
+    the radix passes: ties, −0.0 beside 0.0, NaNs last), and such rows with one pair out of order, a NaN first or
+    a NaN inside (the radix passes); lengths on both sides of the insertion-only rows (32) and of the wide digits
+    (4 096); it fails when −0.0 is not read as 0.0, when ties leave index order, when a row out of order (a NaN
+    before a number) is taken for one in order or when a run of equal high words is left in index order."""
     from univer_theory.nx import stable_argsort_row
 
     rng = np.random.default_rng(66)
     specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1.0]
-    for n in (0, 1, 2, 7, 128, 1025, 2050, 70_000):
+    for n in (0, 1, 2, 7, 32, 33, 128, 1025, 4095, 4096, 70_000):
         for kind in ("spread", "ties", "equal", "specials", "ordered", "ordered specials", "swapped", "nan first",
-                     "nan inside"):
-            if kind in ("spread", "swapped", "nan first", "nan inside"):
+                     "nan inside", "long runs", "short runs"):
+            if kind in ("long runs", "short runs"):
+                x = near_keys(rng, (n,), kind)
+            elif kind in ("spread", "swapped", "nan first", "nan inside"):
                 x = rng.standard_normal(n) * 10.0 ** rng.uniform(-300, 300, n)
             elif kind in ("ties", "ordered"):
                 x = rng.integers(-3, 4, n).astype(float)
