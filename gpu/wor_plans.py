@@ -429,7 +429,7 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     if rows.shape[0]:                   # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         _take(w, a, rows, solved & (a_lp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
-    rows = nx.nonzero(~feasible & ~small & alpha_star_computable(q.shape[-1], k))[0]
+    rows = nx.nonzero(~feasible & ~small & alpha_star_computable((q > 0).sum(-1), k))[0]
     if rows.shape[0]:                   # rules 7 and 8 where the plan so far is short of α*(ρ) by > OPTIMALITY_TOL
         alpha = a[rows].sum(-1)
         below = under_ceiling(c[rows], q[rows], alpha)    # the one-pass gate first: the others on its rows only

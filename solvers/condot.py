@@ -21,7 +21,7 @@ from scipy.sparse import csr_array, vstack
 from univer_theory.alpha_star import check_node_inputs
 from univer_theory.plans.lp_plan import check_position_weights
 from univer_theory.processes import tuple_count, tuple_law
-from univer_theory.validation import SIMPLEX_ATOL
+from univer_theory.validation import SIMPLEX_ATOL, count_text
 
 from .highs_lp import solve_lp
 from .result import OTResult
@@ -48,7 +48,7 @@ def tuple_support(where: str, q: np.ndarray, k: int, process: str, support) -> t
         drafted = int(np.count_nonzero(q))
         count = tuple_count(drafted, k, process)
         if count > MAX_NODE_LP_TUPLES:
-            raise ValueError(f"{where}: {count:.3g} draft tuples (k = {k}, {process}, {drafted} drafted "
+            raise ValueError(f"{where}: {count_text(count)} draft tuples (k = {k}, {process}, {drafted} drafted "
                              f"tokens) exceed MAX_NODE_LP_TUPLES = {MAX_NODE_LP_TUPLES:.0e}; α*(ρ) alone comes "
                              f"from the closed form (solve_flat(..., method='fast'))")
         law = tuple_law(q, k, process)

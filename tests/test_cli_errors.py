@@ -89,6 +89,8 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
     # every node's tuples within bounds, but 12⁸ prefixes (sat at "0/5 methods"), or 12⁸ outputs to compare
     (["exact", "--vocab", "12", "--shape", "1,1,1,1,1,1,1,1"], "is 4.69e+08 (prefix, child tuple) pairs"),
     (["exact", "--vocab", "12", "--shape", "1,1,1,1,1,1,1", "--process", "topk"], "is 4.3e+08 outputs to compare"),
+    # beyond float64's range: formatting the count was an OverflowError traceback
+    (["exact", "--vocab", "100000", "--shape", "60,60,60", "--process", "iid"], "is ~10^313 (prefix, child tuple)"),
     # 8 400 pairs for the exact engine, but 1.3·10¹⁰ trees for the global LP (a 95 GiB MemoryError after 47 s;
     # V = 6 `2,2,2` i.i.d., 7.8·10¹⁰ trees, was killed for memory)
     (["bound", "--vocab", "8", "--shape", "3,3", "--process", "wor"], "above MAX_TREES = 1e+06"),

@@ -167,10 +167,17 @@ SURE_RING = 50.0
 LOG_RATE_TIME_SPAN = (-46.0, 6.7)
 
 
+def wor_clocks_max_tokens(k: int) -> float:
+    """The most tokens V whose clock integral of α*(ρ) for ``wor`` with k ≥ 3 children is within float64's range
+    (:func:`_clock_clamp`: ``λ = LOG_SUM_RANGE/(k − 1) − log V`` must keep ``log V − λ ≤ −CLAMP_MARGIN``):
+    ``e^{(LOG_SUM_RANGE/(k − 1) − CLAMP_MARGIN)/2}`` — ~6e5 at k = 12, ~4e4 at k = 13, ~300 at k = 16."""
+    return math.exp((LOG_SUM_RANGE / max(k - 1, 1) - CLAMP_MARGIN) / 2)
+
+
 def wor_clocks_in_range(V: int, k: int) -> bool:
-    """Whether the clock integral of α*(ρ) for ``wor`` (k ≥ 3) over rows of V tokens is within float64's range
-    (:func:`_clock_clamp`: about k ≤ 12 at V = 128 000, k ≤ 17 at V = 10)."""
-    return LOG_SUM_RANGE / max(k - 1, 1) - math.log(V) >= math.log(V) + CLAMP_MARGIN
+    """Whether the clock integral of α*(ρ) for ``wor`` (k ≥ 3) over V tokens is within float64's range
+    (:func:`wor_clocks_max_tokens`: about k ≤ 12 at V = 128 000, k ≤ 17 at V = 10)."""
+    return V <= wor_clocks_max_tokens(k)
 
 
 def _clock_clamp(V: int, k: int) -> float:

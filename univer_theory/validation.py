@@ -7,6 +7,7 @@ exactly on the simplex.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from fractions import Fraction
 
@@ -35,6 +36,12 @@ def check_int(value, where: str, name: str, low: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ValueError(f"{where}: {name} must be an integer ≥ {low}, got {value!r}")
     return int(value)
+
+
+def count_text(count) -> str:
+    """A count (an int of any size) for an error message: ``f"{count:.3g}"``, or ``~10^d`` beyond float64's range
+    (``:.3g`` of such an int is an OverflowError)."""
+    return f"{count:.3g}" if count < 1e300 else f"~10^{int(math.log10(count))}"
 
 
 def as_prob_array(values, where: str, name: str) -> np.ndarray:

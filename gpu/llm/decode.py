@@ -32,7 +32,7 @@ from ..probs import probs_from_logits, sample_rows
 from ..tree_batch import TreeBatch, tree_attention_mask
 from .models import ModelPair
 from .ragged_cache import RaggedCache
-from .tree_draft import draft_tree_cached
+from .tree_draft import check_decode_shape, draft_tree_cached
 from .verifiers import verify_batch
 
 #: Phases of a step whose wall time :class:`DecodeResult` reports.
@@ -229,6 +229,7 @@ def speculative_decode_batch(pair: ModelPair, prompts: list[list[int]], method: 
     ``draft_temperature`` defaults to :func:`univer_theory.models.resolve_draft_temperature`; ``draft_top``: the
     draft samples from each row's ``draft_top`` most likely tokens (:func:`gpu.probs.probs_from_logits`; the
     output law is still the target's — the verifier sees the truncated rows)."""
+    check_decode_shape(shape, "speculative_decode")
     check_int(max_new_tokens, "speculative_decode", "max_new_tokens", 1)
     if max_steps is not None:
         check_int(max_steps, "speculative_decode", "max_steps", 1)

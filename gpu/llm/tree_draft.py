@@ -63,8 +63,15 @@ def tree_shape(spec: str) -> TreeShape:
                          "['binary:D', 'chain:D', 'eagle[:W]'] or a TreeShape.parse string")
     else:
         shape = TreeShape.parse(spec)
+    return check_decode_shape(shape, "tree_shape", repr(spec))
+
+
+def check_decode_shape(shape: TreeShape, where: str, name: str = "shape") -> TreeShape:
+    """``shape``, or a ValueError unless it is a :class:`TreeShape` of at most :data:`MAX_DECODE_NODES` nodes."""
+    if not isinstance(shape, TreeShape):
+        raise ValueError(f"{where}: {name} must be a TreeShape, got {type(shape).__name__}")
     if shape.num_nodes > MAX_DECODE_NODES:
-        raise ValueError(f"tree_shape: {spec!r} has {shape.num_nodes} nodes, beyond the {MAX_DECODE_NODES} a "
+        raise ValueError(f"{where}: {name} has {shape.num_nodes} nodes, beyond the {MAX_DECODE_NODES} a "
                          f"decoding tree may have (one target forward scores every node)")
     return shape
 

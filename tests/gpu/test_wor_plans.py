@@ -411,3 +411,37 @@ def test_wide_nodes_are_planned_alike_and_in_bounded_time(k, V):
     assert (plan.marginal <= p + 1e-12).all() and not luce_budget([1] * V, k) and k > LUCE_MAX_K
     if wor_clocks_in_range(V, k):
         assert float(plan.alpha) <= alpha_star(p, q, k, "wor", 1.0) + 1e-9
+
+
+def test_rules_7_and_8_are_gated_on_the_drafted_tokens(monkeypatch):
+    """α*(ρ)'s clock integral runs over a row's drafted tokens, so whether rules 7 and 8 may ask for it depends on
+    how many the row drafts, not on its length: a node of k = 13 children drafted from the top 64 of 49 152 tokens
+    skipped them (k = 13 is computable up to ~4e4 tokens) — in the exact core and, row by row, in the batched path
+    (a row drafting all 49 152 tokens beside it still skips them).  Both ask the rules' gate now and agree."""
+    import gpu.wor_plans as batched
+    import univer_theory.plans.choose as core
+    from univer_theory.plans.choose import alpha_star_computable
+    k, V, m = 13, 49152, 64
+    assert alpha_star_computable(m, k) and not alpha_star_computable(V, k) and alpha_star_computable(V, 2)
+    assert alpha_star_computable(torch.tensor([m, V]), k).tolist() == [True, False]
+    rng = np.random.default_rng(0)
+    q = np.zeros(V)
+    q[:m] = rng.dirichlet(np.full(m, 0.5))
+    q[:m] *= 0.05 / q[:m].sum()
+    q[0] += 0.95
+    p = np.zeros(V)
+    p[:m] = rng.dirichlet(np.full(m, 0.5))
+    p = 0.9 * p + 0.1 / V
+    S = tuple(int(y) for y in rng.choice(V, k, replace=False, p=q))
+    asked = []
+    for module in (core, batched):
+        real = module.first_draw_gate
+        monkeypatch.setattr(module, "first_draw_gate", lambda q, *a, real=real: asked.append(q.shape[0]) or real(q, *a))
+    plan = choose_plan(p, q, 1.0, k, "wor")
+    whole = rng.dirichlet(np.full(V, 1.0))
+    rows = torch.tensor(np.stack([p, p])), torch.tensor(np.stack([q, whole]))
+    w, a = wor_weights(rows[0], rows[1], torch.ones(2, dtype=torch.float64), rows[0],
+                       torch.tensor([S, tuple(range(k))]))
+    assert asked == [V, 1]                      # the exact core's row, then the batched path's first row only
+    np.testing.assert_allclose(w[0].numpy(), plan.select(S), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a[0].numpy(), plan.marginal, rtol=0, atol=1e-12)

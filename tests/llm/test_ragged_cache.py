@@ -7,6 +7,7 @@ from gpu.llm.decode import feed_sequences, speculative_decode_batch
 from gpu.llm.models import ModelPair
 from gpu.llm.ragged_cache import RaggedCache
 from gpu.llm.tree_draft import tree_shape
+from univer_theory import TreeShape
 
 #: fp32 round-off of a 2-layer, width-32 model: different reduction orders move logits by ~1e-7.
 ATOL = 1e-5
@@ -159,7 +160,8 @@ def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_p
     ValueError building the pair); ``max_steps = 0`` decoded 9 steps anyway; a prompt past the positions of a
     model that embeds them (GPT-2) was an IndexError inside its embedding — refused up front, to the position
     (27 + 4 new + depth 2 − 1 = 32 of 32 runs, 28 not), while rotary models, which run past their
-    ``max_position_embeddings``, are not held to it; ``hf:~/dir`` was not expanded."""
+    ``max_position_embeddings``, are not held to it; ``hf:~/dir`` was not expanded; the 1 024-node bound held for
+    text specs only, not for a TreeShape given to ``speculative_decode_batch``."""
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     from gpu.llm.models import parse_draft_spec
@@ -178,7 +180,11 @@ def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_p
     for bad, match in ((lambda: decode([[3, 4]], max_steps=0), "max_steps must be an integer ≥ 1, got 0"),
                        (lambda: decode([[3, 4]], new=0), "max_new_tokens must be an integer ≥ 1, got 0"),
                        (lambda: decode([[3] * 28], absolute), r"\(28 tokens\) and 6 more positions pass the draft.s"),
-                       (lambda: tree_shape("64,64,64"), f"beyond the {MAX_DECODE_NODES} a decoding tree")):
+                       (lambda: tree_shape("64,64,64"), f"beyond the {MAX_DECODE_NODES} a decoding tree"),
+                       (lambda: speculative_decode_batch(tiny_pair, [[3, 4]], "tv", TreeShape.uniform([40, 40]), "wor",
+                                                         1.0, 4, gen), "shape has 1641 nodes, beyond the 1024"),
+                       (lambda: speculative_decode_batch(tiny_pair, [[3, 4]], "tv", "2,2", "wor", 1.0, 4, gen),
+                        "shape must be a TreeShape, got str")):
         with pytest.raises(ValueError, match=match):
             bad()
     tiny_pair.target.config.eos_token_id = None                            # every run spends its whole budget

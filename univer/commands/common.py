@@ -6,7 +6,7 @@ import json
 from univer_theory import DirichletModel, TableModel, TemperedModel, TreeShape, VERIFIERS
 from univer_theory.models import resolve_draft_temperature
 from univer_theory.processes import EXACT_PROCESSES
-from univer_theory.validation import check_temperature
+from univer_theory.validation import check_temperature, count_text
 
 
 #: The synthetic model's options and their defaults (None on the command line: a ``--model-file`` run refuses them).
@@ -94,7 +94,7 @@ def check_enumeration_size(vocab: int, shape: TreeShape, process: str) -> None:
     for size, what in ((pairs, "(prefix, child tuple) pairs to plan"), (outputs, "outputs to compare with the "
                                                                                "target law")):
         if size > MAX_ENUMERATION:
-            raise ValueError(f"vocabulary {vocab} on shape {shape} ({process}) is {size:.3g} {what}, above "
+            raise ValueError(f"vocabulary {vocab} on shape {shape} ({process}) is {count_text(size)} {what}, above "
                              f"{MAX_ENUMERATION:.0e}: the exact engine is for small vocabularies and trees (at LLM "
                              f"scale use gpu.expected_accepted_length)")
 

@@ -25,9 +25,11 @@
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..alpha_star import alpha_star, wor_clocks_in_range
+from ..alpha_star import alpha_star, wor_clocks_max_tokens
 from ..nx import get_backend
 from ..orders import top_tokens
 from ..processes import falling, tuple_law
@@ -287,11 +289,12 @@ def support_marginal(c, q):
     return get_backend(c, q).where(q > 0, c, 0.0)
 
 
-def alpha_star_computable(V: int, k: int) -> bool:
-    """Whether rules 7 and 8 can ask for α*(ρ) under ``wor`` with k children on rows of V tokens: k = 2 is a closed
-    form, wider nodes a clock integral within float64's range only so far (k = 16 on 300 tokens is beyond it,
-    :func:`~univer_theory.alpha_star.wor_clocks_in_range`); beyond, those rules are not tried."""
-    return k <= 2 or wor_clocks_in_range(V, k)
+def alpha_star_computable(m, k: int):
+    """Whether rules 7 and 8 can ask for α*(ρ) under ``wor`` with k children on rows of m drafted tokens: k = 2 is a
+    closed form, wider nodes a clock integral over the drafted tokens, within float64's range only so far (k = 16
+    on 300 tokens is beyond it, :func:`~univer_theory.alpha_star.wor_clocks_max_tokens`); beyond, those rules are
+    not tried.  ``m``: an int, or ints one per row (numpy or torch; bools then)."""
+    return m <= (math.inf if k <= 2 else wor_clocks_max_tokens(k))
 
 
 def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
@@ -299,7 +302,7 @@ def _short_of_alpha_star(plan, target_probs, q, rho, k: int) -> NodePlan:
     (module docstring), where α*(ρ) is computable (:func:`alpha_star_computable`); it is computed only when the plan
     is below the ceiling of every α (:func:`under_ceiling`, one pass, asked first) and one of their cheap gates
     passes."""
-    if not alpha_star_computable(q.shape[-1], k):
+    if not alpha_star_computable(int(np.count_nonzero(q)), k):
         return plan
     p = np.asarray(target_probs, dtype=np.float64)
     c = float(rho) * p
