@@ -267,7 +267,8 @@ def _radix_passes(key, idx, key2, idx2, bits):  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True)
 def _insertion_runs(high, order, key):  # pragma: no cover - compiled
     """In place, each run of equal ``high`` words of ``order`` sorted by ``key[order]`` (stable: insertion).
-    Returns False, leaving ``order`` as it is, where a run is longer than :data:`HIGH_RUN_MAX`."""
+    Returns False, leaving ``order`` as it is, where a run longer than :data:`HIGH_RUN_MAX` holds unequal keys (a
+    long run of one key — the zeros of a row, say — is in index order already)."""
     n = high.shape[0]
     i = 0
     while i < n:
@@ -275,14 +276,16 @@ def _insertion_runs(high, order, key):  # pragma: no cover - compiled
         while j < n and high[j] == high[i]:
             j += 1
         if j - i > HIGH_RUN_MAX:
-            return False
+            for t in range(i + 1, j):
+                if key[order[t]] != key[order[i]]:
+                    return False
         i = j
     i = 0
     while i < n:
         j = i + 1
         while j < n and high[j] == high[i]:
             j += 1
-        for s in range(i + 1, j):
+        for s in range(i + 1, j if j - i <= HIGH_RUN_MAX else i):
             t = order[s]
             u = s - 1
             while u >= i and key[order[u]] > key[t]:
@@ -326,8 +329,8 @@ def stable_argsort_row(x):  # pragma: no cover - compiled
     least-significant-digit radix sort of keys whose unsigned order is the float order (:func:`_order_keys`) —
     passes of :data:`WIDE_BITS` bits (``NARROW_BITS`` on short rows) over their 32-bit high words (sign, exponent
     and 20 bits of mantissa), then each run of equal high words, in index order from the stable passes, finished
-    by insertion on the whole keys; where some run is longer than :data:`HIGH_RUN_MAX` (keys within ~1e-6 of each
-    other, relatively), passes over the whole keys instead.  Stable, so ties keep index order; ~5× numpy's quicksort
+    by insertion on the whole keys; where some run is longer than :data:`HIGH_RUN_MAX` and not one key repeated
+    (keys within ~1e-6 of each other, relatively), passes over the whole keys instead.  Stable, so ties keep index order; ~5× numpy's quicksort
     with its ties put in order on 49 152 ratio keys of SmolLM2 rows, on an x86-64 host whose numpy sort does not
     vectorise.  Rows of at most :data:`HIGH_RUN_MAX` entries are sorted by insertion; keys already in order
     (every key at most the next: rule 2's density sort of a block, whose tokens come in ratio order and whose
