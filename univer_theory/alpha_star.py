@@ -170,7 +170,7 @@ LOG_RATE_TIME_SPAN = (-46.0, 6.7)
 def wor_clocks_max_tokens(k: int) -> float:
     """The most tokens V whose clock integral of α*(ρ) for ``wor`` with k ≥ 3 children is within float64's range
     (:func:`_clock_clamp`: ``λ = LOG_SUM_RANGE/(k − 1) − log V`` must keep ``log V − λ ≤ −CLAMP_MARGIN``):
-    ``e^{(LOG_SUM_RANGE/(k − 1) − CLAMP_MARGIN)/2}`` — ~6e5 at k = 12, ~4e4 at k = 13, ~300 at k = 16."""
+    ``e^{(LOG_SUM_RANGE/(k − 1) − CLAMP_MARGIN)/2}`` — ~6e5 at k = 12, ~4e4 at k = 13, ~125 at k = 16."""
     return math.exp((LOG_SUM_RANGE / max(k - 1, 1) - CLAMP_MARGIN) / 2)
 
 
