@@ -112,8 +112,9 @@ register(Verifier("naive", naive_rule, ("iid",), "per-token rejection, residual 
 
 def test_a_plugins_verifier_is_a_method_of_the_command_line(tmp_path, capsys, monkeypatch):
     """``--plugin FILE`` imports a user's file that registers a verifier; the command then runs it by name beside
-    the built-in ones, and the oracle refutes it (lossy with two children).  A module name works as well, a
-    missing file or module is one line and exit status 2, and a registered name cannot be taken silently."""
+    the built-in ones, and the oracle refutes it (lossy with two children).  A module name works as well, two
+    files of one name in two folders are two plugins, a missing file or module is one line and exit status 2, and
+    a registered name cannot be taken silently."""
     import solvers
     from univer_theory import VERIFIERS, Verifier, register
     for name in ("solvers", "naive_module"):           # a file named like a package of this project shadows nothing
@@ -135,9 +136,18 @@ def test_a_plugins_verifier_is_a_method_of_the_command_line(tmp_path, capsys, mo
         del VERIFIERS["naive"]
         assert "naive" in run_json(capsys, "--plugin", "naive_module", "exact", "--methods", "naive", "--vocab", "3",
                                    "--shape", "2", "--process", "iid")["methods"]
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        for folder in ("a", "b"):                       # one file name in two folders: two plugins (was: b skipped)
+            (tmp_path / folder / "rule.py").write_text(PLUGIN.replace('"naive"', f'"naive-{folder}"'))
+        methods = run_json(capsys, "--plugin", str(tmp_path / "a" / "rule.py"), "--plugin",
+                           str(tmp_path / "b" / "rule.py"), "exact", "--methods", "naive-a,naive-b", "--vocab", "3",
+                           "--shape", "2", "--process", "iid")["methods"]
+        assert set(methods) == {"naive-a", "naive-b"}
     finally:
-        VERIFIERS.pop("naive", None)
-        for name in ("univer_plugin_solvers", "naive_module"):
+        for name in ("naive", "naive-a", "naive-b"):
+            VERIFIERS.pop(name, None)
+        for name in [m for m in sys.modules if m.startswith("univer_plugin_")] + ["naive_module"]:
             sys.modules.pop(name, None)
     for plugin, message in ((str(tmp_path / "missing.py"), "missing.py: no such file"),
                             ("no_such_plugin", "no module named 'no_such_plugin'"),

@@ -7,6 +7,7 @@ JSON output names (methods ``nss, sps, rrs, rrsw, kseq, bv, tv, univer, …``; k
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -48,11 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_plugin(spec: str) -> None:
-    """Import ``spec`` once: a path to a ``.py`` file (as the module ``univer_plugin_<stem>``, so it shadows no other
-    module) or an importable module name.  A file or module that is missing, or whose import raises, is a ValueError
-    naming it and the error."""
+    """Import ``spec`` once: a path to a ``.py`` file (as the module ``univer_plugin_<stem>_<hash>``, the hash of its
+    resolved path: it shadows no other module, the same file given twice is imported once and two files of one name
+    in two folders are two plugins) or an importable module name.  A file or module that is missing, or whose
+    import raises, is a ValueError naming it and the error."""
     path = Path(spec)
-    name = f"univer_plugin_{path.stem}" if spec.endswith(".py") else spec
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    name = f"univer_plugin_{path.stem}_{digest}" if spec.endswith(".py") else spec
     if spec.endswith(".py") and not path.is_file():
         raise ValueError(f"--plugin {spec}: no such file")
     if name in sys.modules:                                  # the same plugin twice: imported once

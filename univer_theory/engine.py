@@ -76,7 +76,11 @@ def check_decision(d, k: int, V: int, rule, u: int) -> None:
     name = getattr(rule, "__name__", type(rule).__name__)
     if not isinstance(d, NodeDecision):
         raise ValueError(f"node rule {name} returned {type(d).__name__} at node {u}, not a NodeDecision")
-    why = (f"{len(d.enter)} enter and {len(d.scale)} scale entries for {k} children"
+    listed = all(isinstance(x, (tuple, list)) or (isinstance(x, np.ndarray) and x.ndim == 1)
+                 for x in (d.enter, d.scale))
+    why = (f"enter and scale must list one entry per child, got {type(d.enter).__name__} and "
+           f"{type(d.scale).__name__}" if not listed else
+           f"{len(d.enter)} enter and {len(d.scale)} scale entries for {k} children"
            if len(d.enter) != k or len(d.scale) != k else
            f"a residual of shape {np.shape(d.residual)}, not [{V}]" if np.shape(d.residual) != (V,) else
            next((f"{what} {x} outside [0, 1]" for what, xs in (("enter", d.enter), ("scale", d.scale),
@@ -197,7 +201,10 @@ def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_la
         out: dict = {}
         for S, qs in tuple_law_fn(q, len(kids), process):
             ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_keys[c] for c in kids), prefix)
-            d = rule(ctx) if u else replace(rule(ctx), stop=rho)  # root: rho = 1, never fails
+            d = rule(ctx)
+            check_decision(d, len(kids), len(p), rule, u)
+            if not u:                   # the root: rho = 1, never fails
+                d = replace(d, stop=rho)
             if on_node is not None and not out:
                 on_node(d.info)
             child = [(y, rec(c, prefix + (y,), s)) for c, y, s in zip(kids, S, d.scale)]

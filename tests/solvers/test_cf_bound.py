@@ -1,4 +1,6 @@
 """The conditional-framework optimum CF (theory.md §6.4) and the value-aware oracle ``univer-va``."""
+import importlib
+
 import numpy as np
 import pytest
 
@@ -122,7 +124,7 @@ def test_cf_of_a_star_is_alpha_star_within_its_tolerance_and_margin():
         exact = float(alpha_star(np.asarray(m.target(()), float), np.asarray(m.draft(()), float), k, process, 1.0))
         over = cf.value - exact
         assert -cf.tolerance - 1e-13 <= over <= cf.margin + 1e-13, (V, k, process, seed, over, cf.margin)
-        assert f"{cf.margin:.1e} above" in cf.message
+        assert cf.margin < 1e-8 and f"{cf.margin:.1e} above" in cf.message     # HiGHS-sized, not the value itself
         worst = max(worst, (over, (V, k, process, seed)), key=lambda w: w[0])
     assert worst[0] > 1e-10, worst              # the grid holds a star whose certificate overshoots
 
@@ -140,6 +142,22 @@ def test_cf_less_its_margin_is_below_the_global_bound_on_confident_rows(V, seed,
     cf, glob = cf_bound(m, shape, process), global_tree_lp(m, shape, process)
     assert cf.value > glob.value + 1e-11                  # the instance: CF's value above the bound
     assert cf.value - cf.margin <= glob.value + 1e-12, (cf.value, cf.margin, glob.value)
+    assert cf.margin < 1e-8
+
+
+def test_cf_margin_carries_every_level_up(monkeypatch):
+    """A node's margin is its own slack (its value over a feasible point's) plus ``k`` times its children's largest
+    margin: a slack δ injected at the grandchildren of shape ``3,1,2`` (its only nodes of two children) reaches the
+    root as 3·1·δ, beside a HiGHS-sized rest.  Propagating only each node's own slack (the grandchildren's δ lost
+    one level up), or measuring against no feasible point (a margin of the whole value), fails here."""
+    cf_module = importlib.import_module("solvers.cf_bound")
+    m, delta = DirichletModel(3, seed=0, similarity=0.4), 1e-4
+    assert cf_bound(m, "3,1,2", "iid").margin < 1e-8
+    real = cf_module.NodeProblem.feasible_value
+    monkeypatch.setattr(cf_module.NodeProblem, "feasible_value",
+                        lambda node, rho, x: real(node, rho, x) - (delta if node.k == 2 else 0.0))
+    margin = cf_bound(m, "3,1,2", "iid").margin
+    assert 3 * delta <= margin <= 3 * delta + 1e-8, margin
 
 
 @pytest.mark.parametrize("V,shape,process", [(3, "((..),.)", "iid"), (4, "(((..),.),.)", "wor"), (3, "2,2", "iid")])

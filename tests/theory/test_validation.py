@@ -4,7 +4,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from univer_theory import VERIFIERS, DirichletModel, DraftTree, TableModel, TreeShape, tuple_law
+from univer_theory import VERIFIERS, DirichletModel, DraftTree, TableModel, TreeShape, evaluate, tuple_law
 
 TREE = DraftTree(parent=(-1, 0, 0), token=(-1, 0, 1), vocab_size=3)
 GOOD = np.full((3, 3), 1 / 3)
@@ -215,7 +215,8 @@ def test_tree_and_row_checks_at_their_boundaries():
 def test_a_user_rules_malformed_decision_is_named():
     """A node rule's decision must give one enter and one scale entry per child, each in [0, 1], a stop in [0, 1]
     and a [V] residual: a short tuple was cut short by zip and an entry above 1 read as a probability — the oracle
-    then flagged a loss it could not name."""
+    then flagged a loss it could not name (``evaluate`` did not check at all, ``law`` did); a scalar entry was a
+    TypeError."""
     import sympy
     from univer_theory import Verifier
     from univer_theory.engine import NodeDecision
@@ -236,8 +237,11 @@ def test_a_user_rules_malformed_decision_is_named():
                            ({"residual": np.ones(2) / 2}, r"a residual of shape \(2,\), not \[3\]"),
                            ({"enter": (sympy.nan, 0.2)}, r"enter nan outside \[0, 1\]"),
                            ({"scale": (sympy.Symbol("s"), 1)}, r"scale s outside \[0, 1\]"),
+                           ({"enter": 0.5}, "enter and scale must list one entry per child, got float and"),
                            ({"kind": 1}, "returned str at node 0, not a NodeDecision")):
-        with pytest.raises(ValueError, match="node rule bad_rule" + (" at node 0: " if "kind" not in changes else
-                                                                     " ") + match):
+        message = "node rule bad_rule" + (" at node 0: " if "kind" not in changes else " ") + match
+        with pytest.raises(ValueError, match=message):
             rule_with(**changes).law(TREE, GOOD, GOOD, "iid")
+        with pytest.raises(ValueError, match=message):                    # the oracle's enumeration checks it too
+            evaluate(DirichletModel(3, seed=0), "2", "iid", rule_with(**changes))
     assert VERIFIERS["rrs"].law(TREE, GOOD, GOOD, "iid")                   # the rule itself passes
