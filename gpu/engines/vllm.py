@@ -216,17 +216,16 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
         raise ValueError(f"{where}: max_spec_len = {width} is shorter than a chain ({batch.max_depth} tokens)")
     B = batch.batch_size
     groups = seeded_groups(where, generators, batch, generator)
-    if p.shape[0] == 0:                     # no drafts at all: every request emits its bonus token
-        out = torch.full((B, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=p.device)
-        out[:, 0] = bonus[:, 0].to(torch.int32)
-        chain = torch.full((B,), -1, dtype=torch.long, device=p.device)
-    else:
+    out = torch.full((B, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=p.device)
+    out[:, 0] = bonus[:, 0].to(torch.int32)           # a request without drafts emits its bonus token
+    chain = torch.full((B,), -1, dtype=torch.long, device=p.device)
+    if p.shape[0]:
         gpu_method = "nss" if draft_probs is None else METHODS[method]
         if validate:
             validate_inputs(where, batch, p, q, process, row_index)
-        out = torch.empty((B, width + 1), dtype=torch.int32, device=p.device)
-        chain = torch.empty((B,), dtype=torch.long, device=p.device)
         for req, N, gen in groups:
+            if req is not None and N == 1:  # a seeded request without drafts draws no coin, in a batch as alone
+                continue                    # (and as vLLM, whose seeded uniforms skip such requests)
             every = slice(None) if req is None else req
             sub = batch if req is None else TreeBatch(batch.parent[req, :N], batch.token[req, :N], batch.num_nodes[req])
             result = verify(sub, p, q, process, gpu_method, gen, False, row_index[every, :N])

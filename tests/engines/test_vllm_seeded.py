@@ -74,6 +74,21 @@ def test_every_request_seeded_leaves_the_batch_generator_alone():
         assert torch.equal(out[b], run([reqs[b]], "univer", torch.Generator().manual_seed(b))[0])
 
 
+def test_a_seeded_request_without_drafts_draws_no_coin():
+    """A seeded request without draft tokens drew no coin alone but its one-node tree's coins in a batch beside
+    requests with drafts: its generator's state, and so its next step's tokens, depended on the batch it was in
+    (168 of 200 seeds).  It draws none in either now, as in vLLM, and emits its bonus token."""
+    reqs = requests(7, 4)
+    assert len(reqs[0][0]) == 0 and any(len(r[0]) for r in reqs[1:])
+    outs = []
+    for batch in ([reqs[0]], reqs):
+        g = torch.Generator().manual_seed(11)
+        state = g.get_state()
+        outs.append(run(batch, "univer", torch.Generator().manual_seed(1), {0: g})[0])
+        assert torch.equal(g.get_state(), state), len(batch)
+    assert torch.equal(outs[0], outs[1]) and int(outs[0][0]) == int(reqs[0][3][0])
+
+
 @pytest.mark.parametrize("generators, match", [
     ({4: torch.Generator()}, r"generators' key 4 is not a request index in \[0, 4\)"),
     ({-1: torch.Generator()}, r"generators' key -1"),
