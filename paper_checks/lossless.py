@@ -1,7 +1,7 @@
 """Claim 1 — every lossless method is exactly lossless; every bug-zoo variant is flagged.
 
 Grid: V ∈ {3, 4}, shapes [1,1,1], [2,2], [3,1], [2,1,2] and the asymmetric ((..),.), every process (iid, wor,
-topk, greedy, and SpecHub's hub where a node has two children),
+topk, greedy, and SpecHub's hub where every internal node has two children: no method runs hub elsewhere),
 Dirichlet family (similarity 0.4, concentration 0.8) and a peaky family (concentration 0.2), seeds 0–1
 (``fast``: V = 3, seed 0, the Dirichlet family), plus confident instances
 (:func:`paper_checks.instances.confident_instances`: near-deterministic drafts with tails 1e-8 … 1e-310 on the
@@ -23,7 +23,7 @@ NAME = "lossless"
 CLAIM = ("Every lossless verifier reproduces the target law exactly (distance ≤ 1e-12 in float, = 0 in "
          "Fraction mode); every bug-zoo variant is flagged (distance > 1e-6).")
 SHAPES = ["1,1,1", "2,2", "3,1", "2,1,2", "((..),.)"]
-#: Every draft process of the exact core (SpecHub's ``hub`` on the shapes with two children a node).
+#: Every draft process of the exact core (SpecHub's ``hub`` on the shapes whose internal nodes have two children).
 PROCESSES = EXACT_PROCESSES
 
 
@@ -35,9 +35,10 @@ def instances(fast: bool):
             for fam, conc in families:
                 fmodel = DirichletModel(V, seed=seed, similarity=0.4, concentration=conc)
                 emodel = DirichletModel(V, seed=seed, similarity=0.4, concentration=conc, exact=True) if V == 3 else None
-                for shape in SHAPES:
+                for spec, shape in zip(SHAPES, map(TreeShape.parse, SHAPES)):
                     for process in PROCESSES:
-                        yield f"{fam}/V{V}/s{seed}/{shape}/{process}", fmodel, emodel, TreeShape.parse(shape), process
+                        if any(v.supports(shape, process) for v in VERIFIERS.values()):    # hub: two-child nodes
+                            yield f"{fam}/V{V}/s{seed}/{spec}/{process}", fmodel, emodel, shape, process
     for inst in confident_instances(4 if fast else 12, 0, {shape: 4 for shape in SHAPES}):
         yield inst.name, inst.model, None, inst.shape, inst.process
 
