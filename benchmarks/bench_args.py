@@ -19,9 +19,28 @@ def known(ap, flag: str, text: str, allowed) -> None:
         ap.error(f"{flag}: unknown {bad}; choose from {', '.join(allowed)}")
 
 
+def output_path(text: str) -> str:
+    """argparse type: a file the script writes when it is done (its missing folders made then), checked before
+    anything runs: not a folder, and no part of its folder a file (that was a FileNotFoundError or FileExistsError
+    after the timing)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+    existing = next((parent for parent in path.parents if parent.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: {existing} is a file, not a folder")
+    return text
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` (an :func:`output_path`), making its folders."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text)
+
+
 def image_path(text: str) -> str:
-    """argparse type: a file name matplotlib writes an image to (a format it knows by the suffix), checked before
-    anything runs."""
+    """argparse type: a file name matplotlib writes an image to (a format it knows by the suffix; an
+    :func:`output_path`), checked before anything runs."""
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
@@ -30,4 +49,4 @@ def image_path(text: str) -> str:
     if Path(text).is_dir() or Path(text).suffix[1:].lower() not in formats:
         raise argparse.ArgumentTypeError(f"{text!r} is not an image file name; end it in one of "
                                          f"{', '.join('.' + f for f in formats)}")
-    return text
+    return output_path(text)

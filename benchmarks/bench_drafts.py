@@ -26,7 +26,7 @@ from gpu.llm.models import build_draft, load_target, ModelPair  # noqa: E402
 from gpu.llm.prompts import encode_prompt, load_prompts  # noqa: E402
 from gpu.llm.ragged_cache import RaggedCache  # noqa: E402
 
-from bench_args import at_least  # noqa: E402  (a sibling module: benchmarks/ is the script's path)
+from bench_args import at_least, output_path, write_text  # noqa: E402  (a sibling module)
 
 #: The forms of :func:`gpu.llm.models.build_draft`'s specs (their ranges are checked once the target is loaded).
 SPEC = re.compile(r"rtn:\d+:\d+|early:\d+|hf:.+")
@@ -62,15 +62,13 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=32, help="continuation length per prompt (default 32)")
     ap.add_argument("--q", type=int, nargs="+", default=[1, 4], help="tokens per timed forward (default 1 4)")
     ap.add_argument("--repeat", type=int, default=7, help="interleaved timing repeats (default 7)")
-    ap.add_argument("--json", type=Path, default=None, help="write the numbers to this JSON file")
+    ap.add_argument("--json", type=output_path, default=None, help="write the numbers to this JSON file")
     args = ap.parse_args(argv)
     at_least(ap, [("--prompts", args.prompts, 1), ("--tokens", args.tokens, 1), ("--repeat", args.repeat, 1)]
              + [("--q", q, 1) for q in args.q])
     bad = [spec for spec in args.drafts if not SPEC.fullmatch(spec)]
     if bad:
         ap.error(f"--drafts: cannot read {bad}; expected rtn:BITS:GROUP, early:L or hf:DIR")
-    if args.json is not None and not args.json.parent.is_dir():
-        ap.error(f"--json {args.json}: no folder {args.json.parent} to write it in")
     torch.set_num_threads(1)
     target, tokenizer = load_target()
     drafts = {spec: build_draft(target, spec) for spec in args.drafts}
@@ -103,7 +101,7 @@ def main(argv=None) -> int:
               " ".join(f"{r[f'cost_q{q}']['min']:9.3f} /{r[f'cost_q{q}']['median']:7.3f}  " for q in args.q))
     print("cost = draft forward / target forward, same context, interleaved, one thread")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        write_text(args.json, json.dumps(rows, indent=2))
     return 0
 
 

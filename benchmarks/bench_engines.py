@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from bench_args import at_least, known
+from bench_args import at_least, known, output_path, write_text
 from bench_gpu import random_batch
 from gpu import TreeBatch, verify
 from gpu.engines import sglang, sglang_verify_tree, vllm, vllm_rejection_sample
@@ -72,7 +72,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     ap.add_argument("--methods", default="nss,tv", help="SGLang methods (nss runs without draft rows)")
     ap.add_argument("--vllm-methods", default="sps,bv")
-    ap.add_argument("--json", default=None, help="write the cells as JSON here")
+    ap.add_argument("--json", type=output_path, default=None, help="write the cells as JSON here")
     args = ap.parse_args(argv)
     # a random tree's widest node may have all N − 1 other nodes as wor children, which need as many tokens
     at_least(ap, (("--batch", args.batch, 1), ("--nodes", args.nodes, 2), ("--vocab", args.vocab, args.nodes - 1),
@@ -157,8 +157,7 @@ def main(argv=None):
             own], args.repeat)
         report(f"vllm-{method}", ta, tb, tc)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(cells, f, indent=1)
+        write_text(args.json, json.dumps(cells, indent=1))
 
 
 if __name__ == "__main__":

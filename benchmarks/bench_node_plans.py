@@ -25,6 +25,7 @@ from univer_theory.plans.layout import PrivateLayout, layout_plan
 import torch
 
 from gpu.condot import condot_weights
+from solvers.condot_simplex import CONDOT_CHUNK, tableau_entries
 from univer_theory.plans import shape_lp
 from univer_theory.plans.lp_plan import lp_plan
 from univer_theory.plans.pts import pts_plan
@@ -73,6 +74,10 @@ def main(argv=None):
              + [("--batch", args.batch, 1), ("--seed", args.seed, 0)])
     if not 0 <= args.rho <= 1:
         ap.error(f"--rho must lie in [0, 1], got {args.rho}")
+    too_big = [(m, k) for m in args.support for k in args.k if tableau_entries(m, k, "iid") > CONDOT_CHUNK]
+    if too_big:                             # the exact LP's dense tableau (iid: the larger of the two processes)
+        ap.error(f"--support m with --k k: rule 1's tableau exceeds CONDOT_CHUNK = 2^25 entries at (m, k) = "
+                 f"{too_big[0]} (k = 3 reaches m = 14, k = 4 m = 7)")
     rng = np.random.default_rng(args.seed)
     print(f"Node plans vs V (LLM-like Zipf pairs, rho = {args.rho}); seconds")
     print(f"{'V':>7} {'k':>2} | {'targets':>8} {'realised':>8} {'full':>8} {'max block':>9} {'#multi':>6}"

@@ -39,6 +39,12 @@ HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolera
 MAX_NODE_LP_TUPLES = 10 ** 5
 
 
+def node_lp_tuples(q: np.ndarray, k: int, process: str) -> int:
+    """The draft tuples of the node LP over ``q``'s drafted tokens (:func:`tuple_support` refuses more than
+    :data:`MAX_NODE_LP_TUPLES`), counted before any is built."""
+    return tuple_count(int(np.count_nonzero(q)), k, process)
+
+
 def tuple_support(where: str, q: np.ndarray, k: int, process: str, support) -> tuple[tuple, np.ndarray]:
     """``(tuples, Q_k(tuples))`` from a given ``[(S, Q_k(S))]`` list or, if ``support`` is None, ``tuple_law``
     (refused beyond :data:`MAX_NODE_LP_TUPLES`).  A given list must be a law: distinct tuples S of k integer
@@ -46,7 +52,7 @@ def tuple_support(where: str, q: np.ndarray, k: int, process: str, support) -> t
     :data:`~univer_theory.validation.SIMPLEX_ATOL`); ValueError naming the first rule broken."""
     if support is None:
         drafted = int(np.count_nonzero(q))
-        count = tuple_count(drafted, k, process)
+        count = node_lp_tuples(q, k, process)
         if count > MAX_NODE_LP_TUPLES:
             raise ValueError(f"{where}: {count_text(count)} draft tuples (k = {k}, {process}, {drafted} drafted "
                              f"tokens) exceed MAX_NODE_LP_TUPLES = {MAX_NODE_LP_TUPLES:.0e}; α*(ρ) alone comes "
@@ -59,8 +65,8 @@ def tuple_support(where: str, q: np.ndarray, k: int, process: str, support) -> t
             law = [(tuple(S), pr) for S, pr in support]
         except (TypeError, ValueError):
             raise ValueError(rule) from None
-        if not law or any(len(S) != k or not all(isinstance(y, (int, np.integer)) and 0 <= y < q.size for y in S)
-                          for S, _ in law):
+        if not law or any(len(S) != k or not all(isinstance(y, (int, np.integer)) and not isinstance(y, bool)
+                                                 and 0 <= y < q.size for y in S) for S, _ in law):
             raise ValueError(rule)
     tuples = tuple(tuple(int(y) for y in S) for S, _ in law)
     try:

@@ -28,12 +28,21 @@ import itertools
 from univer_theory.nx import array_module, get_backend
 from univer_theory.plans.lp_plan import plan_weights, repaired_plan
 from univer_theory.processes import falling, wor_tuple_probs
+from univer_theory.validation import count_text
 
 from .lex_simplex import lex_simplex
 from .tie_break import prime_roots
 
-#: Tableau entries solved at once (float64: 8 bytes each).
+#: Tableau entries solved at once (float64: 8 bytes each); a single row's LP beyond it is refused
+#: (:func:`tableau_entries`; rule 1 and the shape rule stay far below it, ``choose.MAX_LP_TUPLES``).
 CONDOT_CHUNK = 2 ** 25
+
+
+def tableau_entries(s: int, k: int, process: str) -> int:
+    """Entries of one row's dense tableau, ``(n + s) × (n(k + 1) + s)`` for its n ordered tuples of s drafted
+    tokens (``s^k`` iid, ``s!/(s−k)!`` wor), as a Python int."""
+    n = s ** k if process == "iid" else falling(s, k)
+    return (n + s) * (n * (k + 1) + s)
 
 
 def lehmer_rank(ranks, s):
@@ -69,6 +78,10 @@ def condot_table(c, q, k: int, process: str, position_weights=None):
     omega = nx.full((R, 0), 0.0, q) if position_weights is None else nx.asarray(position_weights, q)
     s = (q > 0).sum(-1)
     s_max = int(s.max())
+    if tableau_entries(s_max, k, process) > CONDOT_CHUNK:       # before the tuples are listed
+        raise ValueError(f"condot_table: k = {k} {process} children on {s_max} drafted tokens make a dense tableau "
+                         f"of {count_text(tableau_entries(s_max, k, process))} entries, beyond CONDOT_CHUNK = 2^25 "
+                         f"(256 MB); solvers.condot_lp solves such a node sparsely")
     token = nx.where(q > 0, nx.arange(V, q), V)
     sup = nx.take(token, nx.argsort(token))[:, :s_max]                   # the support, ascending (V: padding)
     tuples = itertools.product(range(s_max), repeat=k) if process == "iid" else itertools.permutations(range(s_max), k)

@@ -72,12 +72,25 @@ def test_bench_verify_refuses_bad_arguments_in_one_line(bad, match, capsys):
     ("bench_gpu", ["--shape", "bogus"], "--shape: TreeShape.parse: cannot read shape 'bogus'"),
     ("bench_node_plans", ["--k", "2", "3", "--support", "4", "2"], "--support must be ≥ 3, got 2"),
     ("bench_node_plans", ["--rho", "1.5"], "--rho must lie in [0, 1], got 1.5"),
+    ("bench_node_plans", ["--k", "5", "--support", "14"], "tableau exceeds CONDOT_CHUNK = 2^25 entries at (m, k) = "
+                                                         "(14, 5)"),     # asked lp_plan for 12.6 TiB mid-run
     ("bench_univer_plans", ["--vocab", "1"], "--vocab must be ≥ 2, got 1"),
     ("verify_table", ["run.json", "--plot", "cost.xyz"], "argument --plot: 'cost.xyz' is not an image file name"),
 ])
 def test_benchmarks_refuse_bad_arguments_in_one_line(script, bad, match, capsys):
     """Each was a traceback, most only after timing had started (bench_drafts': after loading SmolLM2)."""
     _refuses(script, bad, match, capsys)
+
+
+@pytest.mark.parametrize("script,flag", [("bench_engines", "--json"), ("bench_drafts", "--json"),
+                                         ("bench_global_lp", "--out")])
+def test_benchmarks_refuse_an_output_under_a_file(script, flag, tmp_path, capsys):
+    """bench_engines' ``--json`` in a missing folder and bench_global_lp's ``--out`` under a file failed only after
+    the timing (FileNotFoundError, FileExistsError): a path under a file is refused first (missing folders are
+    made when the script writes)."""
+    (tmp_path / "f").write_text("x")
+    name = "plot.png" if flag == "--out" else "cells.json"
+    _refuses(script, [flag, str(tmp_path / "f" / name)], "is a file, not a folder", capsys)
 
 
 def _run_row(rows, shape, process, top, method, ratio, tree=None):

@@ -69,6 +69,7 @@ def test_unreadable_model_file(tmp_path, capsys):
     (["exact", "--seed", "-1"], "univer exact: error: argument --seed: must be ≥ 0, got -1"),
     (["exact", "--temperature", "nan"], "argument --temperature: must be a finite number ≥ 0, got 'nan'"),
     (["decode", "--prompt", "hi", "--seed", "-3"], "univer decode: error: argument --seed: must be ≥ 0, got -3"),
+    (["decode", "--prompt", "hi", "--seed", str(2 ** 64)], "argument --seed: must be ≤ 2^64 − 1"),   # after loading
     (["decode", "--prompt", "hi", "--temperature", "-1"], "argument --temperature: must be a finite number ≥ 0"),
     (["accept-bench", "--draft-temperature", "nan"], "argument --draft-temperature: must be a finite number ≥ 0"),
     (["speed", "--temperature", "inf"], "argument --temperature: must be a finite number ≥ 0, got 'inf'"),

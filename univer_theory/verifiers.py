@@ -109,10 +109,10 @@ def normalise_rows(x):
     return x / nx.where(total > 0, total, 1.0)
 
 
-def _check_kseq_inputs(nx, target_probs, draft_probs, k) -> None:
+def _check_kseq_inputs(nx, target_probs, draft_probs, k, where: str = "kseq_rho_star") -> tuple:
     """:func:`kseq_rho_star`'s input rules (on host copies): both row sets on the simplex and of one shape, k an
-    integer ≥ 1 or such integers per row; ValueError naming the argument and the rule."""
-    where = "kseq_rho_star"
+    integer ≥ 1 or such integers per row; ValueError naming ``where``, the argument and the rule.  Returns the rows'
+    leading shape."""
     p, q = (check_simplex(nx.to_numpy(x), where, name) for x, name in ((target_probs, "target_probs"),
                                                                          (draft_probs, "draft_probs")))
     if p.shape != q.shape:
@@ -124,6 +124,7 @@ def _check_kseq_inputs(nx, target_probs, draft_probs, k) -> None:
         np.broadcast_to(kk, p.shape[:-1])
     except ValueError:
         raise ValueError(f"{where}: k of shape {kk.shape} does not broadcast to the rows {p.shape[:-1]}") from None
+    return p.shape[:-1]
 
 
 def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None, validate: bool = True):
@@ -178,10 +179,15 @@ def kseq_acceptance_mass(target_probs, draft_probs, k, rho, validate: bool = Tru
     :func:`kseq_rho_star` checks them, and ``ρ`` finite and > 0 (ValueError); the level rules pass False."""
     nx = get_backend(target_probs, draft_probs, rho)
     if validate:
-        _check_kseq_inputs(nx, target_probs, draft_probs, k)
-        r = np.asarray(rho.detach().cpu() if hasattr(rho, "detach") else rho, dtype=np.float64)
-        if r.size == 0 or not np.all(np.isfinite(r) & (r > 0)):
-            raise ValueError(f"kseq_acceptance_mass: rho must be finite and > 0 (ρ* ∈ [1, k]), got {rho!r}")
+        where = "kseq_acceptance_mass"
+        rows = _check_kseq_inputs(nx, target_probs, draft_probs, k, where)
+        raw = np.asarray(rho.detach().cpu() if hasattr(rho, "detach") else rho)
+        if raw.dtype.kind not in "iuf" or raw.size == 0 or not np.all(np.isfinite(raw) & (raw > 0)):
+            raise ValueError(f"{where}: rho must be a finite number > 0 (ρ* ∈ [1, k]) or one per row, got {rho!r}")
+        try:
+            np.broadcast_to(raw, rows)
+        except ValueError:
+            raise ValueError(f"{where}: rho of shape {raw.shape} does not broadcast to the rows {rows}") from None
     p, q = (normalise_rows(nx.asarray(x, x)) for x in (target_probs, draft_probs))
     r = nx.asarray(rho, p)[..., None]
     miss = nx.minimum(nx.sum(nx.maximum(q - p / r, 0.0)), 1.0)

@@ -160,7 +160,7 @@ def speed_compare(pair: ModelPair, prompts: list[list[int]], methods: list[Speed
             for m in methods:
                 bar.set_postfix_str(m.name)
                 runs[m.name].append(run_method(pair, m, prompts[i: i + batch], process, temperature,
-                                               max_new_tokens, seed + i, progress, draft_top))
+                                               max_new_tokens, (seed + i) % 2 ** 64, progress, draft_top))
                 bar.update(1)
     return {"methods": {name: summarise(gs) for name, gs in runs.items()},
             "per_prompt": {name: [group_tokens_per_s(g) for g in gs] for name, gs in runs.items()}}

@@ -130,7 +130,7 @@ def test_batched_decoders_reject_missing_or_empty_prompts(tiny_pair, prompts):
 def test_speed_compare_batches_groups_and_counts_every_request(tiny_pair, monkeypatch):
     """``batch = 2`` over 3 prompts: groups of 2 and 1, each group's wall counted once, tokens and steps summed
     over requests, after one untimed warm-up run per method (not counted); hf-assisted cannot batch, and a batch
-    outside [1, #prompts] is refused."""
+    outside [1, #prompts] is refused; the largest seed runs every group."""
     import gpu.llm.speed as speed
     from gpu.llm.speed import SpeedMethod, speed_compare
 
@@ -148,6 +148,9 @@ def test_speed_compare_batches_groups_and_counts_every_request(tiny_pair, monkey
         assert m["steps"] == m["new_tokens"] if name == "plain" else 3 <= m["steps"] <= m["new_tokens"]
         assert m["tokens_per_s"] == pytest.approx(m["new_tokens"] / m["wall_s"])
         assert 0 < sum(m["share"].values()) <= 1 + 1e-9
+    calls.clear()                           # the largest seed: seed + i wraps (it overflowed after the first group)
+    speed_compare(tiny_pair, prompts, methods[:1], "wor", 1.0, 2, seed=2 ** 64 - 1, progress=False, batch=2)
+    assert len(calls) == 3
     with pytest.raises(ValueError, match="cannot batch"):
         speed_compare(tiny_pair, prompts, [SpeedMethod("hf-assisted", "hf-assisted")], "wor", 1.0, 2, batch=2)
     for batch in (0, 4):

@@ -232,13 +232,15 @@ def test_mincut_breaks_ties_to_the_smallest_bitmask(rho, cut):
 
 def test_a_given_tuple_law_must_be_one():
     """``support=`` was barely checked: a law summing to 2 (or listed twice) gave value 1.0 with success above
-    α* = 0.9857, float tokens were truncated, a wor tuple (0, 0) accepted, an empty list an IndexError, Q = inf a
-    cvxpy success — each a ValueError naming the rule now; the law itself still gives the LP's value."""
+    α* = 0.9857, float tokens were truncated (bools read as 1 and 0), a wor tuple (0, 0) accepted, an empty list an
+    IndexError, Q = inf a cvxpy success — each a ValueError naming the rule now; the law itself still gives the
+    LP's value."""
     p, q = np.array([.5, .3, .2]), np.array([.2, .3, .5])
     law = tuple_law(q, 2, "wor")
     assert condot_lp(p, q, 1.0, 2, "wor", support=law).value == pytest.approx(alpha_star(p, q, 2, "wor"), abs=1e-9)
     for support, match in (([], "non-empty list"), ([(S, 2 * x) for S, x in law], "sum to 1"),
                            (law + law, "sum to 1"), ([((0.5, 1.7), 1.0)], "integer tokens"),
+                           ([((True, False), .5), ((0, 2), .5)], "integer tokens"),      # bools were 1, 0
                            ([((0, 0), 1.0)], "repeated token"), ([((0, 1), float("inf"))], "finite"),
                            ([(0, 1)], "pairs"), (np.array([[0, 1]]), "pairs"),
                            ([((0, 1), .5), ((0, 1), .5)], "a tuple twice")):

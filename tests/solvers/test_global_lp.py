@@ -1,5 +1,6 @@
 """The global tree LP (theory.md §4.3): reductions to α* and BV, bound over every verifier, the merging
 pitfall, the exact reductions of the LP, and its input checks."""
+import importlib
 import json
 import re
 from fractions import Fraction as F
@@ -130,6 +131,21 @@ def test_bound_cli_json(capsys):
     assert out["methods"]["univer-va"]["lossless"]
     for name, row in out["methods"].items():
         assert row["expected_accepted"] <= glob + 1e-9, name
+
+
+def test_bound_keeps_its_results_past_the_node_lp_limit(monkeypatch, capsys):
+    """``univer bound`` on a depth-1 shape of more child tuples than the node LP takes (V = 320, k = 2 i.i.d.:
+    1.02e5 > MAX_NODE_LP_TUPLES) ran its methods, the global LP and CF for 131 s, then lost them all to the α* LP's
+    refusal (exit 2, nothing printed): the LP is skipped with its reason and the closed form kept (here with the
+    limit lowered to 4 on V = 3: 9 tuples)."""
+    monkeypatch.setattr(importlib.import_module("solvers.condot"), "MAX_NODE_LP_TUPLES", 4)
+    assert cli_main(["bound", "--vocab", "3", "--shape", "2", "--process", "iid", "--seed", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    star = out["alpha_star"]
+    assert star["lp"] is None and star["lp_skipped"].startswith("9 draft tuples exceed MAX_NODE_LP_TUPLES")
+    assert star["fast"] == pytest.approx(out["global_bound"]["value"], abs=1e-9) and "errors" not in out
+    assert cli_main(["bound", "--vocab", "3", "--shape", "2", "--process", "iid", "--seed", "1"]) == 0
+    assert "LP skipped: 9 draft tuples" in capsys.readouterr().out
 
 
 def _exact_lagrangian(shape, table, weights, mu):

@@ -157,17 +157,20 @@ def test_apply_temperature_and_kseq_rho_star_refuse_rows_off_the_simplex():
 
 def test_kseq_acceptance_mass_refuses_what_kseq_rho_star_refuses():
     """It returned zeros for k = 0, negative masses for k = −1 or a negative row, NaN for ρ = 0 (a sibling of
-    ``kseq_rho_star``, exported by ``solvers`` too)."""
+    ``kseq_rho_star``, exported by ``solvers`` too); its errors named ``kseq_rho_star``, ρ = True was read as 1 and
+    a ρ per row of the wrong length was numpy's broadcast error."""
     from univer_theory.verifiers import kseq_acceptance_mass
     p, q = np.array([.5, .3, .2]), np.array([.2, .3, .5])
     from univer_theory import kseq_rho_star
     rho = kseq_rho_star(p, q, 2)
     assert np.all(kseq_acceptance_mass(p, q, 2, rho) <= np.minimum(p, rho * q) + 1e-15)   # at ρ*: ≤ min(p, ρ*q)
+    two = np.stack([p, p]), np.stack([q, q])
     for args, match in (((p, q, 0, 1.0), "k must be an integer ≥ 1"), ((p, q, 1.5, 1.0), "k must be"),
                         ((-p, q, 2, 1.0), "negative"), ((np.array([np.nan, .5, .5]), q, 2, 1.0), "NaN"),
-                        ((p, q, 2, 0.0), "rho must be finite and > 0"), ((p, q, 2, np.nan), "rho must be"),
-                        ((p, q[:2] / q[:2].sum(), 2, 1.0), "differ")):
-        with pytest.raises(ValueError, match=match):
+                        ((p, q, 2, 0.0), "rho must be a finite number > 0"), ((p, q, 2, np.nan), "rho must be"),
+                        ((p, q[:2] / q[:2].sum(), 2, 1.0), "differ"), ((p, q, 2, True), "rho must be"),
+                        ((*two, 2, np.ones(3)), r"rho of shape \(3,\) does not broadcast to the rows \(2,\)")):
+        with pytest.raises(ValueError, match="^kseq_acceptance_mass: .*" + match):    # its own name, not ρ*'s
             kseq_acceptance_mass(*args)
 
 

@@ -39,7 +39,7 @@ def bound_results(args, progress: bool = True) -> dict:
         raise NotImplementedError(f"the global tree LP and CF are defined for processes {PROCESSES}; "
                                   f"process {args.process!r} is supported by `univer exact` only")
     from solvers.cf_bound import cf_bound
-    from solvers.condot import condot_lp
+    from solvers.condot import MAX_NODE_LP_TUPLES, condot_lp, node_lp_tuples
     from solvers.global_lp import enumerate_tree_arrays, global_tree_lp
     from solvers.value_aware import value_aware_verifier
 
@@ -79,9 +79,15 @@ def bound_results(args, progress: bool = True) -> dict:
     if shape.max_depth == 1:
         k = len(shape.children[0])
         p, q = (np.asarray(row, dtype=np.float64) for row in (model.target(()), model.draft(())))
-        lp = _attempt(errors, "alpha_star", lambda: _checked(condot_lp(p, q, 1.0, k, args.process)))
-        out["alpha_star"] = {"error": errors["alpha_star"]} if lp is None else {
-            "lp": float(lp.value), "fast": float(alpha_star(p, q, k, args.process, rho=1.0))}
+        fast = float(alpha_star(p, q, k, args.process, rho=1.0))
+        tuples = node_lp_tuples(q, k, args.process)
+        if tuples > MAX_NODE_LP_TUPLES:     # the LP is a cross-check: the closed form stands alone (the LP's
+            out["alpha_star"] = {"lp": None, "fast": fast,       # refusal lost every result above, after minutes)
+                                 "lp_skipped": f"{tuples} draft tuples exceed MAX_NODE_LP_TUPLES = "
+                                               f"{MAX_NODE_LP_TUPLES:.0e}"}
+        else:
+            lp = _attempt(errors, "alpha_star", lambda: _checked(condot_lp(p, q, 1.0, k, args.process)))
+            out["alpha_star"] = {"error": errors["alpha_star"]} if lp is None else {"lp": float(lp.value), "fast": fast}
     if errors:
         out["errors"] = errors
     return out
@@ -129,6 +135,7 @@ def run(args) -> int:
     if "alpha_star" in out:
         a = out["alpha_star"]
         print(f"alpha*          FAILED: {a['error']}" if "error" in a else
+              f"alpha*          closed form {a['fast']:.9f}   LP skipped: {a['lp_skipped']}" if a["lp"] is None else
               f"alpha*          LP {a['lp']:.9f}   closed form {a['fast']:.9f}")
     print(f"{'method':<11}{'E[tau]':>12}{'distance':>12}  lossless{'gap→global':>12}{'gap→CF':>10}")
 

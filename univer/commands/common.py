@@ -156,9 +156,19 @@ def positive_int(text: str) -> int:
     return _int_at_least(text, 1)
 
 
+#: The largest seed: torch's generators take a 64-bit unsigned one (2^64 was an overflow after the models loaded).
+MAX_SEED = 2 ** 64 - 1
+
+
 def seed_int(text: str) -> int:
-    """argparse type: a seed, an integer ≥ 0 (numpy's and torch's generators take no negative seed)."""
-    return _int_at_least(text, 0)
+    """argparse type: a seed, an integer in ``[0, MAX_SEED]`` (numpy's and torch's generators take no negative
+    seed, torch's none past 64 bits)."""
+    import argparse
+
+    value = _int_at_least(text, 0)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be ≤ 2^64 − 1, got {value}")
+    return value
 
 
 def temperature(text: str) -> float:

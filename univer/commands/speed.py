@@ -4,8 +4,9 @@ decoding with each verifier, on the same prompts, seeds and (target, draft) pair
 Prints ``{"methods": {NAME: {"tokens_per_s", "tokens_per_step", "share": {"draft", "target", "verify"}, …}}}``
 (with ``--json``; a table otherwise) and writes ``speed.json``, ``speed.csv`` (one row per method) and
 ``speed.png`` (tokens/s bars and the phase split) into ``--out``.  Progress bars (runs, and the tokens of each
-speculative run) go to stderr, also with ``--json``.  ``--batch B`` decodes the prompts in groups of B in shared
-forwards (:func:`gpu.llm.speed.speed_compare`); ``per_prompt_tokens_per_s`` then holds one value per group.
+speculative run) go to stderr, none with ``--json`` (a machine reads it).  ``--batch B`` decodes the prompts in
+groups of B in shared forwards (:func:`gpu.llm.speed.speed_compare`); ``per_prompt_tokens_per_s`` then holds one
+value per group.
 """
 from __future__ import annotations
 
