@@ -184,15 +184,20 @@ def scan_call(batch, p, q):
 
 
 # ----------------------------------------------------------------------------------------- sections
+#: Children of the α*(ρ) section's node (wor: at most ``--alpha-vocab`` of them).
+ALPHA_K = 3
+
+
 def alpha_star_section(V: int, repeat: int, device: torch.device) -> dict:
     gen = torch.Generator().manual_seed(0)
     p, q = (x.numpy() for x in zipf_rows((), V, gen))
     log_time_grid(LOG_T_NODES, log_time_upper(float(q.min())))  # the process-wide grid cache, outside timing
-    out = {"vocab": V, "k": 3, "torch_device": str(device)}
+    out = {"vocab": V, "k": ALPHA_K, "torch_device": str(device)}
     tp, tq = (torch.from_numpy(x)[None].to(device) for x in (p, q))
     rho = torch.ones(1, dtype=torch.float64, device=device)
-    times = repeated_times({"wor": lambda: alpha_star(p, q, 3, "wor"), "iid": lambda: alpha_star(p, q, 3, "iid"),
-                            "wor_torch": on(device, lambda: alpha_star_rows(tp, tq, 3, "wor", rho))}, repeat)
+    times = repeated_times({"wor": lambda: alpha_star(p, q, ALPHA_K, "wor"),
+                            "iid": lambda: alpha_star(p, q, ALPHA_K, "iid"),
+                            "wor_torch": on(device, lambda: alpha_star_rows(tp, tq, ALPHA_K, "wor", rho))}, repeat)
     for process, t in times.items():
         out[process] = summary(t)
     out["wor_over_iid"] = out["wor"]["median_ms"] / out["iid"]["median_ms"]
@@ -326,18 +331,19 @@ def check_args(ap, args) -> None:
     """One-line argparse errors, before anything is timed, for values the sections would fail on later."""
     from gpu.llm.tree_draft import tree_shape
 
-    at_least(ap, (("--repeat", args.repeat, 1), ("--vocab", args.vocab, 2), ("--alpha-vocab", args.alpha_vocab, 2),
-                  ("--real-trees", args.real_trees, 0)))
+    at_least(ap, (("--repeat", args.repeat, 1), ("--vocab", args.vocab, 2),
+                  ("--alpha-vocab", args.alpha_vocab, ALPHA_K), ("--real-trees", args.real_trees, 0)))
     if not all(b.strip().isdigit() and int(b) > 0 for b in args.batches.split(",")):
         ap.error(f"--batches: expected positive ints, comma-separated, got {args.batches!r}")
     known(ap, "--methods", args.methods, METHODS)
     known(ap, "--processes", args.processes, ("wor", "iid"))
     try:
-        draft_tops(args.draft_top)
-        for spec in args.shapes.split(","):
-            tree_shape(spec)
+        tops = draft_tops(args.draft_top)
+        widest = max(tree_shape(spec).max_children for spec in args.shapes.split(","))
     except ValueError as err:
         ap.error(str(err))
+    if "wor" in args.processes.split(","):  # a wor node draws its k children from k distinct tokens of its row
+        at_least(ap, [("--vocab", args.vocab, widest)] + [("--draft-top", m, widest) for m in tops if m is not None])
     try:
         torch.device(args.device)
     except RuntimeError as err:

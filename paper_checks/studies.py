@@ -60,8 +60,9 @@ def expected_lengths(model, shape, process: str, verifiers) -> dict[str, float]:
 
 
 def bounds(model, shape, process: str, with_global: bool = True) -> dict[str, float]:
-    """``{"cf", "cf_alpha_root", "cf_tolerance", "univer-va", "global"}``: the conditional-framework optimum CF
-    (§6.4), CF with an α*-optimal root (``CFResult.alpha_root_value``), how far its value may sit below the exact CF, the exact E[τ] of the value-aware oracle verifier built from it, and
+    """``{"cf", "cf_alpha_root", "cf_tolerance", "cf_margin", "univer-va", "global"}``: the conditional-framework
+    optimum CF (§6.4), CF with an α*-optimal root (``CFResult.alpha_root_value``), how far its value may sit below
+    and above the exact CF, the exact E[τ] of the value-aware oracle verifier built from it, and
     the global tree LP (§4.3; omitted when ``with_global`` is False).  Raises RuntimeError if a solver failed;
     a global LP that HiGHS solved but whose recheck exceeded its tolerance is kept, its message under
     ``"global_note"``."""
@@ -70,7 +71,7 @@ def bounds(model, shape, process: str, with_global: bool = True) -> dict[str, fl
         raise RuntimeError(f"bounds: cf_bound failed: {cf.message}")
     va = evaluate(model, shape, process, value_aware_verifier(model, shape, process, cf=cf))
     out = {"cf": cf.value, "cf_alpha_root": cf.alpha_root_value, "cf_tolerance": cf.tolerance,
-           "univer-va": float(va.expected_accepted)}
+           "cf_margin": cf.margin, "univer-va": float(va.expected_accepted)}
     if with_global:
         glob = global_tree_lp(model, shape, process)
         if not glob.success and glob.status != 4:

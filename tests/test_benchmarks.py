@@ -53,6 +53,11 @@ def _refuses(script: str, argv: list, match: str, capsys) -> None:
     (["--shapes", "bogus"], "cannot read shape 'bogus'"), (["--methods", "foo"], "--methods: unknown ['foo']"),
     (["--batches", "x"], "--batches: expected positive ints"), (["--device", "foo"], "--device foo:"),
     (["--alpha-vocab", "0"], "--alpha-vocab must be"), (["--processes", "topk"], "--processes: unknown"),
+    # each a traceback after the α* section was timed: k = 3 wor on 2 tokens, a wor node of 2 (4) children drafted
+    # from 1 (3) tokens
+    (["--alpha-vocab", "2"], "--alpha-vocab must be ≥ 3, got 2"),
+    (["--draft-top", "1", "--processes", "wor", "--shapes", "binary:2"], "--draft-top must be ≥ 2, got 1"),
+    (["--vocab", "3", "--shapes", "eagle"], "--vocab must be ≥ 4, got 3"),
 ])
 def test_bench_verify_refuses_bad_arguments_in_one_line(bad, match, capsys):
     """Each was a traceback, several only after the α* section had been timed."""

@@ -397,6 +397,22 @@ def test_global_gap_fails_when_the_value_aware_oracle_is_above_the_global_bound(
     assert not res.passed and "above the global LP" in res.table
 
 
+def test_global_gap_holds_cf_and_univer_va_to_the_certified_bound(monkeypatch, tmp_path):
+    """CF less its stated margin, and univer-va up to round-off, must stay below the certified global bound: the
+    check allowed both 1e-8 above it (two HiGHS optima, from before both bounds were certified), so a CF 5e-9 above
+    the bound beyond its margin, or univer-va 1e-10 above it, passed."""
+    real = global_gap.bounds
+    for key, excess in (("cf", 5e-9), ("univer-va", 1e-10)):
+        def bounds(*args, key=key, excess=excess, **kwargs):
+            b = dict(real(*args, **kwargs))
+            b[key] = b["global"] + (b["cf_margin"] if key == "cf" else 0.0) + excess
+            return b
+        monkeypatch.setattr(global_gap, "bounds", bounds)
+        monkeypatch.setattr(global_gap, "instances", _first(global_gap.instances, 2))
+        res = global_gap.run(fast=True, out_dir=tmp_path, progress=False)
+        assert not res.passed and "above the global LP" in res.table, key
+
+
 def test_temperature_fails_where_the_gain_does_not_shrink_towards_zero(monkeypatch, tmp_path):
     """Gains 5%, 2%, 10%, 20% at T = 0.1, 0.3, 0.6, 1: positive, but the gain at 0.1 is not below the one at 0.3."""
     real, gain = temperature.expected_lengths, {0.0: 0.0, 0.1: 0.05, 0.3: 0.02, 0.6: 0.1, 1.0: 0.2}
