@@ -6,8 +6,9 @@ conditional-framework optimum CF (``solvers.cf_bound``) and the global tree LP (
 Every method here realises its plans in the conditional framework of §6.1 (RRS-type rules are plans whose
 children are entered with their acceptance probability), so the claim checked is ``method ≤ CF ≤ global`` on
 every instance (slack: CF's stated tolerance + :data:`~paper_checks.studies.BOUND_SLACK`; CF less its stated
-margin ≤ global, and univer-va ≤ global up to BOUND_SLACK: every bound is certified).  Reported, not required: the relative gaps ``1 − E[τ]/global`` (histogram, worst instance),
-``1 − CF/global`` (the price of forbidding look-ahead) and the instances where UniVer falls below TV.
+margin ≤ global, and univer-va ≤ global up to BOUND_SLACK: every bound is certified).  Reported, not required:
+the relative gaps ``1 − E[τ]/global`` (histogram, worst instance), ``1 − CF/global`` (the price of forbidding
+look-ahead) and the instances where UniVer falls below TV.
 
 Grid: seeded random instances (:func:`paper_checks.instances.random_instances`, another seed than the
 optimality check's): V ∈ {3, 4, 5}; shapes [2,2], [3,1] and the asymmetric ((..),.), ((.),(..)), ((..),(.),.),
