@@ -97,7 +97,7 @@ def wor_pair_weights(c: torch.Tensor, q: torch.Tensor, rho: torch.Tensor, p: tor
 
 def _pair_rule_weights(c, q, rho, p, tuples, order):
     """:func:`wor_pair_weights` on arrays of one backend (numpy on the CPU, :func:`gpu.host.on_host`)."""
-    rule = pair_rule(c, q, *wor_cut_k2(c, q, rho, p, order))
+    rule = pair_rule(c, q, *wor_cut_k2(c, q, rho, p, order), p)
     return pair_weights(rule, tuples), rule.marginal, rule.feasible
 
 

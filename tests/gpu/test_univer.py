@@ -325,3 +325,30 @@ def test_layout_is_continuous_in_rho_where_ratios_tie():
         got.append(exact)
         rho = float(np.nextafter(rho, 1))
     assert max(got) - min(got) <= 1e-12, got
+
+
+def test_rule_3_is_continuous_in_rho_where_ratios_tie():
+    """Rule 3's claim family sorted A*'s tokens by the rounded ρp/q, so tokens whose p/q tie exactly moved with ρ's
+    last bits: over three consecutive floats ρ handed down by the root, one tree's E[τ | T] went 0.62 → 2.0 → 1.52
+    (the layout's failure of item 73, left in rule 3).  It sorts by p/q: every tree's E[τ | T] is one value, in
+    the exact core and the batched layer alike."""
+    from univer_theory import TableModel, enumerate_trees
+    from univer_theory.plans.choose import choose_plan
+
+    p = np.array([0.3442822293813653, 0.03059778864362932, 0.36843697695516714, 0.07912058244258834,
+                  0.1775624225772497])
+    q = np.array([0.12949138890844783, 0.0669115056841938, 0.2422805165042319, 0.17302156582306605,
+                  0.3882950230800606])
+    rho, per_rho = 0.8142642051708444, []
+    assert choose_plan(p, q, rho, 2, "wor").construction == "wor_pair"
+    for r in (float(np.nextafter(rho, 0)), rho, float(np.nextafter(rho, 1))):
+        p0, q0 = np.array([0.5 * r, 1 - 0.5 * r, 0, 0, 0]), np.array([0.5, 0.5, 0, 0, 0])
+        model = TableModel(5, {(): p0, (0,): p}, {(): q0, (0,): q})     # the child of token 0 is reached with ρ = r
+        trees = [t for t, _ in enumerate_trees(model, TreeShape.parse("((..))"), "wor") if t.token[1] == 0]
+        exact = np.array([VERIFIERS["univer"].expected_accepted_length(t, *model.node_probs(t), "wor")
+                          for t in trees])
+        batch, pt, qt = padded_rows(trees, model)
+        np.testing.assert_allclose(expected_accepted_length(batch, pt, qt, "wor", "univer").numpy(), exact,
+                                   rtol=0, atol=1e-12)
+        per_rho.append(exact)
+    assert np.abs(np.array(per_rho) - per_rho[1]).max() <= 1e-12

@@ -562,7 +562,8 @@ def test_beta_family_marginal_is_the_general_form_with_gamma_one():
     beta = np.clip(rng.uniform(-0.5, 1.5, q.shape), 0.0, 1.0)
     assert (beta == 0).any() and (beta == 1).any() and ((beta > 0) & (beta < 1)).any()
     for sd, b in ((side, beta), (Side(*(torch.from_numpy(np.asarray(x)) for x in
-                                        (side.q, side.rest, side.c, side.cross, side.on)), upper=False),
+                                        (side.q, side.rest, side.c, side.cross, side.on)), False,
+                                      torch.from_numpy(side.num)),
                                  torch.from_numpy(beta))):
         got, want = side_marginal(sd, b, None), side_marginal(sd, b, 1.0 + 0 * sd.q)
         assert (got == want).all() and (got > 0).any()
@@ -588,12 +589,12 @@ def test_claim_compiled_is_the_fixed_point_bit_for_bit(V):
     side = Side.of(q, leave_one_out(q), c, 0 * q, q > 0, upper=False)
     t, _, _, b, rank = claim_family(side)
     for r in range(6):
-        got = _claim_family(side.q[r], side.rest[r], side.c[r])
+        got = _claim_family(side.q[r], side.rest[r], side.c[r], side.num[r])
         assert all(np.array_equal(g, w) for g, w in zip(got, (t[r], b[r], rank[r])))
     if V > 3:
         assert (t == 0).any() and (t == 1).any() and ((t > 0) & (t < 1)).any()
     torch_side = Side(*(torch.from_numpy(np.asarray(x)) for x in (side.q, side.rest, side.c, side.cross, side.on)),
-                      upper=False)
+                      False, torch.from_numpy(side.num))
     for got, want in zip(claim_family(torch_side), claim_family(side)):
         np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-15)
 

@@ -165,7 +165,9 @@ def side_columns(mask):
 class Side:
     """One side of the cut on rows ``[R, M]`` (:func:`side_columns`): its drafted tokens' q, rest mass
     ``R_x = Σ_{y≠x} q_y`` (all of V), caps c, cross term X, ``on`` (the real entries; q = c = X = 0 and R = 1
-    elsewhere) and the bound's direction (``upper``: b ≤ c on H; else b ≥ c on A*)."""
+    elsewhere), the bound's direction (``upper``: b ≤ c on H; else b ≥ c on A*) and ``num``, the numerator of
+    the claim family's ratio order (p, so that tokens whose p/q tie exactly keep their id order at every ρ; c when
+    not given)."""
 
     q: object
     rest: object
@@ -173,12 +175,13 @@ class Side:
     cross: object
     on: object
     upper: bool
+    num: object
 
     @classmethod
-    def of(cls, q, rest, c, cross, on, upper: bool) -> "Side":
+    def of(cls, q, rest, c, cross, on, upper: bool, num=None) -> "Side":
         nx = get_backend(q)
         return cls(nx.where(on, q, 0.0), nx.where(on, rest, 1.0), nx.where(on, c, 0.0), nx.where(on, cross, 0.0),
-                   on, upper)
+                   on, upper, nx.where(on, c if num is None else num, 0.0))
 
 
 def side_tolerance(side: Side):
@@ -275,7 +278,9 @@ def yield_accept(side: Side):
 
 
 def claim_family(side: Side):
-    """Claim family on A* (module docstring): the side's tokens in ratio order (``c/q`` descending, ties by token,
+    """Claim family on A* (module docstring): the side's tokens in ratio order (``p/q`` descending — the order of
+    ``c/q``, but free of ρ's round-off: sorted by the rounded ``ρp/q``, tokens whose p/q tie exactly moved with ρ's
+    last bits, and one ulp of ρ moved E[τ | T] by up to 1.38, docs/deviations.md item 101; ties by token,
     :func:`~univer_theory.orders.ratio_argsort`; the padding last).  With ``u = q/R``, token i of that order
     receives from each earlier token j the share ``1 − t_j`` of their pair and claims ``t_i`` of each pair with a
     later token:
@@ -289,7 +294,7 @@ def claim_family(side: Side):
     the order's ``rank``).  ``(β, γ, exists, b, rank)`` ``[R, M]`` (``exists [R]``: always; whether ``b ≥ c`` is
     :func:`solve_side`'s check)."""
     nx = get_backend(side.q)
-    order = ratio_argsort(side.c, side.q, descending=True)
+    order = ratio_argsort(side.num, side.q, descending=True)
     q, rest, c = (nx.take(x, order) for x in (side.q, side.rest, side.c))
     u = q / rest
     later = q * exclusive_cumsum(u, reverse=True) + u * exclusive_cumsum(q, reverse=True)
@@ -337,7 +342,7 @@ def solve_side(side: Side):
             break
         every = rows.shape[0] == family.shape[0]          # (the first family, mostly): no row gathers
         sub = side if every else Side(*(x[rows] for x in (side.q, side.rest, side.c, side.cross, side.on)),
-                                      side.upper)
+                                      side.upper, side.num[rows])
         sub_tol = tol if every else tol[rows]
         fb, fg, exists, *claimed = run(sub, sub_tol)
         if claimed:
@@ -379,16 +384,17 @@ class PairRule:
     rank: object
 
 
-def pair_rule(c, q, alpha_star, in_cut) -> PairRule:
+def pair_rule(c, q, alpha_star, in_cut, p=None) -> PairRule:
     """Rule 3 (module docstring) on rows ``c = ρp, q [R, V]`` given the optimal cut ``in_cut [R, V]`` (A*) and
-    α*(ρ) ``[R]`` — numpy arrays (the compiled pass of :mod:`.wor_pair_rows`, the same floats as
-    :func:`array_pair_rule`) or torch tensors (:func:`array_pair_rule`)."""
+    α*(ρ) ``[R]``, the claim family in the order of ``p/q`` (the target rows; ``c/q`` when None, :class:`Side`) —
+    numpy arrays (the compiled pass of :mod:`.wor_pair_rows`, the same floats as :func:`array_pair_rule`) or torch
+    tensors (:func:`array_pair_rule`)."""
     if get_backend(c, q) is NUMPY:
-        return PairRule(*pair_rule_rows(c, q, alpha_star, in_cut, FEASIBILITY_TOL, OPTIMALITY_TOL))
-    return array_pair_rule(c, q, alpha_star, in_cut)
+        return PairRule(*pair_rule_rows(c, q, alpha_star, in_cut, FEASIBILITY_TOL, OPTIMALITY_TOL, p))
+    return array_pair_rule(c, q, alpha_star, in_cut, p)
 
 
-def array_pair_rule(c, q, alpha_star, in_cut) -> PairRule:
+def array_pair_rule(c, q, alpha_star, in_cut, p=None) -> PairRule:
     """:func:`pair_rule` written against the array namespace: numpy arrays or torch tensors."""
     nx = get_backend(c, q)
     drafted = q > 0
@@ -399,7 +405,8 @@ def array_pair_rule(c, q, alpha_star, in_cut) -> PairRule:
     cross = 0 * q
     for mask, upper in ((on_a, False), (on_h, True)):     # A* first: H's cross term sums over it
         cols, on, pos = side_columns(mask)
-        side = Side.of(*(nx.take(x, cols) for x in (q, rest, c, cross)), on, upper)
+        side = Side.of(*(nx.take(x, cols) for x in (q, rest, c, cross)), on, upper,
+                       nx.take(c if p is None else p, cols))
         if not upper:
             cross = side.q.sum(-1)[..., None] / rest + (side.q / side.rest).sum(-1)[..., None]
         sb, sg, sm, family, sr = solve_side(side)
@@ -456,7 +463,7 @@ def wor_pair_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None
         return None
     alpha_star, in_cut = alpha_star_and_cut(p, q, 2, "wor", rho)
     in_cut = np.asarray(in_cut, dtype=bool)
-    rule = pair_rule((rho * p)[None], q[None], np.asarray([alpha_star], dtype=np.float64), in_cut[None])
+    rule = pair_rule((rho * p)[None], q[None], np.asarray([alpha_star], dtype=np.float64), in_cut[None], p[None])
     if not rule.feasible[0]:
         return None
     names = {}

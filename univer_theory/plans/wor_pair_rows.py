@@ -166,12 +166,13 @@ def _yield_accept(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover -
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _claim_family(q, rest, c):  # pragma: no cover - compiled
-    """:func:`.wor_pair.claim_family` of one side's row: ``(t, b, rank)`` in column order."""
+def _claim_family(q, rest, c, num):  # pragma: no cover - compiled
+    """:func:`.wor_pair.claim_family` of one side's row (``num``: its ratio order's numerator, p): ``(t, b, rank)``
+    in column order."""
     M = q.shape[0]
     key = np.empty(M)
-    for j in range(M):                                  # ratio_argsort(c, q, descending=True)'s keys
-        key[j] = -((c[j] * RATIO_SCALE) / q[j]) if q[j] > 0 else np.inf
+    for j in range(M):                                  # ratio_argsort(num, q, descending=True)'s keys
+        key[j] = -((num[j] * RATIO_SCALE) / q[j]) if q[j] > 0 else np.inf
     order = stable_argsort_row(key)
     qo, ro, co = q[order], rest[order], c[order]
     u = qo / ro
@@ -192,8 +193,9 @@ def _claim_family(q, rest, c):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _solve_side(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover - compiled
-    """:func:`.wor_pair.solve_side` of one side's row: ``(β, γ, b, family, rank, claim_ran)``."""
+def _solve_side(q, rest, c, cross, on, upper, feas_tol, num):  # pragma: no cover - compiled
+    """:func:`.wor_pair.solve_side` of one side's row (``num``: the claim order's numerator): ``(β, γ, b, family,
+    rank, claim_ran)``."""
     M = q.shape[0]
     beta, gamma, b, rank = np.ones(M), np.ones(M), np.zeros(M), np.full(M, -1, np.int64)
     if not on.any():
@@ -210,7 +212,7 @@ def _solve_side(q, rest, c, cross, on, upper, feas_tol):  # pragma: no cover - c
             fb, fg, exists = _yield_accept(q, rest, c, cross, on, upper, feas_tol)
             fm = _marginal(q, rest, cross, fb, fg, True) if exists else np.zeros(M)
         else:
-            fb, fm, fr = _claim_family(q, rest, c)
+            fb, fm, fr = _claim_family(q, rest, c, num)
             fg, exists = np.ones(M), True
         good = exists
         for j in range(M):
@@ -234,7 +236,7 @@ def _side_width(mask):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _pair_rule_rows(c, q, alpha_star, in_cut, feas_tol, opt_tol):  # pragma: no cover - compiled
+def _pair_rule_rows(c, q, num, alpha_star, in_cut, feas_tol, opt_tol):  # pragma: no cover - compiled
     """:func:`.wor_pair.pair_rule` row by row (module docstring); its fields as arrays, ``rank`` −1 where no
     claim family was taken, and whether any row's A* ran the claim family."""
     R, V = q.shape
@@ -259,11 +261,11 @@ def _pair_rule_rows(c, q, alpha_star, in_cut, feas_tol, opt_tol):  # pragma: no 
                 if mask[v]:
                     cols[n], on[n] = v, True
                     n += 1
-            sq, srest, sc, scross = np.zeros(M), np.ones(M), np.zeros(M), np.zeros(M)
+            sq, srest, sc, scross, snum = np.zeros(M), np.ones(M), np.zeros(M), np.zeros(M), np.zeros(M)
             for j in range(n):
                 v = cols[j]
-                sq[j], srest[j], sc[j], scross[j] = q[r, v], rest[v], c[r, v], cross[v]
-            sb, sg, sm, family, sr, ran = _solve_side(sq, srest, sc, scross, on, upper, feas_tol)
+                sq[j], srest[j], sc[j], scross[j], snum[j] = q[r, v], rest[v], c[r, v], cross[v], num[r, v]
+            sb, sg, sm, family, sr, ran = _solve_side(sq, srest, sc, scross, on, upper, feas_tol, snum)
             for j in range(n):
                 v = cols[j]
                 beta[r, v], gamma[r, v], b[r, v] = sb[j], sg[j], sm[j]
@@ -284,10 +286,12 @@ def _pair_rule_rows(c, q, alpha_star, in_cut, feas_tol, opt_tol):  # pragma: no 
     return beta, gamma, thin, marginal, on_h, feasible, family_h, family_a, rank, claim_ran
 
 
-def pair_rule_rows(c, q, alpha_star, in_cut, feas_tol: float, opt_tol: float):
-    """:func:`.wor_pair.pair_rule` on numpy rows ``c = ρp, q, in_cut [R, V]``, ``alpha_star [R]``: the fields of
-    its :class:`~.wor_pair.PairRule` in order (``rank`` None where no row's A* ran the claim family)."""
-    *fields, rank, claim_ran = _pair_rule_rows(np.ascontiguousarray(c, np.float64), np.ascontiguousarray(q, np.float64),
-                                               np.ascontiguousarray(alpha_star, np.float64),
+def pair_rule_rows(c, q, alpha_star, in_cut, feas_tol: float, opt_tol: float, p=None):
+    """:func:`.wor_pair.pair_rule` on numpy rows ``c = ρp, q, in_cut [R, V]``, ``alpha_star [R]`` (``p``: the target
+    rows, the claim family's ratio order; c when None): the fields of its :class:`~.wor_pair.PairRule` in order
+    (``rank`` None where no row's A* ran the claim family)."""
+    c, q = (np.ascontiguousarray(x, np.float64) for x in (c, q))
+    num = c if p is None else np.ascontiguousarray(p, np.float64)
+    *fields, rank, claim_ran = _pair_rule_rows(c, q, num, np.ascontiguousarray(alpha_star, np.float64),
                                                np.ascontiguousarray(in_cut, np.bool_), feas_tol, opt_tol)
     return (*fields, rank if claim_ran else None)
