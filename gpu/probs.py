@@ -101,10 +101,12 @@ def row_temperatures(temperature, logits: torch.Tensor) -> tuple[torch.Tensor, b
     :func:`univer_theory.validation.check_temperature`) as a 0-dim tensor and ``greedy = (T == 0)``; a tensor as
     one value per row ``logits.shape[:-1]``, its axes aligned from the left (a ``[B]`` tensor against ``[B, N, V]``
     logits gives request b's rows its T) and ``greedy`` per row.  Each T must be finite and ≥ 0 in its own
-    precision (checked, and ``greedy`` decided, before ``T`` is cast to the logits' dtype and device)."""
+    precision (checked, and ``greedy`` decided, before ``T`` is cast to the logits' dtype and device); a T beyond
+    the logits' dtype's range is taken at its largest finite value (cast, 1e39 was inf in float32, and −inf/inf a
+    NaN row; the rows are uniform over their finite logits either way)."""
     if not torch.is_tensor(temperature):
         t = check_temperature(temperature, "probs_from_logits")
-        return torch.tensor(t, dtype=logits.dtype, device=logits.device), t == 0
+        return torch.tensor(min(t, torch.finfo(logits.dtype).max), dtype=logits.dtype, device=logits.device), t == 0
     shape = tuple(logits.shape[:-1])
     if not (temperature.dtype.is_floating_point or integer_dtype(temperature.dtype)):
         raise ValueError(f"probs_from_logits: temperature must be real numbers, got a {temperature.dtype} tensor")
@@ -118,7 +120,7 @@ def row_temperatures(temperature, logits: torch.Tensor) -> tuple[torch.Tensor, b
         i = [int(v) for v in bad.nonzero()[0]]
         raise ValueError(f"probs_from_logits: temperature of row {i} must be finite and ≥ 0, got "
                          f"{float(t[tuple(i)])}")
-    return t.to(logits.dtype), t == 0
+    return t.clamp(max=torch.finfo(logits.dtype).max).to(logits.dtype), t == 0
 
 
 def _floored(q: torch.Tensor, logits: torch.Tensor, support: int | None) -> torch.Tensor:

@@ -42,7 +42,10 @@ Both layers run :func:`slot_weights` (the closed form for k = 2, the class LP by
 :mod:`gpu`).  :func:`slot_rule_lp` is the independent oracle the tests check it against: HiGHS on one class, on
 the class's own scale ``Q/ΣQ`` (on a real vocabulary ΣQ ~ 1e-11, below HiGHS' absolute tolerances), the plan
 recomputed from its optimal basis (``solve_lp(vertex=True)``).  Either answer is rechecked (z ≥ 0, row capacity,
-class masses, :func:`slot_violations`); where the recheck fails the plan's own weights are kept.
+class masses, :func:`slot_violations`); where the recheck fails the plan's own weights are kept.  The class must get
+one answer whichever of its orderings was realised (else its token masses drift and the law with them), so
+:func:`slot_lp` lists the class's orderings from its sorted tuple, one LP per class, and reads the realised
+ordering's row off it.
 """
 from __future__ import annotations
 
@@ -257,6 +260,10 @@ def slot_lp(w_all, children, q, omega, process: str, perms: list):
     nx, xp = get_backend(w_all), array_module(w_all)
     R, P, k = w_all.shape
     perm = nx.index(perms, w_all)
+    # one LP per class, whichever of its orderings was realised: the orderings listed from the sorted tuple
+    # (the realised tuple's own listing gave each ordering a differently pivoted LP, and the recheck, near its
+    # tolerance, passed for some orderings of a class and not others: the class masses drifted, ~2e-6 of the law)
+    w_all, children, realised = _canonical_listing(w_all, children, perm, k)
     # d_i: rank of S_i among S's distinct tokens; an ordering's code Σ d_i k^{k−1−i} names it within the class
     first = ~xp.tril(children[:, :, None] == children[:, None, :], -1).any(2)            # [R, k] first occurrences
     rank = ((children[:, None, :] < children[:, :, None]) & first[:, None, :]).sum(2)    # [R, k]
@@ -297,5 +304,24 @@ def slot_lp(w_all, children, q, omega, process: str, perms: list):
     checks = slot_violations(z / unit[..., None], z0.reshape(R, P, k) / unit[..., None],
                              nx.where(keep, probs, 0.0) / unit, ranks)
     ok = optimal & (checks[0] <= SLOT_TOL) & (checks[1] <= SLOT_TOL) & (checks[2] <= SLOT_TOL)
-    new = capped_rows(plan_weights(nx.maximum(z[:, 0], 0.0), probs[:, 0]))                # ordering 0 = S
-    return nx.where(ok[:, None], new, w_all[:, 0]), ok
+    at = nx.argmax(code == nx.take(code, realised[:, None]))                              # S's first listing
+    z_s = nx.take(z.reshape(R, n_z), at * k + nx.arange(k, w_all)[None, :])
+    new = capped_rows(plan_weights(nx.maximum(z_s, 0.0), nx.take(probs, at)[:, 0]))
+    return nx.where(ok[:, None], new, nx.take(w_all.reshape(R, n_z), at * k + nx.arange(k, w_all)[None, :])), ok
+
+
+def _canonical_listing(w_all, children, perm, k: int):
+    """The slot LP's input in one listing per class: ``(w [R, P, k], tuples [R, k], realised [R])`` — the tuple
+    sorted, the plan's weights on its orderings ``sorted[perm[p]]`` (taken from ``w_all``'s listing
+    ``children[perm[p]]``, the same orderings in another order) and the index p whose ordering is the realised
+    tuple.  Permutations are named by their codes base k, looked up in a table of ``k^k`` entries (no host read)."""
+    nx = get_backend(w_all)
+    P = perm.shape[0]
+    digits = nx.index([k ** (k - 1 - i) for i in range(k)], perm)
+    lookup = nx.index([0] * k ** k, perm)
+    lookup[(perm * digits).sum(-1)] = nx.arange(P, perm)
+    sort = nx.argsort(children)                                                            # [R, k], stable
+    listing = lookup[(sort[:, perm] * digits).sum(-1)]                                     # [R, P]
+    realised = lookup[(nx.argsort(sort) * digits).sum(-1)]                                # S = sorted[inverse]
+    w = nx.take(w_all.reshape(w_all.shape[0], -1), (listing[..., None] * k + nx.arange(k, w_all)).reshape(-1, P * k))
+    return w.reshape(w_all.shape), nx.take(children, sort), realised

@@ -48,6 +48,16 @@ def test_bad_model_file(tables, message, tmp_path, capsys):
     assert message in err and "Traceback" not in err
 
 
+def test_an_exact_model_file_past_float_range_is_one_line(tmp_path, capsys):
+    """``--rational`` on a model file with an entry of 1e400 (a Fraction past float64's range): the off-simplex
+    message formatted its sum as a float — an OverflowError traceback, exit 1; one line now, as without it."""
+    path = tmp_path / "model.json"
+    path.write_text('{"vocab": 2, "target": {"": ["1e400", 0.5]}, "draft": {"": [0.5, 0.5]}}')
+    assert main(["exact", "--model-file", str(path), "--shape", "1", "--rational"]) == 2
+    err = capsys.readouterr().err
+    assert "sums to beyond 1e308" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
 def test_unreadable_model_file(tmp_path, capsys):
     path = tmp_path / "model.json"
     path.write_text("{not json")

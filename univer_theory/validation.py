@@ -94,10 +94,19 @@ def check_simplex(rows: np.ndarray, where: str, name: str) -> np.ndarray:
     sums = flat.sum(axis=1)
     for r, s in enumerate(sums):
         if (s != 1) if exact else (abs(s - 1.0) > SIMPLEX_ATOL):
-            off = f"{float(s - 1):+.3g}" + (", exact mode: the sum must be 1 exactly" if exact else
-                                             f", tolerance {SIMPLEX_ATOL:g}")
-            raise ValueError(f"{where}: {name}{row(r)} sums to {float(s):.12g}, expected 1 (off by {off})")
+            off = _float_text(s - 1, "+.3g") + (", exact mode: the sum must be 1 exactly" if exact else
+                                                 f", tolerance {SIMPLEX_ATOL:g}")
+            raise ValueError(f"{where}: {name}{row(r)} sums to {_float_text(s, '.12g')}, expected 1 (off by {off})")
     return arr
+
+
+def _float_text(x, spec: str) -> str:
+    """``x`` (a float, or an exact number) in a message as a float with format ``spec``, or "beyond 1e308" where it
+    is past float64's range (an exact entry of 1e400 was an OverflowError here)."""
+    try:
+        return format(float(x), spec)
+    except OverflowError:
+        return "beyond 1e308"
 
 
 def check_choice(value, choices, where: str, name: str):

@@ -248,6 +248,17 @@ def test_probs_from_logits_at_small_temperatures(dtype):
         assert ((got - ref).abs() / ref).max() <= 1e-6
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_probs_from_logits_at_temperatures_beyond_the_dtype(dtype):
+    """A temperature finite in float64 but not in the logits' dtype (1e39 in float32 or bfloat16) became inf, and
+    ``−inf/inf`` (a −inf logit, or a token cut by ``top``) a NaN row: it is taken at the dtype's largest value, the
+    row uniform over its finite logits, for a number and a float64 tensor of temperatures alike."""
+    z = torch.tensor([[1.0, 2.0, -float("inf")]]).to(dtype)
+    for T in (1e39, 1e300, torch.tensor([1e300], dtype=torch.float64)):
+        assert probs_from_logits(z, T).tolist() == [[0.5, 0.5, 0.0]]
+        assert probs_from_logits(z[:, :2], T, top=1).tolist() == [[0.0, 1.0]]
+
+
 def test_a_uniform_on_a_cumulative_mass_boundary_takes_the_next_positive_token():
     """The inverse CDF's convention where ``U·Σ`` hits a cumulative mass exactly (probability ~2^-53 a draw,
     so no sampled test reaches it): token i owns ``[cdf_{i−1}, cdf_i)``, so a hit on ``cdf_i`` goes to the next
