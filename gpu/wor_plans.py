@@ -399,7 +399,8 @@ def _wor_weights(c, q, rho, p, children, walk: str):
     w, a = nx.full(children.shape, 0.0, c), nx.zeros_like(c)
     k = children.shape[-1]
     live = rho > 0
-    full = live & ((q > 0).sum(-1) == k)        # every tuple drafts the whole support: α*(ρ) in closed form
+    support = (q > 0).sum(-1)                   # drafted tokens per row
+    full = live & (support == k)                # every tuple drafts the whole support: α*(ρ) in closed form
     if bool(full.any()):
         rows = nx.nonzero(full)[0]
         w[rows], a[rows] = full_support_weights(c[rows], children[rows]), support_marginal(c[rows], q[rows])
@@ -420,16 +421,16 @@ def _wor_weights(c, q, rho, p, children, walk: str):
         w_pts, a_pts = _pts_weights(c[rows], q[rows], p[rows], children[rows], walk, order[rows])
         w[rows], a[rows] = w_pts, a_pts
         star = alpha_star_rows(p[rows], q[rows], k, "iid", rho[rows], order[rows])[0]
-        rows = rows[coupling_can_win(star, a_pts.sum(-1), k, (q[rows] > 0).sum(-1))]  # it attains α*_iid(ρ)
+        rows = rows[coupling_can_win(star, a_pts.sum(-1), k, support[rows])]  # it attains α*_iid(ρ)
     if rows.shape[0]:
         w_cp, a_cp = _coupling_weights(c[rows], q[rows], children[rows], p[rows])
         _take(w, a, rows, a_cp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE, (w_cp, a_cp), (w[rows], a[rows]))
-    small = small_lp((q > 0).sum(-1), k)
+    small = small_lp(support, k)
     rows = nx.nonzero(~feasible & small)[0]
     if rows.shape[0]:                   # rule 1 on small supports, where it beats them by more than ALPHA_TIE
         w_lp, a_lp, solved = condot_weights(c[rows], q[rows], children[rows], "wor")
         _take(w, a, rows, solved & (a_lp.sum(-1) > a[rows].sum(-1) + ALPHA_TIE), (w_lp, a_lp), (w[rows], a[rows]))
-    rows = nx.nonzero(~feasible & ~small & alpha_star_computable((q > 0).sum(-1), k))[0]
+    rows = nx.nonzero(~feasible & ~small & alpha_star_computable(support, k))[0]
     if rows.shape[0]:                   # rules 7 and 8 where the plan so far is short of α*(ρ) by > OPTIMALITY_TOL
         alpha = a[rows].sum(-1)
         below = under_ceiling(c[rows], q[rows], alpha)    # the one-pass gate first: the others on its rows only

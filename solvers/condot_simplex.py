@@ -78,10 +78,11 @@ def condot_table(c, q, k: int, process: str, position_weights=None):
     omega = nx.full((R, 0), 0.0, q) if position_weights is None else nx.asarray(position_weights, q)
     s = (q > 0).sum(-1)
     s_max = int(s.max())
-    if tableau_entries(s_max, k, process) > CONDOT_CHUNK:       # before the tuples are listed
+    entries = tableau_entries(s_max, k, process)
+    if entries > CONDOT_CHUNK:                                  # before the tuples are listed
         raise ValueError(f"condot_table: k = {k} {process} children on {s_max} drafted tokens make a dense tableau "
-                         f"of {count_text(tableau_entries(s_max, k, process))} entries, beyond CONDOT_CHUNK = 2^25 "
-                         f"(256 MB); solvers.condot_lp solves such a node sparsely")
+                         f"of {count_text(entries)} entries, beyond CONDOT_CHUNK = 2^25 (256 MB); "
+                         f"solvers.condot_lp solves such a node sparsely")
     token = nx.where(q > 0, nx.arange(V, q), V)
     sup = nx.take(token, nx.argsort(token))[:, :s_max]                   # the support, ascending (V: padding)
     tuples = itertools.product(range(s_max), repeat=k) if process == "iid" else itertools.permutations(range(s_max), k)

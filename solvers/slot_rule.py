@@ -305,9 +305,9 @@ def slot_lp(w_all, children, q, omega, process: str, perms: list):
                              nx.where(keep, probs, 0.0) / unit, ranks)
     ok = optimal & (checks[0] <= SLOT_TOL) & (checks[1] <= SLOT_TOL) & (checks[2] <= SLOT_TOL)
     at = nx.argmax(code == nx.take(code, realised[:, None]))                              # S's first listing
-    z_s = nx.take(z.reshape(R, n_z), at * k + nx.arange(k, w_all)[None, :])
-    new = capped_rows(plan_weights(nx.maximum(z_s, 0.0), nx.take(probs, at)[:, 0]))
-    return nx.where(ok[:, None], new, nx.take(w_all.reshape(R, n_z), at * k + nx.arange(k, w_all)[None, :])), ok
+    s_cols = at * k + nx.arange(k, w_all)[None, :]                                          # its k columns
+    new = capped_rows(plan_weights(nx.maximum(nx.take(z.reshape(R, n_z), s_cols), 0.0), nx.take(probs, at)[:, 0]))
+    return nx.where(ok[:, None], new, nx.take(w_all.reshape(R, n_z), s_cols)), ok
 
 
 def _canonical_listing(w_all, children, perm, k: int):
