@@ -208,11 +208,17 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     stands for a draw from ``p·1[q = 0]`` (:func:`sample` makes it).  ``shapes``: give each level its children's
     subtree shapes (:attr:`TreeBatch.subtree_shapes`, ``LevelContext.child_shapes``; only for rules that read
     them).  ``block_bytes``: the row blocks on whole rows, on every device (None: :data:`CPU_BLOCK_BYTES` on the
-    CPU, whole levels on an accelerator); rows are independent
-    in every rule, so the blocks change no float and no draw, only the time.  ``reached_only``: the rule decides a
+    CPU, whole levels on an accelerator); each block draws its candidates in row order, so the blocks change no
+    law and not the generator's use, only the time — though not every last bit (nor so, rarely, a draw on a
+    boundary): on an accelerator UniVer's rule 3 lays a side out on the block's widest side
+    (``wor_pair.side_columns``: the sums over that width), and PTS's walk cuts its early nodes by the chunk's
+    largest rate (``clocks.early_nodes``).  ``reached_only``: the rule decides a
     node with ``ρ = 0`` as never reached (children's scalings 0, enter 1, stop 0, residual 0: UniVer's), so such
     rows are not planned (:func:`_level_units`) and get that decision here — their candidate stays −1 (a zero
-    residual's draw, which no path reads), the draws of the others are the same."""
+    residual's draw, which no path reads), the draws of the others are the same — unless an unreached row of a
+    level on its drafted support drafts more than ``V/2`` tokens: the reached rows alone then fit the scan's cap
+    (:func:`gpu.support.scan`) and the level is planned on their drafted support, where planning every row takes
+    whole rows (the same law, other round-off and other draws)."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dtype, dev = target_probs.dtype, target_probs.device

@@ -142,8 +142,9 @@ def planning_rows(ctx: LevelContext):
 
 def univer_rule(ctx: LevelContext, walk: str = "auto") -> LevelDecision:
     """UniVer at R nodes at once (module docstring); iid / wor / topk / greedy children.  ``walk``: how PTS finds
-    θ for k ≥ 3 wor children (:data:`gpu.wor_plans.WALKS`; bind it with ``functools.partial`` to pass the rule
-    to :mod:`gpu.engine`).  On the CPU one host call on numpy views of the level (:func:`gpu.host.on_host`)."""
+    θ for wor children, k = 2 and k ≥ 3 alike (:data:`gpu.wor_plans.WALKS`; bind it with ``functools.partial`` to
+    pass the rule to :mod:`gpu.engine`).  On the CPU one host call on numpy views of the level
+    (:func:`gpu.host.on_host`)."""
     if walk not in WALKS:
         raise ValueError(f"univer_rule: walk must be one of {list(WALKS)}, got {walk!r}")
     return on_host(_univer_rule, ctx, walk)

@@ -34,8 +34,9 @@ SHAPE_METHODS = ("univer",)
 
 #: Methods whose level rule decides a node with ρ = 0 as never reached (children's scalings 0, enter 1, stop 0,
 #: residual 0), so the engine leaves such rows unplanned (``reached_only`` of :func:`gpu.engine.allocate`: the same
-#: floats and draws): UniVer routes no ρ to the child of a pair that meets both sides of the cut, and 4–13 of the
-#: 14–15 internal nodes of the benchmark's SmolLM2-drafted and Zipf-row trees at top 1 024 are unreached.
+#: law, and the same floats and draws but where it says): UniVer routes no ρ to the child of a pair that meets both
+#: sides of the cut, and 4–13 of the 14–15 internal nodes of the benchmark's SmolLM2-drafted and Zipf-row trees at
+#: top 1 024 are unreached.
 REACHED_ONLY = ("univer",)
 
 #: Method → its row blocks on whole rows, on every device (``block_bytes`` of :func:`gpu.engine.allocate`; the

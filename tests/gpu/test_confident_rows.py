@@ -221,6 +221,75 @@ def test_every_method_matches_the_core_on_confident_trees(process):
                     np.testing.assert_allclose(law[b], first, rtol=0, atol=1e-12, err_msg=f"{name} {target} {tail}")
 
 
+@pytest.mark.parametrize("tail", [1e-100, 1e-200, 1e-300])
+def test_the_layout_on_a_confident_row_emits_its_target(tail):
+    """UniVer's i.i.d. layout on a confident node (V = 50, q and p each ``1 − tail`` on token 0, the rest a
+    Dirichlet draw of mass ``tail``) with k = 6 copies of the top token — a tree of probability ≥ 1 − 6·tail, so
+    its first token's law is p's to far below 1e-12 — emits p there to 1e-12, with the exact core's E[τ | T].
+    The block's groups of ~tail/50 made the Möbius maps' products underflow below ~1e-154: in torch (an
+    accelerator's doubling scan) the pivots were 0 and NaN, w(S) = 0 while the marginal kept a(top) ≈ 1, and the
+    top token was never emitted (a distance of ~1)."""
+    V, k = 50, 6
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(2):
+        x = tail * rng.dirichlet(np.ones(V))
+        x[0] = 1.0 - x[1:].sum()
+        rows.append(x)
+    p, q = rows
+    tree = DraftTree((-1,) + (0,) * k, (-1,) + (0,) * k)
+    P, Q = np.vstack([p] + [np.full(V, 1 / V)] * k), np.vstack([q] + [np.full(V, 1 / V)] * k)
+    batch, pt, qt = TreeBatch.from_trees([tree]), torch.tensor(P)[None], torch.tensor(Q)[None]
+    law = first_token_law(batch, pt, qt, "iid", METHODS["univer"])[0].numpy()
+    np.testing.assert_allclose(law, p, rtol=0, atol=1e-12)
+    want = VERIFIERS["univer"].expected_accepted_length(tree, P, Q, "iid")
+    np.testing.assert_allclose(expected_accepted_length(batch, pt, qt, "iid", "univer").numpy(), [want], rtol=0,
+                               atol=1e-12)
+
+
+def test_the_layout_with_subnormal_draft_tokens_matches_the_core():
+    """Drafted tokens of subnormal q (8e-309) beside a certain one: the layout's share of such a token overflowed
+    (its density 1/q > 1e307) and the batched E[τ | T] was NaN where the exact core raised; both now drop that
+    share as a 0/0 one (the tuple's probability is below 1e-308) and agree."""
+    p = np.array([0.47702019519763955, 1.335000126e-314, 1.335000126e-314, 0.5229798048023605])
+    q = np.array([8.170660274580537e-309, 8.170660274580537e-309, 8.170660274580537e-309, 1.0])
+    trees = [DraftTree((-1, 0, 0), (-1, a, b), 4) for a, b in ((0, 3), (3, 0), (3, 3), (1, 2))]
+    rows = lambda t: (np.vstack([p] + [q] * 2), np.vstack([q] * 3))    # noqa: E731  (the children's rows: unread)
+    want = [VERIFIERS["univer"].expected_accepted_length(t, *rows(t), "iid") for t in trees]
+    batch = TreeBatch.from_trees(trees)
+    P, Q = (torch.tensor(np.stack([rows(t)[i] for t in trees])) for i in (0, 1))
+    got = expected_accepted_length(batch, P, Q, "iid", "univer").numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_rule_3_on_a_confident_row_is_its_own_beside_a_wider_row():
+    """A wor "2,2" tree at V = 150 whose draft rows are confident (top 1 − 1e-8): rule 3 at node 2 is feasible
+    alone, but laid out beside node 1's wider side numpy's pairwise sums grouped otherwise, the β-family's
+    cancellation of ~1e8 terms moved α by 5e-9 past ``OPTIMALITY_TOL`` and the node took another plan — the
+    batched E[τ | T] was 4.2e-6 off the exact core's and changed with the row blocks.  Each row's sides are its
+    own now: the batched value is the core's, in one block a level and in one-row blocks."""
+    from gpu import engine
+    from gpu.verify import _engine_options
+
+    def rows(prefix, V=150, seed=718471904):
+        rng = np.random.default_rng([seed, len(prefix), *prefix])
+        top = int(rng.integers(V))
+        q = 1e-8 * rng.dirichlet(np.ones(V))
+        q[top] = 0
+        q[top] = 1 - q.sum()
+        return rng.dirichlet(np.ones(V)), q
+
+    tree = DraftTree((-1, 0, 0, 1, 1, 2, 2), (-1, 20, 91, 116, 120, 88, 13))
+    P, Q = (np.stack(x) for x in zip(*(rows(s) for s in tree.paths)))
+    want = VERIFIERS["univer"].expected_accepted_length(tree, P, Q, "wor")
+    batch, pt, qt = TreeBatch.from_trees([tree]), torch.tensor(P)[None], torch.tensor(Q)[None]
+    options = _engine_options("univer", "wor")
+    for block_bytes in (None, 8 * P.shape[1]):
+        got = engine.expected_accepted(batch, pt, qt, "wor", METHODS["univer"], None,
+                                       **{**options, "block_bytes": block_bytes})
+        assert float(got[0]) == want, block_bytes
+
+
 def test_lp_thresholds_below_highs_accuracy_agree_with_the_core():
     """Two trees of a fresh-seed campaign where the exact core solved its node LPs with HiGHS (accurate to ~1e-10)
     and the batched layer with its simplex, and thresholds finer than HiGHS' accuracy made them take different

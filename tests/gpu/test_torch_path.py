@@ -1,15 +1,15 @@
 """The torch path of what the CPU runs in numpy (:func:`gpu.host.on_host`: the whole UniVer level rule — the wor
 choice with rules 1, 3, 4, 5, 7, 8, α*(ρ), the layout, the slot rules —, the tree structure), of the batched simplex
 and of the drafted-support scan (:func:`solvers.lex_simplex.lex_simplex`, :func:`gpu.support.scan`: compiled loops on
-the CPU).  An accelerator runs them in torch, which this machine may not have; here the host branch is switched off so
-that CPU tensors go through torch, and a representative set of the batched-vs-exact-core tests runs again: E[τ | T]
-on wide and asymmetric trees (every wor rule, the layout, the slot LP's simplex) and on small-vocabulary wor trees
-(rule 1's LPs), rule 3 and PTS by enumeration, rule 3 with its claim family against the exact core, PTS's clock
-fixed point against the walk, the wor choice on confident rows and where it takes rules 7 and 8, the layout by
-enumeration and in size buckets, and truncated drafts planned on their drafted support.  Each then compares the
-torch run with the exact core or the enumeration oracle at the original test's tolerance.  The memory test runs
-here too: its dispatch mode sees torch tensors only, and on the host branch the same functions form numpy arrays of
-the same sizes."""
+the CPU).  An accelerator runs them in torch, which this machine may not have; here the host branch is switched off
+so that CPU tensors go through torch, and a representative set of the batched-vs-exact-core tests runs again: E[τ |
+T] on wide and asymmetric trees (every wor rule, the layout, the slot LP's simplex) and on small-vocabulary wor trees
+(rule 1's LPs), rule 3 and PTS by enumeration, rule 3 with its claim family against the exact core, PTS's clock fixed
+point against the walk, the wor choice on confident rows and where it takes rules 7 and 8, the layout by enumeration,
+in size buckets and on a confident row (its Möbius scan), and truncated drafts planned on their drafted support.
+Each then compares the torch run with the exact core or the enumeration oracle at the original test's tolerance.  The
+memory test runs here too: its dispatch mode sees torch tensors only, and on the host branch the same functions form
+numpy arrays of the same sizes."""
 import pytest
 import torch
 
@@ -96,3 +96,8 @@ def test_wor_choice_on_confident_rows():
 def test_wor_choice_takes_rules_7_and_8():
     test_luce.test_the_batched_choice_takes_rule_7_as_the_core(3)
     test_confident_rows.test_the_batched_choice_takes_rule_8_as_the_core()
+
+
+@pytest.mark.parametrize("tail", [1e-200, 1e-300])
+def test_the_layout_on_a_confident_row(tail):
+    test_confident_rows.test_the_layout_on_a_confident_row_emits_its_target(tail)

@@ -195,18 +195,21 @@ def test_wrong_process_and_bad_input():
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
-def test_mobius_scan_is_its_recurrence(backend):
+@pytest.mark.parametrize("span", [(-12, 3), (-300, 0), (-200, -100), (-320, 300)])
+def test_mobius_scan_is_its_recurrence(backend, span):
     """``mobius_scan`` (numpy: the recurrence in one compiled loop; torch: the doubling scan of Möbius maps) gives
     ``s_0 = Q_0``, ``s_g = Q_g + ℓ_{g−1}s_{g−1}/(ℓ_{g−1} + s_{g−1})`` on each row's valid prefix, held after it, to
-    1e-13 relative of the Fraction recurrence — on seeded rows spanning 1e-12…1e3 (Q) and 1e-12…1e12 (ℓ, a fifth
-    of them 0), with prefixes from empty to whole."""
+    1e-13 relative of the Fraction recurrence — on seeded rows whose Q and ℓ (a fifth of them 0) span
+    ``10^span``: 1e-12…1e3, and a confident row's tails (1e-300…1, 1e-200…1e-100, subnormal 1e-320…1e300: there
+    ``ℓ·s`` underflowed in both, to a relative error of 1, and the float64 doubling scan's pivots were 0 and NaN),
+    with prefixes from empty to whole."""
     from fractions import Fraction
 
     from univer_theory.plans.layout import mobius_scan
     rng = np.random.default_rng(5)
     R, G = 60, 70
-    Q = 10.0 ** rng.uniform(-12, 3, (R, G))
-    ell = np.where(rng.random((R, G - 1)) < 0.2, 0.0, 10.0 ** rng.uniform(-12, 12, (R, G - 1)))
+    Q = 10.0 ** rng.uniform(*span, (R, G))
+    ell = np.where(rng.random((R, G - 1)) < 0.2, 0.0, 10.0 ** rng.uniform(*span, (R, G - 1)))
     length = rng.integers(0, G + 1, R)
     length[:3] = [0, 1, G]
     valid = np.arange(G)[None, :] < length[:, None]
@@ -419,3 +422,19 @@ def test_child_columns_compiled_is_the_array_form_bit_for_bit():
         got, want = child_columns_rows(lay, entry, g, group, q[entry, token], inside), array_child_columns(
             lays, group, q[entry, token], inside)
         assert all(_same_bits(x, y) for x, y in zip(got, want)), trial
+
+
+def test_subnormal_draft_tokens_give_finite_weights():
+    """A drafted token of subnormal q has the density 1/q > 1e307 on its window, and the share's node sum overflowed
+    to ∞ (t = 0 then made the tuple's weights NaN, and the exact engine refused UniVer's decision): such a share is
+    dropped as a 0/0 one is — the tuple's probability is below ~2e-308."""
+    from univer_theory import LOSSLESS_TOL, VERIFIERS, ConfidentModel, TreeShape, evaluate
+    p = np.array([0.47702019519763955, 1.335000126e-314, 1.335000126e-314, 0.5229798048023605])
+    q = np.array([8.170660274580537e-309, 8.170660274580537e-309, 8.170660274580537e-309, 1.0])
+    for k in (2, 3):
+        plan = layout_plan(p, q, 1.0, k, "iid")
+        for S in product(range(p.size), repeat=k):
+            w = plan.select(S)
+            assert np.isfinite(w).all() and w.min() >= 0 and w.sum() <= 1, (S, w)
+    r = evaluate(ConfidentModel(3, seed=0, tail=1e-308), TreeShape.parse("2"), "iid", VERIFIERS["univer"])
+    assert r.distance <= LOSSLESS_TOL

@@ -139,6 +139,9 @@ def test_rate_times_is_the_product_rounded_once():
         rate_times(np.full((3, 1), 0.5), s[None, :])
     with pytest.raises(ValueError, match="out must be a C-contiguous"):
         rate_times(np.full((3, 1), 0.5), s, out=np.empty((s.size, 3)).T)
+    for out in (np.empty((1, s.size)), np.empty((4, s.size)), np.empty((3, s.size), np.float32)):
+        with pytest.raises(ValueError, match="out must be a C-contiguous float64"):   # written past its end before
+            rate_times(np.full((3, 1), 0.5), s, out=out)
 
 
 def test_clock_factors_are_the_c_librarys_within_three_ulp():

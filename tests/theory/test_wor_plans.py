@@ -618,11 +618,11 @@ def _rule_rows(rng, V, kind):
 
 def test_pair_rule_compiled_is_the_array_form_bit_for_bit():
     """Rule 3 on numpy rows (``wor_pair.pair_rule``: the compiled pass of ``wor_pair_rows``) against the array form
-    on the same rows (``array_pair_rule``, torch's), every field bit for bit: seeded batches of 1–6 rows mixing
-    kinds (:func:`_rule_rows`) at V = 2…1 025 and ρ from 0 to 1 — ragged sides (the padded width M and numpy's
-    pairwise sums over it), confident and truncated rows, and the seeded pairs where yield/accept takes A* or H,
-    the claim family A* and no family A* (i = 110, 170); the grid reaches every family on each side, a side with
-    none, and both outcomes."""
+    on each row alone (``array_pair_rule``, torch's), every field bit for bit: seeded batches of 1–6 rows mixing
+    kinds (:func:`_rule_rows`) at V = 2…1 025 and ρ from 0 to 1 — ragged sides (each row's floats its own: no
+    padding to the batch's widest side enters numpy's pairwise sums), confident and truncated rows, and the seeded
+    pairs where yield/accept takes A* or H, the claim family A* and no family A* (i = 110, 170); the grid reaches
+    every family on each side, a side with none, and both outcomes."""
     rng = np.random.default_rng(57)
     kinds = ("flat", "mid", "peaky", "llm", "confident", "truncated")
     seen = {"H": set(), "A": set(), "feasible": set()}
@@ -639,11 +639,14 @@ def test_pair_rule_compiled_is_the_array_form_bit_for_bit():
         p, q = (np.stack(x) for x in zip(*rows))
         alpha, in_cut = alpha_star_rows(p, q, 2, "wor", rho)
         c = rho[:, None] * p
-        got, want = pair_rule(c, q, alpha, in_cut), array_pair_rule(c, q, alpha, in_cut)
-        for name in ("beta", "gamma", "thin", "marginal", "on_h", "feasible", "family_h", "family_a"):
-            assert np.array_equal(getattr(got, name), getattr(want, name)), (trial, name)
-        assert (got.rank is None) == (want.rank is None)
-        assert got.rank is None or np.array_equal(got.rank, want.rank), trial
+        got = pair_rule(c, q, alpha, in_cut)
+        for i in range(len(rows)):                      # each row as the array form on that row alone
+            want = array_pair_rule(c[i:i + 1], q[i:i + 1], alpha[i:i + 1], in_cut[i:i + 1])
+            for name in ("beta", "gamma", "thin", "marginal", "on_h", "feasible", "family_h", "family_a"):
+                assert np.array_equal(getattr(got, name)[i], getattr(want, name)[0]), (trial, i, name)
+            none = np.full(q.shape[1], -1)              # rank −1: no claim family on the row
+            assert np.array_equal(none if got.rank is None else got.rank[i],
+                                  none if want.rank is None else want.rank[0]), (trial, i)
         seen["H"] |= set(got.family_h.tolist())
         seen["A"] |= set(got.family_a.tolist())
         seen["feasible"] |= set(got.feasible.tolist())

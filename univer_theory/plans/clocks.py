@@ -128,9 +128,11 @@ def rate_times(rates, s, out=None):
         rates = np.asarray(rates, dtype=np.float64)
         if rates.shape[-1:] != (1,) or np.ndim(s) != 1:
             raise ValueError(f"rate_times: rates [..., 1] against nodes [t], got {rates.shape} and {np.shape(s)}")
-        x = np.empty(rates.shape[:-1] + t1.shape) if out is None else out
-        if not x.flags.c_contiguous:        # the compiled pass writes through a flat view of it
-            raise ValueError("rate_times: out must be a C-contiguous numpy array")
+        shape = rates.shape[:-1] + t1.shape
+        x = np.empty(shape) if out is None else out
+        if not (x.flags.c_contiguous and x.shape == shape and x.dtype == np.float64):   # written through a flat view
+            raise ValueError(f"rate_times: out must be a C-contiguous float64 numpy array of shape {shape}, got "
+                             f"{np.shape(x)} {getattr(x, 'dtype', None)}")
         _rate_time_rows(np.ascontiguousarray(rates).reshape(-1), t1, t2, x.reshape(-1, t1.shape[0]))
         return x
     return nx.minimum((rates * t1) * t2, RATE_TIME_CAP)

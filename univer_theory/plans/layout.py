@@ -226,34 +226,66 @@ def array_layout_rows(c, q, k, p=None) -> LayoutRows:
     return LayoutRows(b, order, block, block_of, X, starts, n[:, 0], alpha)
 
 
+#: The exponent a zero carries in :func:`mobius_scan`'s wide floats: below any product's or sum's, so a zero term
+#: never sets a sum's exponent (exponents are float64 integers, exact to 2^53).
+_ZERO_EXP = -float(1 << 40)
+
+
+def _wide(x):
+    """``x = m·2^e`` as ``(m, e)``, ``m ∈ [½, 1)`` (0 for a zero, with :data:`_ZERO_EXP`), ``e`` an integer in
+    x's float dtype: a float whose exponent neither underflows nor overflows (subnormal ``x`` exact)."""
+    nx, xp = get_backend(x), array_module(x)
+    m, e = xp.frexp(x)
+    return m, nx.where(m == 0, _ZERO_EXP, nx.astype(e, m))
+
+
+def _wide_mul(x, y):
+    """The product of two wide floats (``m ∈ [¼, 1)``, renormalised by the next sum)."""
+    return x[0] * y[0], x[1] + y[1]
+
+
+def _wide_add(x, y):
+    """The sum of two wide floats ≥ 0: both mantissas scaled to the larger exponent (a term below it by more than
+    2^1100 is 0 there), added and renormalised."""
+    nx, xp = get_backend(x[0]), array_module(x[0])
+    e = nx.maximum(x[1], y[1])
+    m, k = xp.frexp(xp.ldexp(x[0], nx.maximum(x[1] - e, -1100)) + xp.ldexp(y[0], nx.maximum(y[1] - e, -1100)))
+    return m, nx.where(m == 0, _ZERO_EXP, e + nx.astype(k, m))
+
+
 def mobius_scan(Q, ell, valid):
     """Row-wise ``s_0 = Q_0``, ``s_g = Q_g + (1/ℓ_{g−1} + 1/s_{g−1})^{−1}`` (``= Q_g`` where ``ℓ_{g−1} = 0``) over
     the ``valid`` prefix of each row ``Q [R, G]``, ``ℓ [R, G−1]`` (after it ``s`` stays at its last value).
 
     In numpy the recurrence itself, one compiled loop (:func:`_mobius_rows`, O(G)); in torch — an accelerator's
     rows — a doubling scan of the Möbius maps ``M_g = [[Q_g + ℓ, Q_g ℓ], [1, ℓ]]`` (``ℓ = ℓ_{g−1}``; padding: the
-    identity): the prefix products in ⌈log₂ G⌉ batched passes, rescaled by their largest entry.  All entries are
-    ≥ 0, so no step of either subtracts: every ``s_g`` carries a relative error of a few dozen ulps whatever the
-    spread of ``Q`` and ``ℓ``."""
+    identity): the prefix products in ⌈log₂ G⌉ batched passes, in wide floats (:func:`_wide`: a mantissa and an
+    integer exponent; in float64 the products of two entries underflowed once a row spanned ~1e-154 — a confident
+    row's groups of 1e-200 beside 1 — and the pivots came out 0 and NaN).  All entries are ≥ 0, so no step of
+    either subtracts: every ``s_g`` carries a relative error of a few dozen ulps whatever the spread of ``Q`` and
+    ``ℓ``, subnormal entries included."""
     if array_module(Q) is np:
         return _mobius_rows(Q, ell, valid)
-    nx = get_backend(Q, ell)
+    nx, xp = get_backend(Q, ell), array_module(Q)
     G = Q.shape[-1]
     lp = nx.concat([0.0 * Q[:, :1], ell])[:, :G]                # ℓ_{g−1}; M_0 maps anything to Q_0
-    a, b, c, d = Q + lp, Q * lp, 0.0 * Q + 1.0, lp + 0.0
-    a[:, 0], b[:, 0], c[:, 0], d[:, 0] = 0.0, Q[:, 0], 0.0, 1.0
-    a, b, c, d = (nx.where(valid, x, y) for x, y in ((a, 1.0), (b, 0.0), (c, 0.0), (d, 1.0)))
+    a, c, d = Q + lp, 0.0 * Q + 1.0, lp + 0.0
+    b = _wide_mul(_wide(Q), _wide(lp))
+    a[:, 0], c[:, 0], d[:, 0] = 0.0, 0.0, 1.0
+    b[0][:, 0], b[1][:, 0] = _wide(Q[:, 0])
+    a, c, d = (_wide(nx.where(valid, x, y)) for x, y in ((a, 1.0), (c, 0.0), (d, 1.0)))
+    maps = [a, (nx.where(valid, b[0], 0.0), nx.where(valid, b[1], _ZERO_EXP)), c, d]
     step = 1
     while step < G:
-        a2 = a[:, step:] * a[:, :-step] + b[:, step:] * c[:, :-step]
-        b2 = a[:, step:] * b[:, :-step] + b[:, step:] * d[:, :-step]
-        c2 = c[:, step:] * a[:, :-step] + d[:, step:] * c[:, :-step]
-        d2 = c[:, step:] * b[:, :-step] + d[:, step:] * d[:, :-step]
-        top = nx.maximum(nx.maximum(a2, b2), nx.maximum(c2, d2))
-        for x, x2 in ((a, a2), (b, b2), (c, c2), (d, d2)):
-            x[:, step:] = x2 / top                               # the first `step` entries are final
+        (A, B, C, D), (a, b, c, d) = ([(x[0][:, lo:hi], x[1][:, lo:hi]) for x in maps]
+                                      for lo, hi in ((step, G), (0, G - step)))
+        products = (_wide_add(_wide_mul(A, a), _wide_mul(B, c)), _wide_add(_wide_mul(A, b), _wide_mul(B, d)),
+                    _wide_add(_wide_mul(C, a), _wide_mul(D, c)), _wide_add(_wide_mul(C, b), _wide_mul(D, d)))
+        for x, x2 in zip(maps, products):                        # the first `step` entries are final
+            x[0][:, step:], x[1][:, step:] = x2
         step *= 2
-    return b / d
+    (mb, eb), (md, ed) = maps[1], maps[3]
+    return xp.ldexp(mb / md, nx.minimum(nx.maximum(eb - ed, -1100), 1100))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -268,7 +300,8 @@ def _mobius_rows(Q, ell, valid):  # pragma: no cover - compiled
         for g in range(1, G):
             if valid[r, g]:
                 lg = ell[r, g - 1]
-                cur = Q[r, g] + (lg * cur / (lg + cur) if lg > 0 else 0.0)
+                lo, hi = min(lg, cur), max(lg, cur)         # ℓs/(ℓ + s) as lo·(hi/(ℓ + s)), hi/(ℓ + s) ≥ ½:
+                cur = Q[r, g] + (lo * (hi / (lg + cur)) if lg > 0 else 0.0)     # ℓ·s underflows
             s[r, g] = cur
     return s
 
@@ -459,7 +492,9 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
             at_ij = nx.index(by_count[i:j], qy)
             share[at_ij] = _tuple_shares(f[sub], cdf[sub], lays["edges"][sub], own.reshape(-1, K), mk[at_ij], nodes,
                                          weights)
-    w = nx.where(mk & inf & (share > 0), ty * share, 0.0)              # share > 0 drops round-off and 0/0
+    # share > 0 drops round-off and 0/0; share < ∞ an overflowed node sum (a density 1/q past ~1e307: a subnormal
+    # q, its tuples of probability below ~2e-308), which t = 0 would turn into a NaN spread over the tuple
+    w = nx.where(mk & inf & (share > 0) & (share < nx.inf), ty * share, 0.0)
     return (w / nx.maximum(nx.sum(w, keepdims=True), 1.0)).reshape(R, T, K)
 
 

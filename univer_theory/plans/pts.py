@@ -22,7 +22,8 @@ pass for m drafted tokens, exact (no quadrature), instead of the clock integral'
 (:func:`pair_availability`, the one spelling).  On the host θ comes from the walk itself, compiled
 (:func:`pair_thinning_walk`: one O(m) pass a row, the prefix sums carried as scalars); on an accelerator from the
 walk's fixed point (:func:`pair_avail`, :func:`thinning_fixed_point`: 9–16 passes of cumulative sums at
-V = 49 152, each parallel) — the same floats, bit for bit (``tests/theory/test_thinning_walk.py``).  The closed
+V = 49 152, each parallel) — the same floats, bit for bit on the CPU (``tests/theory/test_thinning_walk.py``; an
+accelerator's cumulative sums are parallel scans, whose rounding may differ in the last bits).  The closed
 form divides by ``R_x``; when one token holds all but a subnormal mass, ``q_x/R_x`` overflows:
 :func:`pair_thinning_avail` then declines and the row takes the clock integral instead (it forms no such ratio).
 

@@ -41,9 +41,11 @@ arrays (:func:`wor_pair_plan`, the exact core's float path, a batch of one) or t
 (:func:`gpu.wor_plans.wor_pair_weights`, the R nodes of a level).  :func:`pair_rule` builds the plan from the
 cut (``alpha_star_and_cut`` / ``gpu.wor_plans.wor_cut_k2``), :func:`pair_weights` evaluates it on tuples.
 Each side runs on its own tokens only, compacted in token-id order (:func:`side_columns`, padded to the widest
-row; the padding is masked to exact zeros).  On numpy rows :func:`pair_rule` runs as one compiled pass per row
-with the array form's floats, bit for bit (:mod:`.wor_pair_rows`: the array form's ~300 operations a level cost
-~1 ms in dispatch); the array form is torch's, and is checked against it.  The checks of these floats stay
+row; the padding is masked to exact zeros, but the sums' round-off follows the padded width, so a row's last bits
+depend on its batch).  On numpy rows :func:`pair_rule` runs as one compiled pass per row with the array form's
+floats on that row alone, bit for bit (:mod:`.wor_pair_rows`: the array form's ~300 operations a level cost ~1 ms
+in dispatch; a row's floats are its own, the exact core's); the array form is torch's, and is checked against
+it.  The checks of these floats stay
 apart: exact enumeration of the tuple law and the brute-force α*(ρ) over all cuts
 (``tests/theory/test_wor_plans.py``).
 """

@@ -4,11 +4,14 @@
 numpy rows it runs here instead.  The array form's ~300 operations a level on sides of a few hundred tokens cost
 1.0–2.5 ms a level (1–8 rows) at top 1 024, mostly in dispatch; one pass per row costs a few tenths of a ms a
 row, most of it the stable sorts of each side's knots (a radix sort, :func:`univer_theory.nx.stable_argsort_row`;
-measured on the SmolLM2-drafted wor binary:4 trees of the benchmark: rule 3 7.3 → 2.2 ms a tree).  :func:`pair_rule_rows` follows the array form step by step, with the
-same floats in the same order, including what makes them batch-dependent:
+measured on the SmolLM2-drafted wor binary:4 trees of the benchmark: rule 3 7.3 → 2.2 ms a tree).
+:func:`pair_rule_rows` follows the array form step by step, with the same floats in the same order as the array
+form on that row alone (a batch of one, the exact core's):
 
-* a side's tokens sit in ``M`` columns, ``M`` the most of any row of the batch (:func:`.wor_pair.side_columns`:
-  padding q = c = 0, R = 1), and its sums run over those M columns as numpy's do
+* a side's tokens sit in ``M`` columns, ``M`` the row's own count (not the batch's widest side, which the array
+  form pads to with q = c = 0, R = 1: numpy's pairwise sums group by the length, and on a confident row, whose
+  β-family cancels terms of ~1/(1 − q(top)), that round-off moved α by 5e-9 past ``OPTIMALITY_TOL`` — rule 3
+  feasible alone and not beside a wider row), and its sums run over those M columns as numpy's do
   (:func:`univer_theory.nx.np_sum_row`: numpy's pairwise summation, whose grouping depends on the length);
 * prefix and suffix sums are sequential from their first term (:func:`univer_theory.nx._cumsum_rows`);
 * sorts are stable (:func:`univer_theory.nx.stable_argsort_row`; the array form's
@@ -227,22 +230,12 @@ def _solve_side(q, rest, c, cross, on, upper, feas_tol, num):  # pragma: no cove
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _side_width(mask):  # pragma: no cover - compiled
-    """``M``: the most tokens of any row of ``mask [R, V]``, at least 1 (:func:`.wor_pair.side_columns`)."""
-    M = 1
-    for r in range(mask.shape[0]):
-        M = max(M, mask[r].sum())
-    return M
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _pair_rule_rows(c, q, num, alpha_star, in_cut, feas_tol, opt_tol):  # pragma: no cover - compiled
     """:func:`.wor_pair.pair_rule` row by row (module docstring); its fields as arrays, ``rank`` −1 where no
     claim family was taken, and whether any row's A* ran the claim family."""
     R, V = q.shape
     drafted = q > 0
     on_a, on_h = drafted & in_cut, drafted & ~in_cut
-    Ma, Mh = _side_width(on_a), _side_width(on_h)
     beta, gamma, b = np.ones((R, V)), np.ones((R, V)), np.zeros((R, V))
     thin, marginal = np.ones((R, V)), np.zeros((R, V))
     rank = np.full((R, V), -1, np.int64)
@@ -253,7 +246,8 @@ def _pair_rule_rows(c, q, num, alpha_star, in_cut, feas_tol, opt_tol):  # pragma
         rest = _leave_one_out(q[r])
         cross = np.zeros(V)
         for side in range(2):                           # A* first: H's cross term sums over it
-            mask, M, upper = (on_a[r], Ma, False) if side == 0 else (on_h[r], Mh, True)
+            mask, upper = (on_a[r], False) if side == 0 else (on_h[r], True)
+            M = max(1, mask.sum())                      # the row's own side: its floats are its own
             cols = np.zeros(M, np.int64)
             on = np.zeros(M, np.bool_)
             n = 0
