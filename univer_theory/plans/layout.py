@@ -231,26 +231,36 @@ def array_layout_rows(c, q, k, p=None) -> LayoutRows:
 _ZERO_EXP = -float(1 << 40)
 
 
+def _scaled(x, e):
+    """``x·2^e`` for a float64 integer ``e`` (a power of two in two factors, each within float64's range: exact
+    unless the result is subnormal).  numpy or torch."""
+    xp = array_module(x)
+    half = xp.floor(e / 2)
+    return (x * xp.exp2(half)) * xp.exp2(e - half)
+
+
 def _wide(x):
-    """``x = m·2^e`` as ``(m, e)``, ``m ∈ [½, 1)`` (0 for a zero, with :data:`_ZERO_EXP`), ``e`` an integer in
-    x's float dtype: a float whose exponent neither underflows nor overflows (subnormal ``x`` exact)."""
+    """``x ≥ 0`` as ``(m, e)`` with ``x = m·2^e``, ``m ∈ [½, 2]`` (0 for a zero, with :data:`_ZERO_EXP`), ``e`` a
+    float64 integer: a float whose exponent neither underflows nor overflows (subnormal ``x`` exact).  Float
+    operations only (``log2``, ``exp2``; no integer exponents to convert, which inductor's CPU code does not)."""
     nx, xp = get_backend(x), array_module(x)
-    m, e = xp.frexp(x)
-    return m, nx.where(m == 0, _ZERO_EXP, nx.astype(e, m))
+    pos = x > 0
+    e = nx.where(pos, xp.floor(xp.log2(nx.where(pos, x, 1.0))), _ZERO_EXP)
+    return nx.where(pos, _scaled(x, nx.where(pos, -e, 0.0)), 0.0), e
 
 
 def _wide_mul(x, y):
-    """The product of two wide floats (``m ∈ [¼, 1)``, renormalised by the next sum)."""
+    """The product of two wide floats (``m ∈ [¼, 4]``, renormalised by the next sum)."""
     return x[0] * y[0], x[1] + y[1]
 
 
 def _wide_add(x, y):
     """The sum of two wide floats ≥ 0: both mantissas scaled to the larger exponent (a term below it by more than
     2^1100 is 0 there), added and renormalised."""
-    nx, xp = get_backend(x[0]), array_module(x[0])
+    nx = get_backend(x[0])
     e = nx.maximum(x[1], y[1])
-    m, k = xp.frexp(xp.ldexp(x[0], nx.maximum(x[1] - e, -1100)) + xp.ldexp(y[0], nx.maximum(y[1] - e, -1100)))
-    return m, nx.where(m == 0, _ZERO_EXP, e + nx.astype(k, m))
+    m, k = _wide(_scaled(x[0], nx.maximum(x[1] - e, -1100.0)) + _scaled(y[0], nx.maximum(y[1] - e, -1100.0)))
+    return m, nx.where(m > 0, e + k, _ZERO_EXP)
 
 
 def mobius_scan(Q, ell, valid):
@@ -259,14 +269,14 @@ def mobius_scan(Q, ell, valid):
 
     In numpy the recurrence itself, one compiled loop (:func:`_mobius_rows`, O(G)); in torch — an accelerator's
     rows — a doubling scan of the Möbius maps ``M_g = [[Q_g + ℓ, Q_g ℓ], [1, ℓ]]`` (``ℓ = ℓ_{g−1}``; padding: the
-    identity): the prefix products in ⌈log₂ G⌉ batched passes, in wide floats (:func:`_wide`: a mantissa and an
-    integer exponent; in float64 the products of two entries underflowed once a row spanned ~1e-154 — a confident
+    identity): the prefix products in ⌈log₂ G⌉ batched passes, in wide floats (:func:`_wide`: a mantissa and a
+    float64 integer exponent; in float64 the products of two entries underflowed once a row spanned ~1e-154 — a confident
     row's groups of 1e-200 beside 1 — and the pivots came out 0 and NaN).  All entries are ≥ 0, so no step of
     either subtracts: every ``s_g`` carries a relative error of a few dozen ulps whatever the spread of ``Q`` and
     ``ℓ``, subnormal entries included."""
     if array_module(Q) is np:
         return _mobius_rows(Q, ell, valid)
-    nx, xp = get_backend(Q, ell), array_module(Q)
+    nx = get_backend(Q, ell)
     G = Q.shape[-1]
     lp = nx.concat([0.0 * Q[:, :1], ell])[:, :G]                # ℓ_{g−1}; M_0 maps anything to Q_0
     a, c, d = Q + lp, 0.0 * Q + 1.0, lp + 0.0
@@ -285,7 +295,7 @@ def mobius_scan(Q, ell, valid):
             x[0][:, step:], x[1][:, step:] = x2
         step *= 2
     (mb, eb), (md, ed) = maps[1], maps[3]
-    return xp.ldexp(mb / md, nx.minimum(nx.maximum(eb - ed, -1100), 1100))
+    return _scaled(mb / md, nx.minimum(nx.maximum(eb - ed, -1100.0), 1100.0))
 
 
 @numba.njit(cache=True, nogil=True)
