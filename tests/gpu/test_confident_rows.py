@@ -26,7 +26,7 @@ from univer_theory.plans.choose import choose_plan, first_draw_plan
 from ..stats import assert_accepts, assert_power, assert_rejects, g_test_counts
 from .helpers import padded_rows
 
-TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-310)
+TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-308, 1e-310)
 
 
 def confident_rows(V, k):
@@ -198,13 +198,13 @@ def test_the_batched_choice_takes_rule_8_as_the_core():
 @pytest.mark.parametrize("process", ["iid", "wor"])
 def test_every_method_matches_the_core_on_confident_trees(process):
     """E[τ | T] of every batched method on trees drafted from ``ConfidentModel`` rows (each target family, tails
-    1e-16, 1e-300, 1e-310) equals the exact core's to 1e-12, and RRSw's and TV's first-token law per tree equals
-    the exact law's.  Once a wor draft's top token is removed the rest of its row holds a subnormal mass: the
-    batched rules formed its scale as ``1/mass`` clamped at the smallest normal float, which made every later
+    1e-16, 1e-300, 1e-308, 1e-310) equals the exact core's to 1e-12, and RRSw's and TV's first-token law per tree
+    equals the exact law's.  Once a wor draft's top token is removed the rest of its row holds a subnormal mass:
+    the batched rules formed its scale as ``1/mass`` clamped at the smallest normal float, which made every later
     child certain there (E[τ | T] = 1 where the exact core, and its Fraction form, give 0.196)."""
     rng = np.random.default_rng(5)
     shapes = [TreeShape.parse(s) for s in ("(...(..))", "3,1", "2,2")]
-    for seed, (target, tail) in enumerate(itertools.product(CONFIDENT_TARGETS, (1e-16, 1e-300, 1e-310))):
+    for seed, (target, tail) in enumerate(itertools.product(CONFIDENT_TARGETS, (1e-16, 1e-300, 1e-308, 1e-310))):
         model = ConfidentModel(6, seed=seed, tail=tail, target=target)
         trees = [sample_tree(model, shape, process, rng) for shape in shapes]
         batch, p, q = padded_rows(trees, model)
