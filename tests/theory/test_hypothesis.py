@@ -7,7 +7,7 @@ from univer_theory import (LOSSLESS_TOL, VERIFIERS, TableModel, TreeShape, evalu
 
 
 #: Tail masses of confident rows (one token holds all but d), down to a subnormal scale.
-CONFIDENT_TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-310)
+CONFIDENT_TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-308, 1e-310)
 
 
 @st.composite
