@@ -52,6 +52,8 @@ def _bucketed_layout(q, k, rows: LayoutRows, row, block, K: int) -> dict:
     nx, xp = get_backend(q), array_module(q)
     size = nx.sum(rows.block[row] == block[:, None])
     if row.shape[0] * int(size.max()) <= ONE_CALL:    # host read: small enough to pad every block to the largest
+        if row.shape[0] == q.shape[0] and bool((row == nx.arange(row.shape[0], row)).all()):    # every row in order
+            return block_layout(q, k, rows, block, K)                                          # (no gathers)
         return block_layout(q[row], k[row], LayoutRows(*(x[row] for x in rows)), block, K)
     bucket = xp.ceil(xp.log2(nx.asarray(nx.maximum(size, 1), q)))
     parts = []

@@ -95,13 +95,12 @@ def _iid_wor(ctx: LevelContext, p, q, rho, c, w, a, walk: str) -> None:
     :func:`univer_rule`).  numpy or torch."""
     nx = get_backend(p, q)
     k = ctx.child_mask.sum(-1)
-    support = (q > 0).sum(-1)
     shapes = ctx.child_shapes if ctx.child_shapes is not None else 0 * ctx.children
     omega = nx.asarray(shape_lp.position_weights(ctx.shape_keys), p)[shapes]
     equal = ((shapes == shapes[:, :1]) | ~ctx.child_mask).all(-1)
     base = k >= 2
     uneven = base & ~equal
-    shaped = uneven & _shape_rule_rows(ctx, k, support) if bool(uneven.any()) else uneven
+    shaped = uneven & _shape_rule_rows(ctx, k, (q > 0).sum(-1)) if bool(uneven.any()) else uneven
     slot = uneven & (k <= SLOT_RULE_MAX_K)
 
     for n in _sizes(nx, k[shaped]):
@@ -112,7 +111,8 @@ def _iid_wor(ctx: LevelContext, p, q, rho, c, w, a, walk: str) -> None:
     rest = base & ~shaped
     if ctx.process == "iid":            # the layout, every k at once (child_mask); on the slot rule's rows too:
         rows = nx.nonzero(rest)[0]          # it is symmetric in its copies, w(σS) = σ·w(S) — one evaluation
-        if rows.shape[0]:
+        if rows.shape[0]:                   # (every row: views, not gathers)
+            rows = slice(None) if rows.shape[0] == k.shape[0] else rows
             w[rows], a[rows] = layout_weights(c[rows], q[rows], ctx.children[rows], ctx.child_mask[rows], p[rows])
     for n in _sizes(nx, k[rest]):
         kids = ctx.children[:, :n]
