@@ -100,8 +100,8 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
     is read at those tokens only (a loop of independent loads, so the cache misses overlap) into ``p_s``, and
     ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below ``exact_below``, where the
     complement's relative error could matter (and a 0 must stay 0), and ``rest[i] = Σ_{q=0} p`` is summed over
-    the row (:func:`_undrafted_mass`).  Returns ``ok`` (False after the first row that drafts more than ``cap``
-    tokens, the rest then meaningless) and the entries laid out ``[R, M]`` (``M`` the widest row; padded with
+    the row (:func:`_undrafted_mass`).  Returns ``ok`` (False as soon as a row's drafted tokens pass ``cap``, the
+    rest then meaningless) and the entries laid out ``[R, M]`` (``M`` the widest row; padded with
     :data:`PAD`, 0, 0) with ``rest``.  (The flat outputs grow between rows only: growing them inside the block
     loop stops its vectorisation.)"""
     R, V, B, S = src.shape[0], q.shape[1], SCAN_BLOCK, SCAN_SUB_BLOCK
@@ -133,6 +133,8 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
                             if qr[x] > 0:
                                 cols[used], q_s[used] = x, qr[x]
                                 used += 1
+            if used - start > cap:    # past the cap (a whole row: half of it read)
+                return False, cols[:0].reshape(0, 0), p_s[:0].reshape(0, 0), q_s[:0].reshape(0, 0), rest
         for x in range(full * B, V):  # the tail
             if qr[x] > 0:
                 cols[used], q_s[used] = x, qr[x]
