@@ -270,10 +270,11 @@ def mobius_scan(Q, ell, valid):
     In numpy the recurrence itself, one compiled loop (:func:`_mobius_rows`, O(G)); in torch — an accelerator's
     rows — a doubling scan of the Möbius maps ``M_g = [[Q_g + ℓ, Q_g ℓ], [1, ℓ]]`` (``ℓ = ℓ_{g−1}``; padding: the
     identity): the prefix products in ⌈log₂ G⌉ batched passes, in wide floats (:func:`_wide`: a mantissa and a
-    float64 integer exponent; in float64 the products of two entries underflowed once a row spanned ~1e-154 — a confident
-    row's groups of 1e-200 beside 1 — and the pivots came out 0 and NaN).  All entries are ≥ 0, so no step of
-    either subtracts: every ``s_g`` carries a relative error of a few dozen ulps whatever the spread of ``Q`` and
-    ``ℓ``, subnormal entries included."""
+    float64 integer exponent; in float64 the products of two entries underflowed once a row spanned ~1e-154 — a
+    confident row's groups of 1e-200 beside 1 — and the pivots came out 0 and NaN).  The recurrence forms
+    ``ℓs/(ℓ + s)`` as ``min(ℓ, s)·(max(ℓ, s)/(ℓ + s))`` (``ℓ·s`` underflowed there too, to a relative error of 1).
+    All entries are ≥ 0, so no step of either subtracts: every ``s_g`` carries a relative error of a few dozen ulps
+    whatever the spread of ``Q`` and ``ℓ``, subnormal entries included."""
     if array_module(Q) is np:
         return _mobius_rows(Q, ell, valid)
     nx = get_backend(Q, ell)
