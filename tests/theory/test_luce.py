@@ -217,3 +217,18 @@ def test_depth_one_univer_is_exact_and_optimal_on_tied_rows():
     assert float(result.distance) <= 1e-12
     assert float(result.expected_accepted) == pytest.approx(float(alpha_star(model.target(()), model.draft(()), 3,
                                                                              "wor")), abs=OPTIMALITY_TOL)
+
+
+def test_luce_fit_on_subnormal_rows_warns_nothing():
+    """A class whose choice mass b is subnormal beside a normal cap c divided c/b (an overflow warning on numpy
+    rows, 230 of these 300) where b ≤ c takes τ = 1 anyway: the ratio is formed only where b > c."""
+    import warnings
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(300):
+            q = rng.dirichlet(np.ones(6))
+            q[rng.integers(6, size=3)] = 10.0 ** rng.uniform(-323, -300, 3)
+            c = rng.dirichlet(np.ones(6)) * rng.uniform(0.1, 1)
+            c[rng.integers(6)] = 10.0 ** rng.uniform(-320, -1)
+            luce_fit(c[None], (q / q.sum())[None], int(rng.integers(2, 4)))

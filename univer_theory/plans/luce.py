@@ -218,7 +218,8 @@ def luce_fit(c, qs, k: int, sizes=None):
             break
         cap = min(2 * cap, LUCE_CAP)
     b = xp.einsum("rn,rnm->rm", probs, _choice(phi, sets, onehot)[1]) / xp.where(live, sizes, 1 + 0 * sizes)
-    tau = xp.where(live & (b > c), c / xp.where(b > 0, b, 1), live * 1.0)
+    over = live & (b > c)                                              # c/b < 1 only there (no overflow)
+    tau = xp.where(over, c / xp.where(over, b, 1), live * 1.0)
     return phi, tau, tau * b
 
 
