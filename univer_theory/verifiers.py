@@ -103,9 +103,10 @@ def kseq_bisection_steps(max_k: int) -> int:
 
 def normalise_rows(x):
     """Float rows ``[..., V]`` divided by their sums (a zero row kept): :func:`normalise` on a batch, numpy or torch
-    (K-SEQ's ρ*, UniVer's float32 rows planned in float64)."""
+    (K-SEQ's ρ*, UniVer's float32 rows planned in float64).  The sums are sequential (the last prefix sum), the same
+    floats in numpy and torch: K-SEQ's ρ* on rows with p ≈ q moves by ~1e-6 with one ulp of a row's sum."""
     nx = get_backend(x)
-    total = nx.sum(x, keepdims=True)
+    total = nx.cumsum(x)[..., -1:] if x.shape[-1] else nx.sum(x, keepdims=True)
     return x / nx.where(total > 0, total, 1.0)
 
 

@@ -50,6 +50,20 @@ def test_kseq_agrees(seed):
     close(mass, [kseq_acceptance_mass(a, b, int(n), r) for a, b, n, r in zip(p, q, k, rho)])
 
 
+def test_kseq_rho_star_agrees_where_one_ulp_of_a_sum_moves_it():
+    """A row with p ≈ q on its drafted tokens and ~3.7e-15 of p off them (k = 4): ρ* is set by a mass ~20 ulps
+    wide, so one ulp of the rows' sums moves it by ~4e-6 — numpy's pairwise sum took Σq = 1, torch's 1 + 2^-52, and
+    the batched K-SEQ (torch rows) was 7.5e-6 off the exact core in E[τ | T].  The rows are normalised by their
+    sequential sums (the same floats in numpy and torch on the CPU): ρ* bit for bit."""
+    q = np.array([6.222082395670817e-08, 0.0, 0.0, 0.0, 2.503481340568748e-06, 0.6564403861416448,
+                  0.33981050290572046, 2.0881149243166466e-05, 0.003725638321056683, 1.908765721097236e-08,
+                  6.692513240692212e-09])
+    p = np.array([6.222082395670793e-08, 2.6975547539749576e-17, 3.297191731429929e-15, 3.646994219136081e-16,
+                  2.503481340568738e-06, 0.6564403861416422, 0.3398105029057191, 2.0881149243166384e-05,
+                  0.0037256383210566685, 1.9087657210972288e-08, 6.692513240692186e-09])
+    assert float(kseq_rho_star(torch.from_numpy(p), torch.from_numpy(q), 4)) == kseq_rho_star(p, q, 4)
+
+
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("process", ["iid", "topk"])
 def test_single_child_and_fills_agree(seed, process):
