@@ -237,6 +237,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     bufs = []                                        # whole-row gathers [rows, V], reused by every block
     drafted = []
     reached = (lambda at: flat(rho)[at] > 0) if reached_only else None
+    checks = []                                      # each planned unit's decisions in [0, 1] (read at the end)
     for tree, slots, kids, active, src, found, spread in _level_units(batch, p_rows, q_rows, rows_of,
                                                                       drafted_support, block_bytes, reached):
         if spread is not None:                       # rows never reached: their children keep ρ = 0
@@ -263,6 +264,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         ctx = LevelContext(flat(rho)[at], p, q, children, kids < N, process, active=active,
                            **({"child_shapes": shape_ext[kid_at], "shape_keys": shape_keys} if shapes else {}))
         dec = rule(ctx)
+        checks.append((_unit_interval(dec, ctx.child_mask), tree, slots))
         flat(rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
         flat(enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
         flat(stop).scatter_(0, at, dec.stop.to(dtype))
@@ -278,6 +280,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         if keep_residuals:
             residual[tree, slots] = (dec.residual if found is None
                                      else support.expand(dec.residual, p_rows, q_rows, src, found)).to(dtype)
+    _check_decisions(rule, checks)
     internal = _ext(batch.num_children > 0, False)   # exactly the nodes some level decided
     stop = torch.where(internal, stop, rho)          # a drafted leaf (or a lone root) succeeds w.p. ρ
     stop[:, 0] = 1                                   # the root never fails (as univer_theory.engine.allocate)
@@ -285,6 +288,34 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     rho[:, N] = 0
     return Allocation(rho[:, :N], enter[:, :N], stop[:, :N], None if candidate is None else candidate[:, :N],
                       residual, tuple(drafted))
+
+
+#: The quantities of a :class:`LevelDecision` that are probabilities, in :func:`_unit_interval`'s order.
+_DECIDED = ("enter", "scale", "stop")
+
+
+def _unit_interval(dec: LevelDecision, child_mask: torch.Tensor) -> torch.Tensor:
+    """``[3]`` bool, on the rows' device (no host read): whether the decision's ``enter`` and ``scale`` of every
+    existing child, and its ``stop``, lie in [0, 1] (NaN does not)."""
+    inside = lambda x: ((x >= 0) & (x <= 1))            # noqa: E731
+    return torch.stack([(inside(dec.enter) | ~child_mask).all(), (inside(dec.scale) | ~child_mask).all(),
+                        inside(dec.stop).all()])
+
+
+def _check_decisions(rule: LevelRule, checks: list) -> None:
+    """ValueError naming the rule, the quantity and a node where a level rule decided outside [0, 1] or NaN
+    (one host read for the whole call: a NaN scale would otherwise be sampled from silently)."""
+    if not checks:
+        return
+    ok = torch.stack([c for c, _, _ in checks])
+    if bool(ok.all()):                                   # host read
+        return
+    unit, what = (int(x) for x in (~ok).nonzero()[0])
+    _, tree, slots = checks[unit]
+    fn = getattr(rule, "func", rule)                     # a functools.partial: its function's name
+    name = getattr(fn, "__name__", type(fn).__name__)
+    raise ValueError(f"level rule {name}: a {_DECIDED[what]} outside [0, 1] (or NaN) at a level of {tree.shape[0]} "
+                     f"rows, first tree {int(tree[0])}, slot {int(slots[0])}")
 
 
 def _run_start(src: torch.Tensor) -> int | None:

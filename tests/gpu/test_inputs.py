@@ -267,3 +267,30 @@ def test_a_temperature_per_row_gives_each_row_its_own_temperatures_row():
                        ("0.7", "temperature must be one real number, got str '0.7'")):
         with pytest.raises(ValueError, match=f"^probs_from_logits: {match}"):
             probs_from_logits(x, bad)
+
+
+@pytest.mark.parametrize("bad", ["enter", "scale", "stop"])
+def test_a_level_rule_deciding_outside_the_unit_interval_is_named(bad):
+    """A level rule whose enter, scale or stop is NaN or outside [0, 1] is a ValueError naming the rule and the
+    quantity, for sampling and E[τ | T] alike (a NaN scale — the layout's overflowed share before item 102 — was
+    sampled from silently, and E[τ | T] came out NaN); an in-range rule passes the same check."""
+    from functools import partial
+
+    from gpu import engine
+    from gpu.rules import rrs_rule
+
+    def broken(ctx, value):
+        dec = rrs_rule(ctx)
+        fields = {"enter": dec.enter, "scale": dec.scale, "stop": dec.stop, "residual": dec.residual}
+        fields[bad] = torch.full_like(fields[bad], value)
+        return engine.LevelDecision(**fields)
+
+    model = DirichletModel(5, seed=0)
+    trees = [DraftTree((-1, 0, 0, 1), (-1, 1, 2, 3), 5)]
+    batch, p, q = padded_rows(trees, model)
+    for value in (float("nan"), 1.5, -0.25):
+        with pytest.raises(ValueError, match=f"level rule broken: a {bad} outside"):
+            engine.sample(batch, p, q, "iid", partial(broken, value=value), torch.Generator().manual_seed(0))
+        with pytest.raises(ValueError, match=f"level rule broken: a {bad} outside"):
+            engine.expected_accepted(batch, p, q, "iid", partial(broken, value=value))
+    engine.expected_accepted(batch, p, q, "iid", partial(broken, value=1.0))
