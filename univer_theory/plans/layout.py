@@ -790,9 +790,11 @@ class PrivateLayout:
                              np.zeros(1, dtype=np.int64))[0, 0]
 
     def min_probs(self, S) -> np.ndarray:
-        """``Pr(copy j has the smallest private position | S)`` for each position j (sums to 1): blocks are
-        consecutive intervals of [0, 1), so only copies in the earliest block S touches can hold the smallest U
-        (the others get exactly 0); :meth:`weights` with ``t ≡ 1``."""
+        """``Pr(copy j has the smallest private position | S)`` for each position j (sums to 1, but for a tuple
+        whose window rounds to width 0 — a token of q below an ulp of its window's edge, e.g. 1e-41 beside 1:
+        all 0, a tuple of probability ≤ that q): blocks are consecutive intervals of [0, 1), so only copies in the
+        earliest block S touches can hold the smallest U (the others get exactly 0); :meth:`weights` with
+        ``t ≡ 1``."""
         return self.weights(S)
 
 
