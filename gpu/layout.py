@@ -42,18 +42,19 @@ _PADDING = {"g_valid": False, "fwd": 1.0, "bwd_next": 1.0, "right": 0.0, "left":
 ONE_CALL = 1 << 16
 
 
-def _bucketed_layout(q, k, rows: LayoutRows, row, block, K: int) -> dict:
+def _bucketed_layout(q, k, rows: LayoutRows, row, block, K: int, in_order: bool = False) -> dict:
     """:func:`~univer_theory.plans.layout.block_layout` of the blocks ``block [U]`` of rows ``row [U]``, computed
     in buckets of block sizes within a factor 2 (a level's blocks range from one token to most of the vocabulary;
     one call pads every block to the largest — done when that is small, :data:`ONE_CALL`) and padded together to
     the largest group count for :func:`~univer_theory.plans.layout.tuple_weights` (which reads only ``G`` groups
     of each, :data:`_PADDING`; the edges are padded with each layout's last edge, so every width stays finite).
-    numpy or torch (:mod:`univer_theory.nx`)."""
+    ``in_order``: ``row`` is every row of ``q`` in order (one tuple a row), which are then read in place.  numpy or
+    torch (:mod:`univer_theory.nx`)."""
     nx, xp = get_backend(q), array_module(q)
-    size = nx.sum(rows.block[row] == block[:, None])
+    size = nx.sum((rows.block if in_order else rows.block[row]) == block[:, None])
     if row.shape[0] * int(size.max()) <= ONE_CALL:    # host read: small enough to pad every block to the largest
-        if row.shape[0] == q.shape[0] and bool((row == nx.arange(row.shape[0], row)).all()):    # every row in order
-            return block_layout(q, k, rows, block, K)                                          # (no gathers)
+        if in_order:                                     # row = every row in order: no gathers
+            return block_layout(q, k, rows, block, K)
         return block_layout(q[row], k[row], LayoutRows(*(x[row] for x in rows)), block, K)
     bucket = xp.ceil(xp.log2(nx.asarray(nx.maximum(size, 1), q)))
     parts = []
@@ -101,6 +102,6 @@ def _layout_weights(c, q, children, child_mask, p=None):
     else:                               # one layout per distinct (row, block)
         pairs, at = unique_rows(nx.stack([tree, first.reshape(-1)]))
         row, block = pairs[:, 0], pairs[:, 1]
-    lay = _bucketed_layout(q, k, rows, row, block, K)
+    lay = _bucketed_layout(q, k, rows, row, block, K, in_order=T == 1)
     w = tuple_weights(acceptance(c, rows.b), q, tuples, child_mask, in_first, lay, at)
     return w.reshape(children.shape), nx.minimum(rows.b, c)
