@@ -123,3 +123,20 @@ def test_a_confident_row_costs_no_more_than_its_tail_node(V, k):
                 assert gap <= pi * g_in + 2 * d / (1 - d) + OPTIMALITY_TOL, (seed, conc, tail, rho, gap, g_in)
                 worst = max(worst, (gap, (seed, conc, tail, rho, inner.construction)), key=lambda x: x[0])
     print("worst gap", worst)
+
+
+def test_rule_8_on_a_confident_tree_whose_inner_weights_sum_past_one():
+    """A confident wor tree (V = 20, tail 1e-14) whose root takes rule 8: the inner plan's weights summed to 1 plus
+    an ulp, so the top token's weight (1 − Σw')·τ was −2.2e-16 and the slot rule's LP refused its start ("b must
+    be ≥ 0"), in both layers; it is clamped at 0 now, and the batched E[τ | T] is the exact core's."""
+    import torch
+
+    from gpu import TreeBatch, expected_accepted_length
+    from univer_theory import sample_tree
+    model = ConfidentModel(20, seed=232041, tail=1e-14, concentration=100.0, top_target=1e-6)
+    tree = sample_tree(model, TreeShape.parse("((..),.,(.),.)"), "wor", np.random.default_rng(0))
+    P, Q = model.node_probs(tree)
+    want = VERIFIERS["univer"].expected_accepted_length(tree, P, Q, "wor")
+    got = expected_accepted_length(TreeBatch.from_trees([tree]), torch.tensor(P)[None], torch.tensor(Q)[None], "wor",
+                                   "univer")
+    assert abs(float(got[0]) - want) <= 1e-12

@@ -13,7 +13,9 @@
   (≤ :data:`SMALL_SUPPORT` tokens, its LP of at most :data:`MAX_LP_TUPLES` ordered tuples: :func:`small_lp`)
   rule 1 (``lp``, α*-optimal) replaces them when it is better by more than :data:`ALPHA_TIE`; elsewhere, where
   they fall short of α*(ρ) by more than ``OPTIMALITY_TOL``: first
-  rule 7 (``luce``, α*-exact) when the classes of exchangeable tokens are within the Luce budget
+  rule 7 (``luce``: α* where its fixed-step fit converges — it can stall short, 0.12 on one tied row near the ρ
+  where α*(ρ) leaves ρ·p(supp q), docs/deviations.md item 102) when the classes of exchangeable tokens are
+  within the Luce budget
   (:func:`~univer_theory.plans.luce.luce_budget`), then, if still short, rule 8 (``first_draw``, the node seen
   through its first draw, :mod:`~univer_theory.plans.first_draw`) when the top token's first-draw probability π
   exceeds the plan's α by more than that (what rule 8's tuples starting with t can give is at most π); each

@@ -91,6 +91,6 @@ def first_draw_weights(first, w_in, tau, u1, second, v):
     inner weights ``w' [..., k − 1]``; elsewhere ``(u_{S_1}, (1 − u_{S_1})·v·[S_2 = t], 0, …)`` with ``u1 = u_{S_1}``
     and ``second = [S_2 = t]`` (:func:`first_draw_marginal`); ``τ``, ``v`` broadcast against ``first``."""
     nx = get_backend(w_in)
-    main = nx.concat([((1.0 - nx.sum(w_in)) * tau)[..., None], w_in])
+    main = nx.concat([(nx.maximum(1.0 - nx.sum(w_in), 0.0) * tau)[..., None], w_in])
     rest = nx.concat([u1[..., None], nx.where(second, (1.0 - u1) * v, 0.0)[..., None], 0.0 * w_in[..., 1:]])
     return nx.where(first[..., None], main, rest)
