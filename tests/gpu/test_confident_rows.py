@@ -254,11 +254,10 @@ def test_the_layout_with_subnormal_draft_tokens_matches_the_core():
     p = np.array([0.47702019519763955, 1.335000126e-314, 1.335000126e-314, 0.5229798048023605])
     q = np.array([8.170660274580537e-309, 8.170660274580537e-309, 8.170660274580537e-309, 1.0])
     trees = [DraftTree((-1, 0, 0), (-1, a, b), 4) for a, b in ((0, 3), (3, 0), (3, 3), (1, 2))]
-    rows = lambda t: (np.vstack([p] + [q] * 2), np.vstack([q] * 3))    # noqa: E731  (the children's rows: unread)
-    want = [VERIFIERS["univer"].expected_accepted_length(t, *rows(t), "iid") for t in trees]
-    batch = TreeBatch.from_trees(trees)
-    P, Q = (torch.tensor(np.stack([rows(t)[i] for t in trees])) for i in (0, 1))
-    got = expected_accepted_length(batch, P, Q, "iid", "univer").numpy()
+    P, Q = np.vstack([p, q, q]), np.vstack([q, q, q])                  # every tree's rows (the children's: unread)
+    want = [VERIFIERS["univer"].expected_accepted_length(t, P, Q, "iid") for t in trees]
+    got = expected_accepted_length(TreeBatch.from_trees(trees), *(torch.tensor(np.stack([x] * len(trees)))
+                                                                   for x in (P, Q)), "iid", "univer").numpy()
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 

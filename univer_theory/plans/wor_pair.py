@@ -45,9 +45,8 @@ row; the padding is masked to exact zeros, but the sums' round-off follows the p
 depend on its batch).  On numpy rows :func:`pair_rule` runs as one compiled pass per row with the array form's
 floats on that row alone, bit for bit (:mod:`.wor_pair_rows`: the array form's ~300 operations a level cost ~1 ms
 in dispatch; a row's floats are its own, the exact core's); the array form is torch's, and is checked against
-it.  The checks of these floats stay
-apart: exact enumeration of the tuple law and the brute-force α*(ρ) over all cuts
-(``tests/theory/test_wor_plans.py``).
+it.  The checks of these floats stay apart: exact enumeration of the tuple law and the brute-force α*(ρ) over all
+cuts (``tests/theory/test_wor_plans.py``).
 """
 from __future__ import annotations
 
@@ -389,8 +388,8 @@ class PairRule:
 def pair_rule(c, q, alpha_star, in_cut, p=None) -> PairRule:
     """Rule 3 (module docstring) on rows ``c = ρp, q [R, V]`` given the optimal cut ``in_cut [R, V]`` (A*) and
     α*(ρ) ``[R]``, the claim family in the order of ``p/q`` (the target rows; ``c/q`` when None, :class:`Side`) —
-    numpy arrays (the compiled pass of :mod:`.wor_pair_rows`, the same floats as :func:`array_pair_rule`) or torch
-    tensors (:func:`array_pair_rule`)."""
+    numpy arrays (the compiled pass of :mod:`.wor_pair_rows`, the same floats as :func:`array_pair_rule` on each
+    row alone) or torch tensors (:func:`array_pair_rule`)."""
     if get_backend(c, q) is NUMPY:
         return PairRule(*pair_rule_rows(c, q, alpha_star, in_cut, FEASIBILITY_TOL, OPTIMALITY_TOL, p))
     return array_pair_rule(c, q, alpha_star, in_cut, p)
