@@ -67,10 +67,12 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     (1e-10 is its floor).  ``method``: one of :data:`LP_METHODS`.  ``vertex`` (simplex only): ``x`` is the
     basic solution of HiGHS' optimal basis recomputed by one dense solve — nonbasic columns and rows at the
     bound HiGHS left them on, the basic columns from the square system that leaves — so it carries round-off
-    only, not HiGHS' feasibility tolerance.  ``presolve``: HiGHS' option (``"choose"`` or ``"off"``).  ``retry``:
-    when the run does not end Optimal, re-solve with each of :data:`RETRIES` in turn (simplex ones only with
-    ``vertex``); ``message`` then lists every attempt.  ValueError for ``c`` or ``A`` with NaN / inf entries, ``c``
-    not of one entry per column, bounds that are NaN or neither scalars nor one per row / column.
+    only, not HiGHS' feasibility tolerance; a basis whose exact solution breaks a bound by more than
+    :data:`VERTEX_TOL` (HiGHS calls a basis optimal that is feasible within its tolerance) is reported unsuccessful.
+    ``presolve``: HiGHS' option (``"choose"`` or ``"off"``).  ``retry``: when the run does not end Optimal, re-solve
+    with each of :data:`RETRIES` in turn (simplex ones only with ``vertex``); ``message`` then lists every attempt.
+    ValueError for ``c`` or ``A`` with NaN / inf entries, ``c`` not of one entry per column, bounds that are NaN or
+    neither scalars nor one per row / column.
     """
     if vertex and method != "simplex":
         raise ValueError("solve_lp: vertex=True needs method='simplex' (a basis)")
@@ -110,9 +112,12 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     sol = h.getSolution()
     ok = model_status == highspy.HighsModelStatus.kOptimal
     x = np.array(sol.col_value)
+    message = h.modelStatusToString(model_status)
     if vertex and ok:
         x = _basic_solution(A, h.getBasis(), lp)
-    message = h.modelStatusToString(model_status)
+        off = _bound_excess(A @ x, lp.row_lower_, lp.row_upper_) + _bound_excess(x, lp.col_lower_, lp.col_upper_)
+        if off > VERTEX_TOL:        # HiGHS' basis is primal feasible only within its tolerance, not its vertex
+            ok, message = False, f"{message}, but its basis' exact solution breaks a bound by {off:.2e}"
     if len(tried) > 1:
         message += " after re-solving: " + "; ".join(tried)
     return LPSolution(x, np.array(sol.row_dual), float(h.getInfo().objective_function_value),
@@ -195,6 +200,17 @@ def _basic_solution(A: sp.csc_matrix, basis, lp) -> np.ndarray:
     if basic.any():
         x[basic] = np.linalg.solve(system, bound - A[tight] @ x)
     return x
+
+
+#: Largest bound excess of a ``vertex=True`` answer (round-off of one dense solve: 1.9e-12 seen on a peaky row,
+#: ``tests/solvers/test_alpha_star_grid.py``): beyond it the basis HiGHS called optimal is infeasible (within HiGHS'
+#: own 1e-10, e.g. a CondOT row of Q_k = 8.9e-11 taken whole) and is refused.
+VERTEX_TOL = 1e-11
+
+
+def _bound_excess(values, lower, upper) -> float:
+    """How far ``values`` lie outside ``[lower, upper]`` (HiGHS' ±kHighsInf: no bound), at most; 0 inside."""
+    return float(np.max(np.maximum(lower - values, values - upper), initial=0.0))
 
 
 def nonnegative_multipliers(duals) -> np.ndarray:

@@ -44,7 +44,9 @@ import numpy as np
 
 from univer_theory.nx import array_module, get_backend
 
-#: Reduced costs and tableau entries within this of 0 count as 0 (ratio ties: relative to the LP's max b).
+#: Reduced costs and tableau entries within this of 0 count as 0.  Ratio ties are exact: a row within a tolerance of
+#: the least ratio would step past it and leave another row's basic variable below 0 (by up to the tolerance), a point
+#: off ``A x = b`` that the clip to 0 hides (rule 1 then 1.1e-12 short of α*, slot plans refused by their recheck).
 TOL = 1e-12
 #: Consecutive degenerate pivots (a step of exactly 0) after which an LP switches from Dantzig's to Bland's rule;
 #: a positive step switches it back.
@@ -91,7 +93,6 @@ def _lex_simplex(A, b, costs, basis, cap: int):
     reduced = nx.concat([costs, 0 * costs[..., :1]])
     reduced = reduced - nx.take(costs, xp.broadcast_to(basis[:, None, :], (B, L, m))) @ table   # c − c_B·B⁻¹[A | b]
     basis = basis + 0
-    scale = nx.maximum(nx.amax(b, keepdims=True), np.finfo(np.float64).tiny)
     optimal = nx.zeros_like(b[:, 0]) == 0
     stalled = 0 * nx.arange(B, A)
     batch = nx.arange(B, A)
@@ -104,7 +105,7 @@ def _lex_simplex(A, b, costs, basis, cap: int):
         ok = column > TOL
         ratio = nx.where(ok, nx.maximum(table[:, :, n], 0.0) / nx.where(ok, column, 1.0), nx.inf)
         least = nx.amin(ratio, keepdims=True)
-        tied = ok & (ratio <= least + TOL * scale)
+        tied = ok & (ratio <= least)
         leave = nx.where(stalled >= STALL, _first(-nx.where(tied, basis, n)),   # Bland: lowest basic column
                          _first(tied))                                            # else the first tied row
         optimal &= ~(active & ~ok.any(1))                                         # unbounded
@@ -187,7 +188,6 @@ def _simplex_rows(A, b, costs, basis, cap):  # pragma: no cover - compiled
                 if cost != 0.0:
                     for j in range(n + 1):
                         reduced[level, j] -= cost * table[i, j]
-        scale = max(b[t].max() if m else 0.0, np.finfo(np.float64).tiny)
         stalled = 0
         for step in range(cap + 1):
             bland = stalled >= STALL
@@ -206,7 +206,7 @@ def _simplex_rows(A, b, costs, basis, cap):  # pragma: no cover - compiled
                 break
             leave = -1
             for i in range(m):
-                if table[i, enter] > TOL and max(table[i, n], 0.0) / table[i, enter] <= least + TOL * scale:
+                if table[i, enter] > TOL and max(table[i, n], 0.0) / table[i, enter] <= least:
                     if leave < 0 or (bland and bas[i] < bas[leave]):
                         leave = i
                     if not bland:

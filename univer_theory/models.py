@@ -102,6 +102,12 @@ def parse_prefix(key, vocab_size: int, where: str) -> Prefix:
 MAX_ENTRY_EXPONENT = 400
 
 
+class _JSONNumber(str):
+    """A JSON number kept as its text (read exactly by :func:`_fraction`), shown as the number in messages."""
+
+    __repr__ = str.__str__
+
+
 def _fraction(x) -> Fraction:
     """A model-file entry (a JSON number, or a string like ``"1/3"`` or ``"0.25"``) as a Fraction; a ValueError
     for anything else, or for an exponent beyond :data:`MAX_ENTRY_EXPONENT`."""
@@ -160,7 +166,9 @@ class TableModel(Model):
         ``exact=True`` every entry becomes a ``Fraction``.
         """
         try:
-            data = json.loads(Path(path).read_text())
+            # JSON numbers as their text (through float64, 1e-400 became 0 and digits past the 17th were lost
+            # before the exact mode's Fraction saw them)
+            data = json.loads(Path(path).read_text(), parse_float=_JSONNumber)
         except (OSError, json.JSONDecodeError, RecursionError) as err:    # RecursionError: nested too deep
             raise ValueError(f"TableModel.from_json: cannot read {path} as JSON ({err})") from None
         if not isinstance(data, dict):

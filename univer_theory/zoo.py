@@ -57,30 +57,35 @@ class DeepestFirstTraversal(Verifier):
     is exactly TV; with the depth order it is lossy.
     """
 
-    def law(self, tree, target_probs, draft_probs, process):
+    def _cells(self, tree, target_probs, draft_probs, process) -> list:
+        """``[((node, Y), prob)]``: where the traversal ends and its token (by node, so duplicate i.i.d. siblings
+        with different subtrees stay apart)."""
         p, q = self._check(tree, target_probs, draft_probs, process)
         _, dec = engine.allocate(tree, p, q, process, traversal_rule)
         order = sorted(range(tree.num_nodes), key=lambda u: (-tree.depth[u], u))
-        out, survive = {}, 1
+        out, survive = [], 1
         for u in order:
             d = dec[u]
             w = survive * d.stop
-            for y in np.flatnonzero(d.residual != 0):
-                key = tree.path(u) + (int(y),)
-                out[key] = out.get(key, 0) + w * d.residual[y]
+            out += [((u, int(y)), w * d.residual[y]) for y in np.flatnonzero(d.residual != 0)]
             survive = survive * (1 - d.stop)
         return out
 
+    def law(self, tree, target_probs, draft_probs, process):
+        out = {}
+        for (u, y), v in self._cells(tree, target_probs, draft_probs, process):
+            key = tree.path(u) + (y,)
+            out[key] = out.get(key, 0) + v
+        return out
+
     def sample(self, tree, target_probs, draft_probs, process, rng):
-        law = self.law(tree, target_probs, draft_probs, process)
-        keys = list(law)
-        key = keys[int(rng.choice(len(keys), p=np.asarray([float(law[k]) for k in keys])))]
-        node = 0
+        cells = self._cells(tree, target_probs, draft_probs, process)
+        (u, y), _ = cells[int(rng.choice(len(cells), p=np.asarray([float(v) for _, v in cells])))]
         path = []
-        for y in key[:-1]:
-            node = next(c for c in tree.children[node] if tree.token[c] == y)
-            path.append(node)
-        return tuple(path), key[-1]
+        while u:                    # the sampled node's own path (not the first sibling with its tokens)
+            path.append(u)
+            u = tree.parent[u]
+        return tuple(reversed(path)), y
 
     def expected_accepted_length(self, tree, target_probs, draft_probs, process):
         return sum((len(k) - 1) * v for k, v in self.law(tree, target_probs, draft_probs, process).items())

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import TreeBatch, draft_tree, expected_accepted_length, verify
+from gpu import METHODS, TreeBatch, draft_tree, expected_accepted_length, verify
 from gpu.probs import SIMPLEX_TOL, check_rows
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TreeShape
 
@@ -294,3 +294,18 @@ def test_a_level_rule_deciding_outside_the_unit_interval_is_named(bad):
         with pytest.raises(ValueError, match=f"level rule broken: a {bad} outside"):
             engine.expected_accepted(batch, p, q, "iid", partial(broken, value=value))
     engine.expected_accepted(batch, p, q, "iid", partial(broken, value=1.0))
+
+
+def test_float32_rows_a_little_above_one_are_verified():
+    """A float32 row that validation accepts (its sum within ``SIMPLEX_TOL[float32]``) may hold an entry 1 + 4e-6:
+    every method verifies it — the target-only procedure's enter probability p(y) is clamped at 1, as the others'
+    are (the engine's [0, 1] check had named NSS's rule for valid input) — and a certain token is accepted."""
+    tree = DraftTree((-1, 0, 0, 1), (-1, 0, 1, 0))
+    batch = TreeBatch.from_trees([tree])
+    rows = lambda top: torch.tensor([top] + [[1 / 3] * 3] * 3, dtype=torch.float32)[None]   # noqa: E731
+    p, q = rows([1.000004, 0.0, 0.0]), rows([0.999996, 0.000004, 0.0])
+    for method in METHODS:
+        for process in VERIFIERS[method].processes:
+            e = expected_accepted_length(batch, p, q, process, method)
+            assert float(e[0]) >= 1, (method, process)      # node 1 (token 0, p = 1) is accepted surely
+            verify(batch, p, q, process, method, torch.Generator().manual_seed(0))

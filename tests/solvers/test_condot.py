@@ -93,3 +93,17 @@ def test_position_weights_pick_the_weighted_optimum_on_the_alpha_star_face():
             best = linprog(-w, A_ub=vstack([bt, bk]).tocsr(), b_ub=np.concatenate([probs, 0.9 * p]),
                            A_eq=np.ones((1, w.size)), b_eq=[res.value], bounds=(0, None), method="highs")
             assert float(w @ res.plan.reshape(-1)) >= -best.fun - 1e-8, (process, k, omega)
+
+
+def test_a_vertex_answer_off_its_bounds_is_not_reported_solved():
+    """HiGHS calls a basis optimal when it is feasible within its own 1e-10; that basis' exact solution (what
+    ``condot_plan`` returns, the tests' oracle for rule 1) broke a(y) ≤ ρp(y) by 8.9e-11 on this confident wor
+    row and sat 8.9e-11 above α*(ρ), reported as solved.  Such an answer is refused (``VERTEX_TOL``)."""
+    from solvers.condot import condot_plan
+
+    p = np.array([1.5816683397885926e-13, 0.9999999999998419])
+    q = np.array([0.9999999999113909, 8.86091752184632e-11])
+    rho = 0.3468587642898586
+    res = condot_plan(p, q, rho, 2, "wor")
+    assert not res.success or (res.marginal - rho * p).max() <= 1e-15, res.status
+    assert not res.success or res.value <= alpha_star(p, q, 2, "wor", rho) + 1e-15

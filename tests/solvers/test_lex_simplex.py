@@ -224,3 +224,30 @@ def test_slot_rule_keeps_the_plans_weights_where_the_simplex_fails_or_its_answer
         got, applied = slot_weights(*args)
         assert not applied.any(), patch.__name__
         assert torch.equal(got, args[0][:, 0]), patch.__name__
+
+
+def test_the_ratio_test_steps_to_the_least_ratio_exactly():
+    """Rows within a tolerance of the least ratio counted as tied, and the first was taken: the step went past the
+    least ratio, another row's basic variable went below 0 (clipped, a point off ``A x = b`` by 1.1e-12) and rule 1
+    ended 1.1e-12 short of α*(ρ) on this confident i.i.d. row (k = 3).  Ties are exact now: the basic solution
+    satisfies its rows to round-off and rule 1 reaches α*(ρ)."""
+    import solvers.condot_simplex as cs
+    from univer_theory.alpha_star import alpha_star
+
+    p = np.array([0.9999999999992426, 7.5747637788248e-13])
+    q = np.array([0.9999990416911908, 9.58308809282637e-07])
+    seen = {}
+
+    def spy(A, b, costs, basis, *rest):
+        x, ok = lex_simplex(A, b, costs, basis, *rest)
+        seen.update(A=A, b=b, x=x)
+        return x, ok
+
+    orig, cs.lex_simplex = cs.lex_simplex, spy
+    try:
+        a, solved = cs.condot_table(p[None], q[None], 3, "iid")[3:]
+    finally:
+        cs.lex_simplex = orig
+    assert bool(solved[0])
+    assert np.abs(seen["A"][0] @ seen["x"][0] - seen["b"][0]).max() <= 1e-15
+    assert abs(float(a.sum()) - alpha_star(p, q, 3, "iid", 1.0)) <= 1e-15

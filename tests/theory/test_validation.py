@@ -107,6 +107,23 @@ def test_model_tables_validated(tmp_path):
         DirichletModel(3, similarity=1.5)
 
 
+def test_exact_model_files_read_json_numbers_as_written(tmp_path):
+    """In exact mode a JSON number is read from its text, as a string entry is: through float64, 1e-400 became 0
+    (a target row [1e-400, 1] off the simplex was accepted as [0, 1]) and 20-digit entries that sum to 1 exactly
+    as written were rounded.  Float mode reads the same numbers as floats."""
+    from fractions import Fraction
+
+    path = tmp_path / "m.json"
+    path.write_text('{"vocab": 2, "target": {"": [1e-400, 1]}, "draft": {"": [0.5, 0.5]}}')
+    with pytest.raises(ValueError, match="sums to"):
+        TableModel.from_json(path, exact=True)
+    path.write_text('{"vocab": 2, "target": {"": [0.10000000000000000001, 0.89999999999999999999]}, '
+                    '"draft": {"": [0.5, 0.5]}}')
+    exact = TableModel.from_json(path, exact=True).target(())
+    assert list(exact) == [Fraction("0.10000000000000000001"), Fraction("0.89999999999999999999")]
+    assert list(TableModel.from_json(path).target(())) == [0.1, 0.9]
+
+
 def test_tree_vocab_declarations_agree_with_the_rows():
     """A tree without a declared vocab_size takes any V above its tokens; batching trees that declare different
     ones is refused (the batch keeps no vocab_size, the rows set V)."""

@@ -1,7 +1,8 @@
 """Every bug-zoo variant is detected by the exact oracle on a named instance (theory.md §3.9)."""
+import numpy as np
 import pytest
 
-from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, TreeShape, evaluate
+from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TreeShape, evaluate
 
 #: (variant, process, shape, seed): instances on which the lossy variant must show distance > 1e-6.
 CASES = [
@@ -73,3 +74,22 @@ def test_tv_whose_residual_forgets_r_is_flagged_where_it_changes_the_law(monkeyp
     monkeypatch.setattr(verifiers, "tv_residual_step", lambda r, P, Q: real(1, P, Q))
     for s, p in shapes:
         assert evaluate(model, TreeShape.parse(s), p, VERIFIERS["tv"]).distance > F(1, 10), (s, p)
+
+
+def test_deepest_first_samples_through_duplicate_siblings():
+    """An i.i.d. root with two copies of token 0 whose subtrees differ: a sampled output through the second copy
+    was mapped back to nodes by its tokens (the first copy's children: StopIteration, or the wrong node).  Each
+    sample is a root-to-node path of the tree now, an output of the law, and both copies' subtrees are sampled."""
+    tree = DraftTree((-1, 0, 0, 1, 2), (-1, 0, 0, 1, 2))
+    p, q = np.array([[0.6, 0.2, 0.2]] * 5), np.array([[0.5, 0.25, 0.25]] * 5)
+    zoo = BUG_ZOO["tv-deepest-first"]
+    law = zoo.law(tree, p, q, "iid")
+    assert any(k[:2] == (0, 2) for k in law)                 # outputs through node 4 exist
+    rng = np.random.default_rng(0)
+    ends = set()
+    for _ in range(400):
+        nodes, y = zoo.sample(tree, p, q, "iid", rng)
+        assert all(tree.parent[u] == (nodes[i - 1] if i else 0) for i, u in enumerate(nodes)), nodes
+        assert tuple(tree.token[u] for u in nodes) + (y,) in law, (nodes, y)
+        ends.add(nodes[-1] if nodes else 0)
+    assert {3, 4} <= ends                                       # below either copy

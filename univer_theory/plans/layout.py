@@ -505,7 +505,8 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
                                          weights)
     # share > 0 drops round-off and 0/0; share < ∞ an overflowed node sum (a density 1/q past ~1e307: a subnormal
     # q, its tuples of probability below ~2e-308), which t = 0 would turn into a NaN spread over the tuple
-    w = nx.where(mk & inf & (share > 0) & (share < nx.inf), ty * share, 0.0)
+    keep = mk & inf & (share > 0) & (share < nx.inf)
+    w = nx.where(keep, ty * nx.where(keep, share, 0.0), 0.0)        # no 0·∞ formed (a RuntimeWarning)
     return (w / nx.maximum(nx.sum(w, keepdims=True), 1.0)).reshape(R, T, K)
 
 

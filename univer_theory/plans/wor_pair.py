@@ -33,7 +33,9 @@ Whenever both sides are feasible the plan attains α*_wor(ρ) (to float round-of
 returns ``None`` and the caller falls through to another construction.  "Feasible" is also checked on the
 result: a plan whose exact α (after the thinning) is below α*(ρ) by more than :data:`OPTIMALITY_TOL` is
 declared infeasible — on confident rows (one token holding all but ~1e-14 of q) the side sums cancel and the
-families' parameters are round-off, which the thinning turns into a lossless but useless plan.  Measured
+families' parameters are round-off, which the thinning turns into a lossless but useless plan.  Rows whose
+drafted odds q_x/R_x exceed :data:`MAX_ODDS` (top above ~1 − 9e-7) are declared infeasible outright: there that
+round-off can reach ``OPTIMALITY_TOL``, and the verdict would depend on a backend's order of summation.  Measured
 (Dirichlet p, q): feasible in 87–99% of instances for V ≤ 6, but only ~40% for flat rows with V = 200.
 
 **One implementation, batched** (:mod:`univer_theory.nx`): every function here takes rows ``[R, V]`` — numpy
@@ -70,6 +72,11 @@ from .wor_pair_rows import pair_rule_rows
 FEASIBILITY_TOL = 1e-13
 #: A plan counts as α*-optimal (so the rule returns it) when ``α ≥ α*(ρ) − OPTIMALITY_TOL``.
 OPTIMALITY_TOL = 1e-9
+#: The families cancel terms of the drafted tokens' odds ``q_x/R_x`` (~1/(1 − q_top) on a confident row), so their
+#: α carries a round-off of ~ε·max odds: a row is left to the other rules where that can reach ``OPTIMALITY_TOL``
+#: (a factor 4 of margin), so that the verdict does not depend on the order of a backend's sums (numpy's pairwise
+#: sums and torch's disagreed on ~5% of rows of top 1 − 1e-7 … 1 − 1e-12, by up to 7e-7 of α).
+MAX_ODDS = OPTIMALITY_TOL / (4 * 2.0 ** -52)
 #: The families, tried in this order on each side (``family`` codes of :func:`solve_side`: their index); the
 #: claim family on A* only.
 FAMILIES = ("beta", "yield_accept", "claim")
@@ -369,10 +376,10 @@ def solve_side(side: Side):
 @dataclass(frozen=True)
 class PairRule:
     """Rule 3 on rows ``[R, V]`` (:func:`pair_rule`): ``β, γ``, the thinning ``t``, the marginal ``a = t·b``,
-    ``on_h`` (drafted tokens of H), ``feasible [R]`` (both sides solved and ``α ≥ α* − OPTIMALITY_TOL``), the
-    family index of each side ``family_h, family_a [R]`` (:data:`FAMILIES`; −1: none) and ``rank [R, V]``: each
-    A* token's position in the claim order on rows whose A* takes the claim family, −1 elsewhere (None where no
-    row's A* ran it)."""
+    ``on_h`` (drafted tokens of H), ``feasible [R]`` (both sides solved, ``α ≥ α* − OPTIMALITY_TOL`` and the odds
+    at most :data:`MAX_ODDS`), the family index of each side ``family_h, family_a [R]`` (:data:`FAMILIES`; −1:
+    none) and ``rank [R, V]``: each A* token's position in the claim order on rows whose A* takes the claim family,
+    −1 elsewhere (None where no row's A* ran it)."""
 
     beta: object
     gamma: object
@@ -391,8 +398,13 @@ def pair_rule(c, q, alpha_star, in_cut, p=None) -> PairRule:
     numpy arrays (the compiled pass of :mod:`.wor_pair_rows`, the same floats as :func:`array_pair_rule` on each
     row alone) or torch tensors (:func:`array_pair_rule`)."""
     if get_backend(c, q) is NUMPY:
-        return PairRule(*pair_rule_rows(c, q, alpha_star, in_cut, FEASIBILITY_TOL, OPTIMALITY_TOL, p))
+        return PairRule(*pair_rule_rows(c, q, alpha_star, in_cut, FEASIBILITY_TOL, OPTIMALITY_TOL, MAX_ODDS, p))
     return array_pair_rule(c, q, alpha_star, in_cut, p)
+
+
+def conditioned(odds):
+    """``[R]`` bool: rows whose largest odds ``q_x/R_x [R, V]`` are at most :data:`MAX_ODDS` (numpy or torch)."""
+    return get_backend(odds).amax(odds) <= MAX_ODDS
 
 
 def array_pair_rule(c, q, alpha_star, in_cut, p=None) -> PairRule:
@@ -418,6 +430,7 @@ def array_pair_rule(c, q, alpha_star, in_cut, p=None) -> PairRule:
     thin = safe_div(c, b, b > c, 1.0)
     marginal = thin * b
     feasible = (families[0] >= 0) & (families[1] >= 0) & (marginal.sum(-1) >= alpha_star - OPTIMALITY_TOL)
+    feasible = feasible & conditioned(safe_div(q, rest, drafted))
     return PairRule(beta, gamma, thin, marginal, on_h, feasible, families[1], families[0], rank)
 
 

@@ -230,7 +230,7 @@ def _solve_side(q, rest, c, cross, on, upper, feas_tol, num):  # pragma: no cove
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _pair_rule_rows(c, q, num, alpha_star, in_cut, feas_tol, opt_tol):  # pragma: no cover - compiled
+def _pair_rule_rows(c, q, num, alpha_star, in_cut, feas_tol, opt_tol, max_odds):  # pragma: no cover - compiled
     """:func:`.wor_pair.pair_rule` row by row (module docstring); its fields as arrays, ``rank`` −1 where no
     claim family was taken, and whether any row's A* ran the claim family."""
     R, V = q.shape
@@ -277,15 +277,18 @@ def _pair_rule_rows(c, q, num, alpha_star, in_cut, feas_tol, opt_tol):  # pragma
                 thin[r, v] = c[r, v] / b[r, v]
         marginal[r] = thin[r] * b[r]
         feasible[r] = family_a[r] >= 0 and family_h[r] >= 0 and np_sum_row(marginal[r]) >= alpha_star[r] - opt_tol
+        for v in range(V):                              # .wor_pair.conditioned: the odds at most max_odds
+            if drafted[r, v] and rest[v] > 0 and not q[r, v] / rest[v] <= max_odds:
+                feasible[r] = False
     return beta, gamma, thin, marginal, on_h, feasible, family_h, family_a, rank, claim_ran
 
 
-def pair_rule_rows(c, q, alpha_star, in_cut, feas_tol: float, opt_tol: float, p=None):
+def pair_rule_rows(c, q, alpha_star, in_cut, feas_tol: float, opt_tol: float, max_odds: float, p=None):
     """:func:`.wor_pair.pair_rule` on numpy rows ``c = ρp, q, in_cut [R, V]``, ``alpha_star [R]`` (``p``: the target
     rows, the claim family's ratio order; c when None): the fields of its :class:`~.wor_pair.PairRule` in order
     (``rank`` None where no row's A* ran the claim family)."""
     c, q = (np.ascontiguousarray(x, np.float64) for x in (c, q))
     num = c if p is None else np.ascontiguousarray(p, np.float64)
     *fields, rank, claim_ran = _pair_rule_rows(c, q, num, np.ascontiguousarray(alpha_star, np.float64),
-                                               np.ascontiguousarray(in_cut, np.bool_), feas_tol, opt_tol)
+                                               np.ascontiguousarray(in_cut, np.bool_), feas_tol, opt_tol, max_odds)
     return (*fields, rank if claim_ran else None)
