@@ -246,6 +246,9 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                          f"{list(accept_token_num.shape)}, {list(ridx.shape)}")
     if ((ridx < 0) | (ridx >= predicts.numel())).any():
         raise ValueError(f"{where}: retrive_index entries must lie in [0, {predicts.numel()}) (predicts' size)")
+    if ridx.flatten().unique().numel() != ridx.numel():
+        raise ValueError(f"{where}: retrive_index entries must be distinct (each slot writes its own predicts entry; "
+                         f"SGLang's are b·N + u)")
     if uniform_samples is not None:
         if method != "nss":
             raise ValueError(f"{where}: uniform_samples drive only the target-only procedure (method 'nss'); "

@@ -38,6 +38,7 @@ from ..probs import probs_from_logits, sample_rows
 from .decode import start_caches, tree_step
 from .models import ModelPair
 from .prompts import Prompt, encode_prompt
+from .tree_draft import check_decode_shape
 from .verifiers import expected_accepted
 
 
@@ -151,6 +152,7 @@ def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: 
                     progress: bool = False, draft_top: int | None = None) -> PromptRecord:
     """Exact ``E[τ | T]`` of every method on the trees drafted along one target-sampled continuation
     (``progress``: a bar over the positions; ``draft_top``: drafts from that many top tokens per row)."""
+    check_decode_shape(shape, "evaluate_prompt")
     gen = prompt_generator(seed, prompt.id, pair.device)
     dtemp = resolve_draft_temperature(temperature, draft_temperature)
     ids = encode_prompt(pair.tokenizer, prompt)
@@ -211,6 +213,7 @@ def accept_bench(pair: ModelPair, prompts: list[Prompt], shape: TreeShape, proce
     ``prompts`` (ValueError otherwise).  Records are per-prompt deterministic, so a resumed run gives the
     result of an uninterrupted one.  ``draft_top``: every tree is drafted from each row's ``draft_top`` most likely
     tokens (:func:`gpu.probs.probs_from_logits`; a setting of the header when given)."""
+    check_decode_shape(shape, "accept_bench")
     methods = tuple(methods)
     if not methods:
         raise ValueError("accept_bench: methods is empty")

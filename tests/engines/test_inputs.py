@@ -105,6 +105,8 @@ def test_sglang_adapter_input_errors():
         sglang_verify_tree(**ints, target_probs=p, draft_probs=q, method="rrs")
     with pytest.raises(ValueError, match="retrive_index"):
         sglang_verify_tree(**{**ints, "retrive_index": torch.tensor([[0, 1, 7]])}, target_probs=p)
+    with pytest.raises(ValueError, match="retrive_index entries must be distinct"):   # a slot overwrote another's
+        sglang_verify_tree(**{**ints, "retrive_index": torch.tensor([[0, 1, 1]])}, target_probs=p)
 
 
 def test_vllm_adapter_input_errors():

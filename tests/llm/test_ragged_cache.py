@@ -167,6 +167,7 @@ def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_p
     text specs only, not for a TreeShape given to ``speculative_decode_batch``."""
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+    from gpu.llm.accept_bench import accept_bench
     from gpu.llm.models import parse_draft_spec
     from gpu.llm.tree_draft import MAX_DECODE_NODES
 
@@ -187,6 +188,10 @@ def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_p
                        (lambda: speculative_decode_batch(tiny_pair, [[3, 4]], "tv", TreeShape.uniform([40, 40]), "wor",
                                                          1.0, 4, gen), "shape has 1641 nodes, beyond the 1024"),
                        (lambda: speculative_decode_batch(tiny_pair, [[3, 4]], "tv", "2,2", "wor", 1.0, 4, gen),
+                        "shape must be a TreeShape, got str"),
+                       (lambda: accept_bench(tiny_pair, [], TreeShape.uniform([40, 40]), "wor", ["tv"]),
+                        "accept_bench: shape has 1641 nodes, beyond the 1024"),     # as the decoder refuses it
+                       (lambda: accept_bench(tiny_pair, [], "2,2", "wor", ["tv"]),
                         "shape must be a TreeShape, got str")):
         with pytest.raises(ValueError, match=match):
             bad()

@@ -84,6 +84,27 @@ def test_rtn_draft_quantises_decoder_projections_only(pair):
     assert torch.equal(pair.draft.model.norm.weight, pair.target.model.norm.weight)
 
 
+def test_the_float_rtn_draft_quantises_the_head_as_the_packed_one_does(pair, prompt_ids):
+    """The float form of an RTN draft (every device but the CPU) kept the target's tied head, and the target was
+    de-quantised from a Q4_1 GGUF (4-bit min/max groups of 32 columns), so RTN 4-bit groups of 32 reproduce its
+    decoder projections exactly: ``rtn:4:32`` off the CPU was the target itself (q = p).  Its head is quantised
+    (and untied) as in the packed form now: the draft's rows differ from the target's."""
+    from gpu.llm.quantize import quantize_linear_layers
+
+    target = pair.target
+    proj = target.model.layers[0].self_attn.q_proj.weight.detach()
+    assert torch.equal(rtn_quantize(proj, 4, 32), proj)             # the identity that made the draft the target
+    draft = quantize_linear_layers(target, 4, 32)
+    head = target.get_output_embeddings().weight.detach()
+    assert torch.equal(draft.lm_head.weight, rtn_quantize(head, 4, 32))
+    assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)   # untied, kept
+    ids = torch.tensor([prompt_ids])
+    with torch.inference_mode():
+        p = torch.softmax(target(ids).logits[0, -1].double(), -1)
+        q = torch.softmax(draft(ids).logits[0, -1].double(), -1)
+    assert float((p - q).abs().sum()) / 2 > 1e-3                   # a draft, not the target
+
+
 def test_draft_spec_errors(pair, tmp_path):
     for bad in ("rtn:4", "rtn:0:32", "rtn:16:128", "rtn:1:32", "early:0", "early:30", "lora:1", "hf:/no/such/folder",
                 f"hf:{tmp_path}", "hf:"):

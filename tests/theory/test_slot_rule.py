@@ -180,7 +180,8 @@ def test_every_ordering_of_a_class_gets_the_class_answer():
     weights — the class masses drifted and default UniVer lost 1.9e-6 of the law (wor, k = 4 children of unequal
     subtrees on 7 drafted tokens, beyond the shape rule's 512 tuples).  The LP is listed from the sorted tuple now:
     every ordering of a class gets the same verdict and the same floats, the class masses are kept, and the tree
-    is lossless."""
+    is lossless.  (The recheck's 3.1e-13 was the simplex stepping past its least ratio; with exact ratio ties every
+    class of the instance is slotted — docs/deviations.md item 103.)"""
     from itertools import combinations, permutations
 
     from solvers.slot_rule import SLOT_TOL, slot_weights
