@@ -295,9 +295,10 @@ def real_section(args, target) -> list[dict]:
                 gen = torch.Generator().manual_seed(i)
                 batch, q = target.draft(shape, process, gen, top)
                 p = probs_from_logits(target.forward(batch).double(), 1.0)[None]
-                calls = {"forward": lambda: target.forward(batch), "structure": structure_call(batch)}
-                for method in methods(args, process):
+                calls = {"forward": lambda: target.forward(batch)}
+                for method in methods(args, process):       # UniVer's right after the forward (module docstring)
                     calls[method] = batched_call(method, batch, p, q, process)
+                calls["structure"] = structure_call(batch)
                 times = repeated_times(calls, args.repeat)
                 fwd = summary(times["forward"])
                 for method in methods(args, process):
@@ -344,6 +345,9 @@ def check_args(ap, args) -> None:
         ap.error(str(err))
     if "wor" in args.processes.split(","):  # a wor node draws its k children from k distinct tokens of its row
         at_least(ap, [("--vocab", args.vocab, widest)] + [("--draft-top", m, widest) for m in tops if m is not None])
+    over = [m for m in tops if m is not None and m > args.vocab]
+    if over:                                # as decode / speed / accept-bench: it would truncate nothing
+        ap.error(f"--draft-top {over[0]} exceeds --vocab {args.vocab} and would truncate nothing")
     try:
         torch.device(args.device)
     except RuntimeError as err:

@@ -36,11 +36,12 @@ class CheckResult:
         return f"## {self.name} — {status}\n\n*Claim:* {self.claim}\n\n{self.summary}\n\n{self.table}\n{figs}"
 
 
-def percent(x: float) -> str:
-    """``100·x`` with two decimals; a value that rounds to zero prints ``0.00``, never ``-0.00`` (a round-off
-    negative gap is refused or reported by the check that computed it, not by its printed sign)."""
-    text = f"{100 * x:.2f}"
-    return "0.00" if text == "-0.00" else text
+def percent(x: float, signed: bool = False) -> str:
+    """``100·x`` with two decimals (and its sign when ``signed``); a value that rounds to zero prints ``0.00`` /
+    ``+0.00``, never ``-0.00`` (a round-off negative gap is refused or reported by the check that computed it, not
+    by its printed sign)."""
+    text = f"{100 * x:+.2f}" if signed else f"{100 * x:.2f}"
+    return text.replace("-", "+" if signed else "") if text == "-0.00" else text
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

@@ -47,7 +47,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
     methods = {**VERIFIERS, **BUG_ZOO}
     cells: dict[str, dict[str, str]] = {m: {} for m in methods}
     ok, flagged = True, {name: False for name in BUG_ZOO}
-    worst = 0.0
+    worst, worst_at = 0.0, "–"
     for iid, fmodel, emodel, shape, process in tqdm(list(instances(fast)), desc="lossless", disable=not progress):
         for name, v in methods.items():
             if not v.supports(shape, process):
@@ -59,7 +59,8 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             if v.lossless:
                 good = d <= LOSSLESS_TOL and exact_zero is not False
                 ok &= good
-                worst = max(worst, d)
+                if d > worst:
+                    worst, worst_at = d, f"{name} on {iid}"
                 cells[name][iid] = ("✓" if good else "✗") + ("=" if exact_zero else "")
             else:
                 flagged[name] |= d > 1e-6
@@ -76,7 +77,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
                             "exact-zero in Fraction mode"], rows)
     matrix = markdown_table(["method"] + [c.replace("/", " ") for c in cols],
                             [[n] + [by.get(c, "") for c in cols] for n, by in cells.items() if by])
-    summary = (f"{len(cols)} instances; worst float distance of a lossless method {worst:.2e}; lossy variants "
-               f"flagged: {sum(flagged.values())}/{len(flagged)}.")
+    summary = (f"{len(cols)} instances; worst float distance of a lossless method {worst:.2e} ({worst_at}); lossy "
+               f"variants flagged: {sum(flagged.values())}/{len(flagged)}.")
     return CheckResult(NAME, CLAIM, passed, table + "\n\n<details><summary>method × instance</summary>\n\n"
                        + matrix + "\n\n</details>", summary)

@@ -100,16 +100,19 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
         b = bounds(model, shape, process, with_global=False)
         if values["univer"] < values["tv"] - VALUE_TOL:
             bound = b["cf_alpha_root"]
-            below.append([iid, values["tv"], values["univer"], f"{100 * (values['univer'] / values['tv'] - 1):+.2f}%",
+            below.append([iid, values["tv"], values["univer"],
+                          f"{percent(values['univer'] / values['tv'] - 1, signed=True)}%",
                           bound, "yes: TV out of reach" if bound < values["tv"] - VALUE_TOL else "no"])
         if values["univer"] > b["cf_alpha_root"] + b["cf_tolerance"] + BOUND_SLACK:
             problems.append(f"{iid}: UniVer {values['univer']:.6f} > its α*-root bound {b['cf_alpha_root']:.6f}")
         if values["univer"] > b["cf"] + b["cf_tolerance"] + BOUND_SLACK:
             problems.append(f"{iid}: UniVer {values['univer']:.6f} > CF {b['cf']:.6f}")
+        if b["cf_alpha_root"] > b["cf"] + b["cf_tolerance"] + b["cf_margin"] + BOUND_SLACK:
+            problems.append(f"{iid}: the α*-root bound {b['cf_alpha_root']:.6f} > CF {b['cf']:.6f}")
         per_instance.append((iid, process, values, b))
         base = methods[0]
         rows.append([iid, values[base], values.get("kseq", "–"), values["tv"], values["univer"], b["univer-va"],
-                     b["cf"], f"{100 * (relative(values['univer'], values[base]) - 1):+.2f}%",
+                     b["cf"], f"{percent(relative(values['univer'], values[base]) - 1, signed=True)}%",
                      f"{percent(1 - relative(values['univer'], b['cf']))}%"])
     # grid means: UniVer against each method on the instances where that method applies
     mean_rows = []
@@ -121,7 +124,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
         ok = u >= o - VALUE_TOL if m in ("rrs", "rrsw", "kseq", "tv") else True
         if not ok:
             problems.append(f"mean E[τ]: UniVer {u:.6f} < {m} {o:.6f}")
-        mean_rows.append([m, len(pairs), o, u, f"{100 * (relative(u, o) - 1):+.2f}%",
+        mean_rows.append([m, len(pairs), o, u, f"{percent(relative(u, o) - 1, signed=True)}%",
                           ("✓ UniVer ≥" if ok else "✗ UniVer <") if m in ("rrs", "rrsw", "kseq", "tv")
                           else "bound / oracle (reported)"])
     cons_rows = []
@@ -142,8 +145,9 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
     certified = sum(r[-1] != "no" for r in below)
     summary = (f"{len(per_instance)} instances, {n_nodes} node contexts; α*-optimal nodes max |α − α*| = "
                f"{worst:.1e}; UniVer below CF by {100 * np.mean(gaps):.2f}% on average (worst "
-               f"{100 * np.max(gaps):.2f}%, {worst_cf}); UniVer vs TV per instance: mean {100 * np.mean(vs_tv):+.2f}%, "
-               f"worst {100 * np.min(vs_tv):+.2f}% ({worst_tv}); below TV on "
+               f"{100 * np.max(gaps):.2f}%, {worst_cf}); UniVer vs TV per instance: mean "
+               f"{percent(np.mean(vs_tv), signed=True)}%, worst {percent(np.min(vs_tv), signed=True)}% ({worst_tv}); "
+               f"below TV on "
                f"{len(below)} instance(s), {certified} of them certified out of reach of α*-optimal verifiers"
                + ("" if passed else f"; {len(problems)} violation(s)") + ".")
     table = ("**Node acceptance by construction** (α* from the CondOT(ρ) LP; weighted mean by the probability of "

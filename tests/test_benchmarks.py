@@ -58,6 +58,8 @@ def _refuses(script: str, argv: list, match: str, capsys) -> None:
     (["--alpha-vocab", "2"], "--alpha-vocab must be ≥ 3, got 2"),
     (["--draft-top", "1", "--processes", "wor", "--shapes", "binary:2"], "--draft-top must be ≥ 2, got 1"),
     (["--vocab", "3", "--shapes", "eagle"], "--vocab must be ≥ 4, got 3"),
+    # timed untruncated rows under a "top 64" label (decode, speed and accept-bench refused it)
+    (["--vocab", "8", "--draft-top", "64"], "--draft-top 64 exceeds --vocab 8 and would truncate nothing"),
 ])
 def test_bench_verify_refuses_bad_arguments_in_one_line(bad, match, capsys):
     """Each was a traceback, several only after the α* section had been timed."""
@@ -172,3 +174,41 @@ def test_verify_table_says_what_is_missing(tmp_path):
     for path, message in ((no_model, "without --no-model"), (other, "expected bench_verify.py --json output")):
         out = subprocess.run([sys.executable, script, str(path)], capture_output=True, text=True, timeout=300)
         assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_bench_verify_times_univer_right_after_the_forward():
+    """The SmolLM2 section's first method (UniVer) runs right after the forward, which evicts the caches (module
+    docstring, README); a fresh batch's structure was timed between them.  A stand-in target: no model loaded."""
+    import argparse
+
+    import torch
+
+    from gpu.drafting import draft_tree
+
+    bv = _script("bench_verify")
+    order = []
+
+    class Target:                       # SmolLM2's role: a forward of the tree and a drafted tree
+        V = 50
+
+        def draft(self, shape, process, gen, top=None):
+            q = torch.softmax(torch.randn(1, shape.num_nodes, self.V, generator=gen, dtype=torch.float64), -1)
+            return draft_tree(shape, q, process, 1, gen)
+
+        def forward(self, batch):
+            return torch.randn(batch.token.shape[1], self.V)
+
+    real = bv.repeated_times
+
+    def traced(calls, repeat):
+        order.append(list(calls))
+        return real(calls, repeat)
+
+    args = argparse.Namespace(shapes="binary:1", processes="wor", draft_top="all", real_trees=1,
+                              methods="univer,rrsw,tv", repeat=1, json=True)
+    bv.repeated_times = traced
+    try:
+        bv.real_section(args, Target())
+    finally:
+        bv.repeated_times = real
+    assert order and order[0][:2] == ["forward", "univer"], order

@@ -84,7 +84,7 @@ def test_lossless_worst(monkeypatch, tmp_path):
         return r if isinstance(r.distance, Fraction) else SimpleNamespace(distance=5e-13)
     monkeypatch.setattr(lossless, "evaluate", evaluate)
     res = run(lossless, tmp_path)
-    assert res.passed and "worst float distance of a lossless method 5.00e-13" in res.summary, res.summary
+    assert res.passed and "worst float distance of a lossless method 5.00e-13 (rrs on " in res.summary, res.summary
 
 
 def test_lossless_every_process(monkeypatch, tmp_path):
@@ -165,6 +165,20 @@ def test_optimality_worst_cf(monkeypatch, tmp_path):
     second = list(first(optimality.instances, 3)(True))[1][0]
     res = run(optimality, tmp_path)
     assert f"(worst 50.00%, {second})" in res.summary, res.summary
+
+
+def test_optimality_alpha_root_bound_above_cf(monkeypatch, tmp_path):
+    """The claim's "≤ its α*-root bound ≤ CF": an α*-root bound 0.1 above CF passed (only UniVer ≤ each was
+    checked)."""
+    real_b = optimality.bounds
+    def bounds(*a, **k):
+        b = dict(real_b(*a, **k))
+        b["cf_alpha_root"] = b["cf"] + 0.1
+        return b
+    monkeypatch.setattr(optimality, "bounds", bounds)
+    monkeypatch.setattr(optimality, "instances", first(optimality.instances, 1))
+    res = run(optimality, tmp_path)
+    assert not res.passed and "the α*-root bound" in res.summary + res.table, res.summary
 
 
 def test_optimality_whole_grid(monkeypatch, tmp_path):
@@ -376,6 +390,24 @@ def test_cli_check_exit(monkeypatch, tmp_path):
     assert rc == 1, rc
     assert "FAIL  bad" in out and "PASS  ok" in out, out
     assert seen["real_model"] is False
+
+
+def test_cli_check_that_ran_nothing_is_not_a_pass(monkeypatch, tmp_path):
+    """``--only real_gain --no-real-model`` decided nothing, said nothing and exited 0: the skipped check is named
+    NOT RUN on stdout and the exit status is 1."""
+    monkeypatch.setattr(check, "run_checks", lambda names, fast, out_dir, real_model: [])
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["check", "--only", "real_gain", "--no-real-model", "--out", str(tmp_path)])
+    assert rc == 1 and "NOT RUN  real_gain" in buf.getvalue(), buf.getvalue()
+
+
+def test_signed_percentages_never_print_minus_zero():
+    """A round-off negative gain printed "-0.00%" (docs/deviations.md item 94 says it never does)."""
+    from paper_checks.base import percent
+
+    assert percent(-1e-7, signed=True) == "+0.00" and percent(-1e-7) == "0.00"
+    assert percent(0.0123, signed=True) == "+1.23" and percent(-0.0123, signed=True) == "-1.23"
 
 
 def test_cli_runtime_error(monkeypatch, tmp_path):

@@ -70,6 +70,24 @@ def test_unknown_method(capsys):
     assert "unknown method" in capsys.readouterr().err
 
 
+def test_a_methods_list_naming_no_method_is_refused(capsys):
+    """``--methods ,`` ran no method and exited 0 (``speed`` refused it)."""
+    assert main(["exact", "--methods", ",", "--shape", "1"]) == 2
+    assert "names no method" in capsys.readouterr().err
+    assert main(["bound", "--methods", " , ", "--vocab", "3", "--shape", "1"]) == 2
+    assert "names no method" in capsys.readouterr().err
+
+
+def test_bound_prints_round_off_gaps_as_zero(tmp_path, capsys):
+    """Target and draft of disjoint supports: every E[τ] is 0 and both bounds are round-off above it (within their
+    stated tolerance and margin) — printed as 0.00%, not as a 100.00% gap (a relative gap of round-off)."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"vocab": 3, "target": {"": [1, 0, 0]}, "draft": {"": [0, 0.5, 0.5]}}))
+    assert main(["bound", "--model-file", str(path), "--shape", "2", "--process", "wor"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["tv"], ["univer"])]
+    assert rows and all("100.00%" not in r and "0.00%" in r for r in rows), rows
+
+
 def test_exact_lists_gr_on_iid_and_spechub_on_its_hub_process(capsys):
     iid = run_json(capsys, "exact", "--vocab", "3", "--shape", "2", "--process", "iid")["methods"]
     assert "gr" in iid and "spechub" not in iid

@@ -44,6 +44,8 @@ def bound_results(args, progress: bool = True) -> dict:
     from solvers.value_aware import value_aware_verifier
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    if names == []:
+        raise ValueError(f"--methods {args.methods!r} names no method")
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if args.rational and names is not None and VALUE_AWARE in names:
         raise NotImplementedError(f"--methods {VALUE_AWARE} with --rational: the value-aware oracle's node LPs are "
@@ -139,11 +141,13 @@ def run(args) -> int:
               f"alpha*          LP {a['lp']:.9f}   closed form {a['fast']:.9f}")
     print(f"{'method':<11}{'E[tau]':>12}{'distance':>12}  lossless{'gap→global':>12}{'gap→CF':>10}")
 
-    def gap(bound, e):  # relative; |gap| ≤ 1e-12 is LP round-off and printed as 0
+    def gap(bound, e):  # relative; a difference within the bound's stated tolerance and margin is round-off: 0
         if "error" in bound:
             return "—"
-        g = (bound["value"] - e) / bound["value"]
-        return f"{g if abs(g) > 1e-12 else 0.0:.2%}"
+        d = bound["value"] - e
+        if abs(d) <= bound["tolerance"] + bound.get("margin", 0.0) + 1e-12:
+            return f"{0.0:.2%}"
+        return f"{d / bound['value']:.2%}"
 
     for name, r in out["methods"].items():
         e = r["expected_accepted"]

@@ -104,6 +104,8 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
     where nothing else applies (``greedy`` in rational mode)."""
     if args.methods:
         names = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if not names:
+            raise ValueError(f"--methods {args.methods!r} names no method; choose from {sorted(VERIFIERS)}")
         unknown = [m for m in names if m not in VERIFIERS]
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; choose from {sorted(VERIFIERS)}")
