@@ -199,14 +199,16 @@ def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_la
             memo[key] = out
             return out
         out: dict = {}
+        told = on_node is None          # once per node: a node of law {} (ρ = 0) leaves ``out`` empty
         for S, qs in tuple_law_fn(q, len(kids), process):
             ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_keys[c] for c in kids), prefix)
             d = rule(ctx)
             check_decision(d, len(kids), len(p), rule, u)
             if not u:                   # the root: rho = 1, never fails
                 d = replace(d, stop=rho)
-            if on_node is not None and not out:
+            if not told:
                 on_node(d.info)
+                told = True
             child = [(y, rec(c, prefix + (y,), s)) for c, y, s in zip(kids, S, d.scale)]
             for k2, v in _combine(d, child).items():
                 out[k2] = out.get(k2, 0) + qs * v

@@ -43,7 +43,8 @@ def to_fractions(row, denominator: int = 1000) -> np.ndarray:
     """
     check_int(denominator, "to_fractions", "denominator", 1)
     row = check_simplex(np.asarray(row, dtype=np.float64), "to_fractions", "input")
-    counts = np.floor(row * denominator).astype(np.int64)
+    counts = np.array([int(c) for c in np.floor(row * denominator)], dtype=object)   # Python ints (int64 overflowed
+                                                                                      # at a denominator ≥ 2^63)
     counts[(row > 0) & (counts == 0)] = 1
     top = int(np.argmax(row))
     counts[top] += denominator - int(counts.sum())
@@ -112,7 +113,7 @@ def _fraction(x) -> Fraction:
     """A model-file entry (a JSON number, or a string like ``"1/3"`` or ``"0.25"``) as a Fraction; a ValueError
     for anything else, or for an exponent beyond :data:`MAX_ENTRY_EXPONENT`."""
     text = str(x).strip()
-    _, e, exponent = text.lower().partition("e")
+    _, e, exponent = text.lower().replace("_", "").partition("e")     # Fraction reads digit separators: '1e4_00'
     if e and exponent.lstrip("+-").isdigit() and abs(int(exponent)) > MAX_ENTRY_EXPONENT:
         raise ValueError(f"exponent of {text!r} out of range")
     return Fraction(text)
@@ -308,7 +309,8 @@ def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
     if temperature == 0:
         one = Fraction(1) if row.dtype == object else 1.0
         out = np.full(row.size, 0 * one, dtype=row.dtype)
-        out[int(np.argmax(row.astype(np.float64)))] = one
+        out[int(np.argmax(row))] = one            # the exact row's own maximum (first on ties): float64 ties
+                                                  # entries that differ below its resolution
         return out
     if temperature == 1:
         return row

@@ -191,8 +191,8 @@ def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generato
         with np.errstate(divide="ignore"):
             keys = np.log(qf) + rng.gumbel(size=qf.size)
         return tuple(int(x) for x in np.argsort(-keys, kind="stable")[:k])
-    top = _top_tokens(qf, k if process == "topk" else k - 1)
-    if process == "topk":
+    top = _top_tokens(np.asarray(q), k if process == "topk" else k - 1)    # q's own order: an exact row's entries
+    if process == "topk":                                                # may tie once rounded to float64
         return tuple(top)
     rest = qf.copy()
     rest[top] = 0.0

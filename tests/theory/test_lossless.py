@@ -162,3 +162,8 @@ def test_lossless_means_within_1e_12_and_plans_are_counted_once_per_node():
     for process in ("iid", "wor"):
         r = evaluate(DirichletModel(3, seed=0), TreeShape.parse("2"), process, VERIFIERS["univer"])
         assert r.plans is not None and sum(r.plans.values()) == 1, (process, r.plans)
+    # a node at ρ = 0 (below a token the target cannot emit) has an empty law: it was counted once per tuple
+    from univer_theory.models import context_free
+    model = context_free(np.array([0.0, 0.5, 0.5]), np.array([0.4, 0.3, 0.3]))
+    r = evaluate(model, TreeShape.parse("1,2"), "iid", VERIFIERS["univer"])
+    assert sum(r.plans.values()) == 4, r.plans           # the root, and node 1 under each of its three tokens

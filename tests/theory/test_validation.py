@@ -265,3 +265,48 @@ def test_a_user_rules_malformed_decision_is_named():
         with pytest.raises(ValueError, match=message):                    # the oracle's enumeration checks it too
             evaluate(DirichletModel(3, seed=0), "2", "iid", rule_with(**changes))
     assert VERIFIERS["rrs"].law(TREE, GOOD, GOOD, "iid")                   # the rule itself passes
+
+
+def test_exact_rows_keep_their_own_order_where_float64_ties_them():
+    """Fraction entries 1e-20 apart round to one float64: T = 0 took the first of them as the greedy token (TV's
+    E[τ] 1/10 instead of 9/10 over its drafts; 0 instead of 1 on the target's token), and the topk sampler drafted children the exact core then refused ("do not begin
+    with the top-2 draft tokens").  Both read the exact rows' own order now."""
+    from fractions import Fraction
+
+    from univer_theory import sample_tree
+    from univer_theory.models import apply_temperature, context_free
+
+    eps = Fraction(1, 10 ** 20)
+    row = np.array([Fraction(1, 2) - eps, Fraction(1, 2) + eps], dtype=object)
+    assert list(apply_temperature(row, 0)) == [0, 1]
+    q = np.array([Fraction(1, 10), Fraction(9, 10)], dtype=object)
+    tree = DraftTree((-1, 0), (-1, 1))
+    assert VERIFIERS["tv"].expected_accepted_length(tree, apply_temperature(row, 0)[None].repeat(2, 0),
+                                                    np.stack([q, q]), "iid") == 1     # the target's token
+    q3 = np.array([Fraction(1, 4), Fraction(3, 8) - eps, Fraction(3, 8) + eps], dtype=object)
+    model = context_free(np.array([Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)], dtype=object), q3)
+    for seed in range(3):
+        drafted = sample_tree(model, TreeShape.parse("2"), "topk", np.random.default_rng(seed))
+        assert drafted.child_tokens(0) == (2, 1)
+        VERIFIERS["nss"].sample(drafted, *model.node_probs(drafted), "topk", np.random.default_rng(seed))
+
+
+def test_to_fractions_takes_any_denominator():
+    """Counts went through int64: a denominator of 2^63 or more overflowed (an OverflowError)."""
+    from univer_theory.models import to_fractions
+
+    for denominator in (10 ** 19, 2 ** 64):
+        row = to_fractions(np.array([0.25, 0.75]), denominator)
+        assert sum(row) == 1 and all(x.denominator <= denominator for x in row)
+
+
+def test_model_file_exponents_with_digit_separators_are_bounded(tmp_path):
+    """Fraction reads digit separators, the exponent guard did not: "1e-5_00" loaded, and "1e-9_999_999" took
+    10 s to read (the 1e±400 guard exists to keep such integers from being built)."""
+    import json
+
+    path = tmp_path / "m.json"
+    for entry in ("1e-5_00", "1e-9_999_999"):
+        path.write_text(json.dumps({"vocab": 2, "target": {"": [entry, 1]}, "draft": {"": [0.5, 0.5]}}))
+        with pytest.raises(ValueError, match="beyond 1e±400"):
+            TableModel.from_json(path, exact=True)
