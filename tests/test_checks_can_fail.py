@@ -171,11 +171,8 @@ def test_optimality_alpha_root_bound_above_cf(monkeypatch, tmp_path):
     """The claim's "≤ its α*-root bound ≤ CF": an α*-root bound 0.1 above CF passed (only UniVer ≤ each was
     checked)."""
     real_b = optimality.bounds
-    def bounds(*a, **k):
-        b = dict(real_b(*a, **k))
-        b["cf_alpha_root"] = b["cf"] + 0.1
-        return b
-    monkeypatch.setattr(optimality, "bounds", bounds)
+    raised = lambda b: {**b, "cf_alpha_root": b["cf"] + 0.1}     # noqa: E731
+    monkeypatch.setattr(optimality, "bounds", lambda *a, **k: raised(real_b(*a, **k)))
     monkeypatch.setattr(optimality, "instances", first(optimality.instances, 1))
     res = run(optimality, tmp_path)
     assert not res.passed and "the α*-root bound" in res.summary + res.table, res.summary
