@@ -180,7 +180,9 @@ def tuple_probs(q, tuples, process: str):
 
 
 def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generator) -> tuple[int, ...]:
-    """Draw one ordered child tuple from ``Q_k`` (float rows; Gumbel-top-k for ``wor``)."""
+    """Draw one ordered child tuple from ``Q_k`` (Gumbel-top-k for ``wor``): the draws read the row in float64, the
+    fixed top tokens of ``topk`` / ``greedy`` / ``hub`` the row's own order (an exact row's Fractions may tie once
+    rounded)."""
     _check_k(q, k, process, "sample_children")
     if process != "topk":                           # the top k tokens: no draw
         _check_rng(rng, "sample_children")
