@@ -76,6 +76,8 @@ def test_a_methods_list_naming_no_method_is_refused(capsys):
     assert "names no method" in capsys.readouterr().err
     assert main(["bound", "--methods", " , ", "--vocab", "3", "--shape", "1"]) == 2
     assert "names no method" in capsys.readouterr().err
+    assert main(["bound", "--methods", "nope", "--vocab", "3", "--shape", "1"]) == 2
+    assert "'univer-va'" in capsys.readouterr().err          # bound's own method is among the choices it names
 
 
 def test_bound_prints_round_off_gaps_as_zero(tmp_path, capsys):

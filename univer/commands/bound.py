@@ -12,7 +12,7 @@ import argparse
 
 import numpy as np
 
-from univer_theory import TreeShape, evaluate
+from univer_theory import VERIFIERS, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.processes import PROCESSES
 
@@ -46,6 +46,9 @@ def bound_results(args, progress: bool = True) -> dict:
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     if names == []:
         raise ValueError(f"--methods {args.methods!r} names no method")
+    unknown = [m for m in names or () if m not in VERIFIERS and m != VALUE_AWARE]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {sorted([*VERIFIERS, VALUE_AWARE])}")
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if args.rational and names is not None and VALUE_AWARE in names:
         raise NotImplementedError(f"--methods {VALUE_AWARE} with --rational: the value-aware oracle's node LPs are "
