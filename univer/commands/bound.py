@@ -16,7 +16,8 @@ from univer_theory import VERIFIERS, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.processes import PROCESSES
 
-from .common import add_model_options, build_model, check_enumeration_size, print_json, synthetic_option
+from .common import (add_model_options, build_model, check_enumeration_size, method_names, print_json,
+                     synthetic_option)
 from .exact import exact_results
 
 VALUE_AWARE = "univer-va"
@@ -43,12 +44,7 @@ def bound_results(args, progress: bool = True) -> dict:
     from solvers.global_lp import enumerate_tree_arrays, global_tree_lp
     from solvers.value_aware import value_aware_verifier
 
-    names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
-    if names == []:
-        raise ValueError(f"--methods {args.methods!r} names no method")
-    unknown = [m for m in names or () if m not in VERIFIERS and m != VALUE_AWARE]
-    if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; choose from {sorted([*VERIFIERS, VALUE_AWARE])}")
+    names = method_names(args.methods, [*VERIFIERS, VALUE_AWARE]) if args.methods else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if args.rational and names is not None and VALUE_AWARE in names:
         raise NotImplementedError(f"--methods {VALUE_AWARE} with --rational: the value-aware oracle's node LPs are "

@@ -99,24 +99,31 @@ def check_enumeration_size(vocab: int, shape: TreeShape, process: str) -> None:
                              f"scale use gpu.expected_accepted_length)")
 
 
+def method_names(text: str, choices) -> list[str]:
+    """The names of a comma-separated ``--methods`` value; a ValueError where it names none, or one outside
+    ``choices``."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise ValueError(f"--methods {text!r} names no method; choose from {sorted(choices)}")
+    unknown = [m for m in names if m not in choices]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {sorted(choices)}")
+    return names
+
+
 def selected_methods(args, shape: TreeShape, exact: bool) -> list:
     """Verifiers that apply to (shape, process[, rational]); ``nss`` is listed for ``topk``, and otherwise only
     where nothing else applies (``greedy`` in rational mode)."""
     if args.methods:
-        names = [m.strip() for m in args.methods.split(",") if m.strip()]
-        if not names:
-            raise ValueError(f"--methods {args.methods!r} names no method; choose from {sorted(VERIFIERS)}")
-        unknown = [m for m in names if m not in VERIFIERS]
-        if unknown:
-            raise ValueError(f"unknown method(s) {unknown}; choose from {sorted(VERIFIERS)}")
-        for v in (VERIFIERS[m] for m in names):
+        chosen = [VERIFIERS[m] for m in method_names(args.methods, VERIFIERS)]
+        for v in chosen:
             why = v.unsupported(shape, args.process, exact)
             if why:
                 flag = "--shape" if hasattr(args, "shape") else "--tree"     # exact / bound, or the LLM commands
                 raise ValueError(f"unsupported method/shape/process combination: --methods {v.name} with "
                                  f"{flag} {getattr(args, flag[2:], None) or shape} --process {args.process}"
                                  f"{' --rational' if exact else ''}: {why}")
-        return [VERIFIERS[m] for m in names]
+        return chosen
     found = [v for v in VERIFIERS.values() if v.supports(shape, args.process) and (v.rational or not exact)]
     out = [v for v in found if v.name != "nss" or args.process == "topk"] or found
     if not out:
