@@ -71,7 +71,8 @@ def test_unknown_method(capsys):
 
 
 def test_a_methods_list_naming_no_method_is_refused(capsys):
-    """``--methods ,`` ran no method and exited 0 (``speed`` refused it)."""
+    """``--methods ,`` ran no method and exited 0 (``speed`` refused it; exact, bound and speed now parse it with
+    one function)."""
     assert main(["exact", "--methods", ",", "--shape", "1"]) == 2
     assert "names no method" in capsys.readouterr().err
     assert main(["bound", "--methods", " , ", "--vocab", "3", "--shape", "1"]) == 2

@@ -157,7 +157,8 @@ def test_speed_cli_batch(pair, tmp_path, monkeypatch, capsys):
         assert 2 <= m["new_tokens"] <= 4 and len(printed["per_prompt_tokens_per_s"][name]) == 1
 
 
-@pytest.mark.parametrize("argv,match", [(["--methods", "plain,warp"], "unknown"),
+@pytest.mark.parametrize("argv,match", [(["--methods", "plain,warp"], "unknown method(s) ['warp']"),
+                                        (["--methods", " , "], "names no method"),
                                         (["--tree", "binary:x"], "positive depth"),
                                         (["--methods", "sps", "--chain", "binary:2"], "does not apply"),
                                         (["--n", "2", "--batch", "3"], "exceeds the number of prompts"),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from univer_theory import VERIFIERS
 
-from .common import output_folder, positive_int, print_json
+from .common import method_names, output_folder, positive_int, print_json
 from .decode import add_llm_options, check_draftable, load_models
 
 #: Methods in the order they are reported; ``sps`` runs on ``--chain``, the tree verifiers on ``--tree``.
@@ -61,10 +61,7 @@ def speed_methods(args) -> list:
             print(f"speed: left out {[m for m in ALL_METHODS if m not in names]} (cannot batch requests)",
                   file=sys.stderr)
     else:
-        names = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in names if m not in ALL_METHODS]
-    if unknown or not names:
-        raise ValueError(f"--methods: unknown or no method(s) {unknown}; choose from {list(ALL_METHODS)}")
+        names = method_names(args.methods, ALL_METHODS)
     cannot = {m: UNBATCHED[m] for m in names if m in UNBATCHED}
     if args.batch > 1 and cannot:
         raise ValueError(f"--batch {args.batch}: method(s) {list(cannot)} cannot batch requests "
