@@ -40,7 +40,7 @@ import torch
 
 from gpu import TreeBatch, engine
 from gpu.univer_rule import univer_rule
-from gpu.verify import METHODS as BATCHED
+from gpu.verify import METHODS as BATCHED, engine_options
 from gpu.wor_plans import WALKS
 from gpu.drafting import sample_children
 from gpu.verify import validate_inputs
@@ -171,8 +171,9 @@ def main(argv=None):
                 g = torch.Generator(device=args.device).manual_seed(1)
                 level_rule = (functools.partial(univer_rule, walk=args.clock_walk) if method == "univer"
                               else BATCHED[method])      # gpu.verify(validate=False) with the walk chosen
-                t_b = time_batched(lambda b: engine.sample(b, p, q, args.process, level_rule, g), batch, args.device,
-                                   args.repeat)
+                options = engine_options(method, args.process)   # gpu.verify's: drafted support, blocks, reached only
+                t_b = time_batched(lambda b: engine.sample(b, p, q, args.process, level_rule, g, **options), batch,
+                                   args.device, args.repeat)
                 rng = np.random.default_rng(1)
                 t_l = time_loop(lambda: functools.partial(tree_sample, process=args.process, rule=fresh_rule(method),
                                                           rng=rng), trees, rows, args.repeat)

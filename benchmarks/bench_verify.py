@@ -65,6 +65,7 @@ from gpu.tree_batch import STRUCTURE
 from univer_theory import VERIFIERS
 from univer_theory.alpha_star import alpha_star, alpha_star_rows
 from univer_theory.engine import tree_sample
+from univer_theory.multidraft import FlatPlanRule
 from univer_theory.plans.clocks import LOG_T_NODES, log_time_grid, log_time_upper
 from univer_theory.univer import UniVerRule
 
@@ -142,13 +143,38 @@ def draft_tops(text: str) -> list[int | None]:
     return out
 
 
+def shape_specs(text: str) -> list[str]:
+    """``--shapes``: tree_shape specs, comma-separated — a comma inside parentheses (``((.,.),.)``) or between
+    digits (``3,2``, one uniform TreeShape.parse string) is part of its spec."""
+    out, depth = [""], 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            out.append("")
+        else:
+            out[-1] += ch
+    specs = []
+    for item in (x.strip() for x in out):
+        if specs and item.isdigit() and specs[-1].replace(",", "").isdigit():
+            specs[-1] += "," + item
+        else:
+            specs.append(item)
+    return specs
+
+
 def methods(args, process: str) -> list[str]:
     return [FOR_PROCESS.get((m, process), m) for m in args.methods.split(",")]
 
 
 def fresh_rule(method: str):
-    """The method's node rule with empty caches (UniVer keeps plans per rule object)."""
-    return UniVerRule() if method == "univer" else VERIFIERS[method].rule
+    """The method's node rule with empty caches (UniVer and the flat-plan rules, GR's, keep plans per rule
+    object)."""
+    rule = VERIFIERS[method].rule
+    if method == "univer":
+        return UniVerRule()
+    if isinstance(rule, FlatPlanRule):
+        return FlatPlanRule(rule.name, rule.build, rule.processes)
+    return rule
 
 
 def loop_call(method, trees, rows, process):
@@ -243,7 +269,7 @@ def synthetic_section(args, target) -> list[dict]:
     device = torch.device(args.device)
     rows_out = []
     gen = torch.Generator().manual_seed(0)
-    for spec in args.shapes.split(","):
+    for spec in shape_specs(args.shapes):
         shape = tree_shape(spec)
         N = shape.num_nodes
         for process, top in ((pr, t) for pr in args.processes.split(",") for t in draft_tops(args.draft_top)):
@@ -288,7 +314,7 @@ def real_section(args, target) -> list[dict]:
     from gpu.llm.tree_draft import tree_shape
 
     rows_out = []
-    for spec in args.shapes.split(","):
+    for spec in shape_specs(args.shapes):
         shape = tree_shape(spec)
         for process, top in ((pr, t) for pr in args.processes.split(",") for t in draft_tops(args.draft_top)):
             for i in range(args.real_trees):
@@ -340,7 +366,7 @@ def check_args(ap, args) -> None:
     known(ap, "--processes", args.processes, ("wor", "iid"))
     try:
         tops = draft_tops(args.draft_top)
-        widest = max(tree_shape(spec).max_children for spec in args.shapes.split(","))
+        widest = max(tree_shape(spec).max_children for spec in shape_specs(args.shapes))
     except ValueError as err:
         ap.error(str(err))
     if "wor" in args.processes.split(","):  # a wor node draws its k children from k distinct tokens of its row
@@ -360,7 +386,9 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--alpha-vocab", type=int, default=128_000)
-    ap.add_argument("--shapes", default="binary:4,eagle", help="gpu.llm.tree_draft.tree_shape specs")
+    ap.add_argument("--shapes", default="binary:4,eagle",
+                    help="gpu.llm.tree_draft.tree_shape specs, comma-separated; a TreeShape.parse string keeps its "
+                         "commas (3,2: one uniform shape; ((.,.),.): one nested shape)")
     ap.add_argument("--processes", default="wor,iid")
     ap.add_argument("--draft-top", default="all,64",
                     help="draft truncations: 'all' (the whole row) and/or m (the top m tokens per row), comma-separated")
@@ -390,6 +418,9 @@ def main(argv=None):
         print(f"{'rows':>8} {'shape':>9} {'proc':>4} {'top':>5} {'B':>3} {'method':>6} {'batch ms':>10} {'loop ms':>10} "
               f"{'fwd ms':>9} {'ver/fwd':>8} {'loop/bat':>8} {'peak MB':>7} {'in MB':>7} {'scan ms':>8} {'loop/scan':>9}")
     target = None if args.no_model else Target()
+    if target is not None and args.vocab > target.pair.vocab_size:   # the Zipf trees' tokens feed its forward
+        ap.error(f"--vocab {args.vocab} exceeds the target's vocabulary {target.pair.vocab_size}: the Zipf rows' "
+                 "trees are fed to its forward; lower --vocab or add --no-model")
     result["synthetic"] = synthetic_section(args, target)
     result["real"] = real_section(args, target) if target is not None and args.real_trees > 0 else []
     if args.json:

@@ -47,13 +47,15 @@ def load(paths: list[str]) -> list[dict]:
 
 def settings(run: dict) -> dict:
     """What ``bench_verify.py`` measured the run with: its top-level torch threads, repeats and device, α*'s
-    vocabulary, and the vocabularies (``--vocab`` and the model's), shapes, processes and draft truncations of its
-    rows."""
+    vocabulary, and the vocabularies (``--vocab`` and the model's), shapes, processes, draft truncations, batch
+    sizes and methods of its rows, in the order they ran (one generator draws every case's Zipf rows in turn, and
+    the first method runs right after the forward)."""
     rows = run["synthetic"] + run["real"]
-    present = lambda key: sorted({row.get(key) for row in rows}, key=lambda v: (v is not None, v))
+    present = lambda key: list(dict.fromkeys(row.get(key) for row in rows))
     return {"torch_threads": run.get("torch_threads"), "repeat": run.get("repeat"), "device": run.get("device"),
             "alpha_star vocab": run["alpha_star"].get("vocab"), "vocab": present("vocab"), "shapes": present("shape"),
-            "processes": present("process"), "draft_top": present("draft_top")}
+            "processes": present("process"), "draft_top": present("draft_top"), "batches": present("B"),
+            "methods": list(dict.fromkeys(SAME_COLUMN.get(row["method"], row["method"]) for row in rows))}
 
 
 def same_settings(runs: list[dict], paths: list[str]) -> None:

@@ -148,7 +148,7 @@ def _rule(where: str, method: str, process: str):
     return METHODS[method]
 
 
-def _engine_options(method: str, process: str) -> dict:
+def engine_options(method: str, process: str) -> dict:
     """The engine's per-call settings for a method and process: plan on the drafted support
     (:data:`DRAFTED_SUPPORT`), build the subtree shapes (:data:`SHAPE_METHODS`), the row blocks
     (:data:`BLOCK_BYTES`), leave the unreached rows unplanned (:data:`REACHED_ONLY`)."""
@@ -204,7 +204,7 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     if validate:
         validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
     return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index,
-                         **_engine_options(method, process))
+                         **engine_options(method, process))
 
 
 def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,
@@ -216,4 +216,4 @@ def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft
     if validate:
         validate_inputs("expected_accepted_length", batch, target_probs, draft_probs, process, row_index)
     return engine.expected_accepted(batch, target_probs, draft_probs, process, rule, row_index,
-                                    **_engine_options(method, process))
+                                    **engine_options(method, process))

@@ -143,8 +143,8 @@ def test_verify_table_gives_each_cell_its_range_over_runs_and_trees(tmp_path):
 
 
 def test_verify_table_refuses_runs_of_different_settings(tmp_path):
-    """Runs whose times alone differ make one table; runs measured with another --repeat or --vocab are refused,
-    naming the setting and both files."""
+    """Runs whose times alone differ make one table; runs measured with another --repeat, --vocab, --batches or
+    --methods are refused, naming the setting and both files."""
     verify_table = _script("verify_table")
     settings = {"torch_threads": 1, "repeat": 5, "device": "cpu"}
     first = {**_run({(None, "univer"): (1.5, 1.2)}, 180.0), **settings}
@@ -157,7 +157,10 @@ def test_verify_table_refuses_runs_of_different_settings(tmp_path):
         return paths
 
     assert len(verify_table.load(write(first, {**_run({(None, "univer"): (1.9, 1.1)}, 250.0), **settings}))) == 2
-    for setting, change in (("repeat", {"repeat": 3}), ("vocab", {"synthetic": [{**zipf, "vocab": 1000}]})):
+    changes = (("repeat", {"repeat": 3}), ("vocab", {"synthetic": [{**zipf, "vocab": 1000}]}),
+               # another --batches draws other Zipf trees (one generator); another --methods puts another first
+               ("batches", {"synthetic": [{**zipf, "B": 64}]}), ("methods", {"synthetic": [{**zipf, "method": "tv"}]}))
+    for setting, change in changes:
         paths = write(first, {**first, **change})
         with pytest.raises(ValueError, match=f"different settings: {setting} is") as exc:
             verify_table.load(paths)
@@ -212,3 +215,45 @@ def test_bench_verify_times_univer_right_after_the_forward():
     finally:
         bv.repeated_times = real
     assert order and order[0][:2] == ["forward", "univer"], order
+
+
+@pytest.mark.parametrize("process,method", [("iid", "univer"), ("wor", "univer"), ("wor", "tv")])
+def test_bench_gpu_times_the_path_gpu_verify_runs(process, method, monkeypatch, capsys):
+    """bench_gpu called the engine with its defaults (no drafted support, other row blocks, unreached nodes planned
+    for UniVer, subtree shapes for TV), not with ``gpu.verify``'s options, which its docstring said it timed."""
+    from gpu import engine
+    from gpu.verify import engine_options
+
+    calls = []
+    sample = engine.sample
+    monkeypatch.setattr(engine, "sample", lambda *a, **kw: calls.append(kw) or sample(*a, **kw))
+    _script("bench_gpu").main(["--vocab", "60", "--shape", "2,2", "--process", process, "--methods", method,
+                               "--repeat", "1"])
+    capsys.readouterr()
+    want = engine_options(method, process)
+    assert calls and all({key: kw.get(key) for key in want} == want for kw in calls), (calls, want)
+
+
+def test_bench_verify_refuses_a_vocabulary_beyond_the_models(monkeypatch, capsys):
+    """The Zipf rows' trees are fed to SmolLM2's forward: ``--vocab`` above its 49 152 tokens was an IndexError
+    after the α* section had been timed.  A stand-in target: no model loaded."""
+    bv = _script("bench_verify")
+
+    class Target:
+        pair = type("Pair", (), {"vocab_size": 49152})
+
+    monkeypatch.setattr(bv, "Target", Target)
+    _refuses("bench_verify", ["--vocab", "60000", "--alpha-vocab", "50"],
+             "--vocab 60000 exceeds the target's vocabulary 49152", capsys)
+
+
+def test_bench_verify_reads_shapes_with_commas_and_times_each_loop_cold():
+    """``--shapes 3,2`` timed a 3-child and a 2-child root instead of the 10-node 3,2 tree, and a nested
+    TreeShape.parse string was refused; GR's exact loop (a FlatPlanRule caching plans) was warm after its first
+    repeat."""
+    bv = _script("bench_verify")
+    assert bv.shape_specs("3,2") == ["3,2"]
+    assert bv.shape_specs("binary:1,(.,(.,.)),eagle") == ["binary:1", "(.,(.,.))", "eagle"]
+    assert bv.shape_specs("2, binary:2,3") == ["2", "binary:2", "3"]
+    for method in ("univer", "gr"):
+        assert bv.fresh_rule(method) is not bv.fresh_rule(method)

@@ -268,7 +268,7 @@ def test_rule_3_on_a_confident_row_is_its_own_beside_a_wider_row():
     batched E[τ | T] was 4.2e-6 off the exact core's and changed with the row blocks.  Each row's sides are its
     own now: the batched value is the core's, in one block a level and in one-row blocks."""
     from gpu import engine
-    from gpu.verify import _engine_options
+    from gpu.verify import engine_options
 
     def rows(prefix, V=150, seed=718471904):
         rng = np.random.default_rng([seed, len(prefix), *prefix])
@@ -282,7 +282,7 @@ def test_rule_3_on_a_confident_row_is_its_own_beside_a_wider_row():
     P, Q = (np.stack(x) for x in zip(*(rows(s) for s in tree.paths)))
     want = VERIFIERS["univer"].expected_accepted_length(tree, P, Q, "wor")
     batch, pt, qt = TreeBatch.from_trees([tree]), torch.tensor(P)[None], torch.tensor(Q)[None]
-    options = _engine_options("univer", "wor")
+    options = engine_options("univer", "wor")
     for block_bytes in (None, 8 * P.shape[1]):
         got = engine.expected_accepted(batch, pt, qt, "wor", METHODS["univer"], None,
                                        **{**options, "block_bytes": block_bytes})
