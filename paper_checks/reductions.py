@@ -109,10 +109,11 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             problems.append(f"{iid}: UniVer E[τ] {e_u:.12g} vs α* LP {lp.value:.12g} / closed form {closed:.12g}")
         depth_rows.append([iid, cons, e_u, lp.value, closed, gap])
     passed = not problems
-    worst_chain = max(r[-1] for r in chain_rows)
-    worst_depth = max(r[-1] for r in depth_rows)
-    summary = (f"{len(chain_rows)} chain instances: max per-tree law difference UniVer vs BV {worst_chain:.1e}; "
-               f"{len(depth_rows)} depth-1 instances: max |E[τ] − α*| {worst_depth:.1e}"
+    worst_chain = max(chain_rows, key=lambda r: r[-1])
+    worst_depth = max(depth_rows, key=lambda r: r[-1])
+    summary = (f"{len(chain_rows)} chain instances: max per-tree law difference UniVer vs BV {worst_chain[-1]:.1e} "
+               f"({worst_chain[0]}); {len(depth_rows)} depth-1 instances: max |E[τ] − α*| {worst_depth[-1]:.1e} "
+               f"({worst_depth[0]})"
                + ("" if passed else f"; {len(problems)} violation(s)") + ".")
     table = ("**Chains: UniVer vs Block Verification** (every enumerated chain, iid and wor; E[τ] under iid)\n\n"
              + markdown_table(["instance", "trees", "BV E[τ]", "UniVer E[τ]", "max per-tree law difference"],

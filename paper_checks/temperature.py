@@ -107,10 +107,13 @@ def run(fast: bool, out_dir, progress: bool = True, real_model: bool = True) -> 
     passed = not problems
     real_txt = "" if not real_rows else (f"; SmolLM2 per forward at T = 0: {real_rows[0][4]}, at T = 1: "
                                          f"{real_rows[-1][4]} (on E[τ]: {real_rows[-1][6]})")
-    summary = ("toys (wor): mean gain per forward "
+    at_zero = {inst: abs(by_t[0.0][1] - by_t[0.0][0]) for inst, by_t in wor.items()}
+    worst_zero = max(at_zero, key=at_zero.get)
+    summary = (f"toys (wor): max |ΔE[τ]| at T = 0 {at_zero[worst_zero]:.1e} ({worst_zero}); mean gain per forward "
                + ", ".join(f"T={T}: {100 * g:+.2f}%" for T, g in mean_gain["per forward"].items())
                + " (on E[τ]: " + ", ".join(f"{100 * g:+.2f}%" for g in mean_gain["on E[τ]"].values()) + ")"
-               + real_txt + ("" if passed else f"; {len(problems)} violation(s)") + ".")
+               + (real_txt if real_model else "; SmolLM2 part not run (no real model requested): its claim is "
+                  "undecided") + ("" if passed else f"; {len(problems)} violation(s)") + ".")
     if problems:
         table += "\n\n**Violations**\n\n" + "\n".join(f"- {p}" for p in problems[:30])
     fig = _figure(mean_gain["per forward"], iid_gain, real_curve)

@@ -446,3 +446,15 @@ def test_cli_exact_reporting(monkeypatch, tmp_path):
         rc, out = call([cmd, "--vocab", "3", "--shape", "2", "--process", "iid", "--methods", "tv,rrs"])
         row = next(l for l in out.splitlines() if l.startswith("tv "))
         assert "✗" in row and "✓" not in row, (cmd, row)
+
+
+def test_global_gap_univer_va_above_cf(monkeypatch, tmp_path):
+    """The value-aware oracle halfway between CF and the global LP (above CF, below the LP) must fail: CF bounds
+    every verifier of the conditional framework, univer-va included (it was held to the global LP only)."""
+    real = global_gap.bounds
+    monkeypatch.setattr(global_gap, "bounds",
+                        lambda *a, **k: (lambda b: {**b, "univer-va": (b["cf"] + b["global"]) / 2})(real(*a, **k)))
+    grid = global_gap.instances
+    monkeypatch.setattr(global_gap, "instances", lambda fast: islice(grid(fast), 1, 2))   # CF below the LP
+    res = run(global_gap, tmp_path)
+    assert not res.passed and "univer-va" in res.table and "above CF" in res.table, res.summary

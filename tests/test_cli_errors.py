@@ -111,15 +111,18 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
     (["check", "--only", ""], "univer check: error: --only '': unknown check(s) ['']"),
     (["check", "--only", "lossless,nope"], "unknown check(s) ['nope']"),
     (["check", "--only", "reductions", "--out", "FILE"], "is a file; give a folder"),
+    # an uncaught FileExistsError once the run had started (speed: after every run)
+    (["check", "--only", "reductions", "--out", "LINK/run1"], "is a link to nothing, so the folder cannot be created"),
 ])
 def test_refused_before_any_work(argv, message, tmp_path, capsys):
     """Each ran for minutes (an enumeration over V^k tuples), started the full paper-check run (an empty --only),
     printed a traceback (--out naming a file) or named its command twice; now one line, exit 2, nothing written."""
     (tmp_path / "file").write_text("x")
-    assert main([str(tmp_path / "file") if a == "FILE" else a for a in argv]) == 2
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    assert main([a.replace("FILE", str(tmp_path / "file")).replace("LINK", str(tmp_path / "link")) for a in argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
-    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "link"]
 
 
 def test_exact_at_zero_temperature_keeps_the_draft_at_one(capsys):

@@ -1,6 +1,7 @@
 """Paper checks 1–6: each passes on its fast grid, writes its evidence, and fails when any part of its claim is
 broken (each FAIL condition on its own)."""
 import json
+import re
 from dataclasses import replace
 from fractions import Fraction
 from functools import partial
@@ -30,12 +31,19 @@ def test_exact_check_passes_on_fast_grid(module, tmp_path):
     for fig in res.figures:
         assert fig.is_file() and fig.stat().st_size > 1000
     assert len(res.figures) == (0 if module is reductions else 1)
+    # every worst value names its instance (instance ids read family/V…/s…/shape…)
+    worst = {optimality: [r"max \|α − α\*\| = \S+ \(\S+/V\d"],
+             reductions: [r"vs BV \S+ \(\S+/V\d", r"max \|E\[τ\] − α\*\| \S+ \(\S+/V\d"]}
+    for pattern in worst.get(module, []):
+        assert re.search(pattern, res.summary), (pattern, res.summary)
 
 
 def test_temperature_toy_part_passes(tmp_path):
     res = temperature.run(fast=True, out_dir=tmp_path, progress=False, real_model=False)
     assert res.passed, res.table
     assert "not run" in res.table and res.figures[0].is_file()
+    assert re.search(r"max \|ΔE\[τ\]\| at T = 0 \S+ \(\S+\)", res.summary), res.summary   # the worst toy, named
+    assert "SmolLM2 part not run" in res.summary                # the console line says what was not decided
 
 
 def test_optimality_runs_where_every_value_underflows(monkeypatch, tmp_path):
@@ -152,6 +160,7 @@ def test_real_checks_pass_in_fast_mode(tmp_path):
     gain = real_gain.run(fast=True, out_dir=tmp_path, progress=False)
     assert gain.passed, gain.table
     assert "tokens per target forward" in gain.summary and "on E[τ]" in gain.summary      # paper's convention first
+    assert "binary depth 2" in gain.claim and "depth 4" not in gain.claim     # the claim this run decides
     saved = json.loads((tmp_path / "real_gain_binary2.json").read_text())["methods"]["univer"]
     assert saved["tokens_per_step"] == pytest.approx(saved["expected_accepted"] + 1)
     assert 0 < saved["gain_per_forward"] < saved["gain"]          # same sign, smaller relative gain per forward

@@ -134,17 +134,26 @@ def selected_methods(args, shape: TreeShape, exact: bool) -> list:
 
 def output_folder(text: str):
     """``--out`` as a folder path: a ValueError, before any run, when it or the nearest of its parents that exists
-    is a file (the folder could not be created)."""
+    is a file, a link on the way to it points nowhere, or that folder is not writable (the folder or its files
+    could not be created)."""
+    import os
     from pathlib import Path
 
     out = Path(text)
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"--out {text} is a file; give a folder (created if missing)")
-        return out
-    parent = next(p for p in out.absolute().parents if p.exists())
-    if not parent.is_dir():
-        raise ValueError(f"--out {text}: {parent} is a file, so the folder cannot be created")
+        folder = out
+    else:
+        path = [out.absolute(), *out.absolute().parents]
+        folder = next(p for p in path if p.exists())
+        broken = next((p for p in path[:path.index(folder)] if p.is_symlink()), None)
+        if broken is not None:
+            raise ValueError(f"--out {text}: {broken} is a link to nothing, so the folder cannot be created")
+        if not folder.is_dir():
+            raise ValueError(f"--out {text}: {folder} is a file, so the folder cannot be created")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {text}: {folder} is not writable")
     return out
 
 
