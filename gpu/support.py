@@ -10,10 +10,13 @@ node's draft cannot propose (``q(x) = 0``) only through the total target mass of
   minimising prefix of α*(ρ) needs it: the prefix of all drafted tokens costs less), so ``residual(x) = ρp(x)``.
 
 So a level is planned on each row's drafted tokens, in token-id order (ties between tokens break as on the whole
-row), padded to the widest row's ``M`` with ``p = q = 0``, plus one *undrafted* column holding
-``p_rest = Σ_{q(x)=0} p(x)`` with ``q = 0``.  A residual's undrafted column ``r`` stands for
-``r·p(x)/p_rest`` on every undrafted token: a correction token drawn from that column is drawn again from
-``p·1[q = 0]``, once per tree and only when the accepted path ends on it (:func:`draw_undrafted`).
+row — but for float32 rows, which UniVer and GR renormalise by the compact row's sum, ulps off the whole row's:
+exact p/q ties then break otherwise, and E[τ | T] of such a tree can differ from the whole rows' by O(1), each
+plan lossless and α*-optimal, as docs/deviations.md's open item on exact ratio ties), padded to the widest row's
+``M`` with ``p = q = 0``, plus one *undrafted* column holding ``p_rest = Σ_{q(x)=0} p(x)`` with ``q = 0``.  A
+residual's undrafted column ``r`` stands for ``r·p(x)/p_rest`` on every undrafted token: a correction token drawn
+from that column is drawn again from ``p·1[q = 0]``, once per tree and only when the accepted path ends on it
+(:func:`draw_undrafted`).
 
 With a draft truncated to its m most likely tokens (a draft process of its own, ``gpu.probs.probs_from_logits``
 ``top = m``) a node then costs one pass over its draft row (:func:`scan`; ``p_rest = 1 − Σ_drafted p``, the

@@ -5,7 +5,8 @@
     \\text{verify}(T_b, p, q) \\sim \\text{law}_{T_b}(\\text{path}, Y) \\quad\\text{independently for } b = 1..B
 
 with the same per-tree law as ``univer_theory.get_verifier(method).law`` (up to float round-off), and
-``expected_accepted_length`` equal to ``Verifier.expected_accepted_length`` per tree.
+``expected_accepted_length`` equal to ``Verifier.expected_accepted_length`` per tree (K-SEQ: up to its ρ*'s
+conditioning where p ≈ q, :func:`univer_theory.verifiers.kseq_rho_star`).
 """
 from __future__ import annotations
 

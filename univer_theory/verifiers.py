@@ -142,7 +142,10 @@ def kseq_rho_star(target_probs, draft_probs, k, max_k: int | None = None, valida
     first, and ``r`` is a sum over the tokens below ρ only: with β summed over the whole row instead, the root moved
     by ``~|Σ − 1|^{1/k}`` with a row's round-off (at ``p = q``, ``f(ρ) = ε − (1 − (1 − ε)/ρ)^k`` for rows ε short
     of 1, so ``ρ* ≈ 1 + ε^{1/k}``: a float32 row 1.5e-8 short gave ρ* = 1.011 and E[τ] 1.989 for 2; a float64 row
-    two ulps short ρ* = 1.00011); now ``r(1) = 0`` there exactly and round-off moves f linearly.  The bisection
+    two ulps short ρ* = 1.00011); now ``r(1) = 0`` there exactly and round-off moves f linearly.  ρ* itself stays
+    ill-conditioned where p ≈ q (f is flat near its root): one ulp of Σp can move it by ~3e-5, so a level of the
+    batched layer planned on its drafted support (whose undrafted mass is ``1 − Σ_drafted p``, :mod:`gpu.support`)
+    can take another ρ* than its whole row — another lossless plan (docs/deviations.md item 104).  The bisection
     runs :func:`kseq_bisection_steps` halvings and returns the *upper* end of the bracket, so ``f(ρ*) ≤ 0`` holds in
     floats and the acceptance masses (:func:`kseq_acceptance_mass`, the same r) exceed ``min(p, ρ*·q)`` by at most
     the rounding of their scale ``(1 − r^k)/(ρ*(1 − r)) ≤ 1`` (an ulp; the residual ``[p − m]_+`` is clipped).

@@ -114,3 +114,13 @@ def test_the_floor_and_top_m_do_not_move_with_a_constant_on_the_logits():
     for m in (1, 2, 3, 4):
         row = probs_from_logits(logits, 1.0, top=m)
         assert int((row > 0).sum()) == m and torch.allclose(row[0, 4 - m:], torch.softmax(logits[0, 4 - m:], -1))
+
+
+@pytest.mark.parametrize("dtype,big", [(torch.float64, 1e308), (torch.float32, 3e38), (torch.bfloat16, 3e38)])
+def test_logits_half_the_dtypes_range_apart_keep_their_softmax(dtype, big):
+    """``z − max z`` overflows when the logits span more than half the dtype's range: ``[big, −big]`` at T = big
+    came out one-hot instead of softmax([1, −1]).  The shift is taken in halves (the same floats elsewhere)."""
+    z = torch.tensor([[big, -big]], dtype=dtype)
+    row = probs_from_logits(z, float(z[0, 0]))                  # T = the largest logit as the dtype holds it
+    want = torch.softmax(torch.tensor([1.0, -1.0], dtype=torch.float64), -1)
+    assert torch.allclose(row[0].double(), want, atol=1e-7), row
