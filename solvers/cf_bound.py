@@ -42,6 +42,7 @@ from univer_theory.processes import PROCESSES, tuple_law
 from univer_theory.tree import as_shape, split_key
 from univer_theory.validation import check_choice
 
+from .condot import node_lp_tuples
 from .global_lp import model_rows
 from .highs_lp import nonnegative_multipliers, solve_lp
 
@@ -54,6 +55,10 @@ ALPHA_FLOOR_SLACK = 1e-10
 #: Slacks tried in turn when HiGHS calls the face LP infeasible (tuple probabilities ~1e-10 make ``α*`` itself
 #: reachable only within round-off).  A looser floor admits more plans, so the value stays an upper bound.
 FACE_SLACKS = (ALPHA_FLOOR_SLACK, 1e-9, 1e-8)
+#: Draft tuples of a node LP above which CF refuses (ValueError) instead of solving: HiGHS' time grows about
+#: quadratically in them (k = 3 i.i.d. on the 2-core AMD host: V = 20, 8 000 tuples, 9 s; V = 30, 27 000, 105 s),
+#: so this is about two minutes a node, and ``condot_lp``'s 10⁵ would be ~25 minutes.
+MAX_CF_NODE_TUPLES = 3 * 10 ** 4
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,10 @@ class NodeProblem:
     """
 
     def __init__(self, target_probs: np.ndarray, draft_probs: np.ndarray, k: int, process: str, child_value):
+        count = node_lp_tuples(np.asarray(draft_probs), k, process)
+        if count > MAX_CF_NODE_TUPLES:
+            raise ValueError(f"cf_bound: a node LP over {count} draft tuples (k = {k}, {process}) exceeds "
+                             f"MAX_CF_NODE_TUPLES = {MAX_CF_NODE_TUPLES:.0e}: CF is for small vocabularies and trees")
         law = tuple_law(draft_probs, k, process)
         self.target = np.asarray(target_probs, dtype=np.float64)
         self.draft = np.asarray(draft_probs, dtype=np.float64)

@@ -107,6 +107,8 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
     (["bound", "--vocab", "8", "--shape", "3,3", "--process", "wor"], "above MAX_TREES = 1e+06"),
     (["bound", "--vocab", "6", "--shape", "2,2,2", "--process", "iid"], "above MAX_TREES = 1e+06"),
     (["bound", "--vocab", "6", "--shape", "3,2", "--process", "wor"], "above MAX_TREES = 1e+06"),   # ran > 10 min
+    # CF's node LP over 125 000 draft tuples: HiGHS ran for tens of minutes (V = 30, 27 000 tuples: ~100 s)
+    (["bound", "--vocab", "50", "--shape", "3", "--process", "iid"], "above solvers.cf_bound.MAX_CF_NODE_TUPLES = 3e+04"),
     (["bound", "--process", "hub"], "univer bound: error: unsupported method/shape/process combination: the global"),
     (["check", "--only", ""], "univer check: error: --only '': unknown check(s) ['']"),
     (["check", "--only", "lossless,nope"], "unknown check(s) ['nope']"),

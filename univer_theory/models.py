@@ -15,20 +15,29 @@ from pathlib import Path
 import numpy as np
 
 from .tree import DraftTree, as_int_tuple
-from .validation import check_int, check_simplex, check_temperature
+from .validation import check_int, check_real, check_simplex, check_temperature
 
 Prefix = tuple[int, ...]
 
 
+#: A float row whose sum is further than this from 1 (but within :data:`~univer_theory.validation.SIMPLEX_ATOL`)
+#: is divided by its sum where the exact core reads it: the oracle's distance is ~2–4·|Σ − 1| for every lossless
+#: verifier, so a model file of 10-decimal entries (Σ = 1 − 1e-10) read as it was flagged every method lossy.
+ROW_SUM_ROUNDOFF = 1e-13
+
+
 def checked_rows(model: "Model", prefix: Prefix, where: str) -> tuple[np.ndarray, np.ndarray]:
     """``(p(·|s), q(·|s))`` of ``model`` at ``prefix``, each checked to be a probability row of length
-    ``model.vocab_size`` (float64, or exact ``object`` rows kept exact); ValueError naming the row otherwise."""
+    ``model.vocab_size`` (float64, or exact ``object`` rows kept exact); ValueError naming the row otherwise.
+    A float row off 1 by more than :data:`ROW_SUM_ROUNDOFF` is divided by its sum (a copy)."""
     out = []
     for name, row in (("target", model.target(prefix)), ("draft", model.draft(prefix))):
         arr = check_simplex(row, where, f"{name} row at prefix {prefix}")
         if arr.shape != (model.vocab_size,):
             raise ValueError(f"{where}: {name} row at prefix {prefix} has shape {arr.shape}, "
                              f"expected ({model.vocab_size},) = (vocab_size,)")
+        if arr.dtype != object and abs(arr.sum() - 1.0) > ROW_SUM_ROUNDOFF:
+            arr = arr / arr.sum()
         out.append(arr)
     return out[0], out[1]
 
@@ -43,8 +52,12 @@ def to_fractions(row, denominator: int = 1000) -> np.ndarray:
     """
     check_int(denominator, "to_fractions", "denominator", 1)
     row = check_simplex(np.asarray(row, dtype=np.float64), "to_fractions", "input")
-    counts = np.array([int(c) for c in np.floor(row * denominator)], dtype=object)   # Python ints (int64 overflowed
-                                                                                      # at a denominator ≥ 2^63)
+    if row.ndim != 1:
+        raise ValueError(f"to_fractions: the input must be one row [V], got shape {row.shape}")
+    if denominator <= 2**53:            # Python ints (int64 overflowed at a denominator ≥ 2^63)
+        counts = np.array([int(c) for c in np.floor(row * denominator)], dtype=object)
+    else:                               # exact floors: row·denominator overflowed a float beyond 1.8e308
+        counts = np.array([int(Fraction(float(x)) * denominator) for x in row], dtype=object)
     counts[(row > 0) & (counts == 0)] = 1
     top = int(np.argmax(row))
     counts[top] += denominator - int(counts.sum())
@@ -270,9 +283,9 @@ class DirichletModel(Model):
                  exact: bool = False, denominator: int = 1000):
         check_int(vocab_size, "DirichletModel", "vocab_size", 2)
         check_int(seed, "DirichletModel", "seed")
-        if not 0.0 <= similarity <= 1.0:
+        if not 0.0 <= check_real(similarity, "DirichletModel", "similarity") <= 1.0:
             raise ValueError(f"DirichletModel: similarity must lie in [0, 1], got {similarity}")
-        if not 0 < concentration < math.inf:
+        if not 0 < check_real(concentration, "DirichletModel", "concentration") < math.inf:
             raise ValueError(f"DirichletModel: concentration must be finite and > 0, got {concentration}")
         if exact:
             check_int(denominator, "DirichletModel", "denominator (exact=True)", 1)
@@ -306,6 +319,8 @@ def apply_temperature(row: np.ndarray, temperature: float) -> np.ndarray:
     exact in both modes."""
     check_temperature(temperature, "apply_temperature")
     row = check_simplex(row, "apply_temperature", "input")
+    if row.ndim != 1:        # T = 0 took the argmax of the flattened rows, T ≠ 1 normalised over all of them
+        raise ValueError(f"apply_temperature: the input must be one row [V], got shape {row.shape}")
     if temperature == 0:
         one = Fraction(1) if row.dtype == object else 1.0
         out = np.full(row.size, 0 * one, dtype=row.dtype)
@@ -332,6 +347,7 @@ class TemperedModel(Model):
     (default: :func:`resolve_draft_temperature`, the target's T except 1 at T = 0)."""
 
     def __init__(self, base: Model, temperature: float, draft_temperature: float | None = None):
+        check_model_type(base, "TemperedModel")
         self.base, self.vocab_size = base, base.vocab_size
         self.temperature = check_temperature(temperature, "TemperedModel")
         if draft_temperature is not None:
@@ -371,13 +387,13 @@ class ConfidentModel(Model):
                  concentration: float = 1.0, top_target: float = 1e-6):
         check_int(vocab_size, "ConfidentModel", "vocab_size", 2)
         check_int(seed, "ConfidentModel", "seed")
-        if not 0.0 < tail < 0.5:
+        if not 0.0 < check_real(tail, "ConfidentModel", "tail") < 0.5:
             raise ValueError(f"ConfidentModel: tail must lie in (0, 0.5), got {tail}")
         if target not in CONFIDENT_TARGETS:
             raise ValueError(f"ConfidentModel: unknown target {target!r}; choose one of {list(CONFIDENT_TARGETS)}")
-        if not 0 < concentration < math.inf:
+        if not 0 < check_real(concentration, "ConfidentModel", "concentration") < math.inf:
             raise ValueError(f"ConfidentModel: concentration must be finite and > 0, got {concentration}")
-        if not 0.0 <= top_target <= 1.0:
+        if not 0.0 <= check_real(top_target, "ConfidentModel", "top_target") <= 1.0:
             raise ValueError(f"ConfidentModel: top_target must lie in [0, 1], got {top_target}")
         self.vocab_size, self.seed, self.tail, self.kind = int(vocab_size), int(seed), float(tail), target
         self.concentration, self.top_target = float(concentration), float(top_target)

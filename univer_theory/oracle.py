@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from . import engine
-from .models import Model, checked_model
+from .models import Model, check_model_type, checked_model
 from .processes import EXACT_PROCESSES, enumerate_trees, tuple_law
 from .tree import TreeShape, as_shape
 from .validation import check_choice
@@ -64,6 +64,7 @@ def expected_accepted(law: dict):
 def distance_to_target(model: Model, law: dict, length: int):
     """Total-variation distance between the output law continued by target sampling to ``length`` tokens
     and the target law of ``length`` tokens (exact in Fraction mode)."""
+    check_model_type(model, "distance_to_target")
     full: dict = {}
 
     def extend(seq, mass):
@@ -78,6 +79,8 @@ def distance_to_target(model: Model, law: dict, length: int):
     for key, v in law.items():
         if len(key) > length:
             raise ValueError(f"distance_to_target: output {key} is longer than length {length}")
+        if not all(0 <= y < model.vocab_size for y in key):
+            raise ValueError(f"distance_to_target: output {key} has a token outside [0, {model.vocab_size})")
         if v != 0:
             extend(key, v)
 

@@ -71,6 +71,7 @@ def _check_rng(rng, where: str) -> None:
 def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...], object]]:
     """All ordered child tuples ``S`` with ``Q_k(S) > 0``, as ``[(S, Q_k(S))]`` (exact for Fraction rows)."""
     _check_k(q, k, process, "tuple_law")
+    q = np.asarray(q)                   # a list row (Fractions stay Fractions)
     support = [x for x in range(q.size) if q[x] > 0]
     if process == "iid":
         out = []
@@ -227,6 +228,8 @@ def enumerate_trees(model: Model, shape: TreeShape, process: str) -> Iterator[tu
     Nodes are filled in node order; the count is the product over internal nodes of the tuple counts, so keep
     V and the shape small (V = 4, wor: `2,2` has 12³ = 1 728 trees, `2,2,2` 12⁷ ≈ 3.6·10⁷).
     """
+    check_model_type(model, "enumerate_trees")
+    shape = as_shape(shape, "enumerate_trees")
     internal = [u for u in range(shape.num_nodes) if shape.children[u]]
 
     def rec(i, tokens, paths, pr):
@@ -249,6 +252,9 @@ def count_trees(model: Model, shape: TreeShape, process: str) -> int:
     """Number of trees :func:`enumerate_trees` yields, without building them: one :func:`tuple_law` per prefix,
     so its cost grows with the prefixes like the enumeration's (for a size before building, full support:
     :func:`tuple_count` per node)."""
+    check_model_type(model, "count_trees")
+    shape = as_shape(shape, "count_trees")
+
     def rec(u, prefix):
         kids = shape.children[u]
         if not kids:

@@ -166,6 +166,9 @@ class TreeShape(_Skeleton):
     @classmethod
     def uniform(cls, branching) -> "TreeShape":
         """Shape with ``branching[d]`` children under every node of depth d, e.g. ``[2, 2]``."""
+        if isinstance(branching, numbers.Integral) or not hasattr(branching, "__iter__"):
+            raise ValueError(f"TreeShape.uniform: branching must be a non-empty list of positive ints, got "
+                             f"{branching!r}")
         branching = list(branching)
         if not branching or any(isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1 for b in branching):
             raise ValueError(f"TreeShape.uniform: branching must be a non-empty list of positive ints, got {branching}")
@@ -192,10 +195,16 @@ class TreeShape(_Skeleton):
         In the nested form the outer parentheses are the root; ``.`` is a leaf child and ``( … )`` a child
         with children of its own, in drafting order.
         """
+        if not isinstance(text, str):
+            raise ValueError(f"TreeShape.parse: expected a shape's text like '2,2' or '((..),.)', got "
+                             f"{type(text).__name__}")
         text = text.strip().replace(" ", "")
         if not text.startswith("("):
             try:
-                return cls.uniform(int(b) for b in text.split(","))
+                parts = text.split(",")
+                if not all(b.isascii() and b.isdigit() for b in parts):     # int() reads '2_2' as 22
+                    raise ValueError("branching per depth is ASCII digits joined by commas, like '2,2'")
+                return cls.uniform(int(b) for b in parts)
             except ValueError as err:
                 raise ValueError(f"TreeShape.parse: cannot read shape {text!r} ({err})") from None
         parent: list[int] = []
@@ -280,13 +289,14 @@ class DraftTree(_Skeleton):
     @classmethod
     def chain(cls, tokens, vocab_size: int | None = None) -> "DraftTree":
         """A single draft sequence ``x_1 … x_γ``."""
-        tokens = list(tokens)
+        tokens = list(as_int_tuple(tokens, "DraftTree.chain", "tokens"))
         return cls(tuple([-1] + list(range(len(tokens)))), tuple([-1] + tokens), vocab_size)
 
     @classmethod
     def from_shape(cls, shape: TreeShape, tokens, vocab_size: int | None = None) -> "DraftTree":
         """Fill a skeleton with one token per non-root node (in node order)."""
-        tokens = list(tokens)
+        shape = as_shape(shape, "DraftTree.from_shape")
+        tokens = list(as_int_tuple(tokens, "DraftTree.from_shape", "tokens"))
         if len(tokens) != shape.num_nodes - 1:
             raise ValueError(f"DraftTree.from_shape: shape has {shape.num_nodes - 1} drafted nodes, got {len(tokens)} tokens")
         return cls(shape.parent, tuple([-1] + tokens), vocab_size)

@@ -31,6 +31,14 @@ def check_temperature(value, where: str, name: str = "temperature") -> float:
     return t
 
 
+def check_real(value, where: str, name: str) -> float:
+    """``value`` as a float, or a ValueError unless it is one real number (not a bool or a string; NaN passes, for
+    the caller's range check to name)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{where}: {name} must be a real number, got {value!r} ({type(value).__name__})")
+    return float(value)
+
+
 def check_int(value, where: str, name: str, low: int = 0) -> int:
     """``value`` as an int, or a ValueError unless it is one integer (not a bool, a float or a string) ≥ ``low``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
@@ -111,6 +119,10 @@ def _float_text(x, spec: str) -> str:
 
 def check_choice(value, choices, where: str, name: str):
     """Raise a ValueError listing the valid choices when ``value`` is not one of them."""
-    if value not in choices:
+    try:
+        known = value in choices
+    except TypeError:                   # an unhashable value against a dict or set of choices
+        known = False
+    if not known:
         raise ValueError(f"{where}: unknown {name} {value!r}; choose one of {sorted(choices)}")
     return value

@@ -25,8 +25,8 @@ from . import engine
 from .engine import NodeContext, NodeDecision, NodeRule
 from .nx import get_backend
 from .orders import RATIO_SCALE, ratio_argsort, ratio_key, top_tokens
-from .processes import EXACT_PROCESSES, HUB, hub_token
-from .tree import DraftTree
+from .processes import EXACT_PROCESSES, HUB, _check_rng, hub_token
+from .tree import DraftTree, as_shape
 from .validation import check_choice, check_simplex
 
 _ALL = ("iid", "wor", "topk", "greedy")
@@ -318,6 +318,8 @@ class Verifier:
     def unsupported(self, shape, process: str, exact: bool = False) -> str | None:
         """Why this verifier cannot run on ``shape`` (a shape or tree) with ``process`` (and Fraction rows when
         ``exact``), or None when it can."""
+        if isinstance(shape, str):
+            shape = as_shape(shape, f"{self.name}.unsupported")
         if process not in self.processes:
             return f"{self.name} is defined for processes {', '.join(self.processes)} only, got {process!r}"
         if self.chain_only and not shape.is_chain:
@@ -342,6 +344,7 @@ class Verifier:
 
     def sample(self, tree, target_probs, draft_probs, process, rng: np.random.Generator):
         p, q = self._check(tree, target_probs, draft_probs, process)
+        _check_rng(rng, f"{self.name}.sample")
         return engine.tree_sample(tree, p, q, process, self.rule, rng)
 
     def expected_accepted_length(self, tree, target_probs, draft_probs, process):
@@ -398,6 +401,7 @@ class BlockVerifier(Verifier):
 
     def sample(self, tree, target_probs, draft_probs, process, rng):
         p, q = self._check(tree, target_probs, draft_probs, process)
+        _check_rng(rng, f"{self.name}.sample")
         probs, resid = self._stops(tree, p, q)
         tau = int(rng.choice(len(probs), p=np.asarray(probs, dtype=np.float64)))
         res = np.asarray(resid[tau], dtype=np.float64)

@@ -295,9 +295,12 @@ def test_to_fractions_takes_any_denominator():
     """Counts went through int64: a denominator of 2^63 or more overflowed (an OverflowError)."""
     from univer_theory.models import to_fractions
 
-    for denominator in (10 ** 19, 2 ** 64):
+    for denominator in (10 ** 19, 2 ** 64, 10 ** 400):      # 10^400: row·denominator overflowed a float
         row = to_fractions(np.array([0.25, 0.75]), denominator)
         assert sum(row) == 1 and all(x.denominator <= denominator for x in row)
+    assert to_fractions(np.array([0.1, 0.9]), 10 ** 400)[0] == F(int(F(0.1) * 10 ** 400), 10 ** 400)   # exact floor
+    with pytest.raises(ValueError, match=r"to_fractions: the input must be one row \[V\], got shape \(2, 2\)"):
+        to_fractions(np.full((2, 2), 0.5))
 
 
 def test_model_file_exponents_with_digit_separators_are_bounded(tmp_path):
@@ -310,3 +313,49 @@ def test_model_file_exponents_with_digit_separators_are_bounded(tmp_path):
         path.write_text(json.dumps({"vocab": 2, "target": {"": [entry, 1]}, "draft": {"": [0.5, 0.5]}}))
         with pytest.raises(ValueError, match="beyond 1e±400"):
             TableModel.from_json(path, exact=True)
+
+
+def test_rows_within_the_simplex_tolerance_are_read_on_the_simplex():
+    """Rows are accepted within ``SIMPLEX_ATOL`` of summing to 1, but the oracle compared each method's output with
+    the rows as given: 10-decimal rows (Σ = 1 − 1e-10) made every lossless method lossy (distance ~2e-10).  The
+    exact core reads a float row off 1 by more than ``ROW_SUM_ROUNDOFF`` divided by its sum."""
+    third = [0.3333333333] * 3
+    model = TableModel(3, {(): third, (0,): third, (1,): third, (2,): third},
+                       {(): [0.5, 0.3, 0.2], (0,): third, (1,): third, (2,): third})
+    shape = TreeShape.parse("2,1")
+    for name in ("rrs", "tv", "univer", "gr", "kseq"):
+        res = evaluate(model, shape, "iid", VERIFIERS[name])
+        assert res.lossless and res.distance <= 1e-15, (name, res.distance)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: TreeShape.parse("2_2"), r"cannot read shape '2_2'"),          # int() read it as 22 children
+    (lambda: TreeShape.parse("+2"), r"cannot read shape '\+2'"),
+    (lambda: TreeShape.parse(None), r"TreeShape.parse: expected a shape's text"),
+    (lambda: TreeShape.uniform(2), r"TreeShape.uniform: branching must be a non-empty list"),
+    (lambda: DraftTree.chain(5), r"DraftTree.chain: tokens"),
+    (lambda: DirichletModel(3, similarity="x"), r"DirichletModel: similarity must be a real number"),
+    (lambda: VERIFIERS["tv"].sample(DraftTree.chain([0]), np.full((2, 2), 0.5), np.full((2, 2), 0.5), "iid", None),
+     r"tv.sample: rng"),
+    (lambda: __import__("univer_theory").get_verifier(["tv"]), r"unknown"),
+    (lambda: __import__("univer_theory.oracle").oracle.distance_to_target(DirichletModel(2, seed=0), {(5,): 1.0}, 1),
+     r"distance_to_target: output \(5,\) has a token outside \[0, 2\)"),
+    (lambda: __import__("univer_theory.models").models.apply_temperature(np.full((2, 2), 0.5), 2.0),
+     r"apply_temperature: the input must be one row \[V\]"),
+])
+def test_misused_api_names_what_is_wrong(call, match):
+    """Each was a TypeError / AttributeError / IndexError deep inside, or a silent misreading (``'2_2'`` as 22
+    children, ``apply_temperature`` over a batch's flattened rows)."""
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_shape_text_is_read_everywhere_a_shape_is():
+    """Shape text worked in ``evaluate`` but was an AttributeError in ``enumerate_trees`` / ``count_trees`` /
+    ``DraftTree.from_shape``; ``tuple_law`` took no list row."""
+    from univer_theory.processes import count_trees, enumerate_trees
+
+    model = DirichletModel(3, seed=0)
+    assert count_trees(model, "2", "wor") == len(list(enumerate_trees(model, "2", "wor"))) == 6
+    assert DraftTree.from_shape("2", [0, 1]).token == (-1, 0, 1)
+    assert len(tuple_law([0.5, 0.5], 2, "wor")) == 2

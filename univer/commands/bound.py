@@ -39,7 +39,7 @@ def bound_results(args, progress: bool = True) -> dict:
     if args.process not in PROCESSES:
         raise NotImplementedError(f"the global tree LP and CF are defined for processes {PROCESSES}; "
                                   f"process {args.process!r} is supported by `univer exact` only")
-    from solvers.cf_bound import cf_bound
+    from solvers.cf_bound import MAX_CF_NODE_TUPLES, cf_bound
     from solvers.condot import MAX_NODE_LP_TUPLES, condot_lp, node_lp_tuples
     from solvers.global_lp import enumerate_tree_arrays, global_tree_lp
     from solvers.value_aware import value_aware_verifier
@@ -51,6 +51,11 @@ def bound_results(args, progress: bool = True) -> dict:
                                   f"solved in floats; it has no exact rational form")
     model = build_model(args)
     check_enumeration_size(model.vocab_size, shape, args.process)          # exact_results, given the model, does not
+    widest = max(len(kids) for kids in shape.children)      # CF's node LPs: refused here, before any method runs
+    count = node_lp_tuples(np.asarray(model.draft(()), dtype=np.float64), widest, args.process)
+    if count > MAX_CF_NODE_TUPLES:
+        raise ValueError(f"vocabulary {model.vocab_size} on shape {shape} ({args.process}): CF's node LP has {count} "
+                         f"draft tuples, above solvers.cf_bound.MAX_CF_NODE_TUPLES = {MAX_CF_NODE_TUPLES:.0e}")
     trees = enumerate_tree_arrays(model, shape, args.process)   # first: above solvers.global_lp.MAX_TREES, refused
     if others == "":  # only univer-va asked for
         results, errors = {}, {}
