@@ -62,7 +62,7 @@ def _check_k(q: np.ndarray, k: int, process: str, where: str) -> None:
                          f"few tokens: raise the draft temperature, or draft i.i.d. children)")
 
 
-def _check_rng(rng, where: str) -> None:
+def check_rng(rng, where: str) -> None:
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"{where}: rng must be a numpy Generator (np.random.default_rng(seed)), got "
                          f"{type(rng).__name__}")
@@ -186,7 +186,7 @@ def sample_children(q: np.ndarray, k: int, process: str, rng: np.random.Generato
     rounded)."""
     _check_k(q, k, process, "sample_children")
     if process != "topk":                           # the top k tokens: no draw
-        _check_rng(rng, "sample_children")
+        check_rng(rng, "sample_children")
     qf = np.asarray(q, dtype=np.float64)
     if process == "iid":
         return tuple(int(x) for x in rng.choice(qf.size, size=k, p=qf))
@@ -210,7 +210,7 @@ def sample_tree(model: Model, shape: TreeShape, process: str, rng: np.random.Gen
     check_model_type(model, "sample_tree")          # its rows are checked where drawn from (sample_children)
     shape = as_shape(shape, "sample_tree")
     if process != "topk":                           # the top k tokens: no draw
-        _check_rng(rng, "sample_tree")
+        check_rng(rng, "sample_tree")
     tokens = [-1] * shape.num_nodes
     paths: list[tuple[int, ...]] = [()] * shape.num_nodes
     for u in range(shape.num_nodes):

@@ -25,7 +25,7 @@ from . import engine
 from .engine import NodeContext, NodeDecision, NodeRule
 from .nx import get_backend
 from .orders import RATIO_SCALE, ratio_argsort, ratio_key, top_tokens
-from .processes import EXACT_PROCESSES, HUB, _check_rng, hub_token
+from .processes import EXACT_PROCESSES, HUB, check_rng, hub_token
 from .tree import DraftTree, as_shape
 from .validation import check_choice, check_simplex
 
@@ -344,7 +344,7 @@ class Verifier:
 
     def sample(self, tree, target_probs, draft_probs, process, rng: np.random.Generator):
         p, q = self._check(tree, target_probs, draft_probs, process)
-        _check_rng(rng, f"{self.name}.sample")
+        check_rng(rng, f"{self.name}.sample")
         return engine.tree_sample(tree, p, q, process, self.rule, rng)
 
     def expected_accepted_length(self, tree, target_probs, draft_probs, process):
@@ -401,7 +401,7 @@ class BlockVerifier(Verifier):
 
     def sample(self, tree, target_probs, draft_probs, process, rng):
         p, q = self._check(tree, target_probs, draft_probs, process)
-        _check_rng(rng, f"{self.name}.sample")
+        check_rng(rng, f"{self.name}.sample")
         probs, resid = self._stops(tree, p, q)
         tau = int(rng.choice(len(probs), p=np.asarray(probs, dtype=np.float64)))
         res = np.asarray(resid[tau], dtype=np.float64)
