@@ -65,8 +65,8 @@ def decision_gap(trees, model, process, torch_rule, exact_rule) -> float:
                 mass = max(0.0, float(rho[u]) - float(dec[u].info["alpha"]))
                 both = (mass, float(rho[u]) * pn[u].sum()) if mass == 0 and float(dec[u].stop) > 0 else (mass,)
                 diffs.append(min(abs(res.sum() - m) for m in both))
-            if float(dec[u].stop) > 0 and want.sum() > 0 and res.sum() > 1e-12:
-                diffs += list(np.abs(res / res.sum() - want / want.sum()))
+            if float(dec[u].stop) > 0 and want.sum() > 0 and max(res.sum(), want.sum()) > 1e-12:
+                diffs += list(np.abs(res / res.sum() - want / want.sum()))     # a zero torch row: NaN, a failure
             gap = float(np.max([gap] + diffs))          # np.max propagates NaN, so a NaN fails the caller's check
     return gap
 

@@ -38,6 +38,10 @@ def test_underflowed_rows_keep_their_s_most_likely_tokens_in_logit_order(dtype):
     one_hot = probs_from_logits(logits, 0.0, support=2)
     assert ((one_hot > 0).sum(-1) == 2).all()
     assert sample_children(one_hot.double(), 2, "wor", torch.Generator().manual_seed(0)).shape == (2, 2)
+    # a −inf logit, or one too far below for ε²·exp(z − max z) to be positive, is floored at √tiny (2^-511 / 2^-63)
+    far = torch.tensor([[0.0, -1000.0, -float("inf"), -float("inf")]], dtype=dtype)
+    lifted = probs_from_logits(far, 1.0, support=3)
+    assert int((lifted > 0).sum()) == 3 and float(lifted[0, 1]) == torch.finfo(dtype).tiny ** 0.5, lifted
 
 
 def test_support_floor_marks_only_the_rows_below_their_floor():

@@ -279,3 +279,16 @@ def test_value_aware_serves_only_its_own_model_rows_and_process():
     for rows in ((p, q_other), (p_other, q), (nudged, q)):   # after a cached call: either row, or a nudge, refused
         with pytest.raises(ValueError, match="not those of the model"):
             va.expected_accepted_length(tree, *rows, "wor")
+
+
+def test_cf_refuses_a_node_lp_above_its_tuple_limit(monkeypatch):
+    """CF's own guard, the API's (``univer bound`` checks its root row first, tests/test_cli_errors.py): V = 50,
+    k = 3 i.i.d. is 50³ = 125 000 draft tuples > MAX_CF_NODE_TUPLES = 3e4, refused before any tuple is listed
+    (solved, such a node LP takes tens of minutes)."""
+    cf = importlib.import_module("solvers.cf_bound")   # the module (the package exports the function by its name)
+
+    def listed(*args):
+        raise AssertionError("a node LP's tuples were listed before its size was checked")
+    monkeypatch.setattr(cf, "tuple_law", listed)
+    with pytest.raises(ValueError, match=r"125000 draft tuples \(k = 3, iid\) exceeds MAX_CF_NODE_TUPLES = 3e\+04"):
+        cf_bound(DirichletModel(50, seed=0), "3", "iid")

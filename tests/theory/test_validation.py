@@ -318,14 +318,15 @@ def test_model_file_exponents_with_digit_separators_are_bounded(tmp_path):
 def test_rows_within_the_simplex_tolerance_are_read_on_the_simplex():
     """Rows are accepted within ``SIMPLEX_ATOL`` of summing to 1, but the oracle compared each method's output with
     the rows as given: 10-decimal rows (Σ = 1 − 1e-10) made every lossless method lossy (distance ~2e-10).  The
-    exact core reads a float row off 1 by more than ``ROW_SUM_ROUNDOFF`` divided by its sum."""
-    third = [0.3333333333] * 3
-    model = TableModel(3, {(): third, (0,): third, (1,): third, (2,): third},
-                       {(): [0.5, 0.3, 0.2], (0,): third, (1,): third, (2,): third})
+    exact core reads a float row off 1 by more than ``ROW_SUM_ROUNDOFF`` divided by its sum: 12-decimal rows too
+    (Σ = 1 − 1e-12, ~10·ROW_SUM_ROUNDOFF; a distance ~3e-12 were they read as given)."""
     shape = TreeShape.parse("2,1")
-    for name in ("rrs", "tv", "univer", "gr", "kseq"):
-        res = evaluate(model, shape, "iid", VERIFIERS[name])
-        assert res.lossless and res.distance <= 1e-15, (name, res.distance)
+    for third in ([0.3333333333] * 3, [0.333333333333] * 3):
+        model = TableModel(3, {(): third, (0,): third, (1,): third, (2,): third},
+                           {(): [0.5, 0.3, 0.2], (0,): third, (1,): third, (2,): third})
+        for name in ("rrs", "tv", "univer", "gr", "kseq"):
+            res = evaluate(model, shape, "iid", VERIFIERS[name])
+            assert res.lossless and res.distance <= 1e-15, (third[0], name, res.distance)
 
 
 @pytest.mark.parametrize("call,match", [
