@@ -198,8 +198,13 @@ def condot_plan(target_probs, draft_probs, rho, k: int, process: str, *, support
     omega = check_position_weights("condot_plan", position_weights, k)
     omega = np.zeros(k) if omega is None else omega
     start = time.perf_counter()
+    if rho == 0:            # every capacity ρp(y) is 0: π = 0 is the only plan (HiGHS' basis broke a 0 by 9.7e-12)
+        return plan_result(np.zeros(len(tuples) * k), tuples, probs, p, rho, solver_ok=True, status="optimal",
+                           message="ρ = 0: the zero plan", solver="highs", seconds=time.perf_counter() - start,
+                           claimed_value=0.0)
     by_tuple, by_token = condot_constraints(tuples, p.size)
-    tokens = np.flatnonzero(q > 0)                      # the other token rows are empty
+    tokens = np.unique(np.array(tuples, dtype=np.int64))     # the other token rows are empty (a given support may
+                                                                # draft a token whose q is 0: its row is not)
     A = vstack([by_tuple, by_token[tokens]]).tocsc()
     n = len(tuples) * k
     omega = omega - omega.min()

@@ -10,6 +10,7 @@ change of the binding bounds, which is what the CF breakpoint search needs.
 """
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 import threading
@@ -77,6 +78,10 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     if vertex and method != "simplex":
         raise ValueError("solve_lp: vertex=True needs method='simplex' (a basis)")
     check_choice(method, LP_METHODS, "solve_lp", "method")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real) or not 1e-10 <= tolerance <= 1:
+        # HiGHS refuses a value below its floor 1e-10 (or NaN passes) and keeps its default 1e-7 without a word
+        raise ValueError(f"solve_lp: tolerance must be a number in [1e-10, 1] (1e-10 is HiGHS' floor), "
+                         f"got {tolerance!r}")
     highspy, _ = bindings()
     A = sp.csc_matrix(A)
     n_rows, n_cols = A.shape

@@ -107,3 +107,34 @@ def test_a_vertex_answer_off_its_bounds_is_not_reported_solved():
     res = condot_plan(p, q, rho, 2, "wor")
     assert not res.success or (res.marginal - rho * p).max() <= 1e-15, res.status
     assert not res.success or res.value <= alpha_star(p, q, 2, "wor", rho) + 1e-15
+
+
+def test_condot_plan_at_rho_zero_and_on_a_given_support():
+    """At ρ = 0 every capacity is 0 and π = 0 is the only plan: HiGHS' basis broke a 0 by 9.7e-12 (reported solved)
+    on one peaky row and was refused on another.  A given support drafting a token of q = 0 lost that token's
+    capacity row (0.95 for α* = 0.55, reported as a failed recheck)."""
+    from solvers.condot import condot_plan
+
+    peaky = [(np.array([0.4096413232072457, 0.28769282789118666, 0.09666258861178188, 0.0016064005482535038,
+                        0.03120730936342945, 0.06352095059710751, 0.10966859978099538]),
+              np.array([1.5614910607305585e-12, 1.3496648322337394e-12, 0.9999999999902922, 2.7892767566641957e-12,
+                        1.0524975460555994e-12, 8.269310310168371e-13, 2.1277459615615727e-12]), 1),
+             (np.array([0.6476065502983125, 0.32064602702390543, 0.03174742267778209]),
+              np.array([0.9999999993887587, 4.4187878815453487e-11, 5.670533668511522e-10]), 4)]
+    for p, q, k in peaky:
+        r = condot_plan(p, q, 0.0, k, "iid")
+        assert r.success and r.value == 0 and not np.any(r.marginal), r.message
+    p, q, support = np.array([0.45, 0.45, 0.10]), np.array([0.5, 0.5, 0.0]), [((0,), 0.5), ((2,), 0.5)]
+    r = condot_plan(p, q, 1.0, 1, "iid", support=support)
+    assert r.success and r.value == pytest.approx(0.55, abs=1e-12)
+    assert r.value == pytest.approx(condot_lp(p, q, 1.0, 1, "iid", support=support).value, abs=1e-12)
+
+
+@pytest.mark.parametrize("tolerance", [1e-11, -1.0, float("nan"), 10.0, True])
+def test_solve_lp_refuses_a_tolerance_highs_would_ignore(tolerance):
+    """HiGHS rejects a feasibility tolerance below its floor 1e-10 and keeps its default 1e-7 without a word (1e-12
+    ran 1000× looser than solve_lp's own default)."""
+    from solvers.highs_lp import solve_lp
+
+    with pytest.raises(ValueError, match=r"solve_lp: tolerance must be a number in \[1e-10, 1\]"):
+        solve_lp(np.array([1.0]), np.ones((1, 1)), [0.0], [1.0], [0.0], [1.0], tolerance=tolerance)
