@@ -166,7 +166,7 @@ class TreeShape(_Skeleton):
     @classmethod
     def uniform(cls, branching) -> "TreeShape":
         """Shape with ``branching[d]`` children under every node of depth d, e.g. ``[2, 2]``."""
-        if isinstance(branching, numbers.Integral) or not hasattr(branching, "__iter__"):
+        if not hasattr(branching, "__iter__"):                  # an int: list() would be a TypeError
             raise ValueError(f"TreeShape.uniform: branching must be a non-empty list of positive ints, got "
                              f"{branching!r}")
         branching = list(branching)
