@@ -35,7 +35,7 @@ from univer_theory.models import resolve_draft_temperature
 from univer_theory.verifiers import BASELINE
 
 from ..probs import probs_from_logits, sample_rows
-from .decode import start_caches, tree_step
+from .decode import check_prompts, start_caches, tree_step
 from .models import ModelPair
 from .prompts import Prompt, encode_prompt
 from .tree_draft import check_decode_shape
@@ -156,6 +156,8 @@ def evaluate_prompt(pair: ModelPair, prompt: Prompt, shape: TreeShape, process: 
     gen = prompt_generator(seed, prompt.id, pair.device)
     dtemp = resolve_draft_temperature(temperature, draft_temperature)
     ids = encode_prompt(pair.tokenizer, prompt)
+    check_prompts([ids], "evaluate_prompt", (("target", pair.target), ("draft", pair.draft)),
+                  positions + shape.max_depth)            # position i feeds up to len + i + depth − 1, as decode's
     t_cache, d_cache, root, pending = start_caches(pair, [ids])
     expected: dict[str, list[float]] = {m: [] for m in methods}
     for _ in tqdm(range(positions), desc=prompt.id, unit="position", leave=False, disable=not progress):

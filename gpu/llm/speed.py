@@ -7,10 +7,11 @@ prompts go in groups of B consecutive prompts (the last group may be smaller), e
 forwards (:func:`.decode.speculative_decode_batch`, :func:`.decode.sample_plain_batch`; one generator per group,
 seeded by ``(seed, first prompt)``; each request's law is that of B = 1, its coins differ); Hugging Face
 assisted generation takes one request at a time and cannot run batched.  Per method: tokens per second (total
-new tokens of all requests / total wall, prefill included), tokens per step (per request and target forward
-that verifies: the paper's acceptance length, bonus included) and the share of the wall time spent in the
-draft's forwards, the target's forwards and verification (sampling ``Y`` for plain; for Hugging Face,
-everything outside the two models' forwards).
+new tokens of all requests / total wall, prefill included), tokens per step (new tokens emitted per request and
+target forward that verifies: τ + 1 but where the budget or a stop token cut a step), the paper's acceptance
+length (τ + 1 averaged over those steps, bonus included: :attr:`.decode.DecodeResult.acceptance_length`) and the
+share of the wall time spent in the draft's forwards, the target's forwards and verification (sampling ``Y`` for
+plain; for Hugging Face, everything outside the two models' forwards).
 """
 from __future__ import annotations
 
@@ -96,18 +97,19 @@ UNBATCHED = {"hf-assisted": "transformers' assisted generation takes one request
 
 def run_method(pair: ModelPair, method: SpeedMethod, prompts: list[list[int]], process: str, temperature: float,
                max_new_tokens: int, seed: int, progress: bool = False,
-               draft_top: int | None = None) -> list[DecodeResult]:
+               draft_top: int | None = None, draft_temperature: float | None = None) -> list[DecodeResult]:
     """The prompts of one group decoded together by ``method`` with one generator seeded by ``seed``
     (``progress``: a bar over the tokens of a speculative run — UniVer on a wide tree can take minutes per
     prompt; ``draft_top``: the speculative methods draft from that many top tokens per row, as
-    :func:`.decode.speculative_decode_batch`; Hugging Face's assisted generation drafts its own way)."""
+    :func:`.decode.speculative_decode_batch`, and at ``draft_temperature`` (default
+    :func:`univer_theory.models.resolve_draft_temperature`); Hugging Face's assisted generation drafts its own way)."""
     gen = torch.Generator(pair.device).manual_seed(seed)
     if method.kind == "plain":
         return sample_plain_batch(pair, prompts, temperature, max_new_tokens, gen)
     if method.kind == "hf-assisted":          # one request: speed_compare never groups it
         return [hf_assisted(pair, prompts[0], temperature, max_new_tokens, seed)]
     return speculative_decode_batch(pair, prompts, method.kind, method.shape, process, temperature,
-                                    max_new_tokens, gen, progress=progress, draft_top=draft_top)
+                                    max_new_tokens, gen, draft_temperature, progress=progress, draft_top=draft_top)
 
 
 def group_tokens_per_s(group: list[DecodeResult]) -> float:
@@ -118,14 +120,16 @@ def group_tokens_per_s(group: list[DecodeResult]) -> float:
 def summarise(groups: list[list[DecodeResult]]) -> dict:
     """Totals over groups of requests decoded together (one request each without batching): tokens/s (total
     tokens / total wall — a group's wall and phase times are shared by its requests, counted once), min and
-    median of the per-group tokens/s, tokens per step (per request and verification) and each phase's share of
-    the total wall time."""
+    median of the per-group tokens/s, tokens per step (emitted, per request and verification), the acceptance length
+    (τ + 1 per request and verification, before a budget or stop token cut a step) and each phase's share of the
+    total wall time."""
     tokens = sum(len(r.tokens) for g in groups for r in g)
     wall = sum(g[0].wall_s for g in groups)
     steps = sum(r.steps for g in groups for r in g)
     per_group = [group_tokens_per_s(g) for g in groups]
     return {"tokens_per_s": tokens / wall, "tokens_per_s_min": min(per_group),
             "tokens_per_s_median": statistics.median(per_group), "tokens_per_step": tokens / max(steps, 1),
+            "acceptance_length": sum(r.acceptance_length * r.steps for g in groups for r in g) / max(steps, 1),
             "share": {k: sum(g[0].phase_s.get(k, 0.0) for g in groups) / wall for k in PHASES},
             "new_tokens": tokens, "steps": steps, "wall_s": wall}
 
@@ -137,10 +141,10 @@ WARMUP_TOKENS = 2
 
 def speed_compare(pair: ModelPair, prompts: list[list[int]], methods: list[SpeedMethod], process: str,
                   temperature: float, max_new_tokens: int, seed: int = 0, progress: bool = True,
-                  batch: int = 1, draft_top: int | None = None) -> dict:
+                  batch: int = 1, draft_top: int | None = None, draft_temperature: float | None = None) -> dict:
     """``{"methods": {name: summary}, "per_prompt": {name: [tokens/s …]}}`` (per group of ``batch`` prompts),
     methods interleaved per group, after one untimed run of each method on the first group
-    (:data:`WARMUP_TOKENS` tokens); ``draft_top``: :func:`run_method`."""
+    (:data:`WARMUP_TOKENS` tokens); ``draft_top``, ``draft_temperature``: :func:`run_method`."""
     if not methods:
         raise ValueError("speed_compare: no method to run")
     if not 1 <= batch <= len(prompts):
@@ -152,7 +156,7 @@ def speed_compare(pair: ModelPair, prompts: list[list[int]], methods: list[Speed
                              "; leave them out or use batch 1")
     for m in methods:                   # untimed: one-time costs (compiled kernels' caches, lazy imports) land here
         run_method(pair, m, prompts[:batch], process, temperature, min(WARMUP_TOKENS, max_new_tokens), seed, False,
-                   draft_top)
+                   draft_top, draft_temperature)
     runs: dict[str, list[list[DecodeResult]]] = {m.name: [] for m in methods}
     starts = range(0, len(prompts), batch)
     with tqdm(total=len(starts) * len(methods), desc="speed", unit="run", disable=not progress) as bar:
@@ -160,7 +164,8 @@ def speed_compare(pair: ModelPair, prompts: list[list[int]], methods: list[Speed
             for m in methods:
                 bar.set_postfix_str(m.name)
                 runs[m.name].append(run_method(pair, m, prompts[i: i + batch], process, temperature,
-                                               max_new_tokens, (seed + i) % 2 ** 64, progress, draft_top))
+                                               max_new_tokens, (seed + i) % 2 ** 64, progress, draft_top,
+                                               draft_temperature))
                 bar.update(1)
     return {"methods": {name: summarise(gs) for name, gs in runs.items()},
             "per_prompt": {name: [group_tokens_per_s(g) for g in gs] for name, gs in runs.items()}}

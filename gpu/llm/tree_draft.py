@@ -53,6 +53,9 @@ def tree_shape(spec: str) -> TreeShape:
     if sep and kind in ("binary", "chain"):
         if not (arg.isascii() and arg.isdigit()) or int(arg) < 1:
             raise ValueError(f"tree_shape: {spec!r} needs a positive depth, e.g. {kind}:4")
+        if int(arg) >= MAX_DECODE_NODES:      # D + 1 nodes or more: refused before a list of D levels is built
+            raise ValueError(f"tree_shape: {spec!r} has more than {MAX_DECODE_NODES} nodes, beyond the "
+                             f"{MAX_DECODE_NODES} a decoding tree may have (one target forward scores every node)")
         shape = TreeShape.uniform([2 if kind == "binary" else 1] * int(arg))
     elif kind == "eagle":
         if sep and not (arg.isascii() and arg.isdigit() and int(arg) >= 1):

@@ -137,24 +137,30 @@ def test_speed_cli_json_csv_png(pair, tmp_path, monkeypatch, capsys):
     assert json.loads((out / "speed.json").read_text())["methods"].keys() == printed["methods"].keys()
     rows = list(csv.reader((out / "speed.csv").open()))
     assert rows[0][:3] == ["method", "tokens_per_s", "speedup_vs_plain"] and [r[0] for r in rows[1:]] == names
+    assert [float(r[rows[0].index("acceptance_length")]) for r in rows[1:]] == pytest.approx(
+        [m["acceptance_length"] for m in printed["methods"].values()], abs=1e-4)
     assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_speed_cli_batch(pair, tmp_path, monkeypatch, capsys):
     """``--batch 2`` over 2 prompts: one group per method decoded in shared forwards; hf-assisted, which cannot
-    batch, is left out of the default methods (said on stderr); ``--draft-top`` is recorded in the config."""
+    batch, is left out of the default methods (said on stderr); ``--draft-top`` and ``--draft-temperature`` (which
+    speed dropped) are recorded in the config, and each method reports its acceptance length."""
     from univer.commands import speed as speed_cmd
 
     monkeypatch.setattr(speed_cmd, "load_models", lambda args: pair)
     rc = cli.main(["speed", "--n", "2", "--batch", "2", "--max-new-tokens", "2", "--tree", "chain:1",
-                   "--chain", "chain:1", "--out", str(tmp_path / "speed"), "--json", "--draft-top", "16"])
+                   "--chain", "chain:1", "--out", str(tmp_path / "speed"), "--json", "--draft-top", "16",
+                   "--draft-temperature", "0.5"])
     assert rc == 0
     out, err = capsys.readouterr()
     printed = json.loads(out)
     assert list(printed["methods"]) == ["plain", "sps", "rrsw", "tv", "univer"] and "hf-assisted" in err
     assert printed["config"]["batch"] == 2 and printed["config"]["draft_top"] == 16
+    assert printed["config"]["draft_temperature"] == 0.5
     for name, m in printed["methods"].items():
         assert 2 <= m["new_tokens"] <= 4 and len(printed["per_prompt_tokens_per_s"][name]) == 1
+        assert m["acceptance_length"] >= m["tokens_per_step"] >= 1
 
 
 @pytest.mark.parametrize("argv,match", [(["--methods", "plain,warp"], "unknown method(s) ['warp']"),

@@ -158,17 +158,43 @@ def test_speed_compare_batches_groups_and_counts_every_request(tiny_pair, monkey
             speed_compare(tiny_pair, prompts, methods, "wor", 1.0, 2, batch=batch)
 
 
+def test_speed_reports_the_acceptance_length_and_drafts_at_the_draft_temperature(monkeypatch):
+    """A draft equal to the target (q = p: every drafted token is accepted, τ = 4 on ``chain:4``) and a budget of
+    8 tokens with no stop token: each request takes 2 steps, 5 tokens then 3 (the budget cuts the second), so the
+    acceptance length τ + 1 is 5 where the emitted tokens per step are 4 (speed called 4 the acceptance length);
+    ``draft_temperature`` reaches the decoder (``univer speed`` accepted it and drafted at the target's)."""
+    import gpu.llm.speed as speed
+    from gpu.llm.speed import SpeedMethod, speed_compare
+
+    target, draft = _tiny_llama(0), _tiny_llama(0)
+    target.config.eos_token_id = draft.config.eos_token_id = None
+    pair = ModelPair(target, draft, _Ids(), "same")
+    seen, real = [], speed.speculative_decode_batch
+    monkeypatch.setattr(speed, "speculative_decode_batch", lambda *a, **kw: seen.append(a[8]) or real(*a, **kw))
+    method = [SpeedMethod("tv", "tv", tree_shape("chain:4"))]
+    report = speed_compare(pair, [[1, 2, 3], [4, 5]], method, "wor", 1.0, 8, progress=False)["methods"]["tv"]
+    assert (report["steps"], report["new_tokens"]) == (4, 16)
+    assert report["acceptance_length"] == 5 and report["tokens_per_step"] == 4
+    seen.clear()
+    speed_compare(pair, [[1, 2, 3]], method, "wor", 1.0, 2, progress=False, draft_temperature=0.5)
+    assert seen == [0.5, 0.5]                                               # the warm-up run and the timed one
+
+
 def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_path, monkeypatch):
     """An inference engineer's own pair: a draft of another vocabulary was an IndexError after the prefill (now a
     ValueError building the pair); ``max_steps = 0`` decoded 9 steps anyway; a prompt past the positions of a
     model that embeds them (GPT-2) was an IndexError inside its embedding — refused up front, to the position
     (27 + 4 new + depth 2 − 1 = 32 of 32 runs, 28 not), while rotary models, which run past their
     ``max_position_embeddings``, are not held to it; ``hf:~/dir`` was not expanded; the 1 024-node bound held for
-    text specs only, not for a TreeShape given to ``speculative_decode_batch``."""
+    text specs only, not for a TreeShape given to ``speculative_decode_batch``; ``accept_bench`` ran a prompt
+    past a draft's learned positions into an IndexError (it now runs the decoder's check, to the position:
+    28 + 3 positions + depth 2 − 1 = 32 of 32 runs, 4 positions not); ``chain:D`` built its D levels before
+    its size was checked (10¹² levels: out of memory)."""
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     from gpu.llm.accept_bench import accept_bench
     from gpu.llm.models import parse_draft_spec
+    from gpu.llm.prompts import Prompt
     from gpu.llm.tree_draft import MAX_DECODE_NODES
 
     wide = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -181,7 +207,18 @@ def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_p
     shape, gen = tree_shape("binary:2"), torch.Generator().manual_seed(0)
     decode = lambda prompts, pair=tiny_pair, **kw: speculative_decode_batch(  # noqa: E731
         pair, prompts, "tv", shape, "wor", 1.0, kw.pop("new", 4), gen, **kw)
+    class Chat(type(tiny_pair.tokenizer)):
+        """A chat template of 28 tokens."""
+
+        def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True):
+            return [3] * 28
+
+    chat = ModelPair(tiny_pair.target, gpt2, Chat(), "gpt2")
+    prompt = [Prompt("p", "c", "x")]
+    bench = lambda n: accept_bench(chat, prompt, shape, "wor", ["tv"], positions=n, progress=False)  # noqa: E731
     for bad, match in ((lambda: decode([[3, 4]], max_steps=0), "max_steps must be an integer ≥ 1, got 0"),
+                       (lambda: bench(4), r"evaluate_prompt: the longest prompt \(28 tokens\) and 6 more positions"),
+                       (lambda: tree_shape("chain:1000000000000"), f"beyond the {MAX_DECODE_NODES} a decoding tree"),
                        (lambda: decode([[3, 4]], new=0), "max_new_tokens must be an integer ≥ 1, got 0"),
                        (lambda: decode([[3] * 28], absolute), r"\(28 tokens\) and 6 more positions pass the draft.s"),
                        (lambda: tree_shape("64,64,64"), f"beyond the {MAX_DECODE_NODES} a decoding tree"),
@@ -202,6 +239,7 @@ def test_a_pair_and_its_decoding_are_checked_before_any_forward(tiny_pair, tmp_p
     finally:
         tiny_pair.target.config.eos_token_id = 47
     assert len(decode([[3, 4]], new=8, max_steps=1)[0].accepted) == 1
+    assert bench(3).records[0].positions == 3
     assert tree_shape("binary:9").num_nodes == 1023
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "config.json").write_text("{}")

@@ -1,7 +1,8 @@
 """``univer speed``: wall-clock tokens/s of plain sampling, Hugging Face assisted generation and speculative
 decoding with each verifier, on the same prompts, seeds and (target, draft) pair.
 
-Prints ``{"methods": {NAME: {"tokens_per_s", "tokens_per_step", "share": {"draft", "target", "verify"}, …}}}``
+Prints ``{"methods": {NAME: {"tokens_per_s", "tokens_per_step", "acceptance_length", "share": {"draft", "target",
+"verify"}, …}}}``
 (with ``--json``; a table otherwise) and writes ``speed.json``, ``speed.csv`` (one row per method) and
 ``speed.png`` (tokens/s bars and the phase split) into ``--out``.  Progress bars (runs, and the tokens of each
 speculative run) go to stderr, none with ``--json`` (a machine reads it).  ``--batch B`` decodes the prompts in
@@ -95,12 +96,14 @@ def write_outputs(report: dict, out: Path) -> None:
     with (out / "speed.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["method", "tokens_per_s", "speedup_vs_plain", "tokens_per_s_min", "tokens_per_s_median",
-                    "tokens_per_step", "share_draft", "share_target", "share_verify", "new_tokens", "wall_s"])
+                    "tokens_per_step", "acceptance_length", "share_draft", "share_target", "share_verify",
+                    "new_tokens", "wall_s"])
         for name, m in report["methods"].items():
             w.writerow([name, f"{m['tokens_per_s']:.4f}", f"{m['speedup_vs_plain']:.4f}" if "speedup_vs_plain" in m
                         else "",
                         f"{m['tokens_per_s_min']:.4f}", f"{m['tokens_per_s_median']:.4f}",
-                        f"{m['tokens_per_step']:.4f}", *(f"{m['share'][k]:.4f}" for k in ("draft", "target", "verify")),
+                        f"{m['tokens_per_step']:.4f}", f"{m['acceptance_length']:.4f}",
+                        *(f"{m['share'][k]:.4f}" for k in ("draft", "target", "verify")),
                         m["new_tokens"], f"{m['wall_s']:.3f}"])
     plot(report, out / "speed.png")
 
@@ -139,6 +142,7 @@ def run(args) -> int:
     from gpu.llm.models import DEFAULT_DRAFT
     from gpu.llm.prompts import encode_prompt, load_prompts
     from gpu.llm.speed import speed_compare
+    from univer_theory.models import resolve_draft_temperature
 
     methods = speed_methods(args)
     prompts = load_prompts(args.prompts, args.n)
@@ -148,7 +152,8 @@ def run(args) -> int:
     pair = load_models(args)
     ids = [encode_prompt(pair.tokenizer, p) for p in prompts]
     report = speed_compare(pair, ids, methods, args.process, args.temperature, args.max_new_tokens, args.seed,
-                           progress=not args.json, batch=args.batch, draft_top=args.draft_top)   # bars on stderr
+                           progress=not args.json, batch=args.batch, draft_top=args.draft_top,   # bars on stderr
+                           draft_temperature=args.draft_temperature)
     plain = report["methods"].get("plain")
     for m in report["methods"].values():
         if plain:
@@ -159,7 +164,9 @@ def run(args) -> int:
               "config": {"prompts": args.prompts, "n": len(prompts), "batch": args.batch,
                          "max_new_tokens": args.max_new_tokens,
                          "draft": args.draft or DEFAULT_DRAFT, "trees": args.tree or [DEFAULT_TREE], "chain": args.chain,
-                         "process": args.process, "temperature": args.temperature, "draft_top": args.draft_top,
+                         "process": args.process, "temperature": args.temperature,
+                         "draft_temperature": resolve_draft_temperature(args.temperature, args.draft_temperature),
+                         "draft_top": args.draft_top,
                          "seed": args.seed,
                          "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
                          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}}
@@ -167,11 +174,11 @@ def run(args) -> int:
     if args.json:
         print_json(report)
         return 0
-    print(f"{'method':18s} {'tokens/s':>9s} {'× plain':>8s} {'tok/step':>9s} {'draft':>6s} {'target':>7s} {'verify':>7s}")
+    print(f"{'method':18s} {'tokens/s':>9s} {'× plain':>8s} {'tok/step':>9s} {'acc len':>8s} {'draft':>6s} {'target':>7s} {'verify':>7s}")
     for name, m in report["methods"].items():
         speedup = f"{m['speedup_vs_plain']:8.2f}" if "speedup_vs_plain" in m else f"{'-':>8s}"   # plain not run
         print(f"{name:18s} {m['tokens_per_s']:9.2f} {speedup} "
-              f"{m['tokens_per_step']:9.2f} {m['share']['draft']:6.1%} {m['share']['target']:7.1%} "
+              f"{m['tokens_per_step']:9.2f} {m['acceptance_length']:8.2f} {m['share']['draft']:6.1%} {m['share']['target']:7.1%} "
               f"{m['share']['verify']:7.1%}")
     print(f"wrote {args.out}/speed.json, speed.csv, speed.png")
     return 0
