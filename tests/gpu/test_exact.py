@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import METHODS, engine, expected_accepted_length, probs_from_logits, verify
+from gpu import METHODS, TreeBatch, engine, expected_accepted_length, probs_from_logits, verify
 from gpu.engine import allocate, first_token_law
 from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, TreeShape, sample_tree
 from univer_theory.engine import NodeContext
@@ -43,6 +43,44 @@ def check_against_exact_core(method, process, V, device):
         assert got.dtype == dtype and got.device.type == device
         np.testing.assert_allclose(got.double().cpu().numpy(), ref, rtol=0, atol=tol,
                                    err_msg=f"{method} {process} {dtype}")
+
+
+#: A V = 6 tree (shape 2,3) whose float32 rows are peaky with p ≈ q at the root (p(2) ≈ q(2) ≈ 0.9978): the
+#: rows as a float32 model's softmax gives them, each a few ulps off summing to 1.
+PEAKY_TREE = ((-1, 0, 0, 1, 1, 1, 2, 2, 2), (-1, 0, 2, 2, 1, 3, 4, 0, 5))
+PEAKY_P = [[2.1575021e-03, 1.0408348e-08, 9.9781173e-01, 1.4135173e-06, 1.9964678e-05, 9.3564158e-06],
+           [1.3797293e-06, 2.5515787e-02, 9.7410643e-01, 1.5677708e-04, 6.7961650e-05, 1.5166287e-04],
+           [3.0849844e-01, 3.0992955e-02, 2.4710931e-02, 3.1647965e-02, 8.5178852e-02, 5.1897085e-01],
+           [8.2322350e-04, 4.3378673e-03, 2.7745668e-09, 2.4136470e-04, 1.2812260e-02, 9.8178530e-01],
+           [0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+           [1.2231900e-03, 8.9971781e-01, 8.2666238e-09, 1.1965291e-07, 5.0169206e-07, 9.9058367e-02],
+           [3.4035966e-02, 6.8929250e-05, 9.5771247e-01, 1.3411642e-04, 3.4572706e-06, 8.0450531e-03],
+           [5.5599742e-02, 0.0, 0.0, 0.0, 5.5076903e-01, 3.9363119e-01],
+           [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]]
+PEAKY_Q = [[2.2199193e-03, 3.4155139e-08, 9.9777198e-01, 3.9806784e-07, 7.0083274e-06, 6.8196061e-07],
+           [1.8465851e-06, 2.1275909e-01, 7.8664291e-01, 4.6396861e-04, 3.8167527e-05, 9.3992341e-05],
+           [2.9602507e-01, 1.7485438e-02, 3.0744856e-02, 1.7113123e-02, 2.4805827e-01, 3.9057326e-01],
+           [4.9849949e-04, 4.0710196e-03, 1.1489992e-09, 1.1413631e-04, 9.5873717e-03, 9.8572898e-01],
+           [2.6559323e-01, 3.7823010e-02, 6.7604080e-02, 2.0295253e-02, 1.6284932e-01, 4.4583511e-01],
+           [1.0630795e-03, 9.2849004e-01, 6.6005601e-09, 4.5881166e-08, 2.9120629e-06, 7.0443906e-02],
+           [8.7084845e-03, 9.7052862e-06, 9.8307472e-01, 5.7904639e-05, 8.6111515e-07, 8.1483200e-03],
+           [1.3222343e-01, 1.1191883e-01, 3.5307825e-01, 1.5494284e-03, 3.8556173e-01, 1.5668342e-02],
+           [4.5533802e-02, 6.6645402e-01, 8.0393590e-03, 1.6265614e-01, 7.1627244e-02, 4.5689441e-02]]
+
+
+@pytest.mark.parametrize("method, process", [("rrsw", "wor"), ("rrs", "iid"), ("tv", "wor"), ("univer", "wor")])
+def test_float32_rows_are_decided_on_the_simplex(method, process):
+    """Float32 rows within 1e-6 of the exact core on the same values put on the simplex in float64: RRSw read its
+    float32 rows as given, and on the peaky root (p ≈ q) a row's ulps off 1 moved ``[P − Q]_+`` by 1e-3 relative
+    and E[τ | T] by 1.2e-5."""
+    from univer_theory import DraftTree
+
+    tree = DraftTree(*PEAKY_TREE)
+    p32, q32 = torch.tensor(PEAKY_P, dtype=torch.float32), torch.tensor(PEAKY_Q, dtype=torch.float32)
+    p, q = (x.double() / x.double().sum(-1, keepdim=True) for x in (p32, q32))
+    ref = VERIFIERS[method].expected_accepted_length(tree, p.numpy(), q.numpy(), process)
+    got = expected_accepted_length(TreeBatch.from_trees([tree]), p32[None], q32[None], process, method)
+    assert abs(float(got) - ref) <= 1e-6
 
 
 def decision_gap(trees, model, process, torch_rule, exact_rule) -> float:
