@@ -3,7 +3,7 @@
 Statistic: G-test (``tests.stats.g_test``) of (path tokens, Y) counts from ``N_SAMPLES`` = 2·10⁵ verifications
 of one fixed tree per process (``tests.gof_instances``, shared with the exact-core sampler tests; the tree
 repeated B = 2·10⁵ times in one batch) against ``Verifier.law``; cells with
-expected count < 5 pooled.  Level ``tests.stats.LEVEL`` (the suite's false-alarm budget split over its
+expected count < 20 pooled.  Level ``tests.stats.LEVEL`` (the suite's false-alarm budget split over its
 accepting tests), fixed seeds.  Zero-probability cells are checked separately: any count there fails.  Every
 accepting test first computes, from the exact laws, the power of this very G-test at its sample size against
 its lossy alternatives and requires ≥ ``tests.stats.POWER`` (it refuses an underpowered instance): for the

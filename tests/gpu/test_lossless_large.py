@@ -2,7 +2,7 @@
 
 For each method, ``N_TREES`` = 4000 independent (tree, verification) draws; the *first output token* (the first
 accepted token, or Y when τ = 0) must follow the target's root row ``p(·|())`` (theory.md §2: losslessness
-implies this marginal).  G-test, cells with expected count < 5 pooled, level ``tests.stats.LEVEL``.  Power:
+implies this marginal).  G-test, cells with expected count < 20 pooled, level ``tests.stats.LEVEL``.  Power:
 the alternative is the lossy zoo variant (c) (TV with the correction token from the original p) on the *same*
 drafted trees — its exact first-token law per tree (:func:`gpu.engine.first_token_law`) averaged over them
 (for topk trees, whose children are distinct, the wor rule) — and each test requires power ≥

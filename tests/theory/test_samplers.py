@@ -1,6 +1,6 @@
 """Each sampler agrees with its exact per-tree law (G-test), and the same test rejects a lossy sampler.
 
-Statistic: G-test of (path tokens, Y) frequencies against ``Verifier.law``; cells with expected count < 5
+Statistic: G-test of (path tokens, Y) frequencies against ``Verifier.law``; cells with expected count < 20
 pooled; any outcome outside the law's support fails.  Fixed seeds; level ``tests.stats.LEVEL`` (the suite's
 false-alarm budget split over its accepting tests).  Power: each accepting test first requires power ≥
 ``tests.stats.POWER`` at ``N_SAMPLES`` against the exact law of every bug-zoo variant of its process on its tree
