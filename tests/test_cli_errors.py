@@ -77,6 +77,7 @@ def test_unreadable_model_file(tmp_path, capsys):
     (["decode"], "univer decode: error: the following arguments are required: --prompt (see 'univer decode -h')"),
     (["nope"], "univer: error: argument command: invalid choice: 'nope'"),
     (["exact", "--seed", "-1"], "univer exact: error: argument --seed: must be ≥ 0, got -1"),
+    (["bound", "--seed", str(2 ** 32)], "univer bound: error: argument --seed: must be below 2^32"),   # a model's
     (["exact", "--temperature", "nan"], "argument --temperature: must be a finite number ≥ 0, got 'nan'"),
     (["decode", "--prompt", "hi", "--seed", "-3"], "univer decode: error: argument --seed: must be ≥ 0, got -3"),
     (["decode", "--prompt", "hi", "--seed", str(2 ** 64)], "argument --seed: must be ≤ 2^64 − 1"),   # after loading

@@ -42,6 +42,21 @@ def checked_rows(model: "Model", prefix: Prefix, where: str) -> tuple[np.ndarray
     return out[0], out[1]
 
 
+#: Seeds lie below this: each prefix's stream is ``SeedSequence([seed, len(prefix), *prefix])``, whose words are 32-bit,
+#: so a larger seed spans two words and reads as another seed's longer prefix (seed 2^32's root row was seed 0's row
+#: after token 0).
+SEED_LIMIT = 2 ** 32
+
+
+def check_seed(seed, where: str) -> int:
+    """``seed`` as an int, or a ValueError unless it is an integer in ``[0, 2^32)`` (:data:`SEED_LIMIT`)."""
+    seed = check_int(seed, where, "seed")
+    if seed >= SEED_LIMIT:
+        raise ValueError(f"{where}: seed must be below 2^32 (one 32-bit word of each prefix's seed sequence; a larger "
+                         f"one repeats another seed's rows at other prefixes), got {seed}")
+    return seed
+
+
 def to_fractions(row, denominator: int = 1000) -> np.ndarray:
     """Round a float probability row to an exact ``Fraction`` row with the given denominator.
 
@@ -132,6 +147,17 @@ def _fraction(x) -> Fraction:
     return Fraction(text)
 
 
+def _unique_keys(pairs) -> dict:
+    """A JSON object as a dict, or a ValueError for a key written twice (``json.loads`` kept the last one silently:
+    a model file's repeated prefix dropped its first row)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
 class TableModel(Model):
     """Explicit tables ``{prefix: row}`` for target and draft; a missing prefix falls back to the root row.
 
@@ -182,8 +208,8 @@ class TableModel(Model):
         try:
             # JSON numbers as their text (through float64, 1e-400 became 0 and digits past the 17th were lost
             # before the exact mode's Fraction saw them)
-            data = json.loads(Path(path).read_text(), parse_float=_JSONNumber)
-        except (OSError, json.JSONDecodeError, RecursionError) as err:    # RecursionError: nested too deep
+            data = json.loads(Path(path).read_text(), parse_float=_JSONNumber, object_pairs_hook=_unique_keys)
+        except (OSError, ValueError, RecursionError) as err:    # RecursionError: nested too deep
             raise ValueError(f"TableModel.from_json: cannot read {path} as JSON ({err})") from None
         if not isinstance(data, dict):
             raise ValueError(f"TableModel.from_json: {path} must hold one JSON object, got {type(data).__name__}")
@@ -282,7 +308,7 @@ class DirichletModel(Model):
     def __init__(self, vocab_size: int, seed: int = 0, similarity: float = 0.5, concentration: float = 1.0,
                  exact: bool = False, denominator: int = 1000):
         check_int(vocab_size, "DirichletModel", "vocab_size", 2)
-        check_int(seed, "DirichletModel", "seed")
+        check_seed(seed, "DirichletModel")
         if not 0.0 <= check_real(similarity, "DirichletModel", "similarity") <= 1.0:
             raise ValueError(f"DirichletModel: similarity must lie in [0, 1], got {similarity}")
         if not 0 < check_real(concentration, "DirichletModel", "concentration") < math.inf:
@@ -353,12 +379,19 @@ class TemperedModel(Model):
         if draft_temperature is not None:
             draft_temperature = check_temperature(draft_temperature, "TemperedModel", "draft_temperature")
         self.draft_temperature = resolve_draft_temperature(self.temperature, draft_temperature)
+        # T ∈ {0, 1} keeps an exact row exact, any other T makes it float: one mode for both (the exact core runs
+        # in one; an exact base at T = 1 with a draft at 0.5 was refused, naming rows the caller never built)
+        self._float = not {self.temperature, self.draft_temperature} <= {0.0, 1.0}
+
+    def _tempered(self, row, temperature):
+        row = apply_temperature(row, temperature)
+        return row.astype(np.float64) if self._float and row.dtype == object else row
 
     def target(self, prefix):
-        return apply_temperature(self.base.target(prefix), self.temperature)
+        return self._tempered(self.base.target(prefix), self.temperature)
 
     def draft(self, prefix):
-        return apply_temperature(self.base.draft(prefix), self.draft_temperature)
+        return self._tempered(self.base.draft(prefix), self.draft_temperature)
 
 
 #: Target families of :class:`ConfidentModel`.
@@ -386,7 +419,7 @@ class ConfidentModel(Model):
     def __init__(self, vocab_size: int, seed: int = 0, tail: float = 1e-14, target: str = "dirichlet",
                  concentration: float = 1.0, top_target: float = 1e-6):
         check_int(vocab_size, "ConfidentModel", "vocab_size", 2)
-        check_int(seed, "ConfidentModel", "seed")
+        check_seed(seed, "ConfidentModel")
         if not 0.0 < check_real(tail, "ConfidentModel", "tail") < 0.5:
             raise ValueError(f"ConfidentModel: tail must lie in (0, 0.5), got {tail}")
         if target not in CONFIDENT_TARGETS:

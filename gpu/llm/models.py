@@ -191,7 +191,25 @@ def check_device(device, label: str) -> torch.device:
 def load_pair(draft_spec: str = DEFAULT_DRAFT, device: str | torch.device = "cpu",
               use_cache: bool = True) -> ModelPair:
     """Target, the draft named by ``draft_spec`` and the tokenizer (the spec and the device checked first)."""
-    parse_draft_spec(draft_spec, "load_pair")
+    kind, arg = parse_draft_spec(draft_spec, "load_pair")
     check_device(device, "load_pair: device")
     target, tokenizer = load_target(device, use_cache)
+    if kind == "hf":
+        check_draft_tokenizer(arg, tokenizer, "load_pair")
     return ModelPair(target, build_draft(target, draft_spec), tokenizer, draft_spec)
+
+
+def check_draft_tokenizer(folder: Path, tokenizer, where: str) -> None:
+    """A ValueError unless the tokenizer saved in an ``hf:DIR`` draft's folder maps every token to the id the
+    target's ``tokenizer`` gives it (config.vocab_size alone let a same-sized, different vocabulary through: the
+    draft then scores other tokens than the ids say).  A folder without a tokenizer is taken on its vocab_size."""
+    from transformers import AutoTokenizer
+
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+        return
+    own = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    ours, theirs = tokenizer.get_vocab(), own.get_vocab()
+    if ours != theirs:
+        token = next(t for t in (*ours, *theirs) if ours.get(t) != theirs.get(t))
+        raise ValueError(f"{where}: the draft's tokenizer in {folder} is not the target's: token {token!r} is id "
+                         f"{ours.get(token)} for the target, {theirs.get(token)} for the draft")

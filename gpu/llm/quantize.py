@@ -37,7 +37,9 @@ def rtn_levels(weight: torch.Tensor, bits: int, group_size: int) -> tuple[torch.
     """RTN of ``weight [out, in]``: ``(levels, lo, scale)`` with ``levels [out, G, group_size]`` (long, in
     ``0 … 2^bits − 1``) and ``lo``, ``scale [out, G, 1]`` (float32) for the ``G = ⌈in / group_size⌉`` groups of
     consecutive input columns, so that ``ŵ = lo + levels·scale``.  A ragged last group is padded with copies of
-    its own last column (its min and max are unchanged); a constant group gets scale 0 and level 0 (exact).
+    its own last column (its min and max are unchanged); a group wider than the row is the row (``G = 1``; it was
+    padded to the full width, 38 GB for ``rtn:4:65536`` on SmolLM2's head); a constant group gets scale 0 and
+    level 0 (exact).
     """
     if weight.ndim != 2:
         raise ValueError(f"rtn_quantize: weight must be a 2-D matrix [out, in], got shape {tuple(weight.shape)}")
@@ -48,6 +50,7 @@ def rtn_levels(weight: torch.Tensor, bits: int, group_size: int) -> tuple[torch.
     if group_size < 1:
         raise ValueError(f"rtn_quantize: group_size must be ≥ 1, got {group_size}")
     out_f, in_f = weight.shape
+    group_size = min(group_size, in_f)
     w = weight.detach().float()
     w = torch.cat([w, w[:, -1:].expand(out_f, -in_f % group_size)], dim=1).reshape(out_f, -1, group_size)
     lo = w.amin(dim=-1, keepdim=True)

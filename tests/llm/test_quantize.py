@@ -34,6 +34,15 @@ def test_rtn_ragged_last_group_and_constant_group():
     assert torch.equal(wq[1, 8:], w[1, 8:])
 
 
+def test_rtn_group_wider_than_the_row_is_the_row():
+    """A group wider than the row quantises the row as one group, without padding it out (``rtn:4:65536`` padded
+    SmolLM2's 576-column head to 65 536 columns: ~38 GB)."""
+    w = _weights(2, (3, 10))
+    levels, lo, scale = rtn_levels(w, 4, 1 << 20)
+    assert levels.shape == (3, 1, 10)
+    assert torch.equal(rtn_quantize(w, 4, 1 << 20), rtn_quantize(w, 4, 10))
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"weight": torch.ones(4), "bits": 4, "group_size": 2}, "2-D"),
     ({"weight": torch.tensor([[1.0, float("nan")]]), "bits": 4, "group_size": 2}, "finite"),

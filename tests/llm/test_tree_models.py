@@ -112,6 +112,31 @@ def test_draft_spec_errors(pair, tmp_path):
             build_draft(pair.target, bad)
 
 
+def test_an_hf_draft_with_another_vocabulary_of_the_same_size_is_refused(pair, tmp_path, monkeypatch):
+    """``hf:DIR`` compared ``config.vocab_size`` only: a folder whose tokenizer swaps two ids ("Ġsea" and "Ġthe"
+    mean each other's token) was accepted, the draft scoring other tokens than the ids say.  Its saved tokenizer
+    is now compared with the target's; the same tokenizer, or none, passes."""
+    import json
+
+    from transformers import LlamaConfig
+
+    import gpu.llm.models as models
+
+    LlamaConfig(vocab_size=pair.target.config.vocab_size, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                num_attention_heads=1).save_pretrained(tmp_path)
+    monkeypatch.setattr(models, "build_draft", lambda target, spec: pair.draft)    # no draft to build here
+    monkeypatch.setattr(models, "load_target", lambda device, use_cache: (pair.target, pair.tokenizer))
+    assert models.load_pair(f"hf:{tmp_path}").draft is pair.draft                   # no tokenizer saved
+    pair.tokenizer.save_pretrained(tmp_path)
+    assert models.load_pair(f"hf:{tmp_path}").draft is pair.draft                   # the target's own
+    spec = json.loads((tmp_path / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    vocab["Ġsea"], vocab["Ġthe"] = vocab["Ġthe"], vocab["Ġsea"]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="load_pair: the draft's tokenizer in .* is not the target's: token 'Ġ"):
+        models.load_pair(f"hf:{tmp_path}")
+
+
 def tv_root_alpha_wor_pair(p, q):
     """TV's acceptance rate α at the root (ρ = 1) for k = 2 wor children, in O(V log V).
 

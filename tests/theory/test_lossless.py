@@ -80,6 +80,19 @@ def test_int_rows_and_zero_temperature_stay_exact(model, name, process, shape):
     assert distance_to_target(model, law, TreeShape.parse(shape).max_depth + 1) == 0
 
 
+@pytest.mark.parametrize("temperature, draft_temperature", [(1, 0.5), (0.5, 1), (0, 0.5), (0.5, None), (0, None)])
+def test_an_exact_model_at_mixed_temperatures_is_evaluated_in_floats(temperature, draft_temperature):
+    """T ∈ {0, 1} keeps a Fraction row exact and any other T makes it float: a target at T = 1 with a draft at 0.5
+    was refused ("the draft row … is float but the model's root target row is exact"); both rows are float64 when
+    either temperature leaves {0, 1}, and the law is the target's."""
+    from univer_theory import evaluate
+
+    model = TemperedModel(DirichletModel(3, seed=1, exact=True), temperature, draft_temperature)
+    exact = {model.temperature, model.draft_temperature} <= {0.0, 1.0}
+    assert (model.target(()).dtype == object) == exact == (model.draft(()).dtype == object)
+    assert evaluate(model, "2,1", "wor", VERIFIERS["tv"]).distance <= LOSSLESS_TOL
+
+
 @pytest.mark.parametrize("name,process", [("sps", "iid"), ("rrs", "iid"), ("tv", "iid"), ("bv", "iid"),
                                           ("sps", "wor"), ("rrsw", "wor"), ("tv", "wor"), ("bv", "wor")])
 def test_per_tree_expected_length_is_a_fraction_where_every_coin_is_certain(name, process):

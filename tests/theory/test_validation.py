@@ -105,6 +105,21 @@ def test_model_tables_validated(tmp_path):
         TableModel.from_json(bad)
     with pytest.raises(ValueError, match="similarity"):
         DirichletModel(3, similarity=1.5)
+    bad.write_text('{"vocab": 2, "target": {"": [0.9, 0.1], "": [0.1, 0.9]}, "draft": {"": [0.5, 0.5]}}')
+    with pytest.raises(ValueError, match="cannot read .*key '' appears twice"):   # json kept the last row
+        TableModel.from_json(bad)
+
+
+def test_seeds_are_one_32_bit_word():
+    """Each prefix's stream is ``SeedSequence([seed, len(prefix), *prefix])``: a seed of 2^32 or more spans two
+    words and reads as another seed's longer prefix (seed 2^32's root row was seed 0's row after token 0)."""
+    from univer_theory import ConfidentModel
+
+    for family in (DirichletModel, ConfidentModel):
+        assert np.array_equal(family(3, seed=0).target((0,)), family(3, seed=0).target((0,)))
+        assert not np.array_equal(family(3, seed=2 ** 32 - 1).target(()), family(3, seed=0).target((0,)))
+        with pytest.raises(ValueError, match=f"^{family.__name__}: seed must be below 2\\^32"):
+            family(3, seed=2 ** 32)
 
 
 def test_exact_model_files_read_json_numbers_as_written(tmp_path):

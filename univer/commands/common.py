@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from univer_theory import DirichletModel, TableModel, TemperedModel, TreeShape, VERIFIERS
-from univer_theory.models import resolve_draft_temperature
+from univer_theory.models import SEED_LIMIT, resolve_draft_temperature
 from univer_theory.processes import EXACT_PROCESSES
 from univer_theory.validation import check_temperature, count_text
 
@@ -25,7 +25,8 @@ def add_model_options(p) -> None:
                    help="tree shape: branching per depth '2,2' or nested '((..),.)' (default 2,2)")
     p.add_argument("--process", default="wor", choices=EXACT_PROCESSES,
                    help="draft process (default wor); 'hub' is SpecHub's two-draft law (exact only)")
-    p.add_argument("--seed", type=seed_int, default=None, help="seed of the Dirichlet model family (default 0)")
+    p.add_argument("--seed", type=model_seed, default=None,
+                   help="seed of the Dirichlet model family, below 2^32 (default 0)")
     p.add_argument("--similarity", type=float, default=None, help="draft–target similarity in [0,1] (default 0.5)")
     p.add_argument("--concentration", type=float, default=None,
                    help="Dirichlet concentration; small = peaky (default 1.0)")
@@ -186,6 +187,17 @@ def seed_int(text: str) -> int:
     value = _int_at_least(text, 0)
     if value > MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be ≤ 2^64 − 1, got {value}")
+    return value
+
+
+def model_seed(text: str) -> int:
+    """argparse type: a seed of the synthetic model families, an integer in ``[0, 2^32)``
+    (:data:`univer_theory.models.SEED_LIMIT`)."""
+    import argparse
+
+    value = _int_at_least(text, 0)
+    if value >= SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be below 2^32 (the model family's seed), got {value}")
     return value
 
 
