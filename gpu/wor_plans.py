@@ -60,7 +60,7 @@ from univer_theory.orders import descending_ratio_order, order_ranks, ratio_args
 from univer_theory.plans.choose import (ALPHA_TIE, alpha_star_computable, coupling_can_win, full_support_weights,
                                         single_child_rows, single_child_weights, small_lp, support_marginal,
                                         under_ceiling)
-from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, grid_panels, log_time_grid, rate_times,
+from univer_theory.plans.clocks import (LOG_T_RANGE, clock_nodes, grid_panels, log_time_grid, rate_times,
                                         row_weights, thinning_walk)
 from univer_theory.plans.first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
 from univer_theory.plans.iid_coupling import mix_virtual, virtual_draw_probs, virtual_multisets
@@ -150,15 +150,15 @@ def _clock_grid(qs, k: int):
     """Every row's Gauss–Legendre grid of the exact core (``plans.clocks``: panels of width 60 from
     ``s = −30``, as many as :func:`~univer_theory.plans.clocks.grid_panels` asks for the row's k-th largest
     rate): ``(s [t], weights [R, t])`` — the panels are the same for every row, a row's weights are 0 past its own
-    end (:func:`~univer_theory.plans.clocks.row_weights`).  The grid's length ``t`` (400 × the most panels of any
-    row) is a data-dependent shape: its one host read per call (a fixed 13-panel grid would cost 13× on every
+    end (:func:`~univer_theory.plans.clocks.row_weights`).  The grid's length ``t`` (``clock_nodes(k)`` × the most
+    panels of any row) is a data-dependent shape: its one host read per call (a fixed 13-panel grid would cost 13× on every
     row).  numpy or torch."""
     nx = get_backend(qs)
     top = nx.top_values(qs, k)
     top = nx.where(top > 0, top, 1.0)
     most = int(grid_panels(top[:, -1]).max())
     s, weights = (nx.asarray(x, qs)
-                  for x in log_time_grid(LOG_T_NODES, LOG_T_RANGE[0] + (LOG_T_RANGE[1] - LOG_T_RANGE[0]) * most))
+                  for x in log_time_grid(clock_nodes(k), LOG_T_RANGE[0] + (LOG_T_RANGE[1] - LOG_T_RANGE[0]) * most))
     return s, row_weights(weights, s, qs, top)
 
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from .nx import NUMPY, array_module, get_backend
 from .orders import order_ranks, ratio_argsort, top_tokens
-from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper
+from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_RANGE, clock_nodes, log_time_grid, log_time_upper
 from .processes import PROCESSES
 from .validation import check_choice, check_int, check_simplex
 
@@ -310,7 +310,7 @@ def _wor_miss_clocks(q_sorted, k: int, chunk: int = CLOCK_CHUNK):
     nx, xp = get_backend(q_sorted), array_module(q_sorted)
     B, V = q_sorted.shape
     r = _suffix_mass(q_sorted)                                              # [B, V+1]
-    s, wt = log_time_grid(LOG_T_NODES, log_time_upper(min(1.0, float(nx.where(r > 0, r, 1.0).min()))))
+    s, wt = log_time_grid(clock_nodes(k), log_time_upper(min(1.0, float(nx.where(r > 0, r, 1.0).min()))))
     lam = _clock_clamp(V, k)
     n_pos = _prefix(nx.asarray(q_sorted > 0, q_sorted))                     # [B, V+1]
     plain = s <= math.log(lam / float(q_sorted.max()))                      # no clock clamped

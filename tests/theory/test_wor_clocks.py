@@ -7,7 +7,10 @@ import pytest
 from univer_theory import ConfidentModel
 from univer_theory.alpha_star import _suffix_mass, _wor_miss_clocks, alpha_star, ratio_argsort
 from univer_theory.models import CONFIDENT_TARGETS
-from univer_theory.plans.clocks import LOG_T_NODES, LOG_T_RANGE, log_time_grid, log_time_upper, rate_times
+from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, _legendre_rule, clock_nodes, log_time_grid,
+                                        log_time_upper, rate_times, sequential_thinning_avail)
+from univer_theory.plans.pts import pts_plan
+from univer_theory.processes import tuple_law
 
 
 def sequential_miss(q_sorted: np.ndarray, k: int) -> np.ndarray:
@@ -15,7 +18,7 @@ def sequential_miss(q_sorted: np.ndarray, k: int) -> np.ndarray:
     ``∫ r e^{−rt} Pr[N_{G_j}(t) < k] dt`` on the grid of ``plans.clocks`` (one row ``[V]`` → ``[V + 1]``)."""
     V = q_sorted.size
     r = _suffix_mass(q_sorted)
-    s, w = log_time_grid(LOG_T_NODES, log_time_upper(r[r > 0].min(initial=1.0)))
+    s, w = log_time_grid(clock_nodes(k), log_time_upper(r[r > 0].min(initial=1.0)))
     state = np.zeros((k, s.size))
     state[0] = 1.0
     miss = [1.0]
@@ -164,3 +167,47 @@ def test_clock_factors_are_the_c_librarys_within_three_ulp():
             assert (np.abs(got - ref)[normal] / np.spacing(ref[normal])).max() <= bound, name
             assert (np.abs(got - ref) <= 2 * 5e-324 * slack)[~normal].all(), name
         assert (e[0, 1] == 1).all() and (ring[0, 1] == 0).all() and (qe[0, 1] == 0).all()
+
+
+@pytest.mark.parametrize("n", [LOG_T_NODES, 800])
+def test_the_legendre_rule_integrates_every_even_power_it_should(n):
+    """``Σ_i w_i x_i^{2j} = 2/(2j + 1)`` for ``2j < 2n``: numpy's weights are off by up to ~5e-10 relative next to
+    ±1 (this sum 2.2e-11 off at n = 400, 5.2e-12 at 800), which moved clock integrals whose mass sits at a
+    panel's end by ~1e-12; the rule's weights, formed in long double, within round-off of the powers (where long
+    double is float64 the rule is numpy's)."""
+    x, w = _legendre_rule(n)
+    err = max(abs(float(w @ x ** (2 * j)) * (2 * j + 1) / 2 - 1) for j in range(n))
+    if np.finfo(np.longdouble).eps < np.finfo(np.float64).eps:
+        assert err <= 1e-13
+    else:
+        assert np.array_equal(w, np.polynomial.legendre.leggauss(n)[1])
+
+
+@pytest.mark.parametrize("k", [5, 6, 12, 16])
+def test_the_clock_grid_resolves_the_kth_arrival(k):
+    """PTS's availabilities at θ = 0 are ``Pr(y ∈ S)``, which sum to k: on 400 nodes the sum was 2.1e-13 (k = 5),
+    1.4e-12 (6), 1.6e-9 (12) and 5e-8 (16) off relatively on these V = 300 rows — the k-th arrival's density
+    narrows with k; :func:`clock_nodes` grows the grid with √k."""
+    rng = np.random.default_rng(0)
+    for a in (0.3, 1.0, 3.0):
+        q = rng.dirichlet(np.full(300, a))
+        avail, _ = sequential_thinning_avail(q, np.argsort(-q), np.zeros(300), k)
+        assert abs(avail.sum() - k) / k <= 1e-14
+
+
+def test_pts_stays_within_its_caps_on_a_confident_row():
+    """A sure token (q ≈ 1) and seven tails at rate e^{−30} — a clock integral whose mass sits at the end of the
+    first panel — k = 6, ρ = 1, p of the sure token just above its reported availability: with numpy's weights
+    the availability was 1.2e-12 short, θ = 1 there, and the realised marginal passed ρp by 1.2e-12 (2.9e-27
+    now; the enumeration's own sum is ~1e-13)."""
+    V, k, tail = 8, 6, np.exp(-30.0)
+    q = np.r_[np.full(V, tail), 0.0]
+    q[0] = 1.0 - (V - 1) * tail
+    avail, _ = sequential_thinning_avail(q, range(V), np.r_[1.0, np.zeros(V)], k)
+    p = np.r_[min(avail[0] + 1e-15, 1.0 - 4 * tail), np.full(V - 1, 0.5 * tail), 0.0]
+    p[-1] = 1.0 - p.sum()
+    plan = pts_plan(p, q, 1.0, k, "wor")
+    a = np.zeros(V + 1)
+    for S, prob in tuple_law(q, k, "wor"):
+        np.add.at(a, list(S), prob * plan.select(S))
+    assert np.max(a - p) <= 5e-13 and np.max(np.abs(a - plan.marginal)) <= 5e-13     # the sum over 20 160 tuples

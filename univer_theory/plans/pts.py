@@ -41,7 +41,7 @@ import numpy as np
 from ..nx import array_module, get_backend
 from ..orders import ratio_argsort
 from .base import NodePlan
-from .clocks import LOG_T_NODES, acceptance, acceptance_caps, sequential_thinning_avail, walk_acceptance
+from .clocks import acceptance, acceptance_caps, sequential_thinning_avail, walk_acceptance
 from .node_inputs import check_node_inputs
 from .wor_pair import exclusive_cumsum, leave_one_out, quiet
 
@@ -158,7 +158,7 @@ def pair_thinning_avail(draft_probs: np.ndarray, order, c: np.ndarray):
     return avail, theta
 
 
-def pts_plan(target_probs, draft_probs, rho, k, process, nodes: int = LOG_T_NODES) -> NodePlan | None:
+def pts_plan(target_probs, draft_probs, rho, k, process, nodes: int | None = None) -> NodePlan | None:
     """PTS node plan for ``wor`` children (None for any other process).
 
     Parameters
@@ -167,7 +167,8 @@ def pts_plan(target_probs, draft_probs, rho, k, process, nodes: int = LOG_T_NODE
     rho : scaling ρ ∈ [0, 1].
     k : number of children (≤ |supp q|).
     process : draft process; only ``"wor"`` is handled.
-    nodes : Gauss–Legendre nodes in log T (k ≥ 3; k = 2 is closed form).
+    nodes : Gauss–Legendre nodes per panel in log T (k ≥ 3; k = 2 is closed form; default
+        :func:`~univer_theory.plans.clocks.clock_nodes` of k).
 
     Returns
     -------
