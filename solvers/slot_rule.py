@@ -190,8 +190,9 @@ def slot_pair(w_s, w_r, Q_s, Q_r, omega, same):
     """The k = 2 slot rule in closed form (module docstring) on a batch ``[...]`` of realised pairs S: the plan's
     weights on S and on its reversal R ``w_s, w_r [..., 2]``, their probabilities ``Q_s, Q_r [...]``, the position
     weights ``ω [..., 2]`` and whether S repeats a token (``same``: (a, a), R = S).  Returns ``(w(S), z(S, ·))
-    [..., 2]`` — the new weights and masses; where nothing can move (``ω_1 = ω_2``, or ``Q(R)`` is not positive
-    and finite) the plan's own ``w_s`` and ``z_0``.  numpy (the exact core, :func:`slot_rule_pair`) or torch
+    [..., 2]`` — the new weights and masses; where nothing can move (``ω_1 = ω_2``, ``Q(R)`` not positive and
+    finite, or ``Q(S)`` not positive: its float probability underflowed, S carries no mass and ``z/Q(S)`` is 0/0)
+    the plan's own ``w_s`` and ``z_0``.  numpy (the exact core, :func:`slot_rule_pair`) or torch
     (:func:`slot_weights`, a batch of tuples)."""
     nx = get_backend(w_s, omega)
     z_s, z_r = w_s * Q_s[..., None], w_r * Q_r[..., None]
@@ -209,7 +210,7 @@ def slot_pair(w_s, w_r, Q_s, Q_r, omega, same):
     z = nx.where(first, nx.concat([top, low]), nx.concat([low, top]))
     total = nx.sum(z_s, keepdims=True)                                     # (a, a): all of it to the better one
     z = nx.where(same[..., None], nx.where(first, nx.concat([total, 0 * total]), nx.concat([0 * total, total])), z)
-    keep = ((omega[..., 0] == omega[..., 1]) | ~(Q_r > 0) | ~(Q_r < nx.inf))[..., None]
+    keep = ((omega[..., 0] == omega[..., 1]) | ~(Q_r > 0) | ~(Q_r < nx.inf) | ~(Q_s > 0))[..., None]
     den = nx.where(keep[..., 0], 1.0 + 0 * Q_s, Q_s)[..., None]          # a kept row's Q_s may be 0: not read
     return nx.where(keep, w_s, capped_rows(z / den)), nx.where(keep, z_s, z)
 

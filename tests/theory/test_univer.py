@@ -200,6 +200,45 @@ def test_options_and_bad_input():
         VERIFIERS["univer"].law(tree, exact, exact, "iid")
 
 
+def test_tv_plan_checks_its_inputs():
+    """Rule 6 called directly took ρ = 1.5 (α = 1), ρ = −0.5 (a negative marginal), p summing to 2 and k = 0
+    silently; it checks its inputs as every construction does, and Fraction rows stay exact."""
+    from fractions import Fraction
+
+    from univer_theory.plans.tv_plan import tv_plan
+
+    p, q = np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.3, 0.2])
+    for args, match in (((p, q, 1.5, 2, "wor"), "rho"), ((p, q, -0.5, 2, "iid"), "rho"),
+                        ((2 * p, q, 1.0, 2, "iid"), "target_probs"), ((p, q, 1.0, 0, "iid"), "k"),
+                        ((p, q, 1.0, 2.5, "iid"), "k"), ((np.r_[p, 0.0], q, 1.0, 2, "iid"), "")):
+        with pytest.raises(ValueError, match=f"^tv_plan: .*{match}"):
+            tv_plan(*args)
+    exact = tv_plan(to_fractions(p), to_fractions(q), Fraction(1), 2, "wor")
+    assert isinstance(exact.alpha, Fraction)
+
+
+def test_the_slot_rule_keeps_a_pair_whose_probability_underflows():
+    """A drafted token of q = 4e-323: the pair (1, 0) has float probability 0 where (0, 1) has 5e-324, and the k = 2
+    slot rule divided 0/0 — the exact core and the batched path raised "scale nan" on a valid tree; the pair
+    carries no mass, so the plan's own weights stand and E[τ | T] is the same with and without the slot rule."""
+    import torch
+
+    from gpu import TreeBatch, expected_accepted_length
+
+    V = 30
+    q = np.full(V, 0.94 / (V - 2))
+    q[0], q[1] = 0.06, 4e-323
+    P = np.random.default_rng(0).dirichlet(np.ones(V), 4)
+    P[0] = np.r_[0.3, 0.3, np.full(V - 2, 0.4 / (V - 2))]
+    Q = np.tile(q, (4, 1))
+    tree = DraftTree(parent=(-1, 0, 0, 1), token=(-1, 1, 0, 3))       # root children (1, 0), unequal subtrees
+    plain = make_univer_verifier(slot_rule=False).expected_accepted_length(tree, P, Q, "wor")
+    assert VERIFIERS["univer"].expected_accepted_length(tree, P, Q, "wor") == pytest.approx(plain, abs=1e-15)
+    got = expected_accepted_length(TreeBatch.from_trees([tree]), torch.tensor(P)[None], torch.tensor(Q)[None], "wor",
+                                   "univer")
+    assert float(got) == pytest.approx(plain, abs=1e-15)
+
+
 def test_shape_rule_applies_only_to_small_asymmetric_float_nodes():
     q = np.full(4, 0.25)
     assert shape_lp.applies(q, ("(..)", "."), "iid") and shape_lp.applies(q, ("(..)", "."), "wor")

@@ -19,6 +19,7 @@ from ..engine import NodeContext
 from ..processes import tuple_law
 from ..verifiers import traversal_rule, tv_prefix_update, tv_residual_step
 from .base import NodePlan
+from .node_inputs import check_node_inputs
 
 #: Largest wor tuple law enumerated for the marginal (V = 30, k = 3 is 24 360 tuples).
 MAX_WOR_TUPLES = 50_000
@@ -52,14 +53,17 @@ def _iid_marginal(p, q, rho, k):
 def tv_plan(target_probs, draft_probs, rho, k, process) -> NodePlan | None:
     """Rule 6 for ``iid`` / ``wor`` children (None for topk / greedy, where TV is not defined).
 
-    Float rows are used as float64; ``object`` (Fraction) rows stay exact.
+    Inputs are checked as every construction's are (:func:`~.node_inputs.check_node_inputs`: a clear ValueError);
+    float rows are used as float64, ``object`` (Fraction) rows stay exact.
     """
     if process not in ("iid", "wor"):
         return None
     exact = np.asarray(target_probs).dtype == object
-    p = np.asarray(target_probs) if exact else np.asarray(target_probs, dtype=np.float64)
-    q = np.asarray(draft_probs) if exact else np.asarray(draft_probs, dtype=np.float64)
-    rho = rho if exact else float(rho)
+    checked = check_node_inputs("tv_plan", target_probs, draft_probs, rho, k, process)
+    if exact:                                   # Fraction rows: checked on their float values, kept exact
+        p, q = np.asarray(target_probs), np.asarray(draft_probs)
+    else:
+        p, q, rho = checked
     if process == "iid":
         a = _iid_marginal(p, q, rho, k)
     else:
