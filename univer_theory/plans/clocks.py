@@ -128,8 +128,8 @@ def _legendre_rule(n: int):
 @lru_cache(maxsize=16)
 def log_time_grid(nodes: int = LOG_T_NODES, upper: float = LOG_T_RANGE[1]):
     """Nodes ``s = log T`` and weights with ``∫_0^∞ h(T) dT ≈ Σ weights·T·h(T)`` on ``[−30, upper]`` (read-only,
-    cached: the Legendre nodes cost an eigenvalue problem of size ``nodes``, :func:`_legendre_rule`).  The weights are in ``ds``: the
-    Jacobian ``T`` is the caller's, folded into a rate (module docstring).
+    cached: the Legendre rule costs an eigenvalue problem of size ``nodes``, :func:`_legendre_rule`).  The weights
+    are in ``ds``: the Jacobian ``T`` is the caller's, folded into a rate (module docstring).
 
     Equal panels of width 60 with ``nodes`` nodes each (one panel for the default range).
     """
