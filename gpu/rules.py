@@ -4,7 +4,7 @@ Each rule loops over the sibling index ``j`` (children in drafting order) and up
 ``[R, V]``, only on the leading rows that can have a j-th child (``LevelContext.active``); a node without a j-th
 child keeps its state.  States are kept unnormalised with a scale per row (:class:`_Rows`) and updated in
 place or between two buffers, so a sibling step costs a few passes over its rows and allocates nothing of size
-``[R, V]`` (RRS, RRSw and TV on float32 rows decide on a float64 copy of them: :func:`_decided_in_float64`).
+``[R, V]`` (every rule here decides float32 rows on a float64 copy of them: :func:`_decided_in_float64`).
 Shapes: ``ctx.target``/``ctx.draft`` ``[R, V]``, ``ctx.children``/``ctx.child_mask`` ``[R, K]``, ``ctx.rho``
 ``[R]``.
 """
@@ -139,6 +139,8 @@ class _Rows:
 def nss_rule(ctx: LevelContext) -> LevelDecision:
     """Target-only (§3.1): child j entered w.p. ``P(y_j)``, then ``P ← norm(P·1[≠y_j])``; all missed:
     ``Y ~ P``."""
+    if ctx.target.dtype != torch.float64:
+        return _decided_in_float64(nss_rule, ctx)
     R, K = ctx.children.shape
     P = _Rows(ctx.target, own=True)
     enter = torch.zeros(R, K, dtype=ctx.target.dtype, device=ctx.target.device)
@@ -195,8 +197,10 @@ def kseq_rule(ctx: LevelContext) -> LevelDecision:
     ``Y ~ norm([p − m]_+)`` (``p`` where round-off cancels it), ``m = min(ρ* q, p)·(1 − (1−β)^k)/(ρ* β)`` the
     accepted mass (float64; ``ρ*`` and ``m`` by the exact core's :func:`~univer_theory.verifiers.kseq_rho_star` and
     :func:`~univer_theory.verifiers.kseq_acceptance_mass` on the torch rows)."""
+    if ctx.target.dtype != torch.float64:
+        return _decided_in_float64(kseq_rule, ctx)
     k = ctx.child_mask.sum(1)
-    p, q = ctx.target.to(torch.float64), ctx.draft.to(torch.float64)
+    p, q = ctx.target, ctx.draft
     if ctx.children.shape[1] == 1:   # k = 1 everywhere: f(1) = 0, so ρ* = 1 (token-level SpS), no search
         rho = torch.ones_like(k, dtype=torch.float64)
     else:

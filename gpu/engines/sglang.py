@@ -30,6 +30,7 @@ from typing import NamedTuple
 import torch
 
 from univer_theory.validation import check_choice
+from univer_theory.verifiers import normalise_rows
 
 from ..engine import VerifyResult
 from ..probs import check_row_dtypes, check_rows, engine_rows
@@ -198,8 +199,10 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     process : how each node's children were drafted (``iid``, ``wor``, ``topk``, ``greedy``); default ``wor``
         for ``rrsw``, ``iid`` otherwise.
     uniform_samples [B, N], uniform_samples_for_final_sampling [B] : SGLang's coins; only for ``nss``, which then
-        runs :func:`target_only_coins` (the kernel's procedure).  Otherwise the randomness comes from
-        ``generator`` (a torch.Generator on the inputs' device; None: torch's default).
+        runs :func:`target_only_coins` (the kernel's procedure; float32 rows on their float64 simplex rows, as
+        :func:`gpu.verify` reads them: as given, a row within ``SIMPLEX_TOL`` of 1 moved a child's acceptance by
+        its defect).  Otherwise the randomness comes from ``generator`` (a torch.Generator on the inputs' device;
+        None: torch's default).
     num_speculative_tokens : ``S``; default ``accept_index``'s width if given, else the deepest tree + 1.
     predicts, accept_index, accept_token_num : output tensors filled in place (created if None).
     validate : check the probability rows (:func:`gpu.validate_inputs`); float32 rows within the float32 rounding of
@@ -265,6 +268,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                 raise ValueError(f"{where}: {name} has an entry outside [0, 1] (or NaN): coins are uniforms")
         if validate:                                         # (no gpu.verify on this path to check them)
             check_rows(where, "target_probs", p)
+        if p.dtype != torch.float64:        # float32 rows on the simplex in float64, as gpu.verify's rules read them
+            p = normalise_rows(p.double())
         path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, p.view(B, N, -1), U,
                                          Uf, S)
         _write(path, tau, y, candidates, ridx, predicts, accept_index, accept_token_num)

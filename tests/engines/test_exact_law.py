@@ -122,6 +122,25 @@ def test_sglang_coins_follow_target_only_law(process):
     assert distance_to_target(MODEL, total, shape.max_depth + 1) <= TOL
 
 
+def test_sglang_coins_read_float32_rows_on_the_simplex():
+    """A root with one child and float32 rows 9e-6 short of summing to 1 (valid within the float32 tolerance): the
+    coins accepted the child iff ``c ≤ P(y)`` on the row as given, 6.3e-6 below the row's law ``P(y)/ΣP`` (what
+    ``gpu.verify``'s rules read).  The coins are enumerated exactly, one per cell of the acceptance's cut points."""
+    p32 = (torch.tensor([[0.7, 0.2, 0.1], [0.5, 0.3, 0.2]], dtype=torch.float64) * (1 - 9e-6)).float()[None]
+    ints = dict(candidates=torch.tensor([[0, 0]]), retrive_index=torch.tensor([[0, 1]]),
+                retrive_next_token=torch.tensor([[1, -1]]), retrive_next_sibling=torch.tensor([[-1, -1]]))
+    row = p32[0, 0].double()
+    want = float(row[0] / row.sum())
+    cuts = np.unique([0.0, float(row[0]), want, 1.0])
+    accepted = 0.0
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        out = sglang.verify_tree(**ints, target_probs=p32, method="nss",
+                                 uniform_samples=torch.tensor([[(lo + hi) / 2, 0.5]], dtype=torch.float64),
+                                 uniform_samples_for_final_sampling=torch.tensor([0.5], dtype=torch.float64))
+        accepted += (hi - lo) * (int(out.accept_token_num[0]) >= 1)
+    assert abs(accepted - want) <= 1e-15
+
+
 def cells_of(tree, law):
     """``[(end node, Y, prob)]`` of a per-tree law keyed by (path tokens…, Y) (any node with that path)."""
     node = {tree.path(u): u for u in range(tree.num_nodes)}

@@ -83,6 +83,20 @@ def test_float32_rows_are_decided_on_the_simplex(method, process):
     assert abs(float(got) - ref) <= 1e-6
 
 
+@pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+def test_float32_rows_off_by_the_tolerance_are_decided_on_the_simplex(method, process):
+    """Float32 rows 9e-6 off summing to 1 (valid: SIMPLEX_TOL 1e-5) within 1e-6 of the exact core on the same values
+    put on the simplex: NSS and K-SEQ read such rows as given, 4.2e-5 and 1.6e-5 off."""
+    model, trees = random_batch(process, 6, seed=11, count=7)
+    batch, p, q = padded_rows(trees, model)
+    p32, q32 = (p * (1 - 9e-6)).float(), (q * (1 + 9e-6)).float()
+    ref = [VERIFIERS[method].expected_accepted_length(
+        t, *(x[b, :t.num_nodes].double() / x[b, :t.num_nodes].double().sum(-1, keepdim=True) for x in (p32, q32)),
+        process) for b, t in enumerate(trees)]
+    got = expected_accepted_length(batch, p32, q32, process, method)
+    np.testing.assert_allclose(got.double().numpy(), ref, rtol=0, atol=1e-6)
+
+
 def decision_gap(trees, model, process, torch_rule, exact_rule) -> float:
     """Largest difference between the torch pass 1 and the exact engine's: ρ, enter, stop and the residual of
     every node — its mass ``ρ − α`` where the rule reports α (where that is 0 at ``f > 0``, round-off noise or the
