@@ -5,7 +5,7 @@ Probabilities of events "y is among the first k arrivals, and the other arrivals
 integrals over the arrival time ``T`` of a generating polynomial in a marker ``u`` (one ``u`` per arrival
 before T); the coefficient of ``u^{k−1}`` selects "exactly k−1 arrivals before T".  ``T`` is integrated by
 Gauss–Legendre in ``s = log T`` (the integrands decay double-exponentially for large T and like a power of T
-for small T), 400 nodes per panel of width 60.
+for small T), 400 nodes per panel of width 60 up to k = 4 draws, more beyond (:func:`clock_nodes`).
 
 **The range follows the row.**  The grid starts at ``s = −30`` and ends at ``s_hi = max(30, log(50/q_(k)))``
 with ``q_(k)`` the k-th largest clock rate: the k-th arrival comes after ``T`` with probability at most
