@@ -66,7 +66,7 @@ from univer_theory import VERIFIERS
 from univer_theory.alpha_star import alpha_star, alpha_star_rows
 from univer_theory.engine import tree_sample
 from univer_theory.multidraft import FlatPlanRule
-from univer_theory.plans.clocks import LOG_T_NODES, log_time_grid, log_time_upper
+from univer_theory.plans.clocks import clock_nodes, log_time_grid, log_time_upper
 from univer_theory.univer import UniVerRule
 
 from bench_args import at_least, known     # sibling modules (benchmarks/ is the script's path)
@@ -217,7 +217,7 @@ ALPHA_K = 3
 def alpha_star_section(V: int, repeat: int, device: torch.device) -> dict:
     gen = torch.Generator().manual_seed(0)
     p, q = (x.numpy() for x in zipf_rows((), V, gen))
-    log_time_grid(LOG_T_NODES, log_time_upper(float(q.min())))  # the process-wide grid cache, outside timing
+    log_time_grid(clock_nodes(ALPHA_K), log_time_upper(float(q.min())))  # the process-wide grid cache, untimed
     out = {"vocab": V, "k": ALPHA_K, "torch_device": str(device)}
     tp, tq = (torch.from_numpy(x)[None].to(device) for x in (p, q))
     rho = torch.ones(1, dtype=torch.float64, device=device)
