@@ -11,6 +11,7 @@ Shapes: ``ctx.target``/``ctx.draft`` ``[R, V]``, ``ctx.children``/``ctx.child_ma
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -136,11 +137,26 @@ class _Rows:
         return out
 
 
+def _decided_in_float64(rule):
+    """``rule`` deciding float32 rows on their float64 copies put back onto the simplex (:func:`normalise_rows`, as
+    UniVer's planning rows), its decision in the rows' dtype; float64 rows as given.  A float32 row sums to 1 within
+    a few ulps only: on its own floats RRSw's ``[P − Q]_+`` at p ≈ q moved by 1e-3 relative and E[τ | T] by 1.2e-5
+    from the exact core on the same values, where float32 rows are held to 1e-6 (docs/deviations.md item 69)."""
+    @functools.wraps(rule)
+    def decide(ctx: LevelContext, *args, **kwargs) -> LevelDecision:
+        if ctx.target.dtype == torch.float64:
+            return rule(ctx, *args, **kwargs)
+        wide = dataclasses.replace(ctx, target=normalise_rows(ctx.target.double()),
+                                   draft=normalise_rows(ctx.draft.double()), rho=ctx.rho.double())
+        dec = rule(wide, *args, **kwargs)
+        return LevelDecision(*(x.to(ctx.target.dtype) for x in (dec.enter, dec.scale, dec.stop, dec.residual)))
+    return decide
+
+
+@_decided_in_float64
 def nss_rule(ctx: LevelContext) -> LevelDecision:
     """Target-only (§3.1): child j entered w.p. ``P(y_j)``, then ``P ← norm(P·1[≠y_j])``; all missed:
     ``Y ~ P``."""
-    if ctx.target.dtype != torch.float64:
-        return _decided_in_float64(nss_rule, ctx)
     R, K = ctx.children.shape
     P = _Rows(ctx.target, own=True)
     enter = torch.zeros(R, K, dtype=ctx.target.dtype, device=ctx.target.device)
@@ -152,20 +168,8 @@ def nss_rule(ctx: LevelContext) -> LevelDecision:
     return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), P.rows())
 
 
-def _decided_in_float64(rule, ctx: LevelContext, *args) -> LevelDecision:
-    """``rule(ctx, *args)`` on the rows in float64 put back onto the simplex (:func:`normalise_rows`, as UniVer's
-    planning rows), its decision in the rows' dtype.  A float32 row sums to 1 within a few ulps only: on its own
-    floats RRSw's ``[P − Q]_+`` at p ≈ q moved by 1e-3 relative and E[τ | T] by 1.2e-5 from the exact core on the
-    same values, where float32 rows are held to 1e-6 (docs/deviations.md item 69)."""
-    wide = dataclasses.replace(ctx, target=normalise_rows(ctx.target.double()),
-                               draft=normalise_rows(ctx.draft.double()), rho=ctx.rho.double())
-    dec = rule(wide, *args)
-    return LevelDecision(*(x.to(ctx.target.dtype) for x in (dec.enter, dec.scale, dec.stop, dec.residual)))
-
-
+@_decided_in_float64
 def _recursive_rejection(ctx: LevelContext, without_replacement: bool) -> LevelDecision:
-    if ctx.target.dtype != torch.float64:
-        return _decided_in_float64(_recursive_rejection, ctx, without_replacement)
     R, K = ctx.children.shape
     P, Q = _Rows(ctx.target), _Rows(ctx.draft, own=without_replacement)
     enter = torch.zeros(R, K, dtype=ctx.target.dtype, device=ctx.target.device)
@@ -192,13 +196,13 @@ def rrsw_rule(ctx: LevelContext) -> LevelDecision:
     return _recursive_rejection(ctx, without_replacement=True)
 
 
+@_decided_in_float64
 def kseq_rule(ctx: LevelContext) -> LevelDecision:
     """SpecTr K-SEQ (§3.5): accept each child w.p. ``min(1, p(y)/(ρ* q(y)))``; all rejected:
     ``Y ~ norm([p − m]_+)`` (``p`` where round-off cancels it), ``m = min(ρ* q, p)·(1 − (1−β)^k)/(ρ* β)`` the
-    accepted mass (float64; ``ρ*`` and ``m`` by the exact core's :func:`~univer_theory.verifiers.kseq_rho_star` and
-    :func:`~univer_theory.verifiers.kseq_acceptance_mass` on the torch rows)."""
-    if ctx.target.dtype != torch.float64:
-        return _decided_in_float64(kseq_rule, ctx)
+    accepted mass (float64 rows, :func:`_decided_in_float64`; ``ρ*`` and ``m`` by the exact core's
+    :func:`~univer_theory.verifiers.kseq_rho_star` and :func:`~univer_theory.verifiers.kseq_acceptance_mass` on the
+    torch rows)."""
     k = ctx.child_mask.sum(1)
     p, q = ctx.target, ctx.draft
     if ctx.children.shape[1] == 1:   # k = 1 everywhere: f(1) = 0, so ρ* = 1 (token-level SpS), no search
@@ -207,10 +211,11 @@ def kseq_rule(ctx: LevelContext) -> LevelDecision:
         rho = kseq_rho_star(p, q, k, max_k=ctx.children.shape[1], validate=False)
     residual = residual_rows(p, kseq_acceptance_mass(p, q, k, rho, validate=False), torch.ones_like(rho))
     y, m = ctx.children, ctx.child_mask
-    enter = _ratio_min1(p.gather(1, y), rho[:, None] * q.gather(1, y), m).to(ctx.target.dtype)
-    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), residual.to(ctx.target.dtype))
+    enter = _ratio_min1(p.gather(1, y), rho[:, None] * q.gather(1, y), m)
+    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), residual)
 
 
+@_decided_in_float64
 def tv_rule(ctx: LevelContext, parent_update=None) -> LevelDecision:
     """Traversal Verification at each node (§3.7), iid or wor children.
 
@@ -219,8 +224,6 @@ def tv_rule(ctx: LevelContext, parent_update=None) -> LevelDecision:
     and for wor ``Q ← norm(Q·1[≠y_j])``.  The node succeeds w.p. the final ``r`` with ``Y ~ P``.
     ``parent_update(R, r, Q(y))`` replaces the ``r`` update; it exists only for the bug zoo (§3.9 (d)).
     """
-    if ctx.target.dtype != torch.float64:
-        return _decided_in_float64(tv_rule, ctx, parent_update)
     R, K = ctx.children.shape
     r = ctx.rho.clone()
     P, Q = _Rows(ctx.target), _Rows(ctx.draft, own=ctx.process == "wor")

@@ -151,8 +151,8 @@ def _clock_grid(qs, k: int):
     ``s = −30``, as many as :func:`~univer_theory.plans.clocks.grid_panels` asks for the row's k-th largest
     rate): ``(s [t], weights [R, t])`` — the panels are the same for every row, a row's weights are 0 past its own
     end (:func:`~univer_theory.plans.clocks.row_weights`).  The grid's length ``t`` (``clock_nodes(k)`` × the most
-    panels of any row) is a data-dependent shape: its one host read per call (a fixed 13-panel grid would cost 13× on every
-    row).  numpy or torch."""
+    panels of any row) is a data-dependent shape: its one host read per call (a fixed 13-panel grid would cost 13×
+    on every row).  numpy or torch."""
     nx = get_backend(qs)
     top = nx.top_values(qs, k)
     top = nx.where(top > 0, top, 1.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from univer_theory import DirichletModel, TableModel, TemperedModel, TreeShape, VERIFIERS
-from univer_theory.models import SEED_LIMIT, resolve_draft_temperature
+from univer_theory.models import check_seed, resolve_draft_temperature
 from univer_theory.processes import EXACT_PROCESSES
 from univer_theory.validation import check_temperature, count_text
 
@@ -192,13 +192,14 @@ def seed_int(text: str) -> int:
 
 def model_seed(text: str) -> int:
     """argparse type: a seed of the synthetic model families, an integer in ``[0, 2^32)``
-    (:data:`univer_theory.models.SEED_LIMIT`)."""
+    (:func:`univer_theory.models.check_seed`), so a bad one is a usage error before any model is built."""
     import argparse
 
     value = _int_at_least(text, 0)
-    if value >= SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be below 2^32 (the model family's seed), got {value}")
-    return value
+    try:
+        return check_seed(value, "")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be below 2^32 (the model family's seed), got {value}") from None
 
 
 def temperature(text: str) -> float:

@@ -174,11 +174,12 @@ def run(args) -> int:
     if args.json:
         print_json(report)
         return 0
-    print(f"{'method':18s} {'tokens/s':>9s} {'× plain':>8s} {'tok/step':>9s} {'acc len':>8s} {'draft':>6s} {'target':>7s} {'verify':>7s}")
+    print(f"{'method':18s} {'tokens/s':>9s} {'× plain':>8s} {'tok/step':>9s} {'acc len':>8s} {'draft':>6s} "
+          f"{'target':>7s} {'verify':>7s}")
     for name, m in report["methods"].items():
         speedup = f"{m['speedup_vs_plain']:8.2f}" if "speedup_vs_plain" in m else f"{'-':>8s}"   # plain not run
         print(f"{name:18s} {m['tokens_per_s']:9.2f} {speedup} "
-              f"{m['tokens_per_step']:9.2f} {m['acceptance_length']:8.2f} {m['share']['draft']:6.1%} {m['share']['target']:7.1%} "
-              f"{m['share']['verify']:7.1%}")
+              f"{m['tokens_per_step']:9.2f} {m['acceptance_length']:8.2f} {m['share']['draft']:6.1%} "
+              f"{m['share']['target']:7.1%} {m['share']['verify']:7.1%}")
     print(f"wrote {args.out}/speed.json, speed.csv, speed.png")
     return 0
