@@ -182,7 +182,9 @@ def _recursive_rejection(ctx: LevelContext, without_replacement: bool) -> LevelD
         P.set_scale(mass, m)
         if without_replacement:
             Q.remove(y, m)
-    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), P.rows())
+    rows = P.rows()                 # all of [P − Q]_+ rounded away: Y ~ p, as the exact twin (residual_rows' fallback)
+    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho),
+                         torch.where(rows.sum(-1, keepdim=True) > 0, rows, ctx.target))
 
 
 def rrs_rule(ctx: LevelContext) -> LevelDecision:

@@ -77,7 +77,8 @@ def _check_rho(where: str, rho, batch_shape: tuple) -> np.ndarray:
     if not real:                        # "0.5" was read as 0.5, 0.5 + 0j and "abc" were numpy's errors
         raise ValueError(f"{where}: rho must be a real number (or one per row) in [0, 1], got {rho!r}")
     r = raw.astype(np.float64)
-    if not np.all(np.isfinite(r)) or np.any(r < 0) or np.any(r > 1):
+    outside = raw.dtype == object and any(v < 0 or v > 1 for v in raw.flat)    # exact ρ: 1 + 1e-30 is 1.0 as a float
+    if outside or not np.all(np.isfinite(r)) or np.any(r < 0) or np.any(r > 1):
         raise ValueError(f"{where}: rho must lie in [0, 1], got {rho!r}")
     try:
         return np.broadcast_to(r, batch_shape)

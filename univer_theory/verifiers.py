@@ -83,7 +83,9 @@ def recursive_rejection_rule(ctx: NodeContext, without_replacement: bool) -> Nod
             Q = Q.copy()
             Q[y] = 0
             Q = normalise(Q)
-    return NodeDecision(tuple(enter), (1,) * len(enter), 1, P)
+    # all of [P − Q]_+ rounded away (float rows a few ulps off each other): Y ~ p, as residual_rows' fallback (the
+    # zero row lost the law's mass; exact rows reach it only on an event of probability 0)
+    return NodeDecision(tuple(enter), (1,) * len(enter), 1, P if P.sum() != 0 else ctx.target)
 
 
 def rrs_rule(ctx):
@@ -382,7 +384,7 @@ class BlockVerifier(Verifier):
             D = positive_part(w[i] * p[i] - q[i])
             r = D.sum()
             h.append(1 if i == 0 else (r / (r + (1 - w[i])) if r != 0 else 0 * r))
-            resid.append(normalise(D))
+            resid.append(normalise(D) if r != 0 else p[i])    # all of D rounded away: Y ~ p (it lost the mass)
         probs, survive = [None] * (gamma + 1), 1
         for i in range(gamma, -1, -1):
             probs[i] = survive * h[i]

@@ -342,7 +342,7 @@ def test_sample_rows_returns_positive_tokens_only(V):
     assert sample_rows(torch.zeros(0, V)).shape == (0,) and sample_rows(torch.zeros(0, V), num_samples=3).shape == (0, 3)
 
 
-@pytest.mark.parametrize("method", ["gr", "kseq"])
+@pytest.mark.parametrize("method", ["gr", "kseq", "rrs", "rrsw"])
 def test_a_residual_that_rounds_away_is_the_target(method):
     """p = q with p(0) = 0, two i.i.d. children at the root (stop 1): GR's and K-SEQ's accepted mass ``a`` is p up to
     round-off, so ``[p − a]_+`` often cancels to the zero row while the children can still all fail (by round-off).

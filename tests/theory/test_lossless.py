@@ -125,6 +125,23 @@ def test_exact_mode_stays_in_fractions_and_mass_balance_reads_a_root_of_one():
     plan = single_child_plan(exact.target(()), exact.draft(()), F(1), "topk")
     top = int(np.argmax(exact.draft(()).astype(float)))
     assert [plan.select((y,))[0] for y in range(3) if y != top] == [0, 0]
+    for process in ("iid", "wor", "greedy"):                  # min(1, c/q) was the int 1 where ρp(y) ≥ Q_1(y)
+        plan = single_child_plan(exact.target(()), exact.draft(()), F(1), process)
+        assert all(isinstance(plan.select((y,))[0], F) for y in range(3)), process
+
+
+@pytest.mark.parametrize("name,process", [("sps", "iid"), ("rrs", "iid"), ("rrsw", "wor"), ("bv", "iid")])
+def test_a_residual_that_rounds_to_zero_keeps_the_trees_mass(name, process):
+    """q = (10⁻³⁰, 1) is on the simplex in float64 and drafts token 0, where p = 0: the root rejects it surely and
+    [P − Q]_+ = (0, 1 − 1) rounds to the zero row. Its law had mass 0 (``sample`` drew from NaN; the two-level
+    chain's E[τ | T] read 1 from a law with no mass); the residual is p there now, as ``residual_rows``' fallback,
+    so the one-level law is the exact rows' (token 1 surely) and the two-level one keeps its mass (BV's stop at the
+    root reads R / (R + 1 − r) = 0 / 0 on these float rows where the exact rows' is 0 / 10⁻³⁰: item 106)."""
+    p, q = np.array([[0.0, 1.0], [0.5, 0.5]]), np.array([[1e-30, 1.0], [0.5, 0.5]])
+    assert VERIFIERS[name].law(DraftTree.chain([0]), p, q, process) == {(1,): 1.0}
+    p2, q2 = np.vstack([[0.5, 0.5], p]), np.vstack([[0.5, 0.5], q])
+    law = VERIFIERS[name].law(DraftTree.chain([0, 0]), p2, q2, process)
+    assert sum(law.values()) == 1.0 and (name == "bv" or law == {(0, 1): 1.0}), law
 
 
 def test_a_model_must_keep_one_mode_below_its_root():

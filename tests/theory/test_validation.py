@@ -94,6 +94,27 @@ def test_mixed_exact_and_float_rejected():
         VERIFIERS["tv"].law(TREE, exact, np.full((3, 3), 1 / 3), "iid")
 
 
+def test_exact_node_plans_read_rho_exactly_and_one_mode():
+    """An exact ρ was checked as a float: 1 + 10⁻³⁰ read as 1 (``tv_plan`` divided by zero, the fill plan's stop was
+    above 1) and −10⁻⁴⁰⁰ as −0 (negative marginals); Fraction rows beside a float row, or a float ρ beside Fraction
+    rows, gave plans of neither mode, where ``Verifier.law`` refuses the same mix."""
+    from univer_theory.plans import build_plan, tv_plan
+    p = np.array([F(1, 2), F(1, 4), F(1, 4)], dtype=object)
+    q = np.array([F(1, 4), F(1, 4), F(1, 2)], dtype=object)
+    plans = (lambda *a: tv_plan(*a, 2, "iid"), lambda *a: tv_plan(*a, 2, "wor"),
+             lambda *a: build_plan("fill", *a, 2, "topk"), lambda *a: build_plan("tv", *a, 1, "iid"))
+    for plan in plans:
+        for rho in (1 + F(1, 10**30), -F(1, 10**400)):
+            with pytest.raises(ValueError, match=r"rho must lie in \[0, 1\]"):
+                plan(p, p, rho)
+        for rows in ((p, q.astype(float)), (p.astype(float), q)):
+            with pytest.raises(ValueError, match="both be exact"):
+                plan(*rows, F(1, 2))
+        with pytest.raises(ValueError, match="rho must be exact"):
+            plan(p, q, 0.5)
+        assert plan(p, q, 1).alpha == plan(p, q, F(1)).alpha        # the engine's root ρ is the int 1
+
+
 def test_model_tables_validated(tmp_path):
     with pytest.raises(ValueError, match="root row"):
         TableModel(2, {(0,): [0.5, 0.5]}, {(): [0.5, 0.5]})

@@ -158,7 +158,8 @@ def single_child_plan(target_probs, draft_probs, rho, process) -> NodePlan:
 
         def select(S):
             (y,) = S
-            return np.array([min(1, c[y] / q[y]) if q[y] > 0 else 0 * c[y]], dtype=p.dtype)   # Q_1 = 0: w = 0
+            # Q_1 = 0: w = 0; a Fraction 1, not the int, where ρp(y) ≥ Q_1(y)
+            return np.array([min(0 * c[y] + 1, c[y] / q[y]) if q[y] > 0 else 0 * c[y]], dtype=p.dtype)
 
         return NodePlan("single", rho, p, a, select)
     c = float(rho) * np.asarray(p, dtype=np.float64)
