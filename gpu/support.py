@@ -20,9 +20,9 @@ from that column is drawn again from ``p·1[q = 0]``, once per tree and only whe
 
 With a draft truncated to its m most likely tokens (a draft process of its own, ``gpu.probs.probs_from_logits``
 ``top = m``) a node then costs one pass over its draft row (:func:`scan`; ``p_rest = 1 − Σ_drafted p``, the
-target row read whole only where that is small) and O(m log m) after it, instead of the rule's dozens of O(V)
-passes over both rows; on whole rows the scan gives up at the first row with more than ``V/2`` drafted tokens
-and the level is planned on all V as before.
+target row read whole only where that is small or the row is float32) and O(m log m) after it, instead of the
+rule's dozens of O(V) passes over both rows; on whole rows the scan gives up at the first row with more than
+``V/2`` drafted tokens and the level is planned on all V as before.
 """
 from __future__ import annotations
 
@@ -66,8 +66,11 @@ SCAN_SUB_BLOCK = 8
 
 #: ``p_rest`` is ``1 − Σ_drafted p`` at or above this value and summed over the undrafted tokens below it, per
 #: dtype (:func:`scan`): the complement's relative error is ``|1 − Σ p|`` / ``p_rest``, ≤ ~1e-10 for a float64
-#: softmax row (``|1 − Σ p|`` ~ 1e-16) and ≤ ~1e-5 for a float32 one (~1e-7).
-EXACT_REST_BELOW = {torch.float64: 1e-6, torch.float32: 1e-2}
+#: softmax row (``|1 − Σ p|`` ~ 1e-16).  A float32 row is always summed: it may miss 1 by up to
+#: :data:`gpu.probs.SIMPLEX_TOL` (1e-5), and the complement put that whole defect on the undrafted mass, so the
+#: rules, which put float32 rows onto the simplex (``gpu.rules._decided_in_float64``), planned another row than
+#: ``p/Σp`` on a drafted support (E[τ | T] 8.6e-6 off the exact core, where whole rows are 1e-7 off).
+EXACT_REST_BELOW = {torch.float64: 1e-6, torch.float32: float("inf")}
 
 
 @numba.njit(cache=True, nogil=True)
@@ -197,8 +200,8 @@ def scan(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor) -> Suppo
     more than ``V/2`` tokens (then the level is cheaper on its whole rows).  On the CPU compiled passes
     (:func:`_scan_rows`), elsewhere torch (:func:`_scan_device`).
 
-    ``p_rest = 1 − Σ_drafted p`` where that is at least :data:`EXACT_REST_BELOW` of the rows' dtype, so that
-    only q is read whole, else ``Σ_{q=0} p`` over the row: the level then plans against
+    ``p_rest = 1 − Σ_drafted p`` where that is at least :data:`EXACT_REST_BELOW` of the rows' dtype (never on
+    float32 rows), so that only q is read whole, else ``Σ_{q=0} p`` over the row: the level then plans against
     ``p̃ = (p on drafted tokens, p_rest · p/Σ_{q=0} p on the others)``, a distribution within ``|1 − Σ p|`` of
     p in total variation (p itself for a row on the simplex) — docs/deviations.md item 47."""
     cap = q_rows.shape[1] // 2

@@ -176,8 +176,8 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
         ``q(·|s(u))`` (padded rows ignored).  Leaves' draft rows are checked but unused.  A draft row with few
         positive entries (a truncated draft, :func:`gpu.probs.probs_from_logits` ``top=m``) makes an iid / wor level
         cost one pass over its draft rows and then O(m log m) per node instead of O(V log V) (:mod:`gpu.support`;
-        the target's undrafted mass is then ``1 − Σ_drafted p`` unless that is small, so the law is exact for the
-        row renormalised through its undrafted tokens: within ``|1 − Σ p|`` of p).
+        the target's undrafted mass is then ``1 − Σ_drafted p`` unless that is small, and summed on a float32 row, so
+        the law is exact for the row renormalised through its undrafted tokens: within ``|1 − Σ p|`` of p).
     process : draft process of the children (``iid``, ``wor``, ``topk``, ``greedy``).
     method : one of :data:`METHODS`; its processes are those of the exact twin in ``univer_theory``.
     generator : torch.Generator on the inputs' device (None: torch's default generator).
