@@ -3,8 +3,11 @@
 Per node (theory.md §6.2): at every internal node of every tree of the grid, the acceptance ``α = Σ_y a(y)`` of
 the weights UniVer actually applies — recomputed from its decisions on every tuple of the context
 (:func:`paper_checks.studies.applied_marginal`), not taken from the plan's account of itself — must satisfy
-``a ≤ ρp`` (1e-9), agree with the plan's own α (1e-9), and equal α*(ρ) of the CondOT(ρ) LP (§4.2,
-``solvers.condot_lp``) within 1e-9 wherever the automatic choice reaches α* by construction — decided from the
+``a ≤ ρp`` (1e-9), agree with the plan's own α (1e-9), conserve the node's mass — ``a(y) + e(y) = ρp(y)`` to
+1e-12, ``e`` the mass its own stop and residual emit (§6.1's losslessness step,
+:func:`paper_checks.studies.emitted_mass`: a plan whose per-token marginal is not its applied one, with the same
+α, passes every other test here) — and equal α*(ρ) of the CondOT(ρ) LP (§4.2, ``solvers.condot_lp``) within
+1e-9 wherever the automatic choice reaches α* by construction — decided from the
 node itself (k = 1, i.i.d., topk and greedy children, wor supports of k tokens or within the LP's size:
 :func:`paper_checks.studies.alpha_star_guaranteed`), not from the plan's label, so a plan mislabelled or a
 construction swapped below the root is caught.  Elsewhere (wor on larger supports: rule 3, PTS, the i.i.d.
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from univer_theory import VERIFIERS
+from univer_theory import LOSSLESS_TOL, VERIFIERS
 
 from .base import CheckResult, markdown_table, percent, save_figure
 from .instances import confident_instances, random_instances
@@ -89,6 +92,8 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             seen.add((r.node, r.prefix, r.rho))
             if r.excess > NODE_TOL:
                 problems.append(f"{where}: the applied marginal exceeds ρp by {r.excess:.3g}")
+            if r.leak > LOSSLESS_TOL:
+                problems.append(f"{where}: the applied marginal and the residual's mass miss ρp by {r.leak:.3g}")
             if abs(r.alpha - r.reported_alpha) > NODE_TOL:
                 problems.append(f"{where}: the applied weights give α = {r.alpha:.12g}, the plan reports "
                                 f"{r.reported_alpha:.12g}")

@@ -88,7 +88,8 @@ class NodeRecord:
     probability ``reach`` that the drafted tree produces this context, the size ``support`` of its draft row's
     support, the rule's trace info (``construction``, ``slot_rule`` and its own ``reported_alpha``), and what the
     weights it actually applied give over all tuples of the context: ``alpha = Σ_y a(y)`` and
-    ``excess = max_y (a(y) − ρ p(y))`` (:func:`node_audit`)."""
+    ``excess = max_y (a(y) − ρ p(y))``, and ``leak = max_y |a(y) + e(y) − ρ p(y)|`` with ``e`` the correction
+    token's mass (:func:`emitted_mass`): the node's own step of the §6.1 losslessness proof (:func:`node_audit`)."""
 
     node: int
     prefix: tuple[int, ...]
@@ -101,6 +102,7 @@ class NodeRecord:
     alpha: float
     reported_alpha: float
     excess: float
+    leak: float
 
 
 def applied_marginal(decisions, V: int) -> np.ndarray:
@@ -116,6 +118,19 @@ def applied_marginal(decisions, V: int) -> np.ndarray:
             a[int(y)] += float(qs) * go * take
             go *= 1.0 - take
     return a
+
+
+def emitted_mass(decisions, V: int) -> np.ndarray:
+    """``e(y) = Σ_S Q_k(S) Π_j (1 − e_j s_j) · f(S) · R_S(y)``: the mass with which the node itself succeeds and
+    emits ``y`` from its residual once every child failed (theory.md §6.1: ``a(y) + e(y) = ρ p(y)`` is the node's
+    step of the losslessness proof) — from the decisions' own stop and residual, not the plan's marginal."""
+    e = np.zeros(V)
+    for S, qs, d in decisions:
+        none = float(qs)
+        for en, s in zip(d.enter, d.scale):
+            none *= 1.0 - float(en) * float(s)
+        e += none * float(d.stop) * np.asarray(d.residual, dtype=np.float64)
+    return e
 
 
 def node_audit(model, shape, process: str, verifier: Verifier) -> list[NodeRecord]:
@@ -138,12 +153,14 @@ def node_audit(model, shape, process: str, verifier: Verifier) -> list[NodeRecor
         decisions = [(S, qs, verifier.rule(NodeContext(rho, p, q, S, process, keys, prefix)))
                      for S, qs in tuple_law(q, len(kids), process)]
         a = applied_marginal(decisions, len(p))
-        alpha, excess = float(a.sum()), float(np.max(a - float(rho) * np.asarray(p, dtype=np.float64)))
+        c = float(rho) * np.asarray(p, dtype=np.float64)
+        alpha, excess = float(a.sum()), float(np.max(a - c))
+        leak = float(np.max(np.abs(a + emitted_mass(decisions, len(p)) - c)))
         for S, qs, d in decisions:
             records.append(NodeRecord(u, prefix, float(rho), tuple(int(y) for y in S), reach * float(qs),
                                       int(np.count_nonzero(np.asarray(q, dtype=np.float64))),
                                       d.info.get("construction", verifier.name), bool(d.info.get("slot_rule")),
-                                      alpha, float(d.info["alpha"]), excess))
+                                      alpha, float(d.info["alpha"]), excess, leak))
             for c, y, s in zip(kids, S, d.scale):
                 rec(c, prefix + (int(y),), s, reach * float(qs))
 

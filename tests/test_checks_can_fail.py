@@ -134,6 +134,42 @@ def test_optimality_node_checks(tmp_path):
     res = patched({"node_audit": audit})
     assert not res.passed and "exceeds ρp by 1e-06" in res.table, res.summary
 
+    def leaky(*a):
+        recs = real_audit(*a)
+        return [replace(recs[0], leak=1e-11)] + recs[1:]
+    res = patched({"node_audit": leaky})
+    assert not res.passed and "miss ρp by 1e-11" in res.table, res.summary
+
+
+def test_lossless_reaches_pts_at_three_children(monkeypatch, tmp_path):
+    """PTS (wor, k ≥ 3) reporting its marginal in priority order instead of token order — the same α, weights and
+    E[τ], the residual ``ρp − a`` of other tokens — must fail the fast lossless grid: its sparse rows are the only
+    ones on which UniVer takes PTS at k = 3 (item 106; a fresh UniVer, so no plan comes from another test's cache)."""
+    import numpy as np
+
+    from univer_theory.plans import choose
+    from univer_theory.plans.base import NodePlan
+    from univer_theory.univer import make_univer_verifier
+
+    real = choose.CONSTRUCTIONS["pts"][0]
+
+    def mutant(p, q, rho, k, process, nodes=None):
+        plan = real(p, q, rho, k, process, nodes)
+        if plan is None or k < 3:
+            return plan
+        order = plan.info["order"]
+        marginal = np.zeros_like(plan.marginal)
+        marginal[:len(order)] = plan.marginal[order]
+        return NodePlan(plan.construction, plan.rho, plan.target, marginal, plan.select, plan.info)
+    monkeypatch.setattr(choose, "pts_plan", mutant)
+    monkeypatch.setitem(choose.CONSTRUCTIONS, "pts", (mutant, ("wor",)))
+    monkeypatch.setattr(lossless, "BUG_ZOO", {})
+    monkeypatch.setattr(lossless, "VERIFIERS", {"univer": make_univer_verifier()})
+    grid = lossless.instances
+    monkeypatch.setattr(lossless, "instances", lambda fast: (i for i in grid(fast) if i[0].startswith("sparse/")))
+    res = run(lossless, tmp_path)
+    assert not res.passed and "sparse/" in res.summary, res.summary
+
 
 def test_optimality_mean_kseq(monkeypatch, tmp_path):
     """K-SEQ 3% above UniVer on every iid instance must fail."""
