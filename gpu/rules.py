@@ -173,6 +173,7 @@ def _recursive_rejection(ctx: LevelContext, without_replacement: bool) -> LevelD
     R, K = ctx.children.shape
     P, Q = _Rows(ctx.target), _Rows(ctx.draft, own=without_replacement)
     enter = torch.zeros(R, K, dtype=ctx.target.dtype, device=ctx.target.device)
+    vanished = torch.zeros(R, dtype=torch.bool, device=ctx.target.device)
     for j in range(K):
         n = _bound(ctx, j)
         y, m = ctx.children[:n, j], ctx.child_mask[:n, j]
@@ -180,11 +181,13 @@ def _recursive_rejection(ctx: LevelContext, without_replacement: bool) -> LevelD
         mass = P.subtract(P.scale[:n], Q.scale[:n], Q)     # P ← norm([P − Q]_+), a zero row stays zero
         P.restore(~m)
         P.set_scale(mass, m)
+        vanished[:n] |= m & (mass == 0)
         if without_replacement:
             Q.remove(y, m)
-    rows = P.rows()                 # all of [P − Q]_+ rounded away: Y ~ p, as the exact twin (residual_rows' fallback)
-    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho),
-                         torch.where(rows.sum(-1, keepdim=True) > 0, rows, ctx.target))
+    residual = P.rows()
+    if P.writes:                    # all of [P − Q]_+ rounded away: Y ~ p, as the exact twin (residual_rows' fallback)
+        _copy_rows(residual, ctx.target, vanished)
+    return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), residual)
 
 
 def rrs_rule(ctx: LevelContext) -> LevelDecision:
