@@ -365,8 +365,10 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
                        np.concatenate([s_col, np.full(P, np.inf)]), method=method, presolve=presolve)
         x = np.clip(np.divide(sol.x[:n_x], s_col, out=np.zeros(n_x), where=s_col > 0), 0.0, 1.0)
         tried += 1
-        if sol.status != 0 or merge_duplicates:
-            break
+        usable = sol.status == 0 or (sol.row_dual.size == A.shape[0] and np.isfinite(sol.x).all()
+                                     and np.isfinite(sol.row_dual).all())
+        if merge_duplicates or not usable:  # (a point and duals HiGHS left short of its tolerances are repaired and
+            break                           # certified as an optimal one's: global_tree_lp keeps them if they agree)
         # always repaired: x = column/scale carries HiGHS' absolute error divided by scale, large on improbable
         # trees; the repair makes every row hold to round-off and costs E[τ] only in proportion to the excess
         off = violation(x) > RECHECK_TOL
@@ -381,6 +383,8 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     if best is not None:  # the best feasible point of the attempts (a later failed attempt does not count)
         _, x, lost, off, sol = best
     status, message = sol.status, sol.message + ("" if tried == 1 else " (re-solved without presolve)")
+    if best is not None and status != 0:
+        status, message = 0, f"HiGHS ended '{message}'; its repaired point and certified duals are used"
     if best is not None:
         if lost > REPAIR_TOL:
             status, message = 4, (f"repairing HiGHS' point lost {lost:.1e} > {REPAIR_TOL:g} of its objective "

@@ -111,6 +111,11 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
     # CF's node LP over 125 000 draft tuples: HiGHS ran for tens of minutes (V = 30, 27 000 tuples: ~100 s)
     (["bound", "--vocab", "50", "--shape", "3", "--process", "iid"], "above solvers.cf_bound.MAX_CF_NODE_TUPLES = 3e+04"),
     (["bound", "--process", "hub"], "univer bound: error: unsupported method/shape/process combination: the global"),
+    # found inside the first method's enumeration, its progress bars drawn, blaming a small draft temperature
+    (["exact", "--vocab", "2", "--shape", "3", "--process", "wor"], "drafts 3 distinct tokens at shape (.,.,.)'s"),
+    (["bound", "--vocab", "2", "--shape", "1,3", "--process", "topk"], "more than the vocabulary's 2"),
+    # two runs under one label METHOD@TREE, merged by speed_compare into one entry (2n prompts' values, twice the work)
+    (["speed", "--methods", "univer", "--tree", "binary:2", "--tree", "binary:2"], "--tree binary:2 given more than once"),
     (["check", "--only", ""], "univer check: error: --only '': unknown check(s) ['']"),
     (["check", "--only", "lossless,nope"], "unknown check(s) ['nope']"),
     (["check", "--only", "reductions", "--out", "FILE"], "is a file; give a folder"),

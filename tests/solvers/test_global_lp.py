@@ -51,6 +51,18 @@ def test_chain_equals_block_verification(shape, process):
     assert res.value == pytest.approx(float(bv), abs=1e-9)
 
 
+@pytest.mark.parametrize("seed,concentration", [(254, 0.1), (153, 0.1), (258, 0.05)])
+def test_a_point_highs_leaves_short_of_its_tolerances_is_repaired_and_certified(seed, concentration):
+    """Peaky V = 5 chains (edge coefficients p(y|s) down to 1e-12): HiGHS ends 'Unknown' or 'Infeasible' (an LP
+    that x = 0 satisfies) on every re-solve, and the bound failed; its point, repaired, and its duals, certified,
+    bracket the optimum (BV's E[τ] on a chain) within the result's tolerance."""
+    m = DirichletModel(5, seed=seed, similarity=0.5, concentration=concentration)
+    res = global_tree_lp(m, "1,1,1,1", "wor")
+    bv = float(evaluate(m, TreeShape.parse("1,1,1,1"), "wor", VERIFIERS["bv"]).expected_accepted)
+    assert res.success, res.message
+    assert res.primal_value - 1e-12 <= bv <= res.value + 1e-12 and res.value - res.primal_value <= 1e-5
+
+
 @pytest.mark.parametrize("shape,process", [("2,2", "iid"), ("2,2", "wor"), ("3,1", "iid"), ("((..),.)", "iid"),
                                            ("((..),.)", "wor")])
 @pytest.mark.parametrize("seed", [0, 5])
@@ -131,6 +143,17 @@ def test_bound_cli_json(capsys):
     assert out["methods"]["univer-va"]["lossless"]
     for name, row in out["methods"].items():
         assert row["expected_accepted"] <= glob + 1e-9, name
+
+
+def test_bound_alpha_star_reads_the_rows_the_methods_read(tmp_path, capsys):
+    """A model file whose root target row is 1e-10 off summing to 1: the methods, the LP and CF read it divided by
+    its sum (``checked_rows``), and ``alpha_star`` read it raw, 6.7e-11 off UniVer's E[τ] = α*(1) at depth 1."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"vocab": 3, "target": {"": [0.3333333333] * 3}, "draft": {"": [0.6, 0.3, 0.1]}}))
+    assert cli_main(["bound", "--model-file", str(path), "--shape", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    e = out["methods"]["univer"]["expected_accepted"]
+    assert abs(out["alpha_star"]["fast"] - e) <= 1e-15 and abs(out["alpha_star"]["lp"] - e) <= 1e-12, out["alpha_star"]
 
 
 def test_bound_keeps_its_results_past_the_node_lp_limit(monkeypatch, capsys):

@@ -41,7 +41,7 @@ def bound_results(args, progress: bool = True) -> dict:
                                   f"process {args.process!r} is supported by `univer exact` only")
     from solvers.cf_bound import MAX_CF_NODE_TUPLES, cf_bound
     from solvers.condot import MAX_NODE_LP_TUPLES, condot_lp, node_lp_tuples
-    from solvers.global_lp import enumerate_tree_arrays, global_tree_lp
+    from solvers.global_lp import enumerate_tree_arrays, global_tree_lp, model_rows
     from solvers.value_aware import value_aware_verifier
 
     names = method_names(args.methods, [*VERIFIERS, VALUE_AWARE]) if args.methods else None
@@ -84,7 +84,7 @@ def bound_results(args, progress: bool = True) -> dict:
         "seconds": cf.seconds}
     if shape.max_depth == 1:
         k = len(shape.children[0])
-        p, q = (np.asarray(row, dtype=np.float64) for row in (model.target(()), model.draft(())))
+        p, q = model_rows(model, (), "univer bound")   # the rows the methods, the LP and CF read
         fast = float(alpha_star(p, q, k, args.process, rho=1.0))
         tuples = node_lp_tuples(q, k, args.process)
         if tuples > MAX_NODE_LP_TUPLES:     # the LP is a cross-check: the closed form stands alone (the LP's

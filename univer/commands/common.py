@@ -79,6 +79,9 @@ def check_enumeration_size(vocab: int, shape: TreeShape, process: str) -> None:
     outputs ``V^{D+1}``."""
     from univer_theory.processes import tuple_count
 
+    if process != "iid" and shape.max_children > vocab:     # no row can draft it: refused before any method runs
+        raise ValueError(f"process {process!r} drafts {shape.max_children} distinct tokens at shape {shape}'s widest "
+                         f"node, more than the vocabulary's {vocab}; use a smaller node or --process iid")
     prefixes = [1] * shape.num_nodes
     for u, kids in enumerate(shape.children):      # parents come before their children
         k = len(kids)

@@ -68,6 +68,9 @@ def speed_methods(args) -> list:
         raise ValueError(f"--batch {args.batch}: method(s) {list(cannot)} cannot batch requests "
                          f"({'; '.join(cannot.values())}); leave them out of --methods or use --batch 1")
     trees = args.tree or [DEFAULT_TREE]
+    repeated = sorted({spec for spec in trees if trees.count(spec) > 1})
+    if repeated:        # two runs under one label METHOD@TREE: speed_compare would merge them into one entry
+        raise ValueError(f"--tree {', '.join(repeated)} given more than once; name each tree once")
     if args.tree and all(name in ("plain", "hf-assisted", "sps") for name in names):
         raise ValueError(f"--tree {', '.join(args.tree)}: none of the methods {names} drafts a tree (sps drafts "
                          f"--chain); add a tree method or leave --tree out")
