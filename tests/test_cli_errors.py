@@ -115,7 +115,8 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
     (["exact", "--vocab", "2", "--shape", "3", "--process", "wor"], "drafts 3 distinct tokens at shape (.,.,.)'s"),
     (["bound", "--vocab", "2", "--shape", "1,3", "--process", "topk"], "more than the vocabulary's 2"),
     # two runs under one label METHOD@TREE, merged by speed_compare into one entry (2n prompts' values, twice the work)
-    (["speed", "--methods", "univer", "--tree", "binary:2", "--tree", "binary:2"], "--tree binary:2 given more than once"),
+    (["speed", "--methods", "univer", "--tree", "binary:2", "--tree", "binary:2"],
+     "--tree binary:2 given more than once"),
     (["check", "--only", ""], "univer check: error: --only '': unknown check(s) ['']"),
     (["check", "--only", "lossless,nope"], "unknown check(s) ['nope']"),
     (["check", "--only", "reductions", "--out", "FILE"], "is a file; give a folder"),
