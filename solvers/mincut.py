@@ -12,7 +12,9 @@ import numpy as np
 
 from univer_theory.alpha_star import check_node_inputs
 from univer_theory.processes import tuple_law
+from univer_theory.validation import count_text
 
+from .condot import MAX_NODE_LP_TUPLES, node_lp_tuples
 from .result import OTResult
 
 #: Largest vocabulary the enumeration of all 2^V cuts accepts.
@@ -22,7 +24,9 @@ MAX_MINCUT_VOCAB = 12
 def condot_mincut(target_probs, draft_probs, k: int, process: str, rho=1.0) -> OTResult:
     """α*(ρ) and a minimising cut A* (smallest bitmask among ties) by enumerating all ``2^V`` subsets A.
 
-    Returns an :class:`OTResult` with ``value``, ``cut [V]`` and no plan; refuses ``V > 12``.
+    Returns an :class:`OTResult` with ``value``, ``cut [V]`` and no plan; refuses ``V > 12`` and tuple laws of more
+    than :data:`~solvers.condot.MAX_NODE_LP_TUPLES` tuples (counted before they are enumerated).  The tuples' mass is
+    summed per token set first (at most ``2^V`` of them), so the cut table is ``2^V × 2^V`` at most.
     """
     where = "condot_mincut"
     p, q, k, rho_arr = check_node_inputs(where, target_probs, draft_probs, k, process, rho)
@@ -30,14 +34,21 @@ def condot_mincut(target_probs, draft_probs, k: int, process: str, rho=1.0) -> O
         raise ValueError(f"{where}: target_probs must be one row [V], got shape {p.shape}")
     if p.size > MAX_MINCUT_VOCAB:
         raise ValueError(f"{where}: brute force enumerates 2^V cuts; V = {p.size} exceeds {MAX_MINCUT_VOCAB}")
+    count = node_lp_tuples(q, k, process)
+    if count > MAX_NODE_LP_TUPLES:
+        raise ValueError(f"{where}: the tuple law holds {count_text(count)} tuples (k = {k}, {process}), beyond "
+                         f"MAX_NODE_LP_TUPLES = {MAX_NODE_LP_TUPLES:.0e}; α*(ρ) comes from solve_flat(..., "
+                         f"method='fast')")
     start = time.perf_counter()
     law = tuple_law(q, k, process)
     cuts = np.arange(2 ** p.size)
     member = (cuts[:, None] >> np.arange(p.size)) & 1                      # [2^V, V]
     tuple_bits = np.array([sum(1 << y for y in set(S)) for S, _ in law])
     tuple_probs = np.array([float(pr) for _, pr in law])
-    inside = (tuple_bits[None, :] & ~cuts[:, None]) == 0                   # S ⊆ A
-    cost = float(rho_arr) * (member @ p) + (tuple_probs * ~inside).sum(axis=1)
+    sets, of = np.unique(tuple_bits, return_inverse=True)                  # the token sets S of the tuples
+    set_probs = np.bincount(of, weights=tuple_probs, minlength=sets.size)
+    inside = (sets[None, :] & ~cuts[:, None]) == 0                         # S ⊆ A
+    cost = float(rho_arr) * (member @ p) + (set_probs * ~inside).sum(axis=1)
     best = int(np.argmin(cost))
     cut = member[best].astype(bool)
     cut.setflags(write=False)

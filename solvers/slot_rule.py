@@ -86,13 +86,25 @@ def tuple_probability(S, draft_probs, process: str) -> float:
     """``Q_k(S)`` of one ordered tuple (theory.md §1) for ``iid`` / ``wor``
     (:func:`univer_theory.processes.tuple_probs`)."""
     q = np.asarray(draft_probs, dtype=np.float64)
-    return float(tuple_probs(q, np.asarray([S], dtype=np.int64), process)[0])
+    return float(tuple_probs(q, np.asarray([_check_tuple("tuple_probability", S, q, process)], dtype=np.int64),
+                             process)[0])
+
+
+def _check_tuple(where: str, S, q: np.ndarray, process: str) -> tuple:
+    """S as a tuple of token ids in ``[0, V)``, distinct under ``wor``; else a ValueError naming ``where``."""
+    S = tuple(S)
+    if not S or not all(isinstance(y, (int, np.integer)) and not isinstance(y, bool) and 0 <= y < q.shape[-1]
+                        for y in S):
+        raise ValueError(f"{where}: S must be a non-empty tuple of token ids in [0, {q.shape[-1]}), got {S!r}")
+    if process == "wor" and len(set(S)) != len(S):
+        raise ValueError(f"{where}: a wor tuple draws distinct tokens, got {S!r}")
+    return tuple(int(y) for y in S)
 
 
 def multiset_class(S, draft_probs, process: str) -> tuple[tuple, np.ndarray]:
     """Distinct orderings S' of S's multiset with ``Q_k(S') > 0`` (sorted) and their probabilities."""
-    orderings = tuple(sorted(set(permutations(tuple(int(y) for y in S)))))
     q = np.asarray(draft_probs, dtype=np.float64)
+    orderings = tuple(sorted(set(permutations(_check_tuple("multiset_class", S, q, process)))))
     probs = tuple_probs(q, np.asarray(orderings, dtype=np.int64), process)
     keep = probs > 0
     return tuple(o for o, k in zip(orderings, keep) if k), probs[keep]

@@ -43,10 +43,10 @@ from .plans.clocks import LOG_RATE_TIME_CAP, LOG_T_RANGE, clock_nodes, log_time_
 from .processes import PROCESSES
 from .validation import check_choice, check_int, check_simplex
 
-# Exponential-clock integrals (§4.1) use the shared Gauss–Legendre grid of plans.clocks (400 nodes on
-# log t ∈ [−30, 30]).  The upper end grows to log(50/r) for a complement mass r < 50·e^{−30} (more panels of
-# the same rule), so the neglected tail ``∫_{t_hi}^∞ r e^{−rt} dt = e^{−50}`` stays below 2e-22; rates enter as
-# ``r·t = exp(log r + log t)`` (no t is formed, so denormal masses stay finite).
+# Exponential-clock integrals (§4.1) use the shared Gauss–Legendre grid of plans.clocks (clock_nodes(k) nodes per
+# panel of log t ∈ [−30, 30]: 400 up to k = 4, 600 to k = 9, …).  The upper end grows to log(50/r) for a complement
+# mass r < 50·e^{−30} (more panels of the same rule), so the neglected tail ``∫_{t_hi}^∞ r e^{−rt} dt = e^{−50}``
+# stays below 2e-22; rates enter as ``r·t = exp(log r + log t)`` (no t is formed, so denormal masses stay finite).
 
 
 # ----------------------------------------------------------------------------------------- validation

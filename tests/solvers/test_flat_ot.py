@@ -298,6 +298,20 @@ def test_mincut_takes_its_largest_vocabulary_and_refuses_the_next():
         condot_mincut(p, q, 2, "wor", 0.8)
 
 
+def test_mincut_refuses_a_tuple_law_the_lp_refuses_and_sums_it_per_token_set():
+    """V ≤ 12 does not bound the tuples: k = 5 i.i.d. over 12 tokens (2.5e5 tuples) built an int64 table of 2^12 ×
+    248 832 entries (8 GB) and k = 22 over 2 tokens enumerated 4.2e6 tuples — refused as condot_lp refuses them; at
+    the limit's side (k = 4, 20 736 tuples) the table is one column per token set and the value the LP's."""
+    from solvers.condot import MAX_NODE_LP_TUPLES
+    for V, k in [(12, 5), (2, 22)]:
+        with pytest.raises(ValueError, match="MAX_NODE_LP_TUPLES"):
+            condot_mincut(np.full(V, 1 / V), np.full(V, 1 / V), k, "iid")
+    rng = np.random.default_rng(1)
+    p, q = rng.dirichlet(np.ones(12)), rng.dirichlet(np.ones(12))
+    assert 12 ** 4 <= MAX_NODE_LP_TUPLES
+    assert abs(condot_mincut(p, q, 4, "iid", 0.8).value - alpha_star(p, q, 4, "iid", 0.8)) <= 1e-12
+
+
 def test_plan_recheck_flags_a_negative_entry_beyond_its_tolerance():
     from solvers.condot import check_plan
     tuples, probs, p = ((0, 1), (1, 0)), np.array([.5, .5]), np.array([.5, .5])

@@ -29,6 +29,18 @@ def test_tuple_probability_matches_tuple_law(process):
         assert tuple_probability(S, q, process) == pytest.approx(pr, rel=1e-15)
 
 
+@pytest.mark.parametrize("S,process,match", [((0, 0), "wor", "draws distinct tokens"),
+                                             ((0, 0, 1), "wor", "draws distinct tokens"),
+                                             ((-1, 1), "iid", r"token ids in \[0, 4\)"),
+                                             ((4,), "iid", r"token ids in \[0, 4\)"), ((), "iid", "non-empty")])
+def test_impossible_tuples_are_refused(S, process, match):
+    """A wor tuple repeating a token had probability 1/6, and token −1 was read from the row's end."""
+    q = np.array([0.4, 0.3, 0.2, 0.1])
+    for f in (tuple_probability, multiset_class):
+        with pytest.raises(ValueError, match=match):
+            f(S, q, process)
+
+
 @pytest.mark.parametrize("process,S,make", [("iid", (2, 0, 2), layout_plan), ("iid", (1, 3, 0), layout_plan),
                                             ("wor", (3, 0, 1), pts_plan)])
 def test_class_masses_kept_and_rows_feasible(process, S, make):
