@@ -35,8 +35,8 @@ def probs_from_logits(logits: torch.Tensor, temperature: float | torch.Tensor = 
         row is then bit for bit the row its own T alone gives.
         At ``T = 0`` the row is the one-hot of the first maximal logit (lowest token id on ties), the same
         convention as :func:`univer_theory.apply_temperature`.
-    top : None (the whole row) or ``1 ≤ m``: a draft truncated to its m most likely tokens (``torch.topk``;
-        among logits tied at the m-th place it keeps the ones topk returns).  Such a row is a draft process of
+    top : None (the whole row) or ``1 ≤ m``: a draft truncated to its m most likely tokens (:func:`top_mask`:
+        among logits tied at the m-th place the lowest ids).  Such a row is a draft process of
         its own — verifying against it is exact — and an iid / wor level is then planned on m + 1 columns
         instead of V (:mod:`gpu.support`).
     support : None or ``1 ≤ s ≤ min(V, top)``: every row keeps at least s tokens of positive probability
@@ -76,8 +76,7 @@ def probs_from_logits(logits: torch.Tensor, temperature: float | torch.Tensor = 
         return _floored(_one_hot_argmax(x), x, support)
     z = x
     if top is not None and top < x.shape[-1]:
-        kept = x.topk(top, dim=-1).indices
-        z = torch.full_like(x, float("-inf")).scatter(-1, kept, x.gather(-1, kept))
+        z = torch.where(top_mask(x, top), x, float("-inf"))
     # shifted by the largest logit before the division: ``z − max z`` is exact near the top (a quotient ``z/T``
     # first rounds at ``ulp(|z|/T)``, O(1) relative at a small T), in halves, ``2·((z/2 − max z/2)/T)``: never an
     # overflow (``z − max z`` itself overflows on logits more than half the dtype's range apart: ±1e308 at
@@ -91,8 +90,11 @@ def probs_from_logits(logits: torch.Tensor, temperature: float | torch.Tensor = 
     # normalised in float64 (then rounded to float32 entry by entry): torch's float32 softmax accumulates its sum
     # in float32, 1.7e-5 off at V = 49 152 on a row with a flat tail — past SIMPLEX_TOL, so its own rows were
     # refused downstream
-    q = torch.softmax(torch.where(z == top_logit, 0.0, (z * 0.5 - top_logit * 0.5) / scale * 2), dim=-1,
-                      dtype=torch.float64).to(dtype)
+    # where the halves round to one float (logits a subnormal ulp or two apart), ``z − max z`` itself is exact: with
+    # a T that is 0 in the dtype the halves gave 0/0, a NaN row
+    half = z * 0.5 - top_logit * 0.5
+    shifted = torch.where(half == 0, z - top_logit, half) / scale * torch.where(half == 0, 1.0, 2.0)
+    q = torch.softmax(torch.where(z == top_logit, 0.0, shifted), dim=-1, dtype=torch.float64).to(dtype)
     if torch.is_tensor(greedy) and bool(greedy.any()):            # greedy rows as T = 0 alone gives them: the
         q = torch.where(greedy[..., None], _one_hot_argmax(x), q)    # whole row's argmax, floored by its logits
         z = torch.where(greedy[..., None], x, z)
@@ -134,6 +136,16 @@ def _one_hot_argmax(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).to(x.dtype)
 
 
+def top_mask(x: torch.Tensor, m: int) -> torch.Tensor:
+    """``[..., V]`` bool: each row's m largest entries of ``x``, ties at the m-th place to the lowest ids (T = 0's
+    argmax is the first maximum; ``torch.topk``'s choice among ties need not contain it, nor its top s lie within
+    its top m: a one-hot row floored by it had s tokens of positive probability past its top m)."""
+    last = x.topk(m, dim=-1).values[..., -1:]
+    above = x > last
+    tied = x == last
+    return above | (tied & (tied.cumsum(-1) <= m - above.sum(-1, keepdim=True)))
+
+
 def support_floor(q: torch.Tensor, logits: torch.Tensor, s: int) -> torch.Tensor:
     """Rows ``q [..., V]`` with each row's s largest ``logits`` z raised to probability at least their floor
     ``f_i = max(ε²·exp(z_i − max z), √tiny)`` (ε, tiny: the dtype's machine epsilon and smallest normal):
@@ -159,13 +171,14 @@ def support_floor(q: torch.Tensor, logits: torch.Tensor, s: int) -> torch.Tensor
     if isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 1 <= s <= q.shape[-1]:
         raise ValueError(f"support_floor: s must be an int in [1, V = {q.shape[-1]}], got {s!r}")
     info = torch.finfo(q.dtype)
-    z, top = logits.to(q.dtype).topk(int(s), dim=-1)
-    floor = torch.clamp(info.eps ** 2 * torch.exp(z - z[..., :1]), min=info.tiny ** 0.5)
-    have = q.gather(-1, top)
-    low = (have < floor).any(-1, keepdim=True)
+    z = logits.to(q.dtype)
+    kept = top_mask(z, int(s))
+    floor = torch.clamp(info.eps ** 2 * torch.exp(z - z.amax(-1, keepdim=True)), min=info.tiny ** 0.5)
+    under = kept & (q < floor)
+    low = under.any(-1, keepdim=True)
     if not bool(low.any()):
         return q
-    lifted = q.scatter(-1, top, torch.maximum(have, floor))
+    lifted = torch.where(under, floor, q)
     return torch.where(low, lifted / lifted.sum(-1, keepdim=True), q)
 
 
@@ -302,10 +315,14 @@ def sample_blocks(mass: torch.Tensor, width: int, read, vocab: int, generator: t
     u = torch.rand(R, S, dtype=torch.float64, device=mass.device, generator=generator) * cdf[:, -1:]
     blk = _first_above(cdf, u)                                               # not past the last positive block
     before = torch.where(blk > 0, cdf.gather(1, (blk - 1).clamp(min=0)), 0)
+    chosen = cdf.gather(1, blk) - before                                     # the chosen block's mass
     cols = blk[:, :, None] * b + torch.arange(b, device=mass.device)          # [R, S, b]
     w = read(cols.clamp(max=vocab - 1))
     inner = torch.where(cols < vocab, w, 0).cumsum(-1, dtype=torch.float64)
-    idx = blk * b + _first_above(inner, (u - before)[:, :, None]).squeeze(2)
+    # the same fraction of the block's own float64 sum: its mass, a sum of chunk sums in the rows' dtype, differs from
+    # that sum by up to (c − 1)·ε of it, a difference that otherwise went to (or came from) its last positive token
+    at = torch.where(chosen > 0, (u - before) / torch.where(chosen > 0, chosen, 1), 0) * inner[:, :, -1]
+    idx = blk * b + _first_above(inner, at[:, :, None]).squeeze(2)
     return idx if num_samples else idx.squeeze(1)
 
 

@@ -311,6 +311,41 @@ def test_probs_from_logits_at_temperatures_beyond_the_dtype(dtype):
         assert probs_from_logits(z[:, :2], T, top=1).tolist() == [[0.0, 1.0]]
 
 
+def test_probs_from_logits_at_a_temperature_zero_in_the_dtype_on_subnormal_gaps():
+    """Float32 logits a subnormal ulp or two apart at a T positive in float64 but 0 in float32: the halves
+    ``z/2`` and ``max z/2`` rounded to one float and ``0/0`` made the row NaN; ``z − max z`` is exact there."""
+    cases = [([[1.4013e-45, 0.0]], 1e-50, [[1.0, 0.0]]), ([[0.0, 1.4013e-45, -1.0]], 1e-300, [[0.0, 1.0, 0.0]]),
+             ([[7.0065e-45, 5.6052e-45]], torch.tensor([1e-60], dtype=torch.float64), [[1.0, 0.0]])]
+    for z, T, want in cases:
+        assert probs_from_logits(torch.tensor(z), T).tolist() == want, (z, T)
+
+
+def test_two_level_draws_keep_each_tokens_share_of_its_block():
+    """A block's mass is a sum of float32 chunk sums, its tokens' float64 cumsum another: the gap between the two
+    went to (or came from) the block's last positive token — a 1e-12 token drawn w.p. 1.8e-9 on one row, never on
+    another.  ``U`` is placed by hand (a patched ``torch.rand``): in the gap above the block's own sum, and in the
+    last token's interval scaled to the block's mass."""
+    from gpu.probs import SAMPLE_BLOCK as b, SAMPLE_CHUNK as c, sample_rows
+    V, seen = 8192, set()
+    for seed in range(400):
+        w = torch.softmax(3 * torch.randn(1, V, generator=torch.Generator().manual_seed(seed)), -1)
+        w[0, b - 1] = 1e-12
+        chunked = w[0, :b].reshape(b // c, c).sum(-1).sum(dtype=torch.float64)
+        mass = chunked + w[0, b:].reshape(-1, c).sum(-1).sum(dtype=torch.float64)
+        inner = w[0, :b].double().cumsum(0)
+        gap = float(chunked - inner[-1])
+        if abs(gap) < 1e-9 or (gap > 0) in seen:
+            continue
+        seen.add(gap > 0)
+        point = float(inner[-1]) + gap / 2 if gap > 0 else (float(inner[-2]) + float(inner[-1])) / 2
+        u = point / float(inner[-1]) * float(chunked) if gap < 0 else point
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch, "rand", lambda *shape, **kw: torch.full(shape[:2], u / float(mass), dtype=torch.float64))
+            token = int(sample_rows(w, num_samples=1)[0, 0])
+        assert (token != b - 1) if gap > 0 else (token == b - 1), (seed, gap, token)
+    assert seen == {True, False}, seen
+
+
 def test_a_uniform_on_a_cumulative_mass_boundary_takes_the_next_positive_token():
     """The inverse CDF's convention where ``U·Σ`` hits a cumulative mass exactly (probability ~2^-53 a draw,
     so no sampled test reaches it): token i owns ``[cdf_{i−1}, cdf_i)``, so a hit on ``cdf_i`` goes to the next

@@ -120,6 +120,21 @@ def test_the_floor_and_top_m_do_not_move_with_a_constant_on_the_logits():
         assert int((row > 0).sum()) == m and torch.allclose(row[0, 4 - m:], torch.softmax(logits[0, 4 - m:], -1))
 
 
+def test_a_tied_one_hot_row_keeps_its_argmax_within_its_top_m():
+    """At T = 0 the row is the one-hot of the first maximum, but ``torch.topk`` chose the top m (and the floored s)
+    among tied logits otherwise: a row kept s + 1 tokens of positive probability, past its top m.  Ties at the m-th
+    place go to the lowest ids for both now."""
+    logits = torch.zeros(4, 20, dtype=torch.float64)
+    logits[1, 5:] = 1.0
+    logits[2, ::3] = 2.0
+    logits[3] = torch.arange(20, dtype=torch.float64) % 4
+    for T in (0.0, torch.zeros(4, dtype=torch.float64)):
+        for m in (1, 2, 3, 5):
+            row = probs_from_logits(logits, T, top=m, support=m)
+            assert ((row > 0).sum(-1) == m).all(), (m, row)
+            assert (row.gather(-1, logits.argmax(-1)[:, None]) > 0.5).all(), (m, row)     # the first maximum
+
+
 @pytest.mark.parametrize("dtype,big", [(torch.float64, 1e308), (torch.float32, 3e38), (torch.bfloat16, 3e38)])
 def test_logits_half_the_dtypes_range_apart_keep_their_softmax(dtype, big):
     """``z − max z`` overflows when the logits span more than half the dtype's range: ``[big, −big]`` at T = big
