@@ -200,12 +200,10 @@ def test_pts_stays_within_its_caps_on_a_confident_row():
     first panel — k = 6, ρ = 1, p of the sure token just above its reported availability: with numpy's weights
     the availability was 1.2e-12 short, θ = 1 there, and the realised marginal passed ρp by 1.2e-12 (2.9e-27
     now; the enumeration's own sum is ~1e-13)."""
-    V, k, tail = 8, 6, np.exp(-30.0)
-    q = np.r_[np.full(V, tail), 0.0]
-    q[0] = 1.0 - (V - 1) * tail
-    avail, _ = sequential_thinning_avail(q, range(V), np.r_[1.0, np.zeros(V)], k)
-    p = np.r_[min(avail[0] + 1e-15, 1.0 - 4 * tail), np.full(V - 1, 0.5 * tail), 0.0]
-    p[-1] = 1.0 - p.sum()
+    from paper_checks.lossless import wide_node_model           # the full lossless grid's k = 6 node
+
+    model, V, k = wide_node_model(), 8, 6
+    p, q = model.target(()), model.draft(())
     plan = pts_plan(p, q, 1.0, k, "wor")
     a = np.zeros(V + 1)
     for S, prob in tuple_law(q, k, "wor"):
