@@ -20,7 +20,8 @@ cache starts empty, a cold loop as in ``bench_verify.py``); the checks are timed
 (``gpu.validate_inputs`` once per batch vs ``univer_theory.verifiers.validate_inputs`` per tree).  Printed
 per cell: median ms over ``--repeat`` runs and the ratios loop / batched measured in this run.
 
-Every batched call runs once untimed first (numba's cache load or compile; on a GPU also kernel selection).
+Every batched call, and every loop, runs once untimed first (numba's cache load or compile; on a GPU also kernel
+selection).
 ``--device cuda`` runs the batched side on a GPU (synchronising before reading the clock): it then measures the end-to-end speed-up of moving verification from a per-tree CPU loop to one batched
 call on the device, transfers excluded (rows are created on the device).
 Default grid: B ∈ {1, 8, 64}, N ∈ {8, 32}, methods TV and RRSw (under two minutes on a 2-core CPU);
@@ -49,7 +50,7 @@ from univer_theory.engine import tree_sample
 from univer_theory.verifiers import validate_inputs as exact_validate_inputs
 
 from bench_args import at_least, known
-from bench_verify import fresh_rule     # a sibling script (benchmarks/ is the script's path)
+from bench_verify import FOR_PROCESS, fresh_rule     # a sibling script (benchmarks/ is the script's path)
 
 
 def random_batch(B, N, V, device, gen, process="wor", shape=None):
@@ -96,7 +97,11 @@ def time_batched(fn, batch, device, repeat) -> float:
 def time_loop(make, trees, rows, repeat) -> float:
     """Median over repeats of the summed ms of ``f(fresh tree, p rows, q rows)`` over the trees, with
     ``f = make()`` made anew before each repeat (untimed): a node rule made there starts with empty caches, so
-    UniVer's loop is cold in every repeat (its exact core keeps plans per rule object)."""
+    UniVer's loop is cold in every repeat (its exact core keeps plans per rule object).  One untimed pass with a
+    ``make()`` of its own first (numba's cache load or compile, lazy imports), as the batched side has."""
+    warm = make()
+    for t, (pn, qn) in zip(trees, rows):
+        warm(DraftTree(t.parent, t.token, t.vocab_size), pn, qn)
     times = []
     for _ in range(repeat):
         fn, total = make(), 0.0
@@ -133,6 +138,8 @@ def check_args(ap, args) -> tuple:
     widest = 1 if args.process == "iid" else shape.max_children if shape else max(Ns) - 1
     at_least(ap, [("--vocab", args.vocab, widest), ("--repeat", args.repeat, 1)]
              + ([] if args.threads is None else [("--threads", args.threads, 1)]))
+    # RRSw is the without-replacement rule; on i.i.d. trees its counterpart RRS runs (as in bench_verify.py)
+    args.methods = ",".join(FOR_PROCESS.get((m, args.process), m) for m in args.methods.split(","))
     known(ap, "--methods", args.methods, [m for m in BATCHED if args.process in VERIFIERS[m].processes])
     return shape, Ns
 

@@ -34,7 +34,8 @@ fixed interleaved order (forward, then each method's batched and loop), and min 
 ``--repeat`` repeats are reported; ratios use the medians.  Every timed call runs once untimed first (numba's
 cache load or compile, lazy imports, CUDA's start-up).  In the SmolLM2 section the first method (UniVer) runs
 right after the forward, the others after it.  Memory: ``peak_mb`` is the rise of the process's
-peak resident set (``VmHWM`` of ``/proc/self/status``, reset through ``/proc/self/clear_refs`` before the call;
+peak resident set (``VmHWM`` of ``/proc/self/status``, reset through ``/proc/self/clear_refs`` before the call,
+after the C heap's free memory is handed back — else a call reusing what earlier calls freed reads ~0 MB;
 numpy and torch CPU allocations alike; ``null`` where that interface is missing) for one batched call and
 for one loop, beside ``inputs_mb``, the size of the B trees' p and q rows.
 
@@ -51,6 +52,8 @@ device.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import json
 import statistics
 
@@ -102,15 +105,26 @@ def _status_kb(field: str):
         return None
 
 
+def _trim_heap() -> None:
+    """Hand the C allocator's free memory back to the OS (glibc's ``malloc_trim``; nothing elsewhere): what the
+    warm-up and timed calls freed stays resident otherwise, and a call that reuses it raises no RSS."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
 def peak_mb(fn, device: torch.device = torch.device("cpu")):
-    """Rise of the peak resident set during ``fn()`` in MB (None where /proc does not offer it); on a CUDA device
-    the rise of its peak allocated memory over what was allocated before."""
+    """Rise of the peak resident set during ``fn()`` in MB (None where /proc does not offer it), the heap's free
+    memory handed back first (:func:`_trim_heap`); on a CUDA device the rise of its peak allocated memory over
+    what was allocated before."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
         fn()
         return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+    _trim_heap()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")                                   # resets VmHWM to the current RSS
@@ -407,7 +421,7 @@ def main(argv=None):
         ap.error(f"--device {args.device}: torch sees no CUDA device")
     torch.set_num_threads(1)
     result = {"torch_threads": torch.get_num_threads(), "repeat": args.repeat,
-              "memory": "rise of peak RSS (VmHWM) during one call, MB"}
+              "memory": "rise of peak RSS (VmHWM) during one call, the heap trimmed first, MB"}
     result["device"] = str(device)
     result["alpha_star"] = alpha_star_section(args.alpha_vocab, args.repeat, device)
     if not args.json:

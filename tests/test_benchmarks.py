@@ -234,6 +234,14 @@ def test_bench_gpu_times_the_path_gpu_verify_runs(process, method, monkeypatch, 
     assert calls and all({key: kw.get(key) for key in want} == want for kw in calls), (calls, want)
 
 
+def test_bench_gpu_default_methods_run_on_iid_trees(capsys):
+    """The default ``--methods tv,rrsw`` was refused on i.i.d. trees ("unknown ['rrsw']"): RRS runs in RRSw's
+    place there, as in bench_verify.py."""
+    _script("bench_gpu").main(["--vocab", "60", "--shape", "2,2", "--process", "iid", "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert "rrs" in out and "tv" in out, out
+
+
 def test_bench_verify_refuses_a_vocabulary_beyond_the_models(monkeypatch, capsys):
     """The Zipf rows' trees are fed to SmolLM2's forward: ``--vocab`` above its 49 152 tokens was an IndexError
     after the α* section had been timed.  A stand-in target: no model loaded."""
@@ -257,3 +265,15 @@ def test_bench_verify_reads_shapes_with_commas_and_times_each_loop_cold():
     assert bv.shape_specs("2, binary:2,3") == ["2", "binary:2", "3"]
     for method in ("univer", "gr"):
         assert bv.fresh_rule(method) is not bv.fresh_rule(method)
+
+
+def test_bench_verify_peak_mb_sees_memory_an_earlier_call_freed():
+    """``peak_mb`` read 0 MB for a call that allocates 30 MB once an earlier call had allocated and freed the same:
+    glibc kept the freed heap resident, so the call raised no RSS (the README's "≤ 0.12 MB in every cell")."""
+    import numpy as np
+    peak_mb = _script("bench_verify").peak_mb
+    big = lambda: np.ones(4_000_000).sum()          # 30.5 MB of float64, freed on return
+    rises = [peak_mb(big) for _ in range(3)]
+    if rises[0] is None:
+        pytest.skip("no /proc/self/clear_refs here")
+    assert min(rises) > 25, rises
