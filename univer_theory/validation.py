@@ -117,6 +117,15 @@ def _float_text(x, spec: str) -> str:
         return "beyond 1e308"
 
 
+def check_one_mode(target_probs, draft_probs, where: str) -> bool:
+    """Whether the rows are exact (Fraction, ``object`` dtype); a ValueError naming ``where`` when one is exact and
+    the other float (neither mode: the plans and laws would mix Fractions and floats)."""
+    exact = np.asarray(target_probs).dtype == object
+    if (np.asarray(draft_probs).dtype == object) != exact:
+        raise ValueError(f"{where}: target_probs and draft_probs must both be exact (Fraction) or both float")
+    return exact
+
+
 def check_choice(value, choices, where: str, name: str):
     """Raise a ValueError listing the valid choices when ``value`` is not one of them."""
     try:

@@ -27,7 +27,7 @@ from .nx import get_backend
 from .orders import RATIO_SCALE, ratio_argsort, ratio_key, top_tokens
 from .processes import EXACT_PROCESSES, HUB, check_rng, hub_token
 from .tree import DraftTree, as_shape
-from .validation import check_choice, check_simplex
+from .validation import check_choice, check_one_mode, check_simplex
 
 _ALL = ("iid", "wor", "topk", "greedy")
 
@@ -270,8 +270,7 @@ def validate_inputs(where: str, tree: DraftTree, target_probs, draft_probs, proc
         raise ValueError(f"{where}: target_probs {p.shape} and draft_probs {q.shape} disagree (vocab or nodes)")
     if p.shape[0] != tree.num_nodes:
         raise ValueError(f"{where}: tree has {tree.num_nodes} nodes but target_probs has {p.shape[0]} rows")
-    if (p.dtype == object) != (q.dtype == object):
-        raise ValueError(f"{where}: target_probs and draft_probs must both be exact (Fraction) or both float")
+    check_one_mode(p, q, where)
     tree.check_vocab(p.shape[1], where)
     for u in range(tree.num_nodes):
         S = tree.child_tokens(u)

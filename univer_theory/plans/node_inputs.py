@@ -4,9 +4,8 @@ from __future__ import annotations
 import numbers
 from fractions import Fraction
 
-import numpy as np
-
 from ..alpha_star import check_node_inputs as _check_batched
+from ..validation import check_one_mode
 
 
 def check_node_inputs(where: str, target_probs, draft_probs, rho, k, process):
@@ -20,10 +19,7 @@ def check_node_inputs(where: str, target_probs, draft_probs, rho, k, process):
     if isinstance(rho, bool) or not isinstance(rho, numbers.Real):
         raise ValueError(f"{where}: rho must be a real number in [0, 1], got {rho!r}")
     p, q, _, r = _check_batched(where, target_probs, draft_probs, k, process, rho)
-    exact = np.asarray(target_probs).dtype == object            # (rows checked rectangular above)
-    if (np.asarray(draft_probs).dtype == object) != exact:      # a Fraction row beside a float row: neither mode
-        raise ValueError(f"{where}: target_probs and draft_probs must both be exact (Fraction) or both float")
-    if exact and not isinstance(rho, (Fraction, numbers.Integral)):
+    if check_one_mode(target_probs, draft_probs, where) and not isinstance(rho, (Fraction, numbers.Integral)):
         raise ValueError(f"{where}: rho must be exact (a Fraction or an int) with Fraction rows, got {rho!r}")
     if p.ndim != 1:
         raise ValueError(f"{where}: target_probs and draft_probs must be one row [V], got shape {p.shape}")
