@@ -82,18 +82,17 @@ def probs_from_logits(logits: torch.Tensor, temperature: float | torch.Tensor = 
     # overflow (``z − max z`` itself overflows on logits more than half the dtype's range apart: ±1e308 at
     # T = 1e308 gave a one-hot row), and elsewhere the same floats (halving and doubling are exact and commute
     # with the rounding of the subtraction and the division, but for subnormal halves); a T below the dtype's
-    # range (0 there) leaves ``0/0`` only at the maxima, whose shifted logit is 0.  One division for a number and a
-    # tensor of temperatures alike (a tensor on the logits' device: a Python number would be a reciprocal product
-    # in CUDA's kernel, another rounding)
+    # range (0 there) leaves ``0/0`` only at the maxima, whose shifted logit is 0, and where the halves round to
+    # one float (logits a subnormal ulp or two apart: a NaN row), so there ``z − max z``, exact, is taken.  One
+    # division for a number and a tensor of temperatures alike (a tensor on the logits' device: a Python number
+    # would be a reciprocal product in CUDA's kernel, another rounding)
     top_logit = z.amax(-1, keepdim=True)
     scale = (T if T.ndim == 0 else torch.where(greedy, 1.0, T)[..., None])
+    half = z * 0.5 - top_logit * 0.5
+    shifted = torch.where(half == 0, (z - top_logit) / scale, half / scale * 2)
     # normalised in float64 (then rounded to float32 entry by entry): torch's float32 softmax accumulates its sum
     # in float32, 1.7e-5 off at V = 49 152 on a row with a flat tail — past SIMPLEX_TOL, so its own rows were
     # refused downstream
-    # where the halves round to one float (logits a subnormal ulp or two apart), ``z − max z`` itself is exact: with
-    # a T that is 0 in the dtype the halves gave 0/0, a NaN row
-    half = z * 0.5 - top_logit * 0.5
-    shifted = torch.where(half == 0, z - top_logit, half) / scale * torch.where(half == 0, 1.0, 2.0)
     q = torch.softmax(torch.where(z == top_logit, 0.0, shifted), dim=-1, dtype=torch.float64).to(dtype)
     if torch.is_tensor(greedy) and bool(greedy.any()):            # greedy rows as T = 0 alone gives them: the
         q = torch.where(greedy[..., None], _one_hot_argmax(x), q)    # whole row's argmax, floored by its logits
