@@ -97,13 +97,10 @@ def time_batched(fn, batch, device, repeat) -> float:
 def time_loop(make, trees, rows, repeat) -> float:
     """Median over repeats of the summed ms of ``f(fresh tree, p rows, q rows)`` over the trees, with
     ``f = make()`` made anew before each repeat (untimed): a node rule made there starts with empty caches, so
-    UniVer's loop is cold in every repeat (its exact core keeps plans per rule object).  One untimed pass with a
-    ``make()`` of its own first (numba's cache load or compile, lazy imports), as the batched side has."""
-    warm = make()
-    for t, (pn, qn) in zip(trees, rows):
-        warm(DraftTree(t.parent, t.token, t.vocab_size), pn, qn)
+    UniVer's loop is cold in every repeat (its exact core keeps plans per rule object).  The first of
+    ``repeat + 1`` passes is not counted (numba's cache load or compile, lazy imports), as the batched side's."""
     times = []
-    for _ in range(repeat):
+    for _ in range(repeat + 1):
         fn, total = make(), 0.0
         for t, (pn, qn) in zip(trees, rows):
             tree = DraftTree(t.parent, t.token, t.vocab_size)
@@ -111,7 +108,7 @@ def time_loop(make, trees, rows, repeat) -> float:
             fn(tree, pn, qn)
             total += time.perf_counter() - start
         times.append(total * 1e3)
-    return statistics.median(times)
+    return statistics.median(times[1:])
 
 
 def f64_rows(x) -> np.ndarray:
