@@ -366,6 +366,7 @@ def cf_bound(model: Model, shape, process: str, tol: float = SANDWICH_TOL) -> CF
     root = problem(root_key, ())
     g_root, _, _, sol = root.solve(1.0)
     g_face, _, _, _ = root.solve(1.0, on_face=True)
+    g_face = min(g_face, g_root)     # the face is the free LP and one more row, g_root a certified bound of it
     counter[0] += 2
     tolerance = below(deltas, root_key, (), root)
     margin = g_root - 1.0 - root.feasible_value(1.0, sol.x) + below(margins, root_key, (), root)

@@ -8,7 +8,7 @@ from solvers.cf_bound import cf_bound, concave_majorant, sandwich
 from solvers.global_lp import global_tree_lp
 from solvers.value_aware import value_aware_verifier
 from univer_theory import (VERIFIERS, ConfidentModel, DirichletModel, DraftTree, LOSSLESS_TOL, Model, TableModel,
-                           TreeShape, evaluate)
+                           TreeShape, context_free, evaluate)
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.tv_plan import tv_plan
 
@@ -178,6 +178,15 @@ def test_alpha_star_root_bound_sits_between_univer_and_cf(V, shape, process):
     cf = cf_bound(m, sh, process)
     univer = float(evaluate(m, sh, process, VERIFIERS["univer"]).expected_accepted)
     assert univer <= cf.alpha_root_value + cf.tolerance + 1e-9 and cf.alpha_root_value <= cf.value + 1e-9
+
+
+def test_alpha_star_root_bound_never_above_cf():
+    """The α*-face LP is the free root LP with one more row, so its value cannot pass CF's certified one: HiGHS'
+    face point, feasible only to its tolerance, scored 2.5e-11 above it on this V = 2 root (more than CF's
+    tolerance + margin, 4.5e-12: the optimality check read "the α*-root bound > CF")."""
+    m = context_free(np.array([0.0009643340126964795, 0.9990356659873035]), np.array([0.5, 0.5]))
+    cf = cf_bound(m, "(..(.)(..))", "iid")
+    assert cf.alpha_root_value <= cf.value
 
 
 @pytest.mark.parametrize("V,process", [(4, "iid"), (5, "iid"), (5, "wor")])
