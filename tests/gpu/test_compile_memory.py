@@ -1,8 +1,9 @@
 """``gpu.verify`` under ``torch.compile`` and the size of its intermediates (issue: no host sync inside a level,
 memory near the inputs' size).
 
-* ``torch.compile(gpu.verify, dynamic=True)`` samples exactly what eager ``gpu.verify`` samples (same generator
-  seeds) on an iid and a wor batch of UniVer, with the default backend (inductor: the torch code between the
+* ``torch.compile(gpu.verify, dynamic=True)`` samples what eager ``gpu.verify`` samples (same generator
+  seeds; but where a uniform falls within round-off of a probability: inductor may sum a torch rule's rows in another
+  order, an ulp) on an iid and a wor batch of UniVer, with the default backend (inductor: the torch code between the
   level rules' host reads is generated and compiled, ~40 s cold on 2 cores) and with ``"eager"`` (dynamo's
   tracing and graph breaks alone).
 * The largest torch tensor allocated by one UniVer verification of a wide wor node (six children: PTS's walk,
