@@ -181,3 +181,26 @@ def test_rational_runs_say_what_they_cannot_do_and_keep_a_baseline(capsys):
     assert main(["exact", "--vocab", "3", "--shape", "2", "--process", "greedy", "--rational", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert list(out["methods"]) == ["nss"] and out["methods"]["nss"]["exact"]["distance"] == "0"
+
+
+def test_bound_counts_each_nodes_lp_on_its_own_rows(tmp_path, capsys, monkeypatch):
+    """CF's node-LP size is checked on each node's own draft rows, before any method runs.  It read the root's row at
+    the widest node's k: a narrow root above wide rows ran every method (2 minutes) before ``cf_bound`` refused,
+    and a wide root above narrow rows was refused although CF's largest node LP has 16 tuples."""
+    import univer.commands.bound as bound
+    ran = []
+    real = bound.exact_results
+    monkeypatch.setattr(bound, "exact_results", lambda *a, **k: (ran.append(1), real(*a, **k))[1])
+    V = 14
+    flat, narrow = [1 / V] * V, [0.5, 0.5] + [0.0] * (V - 2)
+    for root, below, code in ((narrow, flat, 2), (flat, narrow, 0)):
+        path = tmp_path / "model.json"
+        path.write_text(json.dumps({"vocab": V, "target": {"": flat},
+                                    "draft": {"": root, **{str(y): below for y in range(V)}}}))
+        assert main(["bound", "--model-file", str(path), "--shape", "1,4", "--process", "iid", "--methods", "nss",
+                     "--json"]) == code
+        out = capsys.readouterr()
+        if code:
+            assert "CF's node LP at node 1 has 38416 draft tuples" in out.err and not ran
+        else:
+            assert json.loads(out.out)["cf_bound"]["value"] > 0 and ran

@@ -51,12 +51,20 @@ def bound_results(args, progress: bool = True) -> dict:
                                   f"solved in floats; it has no exact rational form")
     model = build_model(args)
     check_enumeration_size(model.vocab_size, shape, args.process)          # exact_results, given the model, does not
-    widest = max(len(kids) for kids in shape.children)      # CF's node LPs: refused here, before any method runs
-    count = node_lp_tuples(np.asarray(model.draft(()), dtype=np.float64), widest, args.process)
-    if count > MAX_CF_NODE_TUPLES:
-        raise ValueError(f"vocabulary {model.vocab_size} on shape {shape} ({args.process}): CF's node LP has {count} "
-                         f"draft tuples, above solvers.cf_bound.MAX_CF_NODE_TUPLES = {MAX_CF_NODE_TUPLES:.0e}")
-    trees = enumerate_tree_arrays(model, shape, args.process)   # first: above solvers.global_lp.MAX_TREES, refused
+
+    def check_node_lp(draft, u: int) -> None:
+        """CF's node LP of node u over this draft row, refused before any method runs."""
+        count = node_lp_tuples(np.asarray(draft, dtype=np.float64), len(shape.children[u]), args.process)
+        if count > MAX_CF_NODE_TUPLES:
+            raise ValueError(f"vocabulary {model.vocab_size} on shape {shape} ({args.process}): CF's node LP at node "
+                             f"{u} has {count} draft tuples, above solvers.cf_bound.MAX_CF_NODE_TUPLES = "
+                             f"{MAX_CF_NODE_TUPLES:.0e}")
+
+    check_node_lp(model.draft(()), 0)                           # the root's before the trees are enumerated,
+    trees = enumerate_tree_arrays(model, shape, args.process)   # which refuses above solvers.global_lp.MAX_TREES,
+    for u, kids in enumerate(shape.children[1:], 1):            # then every other node's at each of its prefixes
+        for code in np.unique(trees.codes[:, u]) if kids else ():
+            check_node_lp(trees.drafts[int(code)], u)
     if others == "":  # only univer-va asked for
         results, errors = {}, {}
     else:
