@@ -107,7 +107,8 @@ def row_temperatures(temperature, logits: torch.Tensor) -> tuple[torch.Tensor, b
     logits gives request b's rows its T) and ``greedy`` per row.  Each T must be finite and ≥ 0 in its own
     precision (checked, and ``greedy`` decided, before ``T`` is cast to the logits' dtype and device); a T beyond
     the logits' dtype's range is taken at its largest finite value (cast, 1e39 was inf in float32, and −inf/inf a
-    NaN row; the rows are uniform over their finite logits either way)."""
+    NaN row): such rows are ``softmax(z / finfo.max)``, uniform over their finite logits only where those lie well
+    within the dtype's range (float32 logits [0, −3e38] at T = 1e300 give [0.707, 0.293])."""
     if not torch.is_tensor(temperature):
         t = check_temperature(temperature, "probs_from_logits")
         return torch.tensor(min(t, torch.finfo(logits.dtype).max), dtype=logits.dtype, device=logits.device), t == 0
