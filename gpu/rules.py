@@ -163,7 +163,7 @@ def nss_rule(ctx: LevelContext) -> LevelDecision:
     for j in range(K):
         n = _bound(ctx, j)
         y, m = ctx.children[:n, j], ctx.child_mask[:n, j]
-        enter[:n, j] = torch.where(m, P.at(y).clamp(max=1), 0)   # a valid float32 row may hold 1 + 1e-5
+        enter[:n, j] = torch.where(m, P.at(y).clamp(max=1), 0)   # a valid float64 row may hold 1 + 1e-9
         P.remove(y, m)
     return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), P.rows())
 

@@ -207,11 +207,22 @@ def test_optimality_alpha_root_bound_above_cf(monkeypatch, tmp_path):
     """The claim's "≤ its α*-root bound ≤ CF": an α*-root bound 0.1 above CF passed (only UniVer ≤ each was
     checked)."""
     real_b = optimality.bounds
-    raised = lambda b: {**b, "cf_alpha_root": b["cf"] + 0.1}     # noqa: E731
-    monkeypatch.setattr(optimality, "bounds", lambda *a, **k: raised(real_b(*a, **k)))
+    monkeypatch.setattr(optimality, "instances", first(optimality.instances, 1))
+    for above in (lambda b: 0.1, lambda b: b["cf_tolerance"] + b["cf_margin"] + 1e-9):   # 1e-9 past its slack too
+        raised = lambda b: {**b, "cf_alpha_root": b["cf"] + above(b)}     # noqa: E731
+        monkeypatch.setattr(optimality, "bounds", lambda *a, **k: raised(real_b(*a, **k)))
+        res = run(optimality, tmp_path)
+        assert not res.passed and "the α*-root bound" in res.summary + res.table, res.summary
+
+
+def test_optimality_alpha_off_alpha_star_by_more_than_node_tol(monkeypatch, tmp_path):
+    """Where α = α*(ρ) is required, an α*(ρ) put 1e-8 above the applied α (10 NODE_TOL; α below it, no other test
+    involved) must fail."""
+    real_star = optimality.alpha_star_lp
+    monkeypatch.setattr(optimality, "alpha_star_lp", lambda *a: real_star(*a) + 1e-8)
     monkeypatch.setattr(optimality, "instances", first(optimality.instances, 1))
     res = run(optimality, tmp_path)
-    assert not res.passed and "the α*-root bound" in res.summary + res.table, res.summary
+    assert not res.passed and "≠ α*(ρ)" in res.table, res.summary
 
 
 def test_optimality_whole_grid(monkeypatch, tmp_path):
@@ -257,7 +268,7 @@ def test_reductions_depth1_wor(monkeypatch, tmp_path):
     assert not res.passed and "/wor: UniVer E[τ]" in res.table, res.table[-600:]
 
 
-@pytest.mark.parametrize("above, va_below", [(1e-3, 1e-2), (1e-6, None)])
+@pytest.mark.parametrize("above, va_below", [(1e-3, 1e-2), (1e-6, None), (1e-6, 1e-2)])
 def test_global_gap_cf_above_global(monkeypatch, tmp_path, above, va_below):
     """CF above the global LP must fail — by 1e-3 with univer-va below the LP, or by only 1e-6 (the LP's slack)."""
     real = global_gap.bounds

@@ -145,6 +145,14 @@ def test_vllm_chains_share_their_first_row():
         with pytest.raises(ValueError, match=rf"{name}\[4\] \(request 1, chain 1's first token\) differs from "
                                              r"chain 0's row 2"):
             vllm_rejection_sample(ids, cu, bad_q, bad_p, bonus, method="univer", num_drafts=2, process="iid")
+    # three chains: every chain's head against chain 0's, chain 1's as well as the last one's
+    ids, cu, bonus = torch.tensor([1, 2, 3, 0, 2, 1]), torch.tensor([6]), torch.tensor([[0, 1, 2]])
+    p = torch.full((6, 4), 0.25, dtype=torch.float64)
+    for row in (2, 4):
+        bad_q = p.clone()
+        bad_q[row] = torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=torch.float64)
+        with pytest.raises(ValueError, match=rf"draft_probs\[{row}\] \(request 0, chain {row // 2}'s first token\)"):
+            vllm_rejection_sample(ids, cu, bad_q, p, bonus, method="univer", num_drafts=3, process="iid")
 
 
 def test_sglang_adapter_checks_indices_coins_and_buffers():
@@ -318,6 +326,20 @@ def test_an_engines_own_float32_softmax_rows_are_verified_as_their_laws():
     with pytest.raises(ValueError, match="does not sum to 1"):
         sglang_verify_tree(*links, bad, None, method="nss", uniform_samples=torch.tensor([[0.5, 0.5, 0.5]]),
                            uniform_samples_for_final_sampling=torch.tensor([0.5]))
+
+
+def test_engine_rows_renormalise_only_within_a_float32_sums_rounding():
+    """Below the cap the window is ``V·2^-24`` (the rounding a float32 sum of V terms can have): at V = 1 000 (6e-5) a
+    float32 row 5e-4 short of 1 is no rounding but a truncated row, left as it is, and the adapters refuse it (a
+    window of ENGINE_SUM_CAP alone renormalised it and verified against another law)."""
+    from gpu.probs import engine_rows
+    V = 1000
+    short = gpu.probs_from_logits(torch.randn(2, V, generator=torch.Generator().manual_seed(0))) * (1 - 5e-4)
+    assert V * 2.0 ** -24 < 1 - float(short[0].double().sum()) < 1e-3
+    assert engine_rows(short) is short
+    ids, cu = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"target_probs row \[0\] does not sum to 1"):
+        vllm_rejection_sample(ids, cu, short, short, torch.tensor([[3]]), method="sps")
 
 
 def test_sglang_coins_never_accept_a_child_the_target_cannot_emit():

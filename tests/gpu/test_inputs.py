@@ -36,6 +36,7 @@ def renormalised_with_zero(q, b, u, y):
     ("batch_rows", r"must be \[B, N, V\]"),
     ("sum", "does not sum to 1"),
     ("negative", "negative entry"),
+    ("negative_tiny", "negative entry"),     # within the sum's tolerance, still below 0
     ("nan", "NaN or inf"),
     ("bf16", "float32 or float64"),
     ("dtype_mix", "float32 or float64 of one dtype, got torch.float32 and torch.float64"),
@@ -52,6 +53,8 @@ def test_bad_input_raises_value_error(case, rule):
         p = edited(p, (1, 2), p[1, 2] * 0.9)
     elif case == "negative":
         p = edited(p, (0, 1, 0), -0.1)
+    elif case == "negative_tiny":
+        p = edited(edited(p, (0, 1, 0), -5e-10), (0, 1, 1), p[0, 1, 1] + p[0, 1, 0] + 5e-10)   # sums to 1
     elif case == "nan":
         q = edited(q, (0, 3, 1), float("nan"))
     elif case == "bf16":
@@ -288,7 +291,7 @@ def test_a_level_rule_deciding_outside_the_unit_interval_is_named(bad):
     model = DirichletModel(5, seed=0)
     trees = [DraftTree((-1, 0, 0, 1), (-1, 1, 2, 3), 5)]
     batch, p, q = padded_rows(trees, model)
-    for value in (float("nan"), 1.5, -0.25):
+    for value in (float("nan"), 1.5, -0.25, 1 + 2 ** -52, -2 ** -1074):     # by one ulp too: [0, 1] exactly
         with pytest.raises(ValueError, match=f"level rule broken: a {bad} outside"):
             engine.sample(batch, p, q, "iid", partial(broken, value=value), torch.Generator().manual_seed(0))
         with pytest.raises(ValueError, match=f"level rule broken: a {bad} outside"):
@@ -296,14 +299,17 @@ def test_a_level_rule_deciding_outside_the_unit_interval_is_named(bad):
     engine.expected_accepted(batch, p, q, "iid", partial(broken, value=1.0))
 
 
-def test_float32_rows_a_little_above_one_are_verified():
-    """A float32 row that validation accepts (its sum within ``SIMPLEX_TOL[float32]``) may hold an entry 1 + 4e-6:
-    every method verifies it — the target-only procedure's enter probability p(y) is clamped at 1, as the others'
-    are (the engine's [0, 1] check had named NSS's rule for valid input) — and a certain token is accepted."""
+@pytest.mark.parametrize("dtype, off", [(torch.float32, 4e-6), (torch.float64, 5e-10)])
+def test_rows_a_little_above_one_are_verified(dtype, off):
+    """A row that validation accepts (its sum within ``SIMPLEX_TOL`` of its dtype) may hold an entry 1 + 4e-6
+    (float32) or 1 + 5e-10 (float64): every method verifies it — the target-only procedure's enter probability p(y)
+    is clamped at 1, as the others' are (the engine's [0, 1] check had named NSS's rule for valid input; float32
+    rows reach the rule renormalised in float64, float64 rows as given, so only the latter reach the clamp) — and a
+    certain token is accepted."""
     tree = DraftTree((-1, 0, 0, 1), (-1, 0, 1, 0))
     batch = TreeBatch.from_trees([tree])
-    rows = lambda top: torch.tensor([top] + [[1 / 3] * 3] * 3, dtype=torch.float32)[None]   # noqa: E731
-    p, q = rows([1.000004, 0.0, 0.0]), rows([0.999996, 0.000004, 0.0])
+    rows = lambda top: torch.tensor([top] + [[1 / 3] * 3] * 3, dtype=dtype)[None]   # noqa: E731
+    p, q = rows([1 + off, 0.0, 0.0]), rows([1 - off, off, 0.0])
     for method in METHODS:
         for process in VERIFIERS[method].processes:
             e = expected_accepted_length(batch, p, q, process, method)

@@ -352,3 +352,27 @@ def test_rule_3_is_continuous_in_rho_where_ratios_tie():
                                    rtol=0, atol=1e-12)
         per_rho.append(exact)
     assert np.abs(np.array(per_rho) - per_rho[1]).max() <= 1e-12
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_a_shape_rule_simplex_that_does_not_finish_leaves_the_node_to_the_other_rules(monkeypatch, process):
+    """Where the shape rule's simplex stops at its pivot cap (``condot_table``'s ``solved`` False), the exact core's
+    ``lp_plan`` is None and the node takes the rules below it; the batched rule must drop the row from the shape
+    rule too (kept there, its plan stayed w = a = 0: no child accepted, E[τ | T] = 0)."""
+    import gpu.condot
+    import solvers.condot_simplex as condot_simplex
+    real = condot_simplex.condot_table
+
+    def unsolved(*args, **kwargs):
+        sup, tup, w, a, solved = real(*args, **kwargs)
+        return sup, tup, w, a, solved & False
+    monkeypatch.setattr(condot_simplex, "condot_table", unsolved)
+    monkeypatch.setattr(gpu.condot, "condot_table", unsolved)
+    model = DirichletModel(5, seed=3, similarity=0.5, concentration=0.6)
+    rng = np.random.default_rng(7)
+    trees = [sample_tree(model, TreeShape.parse(s), process, rng) for s in ASYMMETRIC for _ in range(3)]
+    exact = VERIFIERS["univer"]
+    ref = np.array([exact.expected_accepted_length(t, *model.node_probs(t), process) for t in trees])
+    batch, p, q = padded_rows(trees, model)
+    got = expected_accepted_length(batch, p, q, process, "univer")
+    np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=1e-12)

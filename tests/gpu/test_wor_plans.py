@@ -203,6 +203,30 @@ def test_the_k2_choice_matches_choose_plan(capped, monkeypatch):
     assert used == ({"wor_pair", "pts"} if capped else {"wor_pair", "pts", "iid_coupling"}), used
 
 
+def test_the_couplings_cost_gate_counts_the_drafted_tokens(monkeypatch):
+    """Rule 5's cost gate reads a row's drafted tokens, as choose_plan's (``np.count_nonzero(q)``), not the row's
+    width: test_the_k2_choice_matches_choose_plan's rows padded with V tokens of p = q = 0, the cap between their
+    support (V) and their width (2V) — with the width in the gate the coupling was not built (α 0.08 off)."""
+    import univer_theory.plans.choose as choose
+    V, rng, cases = 200, np.random.default_rng(0), []
+    monkeypatch.setattr(choose, "COUPLING_MAX_COST", 2 * 2 ** 2 * (3 * V // 2))    # 2^(k−1)·k² · 1.5 V at k = 2
+    pad = lambda x: np.r_[x, np.zeros(V)]      # noqa: E731
+    for conc in (1.0, 5.0, 50.0):
+        for i in range(12):
+            p, q = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
+            kids = tuple(int(y) for y in rng.choice(V, 2, replace=False, p=q))
+            cases.append((pad(p), pad(q), (1.0, 0.5)[i % 2], kids))
+    p, q, rho, c, kids = tensors(cases)
+    w, a = wor_weights(c, q, rho, p, kids)
+    used = set()
+    for i, (pi, qi, r, S) in enumerate(cases):
+        plan = choose_plan(pi, qi, r, 2, "wor")
+        used.add(plan.construction)
+        np.testing.assert_allclose(w[i].numpy(), plan.select(S), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-12)
+    assert "iid_coupling" in used, used
+
+
 def test_unreached_rows_get_no_plan():
     """ρ = 0 rows (never reached) select nothing, in the core (``unreached``) and the batch, and the other rows of
     the same call get exactly the plans they get without them."""
