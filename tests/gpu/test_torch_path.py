@@ -101,3 +101,7 @@ def test_wor_choice_takes_rules_7_and_8():
 @pytest.mark.parametrize("tail", [1e-200, 1e-300])
 def test_the_layout_on_a_confident_row(tail):
     test_confident_rows.test_the_layout_on_a_confident_row_emits_its_target(tail)
+
+
+def test_rule_3_claim_order_where_ratios_tie():
+    test_univer.test_rule_3_is_continuous_in_rho_where_ratios_tie()

@@ -226,11 +226,13 @@ def test_slot_rule_keeps_the_plans_weights_where_the_simplex_fails_or_its_answer
         assert torch.equal(got, args[0][:, 0]), patch.__name__
 
 
-def test_the_ratio_test_steps_to_the_least_ratio_exactly():
+@pytest.mark.parametrize("run", ["host", "lockstep"])
+def test_the_ratio_test_steps_to_the_least_ratio_exactly(run, monkeypatch):
     """Rows within a tolerance of the least ratio counted as tied, and the first was taken: the step went past the
     least ratio, another row's basic variable went below 0 (clipped, a point off ``A x = b`` by 1.1e-12) and rule 1
     ended 1.1e-12 short of α*(ρ) on this confident i.i.d. row (k = 3).  Ties are exact now: the basic solution
-    satisfies its rows to round-off and rule 1 reaches α*(ρ)."""
+    satisfies its rows to round-off and rule 1 reaches α*(ρ) — in the compiled loop (numpy rows) and in the
+    accelerator's lockstep run (torch rows)."""
     import solvers.condot_simplex as cs
     from univer_theory.alpha_star import alpha_star
 
@@ -240,12 +242,17 @@ def test_the_ratio_test_steps_to_the_least_ratio_exactly():
 
     def spy(A, b, costs, basis, *rest):
         x, ok = lex_simplex(A, b, costs, basis, *rest)
-        seen.update(A=A, b=b, x=x)
+        seen.update(A=np.asarray(A), b=np.asarray(b), x=np.asarray(x))
         return x, ok
 
+    rows = (p[None], q[None])
+    if run == "lockstep":           # CPU tensors through the torch run an accelerator takes
+        import solvers.lex_simplex
+        monkeypatch.setattr(solvers.lex_simplex, "_simplex_host", _lex_simplex)
+        rows = tuple(torch.tensor(r) for r in rows)
     orig, cs.lex_simplex = cs.lex_simplex, spy
     try:
-        a, solved = cs.condot_table(p[None], q[None], 3, "iid")[3:]
+        a, solved = cs.condot_table(*rows, 3, "iid")[3:]
     finally:
         cs.lex_simplex = orig
     assert bool(solved[0])

@@ -76,6 +76,14 @@ def test_g_test_rejects_iid_samples_as_wor():
     assert_rejects(g_test(samples, dict(tuple_law(q, 2, "wor"))), "iid tuples as wor")
 
 
+def test_wor_draws_subnormal_tokens_before_a_zero_one():
+    """Gumbel-top-k in logs: a subnormal q's race key q/E rounded to 0 for E > 1 and tied a q = 0 token's, which
+    the stable sort then drafted (24% of these draws) — a tuple of probability 0 under Q_k."""
+    q = np.array([1.0, 0.0, 5e-324, 5e-324])
+    rng = np.random.default_rng(0)
+    assert all(sorted(sample_children(q, 3, "wor", rng)) == [0, 2, 3] for _ in range(300))
+
+
 def test_topk_ties_lowest_id():
     assert sample_children(np.array([0.3, 0.3, 0.4]), 2, "topk", None) == (2, 0)
 

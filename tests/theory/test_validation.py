@@ -372,6 +372,8 @@ def test_rows_within_the_simplex_tolerance_are_read_on_the_simplex():
     (lambda: TreeShape.uniform(2), r"TreeShape.uniform: branching must be a non-empty list"),
     (lambda: DraftTree.chain(5), r"DraftTree.chain: tokens"),
     (lambda: DirichletModel(3, similarity="x"), r"DirichletModel: similarity must be a real number"),
+    (lambda: __import__("univer_theory").TemperedModel("not a model", 0.5),
+     r"TemperedModel: model must be a univer_theory Model"),
     (lambda: VERIFIERS["tv"].sample(DraftTree.chain([0]), np.full((2, 2), 0.5), np.full((2, 2), 0.5), "iid", None),
      r"tv.sample: rng"),
     (lambda: __import__("univer_theory").get_verifier(["tv"]), r"unknown"),

@@ -59,6 +59,16 @@ def test_vectorised_clocks_match_the_sequential_recursion(V, k):
         np.testing.assert_allclose(got, sequential_miss(q_sorted, k), rtol=0, atol=1e-12, err_msg=name)
 
 
+@pytest.mark.parametrize("k", [9, 12])
+def test_vectorised_clocks_match_the_sequential_recursion_past_four_draws(k):
+    """α*(ρ)'s clock grid grows with k as PTS's does (:func:`clock_nodes`): on 400 nodes the miss integrals of these
+    V = 150 rows were up to ~1e-11 off the recursion on its grid at k = 12 (α* 6.6e-12 off on V = 300 rows)."""
+    for name, p, q in rows(150):
+        q_sorted = np.take_along_axis(q, ratio_argsort(p, q), axis=-1)
+        got = _wor_miss_clocks(q_sorted[None], k)[0]
+        np.testing.assert_allclose(got, sequential_miss(q_sorted, k), rtol=0, atol=1e-13, err_msg=name)
+
+
 def test_vectorised_clocks_batch_rows_independently():
     """A batch of rows gives each row's own values (one shared grid, ranges set by the smallest mass)."""
     batch = [np.take_along_axis(q, ratio_argsort(p, q), axis=-1) for _, p, q in rows(40)]
