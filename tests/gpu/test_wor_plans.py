@@ -179,38 +179,20 @@ def test_coupling_on_tensors_is_exact_by_enumeration(V, k):
         assert abs(a[i].sum().item() - alpha_star(pi, qi, k, "iid", r)) <= 1e-12
 
 
-@pytest.mark.parametrize("capped", [False, True])
-def test_the_k2_choice_matches_choose_plan(capped, monkeypatch):
+@pytest.mark.parametrize("case", ["free", "capped", "padded"])
+def test_the_k2_choice_matches_choose_plan(case, monkeypatch):
     """wor_weights follows choose_plan beyond small supports (w(S), a to 1e-12): on Dirichlet rows of growing
     flatness (V = 200) rule 3, PTS and the coupling all occur — and with the coupling's cost cap below every
-    node (``capped``: as a wide node sees it), neither path builds it."""
-    import univer_theory.plans.choose as choose
-    if capped:
-        monkeypatch.setattr(choose, "COUPLING_MAX_COST", 1)
-    V, rng, cases = 200, np.random.default_rng(0), []
-    for conc in (1.0, 5.0, 50.0):
-        for i in range(12):
-            p, q = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
-            cases.append((p, q, (1.0, 0.5)[i % 2], tuple(int(y) for y in rng.choice(V, 2, replace=False, p=q))))
-    p, q, rho, c, kids = tensors(cases)
-    w, a = wor_weights(c, q, rho, p, kids)
-    used = set()
-    for i, (pi, qi, r, S) in enumerate(cases):
-        plan = choose_plan(pi, qi, r, 2, "wor")
-        used.add(plan.construction)
-        np.testing.assert_allclose(w[i].numpy(), plan.select(S), rtol=0, atol=1e-12)
-        np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-12)
-    assert used == ({"wor_pair", "pts"} if capped else {"wor_pair", "pts", "iid_coupling"}), used
-
-
-def test_the_couplings_cost_gate_counts_the_drafted_tokens(monkeypatch):
-    """Rule 5's cost gate reads a row's drafted tokens, as choose_plan's (``np.count_nonzero(q)``), not the row's
-    width: test_the_k2_choice_matches_choose_plan's rows padded with V tokens of p = q = 0, the cap between their
-    support (V) and their width (2V) — with the width in the gate the coupling was not built (α 0.08 off)."""
+    node (``capped``: as a wide node sees it), neither path builds it.  ``padded``: the rows padded with V tokens
+    of p = q = 0, the cap between their support (V) and their width (2V): rule 5's cost gate reads a row's drafted
+    tokens, as choose_plan's (``np.count_nonzero(q)``), not its width (with the width the coupling was not built:
+    α 0.08 off)."""
     import univer_theory.plans.choose as choose
     V, rng, cases = 200, np.random.default_rng(0), []
-    monkeypatch.setattr(choose, "COUPLING_MAX_COST", 2 * 2 ** 2 * (3 * V // 2))    # 2^(k−1)·k² · 1.5 V at k = 2
-    pad = lambda x: np.r_[x, np.zeros(V)]      # noqa: E731
+    cap = {"free": None, "capped": 1, "padded": 2 * 2 ** 2 * (3 * V // 2)}[case]   # 2^(k−1)·k² · 1.5 V at k = 2
+    if cap is not None:
+        monkeypatch.setattr(choose, "COUPLING_MAX_COST", cap)
+    pad = (lambda x: np.r_[x, np.zeros(V)]) if case == "padded" else (lambda x: x)    # noqa: E731
     for conc in (1.0, 5.0, 50.0):
         for i in range(12):
             p, q = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
@@ -224,7 +206,7 @@ def test_the_couplings_cost_gate_counts_the_drafted_tokens(monkeypatch):
         used.add(plan.construction)
         np.testing.assert_allclose(w[i].numpy(), plan.select(S), rtol=0, atol=1e-12)
         np.testing.assert_allclose(a[i].numpy(), plan.marginal, rtol=0, atol=1e-12)
-    assert "iid_coupling" in used, used
+    assert used == ({"wor_pair", "pts"} if case == "capped" else {"wor_pair", "pts", "iid_coupling"}), used
 
 
 def test_unreached_rows_get_no_plan():
