@@ -60,6 +60,7 @@ def _refuses(script: str, argv: list, match: str, capsys) -> None:
     (["--vocab", "3", "--shapes", "eagle"], "--vocab must be ≥ 4, got 3"),
     # timed untruncated rows under a "top 64" label (decode, speed and accept-bench refused it)
     (["--vocab", "8", "--draft-top", "64"], "--draft-top 64 exceeds --vocab 8 and would truncate nothing"),
+    (["--vocab", "8", "--draft-top", "9"], "--draft-top 9 exceeds --vocab 8 and would truncate nothing"),
 ])
 def test_bench_verify_refuses_bad_arguments_in_one_line(bad, match, capsys):
     """Each was a traceback, several only after the α* section had been timed."""
@@ -277,3 +278,13 @@ def test_bench_verify_peak_mb_sees_memory_an_earlier_call_freed():
     if rises[0] is None:
         pytest.skip("no /proc/self/clear_refs here")
     assert min(rises) > 25, rises
+
+
+def test_benchmark_outputs_refuse_a_folder_and_make_missing_folders(tmp_path, capsys):
+    """An output naming a folder is refused before anything runs; a file in missing folders is written, the
+    folders made (each was an IsADirectoryError or FileNotFoundError after the timing)."""
+    _refuses("bench_engines", ["--json", str(tmp_path)], "is a folder; give a file name", capsys)
+    args = _script("bench_args")
+    target = tmp_path / "new" / "deeper" / "cells.json"
+    args.write_text(args.output_path(str(target)), "{}")
+    assert target.read_text() == "{}"

@@ -162,3 +162,11 @@ def test_vllm_two_drafts_follow_the_matching_chain(method, process):
                                 num_drafts=2, process=process, accepted_draft=chain)
     assert out.tolist() == [[3, 4, 8], [5, 9, PH]]
     assert chain.tolist() == [1, 0]
+    # request 2: the target's argmax 6 heads neither chain — nothing accepted, accepted_draft −1 (not chain 0)
+    chain = torch.zeros(3, dtype=torch.long)
+    p3 = torch.cat([p, torch.nn.functional.one_hot(torch.tensor([6, 0, 6, 0]), V).double()])
+    out = vllm_rejection_sample(torch.cat([ids, ids[:4]]), torch.tensor([4, 8, 12]), torch.full_like(p3, 1 / V), p3,
+                                torch.cat([bonus, bonus[:1]]), torch.Generator().manual_seed(0), method=method,
+                                num_drafts=2, process=process, accepted_draft=chain)
+    assert out.tolist() == [[3, 4, 8], [5, 9, PH], [6, PH, PH]]
+    assert chain.tolist() == [1, 0, -1]

@@ -103,8 +103,9 @@ def test_sglang_adapter_input_errors():
     q[0, 0] = torch.tensor([0.5, 0.5, 0.0, 0.0])          # token 2 drafted with q = 0
     with pytest.raises(ValueError, match="draft_probs"):
         sglang_verify_tree(**ints, target_probs=p, draft_probs=q, method="rrs")
-    with pytest.raises(ValueError, match="retrive_index"):
-        sglang_verify_tree(**{**ints, "retrive_index": torch.tensor([[0, 1, 7]])}, target_probs=p)
+    for past in ([[0, 1, 7]], [[0, 1, 3]], [[3, 1, 2]]):       # 3: predicts' size itself, one past its end
+        with pytest.raises(ValueError, match=r"retrive_index entries must lie in \[0, 3\)"):
+            sglang_verify_tree(**{**ints, "retrive_index": torch.tensor(past)}, target_probs=p)
     with pytest.raises(ValueError, match="retrive_index entries must be distinct"):   # a slot overwrote another's
         sglang_verify_tree(**{**ints, "retrive_index": torch.tensor([[0, 1, 1]])}, target_probs=p)
 
@@ -139,9 +140,10 @@ def test_vllm_chains_share_their_first_row():
     out = vllm_rejection_sample(ids, cu, q, p, bonus, torch.Generator().manual_seed(0), method="univer",
                                 num_drafts=2, process="iid")
     assert out.shape == (2, 3)
-    for name, row in (("draft_probs", 4), ("target_probs", 4)):
-        bad_q, bad_p = q.clone(), p.clone()
-        (bad_q if name == "draft_probs" else bad_p)[row] = torch.tensor([0.5, 0.25, 0.25, 0.0], dtype=torch.float64)
+    for name, row, bad in (("draft_probs", 4, [0.5, 0.25, 0.25, 0.0]), ("target_probs", 4, [0.5, 0.25, 0.25, 0.0]),
+                           ("draft_probs", 4, [0.25, 0.25, 0.0, 0.5]), ("target_probs", 4, [0.25, 0.25, 0.0, 0.5])):
+        bad_q, bad_p = q.clone(), p.clone()                 # (the last two differ past the first column only)
+        (bad_q if name == "draft_probs" else bad_p)[row] = torch.tensor(bad, dtype=torch.float64)
         with pytest.raises(ValueError, match=rf"{name}\[4\] \(request 1, chain 1's first token\) differs from "
                                              r"chain 0's row 2"):
             vllm_rejection_sample(ids, cu, bad_q, bad_p, bonus, method="univer", num_drafts=2, process="iid")
@@ -252,6 +254,10 @@ def test_adapter_sizes_and_dtypes_a_serving_engineer_gets_wrong():
             sglang_verify_tree(c, ri, nt, ns, p, p, method="tv", **kwargs)
     with pytest.raises(ValueError, match="float32 or float64 of one dtype, got torch.bfloat16"):
         sglang_verify_tree(c, ri, nt, ns, p.bfloat16(), p.bfloat16(), method="tv", validate=False)
+    with pytest.raises(ValueError, match="float32 or float64 of one dtype, got torch.bfloat16"):   # the coin path too
+        sglang_verify_tree(c, ri, nt, ns, p.bfloat16(), method="target-only", validate=False,
+                           uniform_samples=torch.tensor([[0.5, 0.5]]),
+                           uniform_samples_for_final_sampling=torch.tensor([0.5]))
     ids, cu, bonus = torch.tensor([1]), torch.tensor([1]), torch.tensor([0])
     rows = torch.tensor([[.5, .5]])                 # one row per drafted token
     assert vllm_rejection_sample(ids, cu, rows, rows, bonus, max_spec_len=3).shape == (1, 4)
@@ -417,3 +423,17 @@ def test_a_coin_equal_to_the_running_sum_accepts_and_a_last_request_without_draf
     out = vllm_rejection_sample(torch.tensor([1, 2]), torch.tensor([2, 2]), rows.clone(), rows, torch.tensor([3, 1]),
                                 torch.Generator().manual_seed(0), method="sps")
     assert out.shape == (2, 3) and out[1].tolist() == [1, -1, -1]
+
+
+def test_sglang_final_coin_of_one_gives_a_token_of_positive_residual_mass():
+    """A final coin of exactly 1 (a uniform in [0, 1]) reads past the residual's CDF: Y is the last token of positive
+    residual mass, not token V − 1 (here of p = 0)."""
+    from gpu.engines import sglang
+    cand, ridx = torch.tensor([[0, 1]]), torch.tensor([[0, 1]])
+    first, sib = torch.tensor([[1, -1]]), torch.tensor([[-1, -1]])
+    p = torch.tensor([[[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]]], dtype=torch.float64)
+    for final in (0.0, 0.5, 1.0):               # child 1 rejected (coin 0.9 > 0.5): the residual is token 2 alone
+        out = sglang.verify_tree(cand, ridx, first, sib, p, method="target-only",
+                                 uniform_samples=torch.tensor([[0.9, 0.0]], dtype=torch.float64),
+                                 uniform_samples_for_final_sampling=torch.tensor([final], dtype=torch.float64))
+        assert out.accept_token_num.tolist() == [0] and out.predicts[0].item() == 2, (final, out)

@@ -4,7 +4,7 @@ from collections import Counter
 import pytest
 
 from gpu.llm.prompts import PROMPT_DIR, load_prompts
-from gpu.llm.tree_draft import eagle_like_shape, tree_shape
+from gpu.llm.tree_draft import MAX_DECODE_NODES, check_decode_shape, eagle_like_shape, tree_shape
 from univer_theory import TreeShape
 
 
@@ -37,6 +37,11 @@ def test_tree_shape_specs():
     assert tree_shape("chain:4").is_chain and tree_shape("chain:4").num_nodes == 5
     assert tree_shape("((..),.)") == TreeShape.parse("((..),.)")
     assert tree_shape("eagle") == eagle_like_shape(4)
+    # at most MAX_DECODE_NODES nodes: the bound itself is a decoding tree, one node more is not
+    assert tree_shape(f"chain:{MAX_DECODE_NODES - 1}").num_nodes == MAX_DECODE_NODES
+    assert check_decode_shape(TreeShape.uniform([MAX_DECODE_NODES - 1]), "t").num_nodes == MAX_DECODE_NODES
+    with pytest.raises(ValueError, match=f"beyond the {MAX_DECODE_NODES}"):
+        tree_shape(f"chain:{MAX_DECODE_NODES}")
     for bad in ("binary:0", "chain:x", "eagle:-1", "ternary:2"):
         with pytest.raises(ValueError, match=f"^tree_shape: .*'{bad}'"):
             tree_shape(bad)

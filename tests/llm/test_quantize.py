@@ -106,3 +106,25 @@ def test_packed_linear_rejects_what_the_kernel_cannot_hold(args, match):
     bits, group, in_f = args
     with pytest.raises(ValueError, match=match):
         PackedLinear(torch.randn(16, in_f), None, bits, group)
+
+
+def test_quantize_linear_layers_unties_the_head_keeping_its_bias():
+    """The float RTN draft's head is its own quantised copy: a head bias is kept (not nn.Linear's random init) and
+    the config says untied, so a saved and reloaded draft (an hf:DIR draft) keeps the quantised head, not the
+    embedding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = dict(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                  num_key_value_heads=2)
+    biased = LlamaForCausalLM(LlamaConfig(**config, tie_word_embeddings=False)).eval()
+    head = torch.nn.Linear(64, 64, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(biased.lm_head.weight)
+    biased.lm_head = head
+    assert torch.equal(quantize_linear_layers(biased, 4, 32).lm_head.bias, head.bias)
+    tied = LlamaForCausalLM(LlamaConfig(**config, tie_word_embeddings=True)).eval()
+    draft = quantize_linear_layers(tied, 4, 32)
+    assert draft.config.tie_word_embeddings is False
+    draft.tie_weights()                                     # as from_pretrained does: the quantised head stays
+    assert torch.equal(draft.lm_head.weight, rtn_quantize(tied.lm_head.weight, 4, 32))
