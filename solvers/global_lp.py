@@ -383,9 +383,9 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     if best is not None:  # the best feasible point of the attempts (a later failed attempt does not count)
         _, x, lost, off, sol = best
     status, message = sol.status, sol.message + ("" if tried == 1 else " (re-solved without presolve)")
-    if best is not None and status != 0:
-        status, message = 0, f"HiGHS ended '{message}'; its repaired point and certified duals are used"
     if best is not None:
+        if status != 0:
+            status, message = 0, f"HiGHS ended '{message}'; its repaired point and certified duals are used"
         if lost > REPAIR_TOL:
             status, message = 4, (f"repairing HiGHS' point lost {lost:.1e} > {REPAIR_TOL:g} of its objective "
                                   f"{sol.objective:.12f}")
