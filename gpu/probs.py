@@ -139,7 +139,9 @@ def _one_hot_argmax(x: torch.Tensor) -> torch.Tensor:
 def top_mask(x: torch.Tensor, m: int) -> torch.Tensor:
     """``[..., V]`` bool: each row's m largest entries of ``x``, ties at the m-th place to the lowest ids (T = 0's
     argmax is the first maximum; ``torch.topk``'s choice among ties need not contain it, nor its top s lie within
-    its top m: a one-hot row floored by it had s tokens of positive probability past its top m)."""
+    its top m: a one-hot row floored by it had s tokens of positive probability past its top m).  The set of
+    :func:`univer_theory.orders.top_tokens` ``(x, m)``, found by one ``topk`` and a count of the ties at the m-th
+    value rather than its stable sort of the whole row (4× its time on SmolLM2's rows at m = 1 024)."""
     last = x.topk(m, dim=-1).values[..., -1:]
     above = x > last
     tied = x == last

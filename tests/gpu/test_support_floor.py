@@ -135,6 +135,19 @@ def test_a_tied_one_hot_row_keeps_its_argmax_within_its_top_m():
             assert (row.gather(-1, logits.argmax(-1)[:, None]) > 0.5).all(), (m, row)     # the first maximum
 
 
+def test_top_mask_is_the_set_of_top_tokens():
+    """``top_mask`` (one topk and a tie count) keeps the tokens ``orders.top_tokens`` (a stable sort) lists, on rows
+    tied at every place, with −inf logits, and at every m."""
+    from gpu.probs import top_mask
+    from univer_theory.orders import top_tokens
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 4, (64, 24), generator=gen).double()
+    x[::3, ::2] = float("-inf")
+    for m in range(1, 25):
+        want = torch.zeros_like(x, dtype=torch.bool).scatter(-1, top_tokens(x, m), True)
+        assert torch.equal(top_mask(x, m), want), m
+
+
 @pytest.mark.parametrize("dtype,big", [(torch.float64, 1e308), (torch.float32, 3e38), (torch.bfloat16, 3e38)])
 def test_logits_half_the_dtypes_range_apart_keep_their_softmax(dtype, big):
     """``z − max z`` overflows when the logits span more than half the dtype's range: ``[big, −big]`` at T = big
