@@ -151,6 +151,12 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
     cand = torch.as_tensor(candidates, device=dev).long()
     U = uniform_samples.to(torch.float64)
     rows = torch.arange(B, device=dev)
+
+    def row(u):
+        """Row ``u [B]`` of each tree in float64 on the simplex, one ``[B, V]`` row at a time (no ``[B, N, V]`` copy):
+        a valid row may miss 1 by its dtype's tolerance, and a coin in ``(ΣP, 1]`` then rejected children covering
+        its support and emitted token V − 1, of p = 0."""
+        return normalise_rows(p[rows, u].to(torch.float64))
     S = num_speculative_tokens
     path = torch.full((B, S), -1, dtype=torch.long, device=dev)
     path[:, 0] = 0
@@ -162,7 +168,7 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
     for _ in range(N - 1):          # every try is a distinct node
         c = child.clamp(min=0)
         y = torch.where(live, cand.gather(1, c[:, None]).squeeze(1), 0)     # the root's candidate is never read
-        p_y = torch.where(tried[rows, y], 0, p[rows, cur, y].to(torch.float64))
+        p_y = torch.where(tried[rows, y], 0, row(cur)[rows, y])
         acc_y = acc + p_y
         take = live & (((coin <= acc_y) & (p_y > 0)) | (p_y >= 1))
         drop = live & ~take
@@ -175,7 +181,7 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
         acc = torch.where(take, 0, torch.where(drop, acc_y, acc))
         child = torch.where(take, first[rows, c], torch.where(drop, nxt[rows, c], child))
         live = live & (child >= 0) & (tau < S - 1)
-    rest = torch.where(tried, 0, p[rows, cur].to(torch.float64))
+    rest = torch.where(tried, 0, row(cur))
     cdf = rest.cumsum(-1)
     u = uniform_samples_for_final_sampling.to(torch.float64)[:, None] * cdf[:, -1:]
     y = torch.searchsorted(cdf, u, right=True).squeeze(1)
@@ -198,11 +204,11 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
         ignores them (SGLang passes a zero placeholder) and ``process``: it is lossless on any tree.
     process : how each node's children were drafted (``iid``, ``wor``, ``topk``, ``greedy``); default ``wor``
         for ``rrsw``, ``iid`` otherwise.
-    uniform_samples [B, N], uniform_samples_for_final_sampling [B] : SGLang's coins; only for ``nss``, which then
-        runs :func:`target_only_coins` (the kernel's procedure; float32 rows on their float64 simplex rows, as
-        :func:`gpu.verify` reads them: as given, a row within ``SIMPLEX_TOL`` of 1 moved a child's acceptance by
-        its defect).  Otherwise the randomness comes from ``generator`` (a torch.Generator on the inputs' device;
-        None: torch's default).
+    uniform_samples [B, N], uniform_samples_for_final_sampling [B] : SGLang's coins (float32 or float64); only for
+        ``nss``, without a generator, which then runs :func:`target_only_coins` (the kernel's procedure; each row
+        read on its float64 simplex row, as :func:`gpu.verify` reads float32 rows: as given, a row within
+        ``SIMPLEX_TOL`` of 1 moved a child's acceptance by its defect).  Otherwise the randomness comes from
+        ``generator`` (a torch.Generator on the inputs' device; None: torch's default).
     num_speculative_tokens : ``S``; default ``accept_index``'s width if given, else the deepest tree + 1.
     predicts, accept_index, accept_token_num : output tensors filled in place (created if None).
     validate : check the probability rows (:func:`gpu.validate_inputs`); float32 rows within the float32 rounding of
@@ -256,22 +262,25 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
         if method != "nss":
             raise ValueError(f"{where}: uniform_samples drive only the target-only procedure (method 'nss'); "
                              f"pass a torch.Generator for method {method!r}")
+        if generator is not None:
+            raise ValueError(f"{where}: a generator and uniform_samples given: SGLang's coins draw every decision, "
+                             f"so the generator would be ignored; pass one or the other")
         U, Uf = uniform_samples, uniform_samples_for_final_sampling
         if not (torch.is_tensor(U) and torch.is_tensor(Uf)) or U.shape != (B, N) or Uf.shape != (B,):
             raise ValueError(f"{where}: uniform_samples must be a [B, N] = [{B}, {N}] tensor and "
                              f"uniform_samples_for_final_sampling a [B] = [{B}] tensor")
         for name, coins in (("uniform_samples", U), ("uniform_samples_for_final_sampling", Uf)):
-            if not coins.dtype.is_floating_point or coins.device != dev:
-                raise ValueError(f"{where}: {name} must be a float tensor on {dev}, got {coins.dtype} on "
-                                 f"{coins.device}")
+            if coins.dtype not in (torch.float32, torch.float64) or coins.device != dev:
+                # (the kernel's own are float32; a bfloat16 / float16 coin lies on a 2^-8 / 2^-11 grid, which moves
+                # a child's acceptance P(c ≤ A) off A by up to half a grid step)
+                raise ValueError(f"{where}: {name} must be a float tensor (float32 or float64) on {dev}, got "
+                                 f"{coins.dtype} on {coins.device}")
             if not bool(((coins >= 0) & (coins <= 1)).all()):
                 raise ValueError(f"{where}: {name} has an entry outside [0, 1] (or NaN): coins are uniforms")
         if validate:                                         # (no gpu.verify on this path to check them)
             check_rows(where, "target_probs", p)
-        if p.dtype != torch.float64:        # float32 rows on the simplex in float64, as gpu.verify's rules read them
-            p = normalise_rows(p.double())
-        path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, p.view(B, N, -1), U,
-                                         Uf, S)
+        path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, p.reshape(B, N, -1),
+                                         U, Uf, S)
         _write(path, tau, y, candidates, ridx, predicts, accept_index, accept_token_num)
     else:
         if uniform_samples_for_final_sampling is not None:

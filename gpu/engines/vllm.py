@@ -189,6 +189,7 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     """
     where = "vllm.rejection_sample"
     check_choice(method, METHODS, where, "method")
+    int_argument(where, "num_drafts", num_drafts, 1)
     if method in ("sps", "bv") and num_drafts != 1:
         raise ValueError(f"{where}: method {method!r} verifies one chain; use rrs, rrsw, tv or univer for "
                          f"num_drafts = {num_drafts}")

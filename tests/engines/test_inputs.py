@@ -160,7 +160,9 @@ def test_vllm_chains_share_their_first_row():
 def test_sglang_adapter_checks_indices_coins_and_buffers():
     """A float retrive_index, coins that are not uniforms in [0, 1] (or a final coin without the others) and output
     buffers that are not integer tensors on the inputs' device are ValueErrors — they were truncated, read or filled
-    silently."""
+    silently; so are bfloat16 / float16 coins (the kernel takes float32 ones): on a 2^-8 / 2^-11 grid, a child
+    accepted iff ``c ≤ A`` is accepted w.p. A up to half a grid step (0.598 against A = 0.5977 in bfloat16), and a
+    generator beside the coins (it was ignored)."""
     ints, p = sglang_case()
     gen = torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match="retrive_index must hold integers"):
@@ -174,12 +176,17 @@ def test_sglang_adapter_checks_indices_coins_and_buffers():
     for bad, match in ((dict(uniform_samples=[[0.5, 0.5, 0.5]]), "must be a \\[B, N\\] = \\[1, 3\\] tensor"),
                        (dict(uniform_samples=torch.full((1, 3), float("nan"))), "uniform_samples has an entry outside"),
                        (dict(uniform_samples_for_final_sampling=torch.tensor([2.0])), "sampling has an entry outside"),
-                       (dict(uniform_samples=torch.ones(1, 3, dtype=torch.long)), "must be a float tensor")):
+                       (dict(uniform_samples=torch.ones(1, 3, dtype=torch.long)), "must be a float tensor"),
+                       (dict(uniform_samples=torch.full((1, 3), 0.5, dtype=torch.bfloat16)), "float32 or float64"),
+                       (dict(uniform_samples_for_final_sampling=torch.tensor([0.5], dtype=torch.float16)),
+                        "float32 or float64")):
         with pytest.raises(ValueError, match=match):
             sglang_verify_tree(**ints, target_probs=p, method="nss", **{**coins, **bad})
     with pytest.raises(ValueError, match="given without uniform_samples"):
         sglang_verify_tree(**ints, target_probs=p, method="nss", generator=gen,
                            uniform_samples_for_final_sampling=torch.tensor([0.3]))
+    with pytest.raises(ValueError, match="a generator and uniform_samples given"):     # the generator was ignored
+        sglang_verify_tree(**ints, target_probs=p, method="nss", generator=gen, **coins)
 
 
 def test_sglang_coins_never_read_the_root_candidate():
@@ -196,8 +203,8 @@ def test_sglang_coins_never_read_the_root_candidate():
 
 def test_vllm_adapter_checks_shapes_counts_and_buffers():
     """bonus_token_ids must be [B, num_drafts] (a transposed [num_drafts, B] was reshaped: requests got each other's
-    bonus tokens), num_drafts an int ≥ 1, accepted_draft an integer [B] tensor, target_probs float rows even
-    without drafts, and an empty batch a ValueError."""
+    bonus tokens), num_drafts an int ≥ 1 (0 with sps / bv was told to use another method), accepted_draft an
+    integer [B] tensor, target_probs float rows even without drafts, and an empty batch a ValueError."""
     V = 4
     ids, cu = torch.tensor([1, 2, 1, 2, 1, 2]), torch.tensor([2, 4, 6])          # B = 3 requests, 2 chains of 1
     p = torch.nn.functional.one_hot(torch.ones(6, dtype=torch.long), V).double()
@@ -210,6 +217,9 @@ def test_vllm_adapter_checks_shapes_counts_and_buffers():
     for m in (1.5, True, "2"):
         with pytest.raises(ValueError, match="num_drafts must be an int"):
             vllm_rejection_sample(ids, cu, q, p, bonus, method="univer", num_drafts=m)
+    for method in ("sps", "bv"):                       # not "verifies one chain; use rrs … for num_drafts = 0"
+        with pytest.raises(ValueError, match="num_drafts must be an int ≥ 1, got 0"):
+            vllm_rejection_sample(ids, cu, q, p, bonus, method=method, num_drafts=0)
     for acc, match in ((torch.zeros(4, dtype=torch.long), r"accepted_draft must be \[B\] = \[3\]"),
                        (torch.zeros(3), "accepted_draft must be an int32 or int64 tensor")):
         with pytest.raises(ValueError, match=match):
@@ -423,6 +433,30 @@ def test_a_coin_equal_to_the_running_sum_accepts_and_a_last_request_without_draf
     out = vllm_rejection_sample(torch.tensor([1, 2]), torch.tensor([2, 2]), rows.clone(), rows, torch.tensor([3, 1]),
                                 torch.Generator().manual_seed(0), method="sps")
     assert out.shape == (2, 3) and out[1].tolist() == [1, -1, -1]
+
+
+def test_sglang_coins_read_float64_rows_on_the_simplex_in_place():
+    """A float64 row 5e-10 short of 1 (valid) whose two children cover its support: a root coin in (ΣP, 1] rejected
+    both and emitted token V − 1, of p = 0 (a 5e-10 law gap); the coins read it on the simplex, so the second child
+    is taken.  The walk reads the input rows in place, float32 and float64 (it copied float32 rows whole into a
+    float64 ``[B, N, V]``, twice their bytes)."""
+    from gpu.engines import sglang
+    p = torch.tensor([[[0.5, 0.5 - 5e-10, 0.0, 0.0], [0.25] * 4, [0.25] * 4]], dtype=torch.float64)
+    links = (torch.tensor([[0, 0, 1]]), torch.tensor([[0, 1, 2]]), torch.tensor([[1, -1, -1]]),
+             torch.tensor([[-1, 2, -1]]))
+    for coin in (1 - 1e-10, 1.0):
+        out = sglang.verify_tree(*links, p, method="target-only",
+                                 uniform_samples=torch.tensor([[coin, 0.5, 0.5]], dtype=torch.float64),
+                                 uniform_samples_for_final_sampling=torch.tensor([0.5], dtype=torch.float64))
+        assert out.accept_index.tolist()[0][:2] == [0, 2] and out.accept_token_num.tolist() == [1], (coin, out)
+    seen, real = [], sglang.target_only_coins
+    sglang_coins = lambda *a: seen.append(a[3]) or real(*a)           # noqa: E731
+    for rows in (p, p.float()):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sglang, "target_only_coins", sglang_coins)
+            sglang.verify_tree(*links, rows, method="target-only", uniform_samples=torch.full((1, 3), 0.5),
+                               uniform_samples_for_final_sampling=torch.tensor([0.5]))
+        assert seen.pop().untyped_storage().data_ptr() == rows.untyped_storage().data_ptr()
 
 
 def test_sglang_final_coin_of_one_gives_a_token_of_positive_residual_mass():
