@@ -21,6 +21,7 @@ shape rule) and ``slot_rule``.
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from itertools import permutations
 
@@ -65,20 +66,26 @@ class UniVerRule:
         self.shape_rule = shape_rule and construction == "auto"
         self._plans: OrderedDict = OrderedDict()
         self._slots: dict = {}
+        # the caches are shared by every thread calling this rule (VERIFIERS["univer"]): their bookkeeping is
+        # serialised, the plans themselves are built outside the lock
+        self._lock = threading.Lock()
 
     def plan(self, target_probs, draft_probs, rho, process: str, child_shapes: tuple[str, ...]):
         """The (cached) node plan for children with subtrees ``child_shapes`` and its cache key."""
         key = (rho, _key(target_probs), _key(draft_probs), process, child_shapes)
-        if key not in self._plans:
+        with self._lock:
+            plan = self._plans.get(key)
+        if plan is None:
             shaped = self.shape_rule and shape_lp.applies(draft_probs, child_shapes, process)
             plan = lp_plan(target_probs, draft_probs, rho, len(child_shapes), process,
                            shape_lp.position_weights(child_shapes)) if shaped else None
-            self._plans[key] = plan or build_plan(self.construction, target_probs, draft_probs, rho,
-                                                  len(child_shapes), process)
-            if len(self._plans) > plan_cache_size(np.asarray(target_probs).size):
-                old, _ = self._plans.popitem(last=False)
-                self._slots = {s: v for s, v in self._slots.items() if s[0] != old}
-        return self._plans[key], key
+            plan = plan or build_plan(self.construction, target_probs, draft_probs, rho, len(child_shapes), process)
+            with self._lock:
+                self._plans[key] = plan
+                if len(self._plans) > plan_cache_size(np.asarray(target_probs).size):
+                    old, _ = self._plans.popitem(last=False)
+                    self._slots = {s: v for s, v in self._slots.items() if s[0] != old}
+        return plan, key
 
     def slotted(self, plan, key, S, draft_probs, process, omega):
         """``w(S)`` after the slot rule (:func:`solvers.slot_rule.slot_weights` on this one node), or None where it
@@ -86,15 +93,20 @@ class UniVerRule:
         from solvers.slot_rule import slot_weights
 
         skey = (key, tuple(int(y) for y in S), omega)
-        if skey not in self._slots:
-            perms = list(permutations(range(len(S))))
-            w_all = np.array([[np.asarray(plan.select(tuple(S[i] for i in perm)), dtype=np.float64)
-                               for perm in perms]])
-            w, applied = slot_weights(w_all, np.array([S], dtype=np.int64),
-                                      np.asarray(draft_probs, dtype=np.float64)[None],
-                                      np.array([omega], dtype=np.float64), process, perms)
-            self._slots[skey] = w[0] if applied[0] else None
-        return self._slots[skey]
+        with self._lock:
+            if skey in self._slots:
+                return self._slots[skey]
+        perms = list(permutations(range(len(S))))
+        w_all = np.array([[np.asarray(plan.select(tuple(S[i] for i in perm)), dtype=np.float64)
+                           for perm in perms]])
+        w, applied = slot_weights(w_all, np.array([S], dtype=np.int64),
+                                  np.asarray(draft_probs, dtype=np.float64)[None],
+                                  np.array([omega], dtype=np.float64), process, perms)
+        w = w[0] if applied[0] else None
+        with self._lock:
+            if key in self._plans:          # not for a plan another thread evicted meanwhile (never pruned)
+                self._slots[skey] = w
+        return w
 
     def weights(self, target_probs, draft_probs, rho, children, process: str, child_shapes):
         """Steps 1–2 of the module docstring: ``(plan, w(S), slot rule applied?)`` for the realised children S

@@ -218,3 +218,16 @@ def test_gr_single_child_is_the_unique_plan_at_any_draft_mass():
         P, Q = np.stack([p] * 3), np.stack([q] * 3)
         for name in ("gr", "rrs"):
             assert float(VERIFIERS[name].expected_accepted_length(tree, P, Q, "iid")) == 2.0, (name, tail)
+
+
+def test_flat_plan_cache_is_bounded_as_univers(monkeypatch):
+    """GR's (and SpecHub's) rule kept 4 096 plans whatever V (~170 bytes a token each: ~11 GB at V = 16 384); it keeps
+    as many as UniVer's, :func:`univer_theory.univer.plan_cache_size` (checked under a cap of 20, on 30 new rows)."""
+    from univer_theory import univer
+    monkeypatch.setattr(univer, "PLAN_CACHE_ENTRIES", 20)
+    assert univer.plan_cache_size(49152) == 16
+    rule = FlatPlanRule("gr", gr_plan, ("iid",))
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        rule.plan(rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4)), 2, "iid")
+    assert len(rule._plans) == 20

@@ -328,3 +328,37 @@ def test_plan_cache_is_bounded_on_small_vocabularies(monkeypatch):
         assert {s[0] for s in ver.rule._slots} <= set(ver.rule._plans)
     assert max(sizes) == 20 and sizes[-1] == 20, sizes
     assert ver.rule._slots, "the slot rule never ran: the eviction of slot entries went unchecked"
+
+
+def test_a_full_plan_cache_is_shared_by_threads(monkeypatch):
+    """One rule called from four threads with a full cache (a long-lived process's state; capped at 16 here, so
+    nearly every new plan evicts one): the eviction rebuilt the slot entries while other threads inserted into them
+    ("dictionary changed size during iteration"), and a thread could store slot weights for a plan another had
+    just evicted, never pruned.  Each thread's E[τ] is the sequential one; no slot entry outlives its plan."""
+    import sys
+    import threading
+    monkeypatch.setattr(univer, "PLAN_CACHE_ENTRIES", 16)
+    tree = DraftTree((-1, 0, 0, 0, 1), (-1, 0, 1, 2, 3))               # three children with unlike subtrees: slots
+    rows = [[np.random.default_rng(s).dirichlet(np.ones(9), size=5) for _ in range(2)] for s in range(160)]
+    alone = make_univer_verifier()
+    want = [alone.expected_accepted_length(tree, p, q, "iid") for p, q in rows]
+    shared, got, errors = make_univer_verifier(), {}, []
+
+    def work(part):
+        try:
+            for i in range(part, len(rows), 4):
+                got[i] = shared.expected_accepted_length(tree, *rows[i], "iid")
+        except Exception as e:                                          # noqa: BLE001 — reported below
+            errors.append(repr(e))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(part,)) for part in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    assert [got[i] for i in range(len(rows))] == want
+    assert len(shared.rule._plans) == 16 and shared.rule._slots
+    assert {s[0] for s in shared.rule._slots} <= set(shared.rule._plans)
