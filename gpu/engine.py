@@ -16,13 +16,18 @@ one depth, across the batch) from a :class:`LevelContext` and returns a :class:`
   it never looks at are independent of the ones it uses); the fixed point is reached after ``D + 1`` sweeps.
   The analytic ``E[τ | T]`` uses the same sweeps on the pair ``(σ, e)`` (success probability, expected
   accepted tokens below).
+* **Walk** (:func:`walk`: sampling with a rule under which every reached node succeeds, ``f = 1`` and scalings 1 —
+  ``gpu.verify.WALK``): pass 2 then reads the coins of the path's nodes alone, so a sample plans only the nodes
+  on its path, depth by depth, one row per tree (the same law, at most ``τ + 1`` plans a tree instead of every
+  internal node's).
 
 Slots are padded with a *dump* index ``N``: tensors indexed by slot have ``N + 1`` columns so padded children
 scatter harmlessly into the last one.  The engine itself reads the host inside the per-depth loops only for a
 level's drafted width and entries (:func:`gpu.support.scan`, when planning on the drafted support: on an
 accelerator the width's maximum and a ``nonzero``; the level structure comes
 from :attr:`TreeBatch.level_nodes`, computed once per batch) and, for a rule that leaves nodes with ``ρ = 0``
-unplanned (``reached_only``: UniVer's), which of a level's rows are reached, and on the CPU (where a read costs no
+unplanned (``reached_only``: UniVer's), which of a level's rows are reached (a walk: which trees still walk and
+which stop), and on the CPU (where a read costs no
 sync) whether a level's whole rows are consecutive input rows, read in place then (:func:`_run_start`); the baseline
 rules (:mod:`gpu.rules`) do not either, except a free check on the CPU; UniVer's level rule reads the host for
 data-dependent shapes and loop counts (row subsets, block sizes, the clock grid's length, simplex pivots,
@@ -302,9 +307,14 @@ def _unit_interval(dec: LevelDecision, child_mask: torch.Tensor) -> torch.Tensor
                         inside(dec.stop).all()])
 
 
-def _check_decisions(rule: LevelRule, checks: list) -> None:
+#: What each bool of a check of :func:`_unit_interval` says when it fails.
+_OUTSIDE = tuple(f"{x} outside [0, 1] (or NaN)" for x in _DECIDED)
+
+
+def _check_decisions(rule: LevelRule, checks: list, names: tuple[str, ...] = _OUTSIDE) -> None:
     """ValueError naming the rule, the quantity and a node where a level rule decided outside [0, 1] or NaN
-    (one host read for the whole call: a NaN scale would otherwise be sampled from silently)."""
+    (one host read for the whole call: a NaN scale would otherwise be sampled from silently); ``checks`` hold
+    one bool per quantity of ``names`` (:func:`_unit_interval`'s, and :func:`walk`'s own)."""
     if not checks:
         return
     ok = torch.stack([c for c, _, _ in checks])
@@ -314,7 +324,7 @@ def _check_decisions(rule: LevelRule, checks: list) -> None:
     _, tree, slots = checks[unit]
     fn = getattr(rule, "func", rule)                     # a functools.partial: its function's name
     name = getattr(fn, "__name__", type(fn).__name__)
-    raise ValueError(f"level rule {name}: a {_DECIDED[what]} outside [0, 1] (or NaN) at a level of {tree.shape[0]} "
+    raise ValueError(f"level rule {name}: a {names[what]} at a level of {tree.shape[0]} "
                      f"rows, first tree {int(tree[0])}, slot {int(slots[0])}")
 
 
@@ -374,17 +384,94 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
             cols = support.cols_at(alloc.drafted, at * (N + 1) + u[at], B * (N + 1))
             y = y.index_put((at,), support.draw_undrafted(p_rows, draft_probs.reshape(-1, V), row_u[at], cols,
                                                           generator))
-    depth = batch.depth
-    tau = depth.gather(1, u[:, None]).squeeze(1)
+    return VerifyResult(*_path(batch, u), y)
+
+
+def _path(batch: TreeBatch, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(accepted_nodes [B, D+1], τ [B])`` of :class:`VerifyResult` for the endpoints ``u [B]``."""
+    tau = batch.depth.gather(1, u[:, None]).squeeze(1)
     D = batch.max_depth
-    path = torch.full((B, D + 1), -1, dtype=torch.long, device=dev)
+    path = torch.full((u.shape[0], D + 1), -1, dtype=torch.long, device=u.device)
     path[:, 0] = 0
     cur = u
     for t in range(D, 0, -1):
         here = tau >= t
         path[:, t] = torch.where(here, cur, -1)
         cur = torch.where(here, batch.parent.gather(1, cur[:, None]).squeeze(1), cur)
-    return VerifyResult(path, tau, y)
+    return path, tau
+
+
+def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str, rule: LevelRule,
+         generator: torch.Generator | None = None, row_index: torch.Tensor | None = None,
+         drafted_support: bool = False, block_bytes: int | None = None) -> VerifyResult:
+    """One verification per tree for a rule under which every node succeeds once reached (``stop = 1`` and the
+    children's scalings 1 at every node: NSS, RRS, RRSw, K-SEQ, GR), planning only the nodes on the path.
+
+    With ``f_u = 1`` everywhere, pass 2 of :func:`sample` ends at the first node none of whose children has its
+    coin ``E_c``, reached from the root through the first child (in drafting order) that has it: the coins and
+    candidates of the nodes off that path are drawn there but never read.  So the walk plans, depth by depth, one
+    row per tree still walking — the node it stands on —, draws that node's children's coins, and moves to the first
+    entered child, or draws ``Y`` from the node's residual and stops; a tree that reaches a drafted leaf draws
+    ``Y ~ p`` there at the end.  The same law as :func:`sample` (other draws), with ``τ + 1`` node plans per tree
+    (``τ`` where the path ends at a leaf) instead of one per internal node (15 on a binary tree of depth 4).
+    Arguments as :func:`sample`.  A depth's rows are planned on their drafted support, or whole in blocks, as in
+    :func:`allocate`; its coins are drawn before its blocks and its candidates in row order, so on the CPU blocks
+    change neither the law nor the draws.  A
+    rule deciding a stop or a scaling other than 1 is refused (ValueError, after the walk: one host read)."""
+    B, N = batch.parent.shape
+    V = target_probs.shape[-1]
+    dev = target_probs.device
+    p_rows, q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)
+    rows_of = row_numbers(batch, row_index)
+    if block_bytes is None and dev.type == "cpu":
+        block_bytes = CPU_BLOCK_BYTES
+    step = None if block_bytes is None else max(1, block_bytes // (V * p_rows.element_size()))
+    tokens, kids_of, branching = _ext(batch.token.clamp(min=0), 0), batch.children, batch.num_children
+    at = torch.zeros(B, dtype=torch.long, device=dev)            # the node each tree stands on
+    y = torch.full((B,), -1, dtype=torch.long, device=dev)       # Y where a tree stopped at an internal node
+    walking = torch.arange(B, device=dev)
+    checks, bufs = [], []
+    while (walking := walking[(branching[walking, at[walking]] > 0) & (y[walking] < 0)]).shape[0]:   # host read
+        R, slots = walking.shape[0], at[walking]
+        kids = kids_of[walking, slots]                                                     # [R, K] (dump N)
+        src, children = rows_of[walking, slots], tokens[walking[:, None], kids]
+        coins = uniform(kids.shape, dev, generator)
+        found = support.scan(p_rows, q_rows, src) if drafted_support else None
+        width = R if found is not None or step is None else step
+        for lo in range(0, R, width):
+            hi = min(R, lo + width)
+            if found is not None:
+                p, q, cols = support.compact(found, children)
+            elif (start := _run_start(src[lo:hi])) is not None:                 # consecutive rows: read in place
+                p, q, cols = p_rows[start:start + hi - lo], q_rows[start:start + hi - lo], children[lo:hi]
+            else:
+                if not bufs or bufs[0].shape[0] < hi - lo:
+                    bufs = [p_rows.new_empty(hi - lo, V), q_rows.new_empty(hi - lo, V)]
+                p = torch.index_select(p_rows, 0, src[lo:hi], out=bufs[0][:hi - lo])
+                q = torch.index_select(q_rows, 0, src[lo:hi], out=bufs[1][:hi - lo])
+                cols = children[lo:hi]
+            mask = kids[lo:hi] < N
+            dec = rule(LevelContext(p.new_ones(hi - lo), p, q, cols, mask, process))
+            checks.append((torch.cat([_unit_interval(dec, mask),
+                                      ((dec.stop == 1).all() & ((dec.scale == 1) | ~mask).all())[None]]),
+                           walking[lo:hi], slots[lo:hi]))
+            entered = (coins[lo:hi] < dec.enter.to(torch.float64)) & mask
+            moved = entered.any(1)
+            nxt = kids[lo:hi].gather(1, entered.to(torch.int8).argmax(1, keepdim=True)).squeeze(1)
+            at[walking[lo:hi]] = torch.where(moved, nxt, slots[lo:hi])
+            stop = (~moved).nonzero().squeeze(1)                                  # host read
+            if stop.shape[0]:
+                drawn = sample_rows(dec.residual[stop], generator)
+                y[walking[lo + stop]] = drawn if found is None else support.tokens(found, drawn, V, lo + stop)
+        if found is not None:                       # V: drawn from the undrafted column, so from p·1[q = 0]
+            rest = (y[walking] == V).nonzero().squeeze(1)                         # host read
+            if rest.shape[0]:
+                y[walking[rest]] = support.draw_undrafted(p_rows, q_rows, src[rest], found.cols[rest], generator)
+    _check_decisions(rule, checks, _OUTSIDE + ("stop or child scaling other than 1 (walk takes a rule whose "
+                                               "every reached node succeeds)",))
+    leaf = (y < 0).nonzero().squeeze(1)                                           # host read: Y ~ p at a leaf
+    y[leaf] = sample_rows(p_rows.index_select(0, rows_of[leaf, at[leaf]]), generator)
+    return VerifyResult(*_path(batch, at), y)
 
 
 def _success_sweeps(batch: TreeBatch, alloc: Allocation) -> tuple[torch.Tensor, torch.Tensor]:

@@ -224,11 +224,13 @@ def undrafted_weights(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(q > 0, 0, p)
 
 
-def tokens(support: Support, columns: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Token ids ``[R]`` of sampled compact ``columns [R]``; the undrafted column (and padding) give ``vocab``,
-    the marker of "a token drawn from ``p·1[q = 0]``" (:func:`draw_undrafted`)."""
+def tokens(support: Support, columns: torch.Tensor, vocab: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Token ids ``[R]`` of sampled compact ``columns [R]`` (of the support's rows ``rows [R]``; None: all); the
+    undrafted column (and padding) give ``vocab``, the marker of "a token drawn from ``p·1[q = 0]``"
+    (:func:`draw_undrafted`)."""
     M = support.cols.shape[1]
-    tok = support.cols.gather(1, columns.clamp(max=M - 1)[:, None]).squeeze(1)
+    cols = support.cols if rows is None else support.cols[rows]
+    tok = cols.gather(1, columns.clamp(max=M - 1)[:, None]).squeeze(1)
     return torch.where((columns < M) & (tok < vocab), tok, vocab)
 
 

@@ -40,6 +40,12 @@ SHAPE_METHODS = ("univer",)
 #: top 1 024 are unreached.
 REACHED_ONLY = ("univer",)
 
+#: Methods whose level rule succeeds at every node it reaches (stop 1, children's scalings 1): a sample walks down
+#: the path and plans only the nodes on it (:func:`gpu.engine.walk`: the same law, other draws), where
+#: :func:`gpu.engine.sample` plans every internal node — on whole rows an RRSw verification of a binary depth-4
+#: tree was 15 node plans, most of its time.
+WALK = ("nss", "rrs", "rrsw", "kseq", "gr")
+
 #: Method → its row blocks on whole rows, on every device (``block_bytes`` of :func:`gpu.engine.allocate`; the
 #: others take the engine's default: :data:`gpu.engine.CPU_BLOCK_BYTES` on the CPU, a whole level on an
 #: accelerator).  UniVer's node plans hold ~20 whole-row temporaries and sort and walk each row, so at V = 49 152 a
@@ -204,8 +210,11 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     target_probs, draft_probs = _engine_inputs("verify", target_probs, draft_probs)
     if validate:
         validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
-    return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index,
-                         **engine_options(method, process))
+    options = engine_options(method, process)
+    if method in WALK:
+        return engine.walk(batch, target_probs, draft_probs, process, rule, generator, row_index,
+                           drafted_support=options["drafted_support"], block_bytes=options["block_bytes"])
+    return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index, **options)
 
 
 def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,

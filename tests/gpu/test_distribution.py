@@ -40,7 +40,7 @@ def other_processes(law_of, process, processes=("iid", "wor", "greedy")) -> dict
 
 
 CASES = [("nss", "iid"), ("nss", "topk"), ("nss", "greedy"), ("rrs", "iid"), ("rrsw", "wor"), ("kseq", "iid"),
-         ("tv", "iid"), ("tv", "wor"), ("univer", "iid"), ("univer", "wor")]
+         ("gr", "iid"), ("tv", "iid"), ("tv", "wor"), ("univer", "iid"), ("univer", "wor")]
 
 
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])

@@ -269,18 +269,20 @@ def test_sampler_on_the_drafted_support_follows_exact_law(method, process, compa
                 f"{method}-{process}")
 
 
-def test_same_test_rejects_undrafted_tokens_from_all_of_p(monkeypatch):
+@pytest.mark.parametrize("method", ["univer", "rrsw"])
+def test_same_test_rejects_undrafted_tokens_from_all_of_p(monkeypatch, method):
     """The lossy variant (an undrafted correction token drawn from all of p) is rejected against the true law
-    and fits its own exact law (:func:`undrafted_from_p`)."""
+    and fits its own exact law (:func:`undrafted_from_p`) — UniVer's draws from its allocation, RRSw's from its
+    walk (:func:`gpu.engine.walk`)."""
     tree, pn, qn = sampled_instance("wor")
-    law = VERIFIERS["univer"].law(tree, pn, qn, "wor")
+    law = VERIFIERS[method].law(tree, pn, qn, "wor")
     lossy = undrafted_from_p(law, tree, pn, qn)
     monkeypatch.setattr(support, "draw_undrafted",
                         lambda p_rows, q_rows, src, cols, gen: sample_rows(p_rows.index_select(0, src), gen))
     batch, p, q = repeated(tree, pn, qn, N_SAMPLES)
-    counts = cell_counts(verify(batch, p, q, "wor", "univer", torch.Generator().manual_seed(5)), tree)
+    counts = cell_counts(verify(batch, p, q, "wor", method, torch.Generator().manual_seed(5)), tree)
     assert_rejects(g_test(counts, law), "undrafted from p")
-    assert_fits(counts, lossy, {"univer": law}, "undrafted from p vs its own exact law")
+    assert_fits(counts, lossy, {method: law}, "undrafted from p vs its own exact law")
 
 
 def test_undrafted_draw_reads_each_endpoints_own_drafted_tokens():
