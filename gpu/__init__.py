@@ -3,7 +3,8 @@
 Everything runs on the device of its inputs (CPU or CUDA) and is checked against :mod:`univer_theory`:
 ``expected_accepted_length`` equals ``Verifier.expected_accepted_length`` per tree, and ``verify`` samples the
 per-tree law ``Verifier.law`` (K-SEQ: up to its ρ*'s conditioning where p ≈ q,
-:func:`univer_theory.verifiers.kseq_rho_star`).  ``torch.compile`` is the caller's choice.
+:func:`univer_theory.verifiers.kseq_rho_star`; every method: up to round-off, which an ill-conditioned tree of
+negligible probability amplifies — docs/deviations.md item 108).  ``torch.compile`` is the caller's choice.
 
 Glossary (as :mod:`univer_theory`)
 ---------------------------------

@@ -24,7 +24,7 @@ import numpy as np
 from univer_theory.engine import NodeContext, NodeDecision
 from univer_theory.models import Model, check_model_type
 from univer_theory.plans.base import NodePlan, sequential_shares
-from univer_theory.plans.lp_plan import tabulated_plan
+from univer_theory.plans.lp_plan import plan_weights, tabulated_plan
 from univer_theory.tree import DraftTree, TreeShape, as_shape
 from univer_theory.verifiers import Verifier
 
@@ -93,8 +93,7 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
                                  f"for (its value functions are that model's); pass the model's own rows")
             problem = NodeProblem(p, q, len(keys), ctx.process, child_value(keys, ctx.prefix))
             g, _, pi, _ = problem.solve(rho)
-            probs = problem.probs[:, None]          # a tuple whose probability underflows to 0 selects nothing
-            w = np.divide(pi, probs, out=np.zeros_like(pi), where=probs > 0)
+            w = plan_weights(pi, problem.probs)     # min(1, π/Q_k), formed below 1 (a subnormal Q_k: no inf/inf)
             plan = tabulated_plan("value-aware", w, problem.tuples, problem.probs, p, rho)
             cache[key] = (plan, g)
         return cache[key]

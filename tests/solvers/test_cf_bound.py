@@ -205,6 +205,18 @@ def test_alpha_star_root_bound_proves_tv_out_of_reach(V, process):
     assert float(tv_plan(p, q, 1.0, 2, process).alpha) < float(alpha_star(p, q, 2, process)) - 1e-3
 
 
+def test_value_aware_plans_subnormal_tuples():
+    """An iid root whose drafted tuples have subnormal probabilities (q = 5e-324 on a token): ``w = π/Q_k``
+    overflowed on the solver's round-off in π and the cap made inf/inf a NaN — the value-aware verifier (and
+    ``paper_checks.studies.bounds``, which runs it) raised "scale nan outside [0, 1]"; ``min(1, π/Q_k)`` is formed
+    below 1 (``lp_plan.plan_weights``), and it is lossless."""
+    p = np.array([0.9999999999999857, 2.199999999999974e-16, 1.3904046524568757e-14, 2.199999999999974e-16])
+    q = np.array([0.0, 0.0, 5e-324, 1.0])
+    model = TableModel(4, {(): p}, {(): q})
+    r = evaluate(model, "3", "iid", value_aware_verifier(model, "3", "iid"))
+    assert r.lossless and float(r.distance) <= LOSSLESS_TOL
+
+
 def test_value_aware_is_bound_to_its_shape():
     m = model(3, 0)
     va = value_aware_verifier(m, "2,2", "iid")

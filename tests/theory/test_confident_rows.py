@@ -149,6 +149,28 @@ def test_wor_tuple_law_and_ratios_on_a_subnormal_rest(t):
                 assert r.lossless and float(r.distance) <= 1e-12, (shape, name, float(r.distance))
 
 
+def test_wor_rejections_renormalise_the_draft_from_its_own_entries():
+    """TV and RRSw drop a rejected wor child from the draft: renormalising the last renormalised row divided a
+    subnormal rest once per rejection, each time rounding it on the subnormal grid (5e-324 / 0.56 → 1e-323), where the
+    wor tuple law divides q(x) once — the output law was 2.0e-4 from the target.  The rest is renormalised from the
+    row's own entries: lossless, and a tree's E[τ | T] equals the same rows' in Fractions exactly."""
+    from fractions import Fraction
+
+    from univer_theory import DraftTree, TableModel
+    from univer_theory.engine import tree_expected_accepted
+    from univer_theory.verifiers import traversal_rule
+
+    p = np.array([0.0, 0.8212890624991788, 9.99999999999e-13, 0.0, 0.00878906249999121, 0.16992187499983005])
+    q = np.array([0.4383457699722849, 0.0, 2.59e-321, 0.5616542300277152, 5e-324, 1.2e-322])
+    for name in ("tv", "rrsw"):
+        r = evaluate(TableModel(6, {(): p}, {(): q}), TreeShape.parse("3"), "wor", VERIFIERS[name])
+        assert r.lossless and float(r.distance) <= 1e-12, (name, float(r.distance))
+    tree = DraftTree.from_shape(TreeShape.parse("3"), (0, 3, 2))
+    exact = [np.stack([np.array([Fraction(x) for x in row], dtype=object)] * 4) for row in (p, q)]
+    want = tree_expected_accepted(tree, *exact, "wor", traversal_rule)
+    assert VERIFIERS["tv"].expected_accepted_length(tree, np.stack([p] * 4), np.stack([q] * 4), "wor") == float(want)
+
+
 def test_lp_plans_on_subnormal_tuple_probabilities():
     """The shape rule's LP at a wor root whose tuples have subnormal probabilities: ``w = π/Q_k`` overflowed on the
     solver's round-off in π (inf/inf = NaN after the cap) and UniVer's law was NaN; ``min(1, π/Q_k)`` keeps it
