@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from gpu import METHODS, engine, verify
+from gpu import METHODS, TreeBatch, engine, verify
 from gpu.verify import WALK
-from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, TreeShape, sample_tree
+from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
 
 from ..gof_instances import instance
 from ..stats import assert_fits, assert_power, assert_rejects, g_test
 from .helpers import TORCH_ZOO, cell_counts, padded_rows, repeated
+from .test_support import SAMPLED, undrafted_from_p
 
 SHAPES = ["3,2", "2,2,2", "((..),.)", "(.,(.),(..))", "4", "1,1,1"]
 
@@ -65,17 +66,79 @@ def test_walk_refuses_a_rule_whose_nodes_can_fail():
         engine.walk(batch, p, q, "iid", METHODS["tv"], torch.Generator().manual_seed(0))
 
 
+def slot_major(p, q):
+    """``(p_flat, q_flat, row_index)``: ``[B, N, V]`` rows laid out flat slot by slot (``row_index[b, v] = v·B + b``,
+    as a serving engine may hold them), so that a depth's walking rows are often consecutive input rows, read in
+    place on the CPU (``gpu.engine._run_start``)."""
+    B, N, V = p.shape
+    row_index = (torch.arange(N)[None, :] * B + torch.arange(B)[:, None]).contiguous()
+    return (*(x.transpose(0, 1).reshape(B * N, V).contiguous() for x in (p, q)), row_index)
+
+
+@pytest.mark.parametrize("layout", ["batch", "slot-major"])
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
-def test_walk_blocks_change_no_draw(method, process):
+def test_walk_blocks_change_no_draw(method, process, layout):
     """Blocks of one row give the draws of one block a depth (the coins drawn before the blocks, the candidates in
-    row order), on depths of up to 30 walking trees; and ``gpu.verify`` gives the walk's draws."""
+    row order), on depths of up to 30 walking trees, their rows copied ([B, N, V]) or read in place (slot-major
+    flat rows: every depth's first rows consecutive; each root a row of its own, the root row perturbed per tree, so
+    a block reading another block's rows shows); and ``gpu.verify`` gives the walk's draws."""
     batch, p, q = ragged(process, seed=2)
-    draws = [engine.walk(batch, p, q, process, METHODS[method], torch.Generator().manual_seed(5), block_bytes=n)
-             for n in (1, 1 << 30)]
-    draws.append(verify(batch, p, q, process, method, torch.Generator().manual_seed(5)))
+    p = p.clone()
+    p[:, 0] *= torch.linspace(1, 2, p.shape[0], dtype=p.dtype)[:, None] ** torch.arange(p.shape[-1], dtype=p.dtype)
+    p[:, 0] /= p[:, 0].sum(-1, keepdim=True)
+    row_index = None
+    if layout == "slot-major":
+        p, q, row_index = slot_major(p, q)
+    draws = [engine.walk(batch, p, q, process, METHODS[method], torch.Generator().manual_seed(5), row_index,
+                         block_bytes=n) for n in (1, 1 << 30)]
+    draws.append(verify(batch, p, q, process, method, torch.Generator().manual_seed(5), row_index=row_index))
     for name in ("accepted_nodes", "num_accepted", "next_token"):
         assert torch.equal(getattr(draws[0], name), getattr(draws[1], name)), name
         assert torch.equal(getattr(draws[0], name), getattr(draws[2], name)), name
+
+
+def two_trees_on_their_drafted_support(n: int, V: int = 300, seed: int = 11):
+    """``(trees, rows, laws, batch, p, q, row_index)``: the wor tree of ``test_support.SAMPLED`` with draft rows on three
+    tokens ({0, 1, 3} at the root, {0, 2, 4} at its first child, {0, 1, 2} at the leaves; targets holding ~0.6 on
+    them), and the same tree relabelled ``x → V − 1 − x`` — its nodes draft other tokens, in another block of
+    ``support.SCAN_BLOCK`` — interleaved (n of each) in one batch, flat rows read through ``row_index``."""
+    rng = np.random.default_rng(seed)
+    tree = DraftTree(SAMPLED["wor"].parent, SAMPLED["wor"].token, V)
+    drafted = [[0, 1, 3], [0, 2, 4]] + [[0, 1, 2]] * (tree.num_nodes - 2)
+    pn, qn = np.zeros((tree.num_nodes, V)), np.zeros((tree.num_nodes, V))
+    for u, d in enumerate(drafted):
+        pn[u] = 0.4 * rng.dirichlet(np.ones(V))
+        pn[u, d] += 0.6 * rng.dirichlet(np.ones(3))
+        qn[u, d] = rng.dirichlet(np.ones(3))
+    flip = np.arange(V)[::-1].copy()
+    other = DraftTree(tree.parent, tuple(-1 if t < 0 else int(flip[t]) for t in tree.token), V)
+    rows = [(pn, qn), (pn[:, flip], qn[:, flip])]
+    trees = [tree, other]
+    laws = [VERIFIERS["rrsw"].law(t, a, b, "wor") for t, (a, b) in zip(trees, rows)]
+    N = tree.num_nodes
+    batch = TreeBatch.from_trees([trees[i % 2] for i in range(2 * n)])
+    row_index = (torch.arange(N)[None, :] + N * (torch.arange(2 * n) % 2)[:, None]).contiguous()
+    p, q = (torch.tensor(np.concatenate([r[i] for r in rows])) for i in (0, 1))
+    return trees, rows, laws, batch, p, q, row_index
+
+
+def test_walk_on_the_drafted_support_reads_each_trees_own_row():
+    """Two trees whose nodes draft different tokens, interleaved in one batch on their drafted support: a stopped
+    tree's correction token is read from its own row's drafted columns, an undrafted one drawn from its own target
+    row and its own drafted set (G-test on the joint law of (tree, path, Y), with power against the variant that
+    draws undrafted tokens from all of p).  The single-tree G-tests cannot see another row of the same depth: all
+    their walking rows of a depth stand on the same node."""
+    n = 100_000
+    trees, rows, laws, batch, p, q, row_index = two_trees_on_their_drafted_support(n)
+    got = verify(batch, p, q, "wor", "rrsw", torch.Generator().manual_seed(4), row_index=row_index)
+    end = got.accepted_nodes.gather(1, got.num_accepted[:, None]).squeeze(1).tolist()
+    counts: dict = {}
+    for i, (u, y) in enumerate(zip(end, got.next_token.tolist())):
+        cell = (i % 2,) + trees[i % 2].path(u) + (y,)
+        counts[cell] = counts.get(cell, 0) + 1
+    joint = lambda each: {(w,) + k: v / 2 for w, law in enumerate(each) for k, v in law.items()}   # noqa: E731
+    lossy = joint([undrafted_from_p(law, t, *r) for law, t, r in zip(laws, trees, rows)])
+    assert_fits(counts, joint(laws), {"undrafted from p": lossy}, "rrsw-wor, two trees on their drafted support")
 
 
 def test_same_test_rejects_a_lossy_rule_walked():
