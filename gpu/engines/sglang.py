@@ -141,8 +141,9 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
     token's mass leaves ``P``.  The stop node's ``Y`` is the inverse CDF of ``P`` (its rejected tokens zeroed)
     at ``uniform_samples_for_final_sampling[b]·ΣP``.  With distinct siblings this is the kernel coin for coin,
     except that a child with ``P(y) = 0`` is never accepted (the kernel takes it on a coin of exactly 0, which a
-    float32 ``torch.rand`` draws with probability 2^-24); a duplicate sibling has ``P(y) = 0`` here too, which
-    keeps the law target-only's (§3.1).
+    float32 ``torch.rand`` draws with probability 2^-24) and that the last untried token of positive mass is taken on
+    any coin (a coin of 1 above a running sum that misses 1 by round-off); a duplicate sibling has ``P(y) = 0`` here
+    too, which keeps the law target-only's (§3.1).
     """
     p = target_probs
     B, N, V = p.shape
@@ -168,9 +169,13 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
     for _ in range(N - 1):          # every try is a distinct node
         c = child.clamp(min=0)
         y = torch.where(live, cand.gather(1, c[:, None]).squeeze(1), 0)     # the root's candidate is never read
-        p_y = torch.where(tried[rows, y], 0, row(cur)[rows, y])
+        here = row(cur)
+        p_y = torch.where(tried[rows, y], 0, here[rows, y])
         acc_y = acc + p_y
-        take = live & (((coin <= acc_y) & (p_y > 0)) | (p_y >= 1))
+        # y the last untried token of positive mass: taken on any coin (the running sum of a row on the simplex may
+        # still miss 1 by its round-off, and a coin of 1 then rejected the whole support)
+        last = ((here > 0) & ~tried).sum(-1) == 1
+        take = live & ((((coin <= acc_y) | last) & (p_y > 0)) | (p_y >= 1))
         drop = live & ~take
         tried[rows, y] |= drop
         tried &= ~take[:, None]

@@ -471,3 +471,17 @@ def test_sglang_final_coin_of_one_gives_a_token_of_positive_residual_mass():
                                  uniform_samples=torch.tensor([[0.9, 0.0]], dtype=torch.float64),
                                  uniform_samples_for_final_sampling=torch.tensor([final], dtype=torch.float64))
         assert out.accept_token_num.tolist() == [0] and out.predicts[0].item() == 2, (final, out)
+
+
+def test_sglang_coin_of_one_takes_the_last_child_covering_the_support():
+    """A float64 row on the simplex whose normalised entries sum, in the children's order, to 1 − 2^-53: a root coin
+    of 1 (a valid coin) rejected all three children, which cover the support, and emitted a rejected token (of
+    residual mass 0); the last untried token of positive mass is taken on any coin."""
+    from gpu.engines import sglang
+    r = torch.tensor([0.41840707345002665, 0.38659096795350134, 0.19500195859647212], dtype=torch.float64)
+    p = torch.stack([r] + [torch.full((3,), 1 / 3, dtype=torch.float64)] * 3)[None]
+    links = (torch.tensor([[0, 2, 0, 1]]), torch.tensor([[0, 1, 2, 3]]), torch.tensor([[1, -1, -1, -1]]),
+             torch.tensor([[-1, 2, 3, -1]]))
+    out = sglang.verify_tree(*links, p, method="nss", uniform_samples=torch.tensor([[1.0, 0.5, 0.5, 0.5]]),
+                             uniform_samples_for_final_sampling=torch.tensor([0.5]))
+    assert out.accept_token_num.tolist() == [1] and out.accept_index.tolist()[0][:2] == [0, 3], out
