@@ -164,10 +164,8 @@ def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: boo
     planned on its reached rows alone, a block of whole rows none of which is reached is not planned at all.
     ``spread`` is then ``(R, keep, (tree, slots, kids))`` — the unit's row count before, the planned rows'
     positions among them and the unreached rows — else None."""
-    N, V = batch.parent.shape[1], p_rows.shape[1]
-    if block_bytes is None and batch.device.type == "cpu":
-        block_bytes = CPU_BLOCK_BYTES
-    step = None if block_bytes is None else max(1, block_bytes // (V * p_rows.element_size()))
+    N = batch.parent.shape[1]
+    step = _block_step(block_bytes, p_rows)
 
     def live_of(unit):
         return reached(unit[0] * (N + 1) + unit[1])
@@ -255,17 +253,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
                     sample_rows(target_probs.new_zeros(full, 1), generator)
                 continue
         at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
-        R = tree.shape[0]
-        children = token_ext[kid_at]
-        if found is not None:
-            p, q, children = support.compact(found, children)
-        elif (start := _run_start(src)) is not None:     # consecutive input rows: read in place
-            p, q = p_rows[start:start + R], q_rows[start:start + R]
-        else:
-            if not bufs or bufs[0].shape[0] < R:
-                bufs = [p_rows.new_empty(R, V), q_rows.new_empty(R, V)]
-            p = torch.index_select(p_rows, 0, src, out=bufs[0][:R])
-            q = torch.index_select(q_rows, 0, src, out=bufs[1][:R])
+        p, q, children = _unit_rows(p_rows, q_rows, src, token_ext[kid_at], found, bufs)
         ctx = LevelContext(flat(rho)[at], p, q, children, kids < N, process, active=active,
                            **({"child_shapes": shape_ext[kid_at], "shape_keys": shape_keys} if shapes else {}))
         dec = rule(ctx)
@@ -326,6 +314,30 @@ def _check_decisions(rule: LevelRule, checks: list, names: tuple[str, ...] = _OU
     name = getattr(fn, "__name__", type(fn).__name__)
     raise ValueError(f"level rule {name}: a {names[what]} at a level of {tree.shape[0]} "
                      f"rows, first tree {int(tree[0])}, slot {int(slots[0])}")
+
+
+def _block_step(block_bytes: int | None, p_rows: torch.Tensor) -> int | None:
+    """Rows per block of a level's whole rows: ``block_bytes`` per ``[rows, V]`` tensor, at least one (None:
+    :data:`CPU_BLOCK_BYTES` on the CPU; the whole level, None, on an accelerator)."""
+    if block_bytes is None and p_rows.device.type == "cpu":
+        block_bytes = CPU_BLOCK_BYTES
+    return None if block_bytes is None else max(1, block_bytes // (p_rows.shape[1] * p_rows.element_size()))
+
+
+def _unit_rows(p_rows: torch.Tensor, q_rows: torch.Tensor, src: torch.Tensor, children: torch.Tensor, found,
+               bufs: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(p, q, children)`` a rule reads for the input rows ``src`` of a unit of work: on their drafted support
+    (``found``, :func:`gpu.support.compact`), a view of the input where the rows are consecutive (on the CPU,
+    :func:`_run_start`), else copies in ``bufs`` — two whole-row buffers reused by every unit, grown in place."""
+    if found is not None:
+        return support.compact(found, children)
+    R = src.shape[0]
+    if (start := _run_start(src)) is not None:
+        return p_rows[start:start + R], q_rows[start:start + R], children
+    if not bufs or bufs[0].shape[0] < R:
+        bufs[:] = [p_rows.new_empty(R, p_rows.shape[1]), q_rows.new_empty(R, q_rows.shape[1])]
+    return (torch.index_select(p_rows, 0, src, out=bufs[0][:R]), torch.index_select(q_rows, 0, src, out=bufs[1][:R]),
+            children)
 
 
 def _run_start(src: torch.Tensor) -> int | None:
@@ -423,9 +435,7 @@ def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor
     dev = target_probs.device
     p_rows, q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)
     rows_of = row_numbers(batch, row_index)
-    if block_bytes is None and dev.type == "cpu":
-        block_bytes = CPU_BLOCK_BYTES
-    step = None if block_bytes is None else max(1, block_bytes // (V * p_rows.element_size()))
+    step = _block_step(block_bytes, p_rows)
     tokens, kids_of, branching = _ext(batch.token.clamp(min=0), 0), batch.children, batch.num_children
     at = torch.zeros(B, dtype=torch.long, device=dev)            # the node each tree stands on
     y = torch.full((B,), -1, dtype=torch.long, device=dev)       # Y where a tree stopped at an internal node
@@ -440,16 +450,7 @@ def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor
         width = R if found is not None or step is None else step
         for lo in range(0, R, width):
             hi = min(R, lo + width)
-            if found is not None:
-                p, q, cols = support.compact(found, children)
-            elif (start := _run_start(src[lo:hi])) is not None:                 # consecutive rows: read in place
-                p, q, cols = p_rows[start:start + hi - lo], q_rows[start:start + hi - lo], children[lo:hi]
-            else:
-                if not bufs or bufs[0].shape[0] < hi - lo:
-                    bufs = [p_rows.new_empty(hi - lo, V), q_rows.new_empty(hi - lo, V)]
-                p = torch.index_select(p_rows, 0, src[lo:hi], out=bufs[0][:hi - lo])
-                q = torch.index_select(q_rows, 0, src[lo:hi], out=bufs[1][:hi - lo])
-                cols = children[lo:hi]
+            p, q, cols = _unit_rows(p_rows, q_rows, src[lo:hi], children[lo:hi], found, bufs)
             mask = kids[lo:hi] < N
             dec = rule(LevelContext(p.new_ones(hi - lo), p, q, cols, mask, process))
             checks.append((torch.cat([_unit_interval(dec, mask),
