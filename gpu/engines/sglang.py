@@ -30,7 +30,6 @@ from typing import NamedTuple
 import torch
 
 from univer_theory.validation import check_choice
-from univer_theory.verifiers import normalise_rows
 
 from ..engine import VerifyResult
 from ..probs import check_row_dtypes, check_rows, engine_rows
@@ -153,11 +152,15 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
     U = uniform_samples.to(torch.float64)
     rows = torch.arange(B, device=dev)
 
-    def row(u):
-        """Row ``u [B]`` of each tree in float64 on the simplex, one ``[B, V]`` row at a time (no ``[B, N, V]`` copy):
-        a valid row may miss 1 by its dtype's tolerance, and a coin in ``(ΣP, 1]`` then rejected children covering
-        its support and emitted token V − 1, of p = 0."""
-        return normalise_rows(p[rows, u].to(torch.float64))
+    def node(at, u):
+        """``(ΣP, support size)`` of the rows ``u`` of the trees ``at`` in float64, the sum as ``normalise_rows``
+        forms it (``p/ΣP`` are its floats): every row is read on its simplex row — a valid row may miss 1 by its
+        dtype's tolerance, and a coin in (ΣP, 1] then rejected children covering its support and emitted token
+        V − 1, of p = 0.  Read once per node a tree enters: no [B, N, V] copy, no pass over a row never reached."""
+        x = p[at, u].to(torch.float64)
+        s = x.cumsum(-1)[:, -1]
+        return torch.where(s > 0, s, 1.0), x.sign().sum(-1)                         # x ≥ 0 (checked rows)
+
     S = num_speculative_tokens
     path = torch.full((B, S), -1, dtype=torch.long, device=dev)
     path[:, 0] = 0
@@ -165,28 +168,33 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
     child, coin = first[:, 0], U[:, 0]
     acc = torch.zeros(B, dtype=torch.float64, device=dev)
     tried = torch.zeros(B, V, dtype=torch.bool, device=dev)
+    spent = torch.zeros(B, dtype=torch.long, device=dev)        # tried tokens of positive mass at the current node
+    total, size = node(rows, cur)                                # of the current node
     live = (child >= 0) & (tau < S - 1)
     for _ in range(N - 1):          # every try is a distinct node
         c = child.clamp(min=0)
         y = torch.where(live, cand.gather(1, c[:, None]).squeeze(1), 0)     # the root's candidate is never read
-        here = row(cur)
-        p_y = torch.where(tried[rows, y], 0, here[rows, y])
+        p_y = torch.where(tried[rows, y], 0, p[rows, cur, y].to(torch.float64) / total)
         acc_y = acc + p_y
         # y the last untried token of positive mass: taken on any coin (the running sum of a row on the simplex may
         # still miss 1 by its round-off, and a coin of 1 then rejected the whole support)
-        last = ((here > 0) & ~tried).sum(-1) == 1
+        last = size - spent == 1
         take = live & ((((coin <= acc_y) | last) & (p_y > 0)) | (p_y >= 1))
         drop = live & ~take
         tried[rows, y] |= drop
         tried &= ~take[:, None]
+        spent = torch.where(take, 0, spent + (drop & (p_y > 0)))
         tau = tau + take
         path[rows, tau] = torch.where(take, c, path[rows, tau])
         cur = torch.where(take, c, cur)
+        moved = take.nonzero().squeeze(1)                       # host read: the trees that entered a child
+        if moved.shape[0]:
+            total[moved], size[moved] = node(moved, cur[moved])
         coin = torch.where(take, U[rows, c], coin)
         acc = torch.where(take, 0, torch.where(drop, acc_y, acc))
         child = torch.where(take, first[rows, c], torch.where(drop, nxt[rows, c], child))
         live = live & (child >= 0) & (tau < S - 1)
-    rest = torch.where(tried, 0, row(cur))
+    rest = torch.where(tried, 0, p[rows, cur].to(torch.float64) / total[:, None])
     cdf = rest.cumsum(-1)
     u = uniform_samples_for_final_sampling.to(torch.float64)[:, None] * cdf[:, -1:]
     y = torch.searchsorted(cdf, u, right=True).squeeze(1)
