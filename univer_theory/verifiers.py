@@ -112,11 +112,17 @@ def kseq_bisection_steps(max_k: int) -> int:
 
 def normalise_rows(x):
     """Float rows ``[..., V]`` divided by their sums (a zero row kept): :func:`normalise` on a batch, numpy or torch
-    (K-SEQ's ρ*, UniVer's float32 rows planned in float64).  The sums are sequential (the last prefix sum), the same
-    floats in numpy and torch: K-SEQ's ρ* on rows with p ≈ q moves by ~1e-6 with one ulp of a row's sum."""
+    (K-SEQ's ρ*, UniVer's float32 rows planned in float64).  The sums are :func:`row_sums`."""
+    return x / row_sums(x)
+
+
+def row_sums(x):
+    """``[..., 1]``: the divisor :func:`normalise_rows` uses — each row's sum, sequential (the last prefix sum: the
+    same floats in numpy and torch; K-SEQ's ρ* on rows with p ≈ q moves by ~1e-6 with one ulp of a row's sum), 1
+    for a zero row."""
     nx = get_backend(x)
     total = nx.cumsum(x)[..., -1:] if x.shape[-1] else nx.sum(x, keepdims=True)
-    return x / nx.where(total > 0, total, 1.0)
+    return nx.where(total > 0, total, 1.0)
 
 
 def _check_kseq_inputs(nx, target_probs, draft_probs, k, where: str = "kseq_rho_star") -> tuple:

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import torch
 
 from univer_theory.validation import check_choice
+from univer_theory.verifiers import row_sums
 
 from ..engine import VerifyResult
 from ..probs import check_row_dtypes, check_rows, engine_rows
@@ -153,13 +154,13 @@ def target_only_coins(candidates, retrive_next_token, retrive_next_sibling, targ
     rows = torch.arange(B, device=dev)
 
     def node(at, u):
-        """``(ΣP, support size)`` of the rows ``u`` of the trees ``at`` in float64, the sum as ``normalise_rows``
-        forms it (``p/ΣP`` are its floats): every row is read on its simplex row — a valid row may miss 1 by its
-        dtype's tolerance, and a coin in (ΣP, 1] then rejected children covering its support and emitted token
-        V − 1, of p = 0.  Read once per node a tree enters: no [B, N, V] copy, no pass over a row never reached."""
+        """``(ΣP, support size)`` of the rows ``u`` of the trees ``at`` in float64, the sum ``normalise_rows``
+        divides by (:func:`~univer_theory.verifiers.row_sums`: ``p/ΣP`` are its floats): every row is read on its
+        simplex row — a valid row may miss 1 by its dtype's tolerance, and a coin in (ΣP, 1] then rejected children
+        covering its support and emitted token V − 1, of p = 0.  Read once per node a tree enters: no [B, N, V]
+        copy, no pass over a row never reached."""
         x = p[at, u].to(torch.float64)
-        s = x.cumsum(-1)[:, -1]
-        return torch.where(s > 0, s, 1.0), x.sign().sum(-1)                         # x ≥ 0 (checked rows)
+        return row_sums(x)[:, 0], x.sign().sum(-1)                                   # x ≥ 0 (checked rows)
 
     S = num_speculative_tokens
     path = torch.full((B, S), -1, dtype=torch.long, device=dev)
