@@ -19,7 +19,8 @@ one depth, across the batch) from a :class:`LevelContext` and returns a :class:`
 * **Walk** (:func:`walk`: sampling with a rule under which every reached node succeeds, ``f = 1`` and scalings 1 —
   ``gpu.verify.WALK``): pass 2 then reads the coins of the path's nodes alone, so a sample plans only the nodes
   on its path, depth by depth, one row per tree (the same law, at most ``τ + 1`` plans a tree instead of every
-  internal node's).
+  internal node's); RRS(w)'s rule, given the walk's coins, decides a node's children only up to the first entered
+  one and reads the node's rows only where a child is rejected.
 
 Slots are padded with a *dump* index ``N``: tensors indexed by slot have ``N + 1`` columns so padded children
 scatter harmlessly into the last one.  The engine itself reads the host inside the per-depth loops only for a
@@ -29,7 +30,8 @@ from :attr:`TreeBatch.level_nodes`, computed once per batch) and, for a rule tha
 unplanned (``reached_only``: UniVer's), which of a level's rows are reached (a walk: which trees still walk and
 which stop), and on the CPU (where a read costs no
 sync) whether a level's whole rows are consecutive input rows, read in place then (:func:`_run_start`); the baseline
-rules (:mod:`gpu.rules`) do not either, except a free check on the CPU; UniVer's level rule reads the host for
+rules (:mod:`gpu.rules`) do not either, except a free check on the CPU, and RRS(w)'s on a walk's coins, which
+nodes still try a child at each sibling step; UniVer's level rule reads the host for
 data-dependent shapes and loop counts (row subsets, block sizes, the clock grid's length, simplex pivots,
 convergence tests — README, "Host reads").
 """
@@ -56,6 +58,9 @@ class LevelContext:
     is consumed, views of the input rows where those are consecutive (on the CPU, :func:`_run_start`), or a level's
     rows on their drafted columns (:mod:`gpu.support`: ``V`` is then ``M + 1`` and ``children`` are columns); rules
     are composed (e.g. the bug zoo reuses ``ctx.target``), so a rule never writes into a context's tensors.
+    A walk may hand a rule its coins (``coins``: child j is entered iff ``coins[:, j] < enter[:, j]``, the first such
+    child taken) and, on whole rows, all input rows with each node's row number (``rows``); only the rules of
+    ``gpu.verify.COINS`` are given these, and may then decide less (:func:`walk`).
     """
 
     rho: torch.Tensor         # [R]     scaling ρ of each node
@@ -67,6 +72,8 @@ class LevelContext:
     child_shapes: torch.Tensor | None = None  # [R, K] long, child j's subtree shape as an index into shape_keys
     shape_keys: tuple[str, ...] = (".",)     # nested forms of the shapes (TreeBatch.subtree_shapes; shape/slot rules)
     active: tuple[int, ...] | None = None  # rows ≥ active[j] have no j-th child (None: no such bound)
+    coins: torch.Tensor | None = None      # [R, K] float64: a walk's coins, child j entered iff coins < enter (walk)
+    rows: torch.Tensor | None = None       # [R] long: target / draft are all input rows [*, V], node i's are rows[i]
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,8 @@ class LevelDecision:
     enter: torch.Tensor       # [R, K]
     scale: torch.Tensor       # [R, K]
     stop: torch.Tensor        # [R]
-    residual: torch.Tensor    # [R, V]
+    residual: torch.Tensor    # [R, V], or [n, V]: the rows residual_at alone
+    residual_at: torch.Tensor | None = None   # [n] long, ascending: the nodes residual holds (None: all R)
 
 
 LevelRule = Callable[[LevelContext], LevelDecision]
@@ -310,10 +318,13 @@ def _check_decisions(rule: LevelRule, checks: list, names: tuple[str, ...] = _OU
         return
     unit, what = (int(x) for x in (~ok).nonzero()[0])
     _, tree, slots = checks[unit]
-    fn = getattr(rule, "func", rule)                     # a functools.partial: its function's name
-    name = getattr(fn, "__name__", type(fn).__name__)
-    raise ValueError(f"level rule {name}: a {names[what]} at a level of {tree.shape[0]} "
+    raise ValueError(f"level rule {_rule_name(rule)}: a {names[what]} at a level of {tree.shape[0]} "
                      f"rows, first tree {int(tree[0])}, slot {int(slots[0])}")
+
+
+def _rule_name(rule: LevelRule) -> str:
+    fn = getattr(rule, "func", rule)                     # a functools.partial: its function's name
+    return getattr(fn, "__name__", type(fn).__name__)
 
 
 def _block_step(block_bytes: int | None, p_rows: torch.Tensor) -> int | None:
@@ -415,7 +426,7 @@ def _path(batch: TreeBatch, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str, rule: LevelRule,
          generator: torch.Generator | None = None, row_index: torch.Tensor | None = None,
-         drafted_support: bool = False, block_bytes: int | None = None) -> VerifyResult:
+         drafted_support: bool = False, block_bytes: int | None = None, coins: bool = False) -> VerifyResult:
     """One verification per tree for a rule under which every node succeeds once reached (``stop = 1`` and the
     children's scalings 1 at every node: NSS, RRS, RRSw, K-SEQ, GR), planning only the nodes on the path.
 
@@ -429,7 +440,15 @@ def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor
     Arguments as :func:`sample`.  A depth's rows are planned on their drafted support, or whole in blocks, as in
     :func:`allocate`; its coins are drawn before its blocks and its candidates in row order, so on the CPU blocks
     change neither the law nor the draws.  A
-    rule deciding a stop or a scaling other than 1 is refused (ValueError, after the walk: one host read)."""
+    rule deciding a stop or a scaling other than 1 is refused (ValueError, after the walk: one host read).
+
+    ``coins``: the rule is handed the coins (``LevelContext.coins``) and, on whole rows, all input rows with each
+    node's row number (``LevelContext.rows``) instead of copies of its rows, so it may decide each node's children
+    only up to the first entered one and read a row only where a child is rejected (RRS(w)'s rule: at most the τ + 1
+    path nodes' rejected children, ~1.4–1.9 sibling steps a tree on the benchmark's Zipf-row trees where the walk
+    without coins took all 6–8 of the path nodes', and no row copied where every child is accepted); its ``residual``
+    then holds the nodes that enter no child alone (``LevelDecision.residual_at``), and a depth is one unit of work.
+    The same draws as without coins wherever the rule's ``enter`` rounds alike (float64 rows)."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dev = target_probs.device
@@ -445,24 +464,32 @@ def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor
         R, slots = walking.shape[0], at[walking]
         kids = kids_of[walking, slots]                                                     # [R, K] (dump N)
         src, children = rows_of[walking, slots], tokens[walking[:, None], kids]
-        coins = uniform(kids.shape, dev, generator)
+        flips = uniform(kids.shape, dev, generator)
         found = support.scan(p_rows, q_rows, src) if drafted_support else None
-        width = R if found is not None or step is None else step
+        whole = found is not None or step is None or (coins and p_rows.dtype == torch.float64)
+        width = R if whole else step
         for lo in range(0, R, width):
             hi = min(R, lo + width)
-            p, q, cols = _unit_rows(p_rows, q_rows, src[lo:hi], children[lo:hi], found, bufs)
+            if coins and found is None:         # the rule reads the rows it needs, by row number
+                p, q, cols, rows = p_rows, q_rows, children[lo:hi], src[lo:hi]
+            else:
+                (p, q, cols), rows = _unit_rows(p_rows, q_rows, src[lo:hi], children[lo:hi], found, bufs), None
             mask = kids[lo:hi] < N
-            dec = rule(LevelContext(p.new_ones(hi - lo), p, q, cols, mask, process))
+            dec = rule(LevelContext(p.new_ones(hi - lo), p, q, cols, mask, process,
+                                    coins=flips[lo:hi] if coins else None, rows=rows))
             checks.append((torch.cat([_unit_interval(dec, mask),
                                       ((dec.stop == 1).all() & ((dec.scale == 1) | ~mask).all())[None]]),
                            walking[lo:hi], slots[lo:hi]))
-            entered = (coins[lo:hi] < dec.enter.to(torch.float64)) & mask
+            entered = (flips[lo:hi] < dec.enter.to(torch.float64)) & mask
             moved = entered.any(1)
             nxt = kids[lo:hi].gather(1, entered.to(torch.int8).argmax(1, keepdim=True)).squeeze(1)
             at[walking[lo:hi]] = torch.where(moved, nxt, slots[lo:hi])
             stop = (~moved).nonzero().squeeze(1)                                  # host read
+            if dec.residual_at is not None and not torch.equal(dec.residual_at, stop):
+                raise ValueError(f"walk: level rule {_rule_name(rule)} held the residuals of nodes "
+                                 f"{dec.residual_at.tolist()}, where nodes {stop.tolist()} entered no child")
             if stop.shape[0]:
-                drawn = sample_rows(dec.residual[stop], generator)
+                drawn = sample_rows(dec.residual if dec.residual_at is not None else dec.residual[stop], generator)
                 y[walking[lo + stop]] = drawn if found is None else support.tokens(found, drawn, V, lo + stop)
         if found is not None:                       # V: drawn from the undrafted column, so from p·1[q = 0]
             rest = (y[walking] == V).nonzero().squeeze(1)                         # host read

@@ -117,6 +117,12 @@ class _Rows:
         out.addcmul_(other.cur[:n], b[:, None], value=-1).clamp_(min=0)
         return out.sum(-1)
 
+    def keep(self, idx: torch.Tensor) -> None:
+        """Only the rows ``idx`` stay, in that order: ``X̃`` and the scales compacted (a copy of those rows)."""
+        self.orig = self.cur = self.prev = self.cur.index_select(0, idx)
+        self.scale = self.scale[idx]
+        self.bufs, self.writes = [], []
+
     def restore(self, rows: torch.Tensor) -> None:
         """Undo the last :meth:`subtract` on the leading rows where ``rows [n]`` holds."""
         n = rows.shape[0]
@@ -139,17 +145,22 @@ class _Rows:
 
 def _decided_in_float64(rule):
     """``rule`` deciding float32 rows on their float64 copies put back onto the simplex (:func:`normalise_rows`, as
-    UniVer's planning rows), its decision in the rows' dtype; float64 rows as given.  A float32 row sums to 1 within
-    a few ulps only: on its own floats RRSw's ``[P − Q]_+`` at p ≈ q moved by 1e-3 relative and E[τ | T] by 1.2e-5
-    from the exact core on the same values, where float32 rows are held to 1e-6 (docs/deviations.md item 69)."""
+    UniVer's planning rows; ``ctx.rows``: those rows of the input), its decision in the rows' dtype but for a walk's
+    ``enter`` (``ctx.coins`` given), which the rule compared its coins with in float64; float64 rows as given.  A
+    float32 row sums to 1 within a few ulps only: on its own floats RRSw's ``[P − Q]_+`` at p ≈ q moved by 1e-3
+    relative and E[τ | T] by 1.2e-5 from the exact core on the same values, where float32 rows are held to 1e-6
+    (docs/deviations.md item 69)."""
     @functools.wraps(rule)
     def decide(ctx: LevelContext, *args, **kwargs) -> LevelDecision:
         if ctx.target.dtype == torch.float64:
             return rule(ctx, *args, **kwargs)
-        wide = dataclasses.replace(ctx, target=normalise_rows(ctx.target.double()),
-                                   draft=normalise_rows(ctx.draft.double()), rho=ctx.rho.double())
+        rows = (lambda x: x) if ctx.rows is None else (lambda x: x.index_select(0, ctx.rows))
+        wide = dataclasses.replace(ctx, target=normalise_rows(rows(ctx.target).double()),
+                                   draft=normalise_rows(rows(ctx.draft).double()), rho=ctx.rho.double(), rows=None)
         dec = rule(wide, *args, **kwargs)
-        return LevelDecision(*(x.to(ctx.target.dtype) for x in (dec.enter, dec.scale, dec.stop, dec.residual)))
+        narrow = lambda x: x.to(ctx.target.dtype)                              # noqa: E731
+        return LevelDecision(dec.enter if ctx.coins is not None else narrow(dec.enter), narrow(dec.scale),
+                             narrow(dec.stop), narrow(dec.residual), dec.residual_at)
     return decide
 
 
@@ -168,8 +179,23 @@ def nss_rule(ctx: LevelContext) -> LevelDecision:
     return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), P.rows())
 
 
+def _rejection_step(P: _Rows, Q: _Rows, y: torch.Tensor, m: torch.Tensor, without_replacement: bool) -> torch.Tensor:
+    """RRS(w)'s sibling step on the leading ``n = len(y)`` rows, where child ``y`` was rejected (``m``; elsewhere P
+    kept — a missing child): ``P ← norm([P − Q]_+)`` (a zero row stays zero), and without replacement
+    ``Q ← norm(Q·1[≠y])``.  Returns ``[n]`` bool: where all of ``[P − Q]_+`` rounded away."""
+    n = y.shape[0]
+    mass = P.subtract(P.scale[:n], Q.scale[:n], Q)
+    P.restore(~m)
+    P.set_scale(mass, m)
+    if without_replacement:
+        Q.remove(y, m)
+    return m & (mass == 0)
+
+
 @_decided_in_float64
 def _recursive_rejection(ctx: LevelContext, without_replacement: bool) -> LevelDecision:
+    if ctx.coins is not None:
+        return _rejection_walk(ctx, without_replacement)
     R, K = ctx.children.shape
     P, Q = _Rows(ctx.target), _Rows(ctx.draft, own=without_replacement)
     enter = torch.zeros(R, K, dtype=ctx.target.dtype, device=ctx.target.device)
@@ -178,16 +204,70 @@ def _recursive_rejection(ctx: LevelContext, without_replacement: bool) -> LevelD
         n = _bound(ctx, j)
         y, m = ctx.children[:n, j], ctx.child_mask[:n, j]
         enter[:n, j] = _ratio_min1(P.at(y), Q.at(y), m)
-        mass = P.subtract(P.scale[:n], Q.scale[:n], Q)     # P ← norm([P − Q]_+), a zero row stays zero
-        P.restore(~m)
-        P.set_scale(mass, m)
-        vanished[:n] |= m & (mass == 0)
-        if without_replacement:
-            Q.remove(y, m)
+        vanished[:n] |= _rejection_step(P, Q, y, m, without_replacement)
     residual = P.rows()
     if P.writes:                    # all of [P − Q]_+ rounded away: Y ~ p, as the exact twin (residual_rows' fallback)
         _copy_rows(residual, ctx.target, vanished)
     return LevelDecision(enter, torch.ones_like(enter), torch.ones_like(ctx.rho), residual)
+
+
+def _rejection_walk(ctx: LevelContext, without_replacement: bool) -> LevelDecision:
+    """:func:`_recursive_rejection` on a walk's coins (``ctx.coins``, :func:`gpu.engine.walk`): child j's
+    ``enter`` only while every earlier child was rejected (0 after the first entered one, whose coin the walk
+    reads first), so a node reads its rows only where a child is rejected — the first child's
+    ``min(1, p(y)/q(y))`` is two entries of its input rows (by ``ctx.rows`` where given); the residual of the nodes
+    that enter no child alone (``residual_at``).  The same floats as :func:`_recursive_rejection` at every step it
+    takes (each a row's own sibling step, on the rows still rejecting: :meth:`_Rows.keep`)."""
+    R, K = ctx.children.shape
+    dev = ctx.target.device
+    src = ctx.rows if ctx.rows is not None else torch.arange(R, device=dev)
+    enter = torch.zeros(R, K, dtype=ctx.target.dtype, device=dev)
+    live = torch.arange(R, device=dev)              # the nodes still trying children
+    P = Q = None                                     # their states once a child was rejected (None: the input rows)
+    vanished = torch.zeros(R, dtype=torch.bool, device=dev)     # of the live nodes
+    ended = []                                       # (nodes, residual rows) of the nodes whose children all failed
+
+    def end(done: torch.Tensor) -> None:
+        done = done.nonzero().squeeze(1)
+        nodes = live[done]
+        if P is None:
+            ended.append((nodes, ctx.target.index_select(0, src[nodes])))
+        else:
+            rows = P.rows().index_select(0, done)
+            lost = vanished[done]                    # all of [P − Q]_+ rounded away: Y ~ p (as the full rule)
+            if bool(lost.any()):                     # host read
+                rows[lost] = ctx.target.index_select(0, src[nodes[lost]])
+            ended.append((nodes, rows))
+
+    for j in range(K):
+        left = ctx.child_mask[live, j:].any(1)
+        if not bool(left.all()):                     # host read: nodes none of whose children was entered end here
+            end(~left)
+        y, m = ctx.children[live, j], ctx.child_mask[live, j]
+        if P is None:
+            p_y, q_y = ctx.target[src[live], y], ctx.draft[src[live], y]
+        else:
+            p_y, q_y = P.at(y), Q.at(y)
+        enter[live, j] = e = _ratio_min1(p_y, q_y, m)
+        stay = (left & ~(ctx.coins[live, j] < e)).nonzero().squeeze(1)       # host read
+        live, y, m = live[stay], y[stay], m[stay]
+        if not live.shape[0]:
+            break
+        if P is None:
+            P, Q = (_Rows(x.index_select(0, src[live])) for x in (ctx.target, ctx.draft))   # copies: Q is written
+        else:
+            P.keep(stay)
+            Q.keep(stay)
+        vanished = vanished[stay] | _rejection_step(P, Q, y, m, without_replacement)
+    else:
+        if live.shape[0]:
+            end(torch.ones_like(live, dtype=torch.bool))
+    if not ended:
+        ended.append((live, ctx.target.new_zeros(0, ctx.target.shape[1])))
+    nodes, rows = (torch.cat(x) for x in zip(*ended))
+    nodes, order = nodes.sort()
+    return LevelDecision(enter, torch.ones_like(enter), torch.ones(R, dtype=enter.dtype, device=dev),
+                         rows.index_select(0, order), nodes)
 
 
 def rrs_rule(ctx: LevelContext) -> LevelDecision:

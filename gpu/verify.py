@@ -49,6 +49,10 @@ REACHED_ONLY = ("univer",)
 #: tree was 15 node plans, most of its time.
 WALK = ("nss", "rrs", "rrsw", "kseq", "gr")
 
+#: Walked methods whose level rule takes the walk's coins (``coins`` of :func:`gpu.engine.walk`): RRS(w) decides a
+#: node's children only up to the first entered one and reads a row only where a child is rejected.
+COINS = ("rrs", "rrsw")
+
 #: Method → its row blocks on whole rows, on every device (``block_bytes`` of :func:`gpu.engine.allocate`; the
 #: others take the engine's default: :data:`gpu.engine.CPU_BLOCK_BYTES` on the CPU, a whole level on an
 #: accelerator).  UniVer's node plans hold ~20 whole-row temporaries and sort and walk each row, so at V = 49 152 a
@@ -216,7 +220,8 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     options = engine_options(method, process)
     if method in WALK:
         return engine.walk(batch, target_probs, draft_probs, process, rule, generator, row_index,
-                           drafted_support=options["drafted_support"], block_bytes=options["block_bytes"])
+                           drafted_support=options["drafted_support"], block_bytes=options["block_bytes"],
+                           coins=method in COINS)
     return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index, **options)
 
 

@@ -1,13 +1,16 @@
 """``gpu.engine.walk``: a sample that plans only the nodes on its path, for the rules whose every reached node
 succeeds (``gpu.verify.WALK``).  Its law is checked by the G-tests of ``gpu.verify`` (``test_distribution``,
 ``test_support``: NSS, RRS, RRSw, K-SEQ and GR sample through it); here what it plans, what it refuses, that
-its blocks change no draw, and that the same G-test rejects a lossy rule walked."""
+its blocks change no draw, that RRS(w) decide on the walk's coins as without them, and that the same G-test
+rejects a lossy rule walked."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from gpu import METHODS, TreeBatch, engine, verify
-from gpu.verify import WALK
+from gpu.verify import COINS, WALK
 from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
 
 from ..gof_instances import instance
@@ -81,7 +84,9 @@ def test_walk_blocks_change_no_draw(method, process, layout):
     """Blocks of one row give the draws of one block a depth (the coins drawn before the blocks, the candidates in
     row order), on depths of up to 30 walking trees, their rows copied ([B, N, V]) or read in place (slot-major
     flat rows: every depth's first rows consecutive; each root a row of its own, the root row perturbed per tree, so
-    a block reading another block's rows shows); and ``gpu.verify`` gives the walk's draws."""
+    a block reading another block's rows shows); and ``gpu.verify`` gives the walk's draws (RRS(w) there on the walk's
+    coins, ``gpu.verify.COINS``: their rule's decisions up to each node's first entered child, and its residuals,
+    the same floats)."""
     batch, p, q = ragged(process, seed=2)
     p = p.clone()
     p[:, 0] *= torch.linspace(1, 2, p.shape[0], dtype=p.dtype)[:, None] ** torch.arange(p.shape[-1], dtype=p.dtype)
@@ -153,3 +158,66 @@ def test_same_test_rejects_a_lossy_rule_walked():
     counts = cell_counts(engine.walk(batch, p, q, process, TORCH_ZOO[name], torch.Generator().manual_seed(6)), tree)
     assert_rejects(g_test(counts, correct), name)
     assert_fits(counts, lossy, {"rrs": correct}, f"{name} walked vs its own exact law")
+
+
+def rejection_nodes(process: str, dtype, seed: int = 0, R: int = 90, V: int = 7, K: int = 4):
+    """``(ctx, coins)``: R nodes of 1–K children drafted from q (i.i.d. ones with duplicates), some with a missing
+    child between others (a composed rule's mask), some rows with p = q (every residual vanishes: Y ~ p) and,
+    without replacement, confident drafts whose rest is subnormal once their top token is removed; coins uniform,
+    0 (the first child entered unless its enter is 0) or 1 (every child rejected)."""
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.full(V, 0.6), R), rng.dirichlet(np.full(V, 0.6), R)
+    q[::9] = p[::9]
+    q[4::9] = np.r_[1 - 6e-310 * (V - 1), np.full(V - 1, 6e-310)][rng.permutation(V)]
+    k = rng.integers(1, K + 1, R)
+    children = np.zeros((R, K), dtype=np.int64)
+    for r in range(R):
+        children[r, :k[r]] = rng.choice(V, k[r], replace=process == "iid", p=q[r])
+    mask = np.arange(K)[None, :] < k[:, None]
+    mask[5::11, 0] = k[5::11] == 1                  # the first child masked where another follows
+    coins = rng.random((R, K))
+    coins[1::7], coins[2::7] = 0.0, 1.0
+    ctx = engine.LevelContext(torch.ones(R, dtype=dtype), torch.tensor(p, dtype=dtype), torch.tensor(q, dtype=dtype),
+                              torch.tensor(children), torch.tensor(mask), process)
+    return ctx, torch.tensor(coins)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("method, process", [("rrs", "iid"), ("rrsw", "wor")])
+def test_coins_decide_as_the_whole_rule(method, process, dtype):
+    """RRS(w)'s rule on a walk's coins (``gpu.verify.COINS``) decides every child up to the first entered one with
+    the whole rule's floats (float32 rows: its float64 enter, which the whole rule rounds), the later ones 0, and
+    holds the whole rule's residual for exactly the nodes that enter no child — its rows given, or read by row
+    number from rows holding others between them."""
+    assert method in COINS
+    ctx, coins = rejection_nodes(process, dtype, seed=3)
+    rule = METHODS[method]
+    whole = rule(ctx)
+    R, V = ctx.target.shape
+    spread = torch.randperm(3 * R, generator=torch.Generator().manual_seed(1))[:R]
+    big = [torch.rand(3 * R, V, dtype=dtype).index_copy_(0, spread, x) for x in (ctx.target, ctx.draft)]
+    for given in (dataclasses.replace(ctx, coins=coins),
+                  dataclasses.replace(ctx, coins=coins, target=big[0], draft=big[1], rows=spread)):
+        walked = rule(given)
+        assert walked.enter.dtype == torch.float64
+        entered = (coins < walked.enter) & ctx.child_mask
+        first = torch.where(entered.any(1), entered.to(torch.int8).argmax(1), ctx.children.shape[1])
+        upto = torch.arange(ctx.children.shape[1])[None, :] <= first[:, None]
+        assert torch.equal(torch.where(upto, walked.enter.to(dtype), 0), torch.where(upto, whole.enter, 0))
+        assert not walked.enter[~upto].any()
+        stopped = (~entered.any(1)).nonzero().squeeze(1)
+        assert 0 < stopped.shape[0] < R
+        assert torch.equal(walked.residual_at, stopped)
+        assert torch.equal(walked.residual, whole.residual[stopped])
+
+
+def test_walk_refuses_residuals_of_other_nodes():
+    """A rule given the coins whose residuals are not those of the nodes that entered no child is refused (its
+    draws would be another node's)."""
+    batch, p, q = ragged("iid")
+
+    def wrong(ctx):
+        dec = METHODS["rrs"](ctx)
+        return dataclasses.replace(dec, residual_at=dec.residual_at + 1)
+    with pytest.raises(ValueError, match="held the residuals of nodes"):
+        engine.walk(batch, p, q, "iid", wrong, torch.Generator().manual_seed(0), coins=True)
