@@ -21,6 +21,9 @@ one depth, across the batch) from a :class:`LevelContext` and returns a :class:`
   on its path, depth by depth, one row per tree (the same law, at most ``τ + 1`` plans a tree instead of every
   internal node's); RRS(w)'s rule, given the walk's coins, decides a node's children only up to the first entered
   one and reads the node's rows only where a child is rejected.
+* **Traversal** (:func:`traverse`: sampling with a rule whose nodes can fail — ``gpu.verify.TRAVERSE``, TV): pass 2
+  read depth first, each tree waiting where it enters an internal node not yet planned, the waiting trees' nodes
+  planned a round at a time — so a sample plans the internal nodes pass 2 enters, not every reached one.
 
 Slots are padded with a *dump* index ``N``: tensors indexed by slot have ``N + 1`` columns so padded children
 scatter harmlessly into the last one.  The engine itself reads the host inside the per-depth loops only for a
@@ -28,7 +31,8 @@ level's drafted width and entries (:func:`gpu.support.scan`, when planning on th
 accelerator the width's maximum and a ``nonzero``; the level structure comes
 from :attr:`TreeBatch.level_nodes`, computed once per batch) and, for a rule that leaves nodes with ``ρ = 0``
 unplanned (``reached_only``: UniVer's), which of a level's rows are reached (a walk: which trees still walk and
-which stop), and on the CPU (where a read costs no
+which stop; a traversal: the planned decisions, once a round, which it follows on the host), and on the CPU (where
+a read costs no
 sync) whether a level's whole rows are consecutive input rows, read in place then (:func:`_run_start`); the baseline
 rules (:mod:`gpu.rules`) do not either, except a free check on the CPU, and RRS(w)'s on a walk's coins, which
 nodes still try a child at each sibling step; UniVer's level rule reads the host for
@@ -40,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 
 from . import support
@@ -230,65 +235,89 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     level on its drafted support drafts more than ``V/2`` tokens: the reached rows alone then fit the scan's cap
     (:func:`gpu.support.scan`) and the level is planned on their drafted support, where planning every row takes
     whole rows (the same law, other round-off and other draws)."""
-    B, N = batch.parent.shape
-    V = target_probs.shape[-1]
-    dtype, dev = target_probs.dtype, target_probs.device
-    rho = torch.ones(B, N + 1, dtype=dtype, device=dev)
-    enter = torch.ones(B, N + 1, dtype=dtype, device=dev)
-    stop = torch.zeros(B, N + 1, dtype=dtype, device=dev)
-    candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
-    residual = target_probs.clone() if keep_residuals else None
-    token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
-    if shapes:
-        shape_ids, shape_keys = batch.subtree_shapes
-        shape_ext = torch.cat([shape_ids, torch.full_like(shape_ids[:, :1], -1)], dim=1).view(-1)
-    flat = lambda x: x.view(-1)                      # [B, N+1] state ↔ flat index tree·(N+1) + slot
-    p_rows, q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)    # [B·N, V] (views if contiguous)
-    rows_of = row_numbers(batch, row_index).reshape(-1)
-    bufs = []                                        # whole-row gathers [rows, V], reused by every block
-    drafted = []
-    reached = (lambda at: flat(rho)[at] > 0) if reached_only else None
-    checks = []                                      # each planned unit's decisions in [0, 1] (read at the end)
-    for tree, slots, kids, active, src, found, spread in _level_units(batch, p_rows, q_rows, rows_of,
-                                                                      drafted_support, block_bytes, reached):
+    plans = _Plans(batch, target_probs, draft_probs, process, rule, generator, sample, keep_residuals, row_index,
+                   shapes)
+    flat = plans.rho.view(-1)
+    reached = (lambda at: flat[at] > 0) if reached_only else None
+    for unit in _level_units(batch, plans.p_rows, plans.q_rows, plans.rows_of, drafted_support, block_bytes, reached):
+        plans.plan(*unit)
+    return plans.result()
+
+
+class _Plans:
+    """Pass 1's per-slot state ``[B, N + 1]`` (dump column ``N``) while its units of work are planned, in any order
+    that plans a node after its parent: :func:`allocate` plans level by level, :func:`traverse` the nodes its
+    depth-first pass 2 reaches.  Arguments as :func:`allocate`."""
+
+    def __init__(self, batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
+                 rule: LevelRule, generator, sample: bool, keep_residuals: bool, row_index, shapes: bool):
+        B, N = batch.parent.shape
+        V = target_probs.shape[-1]
+        dtype, dev = target_probs.dtype, target_probs.device
+        self.batch, self.process, self.rule, self.generator, self.N, self.V = batch, process, rule, generator, N, V
+        self.rho = torch.ones(B, N + 1, dtype=dtype, device=dev)
+        self.enter = torch.ones(B, N + 1, dtype=dtype, device=dev)
+        self.stop = torch.zeros(B, N + 1, dtype=dtype, device=dev)
+        self.candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
+        self.residual = target_probs.clone() if keep_residuals else None
+        self.token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
+        self.shapes = None
+        if shapes:
+            shape_ids, shape_keys = batch.subtree_shapes
+            self.shapes = (torch.cat([shape_ids, torch.full_like(shape_ids[:, :1], -1)], dim=1).view(-1), shape_keys)
+        self.target_probs = target_probs
+        self.p_rows, self.q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)   # [B·N, V] (views)
+        self.rows_of = row_numbers(batch, row_index).reshape(-1)
+        self.bufs = []                               # whole-row gathers [rows, V], reused by every block
+        self.drafted = []
+        self.checks = []                             # each planned unit's decisions in [0, 1] (read at the end)
+
+    def plan(self, tree, slots, kids, active, src, found, spread) -> None:
+        """Decide one unit of work (:func:`_level_units`' tuple) and record its decisions."""
+        N, V, dtype = self.N, self.V, self.rho.dtype
+        flat = lambda x: x.view(-1)                  # noqa: E731  [B, N+1] state ↔ flat index tree·(N+1) + slot
         if spread is not None:                       # rows never reached: their children keep ρ = 0
             full, keep, (dead_tree, dead_slots, dead_kids) = spread
-            flat(rho).scatter_(0, (dead_tree[:, None] * (N + 1) + dead_kids).view(-1), 0.0)
-            if keep_residuals:
-                residual[dead_tree, dead_slots] = 0
+            flat(self.rho).scatter_(0, (dead_tree[:, None] * (N + 1) + dead_kids).view(-1), 0.0)
+            if self.residual is not None:
+                self.residual[dead_tree, dead_slots] = 0
             if tree.shape[0] == 0:
-                if sample:                           # each row's one uniform, as a zero residual's draw takes
-                    sample_rows(target_probs.new_zeros(full, 1), generator)
-                continue
+                if self.candidate is not None:       # each row's one uniform, as a zero residual's draw takes
+                    sample_rows(self.target_probs.new_zeros(full, 1), self.generator)
+                return
         at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
-        p, q, children = _unit_rows(p_rows, q_rows, src, token_ext[kid_at], found, bufs)
-        ctx = LevelContext(flat(rho)[at], p, q, children, kids < N, process, active=active,
-                           **({"child_shapes": shape_ext[kid_at], "shape_keys": shape_keys} if shapes else {}))
-        dec = rule(ctx)
-        checks.append((_unit_interval(dec, ctx.child_mask), tree, slots))
-        flat(rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
-        flat(enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
-        flat(stop).scatter_(0, at, dec.stop.to(dtype))
-        if sample:
+        p, q, children = _unit_rows(self.p_rows, self.q_rows, src, self.token_ext[kid_at], found, self.bufs)
+        shaped = {} if self.shapes is None else {"child_shapes": self.shapes[0][kid_at], "shape_keys": self.shapes[1]}
+        ctx = LevelContext(flat(self.rho)[at], p, q, children, kids < N, self.process, active=active, **shaped)
+        dec = self.rule(ctx)
+        self.checks.append((_unit_interval(dec, ctx.child_mask), tree, slots))
+        flat(self.rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
+        flat(self.enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
+        flat(self.stop).scatter_(0, at, dec.stop.to(dtype))
+        if self.candidate is not None:
             if spread is None:
-                y = sample_rows(dec.residual, generator)
+                y = sample_rows(dec.residual, self.generator)
             else:                                    # the unreached rows draw from zero residuals, in row order
                 y = sample_rows(dec.residual.new_zeros(full, dec.residual.shape[1]).index_copy_(
-                    0, keep, dec.residual), generator)[keep]
-            flat(candidate).scatter_(0, at, y if found is None else support.tokens(found, y, V))
+                    0, keep, dec.residual), self.generator)[keep]
+            flat(self.candidate).scatter_(0, at, y if found is None else support.tokens(found, y, V))
             if found is not None:
-                drafted.append((at, found.cols))
-        if keep_residuals:
-            residual[tree, slots] = (dec.residual if found is None
-                                     else support.expand(dec.residual, p_rows, q_rows, src, found)).to(dtype)
-    _check_decisions(rule, checks)
-    internal = _ext(batch.num_children > 0, False)   # exactly the nodes some level decided
-    stop = torch.where(internal, stop, rho)          # a drafted leaf (or a lone root) succeeds w.p. ρ
-    stop[:, 0] = 1                                   # the root never fails (as univer_theory.engine.allocate)
-    enter[:, N] = 0                                  # the dump slot is never entered
-    rho[:, N] = 0
-    return Allocation(rho[:, :N], enter[:, :N], stop[:, :N], None if candidate is None else candidate[:, :N],
-                      residual, tuple(drafted))
+                self.drafted.append((at, found.cols))
+        if self.residual is not None:
+            self.residual[tree, slots] = (dec.residual if found is None else
+                                          support.expand(dec.residual, self.p_rows, self.q_rows, src, found)).to(dtype)
+
+    def result(self) -> Allocation:
+        """The :class:`Allocation` (the decisions checked in [0, 1]: :func:`_check_decisions`)."""
+        _check_decisions(self.rule, self.checks)
+        N, batch, rho, enter = self.N, self.batch, self.rho, self.enter
+        internal = _ext(batch.num_children > 0, False)   # exactly the nodes some level decided
+        stop = torch.where(internal, self.stop, rho)     # a drafted leaf (or a lone root) succeeds w.p. ρ
+        stop[:, 0] = 1                                   # the root never fails (as univer_theory.engine.allocate)
+        enter[:, N] = 0                                  # the dump slot is never entered
+        rho[:, N] = 0
+        candidate = None if self.candidate is None else self.candidate[:, :N]
+        return Allocation(rho[:, :N], enter[:, :N], stop[:, :N], candidate, self.residual, tuple(self.drafted))
 
 
 #: The quantities of a :class:`LevelDecision` that are probabilities, in :func:`_unit_interval`'s order.
@@ -373,7 +402,6 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
     (:func:`gpu.support.draw_undrafted`) — rows are read whole only at the endpoint, once per tree."""
     B, N = batch.parent.shape
-    V = target_probs.shape[-1]
     dev = target_probs.device
     alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True, row_index=row_index,
                      drafted_support=drafted_support, shapes=shapes, block_bytes=block_bytes,
@@ -394,20 +422,104 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
         winner = kids.gather(2, first).squeeze(2)
         succ = _ext((any_win | stops) & batch.valid, False)
         end = _ext(torch.where(any_win, end.gather(1, winner), slot[:, :N]), N)
-    u = end[:, 0]                                            # the root's stop is 1: always an endpoint
+    return _emit(batch, alloc, target_probs, draft_probs, end[:, 0], row_index, generator)   # the root's stop is 1
+
+
+def _emit(batch: TreeBatch, alloc: Allocation, target_probs: torch.Tensor, draft_probs: torch.Tensor,
+          u: torch.Tensor, row_index, generator) -> VerifyResult:
+    """The verifications ending at the nodes ``u [B]``: Y their candidate, or ``Y ~ p`` at a drafted leaf, or ``Y ~
+    p·1[q = 0]`` where the candidate came from a level's undrafted column (:func:`gpu.support.draw_undrafted`)."""
+    B, N = batch.parent.shape
+    V = target_probs.shape[-1]
     row_u = row_numbers(batch, row_index).gather(1, u[:, None]).squeeze(1)
     is_leaf = batch.num_children.gather(1, u[:, None]).squeeze(1) == 0
     cand = alloc.candidate.gather(1, u[:, None]).squeeze(1)
     p_rows = target_probs.reshape(-1, V)
     leaf = is_leaf.nonzero().squeeze(1)                     # host read: the trees whose Y is drawn from p
     y = cand.index_put((leaf,), sample_rows(p_rows.index_select(0, row_u[leaf]), generator))
-    if drafted_support:                                      # V: drawn from a level's undrafted column
+    if alloc.drafted:                                        # V: drawn from a level's undrafted column
         at = (~is_leaf & (cand == V)).nonzero().squeeze(1)  # host read: those drawing from p·1[q = 0]
-        if at.numel():                                      # (none on whole rows: no pass over empty blocks)
+        if at.numel():
             cols = support.cols_at(alloc.drafted, at * (N + 1) + u[at], B * (N + 1))
             y = y.index_put((at,), support.draw_undrafted(p_rows, draft_probs.reshape(-1, V), row_u[at], cols,
                                                           generator))
     return VerifyResult(*_path(batch, u), y)
+
+
+def traverse(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
+             rule: LevelRule, generator: torch.Generator | None = None, row_index: torch.Tensor | None = None,
+             drafted_support: bool = False, shapes: bool = True, block_bytes: int | None = None) -> VerifyResult:
+    """:func:`sample` planning only the nodes its pass 2 reaches: depth first, in rounds.
+
+    Pass 2 decides node u from its children in drafting order — the first child c with its coin ``E_c`` whose
+    subtree succeeds wins, else u succeeds on its own coin ``F_u`` — and it reads a child's subtree only once every
+    earlier child's failed.  So each tree walks that recursion depth first (on the host, with ``E_c`` and ``F_u``
+    drawn for every node at the start), and where it enters an internal node not yet planned it waits: each round
+    plans the nodes the waiting trees entered, one a tree (rows of any depth, largest branching first, in blocks as
+    :func:`allocate`'s levels, or on their drafted support), and the trees go on.  A node with ``ρ = 0`` fails
+    without a plan (theory.md §6.1: its plan accepts no mass, its stop ``(ρ − α)/(1 − α)`` is 0).  The same law as
+    :func:`sample` (other draws), planning the internal nodes the traversal enters (TV on the benchmark's Zipf-row
+    trees: 7–8 of binary:4's 15, 6.6 of the EAGLE-like tree's 14) instead of every reached one, at one host read a
+    round.  Arguments as :func:`sample`."""
+    B, N = batch.parent.shape
+    dev = target_probs.device
+    host = lambda x: x.cpu().numpy()                 # noqa: E731  (a view on the CPU)
+    coin_e, coin_f = (host(uniform((B, N), dev, generator)) for _ in range(2))
+    plans = _Plans(batch, target_probs, draft_probs, process, rule, generator, True, False, row_index, shapes)
+    kids, branching = host(batch.children), host(batch.num_children)
+    step = _block_step(block_bytes, plans.p_rows)
+    planned = np.zeros((B, N), dtype=bool)
+    frames = [[[0, 0]] for _ in range(B)]            # per tree its stack of [node, child being tried]
+    end = np.zeros(B, dtype=np.int64)
+
+    def advance(b: int, enter, stop, rho) -> int | None:
+        """Tree b's traversal up to its end (None) or to an internal node it enters unplanned (returned)."""
+        stack = frames[b]
+        while True:
+            u, j = stack[-1]
+            if not planned[b, u] and branching[b, u]:
+                return u
+            if j < branching[b, u]:
+                c = kids[b, u, j]
+                if coin_e[b, c] < enter[b, c] and rho[b, c] > 0:
+                    if not branching[b, c]:              # a drafted leaf succeeds on its own coin, w.p. ρ
+                        if coin_f[b, c] < rho[b, c]:
+                            end[b] = c
+                            return None
+                    else:
+                        stack.append([c, 0])
+                        continue
+                stack[-1][1] += 1
+            elif u == 0 or coin_f[b, u] < stop[b, u]:    # every child failed: u stops (the root always)
+                end[b] = u
+                return None
+            else:
+                stack.pop()
+                stack[-1][1] += 1
+
+    waiting = range(B)
+    while True:
+        state = [host(x) for x in (plans.enter, plans.stop, plans.rho)]
+        asks = [(b, u) for b in waiting if (u := advance(b, *state)) is not None]
+        if not asks:
+            break
+        ask = np.array(asks).reshape(-1, 2)
+        ask = ask[np.lexsort((ask[:, 1], ask[:, 0], -branching[ask[:, 0], ask[:, 1]]))]   # largest branching first
+        planned[ask[:, 0], ask[:, 1]] = True
+        waiting = ask[:, 0].tolist()
+        k = branching[ask[:, 0], ask[:, 1]]
+        active = tuple(int((k > j).sum()) for j in range(int(k.max())))
+        tree, slots = (torch.as_tensor(x, device=dev) for x in (ask[:, 0], ask[:, 1]))
+        unit = (tree, slots, batch.children[tree, slots, :len(active)], active)
+        src = plans.rows_of[tree * N + slots]
+        found = support.scan(plans.p_rows, plans.q_rows, src) if drafted_support else None
+        if found is not None:
+            plans.plan(*unit, src, found, None)
+            continue
+        for block in _row_blocks(*unit, step):
+            plans.plan(*block, plans.rows_of[block[0] * N + block[1]], None, None)
+    return _emit(batch, plans.result(), target_probs, draft_probs, torch.as_tensor(end, device=dev), row_index,
+                 generator)
 
 
 def _path(batch: TreeBatch, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -448,7 +560,8 @@ def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor
     path nodes' rejected children, ~1.4–1.9 sibling steps a tree on the benchmark's Zipf-row trees where the walk
     without coins took all 6–8 of the path nodes', and no row copied where every child is accepted); its ``residual``
     then holds the nodes that enter no child alone (``LevelDecision.residual_at``), and a depth is one unit of work.
-    The same draws as without coins wherever the rule's ``enter`` rounds alike (float64 rows)."""
+    The same draws as without coins wherever the rule's ``enter`` rounds alike (float64 rows) and its row sums
+    split alike (one CPU thread, as for blocks: with several, a step holding one long row alone sums it in pieces)."""
     B, N = batch.parent.shape
     V = target_probs.shape[-1]
     dev = target_probs.device

@@ -53,6 +53,14 @@ WALK = ("nss", "rrs", "rrsw", "kseq", "gr")
 #: node's children only up to the first entered one and reads a row only where a child is rejected.
 COINS = ("rrs", "rrsw")
 
+#: Methods whose sample plans only the internal nodes its depth-first pass 2 enters (:func:`gpu.engine.traverse`: the
+#: same law, other draws), where :func:`gpu.engine.sample` plans every reached one: TV, whose nodes can fail (on the
+#: benchmark's Zipf-row trees 7–8 of a binary:4 tree's 15 internal nodes entered, 6.6 of the EAGLE-like tree's 14).
+#: UniVer's pass 1 already leaves its unreached nodes unplanned (:data:`REACHED_ONLY`): traversed, its Zipf-row
+#: verifications took 0.75–1.16× their time (B = 1 and 16, whole rows and top 1 024), the wor EAGLE-like tree at
+#: top 1 024 and B = 1 — the one on the goal's line — 1.05×, so it keeps :func:`gpu.engine.sample`.
+TRAVERSE = ("tv",)
+
 #: Method → its row blocks on whole rows, on every device (``block_bytes`` of :func:`gpu.engine.allocate`; the
 #: others take the engine's default: :data:`gpu.engine.CPU_BLOCK_BYTES` on the CPU, a whole level on an
 #: accelerator).  UniVer's node plans hold ~20 whole-row temporaries and sort and walk each row, so at V = 49 152 a
@@ -222,6 +230,10 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
         return engine.walk(batch, target_probs, draft_probs, process, rule, generator, row_index,
                            drafted_support=options["drafted_support"], block_bytes=options["block_bytes"],
                            coins=method in COINS)
+    if method in TRAVERSE:
+        return engine.traverse(batch, target_probs, draft_probs, process, rule, generator, row_index,
+                               drafted_support=options["drafted_support"], shapes=options["shapes"],
+                               block_bytes=options["block_bytes"])
     return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index, **options)
 
 

@@ -42,6 +42,8 @@ ACCEPTING = {
     "gpu/test_support.py::test_same_test_rejects_undrafted_tokens_from_all_of_p": 2,
     "gpu/test_walk.py::test_same_test_rejects_a_lossy_rule_walked": 1,
     "gpu/test_walk.py::test_walk_on_the_drafted_support_reads_each_trees_own_row": 1,
+    "gpu/test_traverse.py::test_univer_keeps_its_law_traversed": 2,
+    "gpu/test_traverse.py::test_same_test_rejects_a_lossy_rule_traversed": 2,
     "theory/test_multidraft.py::test_hub_sampler_matches_tuple_law": 1,
     "theory/test_multidraft.py::test_spechub_sampler_matches_its_law": 1,
 }

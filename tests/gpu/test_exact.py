@@ -203,11 +203,12 @@ def test_consecutive_rows_are_read_in_place(monkeypatch, method, process):
 def test_each_method_is_given_its_row_blocks(monkeypatch):
     """``gpu.verify`` and ``gpu.expected_accepted_length`` hand the engine a method's own row blocks
     (``gpu.verify.BLOCK_BYTES``, one row of 49 152 float64 for UniVer) and None (the engine's default per
-    device) to the others — ``verify`` through :func:`gpu.engine.walk` for the methods of ``gpu.verify.WALK``."""
+    device) to the others — ``verify`` through :func:`gpu.engine.walk` for the methods of ``gpu.verify.WALK``, through
+    :func:`gpu.engine.traverse` for those of ``gpu.verify.TRAVERSE``."""
     from gpu.verify import BLOCK_BYTES
     assert 49152 * 8 <= BLOCK_BYTES["univer"] < 2 * 49152 * 8
     seen = []
-    for name in ("allocate", "walk"):
+    for name in ("allocate", "walk", "traverse"):
         real = getattr(engine, name)
         monkeypatch.setattr(engine, name, lambda *a, real=real, **kw: seen.append(kw["block_bytes"]) or real(*a, **kw))
     model, trees = random_batch("wor", 4, seed=2, count=3)

@@ -12,6 +12,7 @@ import torch
 from gpu import METHODS, TreeBatch, engine, verify
 from gpu.verify import COINS, WALK
 from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
+from univer_theory.verifiers import normalise_rows
 
 from ..gof_instances import instance
 from ..stats import assert_fits, assert_power, assert_rejects, g_test
@@ -175,6 +176,7 @@ def rejection_nodes(process: str, dtype, seed: int = 0, R: int = 90, V: int = 7,
         children[r, :k[r]] = rng.choice(V, k[r], replace=process == "iid", p=q[r])
     mask = np.arange(K)[None, :] < k[:, None]
     mask[5::11, 0] = k[5::11] == 1                  # the first child masked where another follows
+    mask[6::13] = False                             # no child at all (a composed rule's mask): Y ~ its own row
     coins = rng.random((R, K))
     coins[1::7], coins[2::7] = 0.0, 1.0
     ctx = engine.LevelContext(torch.ones(R, dtype=dtype), torch.tensor(p, dtype=dtype), torch.tensor(q, dtype=dtype),
@@ -221,3 +223,38 @@ def test_walk_refuses_residuals_of_other_nodes():
         return dataclasses.replace(dec, residual_at=dec.residual_at + 1)
     with pytest.raises(ValueError, match="held the residuals of nodes"):
         engine.walk(batch, p, q, "iid", wrong, torch.Generator().manual_seed(0), coins=True)
+
+
+@pytest.mark.parametrize("layout", ["batch", "slot-major"])
+@pytest.mark.parametrize("method, process", [("rrs", "iid"), ("rrsw", "wor")])
+def test_coins_on_float32_blocks_change_no_draw(method, process, layout):
+    """On float32 rows the walk on coins goes in blocks (each block's coins, rows and row numbers its own): blocks
+    of one row give the draws of one block a depth, and ``gpu.verify``'s."""
+    batch, p, q = ragged(process, seed=2)
+    p = p.clone()
+    p[:, 0] *= torch.linspace(1, 2, p.shape[0], dtype=p.dtype)[:, None] ** torch.arange(p.shape[-1], dtype=p.dtype)
+    p[:, 0] /= p[:, 0].sum(-1, keepdim=True)
+    p, q = p.float(), q.float()
+    row_index = None
+    if layout == "slot-major":
+        p, q, row_index = slot_major(p, q)
+    draws = [engine.walk(batch, p, q, process, METHODS[method], torch.Generator().manual_seed(5), row_index,
+                         block_bytes=n, coins=True) for n in (1, 1 << 30)]
+    draws.append(verify(batch, p, q, process, method, torch.Generator().manual_seed(5), row_index=row_index))
+    for name in ("accepted_nodes", "num_accepted", "next_token"):
+        assert torch.equal(getattr(draws[0], name), getattr(draws[1], name)), name
+        assert torch.equal(getattr(draws[0], name), getattr(draws[2], name)), name
+
+
+def test_coins_compared_with_the_float64_enter(monkeypatch):
+    """On float32 rows the walk compares its coins with the float64 ``enter`` RRS's rule decided on (its rows'
+    float64 copies on the simplex), not with it rounded to float32: a coin between the two is a rejection."""
+    p = torch.tensor([[[0.3, 0.7], [0.5, 0.5]]], dtype=torch.float32)
+    q = torch.tensor([[[0.7, 0.3], [0.5, 0.5]]], dtype=torch.float32)
+    batch = TreeBatch.from_trees([DraftTree((-1, 0), (-1, 0), 2)])
+    pn, qn = (normalise_rows(x[0, :1].double())[0, 0] for x in (p, q))
+    e = float(pn / qn)
+    assert float(torch.tensor(e, dtype=torch.float32)) > e           # the coin e: a rejection in float64 alone
+    monkeypatch.setattr(engine, "uniform", lambda shape, dev, gen: torch.full(shape, e, dtype=torch.float64))
+    got = engine.walk(batch, p, q, "iid", METHODS["rrs"], torch.Generator().manual_seed(0), coins=True)
+    assert got.num_accepted.tolist() == [0]
