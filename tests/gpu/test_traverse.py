@@ -82,3 +82,32 @@ def test_same_test_rejects_a_lossy_rule_traversed(name):
                          tree)
     assert_rejects(g_test(counts, correct), name)
     assert_fits(counts, lossy, {"tv": correct}, f"{name} traversed vs its own exact law")
+
+
+@pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+def test_traverse_follows_pass_2_on_its_coins(monkeypatch, method, process):
+    """Every tree ends where pass 2, replayed recursively on the traversal's own coins (``E_c``, ``F_u``) and on
+    :func:`gpu.engine.allocate`'s decisions, ends: a leaf succeeds on ``F`` w.p. ρ, a node whose children all fail on
+    ``F`` w.p. its stop, the root always — here also where the root's plan stops short of 1 (p = q at the root: TV's
+    ``r`` drops to 0 after its first child)."""
+    batch, p, q = ragged(process, seed=4, count=60)
+    p = p.clone()
+    p[::2, 0] = q[::2, 0]                                    # p = q at every other root
+    coins = []
+    real = engine.uniform
+    monkeypatch.setattr(engine, "uniform", lambda *a: coins.append(real(*a)) or coins[-1])
+    got = engine.traverse(batch, p, q, process, METHODS[method], torch.Generator().manual_seed(9))
+    coin_e, coin_f = (x.numpy() for x in coins[:2])
+    alloc = engine.allocate(batch, p, q, process, METHODS[method])
+    enter, stop, rho = (x.numpy() for x in (alloc.enter, alloc.stop, alloc.rho))
+    kids, branching = batch.children.numpy(), batch.num_children.numpy()
+
+    def pass_2(b, u):                                        # (succeeds, endpoint) of u's subtree
+        for c in kids[b, u, :branching[b, u]]:
+            if coin_e[b, c] < enter[b, c]:
+                ok, end = (coin_f[b, c] < rho[b, c], c) if branching[b, c] == 0 else pass_2(b, c)
+                if ok:
+                    return True, end
+        return u == 0 or coin_f[b, u] < stop[b, u], u
+    want = [pass_2(b, 0)[1] for b in range(batch.parent.shape[0])]
+    assert got.accepted_nodes.gather(1, got.num_accepted[:, None]).squeeze(1).tolist() == want
