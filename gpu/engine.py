@@ -259,7 +259,6 @@ class _Plans:
         self.enter = torch.ones(B, N + 1, dtype=dtype, device=dev)
         self.stop = torch.zeros(B, N + 1, dtype=dtype, device=dev)
         self.candidate = torch.full((B, N + 1), -1, dtype=torch.long, device=dev) if sample else None
-        self.residual = target_probs.clone() if keep_residuals else None
         self.token_ext = torch.cat([batch.token.clamp(min=0), torch.zeros_like(batch.token[:, :1])], dim=1).view(-1)
         self.shapes = None
         if shapes:
@@ -268,6 +267,7 @@ class _Plans:
         self.target_probs = target_probs
         self.p_rows, self.q_rows = target_probs.reshape(-1, V), draft_probs.reshape(-1, V)   # [B·N, V] (views)
         self.rows_of = row_numbers(batch, row_index).reshape(-1)
+        self.residual = self.p_rows.index_select(0, self.rows_of).view(B, N, V) if keep_residuals else None   # a copy
         self.bufs = []                               # whole-row gathers [rows, V], reused by every block
         self.drafted = []
         self.checks = []                             # each planned unit's decisions in [0, 1] (read at the end)

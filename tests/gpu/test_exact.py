@@ -200,6 +200,20 @@ def test_consecutive_rows_are_read_in_place(monkeypatch, method, process):
     assert torch.equal(views[2], copies[2])
 
 
+@pytest.mark.parametrize("method", ["tv", "univer"])
+def test_residuals_are_kept_through_a_row_index(method):
+    """``keep_residuals`` on rows read through ``row_index`` (flat rows, slot by slot) keeps ``[B, N, V]`` residuals, those
+    of the same rows laid out ``[B, N, V]`` bit for bit (it indexed the flat rows as ``[B, N, V]``: a shape error)."""
+    from .test_walk import slot_major
+    model, trees = random_batch("wor", 6, seed=3, count=5)
+    batch, p, q = padded_rows(trees, model)
+    want = allocate(batch, p, q, "wor", METHODS[method], keep_residuals=True)
+    p_flat, q_flat, row_index = slot_major(p, q)
+    got = allocate(batch, p_flat, q_flat, "wor", METHODS[method], keep_residuals=True, row_index=row_index)
+    for name in ("rho", "enter", "stop", "residual"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
 def test_each_method_is_given_its_row_blocks(monkeypatch):
     """``gpu.verify`` and ``gpu.expected_accepted_length`` hand the engine a method's own row blocks
     (``gpu.verify.BLOCK_BYTES``, one row of 49 152 float64 for UniVer) and None (the engine's default per
