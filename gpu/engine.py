@@ -164,9 +164,10 @@ def _reached_rows(tree, slots, kids, active, live):
     return (tree[keep], slots[keep], kids[keep, :k], active[:k]), (tree.shape[0], keep, dead)
 
 
-def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: bool, block_bytes: int | None,
+def _level_units(levels, N: int, p_rows, q_rows, rows_of, drafted_support: bool, block_bytes: int | None,
                  reached=None):
-    """``(tree, slots, kids, active, src, support, spread)`` per unit of work (``src``: the units' rows of
+    """``(tree, slots, kids, active, src, support, spread)`` per unit of work of the ``levels`` (each ``(tree, slot,
+    kids, active)`` as :attr:`TreeBatch.level_nodes`' of a batch of ``N`` slots; ``src``: the units' rows of
     ``p_rows`` / ``q_rows``): a whole level on its drafted support (:mod:`gpu.support`; ``support`` not None),
     else the level's rows in blocks (``block_bytes`` per ``[rows, V]`` tensor, at least one row; None: blocks of
     :data:`CPU_BLOCK_BYTES` on the CPU, the whole level on an accelerator).
@@ -177,13 +178,12 @@ def _level_units(batch: TreeBatch, p_rows, q_rows, rows_of, drafted_support: boo
     planned on its reached rows alone, a block of whole rows none of which is reached is not planned at all.
     ``spread`` is then ``(R, keep, (tree, slots, kids))`` — the unit's row count before, the planned rows'
     positions among them and the unreached rows — else None."""
-    N = batch.parent.shape[1]
     step = _block_step(block_bytes, p_rows)
 
     def live_of(unit):
         return reached(unit[0] * (N + 1) + unit[1])
 
-    for level in batch.level_nodes:
+    for level in levels:
         unit, spread = level, None
         if reached is not None and drafted_support:
             live = live_of(level)
@@ -239,7 +239,8 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
                    shapes)
     flat = plans.rho.view(-1)
     reached = (lambda at: flat[at] > 0) if reached_only else None
-    for unit in _level_units(batch, plans.p_rows, plans.q_rows, plans.rows_of, drafted_support, block_bytes, reached):
+    for unit in _level_units(batch.level_nodes, batch.parent.shape[1], plans.p_rows, plans.q_rows, plans.rows_of,
+                             drafted_support, block_bytes, reached):
         plans.plan(*unit)
     return plans.result()
 
@@ -467,7 +468,6 @@ def traverse(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     coin_e, coin_f = (host(uniform((B, N), dev, generator)) for _ in range(2))
     plans = _Plans(batch, target_probs, draft_probs, process, rule, generator, True, False, row_index, shapes)
     kids, branching = host(batch.children), host(batch.num_children)
-    step = _block_step(block_bytes, plans.p_rows)
     planned = np.zeros((B, N), dtype=bool)
     frames = [[[0, 0]] for _ in range(B)]            # per tree its stack of [node, child being tried]
     end = np.zeros(B, dtype=np.int64)
@@ -510,14 +510,10 @@ def traverse(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
         k = branching[ask[:, 0], ask[:, 1]]
         active = tuple(int((k > j).sum()) for j in range(int(k.max())))
         tree, slots = (torch.as_tensor(x, device=dev) for x in (ask[:, 0], ask[:, 1]))
-        unit = (tree, slots, batch.children[tree, slots, :len(active)], active)
-        src = plans.rows_of[tree * N + slots]
-        found = support.scan(plans.p_rows, plans.q_rows, src) if drafted_support else None
-        if found is not None:
-            plans.plan(*unit, src, found, None)
-            continue
-        for block in _row_blocks(*unit, step):
-            plans.plan(*block, plans.rows_of[block[0] * N + block[1]], None, None)
+        level = (tree, slots, batch.children[tree, slots, :len(active)], active)     # a level of rows of any depth
+        for unit in _level_units([level], N, plans.p_rows, plans.q_rows, plans.rows_of, drafted_support,
+                                 block_bytes):
+            plans.plan(*unit)
     return _emit(batch, plans.result(), target_probs, draft_probs, torch.as_tensor(end, device=dev), row_index,
                  generator)
 
