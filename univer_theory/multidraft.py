@@ -25,9 +25,6 @@ entered w.p. ``w_j/(1 − Σ_{l<j} w_l)``, every scaling and the stop are 1.  Lo
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 import numpy as np
 
 from .engine import NodeContext, NodeDecision
@@ -35,7 +32,7 @@ from .plans.base import NodePlan, sequential_shares
 from .plans.choose import single_child_plan
 from .plans.layout import layout_plan
 from .processes import HUB, hub_token, tuple_law
-from .univer import plan_cache_size
+from .univer import PlanCache
 from .verifiers import Verifier, register
 
 def flat_plan_decision(plan: NodePlan, children) -> NodeDecision:
@@ -48,29 +45,20 @@ def flat_plan_decision(plan: NodePlan, children) -> NodeDecision:
 
 
 class FlatPlanRule:
-    """Node rule from a flat-plan builder ``build(p, q, k) -> NodePlan`` (cached by (p, q, k, process), oldest evicted
-    first, as many as UniVer's rule keeps: :func:`univer_theory.univer.plan_cache_size` — a GR plan holds ~170 bytes
-    a token, and 4 096 of them grew to ~11 GB at V = 16 384)."""
+    """Node rule from a flat-plan builder ``build(p, q, k) -> NodePlan`` (cached by (p, q, k, process) in UniVer's
+    rule's :class:`univer_theory.univer.PlanCache`, as many plans: :func:`univer_theory.univer.plan_cache_size` —
+    a GR plan holds ~170 bytes a token, and 4 096 of them grew to ~11 GB at V = 16 384)."""
 
     def __init__(self, name: str, build, processes: tuple[str, ...]):
         self.name, self.build, self.processes = name, build, processes
-        self._plans: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()        # the cache is shared by every thread calling the rule (VERIFIERS)
+        self._plans = PlanCache()
 
     def plan(self, target_probs, draft_probs, k: int, process: str) -> NodePlan:
         if process not in self.processes:
             raise NotImplementedError(f"{self.name}: defined for processes {self.processes}, got {process!r}")
         p, q = np.asarray(target_probs), np.asarray(draft_probs)
         key = tuple(p.tolist()), tuple(q.tolist()), k, process, p.dtype == object  # Fraction(1, 2) == 0.5
-        with self._lock:
-            plan = self._plans.get(key)
-        if plan is None:
-            plan = self.build(target_probs, draft_probs, k)
-            with self._lock:
-                self._plans[key] = plan
-                if len(self._plans) > plan_cache_size(p.size):
-                    self._plans.popitem(last=False)
-        return plan
+        return self._plans.get(key, p.size, lambda: self.build(target_probs, draft_probs, k))
 
     def __call__(self, ctx: NodeContext) -> NodeDecision:
         return flat_plan_decision(self.plan(ctx.target, ctx.draft, len(ctx.children), ctx.process), ctx.children)

@@ -55,6 +55,43 @@ def _key(arr: np.ndarray):
     return tuple(arr) if arr.dtype == object else arr.tobytes()
 
 
+class PlanCache:
+    """Node plans by key, oldest evicted first beyond :func:`plan_cache_size` plans on rows of V tokens — the cache
+    of every caching node rule (:class:`UniVerRule`, :class:`univer_theory.multidraft.FlatPlanRule`).  A rule's
+    cache is shared by every thread calling it (``VERIFIERS``): its bookkeeping is serialised under :attr:`lock`, a
+    plan is built outside it (two threads may both build a new key's plan, equal ones: the later is kept).
+    ``evicted(key)`` runs under the lock for each plan evicted."""
+
+    def __init__(self, evicted=None):
+        self.lock = threading.Lock()
+        self._plans: OrderedDict = OrderedDict()
+        self._evicted = evicted
+
+    def get(self, key, V: int, build):
+        """The plan kept under ``key``, else ``build()``'s, kept."""
+        with self.lock:
+            plan = self._plans.get(key)
+        if plan is None:
+            plan = build()
+            with self.lock:
+                self._plans[key] = plan
+                if len(self._plans) > plan_cache_size(V):
+                    old, _ = self._plans.popitem(last=False)
+                    if self._evicted is not None:
+                        self._evicted(old)
+        return plan
+
+    def __contains__(self, key) -> bool:
+        """Whether ``key`` is kept (hold :attr:`lock` for an answer that stays true while you act on it)."""
+        return key in self._plans
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def __iter__(self):
+        return iter(list(self._plans))
+
+
 class UniVerRule:
     """The node rule of UniVer with a forced or automatic construction (``"auto"``), optional slot rule and
     (automatic construction only) optional shape rule."""
@@ -64,28 +101,23 @@ class UniVerRule:
         self.construction = construction
         self.slot_rule = slot_rule
         self.shape_rule = shape_rule and construction == "auto"
-        self._plans: OrderedDict = OrderedDict()
+        self._plans = PlanCache(evicted=self._drop_slots)   # its lock also serialises the slot entries
         self._slots: dict = {}
-        # the caches are shared by every thread calling this rule (VERIFIERS["univer"]): their bookkeeping is
-        # serialised, the plans themselves are built outside the lock
-        self._lock = threading.Lock()
+
+    def _drop_slots(self, key) -> None:
+        """Forget the slot entries of the evicted plan ``key`` (under the cache's lock)."""
+        self._slots = {s: v for s, v in self._slots.items() if s[0] != key}
 
     def plan(self, target_probs, draft_probs, rho, process: str, child_shapes: tuple[str, ...]):
         """The (cached) node plan for children with subtrees ``child_shapes`` and its cache key."""
         key = (rho, _key(target_probs), _key(draft_probs), process, child_shapes)
-        with self._lock:
-            plan = self._plans.get(key)
-        if plan is None:
+
+        def build():
             shaped = self.shape_rule and shape_lp.applies(draft_probs, child_shapes, process)
             plan = lp_plan(target_probs, draft_probs, rho, len(child_shapes), process,
                            shape_lp.position_weights(child_shapes)) if shaped else None
-            plan = plan or build_plan(self.construction, target_probs, draft_probs, rho, len(child_shapes), process)
-            with self._lock:
-                self._plans[key] = plan
-                if len(self._plans) > plan_cache_size(np.asarray(target_probs).size):
-                    old, _ = self._plans.popitem(last=False)
-                    self._slots = {s: v for s, v in self._slots.items() if s[0] != old}
-        return plan, key
+            return plan or build_plan(self.construction, target_probs, draft_probs, rho, len(child_shapes), process)
+        return self._plans.get(key, np.asarray(target_probs).size, build), key
 
     def slotted(self, plan, key, S, draft_probs, process, omega):
         """``w(S)`` after the slot rule (:func:`solvers.slot_rule.slot_weights` on this one node), or None where it
@@ -93,7 +125,7 @@ class UniVerRule:
         from solvers.slot_rule import slot_weights
 
         skey = (key, tuple(int(y) for y in S), omega)
-        with self._lock:
+        with self._plans.lock:
             if skey in self._slots:
                 return self._slots[skey]
         perms = list(permutations(range(len(S))))
@@ -103,7 +135,7 @@ class UniVerRule:
                                   np.asarray(draft_probs, dtype=np.float64)[None],
                                   np.array([omega], dtype=np.float64), process, perms)
         w = w[0] if applied[0] else None
-        with self._lock:
+        with self._plans.lock:
             if key in self._plans:          # not for a plan another thread evicted meanwhile (never pruned)
                 self._slots[skey] = w
         return w

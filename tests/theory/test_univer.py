@@ -330,6 +330,21 @@ def test_plan_cache_is_bounded_on_small_vocabularies(monkeypatch):
     assert ver.rule._slots, "the slot rule never ran: the eviction of slot entries went unchecked"
 
 
+def test_plan_cache_evicts_the_oldest_under_its_lock(monkeypatch):
+    """:class:`univer.PlanCache` (UniVer's rule's and the flat-plan rules'): a kept plan is not rebuilt, a new one
+    beyond ``plan_cache_size`` evicts the oldest inserted (not the last read), and ``evicted`` sees that key while the
+    cache's lock is held (UniVer's rule prunes its slot entries there)."""
+    monkeypatch.setattr(univer, "PLAN_CACHE_ENTRIES", 16)
+    seen, builds = [], []
+    cache = univer.PlanCache(evicted=lambda key: seen.append((key, cache.lock.locked())))
+    for key in range(16):
+        assert cache.get(key, 4, lambda: builds.append(key) or -key) == -key
+    assert cache.get(0, 4, lambda: 1 / 0) == 0 and builds == list(range(16)) and not seen
+    assert cache.get(16, 4, lambda: "new") == "new"
+    assert seen == [(0, True)] and len(cache) == 16 and 0 not in cache and 16 in cache
+    assert list(cache) == list(range(1, 17))
+
+
 def test_a_full_plan_cache_is_shared_by_threads(monkeypatch):
     """One rule called from four threads with a full cache (a long-lived process's state; capped at 16 here, so
     nearly every new plan evicts one): the eviction rebuilt the slot entries while other threads inserted into them
