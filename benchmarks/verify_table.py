@@ -9,6 +9,11 @@ ranges, one line per method and case on a log axis, with the goal marked (matplo
     python benchmarks/bench_verify.py --json ... > run1.json   # several times, as the README says
     python benchmarks/verify_table.py run*.json [--plot verify_cost.png]
 
+``--batched`` prints instead one table per batch size B of ``batched_over_loop`` (the exact per-tree loop's time /
+one batched ``gpu.verify`` of the B trees) per Zipf-row case and method, with the batched call's time — each cell
+its range over the runs, bold at B = 64 where the whole range meets that goal (≥ 5) — from runs with a loop
+(``bench_verify.py --json --no-model --batches 8,64 ...``).
+
 The runs must share the settings a cell's numbers depend on (:func:`settings`); a table of runs that differ in
 one is refused.
 """
@@ -16,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from bench_args import image_path     # a sibling module (benchmarks/ is the script's path)
 
 #: The issue's goal for ``verify_over_forward``.
 GOAL = 0.10
+#: The issue's goal for ``batched_over_loop``, at batches of :data:`BATCHED_GOAL_B` trees.
+BATCHED_GOAL, BATCHED_GOAL_B = 5.0, 64
 METHODS = ("univer", "rrsw", "tv")
 #: RRSw is the without-replacement rule; its i.i.d. counterpart RRS shares its column.
 SAME_COLUMN = {"rrs": "rrsw"}
@@ -84,10 +92,64 @@ def cells(runs: list[dict]) -> dict:
     if not out:
         raise ValueError("no run has verify_over_forward rows: run bench_verify.py with the model (without "
                          "--no-model) and B = 1 among --batches")
+    return _ordered(out)
+
+
+def _ordered(out: dict) -> dict:
+    """The cases ``{(rows, shape, process, draft_top): …}`` in the order their tree first appears, each tree's
+    whole row before its truncations, larger m first."""
     group = {}
     for key in out:
         group.setdefault(key[:3], len(group))
     return dict(sorted(out.items(), key=lambda kv: (group[kv[0][:3]], kv[0][3] is not None, -(kv[0][3] or 0))))
+
+
+def batched_cells(runs: list[dict]) -> dict:
+    """``{B: {(rows, shape, process, draft_top): {"nodes", method: [(batched_over_loop, batched median ms)]}}}``
+    over every run's synthetic rows with a loop, B ascending, the cases as :func:`cells` orders them."""
+    out: dict = {}
+    for run in runs:
+        for row in run["synthetic"]:
+            if "batched_over_loop" not in row:
+                continue
+            key = (row["rows"], row["shape"], row["process"], row["draft_top"])
+            cell = out.setdefault(row["B"], {}).setdefault(key, {"nodes": row["nodes"]})
+            cell.setdefault(SAME_COLUMN.get(row["method"], row["method"]), []).append(
+                (row["batched_over_loop"], row["batched"]["median_ms"]))
+    if not out:
+        raise ValueError("no run has batched_over_loop rows: run bench_verify.py with Zipf-row batches "
+                         "(--batches) and its exact loop")
+    return {B: _ordered(out[B]) for B in sorted(out)}
+
+
+def _figure(x: float) -> str:
+    """Three significant figures, trailing zeros kept, no exponent (``0.706``, ``12.0``); from 1 000 up whole."""
+    if x >= 999.5 or not x > 0:
+        return f"{x:.0f}"
+    r = float(f"{x:.3g}")
+    return f"{r:.{max(0, 2 - math.floor(math.log10(r)))}f}"
+
+
+def batched_table(B: int, found: dict) -> str:
+    """The markdown table of one batch size: per case and method ``lo–hi×`` of ``batched_over_loop`` (bold where
+    B = :data:`BATCHED_GOAL_B` and ``lo`` meets :data:`BATCHED_GOAL`) and the batched call's ``lo–hi ms``."""
+    lines = [f"| Zipf rows, B = {B} | process | draft | " + " | ".join(METHODS) + " |", "|---|---|---|---|---|---|"]
+    last = None
+    for key, cell in found.items():
+        head = f"| {SHAPES.get(key[1], key[1])} ({cell['nodes']} nodes) | {key[2]} |" if key[:3] != last else "|  |  |"
+        last = key[:3]
+        draft = "all" if key[3] is None else f"top {key[3]}"
+        cols = []
+        for m in METHODS:
+            if m not in cell:
+                cols.append("-")
+                continue
+            ratios, ms = zip(*cell[m])
+            text = f"{_figure(min(ratios))}–{_figure(max(ratios))}×"
+            bold = B == BATCHED_GOAL_B and min(ratios) >= BATCHED_GOAL
+            cols.append(f"{f'**{text}**' if bold else text} ({_figure(min(ms))}–{_figure(max(ms))} ms)")
+        lines.append(f"{head} {draft} | " + " | ".join(cols) + " |")
+    return "\n".join(lines)
 
 
 def case_label(key: tuple, cell: dict) -> str:
@@ -176,14 +238,20 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="files holding bench_verify.py --json output")
     ap.add_argument("--plot", type=image_path, help="also draw the ranges into this image file")
+    ap.add_argument("--batched", action="store_true", help="the batched_over_loop tables instead (one per B)")
     args = ap.parse_args(argv)
+    if args.batched and args.plot:
+        ap.error("--plot draws the verify_over_forward ranges: not with --batched")
     try:
         runs = load(args.runs)
-        found = cells(runs)
+        found = batched_cells(runs) if args.batched else cells(runs)
     except (ValueError, OSError) as e:
         ap.error(str(e))
     print("\n".join(summary(runs)))
     print()
+    if args.batched:
+        print("\n\n".join(batched_table(B, cases) for B, cases in found.items()))
+        return
     print(table(found))
     if args.plot:
         plot(found, args.plot)
