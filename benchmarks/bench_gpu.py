@@ -44,7 +44,7 @@ from gpu.univer_rule import univer_rule
 from gpu.verify import METHODS as BATCHED, engine_options
 from gpu.wor_plans import WALKS
 from gpu.drafting import sample_children
-from gpu.verify import validate_inputs
+from gpu.verify import validate_inputs, verify
 from univer_theory import VERIFIERS, DraftTree, TreeShape
 from univer_theory.engine import tree_sample
 from univer_theory.verifiers import validate_inputs as exact_validate_inputs
@@ -73,6 +73,16 @@ def random_batch(B, N, V, device, gen, process="wor", shape=None):
         for u, vs in kids.items():
             token[b, vs] = sample_children(q[b, u:u + 1].cpu(), len(vs), process).view(-1)
     return TreeBatch.from_tensors(parent, token, vocab_size=V, device=device), p, q
+
+
+def batched_call(method: str, args, p, q, g):
+    """``gpu.verify(b, p, q, ..., validate=False)`` of a batch ``b`` — for UniVer with a ``--clock-walk`` other than
+    ``auto``, the same call's engine pass (:func:`gpu.engine.sample` with :func:`gpu.verify.engine_options`) on
+    its rule with that walk."""
+    if method == "univer" and args.clock_walk != "auto":
+        rule, options = functools.partial(univer_rule, walk=args.clock_walk), engine_options(method, args.process)
+        return lambda b: engine.sample(b, p, q, args.process, rule, g, **options)
+    return lambda b: verify(b, p, q, args.process, method, g, validate=False)
 
 
 def clock(device) -> float:
@@ -173,11 +183,7 @@ def main(argv=None):
             rows = [(f64_rows(p[i, :t.num_nodes]), f64_rows(q[i, :t.num_nodes])) for i, t in enumerate(trees)]
             for method in args.methods.split(","):
                 g = torch.Generator(device=args.device).manual_seed(1)
-                level_rule = (functools.partial(univer_rule, walk=args.clock_walk) if method == "univer"
-                              else BATCHED[method])      # gpu.verify(validate=False) with the walk chosen
-                options = engine_options(method, args.process)   # gpu.verify's: drafted support, blocks, reached only
-                t_b = time_batched(lambda b: engine.sample(b, p, q, args.process, level_rule, g, **options), batch,
-                                   args.device, args.repeat)
+                t_b = time_batched(batched_call(method, args, p, q, g), batch, args.device, args.repeat)
                 rng = np.random.default_rng(1)
                 t_l = time_loop(lambda: functools.partial(tree_sample, process=args.process, rule=fresh_rule(method),
                                                           rng=rng), trees, rows, args.repeat)

@@ -59,8 +59,8 @@ class _Rows:
 
     Step j touches only the leading ``n`` rows (see :func:`_bound`).  Two update forms:
 
-    * :meth:`remove` (``X ← norm(X·1[≠y])``) zeroes one entry in place — only for ``own=True`` state, which
-      starts from a copy of the context's rows;
+    * :meth:`remove` (``X ← norm(X·1[≠y])``) zeroes one entry in place — only for state that starts from a copy
+      of the context's rows (``own=True``, or rows the caller already copied);
     * :meth:`subtract` (``X̃ ← [a·X̃ − c_Y·Ỹ]_+``) writes into the other of two buffers allocated once per
       level (three in-place passes and one row sum, no temporaries), so the previous rows stay available for
       :meth:`restore`; the context's rows are only read.

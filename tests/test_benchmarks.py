@@ -251,21 +251,32 @@ def test_bench_verify_times_univer_right_after_the_forward():
     assert order and order[0][:2] == ["forward", "univer"], order
 
 
-@pytest.mark.parametrize("process,method", [("iid", "univer"), ("wor", "univer"), ("wor", "tv")])
-def test_bench_gpu_times_the_path_gpu_verify_runs(process, method, monkeypatch, capsys):
+@pytest.mark.parametrize("process,method", [("iid", "univer"), ("wor", "univer"), ("wor", "tv"), ("wor", "rrsw")])
+def test_bench_gpu_times_gpu_verify(process, method, monkeypatch, capsys):
     """bench_gpu called the engine with its defaults (no drafted support, other row blocks, unreached nodes planned
-    for UniVer, subtree shapes for TV), not with ``gpu.verify``'s options, which its docstring said it timed."""
+    for UniVer, subtree shapes for TV), then ``engine.sample`` with ``gpu.verify``'s options — not the walk (RRSw)
+    or the traversal (TV) that ``gpu.verify`` runs since items 108–109.  It times ``gpu.verify(validate=False)``."""
+    bench = _script("bench_gpu")
+    calls, real = [], bench.verify
+    monkeypatch.setattr(bench, "verify", lambda *a, **kw: calls.append((a[4], kw)) or real(*a, **kw))
+    bench.main(["--vocab", "60", "--shape", "2,2", "--process", process, "--methods", method, "--repeat", "1"])
+    capsys.readouterr()
+    assert calls and all(call == (method, {"validate": False}) for call in calls), calls
+
+
+def test_bench_gpu_times_univer_with_another_clock_walk_as_gpu_verify_would(monkeypatch, capsys):
+    """``--clock-walk fixed_point``: UniVer's engine pass with ``gpu.verify``'s options on its rule with that walk."""
     from gpu import engine
     from gpu.verify import engine_options
 
-    calls = []
-    sample = engine.sample
-    monkeypatch.setattr(engine, "sample", lambda *a, **kw: calls.append(kw) or sample(*a, **kw))
-    _script("bench_gpu").main(["--vocab", "60", "--shape", "2,2", "--process", process, "--methods", method,
-                               "--repeat", "1"])
+    bench, calls, sample = _script("bench_gpu"), [], engine.sample
+    monkeypatch.setattr(engine, "sample", lambda *a, **kw: calls.append((a[4], kw)) or sample(*a, **kw))
+    bench.main(["--vocab", "60", "--shape", "2,2", "--process", "wor", "--methods", "univer", "--repeat", "1",
+                "--clock-walk", "fixed_point"])
     capsys.readouterr()
-    want = engine_options(method, process)
-    assert calls and all({key: kw.get(key) for key in want} == want for kw in calls), (calls, want)
+    want = engine_options("univer", "wor")
+    assert calls and all(rule.keywords == {"walk": "fixed_point"} and {key: kw.get(key) for key in want} == want
+                         for rule, kw in calls), calls
 
 
 def test_bench_gpu_default_methods_run_on_iid_trees(capsys):

@@ -45,9 +45,10 @@ def flat_plan_decision(plan: NodePlan, children) -> NodeDecision:
 
 
 class FlatPlanRule:
-    """Node rule from a flat-plan builder ``build(p, q, k) -> NodePlan`` (cached by (p, q, k, process) in UniVer's
-    rule's :class:`univer_theory.univer.PlanCache`, as many plans: :func:`univer_theory.univer.plan_cache_size` —
-    a GR plan holds ~170 bytes a token, and 4 096 of them grew to ~11 GB at V = 16 384)."""
+    """Node rule from a flat-plan builder ``build(p, q, k) -> NodePlan``, cached by (p, q, k, process, exact rows?)
+    in its own :class:`univer_theory.univer.PlanCache`, which keeps as many plans as UniVer's rule:
+    :func:`univer_theory.univer.plan_cache_size` (a GR plan holds ~170 bytes a token, and 4 096 of them grew to
+    ~11 GB at V = 16 384)."""
 
     def __init__(self, name: str, build, processes: tuple[str, ...]):
         self.name, self.build, self.processes = name, build, processes

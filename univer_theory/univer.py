@@ -35,7 +35,7 @@ from .plans.lp_plan import lp_plan
 from .validation import check_choice
 from .verifiers import Verifier, register
 
-#: Plans kept per verifier (oldest evicted first): ``max(16, min(PLAN_CACHE_ENTRIES, PLAN_CACHE_TOKENS // V))``.
+#: Plans kept per cached node rule (oldest evicted first): ``max(16, min(PLAN_CACHE_ENTRIES, PLAN_CACHE_TOKENS // V))``.
 #: Measured, a plan with its key and slot entries holds ~8 MB at V = 49152 (~160 bytes a token) and ~3–13 KB of
 #: fixed overhead on the exact oracle's small vocabularies, so a long-lived process keeps at most ~130 MB at
 #: V = 49152 and ~50 MB on a few tokens (an exact evaluation needing more plans than that recomputes some: the
@@ -47,7 +47,8 @@ SLOT_RULE_MAX_K = 4
 
 
 def plan_cache_size(V: int) -> int:
-    """Plans a UniVer rule keeps on rows of ``V`` tokens (:data:`PLAN_CACHE_ENTRIES`)."""
+    """Plans a :class:`PlanCache` (UniVer's rule's, a flat-plan rule's) keeps on rows of ``V`` tokens
+    (:data:`PLAN_CACHE_ENTRIES`)."""
     return max(16, min(PLAN_CACHE_ENTRIES, PLAN_CACHE_TOKENS // V))
 
 
