@@ -130,9 +130,16 @@ def _figure(x: float) -> str:
     return f"{r:.{max(0, 2 - math.floor(math.log10(r)))}f}"
 
 
+def _span(values) -> str:
+    """``lo–hi`` in :func:`_figure`'s figures, one figure where they are the same."""
+    lo, hi = _figure(min(values)), _figure(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
 def batched_table(B: int, found: dict) -> str:
     """The markdown table of one batch size: per case and method ``lo–hi×`` of ``batched_over_loop`` (bold where
-    B = :data:`BATCHED_GOAL_B` and ``lo`` meets :data:`BATCHED_GOAL`) and the batched call's ``lo–hi ms``."""
+    B = :data:`BATCHED_GOAL_B` and ``lo`` meets :data:`BATCHED_GOAL`) and the batched call's ``lo–hi ms``
+    (:func:`_span`)."""
     lines = [f"| Zipf rows, B = {B} | process | draft | " + " | ".join(METHODS) + " |", "|---|---|---|---|---|---|"]
     last = None
     for key, cell in found.items():
@@ -145,9 +152,9 @@ def batched_table(B: int, found: dict) -> str:
                 cols.append("-")
                 continue
             ratios, ms = zip(*cell[m])
-            text = f"{_figure(min(ratios))}–{_figure(max(ratios))}×"
+            text = f"{_span(ratios)}×"
             bold = B == BATCHED_GOAL_B and min(ratios) >= BATCHED_GOAL
-            cols.append(f"{f'**{text}**' if bold else text} ({_figure(min(ms))}–{_figure(max(ms))} ms)")
+            cols.append(f"{f'**{text}**' if bold else text} ({_span(ms)} ms)")
         lines.append(f"{head} {draft} | " + " | ".join(cols) + " |")
     return "\n".join(lines)
 
