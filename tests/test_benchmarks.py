@@ -214,6 +214,26 @@ def test_verify_table_batched_gives_each_batch_size_its_table(tmp_path):
     assert bad.returncode == 2 and "no run has batched_over_loop rows" in bad.stderr, bad.stderr
 
 
+def test_verify_table_batched_orders_batches_and_drafts_and_rounds_its_edges():
+    """``--batched`` on a run of ``--batches 64,8 --draft-top 64,all,1024``: B ascending, each tree's whole row
+    before its truncations (larger m first), the case's name on its first row only; bold where the lowest ratio is
+    exactly 5 at B = 64; 9.996 reads 10.0 (the decade rounded up), a batched call of 10 812 ms whole."""
+    vt = _script("verify_table")
+
+    def row(B, top, ratio, ms):
+        return {"rows": "zipf", "shape": "eagle", "nodes": 24, "process": "wor", "draft_top": top, "B": B,
+                "method": "univer", "batched": {"median_ms": ms}, "batched_over_loop": ratio}
+    synthetic = [row(64, 64, 5.0, 10812.0), row(64, None, 9.996, 40.0), row(64, 1024, 4.999, 1.0),
+                 row(8, 64, 1.0, 1.0), row(8, None, 1.0, 1.0), row(8, 1024, 1.0, 1.0)]
+    found = vt.batched_cells([{"synthetic": synthetic}])
+    assert list(found) == [8, 64] and all(list(c) == [("zipf", "eagle", "wor", t) for t in (None, 1024, 64)]
+                                          for c in found.values())
+    assert vt.batched_table(64, found[64]).split("\n")[2:] == [
+        "| EAGLE-like (24 nodes) | wor | all | **10.0×** (40.0 ms) | - | - |",
+        "|  |  | top 1024 | 5.00× (1.00 ms) | - | - |",
+        "|  |  | top 64 | **5.00×** (10812 ms) | - | - |"]
+
+
 def test_bench_verify_times_univer_right_after_the_forward():
     """The SmolLM2 section's first method (UniVer) runs right after the forward, which evicts the caches (module
     docstring, README); a fresh batch's structure was timed between them.  A stand-in target: no model loaded."""
@@ -259,10 +279,18 @@ def test_bench_gpu_times_gpu_verify(process, method, monkeypatch, capsys):
     or the traversal (TV) that ``gpu.verify`` runs since items 108–109.  It times ``gpu.verify(validate=False)``."""
     bench = _script("bench_gpu")
     calls, real = [], bench.verify
-    monkeypatch.setattr(bench, "verify", lambda *a, **kw: calls.append((a[4], kw)) or real(*a, **kw))
+    seen = []
+    monkeypatch.setattr(bench, "verify", lambda *a, **kw: calls.append((a[4], kw)) or seen.append((a, kw))
+                        or real(*a, **kw))
+    made = []
+    rb = bench.random_batch
+    monkeypatch.setattr(bench, "random_batch", lambda *a, **kw: made.append(rb(*a, **kw)) or made[-1])
     bench.main(["--vocab", "60", "--shape", "2,2", "--process", process, "--methods", method, "--repeat", "1"])
     capsys.readouterr()
     assert calls and all(call == (method, {"validate": False}) for call in calls), calls
+    import torch
+    (_, p, q, proc, _, g), _ = seen[0]
+    assert proc == process and isinstance(g, torch.Generator) and p is made[0][1] and q is made[0][2]
 
 
 def test_bench_gpu_times_univer_with_another_clock_walk_as_gpu_verify_would(monkeypatch, capsys):

@@ -231,3 +231,9 @@ def test_flat_plan_cache_is_bounded_as_univers(monkeypatch):
     for _ in range(30):
         rule.plan(rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4)), 2, "iid")
     assert len(rule._plans) == 20
+    monkeypatch.setattr(univer, "PLAN_CACHE_ENTRIES", 4096)
+    monkeypatch.setattr(univer, "PLAN_CACHE_TOKENS", 20 * 4)     # V = 4: 20 plans through the rows' size
+    rule = FlatPlanRule("gr", gr_plan, ("iid",))
+    for _ in range(30):
+        rule.plan(rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4)), 2, "iid")
+    assert len(rule._plans) == 20

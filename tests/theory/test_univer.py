@@ -343,6 +343,39 @@ def test_plan_cache_evicts_the_oldest_under_its_lock(monkeypatch):
     assert cache.get(16, 4, lambda: "new") == "new"
     assert seen == [(0, True)] and len(cache) == 16 and 0 not in cache and 16 in cache
     assert list(cache) == list(range(1, 17))
+    wide = univer.PlanCache()                    # V = 49152: 16 plans, whatever PLAN_CACHE_ENTRIES
+    monkeypatch.setattr(univer, "PLAN_CACHE_ENTRIES", 4096)
+    for key in range(20):
+        wide.get(key, 49152, lambda: key)
+    assert list(wide) == list(range(4, 20))
+
+
+def test_slot_entries_are_read_and_written_under_the_caches_lock():
+    """Every read and write of UniVer's slot entries holds its plan cache's lock (single-threaded, so a missing
+    lock is seen without a race): the four-thread test below catches that only now and then."""
+    class Guarded(dict):
+        def _check(self):
+            assert ver.rule._plans.lock.locked(), "slot entries touched without the cache's lock"
+
+        def __contains__(self, k):
+            self._check()
+            return super().__contains__(k)
+
+        def __getitem__(self, k):
+            self._check()
+            return super().__getitem__(k)
+
+        def __setitem__(self, k, v):
+            self._check()
+            super().__setitem__(k, v)
+
+    ver = make_univer_verifier()
+    ver.rule._slots = Guarded()
+    tree = DraftTree((-1, 0, 0, 0, 1), (-1, 0, 1, 2, 3))               # three children with unlike subtrees: slots
+    p, q = (np.random.default_rng(s).dirichlet(np.ones(9), size=5) for s in (0, 1))
+    for _ in range(2):                                                   # a write, then a hit
+        ver.expected_accepted_length(tree, p, q, "iid")
+    assert ver.rule._slots
 
 
 def test_a_full_plan_cache_is_shared_by_threads(monkeypatch):
