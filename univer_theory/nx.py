@@ -177,6 +177,38 @@ def _cumsum_rows(x, reverse, exclusive):  # pragma: no cover - compiled
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def _total_rows(x):  # pragma: no cover - compiled
+    """Each row's sum of ``x [R, V]`` (V ≥ 1) in order from its first entry: :func:`_cumsum_rows`' last column, the
+    same floats, four rows at a time — four running sums in registers, so one row's adds overlap the others' wait
+    on the add's latency, and no ``[R, V]`` is written."""
+    R, V = x.shape
+    out = np.empty(R, x.dtype)
+    r = 0
+    while r + 4 <= R:
+        a0, a1, a2, a3 = x[r, 0], x[r + 1, 0], x[r + 2, 0], x[r + 3, 0]
+        for j in range(1, V):
+            a0 = a0 + x[r, j]
+            a1 = a1 + x[r + 1, j]
+            a2 = a2 + x[r + 2, j]
+            a3 = a3 + x[r + 3, j]
+        out[r], out[r + 1], out[r + 2], out[r + 3] = a0, a1, a2, a3
+        r += 4
+    while r < R:
+        acc = x[r, 0]
+        for j in range(1, V):
+            acc = acc + x[r, j]
+        out[r] = acc
+        r += 1
+    return out
+
+
+def row_totals_numpy(x):
+    """``[..., 1]``: each row's sum of float64 rows ``x [..., V]`` (V ≥ 1) in order from its first entry — the last
+    prefix sum, :func:`_total_rows` (a view of C-ordered rows)."""
+    return _total_rows(np.ascontiguousarray(x).reshape(-1, x.shape[-1])).reshape(x.shape[:-1] + (1,))
+
+
 def shifted_cumsum(nx, x, reverse: bool, axis: int):
     """``Σ_{j<i} x_j`` (``Σ_{j>i}`` with ``reverse``) along ``axis`` on backend ``nx``: its cumulative sums of the
     array without its last (first) entry, shifted by one, 0 at the first — sums of the same terms in the same
@@ -480,6 +512,12 @@ class NumpyBackend:
         return np.sum(x, axis=-1, keepdims=keepdims)
 
     @staticmethod
+    def last_prefix_sum(x):
+        """``[..., 1]``: each row's sum along the last axis (V ≥ 1) in order from its first entry — ``cumsum``'s
+        last column, the same floats (float64 rows: :func:`row_totals_numpy`, no prefix sums written)."""
+        return row_totals_numpy(x) if x.dtype == np.float64 else NumpyBackend.cumsum(x)[..., -1:]
+
+    @staticmethod
     def amax(x, keepdims=False):
         """Largest entry along the last axis."""
         return np.amax(x, axis=-1, keepdims=keepdims)
@@ -647,6 +685,14 @@ class TorchBackend:
     @staticmethod
     def sum(x, keepdims=False):
         return x.sum(-1, keepdim=keepdims)
+
+    def last_prefix_sum(self, x):
+        """As :meth:`NumpyBackend.last_prefix_sum`: float64 rows on the CPU through :func:`row_totals_numpy` on a
+        numpy view (numpy's floats; torch's own CPU ``cumsum`` has the same values, but +0.0 for a row of −0.0),
+        elsewhere ``cumsum``'s last column."""
+        if x.device.type == "cpu" and x.dtype == self.torch.float64:
+            return self.torch.from_numpy(row_totals_numpy(x.detach().numpy()))
+        return x.cumsum(-1)[..., -1:]
 
     @staticmethod
     def amax(x, keepdims=False):

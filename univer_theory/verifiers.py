@@ -121,7 +121,7 @@ def row_sums(x):
     same floats in numpy and torch; K-SEQ's ρ* on rows with p ≈ q moves by ~1e-6 with one ulp of a row's sum), 1
     for a zero row."""
     nx = get_backend(x)
-    total = nx.cumsum(x)[..., -1:] if x.shape[-1] else nx.sum(x, keepdims=True)
+    total = nx.last_prefix_sum(x) if x.shape[-1] else nx.sum(x, keepdims=True)
     return nx.where(total > 0, total, 1.0)
 
 

@@ -2,7 +2,7 @@
 numpy's sequential ``cumsum`` bit for bit (float64 and int64, contiguous rows and strided views, spreads from
 1e-300 to 1e300, infinities and NaN), and the row gather equals fancy indexing (negative indices from the end, an
 out-of-bounds index raises ``IndexError``, broadcast rows, bool / int / float rows), and the compiled row sum is
-numpy's pairwise ``sum`` bit for bit."""
+numpy's pairwise ``sum`` bit for bit, and each row's sum in order its ``cumsum``'s last column."""
 import functools
 import operator
 
@@ -50,6 +50,30 @@ def test_cumsum_is_numpys_bit_for_bit(R, V, reverse):
         got, want = NUMPY.exclusive_cumsum(x, reverse=reverse), numpy_exclusive(x, reverse)
         assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
         assert shifted_cumsum(NUMPY, x, reverse, -1).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("R,V", [(1, 1), (3, 2), (4, 7), (9, 1025), (30, 65), (0, 5)])
+def test_last_prefix_sum_is_cumsums_last_column_bit_for_bit(R, V):
+    """Each row's sum in order (:meth:`last_prefix_sum`, four rows at a time, no prefix sums written): numpy's
+    ``cumsum`` last column bit for bit, on numpy rows and on torch CPU rows (through the numpy view; torch's own
+    ``cumsum`` has the same values, but +0.0 for a row of −0.0) — spread rows with infinities and NaN, strided rows,
+    negative zeros, ``[2, R, V]`` arrays; what :func:`univer_theory.verifiers.row_sums` divides by (1 for a zero
+    row)."""
+    import torch
+
+    from univer_theory.nx import get_backend
+    from univer_theory.verifiers import row_sums
+
+    rng = np.random.default_rng(R * 1000 + V)
+    for x in (rows(rng, R, V), rows(rng, R, 2 * V + 1)[:, 1::2], -np.zeros((R, V)),
+              np.stack([rows(rng, R, V), rows(rng, R, V)]), np.abs(rows(rng, R, V))):
+        want = x.cumsum(-1)[..., -1:]
+        t = torch.from_numpy(x)
+        for got in (NUMPY.last_prefix_sum(x), get_backend(t).last_prefix_sum(t).numpy()):
+            assert got.shape == want.shape and got.tobytes() == want.tobytes()
+        np.testing.assert_array_equal(t.cumsum(-1)[..., -1:].numpy(), want)   # torch's own: a zero's sign aside
+        one = np.where(want > 0, want, 1.0)
+        assert row_sums(x).tobytes() == one.tobytes() == row_sums(torch.from_numpy(x)).numpy().tobytes()
 
 
 @pytest.mark.parametrize("R,V,M", [(1, 1, 1), (4, 9, 20), (8, 1025, 1025), (3, 5, 0)])
