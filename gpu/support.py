@@ -56,13 +56,9 @@ class Support:
 PAD = torch.iinfo(torch.long).max
 
 
-#: Tokens per block of :func:`_scan_rows`'s pass over q (a fixed trip count, vectorised; 128 measured ~25%
-#: faster than 64 — fewer horizontal sums and branches — and 256 no faster).
+#: Tokens per block of :func:`_scan_rows`' counting pass over q (a fixed trip count, vectorised) and of the undrafted
+#: draw's blocks (:func:`draw_undrafted`).
 SCAN_BLOCK = 128
-#: Tokens per sub-block of a :data:`SCAN_BLOCK` (its draft mass is summed by sub-blocks, and only a sub-block with
-#: drafted tokens is read token by token: a draft truncated to its top 1 024 of 49 152 tokens drafts in ~3/4 of
-#: the blocks, ~3 tokens each; ~35% off a row's pass there, measured, and nothing lost at top 64).
-SCAN_SUB_BLOCK = 8
 
 #: ``p_rest`` is ``1 − Σ_drafted p`` at or above this value and summed over the undrafted tokens below it, per
 #: dtype (:func:`scan`): the complement's relative error is ``|1 − Σ p|`` / ``p_rest``, ≤ ~1e-10 for a float64
@@ -98,56 +94,59 @@ def _undrafted_mass(pr, qr, lo, hi):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
-    """Rows ``src[i]`` of ``p``, ``q``, read in place: a vectorised pass over each row's q, a block of
-    :data:`SCAN_BLOCK` tokens at a time, sums the block's draft mass by sub-blocks of :data:`SCAN_SUB_BLOCK` (a
-    block drafts a token iff its mass is positive: a sum of nonnegative terms is 0 only if every term is), and
-    the sub-blocks with drafted tokens of such a block are read again (from L1) to append them and their q to the
-    flat ``cols``, ``q_s``, ``count[i]`` tokens per row (the tail after the last block token by token); then the row's p
-    is read at those tokens only (a loop of independent loads, so the cache misses overlap) into ``p_s``, and
-    ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below ``exact_below``, where the
-    complement's relative error could matter (and a 0 must stay 0), and ``rest[i] = Σ_{q=0} p`` is summed over
-    the row (:func:`_undrafted_mass`).  Returns ``ok`` (False as soon as a row's drafted tokens pass ``cap``, the
-    rest then meaningless) and the entries laid out ``[R, M]`` (``M`` the widest row; padded with
-    :data:`PAD`, 0, 0) with ``rest``.  (The flat outputs grow between rows only: growing them inside the block
-    loop stops its vectorisation.)"""
-    R, V, B, S = src.shape[0], q.shape[1], SCAN_BLOCK, SCAN_SUB_BLOCK
+    """Rows ``src[i]`` of ``p``, ``q``, read in place, each in two passes over its q: the first counts the drafted
+    tokens (``q > 0``) of each block of :data:`SCAN_BLOCK` tokens (a fixed trip count of comparisons and integer
+    adds, vectorised, nothing else in the loop: as fast as a plain sum of the row — any branch or store inside it
+    kept it to about a quarter of that) and the row's total; the second, only over the blocks that draft, up to
+    each one's last drafted token, and over the tail, appends their tokens and q to the flat ``cols``, ``q_s``
+    (branch-free: every token read is written at the next free place, which moves on only past a drafted one),
+    ``count[i]`` tokens per row.  Then the row's p is read at those tokens only (a loop of independent loads, so the cache
+    misses overlap) into ``p_s``, and ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below
+    ``exact_below``, where the complement's relative error could matter (and a 0 must stay 0), and ``rest[i] =
+    Σ_{q=0} p`` is summed over the row (:func:`_undrafted_mass`).  Returns ``ok`` (False as soon as a row drafts
+    more than ``cap`` tokens, the rest then meaningless) and the entries laid out ``[R, M]`` (``M`` the widest row;
+    padded with :data:`PAD`, 0, 0) with ``rest``.  (The flat outputs are sized for R rows like the first and grow
+    between rows only, to hold the next row's count and the one place a last unmoved write takes.)"""
+    R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
     full = V // B
-    sub = np.empty(B // S)
+    drafts = np.empty(full, np.int64)
     count = np.zeros(R, np.int64)
     rest = np.zeros(R, np.float64)
-    size, used = R * 64 + 4 * V, 0        # flat outputs (pages touched only as written), doubled as needed
-    cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
+    size, used = 0, 0                     # flat outputs, sized at the first row for R such rows, doubled as needed
+    cols, p_s, q_s = np.empty(0, np.int64), np.empty(0, p.dtype), np.empty(0, q.dtype)
     for i in range(R):
-        while used + V > size:
+        pr, qr, start = p[src[i]], q[src[i]], used
+        total = 0
+        for b in range(full):
+            n = 0
+            for x in range(b * B, b * B + B):
+                n += qr[x] > 0
+            drafts[b] = n
+            total += n
+        for x in range(full * B, V):
+            total += qr[x] > 0
+        if total > cap:                   # a whole row, say: the level is planned on all V
+            return False, cols[:0].reshape(0, 0), p_s[:0].reshape(0, 0), q_s[:0].reshape(0, 0), rest
+        if i == 0:
+            size = R * (total + 1) + 4 * V
+            cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
+        while used + total + 1 > size:
             size *= 2
             cols = np.concatenate((cols, np.empty(size - cols.shape[0], cols.dtype)))
             p_s = np.concatenate((p_s, np.empty(size - p_s.shape[0], p_s.dtype)))
             q_s = np.concatenate((q_s, np.empty(size - q_s.shape[0], q_s.dtype)))
-        pr, qr, start = p[src[i]], q[src[i]], used
         for b in range(full):
-            m = 0.0
-            for s in range(B // S):   # the block's draft mass by sub-blocks, each summed in one vector
-                ms = 0.0
-                for x in range(b * B + s * S, b * B + s * S + S):
-                    ms += qr[x]
-                sub[s] = ms
-                m += ms
-            if m > 0:
-                for s in range(B // S):
-                    if sub[s] > 0:
-                        for x in range(b * B + s * S, b * B + s * S + S):
-                            if qr[x] > 0:
-                                cols[used], q_s[used] = x, qr[x]
-                                used += 1
-            if used - start > cap:    # past the cap (a whole row: half of it read)
-                return False, cols[:0].reshape(0, 0), p_s[:0].reshape(0, 0), q_s[:0].reshape(0, 0), rest
-        for x in range(full * B, V):  # the tail
-            if qr[x] > 0:
-                cols[used], q_s[used] = x, qr[x]
-                used += 1
+            if drafts[b]:
+                end = used + drafts[b]
+                for x in range(b * B, b * B + B):
+                    cols[used], q_s[used] = x, qr[x]
+                    used += qr[x] > 0
+                    if used == end:
+                        break
+        for x in range(full * B, V):      # the tail
+            cols[used], q_s[used] = x, qr[x]
+            used += qr[x] > 0
         count[i] = used - start
-        if count[i] > cap:
-            return False, cols[:0].reshape(0, 0), p_s[:0].reshape(0, 0), q_s[:0].reshape(0, 0), rest
         for e in range(start, used):
             p_s[e] = pr[cols[e]]
         r = _complement(p_s, start, used)

@@ -184,8 +184,8 @@ def test_scan_and_compact_contract(dtype):
     for a, b in zip(found[0][:3], found[1][:3]):
         assert torch.equal(a, b)
     torch.testing.assert_close(found[0][3], found[1][3], rtol=0, atol=4e-15)
-    wide_rows = random_support_rows(gen, 300, [140] * 20, dtype)       # more than the scan's first room: it grows
-    sparse_rows = random_support_rows(gen, 1000, [1, 7, 30, 120, 499], dtype)   # blocks and sub-blocks skipped
+    wide_rows = random_support_rows(gen, 300, [1] + [140] * 20, dtype)  # past the room the first row sizes: it grows
+    sparse_rows = random_support_rows(gen, 1000, [1, 7, 30, 120, 499], dtype)   # blocks skipped
     for rows_, cap in ((wide_rows, 150), (sparse_rows, 500)):
         rows = torch.arange(rows_[0].shape[0])
         for a, b in zip(support._scan_host(*rows_, rows, cap, 1e-6), support._scan_device(*rows_, rows, cap, 1e-6)):
@@ -253,6 +253,42 @@ def sampled_instance(process):
     for u, drafted in enumerate([[0, 1, 3], [0, 2, 4]] + [[0, 1, 2]] * (tree.num_nodes - 2)):
         qn[u, drafted] = rng.dirichlet(np.ones(3))
     return tree, pn, qn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_scan_finds_tokens_at_block_edges_and_refuses_rows_over_its_cap(dtype):
+    """The compiled scan's two passes (a block's drafted count, then its tokens) on rows of three full blocks and a
+    tail: drafted tokens at each block's first and last id and in the tail, a fully drafted block, a block drafting
+    one token, a row of subnormal draft entries — each row's tokens all found, in id order, as the torch scan finds
+    them; a row drafting exactly ``cap`` tokens is scanned and one more gives up (both scans)."""
+    B = support.SCAN_BLOCK
+    V = 3 * B + 5
+    gen = torch.Generator().manual_seed(21)
+    p = torch.softmax(torch.randn(6, V, generator=gen, dtype=torch.float64), -1)
+    q = torch.zeros(6, V, dtype=torch.float64)
+    q[0, [0, B - 1, B, 2 * B - 1, 3 * B, V - 1]] = 1.0                 # block edges and the tail's ends
+    q[1, B:2 * B] = 1.0                                                 # one block drafted whole
+    q[1, 3 * B + 2] = 1.0
+    q[2, 2 * B + 17] = 1.0                                              # one token in all the row
+    q[3, torch.randperm(V, generator=gen)[:40]] = 5e-324 * 2 ** 40     # tiny entries are drafted too
+    cap = B + 22                                                        # above row 1's B + 1 tokens
+    q[4, torch.randperm(V, generator=gen)[:cap]] = 1.0                  # exactly the cap
+    q[5, torch.randperm(V, generator=gen)[:cap + 1]] = 1.0              # one over it
+    q = q / q.sum(1, keepdim=True)
+    p, q = p.to(dtype), q.to(dtype)
+    assert (q[3] > 0).sum() == 40
+    rows = torch.arange(5)
+    host, device = (scan(p, q, rows, cap, 1e-6) for scan in (support._scan_host, support._scan_device))
+    for i in range(5):
+        drafted = (q[i] > 0).nonzero().squeeze(1)
+        assert torch.equal(host[0][i, :drafted.numel()], drafted) and (host[0][i, drafted.numel():] == support.PAD).all()
+        assert torch.equal(host[2][i, :drafted.numel()], q[i, drafted])
+        assert torch.equal(host[1][i, :drafted.numel()], p[i, drafted])
+    for a, b in zip(host[:3], device[:3]):
+        assert torch.equal(a, b)
+    for scan in (support._scan_host, support._scan_device):
+        assert scan(p, q, torch.tensor([4, 5]), cap, 1e-6) is None
+        assert scan(p, q, torch.tensor([5]), cap + 1, 1e-6) is not None
 
 
 @pytest.mark.parametrize("method,process", [("univer", "wor"), ("rrsw", "wor"), ("tv", "iid")])
