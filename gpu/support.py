@@ -95,18 +95,18 @@ def _undrafted_mass(pr, qr, lo, hi):  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
     """Rows ``src[i]`` of ``p``, ``q``, read in place, each in two passes over its q: the first counts the drafted
-    tokens (``q > 0``) of each block of :data:`SCAN_BLOCK` tokens (a fixed trip count of comparisons and integer
-    adds, vectorised, nothing else in the loop: as fast as a plain sum of the row — any branch or store inside it
-    kept it to about a quarter of that) and the row's total; the second, only over the blocks that draft, up to
-    each one's last drafted token, and over the tail, appends their tokens and q to the flat ``cols``, ``q_s``
-    (branch-free: every token read is written at the next free place, which moves on only past a drafted one),
-    ``count[i]`` tokens per row.  Then the row's p is read at those tokens only (a loop of independent loads, so the cache
-    misses overlap) into ``p_s``, and ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below
-    ``exact_below``, where the complement's relative error could matter (and a 0 must stay 0), and ``rest[i] =
-    Σ_{q=0} p`` is summed over the row (:func:`_undrafted_mass`).  Returns ``ok`` (False as soon as a row drafts
-    more than ``cap`` tokens, the rest then meaningless) and the entries laid out ``[R, M]`` (``M`` the widest row;
-    padded with :data:`PAD`, 0, 0) with ``rest``.  (The flat outputs are sized for R rows like the first and grow
-    between rows only, to hold the next row's count and the one place a last unmoved write takes.)"""
+    tokens (``q > 0``) of each block of :data:`SCAN_BLOCK` tokens (a fixed trip count of comparisons and integer adds,
+    vectorised, nothing else in the loop: as fast as a plain sum of the row — any branch or store inside it kept it to
+    about a quarter of that) and the row's total; the second, only over the blocks that draft, up to each one's last
+    drafted token, and over the tail, appends their tokens and q to the flat ``cols``, ``q_s`` (branch-free: every
+    token read is written at the next free place, which moves on only past a drafted one), ``count[i]`` tokens per
+    row.  Then the row's p is read at those tokens only (a loop of independent loads, so the cache misses overlap)
+    into ``p_s``, and ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below ``exact_below``,
+    where the complement's relative error could matter (and a 0 must stay 0), and ``rest[i] = Σ_{q=0} p`` is summed
+    over the row (:func:`_undrafted_mass`).  Returns ``ok`` (False as soon as a row drafts more than ``cap`` tokens,
+    the rest then meaningless) and the entries laid out ``[R, M]`` (``M`` the widest row; padded with :data:`PAD`, 0,
+    0) with ``rest``.  (The flat outputs are sized for R rows like the first and grow between rows only, to hold the
+    next row's count and the one place a last unmoved write takes.)"""
     R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
     full = V // B
     drafts = np.empty(full, np.int64)

@@ -281,7 +281,8 @@ def test_scan_finds_tokens_at_block_edges_and_refuses_rows_over_its_cap(dtype):
     host, device = (scan(p, q, rows, cap, 1e-6) for scan in (support._scan_host, support._scan_device))
     for i in range(5):
         drafted = (q[i] > 0).nonzero().squeeze(1)
-        assert torch.equal(host[0][i, :drafted.numel()], drafted) and (host[0][i, drafted.numel():] == support.PAD).all()
+        assert torch.equal(host[0][i, :drafted.numel()], drafted)
+        assert (host[0][i, drafted.numel():] == support.PAD).all()
         assert torch.equal(host[2][i, :drafted.numel()], q[i, drafted])
         assert torch.equal(host[1][i, :drafted.numel()], p[i, drafted])
     for a, b in zip(host[:3], device[:3]):
