@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 import torch
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .probs import sample_blocks
 
@@ -56,9 +57,11 @@ class Support:
 PAD = torch.iinfo(torch.long).max
 
 
-#: Tokens per block of :func:`_scan_rows`' counting pass over q (a fixed trip count, vectorised) and of the undrafted
-#: draw's blocks (:func:`draw_undrafted`).
+#: Tokens per block of the undrafted draw (:func:`draw_undrafted`).
 SCAN_BLOCK = 128
+
+#: Tokens per word of :func:`_scan_rows`' mask of drafted tokens (a uint64's bits).
+SCAN_WORD = 64
 
 #: ``p_rest`` is ``1 − Σ_drafted p`` at or above this value and summed over the undrafted tokens below it, per
 #: dtype (:func:`scan`): the complement's relative error is ``|1 − Σ p|`` / ``p_rest``, ≤ ~1e-10 for a float64
@@ -94,36 +97,40 @@ def _undrafted_mass(pr, qr, lo, hi):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
-    """Rows ``src[i]`` of ``p``, ``q``, read in place, each in two passes over its q: the first counts the drafted
-    tokens (``q > 0``) of each block of :data:`SCAN_BLOCK` tokens (a fixed trip count of comparisons and integer adds,
-    vectorised, nothing else in the loop: as fast as a plain sum of the row — any branch or store inside it kept it to
-    about a quarter of that) and the row's total; the second, only over the blocks that draft, up to each one's last
-    drafted token, and over the tail, appends their tokens and q to the flat ``cols``, ``q_s`` (branch-free: every
-    token read is written at the next free place, which moves on only past a drafted one), ``count[i]`` tokens per
-    row.  Then the row's p is read at those tokens only (a loop of independent loads, so the cache misses overlap)
-    into ``p_s``, and ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below ``exact_below``,
-    where the complement's relative error could matter (and a 0 must stay 0), and ``rest[i] = Σ_{q=0} p`` is summed
-    over the row (:func:`_undrafted_mass`).  Returns ``ok`` (False as soon as a row drafts more than ``cap`` tokens,
-    the rest then meaningless) and the entries laid out ``[R, M]`` (``M`` the widest row; padded with :data:`PAD`, 0,
-    0) with ``rest``.  (The flat outputs are sized for R rows like the first and grow between rows only, to hold the
-    next row's count and the one place a last unmoved write takes.)"""
-    R, V, B = src.shape[0], q.shape[1], SCAN_BLOCK
-    full = V // B
-    drafts = np.empty(full, np.int64)
+    """Rows ``src[i]`` of ``p``, ``q``, read in place.  Each q in one pass: per word of :data:`SCAN_WORD` tokens
+    a bit mask of the drafted ones (``q > 0``, bit t for token W·j + t) and their count (a fixed trip count of
+    comparisons, shifts and integer adds, vectorised, nothing else in the loop: as fast as a plain sum of the row),
+    and the row's total.  Then the set bits of each word, lowest first (``trailing_zeros``; a word without one
+    costs a test), and the tail (branch-free: every token read written at the next free place, which moves on only
+    past a drafted one) append their tokens and q to the flat ``cols``, ``q_s`` — ``count[i]`` tokens per row,
+    ascending.  Then the row's p is read at those tokens only (a loop of independent loads, so the cache misses
+    overlap) into ``p_s``, and ``rest[i] = 1 − Σ_drafted p`` (:func:`_complement`) — unless that is below
+    ``exact_below``, where the complement's relative error could matter (and a 0 must stay 0), and
+    ``rest[i] = Σ_{q=0} p`` is summed over the row (:func:`_undrafted_mass`).  Returns ``ok`` (False as soon as a
+    row drafts more than ``cap`` tokens, the rest then meaningless) and the entries laid out ``[R, M]`` (``M`` the
+    widest row; padded with :data:`PAD`, 0, 0) with ``rest``: the flat outputs themselves, each row moved to its
+    place, last row first (a row lies at or after its flat place, so nothing is overwritten before it is moved; no
+    move at all where every row drafts M tokens, as a top-m draft's do).  (The flat outputs are sized at the first
+    row for R rows like it, with room for the one place a last unmoved write takes, and grow between rows only.)"""
+    R, V, W = src.shape[0], q.shape[1], SCAN_WORD
+    full = V // W
+    words = np.empty(full, np.uint64)
     count = np.zeros(R, np.int64)
     rest = np.zeros(R, np.float64)
-    size, used = 0, 0                     # flat outputs, sized at the first row for R such rows, doubled as needed
+    size, used = 0, 0
     cols, p_s, q_s = np.empty(0, np.int64), np.empty(0, p.dtype), np.empty(0, q.dtype)
     for i in range(R):
         pr, qr, start = p[src[i]], q[src[i]], used
         total = 0
-        for b in range(full):
-            n = 0
-            for x in range(b * B, b * B + B):
-                n += qr[x] > 0
-            drafts[b] = n
+        for j in range(full):
+            bits, n = np.uint64(0), 0
+            for t in range(W):
+                drafted = qr[W * j + t] > 0
+                bits |= np.uint64(drafted) << np.uint64(t)
+                n += drafted
+            words[j] = bits
             total += n
-        for x in range(full * B, V):
+        for x in range(full * W, V):
             total += qr[x] > 0
         if total > cap:                   # a whole row, say: the level is planned on all V
             return False, cols[:0].reshape(0, 0), p_s[:0].reshape(0, 0), q_s[:0].reshape(0, 0), rest
@@ -132,18 +139,15 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
             cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
         while used + total + 1 > size:
             size *= 2
-            cols = np.concatenate((cols, np.empty(size - cols.shape[0], cols.dtype)))
-            p_s = np.concatenate((p_s, np.empty(size - p_s.shape[0], p_s.dtype)))
-            q_s = np.concatenate((q_s, np.empty(size - q_s.shape[0], q_s.dtype)))
-        for b in range(full):
-            if drafts[b]:
-                end = used + drafts[b]
-                for x in range(b * B, b * B + B):
-                    cols[used], q_s[used] = x, qr[x]
-                    used += qr[x] > 0
-                    if used == end:
-                        break
-        for x in range(full * B, V):      # the tail
+            cols, p_s, q_s = _grown(cols, size), _grown(p_s, size), _grown(q_s, size)
+        for j in range(full):
+            w = words[j]
+            while w:
+                x = W * j + trailing_zeros(w)
+                cols[used], q_s[used] = x, qr[x]
+                used += 1
+                w &= w - np.uint64(1)         # the lowest set bit cleared
+        for x in range(full * W, V):     # the tail
             cols[used], q_s[used] = x, qr[x]
             used += qr[x] > 0
         count[i] = used - start
@@ -152,13 +156,24 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
         r = _complement(p_s, start, used)
         rest[i] = r if r >= exact_below else _undrafted_mass(pr, qr, 0, V)
     M = count.max() if R else 0
-    cols2, p2, q2 = np.full((R, M), PAD, np.int64), np.zeros((R, M), p.dtype), np.zeros((R, M), q.dtype)
-    e = 0
-    for i in range(R):
-        for j in range(count[i]):
-            cols2[i, j], p2[i, j], q2[i, j] = cols[e], p_s[e], q_s[e]
-            e += 1
-    return True, cols2, p2, q2, rest
+    if R * M > size:
+        cols, p_s, q_s = _grown(cols, R * M), _grown(p_s, R * M), _grown(q_s, R * M)
+    for i in range(R - 1, -1, -1):        # used: row i's flat start after the subtraction
+        used -= count[i]
+        to = i * M
+        if to != used:
+            for j in range(count[i] - 1, -1, -1):
+                cols[to + j], p_s[to + j], q_s[to + j] = cols[used + j], p_s[used + j], q_s[used + j]
+        for e in range(to + count[i], to + M):
+            cols[e], p_s[e], q_s[e] = PAD, 0, 0
+    n = R * M
+    return True, cols[:n].reshape(R, M), p_s[:n].reshape(R, M), q_s[:n].reshape(R, M), rest
+
+
+@numba.njit(cache=True, inline="always")
+def _grown(x, size):  # pragma: no cover - compiled
+    """``x`` extended to ``size`` entries (its own first, the rest uninitialised)."""
+    return np.concatenate((x, np.empty(size - x.shape[0], x.dtype)))
 
 
 def _layout(row: torch.Tensor, count: torch.Tensor, M: int, entries) -> tuple[torch.Tensor, ...]:

@@ -126,8 +126,8 @@ def random_support_rows(gen, V, sizes, dtype=torch.float64):
     return p.to(dtype), (q / q.sum(1, keepdim=True)).to(dtype)
 
 
-#: The threshold the scan's complement path is tested at, per dtype: :data:`gpu.support.EXACT_REST_BELOW` (float32 rows
-#: are always summed there, so the compiled scans' complement is exercised on them at 1e-2).
+#: The threshold the scan's complement path is tested at, per dtype: :data:`gpu.support.EXACT_REST_BELOW`
+#: (float32 rows are always summed there, so the compiled scans' complement is exercised on them at 1e-2).
 COMPLEMENT_FROM = {torch.float64: support.EXACT_REST_BELOW[torch.float64], torch.float32: 1e-2}
 
 
@@ -185,8 +185,9 @@ def test_scan_and_compact_contract(dtype):
         assert torch.equal(a, b)
     torch.testing.assert_close(found[0][3], found[1][3], rtol=0, atol=4e-15)
     wide_rows = random_support_rows(gen, 300, [1] + [140] * 20, dtype)  # past the room the first row sizes: it grows
-    sparse_rows = random_support_rows(gen, 1000, [1, 7, 30, 120, 499], dtype)   # blocks skipped
-    for rows_, cap in ((wide_rows, 150), (sparse_rows, 500)):
+    sparse_rows = random_support_rows(gen, 1000, [1, 7, 30, 120, 499], dtype)   # words skipped
+    last_wide = random_support_rows(gen, 300, [1] * 19 + [150], dtype)  # laid out [20, 150]: past the room
+    for rows_, cap in ((wide_rows, 150), (sparse_rows, 500), (last_wide, 150)):
         rows = torch.arange(rows_[0].shape[0])
         for a, b in zip(support._scan_host(*rows_, rows, cap, 1e-6), support._scan_device(*rows_, rows, cap, 1e-6)):
             torch.testing.assert_close(a, b, rtol=0, atol=2e-14)
@@ -256,18 +257,19 @@ def sampled_instance(process):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_scan_finds_tokens_at_block_edges_and_refuses_rows_over_its_cap(dtype):
-    """The compiled scan's two passes (a block's drafted count, then its tokens) on rows of three full blocks and a
-    tail: drafted tokens at each block's first and last id and in the tail, a fully drafted block, a block drafting
-    one token, a row of subnormal draft entries — each row's tokens all found, in id order, as the torch scan finds
-    them; a row drafting exactly ``cap`` tokens is scanned and one more gives up (both scans)."""
-    B = support.SCAN_BLOCK
+def test_scan_finds_tokens_at_word_edges_and_refuses_rows_over_its_cap(dtype):
+    """The compiled scan (a bit mask of drafted tokens per word, then each word's set bits) on rows of three full
+    words and a tail: drafted tokens at each word's first and last id (bits 0 and 63) and in the tail, a fully
+    drafted word, a word drafting one token, a row of subnormal draft entries — each row's tokens all found, in id
+    order, as the torch scan finds them; a row drafting exactly ``cap`` tokens is scanned and one more gives up
+    (both scans)."""
+    B = support.SCAN_WORD
     V = 3 * B + 5
     gen = torch.Generator().manual_seed(21)
     p = torch.softmax(torch.randn(6, V, generator=gen, dtype=torch.float64), -1)
     q = torch.zeros(6, V, dtype=torch.float64)
-    q[0, [0, B - 1, B, 2 * B - 1, 3 * B, V - 1]] = 1.0                 # block edges and the tail's ends
-    q[1, B:2 * B] = 1.0                                                 # one block drafted whole
+    q[0, [0, B - 1, B, 2 * B - 1, 3 * B, V - 1]] = 1.0                 # word edges and the tail's ends
+    q[1, B:2 * B] = 1.0                                                 # one word drafted whole
     q[1, 3 * B + 2] = 1.0
     q[2, 2 * B + 17] = 1.0                                              # one token in all the row
     q[3, torch.randperm(V, generator=gen)[:40]] = 5e-324 * 2 ** 40     # tiny entries are drafted too
