@@ -249,8 +249,8 @@ def test_a_long_solve_stops_on_ctrl_c():
     import sys
     code = """
 import _thread, signal, threading, time
-# a Ctrl-C from a terminal: a parent that ignores SIGINT (a test runner's worker may) would hand the interpreter
-# SIG_IGN, under which interrupt_main does nothing
+# a Ctrl-C from a terminal: a parent that ignores SIGINT (any job a non-interactive shell starts with `&` does, and
+# passes that on) would hand the interpreter SIG_IGN, under which interrupt_main does nothing
 signal.signal(signal.SIGINT, signal.default_int_handler)
 import solvers.highs_lp as highs_lp
 from univer_theory.models import DirichletModel
