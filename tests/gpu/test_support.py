@@ -263,17 +263,17 @@ def test_scan_finds_tokens_at_word_edges_and_refuses_rows_over_its_cap(dtype):
     drafted word, a word drafting one token, a row of subnormal draft entries — each row's tokens all found, in id
     order, as the torch scan finds them; a row drafting exactly ``cap`` tokens is scanned and one more gives up
     (both scans)."""
-    B = support.SCAN_WORD
-    V = 3 * B + 5
+    W = support.SCAN_WORD
+    V = 3 * W + 5
     gen = torch.Generator().manual_seed(21)
     p = torch.softmax(torch.randn(6, V, generator=gen, dtype=torch.float64), -1)
     q = torch.zeros(6, V, dtype=torch.float64)
-    q[0, [0, B - 1, B, 2 * B - 1, 3 * B, V - 1]] = 1.0                 # word edges and the tail's ends
-    q[1, B:2 * B] = 1.0                                                 # one word drafted whole
-    q[1, 3 * B + 2] = 1.0
-    q[2, 2 * B + 17] = 1.0                                              # one token in all the row
+    q[0, [0, W - 1, W, 2 * W - 1, 3 * W, V - 1]] = 1.0                 # word edges and the tail's ends
+    q[1, W:2 * W] = 1.0                                                 # one word drafted whole
+    q[1, 3 * W + 2] = 1.0
+    q[2, 2 * W + 17] = 1.0                                              # one token in all the row
     q[3, torch.randperm(V, generator=gen)[:40]] = 5e-324 * 2 ** 40     # tiny entries are drafted too
-    cap = B + 22                                                        # above row 1's B + 1 tokens
+    cap = W + 22                                                        # above row 1's W + 1 tokens
     q[4, torch.randperm(V, generator=gen)[:cap]] = 1.0                  # exactly the cap
     q[5, torch.randperm(V, generator=gen)[:cap + 1]] = 1.0              # one over it
     q = q / q.sum(1, keepdim=True)
