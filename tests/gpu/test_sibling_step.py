@@ -1,7 +1,8 @@
 """The sibling step ``[a·X̃ − b·Ỹ]_+`` of RRS, RRSw and TV (:func:`gpu.rules.sibling_step`): the CPU's compiled pass
 (:func:`gpu.rules._sibling_host`) against torch's ops, the accelerator's (:func:`gpu.rules._sibling_device`), entry
 by entry and sum by sum; then, with torch's ops on the CPU, the tests of the rules that take it — E[τ | T] against
-the exact core, the walk's coins deciding as the whole rule, a residual that rounds away — run again."""
+the exact core, the walk's coins deciding as the whole rule, a residual that rounds away — run again; and the rules'
+row state (``gpu.rules._Rows``) on selected rows against the same state on copies."""
 import math
 
 import numpy as np
@@ -101,3 +102,30 @@ def test_torch_step_coins_decide_as_the_whole_rule(torch_step, method, process):
 @pytest.mark.parametrize("method", ["rrs", "rrsw"])
 def test_torch_step_residual_that_rounds_away_is_the_target(torch_step, method):
     test_exact.test_a_residual_that_rounds_away_is_the_target(method)
+
+
+def test_selected_rows_step_keep_restore_and_stitch_as_copies():
+    """``_Rows`` on rows selected from a larger tensor (the walk's) against the same state built on copies: a step
+    over fewer rows than it holds (the rest stay as selected), ``keep`` re-selecting written rows, ``restore``, ``at``
+    and ``rows`` — each the floats of the copies' state, the input never written."""
+    gen = torch.Generator().manual_seed(7)
+    X, Y = (torch.rand(9, 300, generator=gen, dtype=torch.float64) for _ in range(2))
+    X0, Y0 = X.clone(), Y.clone()
+    sel = torch.tensor([4, 0, 8, 2, 6])
+    lazy = gpu.rules._Rows(X, sel=sel), gpu.rules._Rows(Y, sel=sel)
+    copied = gpu.rules._Rows(X[sel]), gpu.rules._Rows(Y[sel])
+    a, b = torch.rand(5, generator=gen, dtype=torch.float64) + 0.5, torch.rand(5, generator=gen, dtype=torch.float64)
+    tokens = torch.tensor([3, 7, 299, 0, 150])
+    masses = []
+    for P, Q in (lazy, copied):
+        m1 = P.subtract(a[:3], b[:3], Q)                    # three of five rows
+        P.restore(torch.tensor([False, True, False]))
+        first = P.rows().clone()
+        P.keep(torch.tensor([2, 0, 3]))
+        Q.keep(torch.tensor([2, 0, 3]))
+        m2 = P.subtract(a[:3], b[:3], Q)
+        masses.append((m1, m2, first, P.rows(), P.at(tokens[:3]), Q.at(tokens[:3])))
+    for got, want in zip(*masses):
+        assert torch.equal(got, want)
+    assert torch.equal(X, X0) and torch.equal(Y, Y0)
+    assert torch.equal(masses[0][2][1], X[0]) and torch.equal(masses[0][2][3:], X[sel[3:]])
