@@ -139,10 +139,14 @@ class _Rows:
         self.cur = rows.clone() if own else rows            # X̃: current for the leading rows of the last step
         self.sel = sel
         self.prev, self.prev_sel = rows, sel
-        self.count = rows.shape[0] if sel is None else sel.shape[0]
-        self.scale = torch.ones(self.count, dtype=rows.dtype, device=rows.device)
+        self.scale = torch.ones(rows.shape[0] if sel is None else sel.shape[0], dtype=rows.dtype, device=rows.device)
         self.bufs: list = []
         self.writes: list = []                              # (n, buffer) of every subtract step
+
+    @property
+    def count(self) -> int:
+        """Rows held (one scale each)."""
+        return self.scale.shape[0]
 
     def at(self, tokens: torch.Tensor) -> torch.Tensor:
         """``X(y)`` of the leading ``len(tokens)`` rows."""
@@ -199,7 +203,6 @@ class _Rows:
     def keep(self, idx: torch.Tensor) -> None:
         """Only the rows ``idx`` stay, in that order (selected, not copied; the scales compacted)."""
         self.sel = idx if self.sel is None else self.sel[idx]
-        self.count = idx.shape[0]
         self.scale = self.scale[idx]
         self.writes = []
 
@@ -211,7 +214,8 @@ class _Rows:
         """``X̃ [R, V]``, each row from the last step that wrote it (a fresh or owned tensor unless no step
         did)."""
         if not self.writes:
-            return self.cur if self.sel is None else self.cur.index_select(0, self.sel)
+            self._own()
+            return self.cur
         last = self.bufs[self.writes[-1][1]]
         out = last[:self.count]
         first = self.writes[0][0]
@@ -337,10 +341,8 @@ def _rejection_walk(ctx: LevelContext, without_replacement: bool) -> LevelDecisi
         live, y, m = live[stay], y[stay], m[stay]
         if not live.shape[0]:
             break
-        if P is None:                               # rows read where they lie; RRSw's Q is written, so copied
-            P = _Rows(ctx.target, sel=src[live])
-            Q = (_Rows(ctx.draft.index_select(0, src[live])) if without_replacement
-                 else _Rows(ctx.draft, sel=src[live]))
+        if P is None:                               # rows read where they lie (RRSw's Q copied at its first removal)
+            P, Q = (_Rows(x, sel=src[live]) for x in (ctx.target, ctx.draft))
         else:
             P.keep(stay)
             Q.keep(stay)
