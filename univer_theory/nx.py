@@ -20,7 +20,7 @@ array along its last axis, as rows) and the scatter-add are compiled loops (:fun
 tokens (each is called hundreds of times a verification), ``ufunc.at`` ~10×; the loops give numpy's values
 exactly (a sequential sum per row, in order; an index out of bounds raises ``IndexError``).  And the stable
 argsort of long float rows is a compiled radix sort (:func:`stable_argsort_row`): the same permutation as numpy's
-stable sort, ~8× faster on the vocabulary's 49 152-entry rows.
+stable sort, ~11× faster on the vocabulary's 49 152-entry rows.
 """
 from __future__ import annotations
 
@@ -245,11 +245,16 @@ def _scatter_add_rows(out, idx, values):  # pragma: no cover - compiled
     return out
 
 
-#: Bits per digit of :func:`stable_argsort_row`'s radix passes: ``WIDE_BITS`` (2 048 buckets; three passes sort a
-#: key's high word, six the whole key) on rows of at least :data:`WIDE_DIGITS_MIN` entries, else ``NARROW_BITS``
-#: (256 buckets, four and eight passes: on short rows the wide histograms cost more than the passes they save).
-NARROW_BITS, WIDE_BITS = 8, 11
+#: The most bits per digit of :func:`stable_argsort_row`'s radix passes: ``WIDE_BITS`` on rows of at least
+#: :data:`WIDE_DIGITS_MIN` entries (two passes sort high words spanning up to 2^28 values — the ratio keys of
+#: SmolLM2's and Zipf rows span ~2^24: two passes of 12 bits, three of 11 before — ~25% faster there), but never
+#: more than the row's length has bits (a histogram of at most ~2n buckets); else ``NARROW_BITS`` (on short rows
+#: wide histograms cost more than the passes they save).
+NARROW_BITS, WIDE_BITS = 8, 14
 WIDE_DIGITS_MIN = 4096
+#: :func:`stable_argsort_row` first tries insertion on rows longer than :data:`HIGH_RUN_MAX`, giving up once it has
+#: moved more than 1/``NEAR_ORDER_SHARE`` of the row's entries (so on a row in random order it wastes ~n/8 moves).
+NEAR_ORDER_SHARE = 8
 #: The longest run of keys with equal high words that :func:`stable_argsort_row` finishes by insertion (a longer
 #: one, and it sorts on the whole keys instead).
 HIGH_RUN_MAX = 32
@@ -259,37 +264,47 @@ HIGH_RUN_MAX = 32
 def _order_keys(x, key, high):  # pragma: no cover - compiled
     """In place, ``key [n]`` uint64: the keys whose unsigned order is the float order of ``x [n]`` — sign bit set for
     non-negative floats, every bit flipped for negative ones; −0.0 read as 0.0 and every NaN as one NaN, last, as
-    numpy's sort has them — and ``high [n]`` uint32 their high words."""
+    numpy's sort has them — and ``high [n]`` uint32 their high words.  Returns the least and the greatest key."""
     sign = np.uint64(1) << np.uint64(63)
+    lo, hi = ~np.uint64(0), np.uint64(0)
     for i in range(x.shape[0]):
         v = x[i]
         bits = np.uint64(float_bits(0.0 if v == 0.0 else (np.nan if v != v else v)))
-        key[i] = ~bits if bits & sign else bits | sign
-        high[i] = np.uint32(key[i] >> np.uint64(32))
+        k = ~bits if bits & sign else bits | sign
+        key[i], high[i] = k, np.uint32(k >> np.uint64(32))
+        lo, hi = min(lo, k), max(hi, k)
+    return lo, hi
 
 
 @numba.njit(cache=True, nogil=True)
-def _radix_passes(key, idx, key2, idx2, bits):  # pragma: no cover - compiled
-    """Stable least-significant-digit passes over the ``bits``-bit digits of the unsigned ints ``key`` (least
-    significant first, as many as the ints' width needs), moving ``key`` and ``idx`` together (``key2``, ``idx2``:
-    scratch of their size; the four are overwritten); a pass skipped where every key has the same digit.  Returns
+def _radix_passes(key, idx, key2, idx2, max_bits, lo, hi):  # pragma: no cover - compiled
+    """Stable least-significant-digit passes over the unsigned ints ``key`` (from ``lo`` to ``hi``), moving ``key``
+    and ``idx`` together (``key2``, ``idx2``: scratch of their size; the four are overwritten).  The digits are
+    those of ``key − lo`` (the same order), as few passes as its span needs, of at most ``max_bits`` bits each,
+    evenly wide (a span of 24 bits: two passes of 12); a pass skipped where every key has the same digit.  Returns
     the sorted ``(key, idx)``."""
-    n, P = key.shape[0], -(-8 * key.itemsize // bits)
-    shifts = np.arange(P).astype(np.uint64) * np.uint64(bits)
+    n = key.shape[0]
+    width, span = 0, np.uint64(hi - lo)
+    while span:
+        width, span = width + 1, span >> np.uint64(1)
+    if width == 0:                                          # one key: every pass would keep the order
+        return key, idx
+    P = -(-width // max_bits)
+    bits = -(-width // P)
     mask = np.uint64((1 << bits) - 1)
     count = np.zeros((P, (1 << bits) + 1), np.int64)
     for p in range(P):                                      # every pass's histogram, before any pass moves a key
-        shift, c = shifts[p], count[p]
+        shift, c = np.uint64(p * bits), count[p]
         for i in range(n):
-            c[np.int64((np.uint64(key[i]) >> shift) & mask) + 1] += 1
+            c[np.int64((np.uint64(key[i] - lo) >> shift) & mask) + 1] += 1
     for p in range(P):
-        start, shift = count[p], shifts[p]
+        start, shift = count[p], np.uint64(p * bits)
         if start.max() == n:                                # one digit value: the pass would keep the order
             continue
         for d in range(1 << bits):
             start[d + 1] += start[d]
         for i in range(n):
-            d = np.int64((np.uint64(key[i]) >> shift) & mask)
+            d = np.int64((np.uint64(key[i] - lo) >> shift) & mask)
             key2[start[d]], idx2[start[d]] = key[i], idx[i]
             start[d] += 1
         key, key2, idx, idx2 = key2, key, idx2, idx
@@ -298,33 +313,45 @@ def _radix_passes(key, idx, key2, idx2, bits):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _insertion_runs(high, order, key):  # pragma: no cover - compiled
-    """In place, each run of equal ``high`` words of ``order`` sorted by ``key[order]`` (stable: insertion).
-    Returns False, leaving ``order`` as it is, where a run longer than :data:`HIGH_RUN_MAX` holds unequal keys (a
-    long run of one key — the zeros of a row, say — is in index order already)."""
+    """In place, each run of equal ``high`` words of ``order`` sorted by ``key[order]`` (stable: insertion), in one
+    sweep.  Returns False where a run longer than :data:`HIGH_RUN_MAX` holds unequal keys (a long run of one key —
+    the zeros of a row, say — is in index order already), ``order`` then partly sorted: the caller sorts anew."""
     n = high.shape[0]
     i = 0
     while i < n:
-        j = i + 1
-        while j < n and high[j] == high[i]:
+        j, h = i + 1, high[i]
+        while j < n and high[j] == h:
             j += 1
         if j - i > HIGH_RUN_MAX:
             for t in range(i + 1, j):
                 if key[order[t]] != key[order[i]]:
                     return False
+        else:
+            for s in range(i + 1, j):
+                t = order[s]
+                u = s - 1
+                while u >= i and key[order[u]] > key[t]:
+                    order[u + 1] = order[u]
+                    u -= 1
+                order[u + 1] = t
         i = j
-    i = 0
-    while i < n:
-        j = i + 1
-        while j < n and high[j] == high[i]:
-            j += 1
-        for s in range(i + 1, j if j - i <= HIGH_RUN_MAX else i):
-            t = order[s]
-            u = s - 1
-            while u >= i and key[order[u]] > key[t]:
-                order[u + 1] = order[u]
-                u -= 1
-            order[u + 1] = t
-        i = j
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _insertion_sort(key, order, start, budget):  # pragma: no cover - compiled
+    """In place, ``order`` sorted by ``key[order]`` by insertion (stable), its first ``start`` entries in order
+    already; False, ``order`` then partly sorted, once more than ``budget`` entries have been moved."""
+    for s in range(start, order.shape[0]):
+        t = order[s]
+        u = s - 1
+        while u >= 0 and key[order[u]] > key[t]:
+            order[u + 1] = order[u]
+            u -= 1
+            budget -= 1
+        if budget < 0:
+            return False
+        order[u + 1] = t
     return True
 
 
@@ -340,17 +367,18 @@ def _argsort_into(x, out, key, high, high2, idx2):  # pragma: no cover - compile
         i += 1
     if i >= n:
         return
-    _order_keys(x, key, high)
-    if n <= HIGH_RUN_MAX:                                   # one run: insertion over the whole row
-        high[:] = 0
-        _insertion_runs(high, out, key)
-        return
-    bits = WIDE_BITS if n >= WIDE_DIGITS_MIN else NARROW_BITS
-    sorted_high, order = _radix_passes(high, out, high2, idx2, bits)
+    lo, hi = _order_keys(x, key, high)
+    if _insertion_sort(key, out, i, n * n if n <= HIGH_RUN_MAX else n // NEAR_ORDER_SHARE):
+        return                                              # short, or nearly in order
+    for t in range(n):
+        out[t] = t
+    bits = min(WIDE_BITS, int(math.log2(n)) + 1) if n >= WIDE_DIGITS_MIN else NARROW_BITS
+    sorted_high, order = _radix_passes(high, out, high2, idx2, bits, np.uint32(lo >> np.uint64(32)),
+                                       np.uint32(hi >> np.uint64(32)))
     if not _insertion_runs(sorted_high, order, key):        # a long run: the whole keys' passes instead
         for t in range(n):
             out[t] = t
-        order = _radix_passes(key, out, np.empty(n, np.uint64), idx2, bits)[1]
+        order = _radix_passes(key, out, np.empty(n, np.uint64), idx2, bits, lo, hi)[1]
     if order is not out:
         out[:] = order
 
@@ -359,15 +387,18 @@ def _argsort_into(x, out, key, high, high2, idx2):  # pragma: no cover - compile
 def stable_argsort_row(x):  # pragma: no cover - compiled
     """``np.argsort(x, kind="stable")`` of one float64 row ``x [n]`` (the same permutation), compiled: a
     least-significant-digit radix sort of keys whose unsigned order is the float order (:func:`_order_keys`) —
-    passes of :data:`WIDE_BITS` bits (``NARROW_BITS`` on short rows) over their 32-bit high words (sign, exponent
-    and 20 bits of mantissa), then each run of equal high words, in index order from the stable passes, finished
-    by insertion on the whole keys; where some run is longer than :data:`HIGH_RUN_MAX` and not one key repeated
-    (keys within ~1e-6 of each other, relatively), passes over the whole keys instead.  Stable, so ties keep index order; ~5× numpy's quicksort
+    passes over their 32-bit high words (sign, exponent and 20 bits of mantissa), as few as the high words' span
+    needs (:func:`_radix_passes`, digits of at most :data:`WIDE_BITS` bits, ``NARROW_BITS`` on short rows), then
+    each run of equal high words, in index order from the stable passes, finished by insertion on the whole keys;
+    where some run is longer than :data:`HIGH_RUN_MAX` and not one key repeated (keys within ~1e-6 of each other,
+    relatively), passes over the whole keys instead.  Stable, so ties keep index order; ~6× numpy's quicksort
     with its ties put in order on 49 152 ratio keys of SmolLM2 rows, on an x86-64 host whose numpy sort does not
-    vectorise.  Rows of at most :data:`HIGH_RUN_MAX` entries are sorted by insertion; keys already in order
-    (every key at most the next: rule 2's density sort of a block, whose tokens come in ratio order and whose
-    densities are their ratios but at a block's ends — docs/deviations.md item 68) give the identity after one
-    read of x, as a stable sort does."""
+    vectorise.  Keys already in order (every key at most the next: rule 2's density sort of a block, whose tokens
+    come in ratio order and whose densities are their ratios but at a block's ends — docs/deviations.md item 68)
+    give the identity after one read of x, as a stable sort does; rows of at most :data:`HIGH_RUN_MAX` entries,
+    and rows nearly in order (insertion moving at most 1/:data:`NEAR_ORDER_SHARE` of them: the same density sort
+    where rounding puts a few neighbours out of order — ~20 in a block of 30 000 on SmolLM2 rows, sorted in
+    ~50 µs instead of the passes' ~220), are sorted by insertion (:func:`_insertion_sort`)."""
     n = x.shape[0]
     out = np.empty(n, np.int64)
     _argsort_into(x, out, np.empty(n, np.uint64), np.empty(n, np.uint32), np.empty(n, np.uint32),
@@ -435,7 +466,7 @@ class NumpyBackend:
     def argsort(x, stable: bool = True):
         """Ascending argsort along the last axis; ``stable``: ties keep index order (else in any order).  Float
         rows of at least :data:`RADIX_SORT_MIN` entries are sorted stably by :func:`_stable_float_argsort` (a
-        compiled radix sort: the stable order, ~8× faster at the vocabulary's 49 152 entries)."""
+        compiled radix sort: the stable order, ~11× faster at the vocabulary's 49 152 entries)."""
         if stable and x.dtype == np.float64 and x.shape[-1] >= RADIX_SORT_MIN:
             return _stable_float_argsort(x)
         return np.argsort(x, axis=-1, kind="stable" if stable else "quicksort")

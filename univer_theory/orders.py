@@ -18,22 +18,19 @@ from .nx import get_backend
 RATIO_SCALE = 2.0 ** -51
 
 
-def ratio_key(num, den):
-    """``RATIO_SCALE·num/den`` where ``den > 0``, ``+inf`` where ``den = 0`` — numpy arrays or torch tensors
-    (the one key of every ratio order, :func:`ratio_argsort`)."""
+def ratio_key(num, den, sign: float = 1.0):
+    """``sign·RATIO_SCALE·num/den`` where ``den > 0``, ``+inf`` where ``den = 0`` — numpy arrays or torch tensors
+    (the one key of every ratio order, :func:`ratio_argsort`; ``sign = −1``: the descending order's keys, the
+    ascending ones negated exactly — IEEE products and quotients are symmetric in sign)."""
     nx = get_backend(num, den)
     drafted = den > 0
-    return nx.where(drafted, (num * RATIO_SCALE) / nx.where(drafted, den, 1.0), nx.inf)
+    return nx.where(drafted, (num * (sign * RATIO_SCALE)) / nx.where(drafted, den, 1.0), nx.inf)
 
 
 def ratio_argsort(num, den, descending: bool = False):
     """Tokens ``[..., V]`` by ``num/den`` (:func:`ratio_key`) ascending — or descending — ties by token id, tokens
     with ``den = 0`` last; numpy arrays or torch tensors."""
-    nx = get_backend(num, den)
-    key = ratio_key(num, den)
-    if descending:
-        key = nx.where(den > 0, -key, nx.inf)
-    return nx.argsort(key)
+    return get_backend(num, den).argsort(ratio_key(num, den, -1.0 if descending else 1.0))
 
 
 def descending_ratio_order(order, num, den):

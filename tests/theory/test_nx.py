@@ -113,14 +113,20 @@ def sort_rows(rng, V):
     yield rng.random((3, 2 * V))[:, ::2]
     yield near_keys(rng, (2, V), "long runs")
     yield near_keys(rng, (2, V), "short runs")
+    yield near_keys(rng, (2, V), "runs, then a long run")
+    yield -np.exp(rng.normal(0.0, 3.0, (2, V)))
 
 
 def near_keys(rng, shape, kind):
     """Keys that differ below their high 32 bits (the radix sort's first passes, ``nx.stable_argsort_row``):
     ``"long runs"`` within 2^-32 of 1 (one run of equal high words: the passes over the whole keys), ``"short runs"``
-    ~4 keys to a high word, a few hundred ulps apart (each run finished by insertion on the whole keys)."""
+    ~4 keys to a high word, a few hundred ulps apart (each run finished by insertion on the whole keys),
+    ``"runs, then a long run"`` short runs in the first half, a long run of unequal keys in the second."""
     if kind == "long runs":
         return 1.0 + rng.integers(0, 2**20, shape) * 2.0**-52
+    if kind == "runs, then a long run":     # short runs sorted by insertion before the long run is met
+        long = 1.5 + rng.integers(0, 2**20, shape) * 2.0**-52
+        return np.where(np.arange(shape[-1]) < shape[-1] // 2, near_keys(rng, shape, "short runs"), long)
     n = shape[-1]
     return 0.5 + rng.integers(0, max(1, n // 4), shape) / max(1, n // 4) + rng.integers(0, 500, shape) * 2.0**-52
 
@@ -151,25 +157,33 @@ def test_scatter_add_is_add_at(R, V, M):
 
 
 def test_stable_argsort_row_is_numpys_stable_sort():
-    """The compiled kernels' stable argsort (``nx.stable_argsort_row``, a radix sort on the floats' bits) gives
-    numpy's stable permutation: rows of 0–70 000 entries with runs of ties, ±0.0, ±∞, NaNs (last, in index order),
-    subnormals, all-equal rows, keys spread over the whole exponent range and keys that differ below their high
-    words only (short runs of equal high words, and one long run); rows already in order (the identity, without
-    the radix passes: ties, −0.0 beside 0.0, NaNs last), and such rows with one pair out of order, a NaN first or
-    a NaN inside (the radix passes); lengths on both sides of the insertion-only rows (32) and of the wide digits
-    (4 096); it fails when −0.0 is not read as 0.0, when ties leave index order, when a row out of order (a NaN
-    before a number) is taken for one in order or when a run of equal high words is left in index order."""
+    """The compiled kernels' stable argsort (``nx.stable_argsort_row``: insertion on rows short or nearly in order,
+    else a radix sort on the floats' bits) gives numpy's stable permutation: rows of 0–70 000 entries with runs of
+    ties, ±0.0, ±∞, NaNs (last, in index order), subnormals, all-equal rows, keys spread over the whole exponent
+    range or over a narrow span (ratio-like keys: digits of their distance from the least key) and keys that differ
+    below their high words only (short runs of equal high words, one long run, and short runs before a long one:
+    the run sort gives up part-way and the whole keys are sorted anew); rows already in order (the identity after
+    one read: ties, −0.0 beside 0.0, NaNs last), such rows with one pair out of order, a NaN first or a NaN inside,
+    rows nearly in order (neighbours swapped here and there: insertion) and rows in order but for their largest
+    key first (insertion gives up; ties after it); lengths on both sides of the insertion-only rows (32) and of the
+    wide digits (4 096).  It fails when −0.0 is not read as 0.0, when ties leave index order, when a row out of
+    order (a NaN before a number) is taken for one in order, when a run of equal high words is left in index
+    order, when the digits are read from the keys instead of their distance from the least key or when the radix
+    passes start from a part-sorted order (an insertion or a run sort given up)."""
     from univer_theory.nx import stable_argsort_row
 
     rng = np.random.default_rng(66)
     specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1.0]
     for n in (0, 1, 2, 7, 32, 33, 128, 1025, 4095, 4096, 70_000):
-        for kind in ("spread", "ties", "equal", "specials", "ordered", "ordered specials", "swapped", "nan first",
-                     "nan inside", "long runs", "short runs"):
-            if kind in ("long runs", "short runs"):
+        for kind in ("spread", "ratios", "ties", "equal", "specials", "ordered", "ordered specials", "swapped",
+                     "nan first", "nan inside", "long runs", "short runs", "runs, then a long run", "near order",
+                     "one far"):
+            if kind in ("long runs", "short runs", "runs, then a long run"):
                 x = near_keys(rng, (n,), kind)
             elif kind in ("spread", "swapped", "nan first", "nan inside"):
                 x = rng.standard_normal(n) * 10.0 ** rng.uniform(-300, 300, n)
+            elif kind == "ratios":                  # a narrow span: passes over the digits of key − least key
+                x = -np.exp(rng.normal(0.0, 3.0, n))
             elif kind in ("ties", "ordered"):
                 x = rng.integers(-3, 4, n).astype(float)
             elif kind == "equal":
@@ -189,6 +203,12 @@ def test_stable_argsort_row_is_numpys_stable_sort():
                 x[0] = np.nan
             if n >= 3 and kind == "nan inside":
                 x[n // 2] = np.nan
+            if kind == "near order":                # neighbours swapped here and there: sorted by insertion
+                x = np.sort(rng.standard_normal(n))
+                swap = rng.choice(max(n - 1, 1), min(n // 50, max(n - 1, 0)), replace=False)
+                x[swap], x[swap + 1] = x[swap + 1], x[swap].copy()
+            if kind == "one far" and n:             # in order but the largest key first: insertion gives up
+                x = np.roll(np.sort(rng.integers(-3, 4, n).astype(float)), 1)
             assert np.array_equal(stable_argsort_row(x), np.argsort(x, kind="stable")), (n, kind)
 
 

@@ -232,14 +232,13 @@ def _cut_blocks(D, co, on, order):  # pragma: no cover - compiled
     starts, n = np.empty((R, V), np.bool_), np.zeros(R, np.int64)
     P, S = np.empty(V + 1), np.empty(V + 1)
     for r in range(R):
-        best = D[r, 0]
+        low, high = D[r, 0], D[r, V]            # P and S: running minima carried in registers, not re-read
+        P[0], S[V] = low, high
         for l in range(1, V + 1):
-            if best == best and (D[r, l] < best or D[r, l] != D[r, l]):
-                best, n[r] = D[r, l], l
-        P[0], S[V] = D[r, 0], D[r, V]
-        for l in range(1, V + 1):
-            P[l] = np_min(P[l - 1], D[r, l])
-            S[V - l] = np_min(S[V - l + 1], D[r, V - l])
+            if low == low and (D[r, l] < low or D[r, l] != D[r, l]):
+                n[r] = l                        # argmin: where the prefix minimum first drops to its last value
+            low, high = np_min(low, D[r, l]), np_min(high, D[r, V - l])
+            P[l], S[V - l] = low, high
         m = 0
         for l in range(V):
             m += on[r, l]
