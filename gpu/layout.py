@@ -103,5 +103,7 @@ def _layout_weights(c, q, children, child_mask, p=None):
         pairs, at = unique_rows(nx.stack([tree, first.reshape(-1)]))
         row, block = pairs[:, 0], pairs[:, 1]
     lay = _bucketed_layout(q, k, rows, row, block, K, in_order=T == 1)
-    w = tuple_weights(acceptance(c, rows.b), q, tuples, child_mask, in_first, lay, at)
+    flat = tuples.reshape(R, T * K)                     # t = min(1, c/b) at the tuples' tokens alone
+    ty = acceptance(nx.take(c, flat), nx.take(rows.b, flat)).reshape(R, T, K)
+    w = tuple_weights(ty, q, tuples, child_mask, in_first, lay, at)
     return w.reshape(children.shape), nx.minimum(rows.b, c)

@@ -448,10 +448,10 @@ def acceptance(c, b):
     return nx.where(b > 0, nx.minimum(c / nx.where(b > 0, b, 1.0), 1.0), 0.0)
 
 
-def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
+def tuple_weights(ty, q, tuples, mask, in_first, lay: dict, at):
     """``w [R, T, K]``, ``w_j(S) = t(y_j)·Pr(copy j has the smallest private position | S)``, for tuples
-    ``tuples [R, T, K]`` of rows ``q [R, V]`` with acceptances ``accept = t [R, V]`` (:func:`acceptance`; ones
-    give the race itself), ``mask [R, K]`` marking the existing children (duplicates are separate copies), on the
+    ``tuples [R, T, K]`` of rows ``q [R, V]`` with the acceptances at their tokens ``ty = t(y_j) [R, T, K]``
+    (:func:`acceptance`, at the tuples' tokens alone; ones give the race itself), ``mask [R, K]`` marking the existing children (duplicates are separate copies), on the
     layout of each tuple's earliest block (``in_first`` of :func:`first_blocks`; ``lay``: :func:`block_layout`,
     tuple ``i`` — row-major over ``[R, T]`` — on its entry ``at[i]``).  Round-off: ``w ≥ 0``, ``Σ w ≤ 1``; a
     share that is 0/0 (every window of subnormal width: no representable mass) is 0.
@@ -468,8 +468,7 @@ def tuple_weights(accept, q, tuples, mask, in_first, lay: dict, at):
     nx = get_backend(q)
     R, T, K = tuples.shape
     V = q.shape[-1]
-    flat = tuples.reshape(R, T * K)
-    ty, qy = nx.take(accept, flat).reshape(R * T, K), nx.take(q, flat).reshape(R * T, K)
+    ty, qy = ty.reshape(R * T, K), nx.take(q, tuples.reshape(R, T * K)).reshape(R * T, K)
     tk = tuples.reshape(R * T, K)
     mk = (mask[:, None, :] & (tuples == tuples)).reshape(R * T, K)
     inf = in_first.reshape(R * T, K)
@@ -786,8 +785,8 @@ class PrivateLayout:
         tuples = np.asarray(S, dtype=np.int64)[None, None, :]
         mask = np.ones((1, tuples.shape[-1]), dtype=bool)
         first, in_first = first_blocks(self.block_of[None], tuples, mask)
-        accept = np.ones((1, t.draft.size)) if accept is None else accept[None]
-        return tuple_weights(accept, t.draft[None], tuples, mask, in_first, self.block(int(first[0, 0])).lay,
+        ty = np.ones(tuples.shape) if accept is None else accept[tuples]
+        return tuple_weights(ty, t.draft[None], tuples, mask, in_first, self.block(int(first[0, 0])).lay,
                              np.zeros(1, dtype=np.int64))[0, 0]
 
     def min_probs(self, S) -> np.ndarray:
