@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine:  `make main`  (the paper checks)  and  `make test`.
 PY ?= python3
 
-.PHONY: install main test
+.PHONY: install main test clean-kernels
 install:
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[solvers,gpu,llm,dev]"
@@ -14,3 +14,8 @@ main: install
 test: install
 	$(PY) -m pytest -q -n auto --maxprocesses 4
 	$(PY) -m pytest -q -n 4 -m extras
+
+# numba's on-disk cache of the compiled kernels (rebuilt on next use): numba checks only the file of the kernel it
+# cached, so after editing a kernel that kernels in other modules call, their caches still hold the old code
+clean-kernels:
+	find . -path ./.git -prune -o -name '*.nb[ic]' -print | xargs rm -f

@@ -341,7 +341,8 @@ def _insertion_runs(high, order, key):  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True)
 def _insertion_sort(key, order, start, budget):  # pragma: no cover - compiled
     """In place, ``order`` sorted by ``key[order]`` by insertion (stable), its first ``start`` entries in order
-    already; False, ``order`` then partly sorted, once more than ``budget`` entries have been moved."""
+    already.  False once more than ``budget`` entries have been moved: ``order`` is then no longer a permutation
+    (one entry overwritten), and the caller starts anew."""
     for s in range(start, order.shape[0]):
         t = order[s]
         u = s - 1

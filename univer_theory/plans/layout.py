@@ -451,10 +451,11 @@ def acceptance(c, b):
 def tuple_weights(ty, q, tuples, mask, in_first, lay: dict, at):
     """``w [R, T, K]``, ``w_j(S) = t(y_j)·Pr(copy j has the smallest private position | S)``, for tuples
     ``tuples [R, T, K]`` of rows ``q [R, V]`` with the acceptances at their tokens ``ty = t(y_j) [R, T, K]``
-    (:func:`acceptance`, at the tuples' tokens alone; ones give the race itself), ``mask [R, K]`` marking the existing children (duplicates are separate copies), on the
-    layout of each tuple's earliest block (``in_first`` of :func:`first_blocks`; ``lay``: :func:`block_layout`,
-    tuple ``i`` — row-major over ``[R, T]`` — on its entry ``at[i]``).  Round-off: ``w ≥ 0``, ``Σ w ≤ 1``; a
-    share that is 0/0 (every window of subnormal width: no representable mass) is 0.
+    (:func:`acceptance`, at the tuples' tokens alone; ones give the race itself), ``mask [R, K]`` marking the
+    existing children (duplicates are separate copies), on the layout of each tuple's earliest block (``in_first``
+    of :func:`first_blocks`; ``lay``: :func:`block_layout`, tuple ``i`` — row-major over ``[R, T]`` — on its entry
+    ``at[i]``).  Round-off: ``w ≥ 0``, ``Σ w ≤ 1``; a share that is 0/0 (every window of subnormal width: no
+    representable mass) is 0.
 
     The ``[tuples, K, groups]`` integrands are formed :data:`TUPLE_CHUNK` elements at a time (at least one tuple;
     the exact core's batch of one is one chunk), one Gauss–Legendre node at a time.  Tuples are taken in order of
