@@ -313,9 +313,10 @@ def _radix_passes(key, idx, key2, idx2, max_bits, lo, hi):  # pragma: no cover -
 
 @numba.njit(cache=True, nogil=True)
 def _insertion_runs(high, order, key):  # pragma: no cover - compiled
-    """In place, each run of equal ``high`` words of ``order`` sorted by ``key[order]`` (stable: insertion), in one
-    sweep.  Returns False where a run longer than :data:`HIGH_RUN_MAX` holds unequal keys (a long run of one key —
-    the zeros of a row, say — is in index order already), ``order`` then partly sorted: the caller sorts anew."""
+    """In place, each run of equal ``high`` words of ``order`` sorted by ``key[order]`` (stable:
+    :func:`_insertion_sort` on the run), in one sweep.  Returns False where a run longer than :data:`HIGH_RUN_MAX`
+    holds unequal keys (a long run of one key — the zeros of a row, say — is in index order already), ``order``
+    then partly sorted: the caller sorts anew."""
     n = high.shape[0]
     i = 0
     while i < n:
@@ -326,14 +327,8 @@ def _insertion_runs(high, order, key):  # pragma: no cover - compiled
             for t in range(i + 1, j):
                 if key[order[t]] != key[order[i]]:
                     return False
-        else:
-            for s in range(i + 1, j):
-                t = order[s]
-                u = s - 1
-                while u >= i and key[order[u]] > key[t]:
-                    order[u + 1] = order[u]
-                    u -= 1
-                order[u + 1] = t
+        elif j - i > 1:
+            _insertion_sort(key, order[i:j], 1, (j - i) ** 2)   # a short run: within it, never giving up
         i = j
     return True
 
