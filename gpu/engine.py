@@ -271,7 +271,6 @@ class _Plans:
         self.residual = self.p_rows.index_select(0, self.rows_of).view(B, N, V) if keep_residuals else None   # a copy
         self.bufs = []                               # whole-row gathers [rows, V], reused by every block
         self.drafted = []
-        self.checks = []                             # each planned unit's decisions in [0, 1] (read at the end)
 
     def plan(self, tree, slots, kids, active, src, found, spread) -> None:
         """Decide one unit of work (:func:`_level_units`' tuple) and record its decisions."""
@@ -291,7 +290,6 @@ class _Plans:
         shaped = {} if self.shapes is None else {"child_shapes": self.shapes[0][kid_at], "shape_keys": self.shapes[1]}
         ctx = LevelContext(flat(self.rho)[at], p, q, children, kids < N, self.process, active=active, **shaped)
         dec = self.rule(ctx)
-        self.checks.append((_unit_interval(dec, ctx.child_mask), tree, slots))
         flat(self.rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
         flat(self.enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
         flat(self.stop).scatter_(0, at, dec.stop.to(dtype))
@@ -309,9 +307,9 @@ class _Plans:
                                           support.expand(dec.residual, self.p_rows, self.q_rows, src, found)).to(dtype)
 
     def result(self) -> Allocation:
-        """The :class:`Allocation` (the decisions checked in [0, 1]: :func:`_check_decisions`)."""
-        _check_decisions(self.rule, self.checks)
+        """The :class:`Allocation`, its decisions checked in [0, 1] (:func:`_check_state`)."""
         N, batch, rho, enter = self.N, self.batch, self.rho, self.enter
+        _check_state(self.rule, enter[:, :N], rho[:, :N], self.stop[:, :N])
         internal = _ext(batch.num_children > 0, False)   # exactly the nodes some level decided
         stop = torch.where(internal, self.stop, rho)     # a drafted leaf (or a lone root) succeeds w.p. ρ
         stop[:, 0] = 1                                   # the root never fails (as univer_theory.engine.allocate)
@@ -350,6 +348,20 @@ def _check_decisions(rule: LevelRule, checks: list, names: tuple[str, ...] = _OU
     _, tree, slots = checks[unit]
     raise ValueError(f"level rule {_rule_name(rule)}: a {names[what]} at a level of {tree.shape[0]} "
                      f"rows, first tree {int(tree[0])}, slot {int(slots[0])}")
+
+
+def _check_state(rule: LevelRule, *decided: torch.Tensor) -> None:
+    """ValueError naming the rule, the quantity and the first node (tree, slot) where a level rule decided outside
+    [0, 1] or NaN, from pass 1's state ``[B, N]`` in :data:`_DECIDED`'s order — each child's enter and scaling
+    (its ρ) and each node's stop, written once each by the plan of its parent (of the node itself), or left at its
+    start (1, 1, 0) where no plan ran; checked as recorded, in the rows' dtype.  One host read for the whole call
+    (a NaN scale would otherwise be sampled from silently)."""
+    x = torch.stack(decided)
+    bad = ~((x >= 0) & (x <= 1))
+    if not bool(bad.any()):                              # host read
+        return
+    what, tree, slot = (int(x) for x in bad.nonzero()[0])
+    raise ValueError(f"level rule {_rule_name(rule)}: a {_OUTSIDE[what]} at tree {tree}, slot {slot}")
 
 
 def _rule_name(rule: LevelRule) -> str:

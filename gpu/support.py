@@ -135,7 +135,7 @@ def _scan_rows(p, q, src, cap, exact_below):  # pragma: no cover - compiled
         if total > cap:                   # a whole row, say: the level is planned on all V
             return False, cols[:0].reshape(0, 0), p_s[:0].reshape(0, 0), q_s[:0].reshape(0, 0), rest
         if i == 0:
-            size = R * (total + 1) + 4 * V
+            size = R * (total + 1)
             cols, p_s, q_s = np.empty(size, np.int64), np.empty(size, p.dtype), np.empty(size, q.dtype)
         while used + total + 1 > size:
             size *= 2

@@ -215,6 +215,26 @@ def test_walk_plans_give_the_same_bits(monkeypatch, k):
         assert np.array_equal(theta, results[0][0]) and np.array_equal(avail, results[0][1])
 
 
+@pytest.mark.parametrize("k", [3, 4])
+def test_lane_padding_changes_no_float(monkeypatch, k):
+    """The walk pads its nodes to a multiple of ``WALK_LANES`` with identity nodes (``s = −∞``, weight 0:
+    ``clocks._lane_padded``): on Zipf, Dirichlet and confident rows whose grids are not such a multiple, θ and the
+    availabilities are those of the walk over the nodes alone, bit for bit.  (Either choice alone makes a padded node
+    add nothing; padding with weighted nodes at a finite time would differ.)"""
+    cases = [walk_inputs(p, q, k, 0.7) for _, p, q in rows(300, k)]
+    s = max((c[2] for c in cases), key=len)
+    W = np.stack([np.concatenate([c[3], np.zeros(s.size - c[3].size)]) for c in cases])
+    qs, cs = np.stack([c[0] for c in cases]), np.stack([c[1] for c in cases])
+    seen = []
+    padded = clocks._lane_padded
+    monkeypatch.setattr(clocks, "_lane_padded", lambda s, w: seen.append(s.size) or padded(s, w))
+    want = thinning_walk(qs, cs, k, s, W)
+    assert seen and seen[0] % clocks.WALK_LANES, seen       # the grid walked needs padding
+    monkeypatch.setattr(clocks, "_lane_padded", lambda s, w: (s, np.ascontiguousarray(w)))
+    got = thinning_walk(qs, cs, k, s, W)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
 def test_walks_on_threads_keep_their_own_scratch():
     """The clock factors live in a scratch buffer kept between walks (``clocks._workspace``), one per thread: walks
     of different rows and sizes run on four threads at once, switching every microsecond, return the bits of the
