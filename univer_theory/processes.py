@@ -164,9 +164,11 @@ def tuple_members(q, tuples, process: str):
     if process == "iid":
         return members.reshape(tuples.shape), None
     unseen_u = nx.sum(nx.put(q, flat, 0.0))                                     # q(V∖U) [...]
-    pos = nx.index(list(range(n)), flat)
-    first = ~((flat[..., :, None] == flat[..., None, :]) & (pos[None, :] < pos[:, None])).any(-1)   # [..., Tk]
-    in_s = (flat[..., None, :, None] == tuples[..., :, None, :]).any(-1)          # [..., T, Tk]
+    # each entry's first equal entry is itself (a token's first occurrence) [..., Tk]; entry in tuple t [..., T, Tk]
+    first = nx.argmax(flat[..., :, None] == flat[..., None, :])[..., 0] == nx.arange(n, flat)
+    in_s = flat[..., None, :] == tuples[..., :, :1]
+    for j in range(1, tuples.shape[-1]):            # k slices, not a reduction over an axis of k
+        in_s = in_s | (flat[..., None, :] == tuples[..., :, j:j + 1])
     in_u = nx.sum(nx.where(first[..., None, :] & ~in_s, members[..., None, :], 0.0))   # q(U∖S) [..., T]
     return members.reshape(tuples.shape), unseen_u[..., None] + in_u
 

@@ -435,9 +435,10 @@ def first_blocks(block_of, tuples, mask):
 #: Elements (tuples × children × groups) of one chunk of :func:`tuple_weights`' arrays: the integral over a
 #: block's groups is formed for this many at a time, so its memory stays a few such arrays whatever the batch.
 TUPLE_CHUNK = 2 ** 18
-#: Groups of one tile of :func:`share_rows` (whole leaves of numpy's pairwise sum, ≤ 128 groups each): its work
-#: arrays stay a few tens of kB, in the cache and off the page-fault path, whatever the block's group count.
-SHARE_TILE = 1024
+#: Groups of one tile of :func:`share_rows` (whole leaves of numpy's pairwise sum, ≤ 128 groups each, so at least
+#: 128): its work arrays stay a few tens of kB — within the first-level cache for four children — and off the
+#: page-fault path, whatever the block's group count (1 024: 3–8% slower).
+SHARE_TILE = 256
 #: The entries of :func:`block_layout` that :func:`_tuple_shares` reads, per tuple.
 _SHARE_KEYS = ("G", "g_valid", "edges", "fwd", "bwd_next", "right", "left")
 
@@ -602,9 +603,10 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
     (:func:`univer_theory.nx.pairwise_leaves`; at most :data:`SHARE_TILE` groups, or one leaf).  On a tile each
     distinct child's survival is formed once per node (the array form gathers it per copy), then per tuple the
     products over the copies before and after each, the groups innermost (indexed from the tile's start, its
-    densities copied: ~20% faster than indexing the rows at an offset), the integrand times half the widths of the
-    tuple's block — child ``column[i, 0]``'s layout row ``edges[entry[d]]``, where the array form has each child's
-    own edges — and each leaf's sum; a copy's leaf sums are added as numpy adds them
+    densities copied: ~20% faster than indexing the rows at an offset; each loop over the groups writes one array,
+    so LLVM vectorises it: ~15–20% faster than one loop updating the running product beside), the integrand times
+    half the widths of the tuple's block — child ``column[i, 0]``'s layout row ``edges[entry[d]]``, where the array
+    form has each child's own edges — and each leaf's sum; a copy's leaf sums are added as numpy adds them
     (:func:`univer_theory.nx.pairwise_tree`).  An empty product is 1.0, and ``x·1.0 = x`` exactly, so the array
     form's missing factors need no case here; ``at`` marks absent copies with ``D`` (survival 1).  The array form's
     ~15 passes per node over ``[N, K, G]`` arrays cost ~5 ms of a SmolLM2 EAGLE-like wor verification at top
@@ -647,18 +649,20 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
                 w = weights[n]
                 for g in range(m):
                     run[g] = 1.0
-                for j in range(K):
-                    a = at[i, j]
+                for j in range(K):              # each loop reads one array and writes another: they vectorise
+                    kept, factor = before[j], surv[n, at[i, j]]
                     for g in range(m):
-                        before[j, g] = run[g]
-                        run[g] = run[g] * surv[n, a, g]
+                        kept[g] = run[g]
+                    for g in range(m):
+                        run[g] = run[g] * factor[g]
                 for g in range(m):
                     run[g] = 1.0
                 for j in range(K - 1, -1, -1):
-                    a, cj = at[i, j], column[i, j]
+                    total, density, kept, factor = acc[j], ft[column[i, j]], before[j], surv[n, at[i, j]]
                     for g in range(m):
-                        acc[j, g] += ft[cj, g] * (before[j, g] * run[g]) * w
-                        run[g] = run[g] * surv[n, a, g]
+                        total[g] += density[g] * (kept[g] * run[g]) * w
+                    for g in range(m):
+                        run[g] = run[g] * factor[g]
             for j in range(K):
                 for g in range(m):
                     acc[j, g] = acc[j, g] * width[g] / 2
