@@ -47,7 +47,10 @@ from typing import Callable
 import numpy as np
 import torch
 
+from univer_theory.nx import get_backend
+
 from . import support
+from .host import on_host
 from .probs import sample_rows, uniform
 from .tree_batch import TreeBatch
 
@@ -421,21 +424,30 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
                      reached_only=reached_only)
     entered = _ext(uniform((B, N), dev, generator) < alloc.enter.to(torch.float64), False)
     stops = uniform((B, N), dev, generator) < alloc.stop.to(torch.float64)
-    kids = batch.children                                    # [B, N, K], dump N
-    K = kids.shape[2]
+    end = on_host(_endpoints, entered, stops, batch.children, batch.valid, batch.max_depth)
+    return _emit(batch, alloc, target_probs, draft_probs, end, row_index, generator)
+
+
+def _endpoints(entered, stops, kids, valid, max_depth: int):
+    """Pass 2 of :func:`sample` from its coins: ``end [B]``, each tree's endpoint.  A node succeeds when a child
+    entered (``entered [B, N + 1]``, dump column ``N`` False) succeeds — the first such child in drafting order wins
+    and the path goes on through it — or else on its own stop coin (``stops [B, N]``); ``max_depth + 1`` sweeps from
+    the leaves settle every node (``kids [B, N, K]``, absent children ``N``; ``valid [B, N]``) and the root, whose
+    stop is 1, always succeeds.  numpy or torch; on the CPU one host call on numpy views (:func:`gpu.host.on_host`:
+    ~70 small tensor operations at a tree of depth 4, each dearer in torch)."""
+    nx = get_backend(entered)
+    B, N, K = kids.shape
     flat = kids.reshape(B, N * K)
-    succ = torch.zeros(B, N + 1, dtype=torch.bool, device=dev)
-    slot = torch.arange(N + 1, device=dev).expand(B, N + 1)
-    end = slot.clone()
-    ok_child = entered.gather(1, flat).view(B, N, K)
-    for _ in range(batch.max_depth + 1):
-        wins = ok_child & succ.gather(1, flat).view(B, N, K)
+    ok_child = nx.take(entered, flat).reshape(B, N, K)
+    slot = nx.arange(N + 1, kids)[None, :] + 0 * kids[:, :1, 0]          # [B, N + 1]
+    succ, end = slot < 0, slot
+    for _ in range(max_depth + 1):
+        wins = ok_child & nx.take(succ, flat).reshape(B, N, K)
         any_win = wins.any(-1)
-        first = wins.to(torch.int8).argmax(-1, keepdim=True)  # first child in drafting order
-        winner = kids.gather(2, first).squeeze(2)
-        succ = _ext((any_win | stops) & batch.valid, False)
-        end = _ext(torch.where(any_win, end.gather(1, winner), slot[:, :N]), N)
-    return _emit(batch, alloc, target_probs, draft_probs, end[:, 0], row_index, generator)   # the root's stop is 1
+        winner = nx.take(kids, nx.argmax(wins))[..., 0]                   # the first child in drafting order
+        succ = nx.concat([(any_win | stops) & valid, slot[:, :1] < 0])
+        end = nx.concat([nx.where(any_win, nx.take(end, winner), slot[:, :N]), slot[:, N:]])
+    return end[:, 0]
 
 
 def _emit(batch: TreeBatch, alloc: Allocation, target_probs: torch.Tensor, draft_probs: torch.Tensor,
