@@ -543,17 +543,22 @@ def traverse(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
 
 
 def _path(batch: TreeBatch, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(accepted_nodes [B, D+1], τ [B])`` of :class:`VerifyResult` for the endpoints ``u [B]``."""
-    tau = batch.depth.gather(1, u[:, None]).squeeze(1)
-    D = batch.max_depth
-    path = torch.full((u.shape[0], D + 1), -1, dtype=torch.long, device=u.device)
-    path[:, 0] = 0
-    cur = u
+    """``(accepted_nodes [B, D+1], τ [B])`` of :class:`VerifyResult` for the endpoints ``u [B]`` (on the CPU one
+    host call on numpy views, :func:`gpu.host.on_host`)."""
+    return on_host(_path_of, batch.depth, batch.parent, u, batch.max_depth)
+
+
+def _path_of(depth, parent, u, D: int):
+    """:func:`_path` from the batch's ``depth``, ``parent [B, N]`` and ``D = max_depth``: the endpoints' ancestors,
+    climbed one depth at a time (``-1`` past each one's own depth).  numpy or torch."""
+    nx = get_backend(u)
+    tau = nx.take(depth, u[:, None])[:, 0]
+    cur, steps = u, []
     for t in range(D, 0, -1):
         here = tau >= t
-        path[:, t] = torch.where(here, cur, -1)
-        cur = torch.where(here, batch.parent.gather(1, cur[:, None]).squeeze(1), cur)
-    return path, tau
+        steps.append(nx.where(here, cur, -1))
+        cur = nx.where(here, nx.take(parent, cur[:, None])[:, 0], cur)
+    return nx.stack([0 * u] + steps[::-1]), tau
 
 
 def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str, rule: LevelRule,
