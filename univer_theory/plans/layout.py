@@ -437,7 +437,7 @@ def first_blocks(block_of, tuples, mask):
 TUPLE_CHUNK = 2 ** 18
 #: Groups of one tile of :func:`share_rows` (whole leaves of numpy's pairwise sum, ≤ 128 groups each, so at least
 #: 128): its work arrays stay a few tens of kB — within the first-level cache for four children — and off the
-#: page-fault path, whatever the block's group count (1 024: 3–8% slower).
+#: page-fault path, whatever the block's group count (1 024: 1–8% slower).
 SHARE_TILE = 256
 #: The entries of :func:`block_layout` that :func:`_tuple_shares` reads, per tuple.
 _SHARE_KEYS = ("G", "g_valid", "edges", "fwd", "bwd_next", "right", "left")
