@@ -371,7 +371,7 @@ def _suffix_steps(state, e, ring, qe, j0, j1, after):
     R = state.shape[0]
     for r in range(R):
         st = state[r]
-        if after.shape[0] == 0:
+        if after.shape[0] == 0 or j1 <= j0:         # (an empty span: nothing to step or keep)
             for i in range(j1 - 1, j0 - 1, -1):
                 _step(st, st, e, ring, qe, r, i, 1.0)
             continue
