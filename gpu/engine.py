@@ -326,12 +326,16 @@ class _Plans:
 _DECIDED = ("enter", "scale", "stop")
 
 
+def _inside(x: torch.Tensor) -> torch.Tensor:
+    """Entrywise: ``x`` lies in [0, 1] (NaN does not)."""
+    return (x >= 0) & (x <= 1)
+
+
 def _unit_interval(dec: LevelDecision, child_mask: torch.Tensor) -> torch.Tensor:
     """``[3]`` bool, on the rows' device (no host read): whether the decision's ``enter`` and ``scale`` of every
-    existing child, and its ``stop``, lie in [0, 1] (NaN does not)."""
-    inside = lambda x: ((x >= 0) & (x <= 1))            # noqa: E731
-    return torch.stack([(inside(dec.enter) | ~child_mask).all(), (inside(dec.scale) | ~child_mask).all(),
-                        inside(dec.stop).all()])
+    existing child, and its ``stop``, lie in [0, 1] (:func:`_inside`)."""
+    return torch.stack([(_inside(dec.enter) | ~child_mask).all(), (_inside(dec.scale) | ~child_mask).all(),
+                        _inside(dec.stop).all()])
 
 
 #: What each bool of a check of :func:`_unit_interval` says when it fails.
@@ -359,11 +363,10 @@ def _check_state(rule: LevelRule, *decided: torch.Tensor) -> None:
     (its ρ) and each node's stop, written once each by the plan of its parent (of the node itself), or left at its
     start (1, 1, 0) where no plan ran; checked as recorded, in the rows' dtype.  One host read for the whole call
     (a NaN scale would otherwise be sampled from silently)."""
-    x = torch.stack(decided)
-    bad = ~((x >= 0) & (x <= 1))
+    bad = ~_inside(torch.stack(decided))
     if not bool(bad.any()):                              # host read
         return
-    what, tree, slot = (int(x) for x in bad.nonzero()[0])
+    what, tree, slot = (int(i) for i in bad.nonzero()[0])
     raise ValueError(f"level rule {_rule_name(rule)}: a {_OUTSIDE[what]} at tree {tree}, slot {slot}")
 
 

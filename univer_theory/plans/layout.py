@@ -649,7 +649,7 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
                 w = weights[n]
                 for g in range(m):
                     run[g] = 1.0
-                for j in range(K):              # each loop reads one array and writes another: they vectorise
+                for j in range(K):              # each loop over the groups writes one array: they vectorise
                     kept, factor = before[j], surv[n, at[i, j]]
                     for g in range(m):
                         kept[g] = run[g]
