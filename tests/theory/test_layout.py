@@ -197,15 +197,17 @@ def test_wrong_process_and_bad_input():
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize("span", [(-12, 3), (-300, 0), (-200, -100), (-320, 300)])
 def test_mobius_scan_is_its_recurrence(backend, span):
-    """``mobius_scan`` (numpy: the recurrence in one compiled loop; torch: the doubling scan of Möbius maps) gives
-    ``s_0 = Q_0``, ``s_g = Q_g + ℓ_{g−1}s_{g−1}/(ℓ_{g−1} + s_{g−1})`` on each row's valid prefix, held after it, to
-    1e-13 relative of the Fraction recurrence — on seeded rows whose Q and ℓ (a fifth of them 0) span
-    ``10^span``: 1e-12…1e3, and a confident row's tails (1e-300…1, 1e-200…1e-100, subnormal 1e-320…1e300: there
-    ``ℓ·s`` underflowed in both, to a relative error of 1, and the float64 doubling scan's pivots were 0 and NaN),
-    with prefixes from empty to whole."""
+    """``mobius_scan`` (the doubling scan of Möbius maps, on numpy and torch rows) and ``end_pivots`` (numpy: both
+    recurrences in one compiled loop; torch: the doubling scans, the second over the groups reversed) give
+    ``s_0 = Q_0``, ``s_g = Q_g + ℓ_{g−1}s_{g−1}/(ℓ_{g−1} + s_{g−1})`` on each row's valid prefix of G groups, held
+    after it, and ``s''_{G−1} = Q_{G−1}``, ``s''_g = Q_g + ℓ_g s''_{g+1}/(ℓ_g + s''_{g+1})``, held at ``s''_0``
+    after it, to 1e-13 relative of the Fraction recurrences — on seeded rows whose Q and ℓ (a fifth of them 0)
+    span ``10^span``: 1e-12…1e3, and a confident row's tails (1e-300…1, 1e-200…1e-100, subnormal 1e-320…1e300:
+    there ``ℓ·s`` underflowed in both, to a relative error of 1, and the float64 doubling scan's pivots were 0 and
+    NaN), with prefixes from empty to whole."""
     from fractions import Fraction
 
-    from univer_theory.plans.layout import mobius_scan
+    from univer_theory.plans.layout import end_pivots, mobius_scan
     rng = np.random.default_rng(5)
     R, G = 60, 70
     Q = 10.0 ** rng.uniform(*span, (R, G))
@@ -214,18 +216,29 @@ def test_mobius_scan_is_its_recurrence(backend, span):
     length[:3] = [0, 1, G]
     valid = np.arange(G)[None, :] < length[:, None]
     if backend == "numpy":
-        got = mobius_scan(Q, ell, valid)
+        scan, (fwd, bwd) = mobius_scan(Q, ell, valid), end_pivots(Q, ell, length, valid)
     else:
         torch = pytest.importorskip("torch")
-        got = mobius_scan(torch.from_numpy(Q), torch.from_numpy(ell), torch.from_numpy(valid)).numpy()
+        args = [torch.from_numpy(x) for x in (Q, ell, length, valid)]
+        scan, (fwd, bwd) = mobius_scan(args[0], args[1], args[3]).numpy(), (x.numpy() for x in end_pivots(*args))
+
+    def step(Q_g, lg, s):
+        return Fraction(Q_g) + (Fraction(lg) * s / (Fraction(lg) + s) if lg > 0 else 0)
+
     for r in range(R):
-        s = Fraction(0)
-        for g in range(G):
-            if g < length[r]:
-                lg = Fraction(ell[r, g - 1]) if g else Fraction(0)
-                s = Fraction(Q[r, g]) + (lg * s / (lg + s) if lg > 0 else 0)
-            want = float(s)
-            assert got[r, g] == want == 0.0 or abs(got[r, g] - want) <= 1e-13 * want, (r, g, got[r, g], want)
+        n = int(length[r])
+        want = [Fraction(0)] * G
+        for g in range(n):
+            want[g] = step(Q[r, g], ell[r, g - 1] if g else 0.0, want[g - 1] if g else Fraction(0))
+        want[n:] = [want[n - 1] if n else Fraction(0)] * (G - n)
+        back = [Fraction(0)] * G
+        for g in range(n - 1, -1, -1):
+            back[g] = step(Q[r, g], ell[r, g] if g < n - 1 else 0.0, back[g + 1] if g < n - 1 else Fraction(0))
+        back[n:] = [back[0]] * (G - n)
+        for got, exact in ((scan, want), (fwd, want), (bwd, back)):
+            for g in range(G):
+                w = float(exact[g])
+                assert got[r, g] == w == 0.0 or abs(got[r, g] - w) <= 1e-13 * w, (r, g, got[r, g], w)
 
 
 def test_mu_k_width_against_fractions():

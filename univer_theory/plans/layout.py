@@ -267,16 +267,14 @@ def mobius_scan(Q, ell, valid):
     """Row-wise ``s_0 = Q_0``, ``s_g = Q_g + (1/ℓ_{g−1} + 1/s_{g−1})^{−1}`` (``= Q_g`` where ``ℓ_{g−1} = 0``) over
     the ``valid`` prefix of each row ``Q [R, G]``, ``ℓ [R, G−1]`` (after it ``s`` stays at its last value).
 
-    In numpy the recurrence itself, one compiled loop (:func:`_mobius_rows`, O(G)); in torch — an accelerator's
-    rows — a doubling scan of the Möbius maps ``M_g = [[Q_g + ℓ, Q_g ℓ], [1, ℓ]]`` (``ℓ = ℓ_{g−1}``; padding: the
-    identity): the prefix products in ⌈log₂ G⌉ batched passes, in wide floats (:func:`_wide`: a mantissa and a
+    A doubling scan of the Möbius maps ``M_g = [[Q_g + ℓ, Q_g ℓ], [1, ℓ]]`` (``ℓ = ℓ_{g−1}``; padding: the
+    identity), the array form an accelerator's rows take (numpy rows take the recurrence itself, one compiled loop
+    of O(G): :func:`end_pivots`): the prefix products in ⌈log₂ G⌉ batched passes, in wide floats (:func:`_wide`: a mantissa and a
     float64 integer exponent; in float64 the products of two entries underflowed once a row spanned ~1e-154 — a
     confident row's groups of 1e-200 beside 1 — and the pivots came out 0 and NaN).  The recurrence forms
     ``ℓs/(ℓ + s)`` as ``min(ℓ, s)·(max(ℓ, s)/(ℓ + s))`` (``ℓ·s`` underflowed there too, to a relative error of 1).
     All entries are ≥ 0, so no step of either subtracts: every ``s_g`` carries a relative error of a few dozen ulps
     whatever the spread of ``Q`` and ``ℓ``, subnormal entries included."""
-    if array_module(Q) is np:
-        return _mobius_rows(Q, ell, valid)
     nx = get_backend(Q, ell)
     G = Q.shape[-1]
     lp = nx.concat([0.0 * Q[:, :1], ell])[:, :G]                # ℓ_{g−1}; M_0 maps anything to Q_0
@@ -299,22 +297,47 @@ def mobius_scan(Q, ell, valid):
     return _scaled(mb / md, nx.minimum(nx.maximum(eb - ed, -1100.0), 1100.0))
 
 
-@numba.njit(cache=True, nogil=True)
-def _mobius_rows(Q, ell, valid):  # pragma: no cover - compiled
-    """:func:`mobius_scan`'s recurrence a row at a time: on the host the doubling scan's ~14 array operations per
-    pass cost their call overhead on rows of a few dozen groups, the loop ~1 ns a group."""
-    R, G = Q.shape
-    s = np.zeros((R, G))
+@numba.njit(inline="always")
+def _mobius_step(Q_g, lg, s):
+    """One step of :func:`mobius_scan`'s recurrence, ``Q_g + ℓs/(ℓ + s)`` (``Q_g`` where ``ℓ = 0``), with
+    ``ℓs/(ℓ + s)`` formed as ``lo·(hi/(ℓ + s))``, ``hi/(ℓ + s) ≥ ½`` (``ℓ·s`` underflows)."""
+    lo, hi = min(lg, s), max(lg, s)
+    return Q_g + (lo * (hi / (lg + s)) if lg > 0 else 0.0)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _end_pivot_rows(Q, ell, G):  # pragma: no cover - compiled
+    """:func:`end_pivots` on numpy rows: both recurrences a row at a time, interleaved (two independent chains of
+    dependent divisions, so each waits on its own; ~2× one after the other), the same steps as the array form's
+    scans and reversals."""
+    R, W = Q.shape
+    fwd, bwd = np.zeros((R, W)), np.zeros((R, W))
     for r in range(R):
-        cur = Q[r, 0] if valid[r, 0] else 0.0
-        s[r, 0] = cur
-        for g in range(1, G):
-            if valid[r, g]:
-                lg = ell[r, g - 1]
-                lo, hi = min(lg, cur), max(lg, cur)         # ℓs/(ℓ + s) as lo·(hi/(ℓ + s)), hi/(ℓ + s) ≥ ½:
-                cur = Q[r, g] + (lo * (hi / (lg + cur)) if lg > 0 else 0.0)     # ℓ·s underflows
-            s[r, g] = cur
-    return s
+        n = G[r]
+        if n == 0:
+            continue
+        f, b = Q[r, 0], Q[r, n - 1]
+        fwd[r, 0], bwd[r, n - 1] = f, b
+        for i in range(1, n):
+            h = n - 1 - i
+            f = _mobius_step(Q[r, i], ell[r, i - 1], f)
+            b = _mobius_step(Q[r, h], ell[r, h], b)
+            fwd[r, i], bwd[r, h] = f, b
+        for i in range(n, W):                   # past the valid prefix: held at the scans' last values
+            fwd[r, i], bwd[r, i] = f, b
+    return fwd, bwd
+
+
+def end_pivots(Q, ell, G, valid):
+    """``(s', s'')``: the pivots of ``A = diag(Q) + Laplacian(ℓ)`` from the left, :func:`mobius_scan` of each
+    row's ``G`` groups, and from the right, the same scan over the groups reversed (``s''_{G−1} = Q_{G−1}``,
+    ``s''_g = Q_g + (1/ℓ_g + 1/s''_{g+1})^{−1}``); past ``G`` each holds its last value (``valid``: ``g < G``).
+    numpy: one compiled loop of both recurrences (:func:`_end_pivot_rows`); torch: the doubling scans."""
+    if array_module(Q) is np:
+        return _end_pivot_rows(Q, ell, G)
+    nx = get_backend(Q, ell)
+    ell_rev = _reverse_valid(nx.concat([ell, 0.0 * ell[:, :1]]), G - 1)[:, :-1]
+    return mobius_scan(Q, ell, valid), _reverse_valid(mobius_scan(_reverse_valid(Q, G), ell_rev, valid), G)
 
 
 def _reverse_valid(x, count):
@@ -391,9 +414,7 @@ def _with_pivots(lay: dict) -> dict:
     nx = get_backend(lay["widths"])
     G, g_valid, Q, ell = lay["G"], lay["g_valid"], lay["widths"], lay["ell"]
     inner = nx.arange(ell.shape[-1], ell)[None, :] < (G - 1)[:, None]  # ℓ_g for g < G−1
-    fwd = mobius_scan(Q, ell, g_valid)
-    ell_rev = _reverse_valid(nx.concat([ell, 0.0 * ell[:, :1]]), G - 1)[:, :-1]
-    bwd = _reverse_valid(mobius_scan(_reverse_valid(Q, G), ell_rev, g_valid), G)
+    fwd, bwd = end_pivots(Q, ell, G, g_valid)
     bwd_next = nx.concat([bwd[:, 1:], 0.0 * bwd[:, :1] + 1.0])
     return {**lay, "fwd": fwd, "bwd": bwd, "bwd_next": bwd_next,
             "right": nx.where(inner, ell / (bwd_next[:, :-1] + ell), 0.0),  # [U, G−1]
@@ -602,9 +623,10 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
     chunks).  The groups are taken in tiles of whole leaves of numpy's pairwise sum
     (:func:`univer_theory.nx.pairwise_leaves`; at most :data:`SHARE_TILE` groups, or one leaf).  On a tile each
     distinct child's survival is formed once per node (the array form gathers it per copy), then per tuple the
-    products over the copies before and after each, the groups innermost (indexed from the tile's start, its
-    densities copied: ~20% faster than indexing the rows at an offset; each loop over the groups writes one array,
-    so LLVM vectorises it: ~15–20% faster than one loop updating the running product beside), the integrand times
+    products over the copies before and after each, the groups innermost (on views of the tile's columns, indexed from
+    0: indexing the rows at an offset, ``cdf[d, g0 + g]``, kept LLVM from vectorising the loops, 1.7× slower on a
+    block of 37 000 groups; each loop over the groups writes one array, so LLVM vectorises it: ~15–20% faster than
+    one loop updating the running product beside), the integrand times
     half the widths of the tuple's block — child ``column[i, 0]``'s layout row ``edges[entry[d]]``, where the array
     form has each child's own edges — and each leaf's sum; a copy's leaf sums are added as numpy adds them
     (:func:`univer_theory.nx.pairwise_tree`).  An empty product is 1.0, and ``x·1.0 = x`` exactly, so the array
@@ -619,7 +641,6 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
     L, B = starts.shape[0] - 1, SHARE_TILE
     surv = np.empty((P, D + 1, B))
     surv[:, D] = 1.0                                                            # an absent copy
-    ft = np.empty((D, B))                       # the tile's densities: indices from 0 (no wrap-around checks)
     acc, before, run, width = np.empty((K, B)), np.empty((K, B)), np.empty(B), np.empty(B)
     leaf_sums = np.empty((N, K, L))
     c0 = 0
@@ -628,23 +649,21 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
         while c1 < L and starts[c1 + 1] - starts[c0] <= B:
             c1 += 1
         g0, m = starts[c0], starts[c1] - starts[c0]
-        for d in range(D):
-            for g in range(m):
-                ft[d, g] = f[d, g0 + g]
         for n in range(P):
             x = nodes[n]
             for d in range(D):
+                lo, hi, out = cdf[d, g0:g0 + m], cdf[d, g0 + 1:g0 + m + 1], surv[n, d]
                 for g in range(m):
-                    lo = cdf[d, g0 + g]
-                    surv[n, d, g] = _survival(lo, cdf[d, g0 + g + 1] - lo, x)
+                    out[g] = _survival(lo[g], hi[g] - lo[g], x)
         for i in range(N):
-            e = entry[column[i, 0]]
+            lo, hi = edges[entry[column[i, 0]], g0:g0 + m], edges[entry[column[i, 0]], g0 + 1:g0 + m + 1]
             for g in range(m):                          # the widths of the tuple's block
-                width[g] = edges[e, g0 + g + 1] - edges[e, g0 + g]
+                width[g] = hi[g] - lo[g]
             for j in range(K):
                 cj = column[i, j]
+                density = f[cj, g0:g0 + m]
                 for g in range(m):
-                    acc[j, g] = 0.0 * ft[cj, g]
+                    acc[j, g] = 0.0 * density[g]
             for n in range(P):
                 w = weights[n]
                 for g in range(m):
@@ -658,7 +677,7 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
                 for g in range(m):
                     run[g] = 1.0
                 for j in range(K - 1, -1, -1):
-                    total, density, kept, factor = acc[j], ft[column[i, j]], before[j], surv[n, at[i, j]]
+                    total, density, kept, factor = acc[j], f[column[i, j], g0:g0 + m], before[j], surv[n, at[i, j]]
                     for g in range(m):
                         total[g] += density[g] * (kept[g] * run[g]) * w
                     for g in range(m):
