@@ -44,11 +44,13 @@ def _block_rows(q, b, order, X, block, first):  # pragma: no cover - compiled
     came from a position before ``size``), and its group (counted from 0 over the positions before ``size``)."""
     U, V = q.shape
     size, start = np.zeros(U, np.int64), np.zeros(U, np.int64)
-    for u in range(U):
+    for u in range(U):                  # counts in registers, not in size[u]: the loop then vectorises
+        row, f0, s, st = block[u], first[u], 0, 0
         for v in range(V):
-            f = block[u, v]
-            size[u] += f == first[u]
-            start[u] += f >= 0 and f < first[u]
+            f = row[v]
+            s += f == f0
+            st += f >= 0 and f < f0
+        size[u], start[u] = s, st
     n = size.max()
     tok, dens = np.empty((U, n), np.int64), np.empty((U, n))
     filled, group, G = np.empty((U, n), np.bool_), np.empty((U, n), np.int64), np.zeros(U, np.int64)
