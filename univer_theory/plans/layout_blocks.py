@@ -78,17 +78,23 @@ def _group_sums(q, b, tok, dens, filled, group, size, G, lo, hi):  # pragma: no 
     """``(Q, B, d, edges)`` of :func:`.layout.array_block_layout` from :func:`_block_rows`: the group lengths (unit
     lengths past a row's G groups), the group sums of b, the densities and the edges (``lo`` plus the lengths'
     prefix sums, the block's end ``hi`` at edge G)."""
-    U, n = tok.shape
+    U = tok.shape[0]
     gmax = G.max()
-    Q, B, d = np.zeros((U, gmax + 1)), np.zeros((U, gmax + 1)), np.zeros((U, gmax + 1))
+    Q, B, d = np.zeros((U, gmax)), np.zeros((U, gmax)), np.zeros((U, gmax))
     edges = np.empty((U, gmax + 1))
-    for u in range(U):
-        for j in range(n):                                  # group sums in index order; padding → dump column
-            valid = j < size[u]
-            at = group[u, j] if valid else gmax
-            Q[u, at] += (q[u, tok[u, j]] if filled[u, j] else 1.0) if valid else 0.0
-            B[u, at] += b[u, tok[u, j]] if filled[u, j] else 0.0
-            d[u, group[u, j] if valid and (j == 0 or dens[u, j] != dens[u, j - 1]) else gmax] = dens[u, j]
+    for u in range(U):      # group sums in index order from 0.0, in registers (a group's tokens are consecutive)
+        Qu, Bu, du, qu, bu, tu, fu, gu, de = Q[u], B[u], d[u], q[u], b[u], tok[u], filled[u], group[u], dens[u]
+        at, q_sum, b_sum = -1, 0.0, 0.0
+        for j in range(size[u]):
+            if gu[j] != at:                                 # a group starts: the last one's sums, this one's density
+                if at >= 0:
+                    Qu[at], Bu[at] = q_sum, b_sum
+                at, q_sum, b_sum = gu[j], 0.0, 0.0
+                du[at] = de[j]
+            q_sum += qu[tu[j]] if fu[j] else 1.0
+            b_sum += bu[tu[j]] if fu[j] else 0.0
+        if at >= 0:
+            Qu[at], Bu[at] = q_sum, b_sum
         for g in range(G[u], gmax):
             Q[u, g] = 1.0
         edges[u, 0], acc = lo[u], 0.0
@@ -96,7 +102,7 @@ def _group_sums(q, b, tok, dens, filled, group, size, G, lo, hi):  # pragma: no 
             acc = Q[u, g] if g == 0 else acc + Q[u, g]
             edges[u, g + 1] = lo[u] + acc
         edges[u, G[u]] = hi[u]
-    return Q[:, :gmax], B[:, :gmax], d[:, :gmax], edges
+    return Q, B, d, edges
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -106,24 +112,20 @@ def _exchange_rates(Q, B, d, m, G, lo):  # pragma: no cover - compiled
     on), ``ℓ_g = max(E_g, 0)/(d_g − d_{g+1})`` and the largest ``−E_g`` clamped."""
     U, gmax = Q.shape
     E, ell, clamp = np.empty(gmax), np.empty((U, max(gmax - 1, 0))), np.empty(U)
-    for u in range(U):
-        longest, best = 0, Q[u, 0] if G[u] > 0 else -1.0   # np.argmax: the first largest (a NaN first)
+    for u in range(U):      # one quantity a loop (the excesses' sum, the longest, the rates, their least), so
+        acc = 0.0           # each runs at its own speed (one loop tracking the largest and the least: 2.6× slower)
         for g in range(gmax):
             term = m[u, g] - B[u, g] if g < G[u] else 0.0
-            E[g] = term if g == 0 else E[g - 1] + term
-            x = Q[u, g] if g < G[u] else -1.0
-            if g > 0 and best == best and (x > best or x != x):
-                longest, best = g, x
+            acc = term if g == 0 else acc + term
+            E[g] = acc
+        longest = np.argmax(Q[u, :G[u]]) if G[u] > 0 else 0     # the first largest (a NaN first), as np.argmax
         last = E[G[u] - 1]
         for g in range(gmax):
             E[g] = E[g] - last * (1.0 if g >= longest else 0.0)
-        low = np.inf                                        # np.amin: a NaN wins
+        rates, dens, inner = ell[u], d[u], G[u] - 1
         for g in range(gmax - 1):
-            inner = g < G[u] - 1
-            ell[u, g] = np_max(E[g], 0.0) / (d[u, g] - d[u, g + 1]) if inner else 0.0
-            x = E[g] if inner else np.inf
-            if low == low and (x < low or x != x):
-                low = x
+            rates[g] = np_max(E[g], 0.0) / (dens[g] - dens[g + 1]) if g < inner else 0.0
+        low = np.amin(E[:inner]) if inner > 0 else np.inf        # the least inner excess (a NaN first)
         clamp[u] = np_max(-low, 0.0) if gmax > 1 else 0.0 * lo[u]
     return ell, clamp
 
