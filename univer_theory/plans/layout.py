@@ -269,12 +269,12 @@ def mobius_scan(Q, ell, valid):
 
     A doubling scan of the Möbius maps ``M_g = [[Q_g + ℓ, Q_g ℓ], [1, ℓ]]`` (``ℓ = ℓ_{g−1}``; padding: the
     identity), the array form an accelerator's rows take (numpy rows take the recurrence itself, one compiled loop
-    of O(G): :func:`end_pivots`): the prefix products in ⌈log₂ G⌉ batched passes, in wide floats (:func:`_wide`: a mantissa and a
-    float64 integer exponent; in float64 the products of two entries underflowed once a row spanned ~1e-154 — a
-    confident row's groups of 1e-200 beside 1 — and the pivots came out 0 and NaN).  The recurrence forms
-    ``ℓs/(ℓ + s)`` as ``min(ℓ, s)·(max(ℓ, s)/(ℓ + s))`` (``ℓ·s`` underflowed there too, to a relative error of 1).
-    All entries are ≥ 0, so no step of either subtracts: every ``s_g`` carries a relative error of a few dozen ulps
-    whatever the spread of ``Q`` and ``ℓ``, subnormal entries included."""
+    of O(G): :func:`end_pivots`): the prefix products in ⌈log₂ G⌉ batched passes, in wide floats (:func:`_wide`: a
+    mantissa and a float64 integer exponent; in float64 the products of two entries underflowed once a row spanned
+    ~1e-154 — a confident row's groups of 1e-200 beside 1 — and the pivots came out 0 and NaN).  The recurrence
+    forms ``ℓs/(ℓ + s)`` as ``min(ℓ, s)·(max(ℓ, s)/(ℓ + s))`` (``ℓ·s`` underflowed there too, to a relative error of
+    1).  All entries are ≥ 0, so no step of either subtracts: every ``s_g`` carries a relative error of a few dozen
+    ulps whatever the spread of ``Q`` and ``ℓ``, subnormal entries included."""
     nx = get_backend(Q, ell)
     G = Q.shape[-1]
     lp = nx.concat([0.0 * Q[:, :1], ell])[:, :G]                # ℓ_{g−1}; M_0 maps anything to Q_0
@@ -623,17 +623,17 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
     chunks).  The groups are taken in tiles of whole leaves of numpy's pairwise sum
     (:func:`univer_theory.nx.pairwise_leaves`; at most :data:`SHARE_TILE` groups, or one leaf).  On a tile each
     distinct child's survival is formed once per node (the array form gathers it per copy), then per tuple the
-    products over the copies before and after each, the groups innermost (on views of the tile's columns, indexed from
-    0: indexing the rows at an offset, ``cdf[d, g0 + g]``, kept LLVM from vectorising the loops, 1.7× slower on a
-    block of 37 000 groups; each loop over the groups writes one array, so LLVM vectorises it: ~15–20% faster than
-    one loop updating the running product beside), the integrand times
-    half the widths of the tuple's block — child ``column[i, 0]``'s layout row ``edges[entry[d]]``, where the array
-    form has each child's own edges — and each leaf's sum; a copy's leaf sums are added as numpy adds them
-    (:func:`univer_theory.nx.pairwise_tree`).  An empty product is 1.0, and ``x·1.0 = x`` exactly, so the array
-    form's missing factors need no case here; ``at`` marks absent copies with ``D`` (survival 1).  The array form's
-    ~15 passes per node over ``[N, K, G]`` arrays cost ~5 ms of a SmolLM2 EAGLE-like wor verification at top
-    1 024 (35 multisets of the root's four children over ~1 000 groups); whole ``[nodes, D, G]`` work arrays, on
-    whole rows, cost more in page faults than in arithmetic."""
+    products over the copies before and after each, the groups innermost (on views of the tile's columns, indexed
+    from 0: indexing the rows at an offset, ``cdf[d, g0 + g]``, kept LLVM from vectorising the loops, 1.7× slower
+    on a block of 37 000 groups; each loop over the groups writes one array, so LLVM vectorises it: ~15–20% faster
+    than one loop updating the running product beside), the integrand times half the widths of the tuple's block —
+    child ``column[i, 0]``'s layout row ``edges[entry[d]]``, where the array form has each child's own edges — and
+    each leaf's sum; a copy's leaf sums are added as numpy adds them (:func:`univer_theory.nx.pairwise_tree`).  An
+    empty product is 1.0, and ``x·1.0 = x`` exactly, so the array form's missing factors need no case here; ``at``
+    marks absent copies with ``D`` (survival 1).  The array form's ~15 passes per node over ``[N, K, G]`` arrays
+    cost ~5 ms of a SmolLM2 EAGLE-like wor verification at top 1 024 (35 multisets of the root's four children over
+    ~1 000 groups); whole ``[nodes, D, G]`` work arrays, on whole rows, cost more in page faults than in
+    arithmetic."""
     N, K = column.shape
     D, G = f.shape
     P = nodes.shape[0]

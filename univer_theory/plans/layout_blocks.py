@@ -21,8 +21,8 @@ with the same floats in the same order, including what depends on the batch:
   :func:`~univer_theory.nx.np_min`); a product with a mask multiplies by 1.0 or 0.0, as numpy's bool-to-float
   cast does.  What is one formula of :mod:`.layout` in its own right stays there, applied between the passes:
   the μ_k-masses (:func:`.layout.mu_k_width`), ``F(X) = −expm1(k·log1p(−X))`` (the C library's, as numpy calls
-  it), the row sums and a block's pivots and ratios (:func:`.layout._with_pivots`: the Möbius scans, themselves
-  one compiled recurrence on numpy rows).
+  it), the row sums and a block's pivots and ratios (:func:`.layout._with_pivots`: the pivots from both ends,
+  :func:`.layout.end_pivots`, on numpy rows one compiled loop of both recurrences).
 
 ``tests/theory/test_layout.py`` runs each against its array form on seeded grids (ragged batches, density ties,
 confident rows, single-group blocks and blocks of hundreds of groups, every kind of cut) and asserts equal bytes.
