@@ -51,7 +51,7 @@ from univer_theory.nx import get_backend
 
 from . import support
 from .host import on_host
-from .probs import sample_rows, uniform
+from .probs import sample_rows, skip_rows, uniform
 from .tree_batch import TreeBatch
 
 
@@ -167,6 +167,12 @@ def _reached_rows(tree, slots, kids, active, live):
     return (tree[keep], slots[keep], kids[keep, :k], active[:k]), (tree.shape[0], keep, dead)
 
 
+def _unreached(tree, slots, kids):
+    """:func:`_reached_rows` of rows none of which is reached, without its reads and gathers: no rows to plan, and
+    every row's ``(tree, slots, kids)`` to spread."""
+    return (tree[:0], slots[:0], kids[:0, :1], (0,)), (tree.shape[0], tree.new_zeros(0), (tree, slots, kids))
+
+
 def _level_units(levels, N: int, p_rows, q_rows, rows_of, drafted_support: bool, block_bytes: int | None,
                  reached=None):
     """``(tree, slots, kids, active, src, support, spread)`` per unit of work of the ``levels`` (each ``(tree, slot,
@@ -203,7 +209,7 @@ def _level_units(levels, N: int, p_rows, q_rows, rows_of, drafted_support: bool,
             if reached is not None:
                 live = live_of(block)
                 if not bool(live.any()):                # host read
-                    unit, spread = _reached_rows(*block, live)
+                    unit, spread = _unreached(*block[:3])
             yield unit + (rows_of[unit[0] * N + unit[1]], None, spread)
 
 
@@ -286,7 +292,7 @@ class _Plans:
                 self.residual[dead_tree, dead_slots] = 0
             if tree.shape[0] == 0:
                 if self.candidate is not None:       # each row's one uniform, as a zero residual's draw takes
-                    sample_rows(self.target_probs.new_zeros(full, 1), self.generator)
+                    skip_rows(full, self.target_probs.device, self.generator)
                 return
         at, kid_at = tree * (N + 1) + slots, tree[:, None] * (N + 1) + kids      # [R], [R, K] (dump: N)
         p, q, children = _unit_rows(self.p_rows, self.q_rows, src, self.token_ext[kid_at], found, self.bufs)

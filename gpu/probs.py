@@ -275,7 +275,8 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None,
     amount, and a float32 → float64 copy of the rows is avoided.  A zero-weight token is never returned for a
     row with positive mass (neither CDF rises across it; :func:`_first_above` covers ``U·Σ`` rounding up to a
     block's or the row's total).  Rows of at most :data:`SAMPLE_DIRECT` columns (a level on its drafted support)
-    take their one float64 cumsum directly.  An all-zero row returns an arbitrary index.
+    take their one float64 cumsum directly.  An all-zero row returns an arbitrary index.  Either path takes one
+    float64 uniform a row and sample from the generator (:func:`skip_rows` takes them alone).
     """
     R, V = weights.shape
     b, c = SAMPLE_BLOCK, SAMPLE_CHUNK
@@ -296,6 +297,12 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None,
     def read(cols):
         return weights.gather(1, cols.flatten(1)).view(cols.shape)
     return sample_blocks(mass, b, read, V, generator, num_samples)
+
+
+def skip_rows(rows: int, device, generator: torch.Generator | None = None) -> None:
+    """Advance ``generator`` as :func:`sample_rows` of ``rows`` rows does (one float64 uniform a row, on either of
+    its paths), without rows to read: the draws of rows that no path reads, which keep the others' draws in place."""
+    torch.rand(rows, 1, dtype=torch.float64, device=device, generator=generator)
 
 
 def _first_above(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -303,6 +303,24 @@ def test_sample_rows_is_the_inverse_cdf_of_its_uniforms(V):
     assert torch.equal(got, want)               # ties at a cumulative-mass boundary have probability ~1e-16
 
 
+@pytest.mark.parametrize("V", [1, 4096, 4097])
+def test_skip_rows_takes_what_sample_rows_takes(V):
+    """:func:`gpu.probs.skip_rows` advances the generator exactly as :func:`gpu.probs.sample_rows` of as many rows
+    does on either path (up to ``SAMPLE_DIRECT`` columns and above): the next draws after either are the same, so the
+    rows a verification skips leave the others' draws in place."""
+    from gpu.probs import sample_rows, skip_rows
+    w = torch.rand(5, V, dtype=torch.float64, generator=torch.Generator().manual_seed(V))
+    after = []
+    for step in (lambda g: sample_rows(w, g), lambda g: skip_rows(5, w.device, g)):
+        gen = torch.Generator().manual_seed(3)
+        step(gen)
+        after.append(torch.rand(4, dtype=torch.float64, generator=gen))
+    assert torch.equal(*after)
+    gen = torch.Generator().manual_seed(3)
+    skip_rows(4, w.device, gen)                  # a row short: the next draws differ
+    assert not torch.equal(torch.rand(4, dtype=torch.float64, generator=gen), after[0])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_probs_from_logits_at_small_temperatures(dtype):
     """``softmax((z − max z)/T)``: a T below the dtype's range gave NaN rows (``z/T`` overflowing, then 0/0); a
