@@ -348,10 +348,10 @@ def _unit_interval(dec: LevelDecision, child_mask: torch.Tensor) -> torch.Tensor
 _OUTSIDE = tuple(f"{x} outside [0, 1] (or NaN)" for x in _DECIDED)
 
 
-def _check_decisions(rule: LevelRule, checks: list, names: tuple[str, ...] = _OUTSIDE) -> None:
+def _check_decisions(rule: LevelRule, checks: list, names: tuple[str, ...]) -> None:
     """ValueError naming the rule, the quantity and a node where a level rule decided outside [0, 1] or NaN
     (one host read for the whole call: a NaN scale would otherwise be sampled from silently); ``checks`` hold
-    one bool per quantity of ``names`` (:func:`_unit_interval`'s, and :func:`walk`'s own)."""
+    one bool per quantity of ``names`` (:func:`walk`'s: :func:`_unit_interval`'s and its own)."""
     if not checks:
         return
     ok = torch.stack([c for c, _, _ in checks])
