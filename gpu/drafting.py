@@ -20,7 +20,7 @@ from univer_theory.tree import as_shape
 from univer_theory.orders import top_tokens
 from univer_theory.validation import check_choice, check_int
 
-from .probs import check_rows, sample_rows
+from .probs import check_generator, check_rows, sample_rows
 from .tree_batch import TreeBatch
 
 
@@ -38,8 +38,7 @@ def sample_children(draft_probs: torch.Tensor, k: int, process: str,
         raise ValueError(f"{where}: draft_probs must be a [R, V] tensor")
     check_rows(where, "draft_probs", draft_probs)
     check_int(k, where, "number of children k", 1)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(f"{where}: generator must be a torch.Generator or None, got {type(generator).__name__}")
+    check_generator(where, generator, draft_probs.device)
     k = int(k)
     if draft_probs.shape[0] == 0:
         return torch.empty(0, k, dtype=torch.long, device=draft_probs.device)
@@ -114,7 +113,11 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
                                  f"{list(q.shape) if torch.is_tensor(q) else type(q).__name__}")
             return q                    # its rows are checked where children are drawn from them
     else:
-        rows = torch.as_tensor(draft_probs, device=device)
+        try:
+            rows = torch.as_tensor(draft_probs, device=device)
+        except (TypeError, ValueError, RuntimeError, AssertionError) as err:
+            raise ValueError(f"{where}: draft_probs must be rows [V], [N, V] or [B, N, V] (a tensor or an array) or "
+                             f"a callable, got {type(draft_probs).__name__} ({err})") from None
         if rows.ndim == 1:
             rows = rows.expand(B, N, rows.shape[0])
         elif rows.ndim == 2:
@@ -137,6 +140,10 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
         if out is None:
             out = torch.full((B, N, q.shape[-1]), 1.0 / q.shape[-1], dtype=q.dtype, device=q.device)
             token = token.to(q.device)
+        elif (q.shape[-1], q.dtype, q.device) != (out.shape[-1], out.dtype, out.device):
+            raise ValueError(f"{where}: the draft_probs callable returned rows of V = {q.shape[-1]}, {q.dtype} on "
+                             f"{q.device} at depth {d}, but V = {out.shape[-1]}, {out.dtype} on {out.device} at the "
+                             f"root: every depth's rows must share them")
         out[:, nodes] = q
         by_k: dict[int, list[int]] = {}
         for i, u in enumerate(nodes):

@@ -184,12 +184,32 @@ def support_floor(q: torch.Tensor, logits: torch.Tensor, s: int) -> torch.Tensor
     return torch.where(low, lifted / lifted.sum(-1, keepdim=True), q)
 
 
+def check_tensor(where: str, name: str, x) -> None:
+    """Raise ValueError unless ``x`` is a dense (strided) torch tensor: a sparse one failed inside torch's row sums
+    (``add(sparse, dense) is not supported``)."""
+    if not torch.is_tensor(x):
+        raise ValueError(f"{where}: {name} must be a torch tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise ValueError(f"{where}: {name} must be a dense (strided) tensor, got layout {x.layout} "
+                         f"(convert it with .to_dense())")
+
+
+def check_generator(where: str, generator, device: torch.device) -> None:
+    """Raise ValueError unless ``generator`` is None or a ``torch.Generator`` of the rows' device type (a CPU
+    generator cannot draw on CUDA rows, nor the reverse: torch refused inside the first draw)."""
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"{where}: generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if generator.device.type != device.type:
+        raise ValueError(f"{where}: generator is on {generator.device} but the rows are on {device}")
+
+
 def check_row_dtypes(where: str, target_probs, draft_probs) -> None:
-    """Raise ValueError unless ``target_probs`` and ``draft_probs`` are tensors of one float32 / float64 dtype —
-    the engine's tables are per dtype, so this runs even where the rows' values are not checked."""
+    """Raise ValueError unless ``target_probs`` and ``draft_probs`` are dense tensors of one float32 / float64
+    dtype — the engine's tables are per dtype, so this runs even where the rows' values are not checked."""
     for name, x in (("target_probs", target_probs), ("draft_probs", draft_probs)):
-        if not torch.is_tensor(x):
-            raise ValueError(f"{where}: {name} must be a torch tensor, got {type(x).__name__}")
+        check_tensor(where, name, x)
     if target_probs.dtype not in SIMPLEX_TOL or draft_probs.dtype != target_probs.dtype:
         raise ValueError(f"{where}: target_probs and draft_probs must be float32 or float64 of one dtype, got "
                          f"{target_probs.dtype} and {draft_probs.dtype} (convert logits with probs_from_logits)")
@@ -203,8 +223,7 @@ def check_rows(where: str, name: str, rows: torch.Tensor, valid: torch.Tensor | 
     fails both comparisons, ±inf makes the sum non-finite); only the failing rows are then classified, in the
     order NaN/inf, negative entry, sum.
     """
-    if not torch.is_tensor(rows):
-        raise ValueError(f"{where}: {name} must be a torch tensor, got {type(rows).__name__}")
+    check_tensor(where, name, rows)
     if rows.dtype not in SIMPLEX_TOL:
         raise ValueError(f"{where}: {name} must be float32 or float64 probabilities, got {rows.dtype} "
                          f"(convert logits with probs_from_logits)")

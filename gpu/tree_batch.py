@@ -5,6 +5,8 @@ Layout (``B`` trees, ``N`` slots per tree, the largest tree's node count)::
     parent    [B, N] long   parent slot of every node; −1 for the root (slot 0) and for padded slots
     token     [B, N] long   drafted token of every node; −1 for the root and for padded slots
     num_nodes [B]    long   valid slots ``0..num_nodes−1`` of each tree (ragged trees allowed)
+    vocab_size      int     (optional) the vocabulary V the trees' tokens come from: every token is below it, and
+                            a call given rows of another V refuses them (as the exact core does a tree's)
 
 Exactly as in :class:`univer_theory.DraftTree`: parents precede children, siblings keep their drafting order
 (= slot order), i.i.d. duplicates are separate children.  Derived tensors (``depth``, ``children``, the
@@ -97,7 +99,16 @@ def integer_dtype(dtype: torch.dtype) -> bool:
 
 
 def _as_long(x, where: str, name: str, device) -> torch.Tensor:
-    t = torch.as_tensor(x, device=device)
+    """``x`` (a tensor, array or nested list of integers) as a long tensor on ``device``; ValueError naming the
+    argument (or the device) where torch cannot make a tensor of it."""
+    try:
+        t = torch.as_tensor(x, device=device)
+    except (TypeError, ValueError, RuntimeError, AssertionError) as err:    # (CUDA missing: an AssertionError)
+        try:
+            torch.as_tensor(x)
+        except (TypeError, ValueError, RuntimeError) as why:
+            raise ValueError(f"{where}: {name} must be an integer array, got {type(x).__name__} ({why})") from None
+        raise ValueError(f"{where}: device {device!r} cannot hold {name}: {err}") from None
     if not integer_dtype(t.dtype):
         raise ValueError(f"{where}: {name} must hold integers, got dtype {t.dtype}")
     return t.to(torch.long)
@@ -135,6 +146,7 @@ class TreeBatch:
     parent: torch.Tensor      # [B, N] long
     token: torch.Tensor       # [B, N] long
     num_nodes: torch.Tensor   # [B] long
+    vocab_size: int | None = None
 
     # ---------------------------------------------------------------------------------------------------
     # Constructors
@@ -146,7 +158,8 @@ class TreeBatch:
 
         Rules (checked by the constructor itself, see :meth:`__post_init__`; each broken rule raises ValueError
         naming the tree and slot): slot 0 is the only root (parent = token = −1); a valid node ``v ≥ 1`` has
-        ``0 ≤ parent < v`` and ``0 ≤ token`` (``< vocab_size`` when given); padded slots have parent = token = −1.
+        ``0 ≤ parent < v`` and ``0 ≤ token`` (``< vocab_size`` when given: the batch keeps it, and a call given rows
+        of another V refuses them); padded slots have parent = token = −1.
         """
         where = "TreeBatch.from_tensors"
         parent, token = _long_pair(where, parent, "parent", token, "token", device)
@@ -154,15 +167,7 @@ class TreeBatch:
         if num_nodes is None:
             num_nodes = torch.full((B,), N, dtype=torch.long, device=parent.device)
         num_nodes = _as_long(num_nodes, where, "num_nodes", parent.device)
-        batch = cls(parent.contiguous(), token.contiguous(), num_nodes.contiguous())  # the layout rules
-        if vocab_size is not None:
-            vocab_size = check_int(vocab_size, where, "vocab_size", 1)
-            bad = batch.valid & (batch.token >= vocab_size)
-            if bad.any():
-                b, v = (int(i) for i in bad.nonzero()[0])
-                raise ValueError(f"{where}: tree {b} slot {v} has token {int(token[b, v])}: token ids must lie in "
-                                 f"[0, {vocab_size}) (the vocabulary)")
-        return batch
+        return cls(parent.contiguous(), token.contiguous(), num_nodes.contiguous(), vocab_size)   # the layout rules
 
     def __post_init__(self):
         """The layout rules, checked on every construction (raw ``TreeBatch(...)`` included); each broken rule
@@ -189,6 +194,8 @@ class TreeBatch:
         if bad.any():
             b = int(bad.nonzero()[0, 0])
             raise ValueError(f"{where}: tree {b} has num_nodes {int(num_nodes[b])}, outside [1, N = {N}]")
+        if self.vocab_size is not None:
+            object.__setattr__(self, "vocab_size", check_int(self.vocab_size, where, "vocab_size", 1))
         slot = torch.arange(N, device=parent.device)
         valid = slot[None, :] < num_nodes[:, None]
         checks = [
@@ -201,6 +208,8 @@ class TreeBatch:
             "drafted tokens must be ≥ 0",
             ~valid & ((parent != -1) | (token != -1)),
             "padded slots (≥ num_nodes) must have parent −1 and token −1",
+            (valid & (token >= self.vocab_size)) if self.vocab_size is not None else valid & False,
+            f"token ids must lie in [0, {self.vocab_size}) (the vocabulary)",
         ]
         for mask, rule in zip(checks[::2], checks[1::2]):
             if mask.any():
@@ -211,9 +220,16 @@ class TreeBatch:
     @classmethod
     def from_trees(cls, trees, device=None) -> "TreeBatch":
         """Pad a list of :class:`univer_theory.DraftTree` into one batch.  Trees that declare a ``vocab_size`` must
-        declare the same one; their tokens are checked against it, and the batch keeps none (the rows a call is
-        given set V)."""
-        trees = list(trees)
+        declare the same one, and the batch keeps it (:attr:`vocab_size`: a call given rows of another V refuses
+        them, as the exact core refuses a tree's)."""
+        if isinstance(trees, DraftTree):
+            raise ValueError("TreeBatch.from_trees: trees must be a non-empty list of DraftTree, got one DraftTree "
+                             "(wrap it in a list)")
+        try:
+            trees = list(trees)
+        except TypeError:
+            raise ValueError(f"TreeBatch.from_trees: trees must be a non-empty list of DraftTree, got "
+                             f"{type(trees).__name__}") from None
         if not trees or not all(isinstance(t, DraftTree) for t in trees):
             raise ValueError("TreeBatch.from_trees: trees must be a non-empty list of DraftTree")
         declared = sorted({t.vocab_size for t in trees if t.vocab_size is not None})
@@ -226,7 +242,7 @@ class TreeBatch:
             parent[b, :t.num_nodes] = torch.tensor(t.parent)
             token[b, :t.num_nodes] = torch.tensor(t.token)
         num_nodes = torch.tensor([t.num_nodes for t in trees], dtype=torch.long)
-        return cls(parent.to(device), token.to(device), num_nodes.to(device))
+        return cls(parent.to(device), token.to(device), num_nodes.to(device), declared[0] if declared else None)
 
     @classmethod
     def from_sglang(cls, retrive_next_token, retrive_next_sibling, token, num_nodes=None,
@@ -267,7 +283,7 @@ class TreeBatch:
         return self.parent.device
 
     def to(self, device) -> "TreeBatch":
-        return TreeBatch(self.parent.to(device), self.token.to(device), self.num_nodes.to(device))
+        return TreeBatch(self.parent.to(device), self.token.to(device), self.num_nodes.to(device), self.vocab_size)
 
     def with_tokens(self, token) -> "TreeBatch":
         """The same trees — parents and node counts — carrying the drafted tokens ``token [B, N]`` (−1 at the
@@ -284,7 +300,7 @@ class TreeBatch:
         if token.shape != self.parent.shape:
             raise ValueError(f"{where}: token must be [B, N] = {list(self.parent.shape)} (the batch's slots), got "
                              f"{list(token.shape)}")
-        batch = TreeBatch(self.parent, token.contiguous(), self.num_nodes)
+        batch = TreeBatch(self.parent, token.contiguous(), self.num_nodes, self.vocab_size)
         batch.__dict__.update({name: getattr(self, name) for name in STRUCTURE})
         return batch
 
@@ -307,8 +323,12 @@ class TreeBatch:
     def positions(self, offset) -> torch.Tensor:
         """``[B, N]`` position ids: ``offset[b] + depth`` (``offset`` = position of the root: an integer scalar or
         ``[B]`` integers, else a ValueError)."""
-        offset = torch.as_tensor(offset, device=self.device)
         B = self.parent.shape[0]
+        try:
+            offset = torch.as_tensor(offset, device=self.device)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"TreeBatch.positions: offset must be an integer scalar or {B} integers (one per tree), "
+                             f"got {type(offset).__name__} ({err})") from None
         if not integer_dtype(offset.dtype) or offset.ndim > 1 or offset.numel() not in (1, B):
             raise ValueError(f"TreeBatch.positions: offset must be an integer scalar or {B} integers (one per tree), "
                              f"got {offset.dtype} of shape {list(offset.shape)}")
@@ -368,8 +388,10 @@ class TreeBatch:
     # Conversions
     # ---------------------------------------------------------------------------------------------------
     def to_trees(self, vocab_size: int | None = None) -> list[DraftTree]:
-        """The batch as a list of :class:`univer_theory.DraftTree` (host copies)."""
+        """The batch as a list of :class:`univer_theory.DraftTree` (host copies), declaring ``vocab_size`` (None:
+        the batch's own, :attr:`vocab_size`)."""
         parent, token, n = self.parent.tolist(), self.token.tolist(), self.num_nodes.tolist()
+        vocab_size = self.vocab_size if vocab_size is None else vocab_size
         return [DraftTree(tuple(parent[b][:n[b]]), tuple(token[b][:n[b]]), vocab_size) for b in range(len(n))]
 
     def to_sglang(self) -> tuple[torch.Tensor, torch.Tensor]:

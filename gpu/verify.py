@@ -21,7 +21,7 @@ from univer_theory.validation import check_choice
 
 from . import engine
 from .engine import VerifyResult
-from .probs import check_row_dtypes, check_rows
+from .probs import check_generator, check_row_dtypes, check_rows
 from .multidraft_rule import gr_rule
 from .rules import kseq_rule, nss_rule, rrs_rule, rrsw_rule, tv_rule
 from .tree_batch import TreeBatch
@@ -93,7 +93,7 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
             raise ValueError(f"{where}: row_index must be a long tensor [B, N] = {list(batch.parent.shape)}")
     for name, x in (("target_probs", target_probs), ("draft_probs", draft_probs)):
         if row_index is not None:
-            if not torch.is_tensor(x) or x.ndim != 2 or x.shape[0] != target_probs.shape[0]:
+            if not torch.is_tensor(x) or x.ndim != 2:
                 raise ValueError(f"{where}: with row_index, {name} must be [R, V] rows, got "
                                  f"{list(x.shape) if torch.is_tensor(x) else type(x).__name__}")
         elif not torch.is_tensor(x) or x.ndim != 3 or x.shape[:2] != batch.parent.shape:
@@ -103,6 +103,9 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
             raise ValueError(f"{where}: {name} is on {x.device} but the batch is on {batch.device}")
     if row_index is not None:
         R = target_probs.shape[0]
+        if draft_probs.shape[0] != R:
+            raise ValueError(f"{where}: with row_index, target_probs and draft_probs must hold the same rows, got "
+                             f"{R} and {draft_probs.shape[0]}")
         bad = batch.valid & ((row_index < 0) | (row_index >= R))
         if bad.any():
             b, v = (int(i) for i in bad.nonzero()[0])
@@ -111,10 +114,12 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
         raise ValueError(f"{where}: target_probs {list(target_probs.shape)} and draft_probs "
                          f"{list(draft_probs.shape)} disagree (vocab or nodes)")
     check_row_dtypes(where, target_probs, draft_probs)
+    V = target_probs.shape[-1]
+    if batch.vocab_size is not None and V != batch.vocab_size:
+        raise ValueError(f"{where}: the batch declares vocab_size {batch.vocab_size} but the rows have V = {V}")
     valid = batch.valid if row_index is None else None
     check_rows(where, "target_probs", target_probs, valid)
     check_rows(where, "draft_probs", draft_probs, valid)
-    V = target_probs.shape[-1]
     q_flat = draft_probs.reshape(-1, V)
     rows = engine.row_numbers(batch, row_index).clamp(min=0)
     drafted = batch.parent >= 0
@@ -220,9 +225,8 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     [1]
     """
     rule = _rule("verify", method, process)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(f"verify: generator must be a torch.Generator or None, got {type(generator).__name__}")
     target_probs, draft_probs = _engine_inputs("verify", target_probs, draft_probs)
+    check_generator("verify", generator, target_probs.device)
     if validate:
         validate_inputs("verify", batch, target_probs, draft_probs, process, row_index)
     options = engine_options(method, process)

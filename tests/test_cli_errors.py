@@ -117,6 +117,10 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
     # two runs under one label METHOD@TREE, merged by speed_compare into one entry (2n prompts' values, twice the work)
     (["speed", "--methods", "univer", "--tree", "binary:2", "--tree", "binary:2"],
      "--tree binary:2 given more than once"),
+    # an empty --methods ran every method (exit 0), where ``--methods ,`` and ``speed --methods ""`` were refused
+    (["exact", "--vocab", "3", "--shape", "2", "--methods", ""], "--methods '' names no method"),
+    (["bound", "--vocab", "3", "--shape", "2", "--methods", ""], "--methods '' names no method"),
+    (["accept-bench", "--methods", ""], "--methods '' names no method"),
     (["check", "--only", ""], "univer check: error: --only '': unknown check(s) ['']"),
     (["check", "--only", "lossless,nope"], "unknown check(s) ['nope']"),
     (["check", "--only", "reductions", "--out", "FILE"], "is a file; give a folder"),

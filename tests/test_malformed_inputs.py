@@ -363,7 +363,7 @@ def test_public_helpers_check_their_arguments():
             (lambda: DirichletModel(3, seed=1.5), "DirichletModel: seed must be an integer ≥ 0, got 1.5"),
             (lambda: DirichletModel(3, seed=-1), "seed must be an integer ≥ 0, got -1"),
             (lambda: alpha_star(half, half, 2.0, "iid"), "k must be an integer ≥ 1, got 2.0"),
-            (lambda: DraftTree((-1, 0), (-1, 0), vocab_size=0), r"token 0, outside \[0, 0\)"),
+            (lambda: DraftTree((-1, 0), (-1, 0), vocab_size=0), r"vocab_size must be ≥ 1, got 0"),
             (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], vocab_size="3"), "vocab_size must be an integer"),
             (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], vocab_size=2.5), "got 2.5"),
             (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], vocab_size=True), "got True")):

@@ -275,6 +275,8 @@ class DraftTree(_Skeleton):
         object.__setattr__(self, "token", as_int_tuple(self.token, "DraftTree", "token"))
         if self.vocab_size is not None:
             object.__setattr__(self, "vocab_size", as_int_tuple([self.vocab_size], "DraftTree", "vocab_size")[0])
+            if self.vocab_size < 1:                 # (a root-only tree has no token to catch it)
+                raise ValueError(f"DraftTree: vocab_size must be ≥ 1, got {self.vocab_size}")
         _check_parents(self.parent, "DraftTree")
         if len(self.token) != len(self.parent):
             raise ValueError(f"DraftTree: token has {len(self.token)} entries but parent has {len(self.parent)}")

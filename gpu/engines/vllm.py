@@ -228,7 +228,8 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
             if req is not None and N == 1:  # a seeded request without drafts draws no coin, in a batch as alone
                 continue                    # (and as vLLM, whose seeded uniforms skip such requests)
             every = slice(None) if req is None else req
-            sub = batch if req is None else TreeBatch(batch.parent[req, :N], batch.token[req, :N], batch.num_nodes[req])
+            sub = batch if req is None else TreeBatch(batch.parent[req, :N], batch.token[req, :N],
+                                                      batch.num_nodes[req], batch.vocab_size)
             result = verify(sub, p, q, process, gpu_method, gen, False, row_index[every, :N])
             out[every], chain[every] = output_tokens(sub, result, L[every], bonus[every], width + 1)
     if accepted_draft is not None:

@@ -315,3 +315,61 @@ def test_rows_a_little_above_one_are_verified(dtype, off):
             e = expected_accepted_length(batch, p, q, process, method)
             assert float(e[0]) >= 1, (method, process)      # node 1 (token 0, p = 1) is accepted surely
             verify(batch, p, q, process, method, torch.Generator().manual_seed(0))
+
+
+def test_inputs_torch_itself_used_to_refuse():
+    """Each raised an error from inside torch (a RuntimeError, TypeError or AssertionError, or a message naming no
+    argument), blamed the other argument, or was accepted silently (the declared vocabulary); each is a ValueError
+    naming what is wrong now."""
+    from gpu import sample_children
+    from gpu.probs import check_generator
+    batch, p = TreeBatch.from_trees([DraftTree((-1, 0), (-1, 1))]), torch.full((1, 2, 4), 0.25, dtype=torch.float64)
+    for call in (lambda: expected_accepted_length(batch, p.to_sparse(), p, "iid", "tv"),
+                 lambda: verify(batch, p, p.to_sparse(), "iid", "tv"),
+                 lambda: sample_children(p[0].to_sparse(), 2, "iid")):
+        with pytest.raises(ValueError, match="must be a dense \\(strided\\) tensor, got layout torch.sparse_coo"):
+            call()
+    with pytest.raises(ValueError, match="generator is on cpu but the rows are on cuda"):
+        check_generator("verify", torch.Generator(), torch.device("cuda"))       # (no device needed to compare)
+    rows = p.reshape(2, 4)
+    with pytest.raises(ValueError, match="target_probs and draft_probs must hold the same rows, got 1 and 2"):
+        verify(batch, rows[:1], rows, "iid", "tv", row_index=torch.arange(2).view(1, 2))
+    declared = DraftTree((-1, 0), (-1, 1), vocab_size=4)
+    p6 = torch.full((1, 2, 6), 1 / 6, dtype=torch.float64)
+    for b in (TreeBatch.from_trees([declared]), TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], vocab_size=4)):
+        assert b.vocab_size == 4 and b.to("cpu").vocab_size == 4 and b.with_tokens(b.token).vocab_size == 4
+        with pytest.raises(ValueError, match="the batch declares vocab_size 4 but the rows have V = 6"):
+            expected_accepted_length(b, p6, p6, "iid", "tv")
+        with pytest.raises(ValueError, match="the batch declares vocab_size 4 but the rows have V = 6"):
+            verify(b, p6, p6, "iid", "tv")
+        assert b.to_trees() == [declared]
+        assert expected_accepted_length(b, p, p, "iid", "tv").item() == VERIFIERS["tv"].expected_accepted_length(
+            declared, p[0].numpy(), p[0].numpy(), "iid")
+    with pytest.raises(ValueError, match="vocab_size must be ≥ 1, got -5"):
+        DraftTree((-1,), (-1,), -5)                                   # a root-only tree: no token to catch it
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: TreeBatch.from_tensors(None, None), "from_tensors: parent must be an integer array, got NoneType"),
+    (lambda: TreeBatch.from_tensors("ab", "cd"), "from_tensors: parent must be an integer array, got str"),
+    (lambda: TreeBatch.from_tensors([[-1, 0], [-1]], [[-1, 0], [-1]]), "parent must be an integer array, got list"),
+    (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], [None]), "num_nodes must be an integer array"),
+    (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], device="bogus"), "device 'bogus' cannot hold parent"),
+    (lambda: TreeBatch.from_sglang(None, None, None), "from_sglang: retrive_next_token must be an integer array"),
+    (lambda: TreeBatch.from_trees(None), "trees must be a non-empty list of DraftTree, got NoneType"),
+    (lambda: TreeBatch.from_trees(DraftTree.chain([1])), "got one DraftTree \\(wrap it in a list\\)"),
+    (lambda: TreeBatch.from_trees([DraftTree.chain([1])]).with_tokens(None), "token must be an integer array"),
+    (lambda: TreeBatch.from_trees([DraftTree.chain([1])]).positions(None), "offset must be an integer scalar"),
+    (lambda: draft_tree("2", None, "iid", 2), "draft_probs must be rows .* or a callable, got NoneType"),
+    (lambda: draft_tree("2,2", lambda token, nodes: torch.full((2, len(nodes), 4 if nodes == [0] else 3),
+                                                               1 / (4 if nodes == [0] else 3), dtype=torch.float64),
+                        "iid", 2), "returned rows of V = 3, torch.float64 on cpu at depth 1, but V = 4"),
+    (lambda: draft_tree("2,2", lambda token, nodes: torch.full(
+        (2, len(nodes), 4), 0.25, dtype=torch.float64 if nodes == [0] else torch.float32), "iid", 2),
+     "returned rows of V = 4, torch.float32 on cpu at depth 1, but V = 4, torch.float64"),
+])
+def test_tree_builders_name_the_argument_torch_could_not_take(call, message):
+    """Each was torch's own RuntimeError / TypeError (``Could not infer dtype of NoneType``, ``shape mismatch``) or
+    a ValueError naming no argument."""
+    with pytest.raises(ValueError, match=message):
+        call()

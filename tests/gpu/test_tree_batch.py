@@ -251,7 +251,7 @@ def test_draft_tree_batches_of_one_skeleton_share_its_structure():
 
 def test_from_tensors_accepts_ragged_valid_batch():
     b = TreeBatch.from_tensors([[-1, 0, 0], [-1, 0, -1]], [[-1, 1, 2], [-1, 3, -1]], [3, 2], vocab_size=4)
-    assert b.to_trees() == [DraftTree((-1, 0, 0), (-1, 1, 2)), DraftTree((-1, 0), (-1, 3))]
+    assert b.to_trees() == [DraftTree((-1, 0, 0), (-1, 1, 2), 4), DraftTree((-1, 0), (-1, 3), 4)]   # its vocab
 
 
 @pytest.mark.parametrize("n", [3, 6, 7])

@@ -52,7 +52,7 @@ def default_methods(args, shape) -> list[str]:
     from gpu import METHODS
 
     applicable = selected_methods(args, shape, exact=False)
-    if args.methods:
+    if args.methods is not None:
         return [v.name for v in applicable]
     keep = [v.name for v in applicable if v.name in METHODS or v.chain_only]
     left = [v.name for v in applicable if v.name not in keep]

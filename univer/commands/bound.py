@@ -44,7 +44,7 @@ def bound_results(args, progress: bool = True) -> dict:
     from solvers.global_lp import enumerate_tree_arrays, global_tree_lp, model_rows
     from solvers.value_aware import value_aware_verifier
 
-    names = method_names(args.methods, [*VERIFIERS, VALUE_AWARE]) if args.methods else None
+    names = method_names(args.methods, [*VERIFIERS, VALUE_AWARE]) if args.methods is not None else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if args.rational and names is not None and VALUE_AWARE in names:
         raise NotImplementedError(f"--methods {VALUE_AWARE} with --rational: the value-aware oracle's node LPs are "

@@ -118,7 +118,7 @@ def method_names(text: str, choices) -> list[str]:
 def selected_methods(args, shape: TreeShape, exact: bool) -> list:
     """Verifiers that apply to (shape, process[, rational]); ``nss`` is listed for ``topk``, and otherwise only
     where nothing else applies (``greedy`` in rational mode)."""
-    if args.methods:
+    if args.methods is not None:
         chosen = [VERIFIERS[m] for m in method_names(args.methods, VERIFIERS)]
         for v in chosen:
             why = v.unsupported(shape, args.process, exact)
