@@ -39,7 +39,8 @@ def add_model_options(p) -> None:
                    help="exact Fraction arithmetic (rational methods only); the synthetic model's rows are rounded "
                         "to multiples of 1/1000 (each positive entry kept ≥ 1/1000), a nearby model, not the float "
                         "one; a --model-file's rows are read as exact fractions")
-    p.add_argument("--methods", help="comma-separated method names (default: every method that applies)")
+    p.add_argument("--methods", help="comma-separated method names (default: every method that applies; nss only "
+                                     "for topk, or where no other applies)")
     p.add_argument("--json", action="store_true", help="print the JSON object instead of the table")
 
 
