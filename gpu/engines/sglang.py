@@ -70,10 +70,15 @@ def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_pro
     token = _as_long(candidates, where, "candidates", target_probs.device)
     if token.shape != (B, N):
         raise ValueError(f"{where}: candidates must be [B, N] = {[B, N]}, got {list(token.shape)}")
+    bad = (token[:, 1:] < 0) | (token[:, 1:] >= V)             # in the caller's slots (the batch's are reordered)
+    if bad.any():
+        b, u = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{where}: candidates[{b}, {u + 1}] = {int(token[b, u + 1])} is outside the vocabulary "
+                         f"[0, {V})")
     token = torch.cat([torch.full_like(token[:, :1], -1), token[:, 1:]], 1)
-    batch, order = TreeBatch.from_sglang(torch.as_tensor(retrive_next_token, device=target_probs.device),
-                                         torch.as_tensor(retrive_next_sibling, device=target_probs.device),
-                                         token, vocab_size=V, return_order=True)
+    first = _as_long(retrive_next_token, where, "retrive_next_token", target_probs.device)
+    sibling = _as_long(retrive_next_sibling, where, "retrive_next_sibling", target_probs.device)
+    batch, order = TreeBatch.from_sglang(first, sibling, token, vocab_size=V, return_order=True)
     q = uniform_draft_rows(target_probs) if draft_probs is None else draft_probs
     if not torch.is_tensor(q) or q.shape != target_probs.shape:
         raise ValueError(f"{where}: draft_probs must be [B, N, V] = {list(target_probs.shape)}, got "
@@ -262,6 +267,9 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
     accept_index = torch.full((B, S), -1, dtype=torch.int32, device=dev) if accept_index is None else accept_index
     accept_token_num = torch.zeros(B, dtype=torch.int32, device=dev) if accept_token_num is None else accept_token_num
     check_integer_outputs(where, dev, predicts=predicts, accept_index=accept_index, accept_token_num=accept_token_num)
+    if predicts.ndim > 1 and not predicts.is_contiguous():
+        raise ValueError(f"{where}: predicts must be 1-D or contiguous (it is written through a flat view), got a "
+                         f"{list(predicts.shape)} tensor with strides {list(predicts.stride())}")
     ridx = _as_long(retrive_index, where, "retrive_index", dev)
     if accept_index.shape != (B, S) or accept_token_num.shape != (B,) or ridx.shape != (B, N):
         raise ValueError(f"{where}: accept_index must be [B, S] = [{B}, {S}], accept_token_num [B] and "

@@ -78,6 +78,10 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
         raise ValueError(f"{where}: argmax drafts (draft_probs=None) give one chain; num_drafts must be 1")
     if ((bonus < 0) | (bonus >= V)).any():
         raise ValueError(f"{where}: bonus_token_ids must lie in [0, {V})")
+    bad = (tok < 0) | (tok >= V)                                # in the caller's positions (the batch's are slots)
+    if bad.any():
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{where}: draft_token_ids[{i}] = {int(tok[i])} is outside the vocabulary [0, {V})")
     L = counts // m
     N = 1 + int(counts.max())
     # every draft token t: request, chain c, position i → its slot and the slot whose rows it carries

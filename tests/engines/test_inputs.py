@@ -110,6 +110,30 @@ def test_sglang_adapter_input_errors():
         sglang_verify_tree(**{**ints, "retrive_index": torch.tensor([[0, 1, 1]])}, target_probs=p)
 
 
+def test_adapter_inputs_are_named_in_the_callers_coordinates():
+    """An out-of-vocabulary candidate was named by the batch's reordered slot (``TreeBatch: tree 0 slot 2 …, token
+    5``, where the caller's ``candidates[0, 1]`` held it), a vLLM draft token by its tree slot; link arrays that are
+    not integer arrays were torch's own errors (``Could not infer dtype of NoneType``); a 2-D strided ``predicts``
+    failed inside the write (``view size is not compatible``), after every check had passed."""
+    ints, p = sglang_case()
+    with pytest.raises(ValueError, match=r"candidates\[0, 1\] = 5 is outside the vocabulary \[0, 4\)"):
+        sglang_verify_tree(**{**ints, "candidates": torch.tensor([[0, 5, 2]])}, target_probs=p)   # stored slot 1
+    for name in ("retrive_next_token", "retrive_next_sibling"):
+        with pytest.raises(ValueError, match=f"{name} must be an integer array, got NoneType"):
+            sglang_verify_tree(**{**ints, name: None}, target_probs=p)
+    strided = torch.full((3, 2), -1, dtype=torch.int32)[:, :1]
+    with pytest.raises(ValueError, match=r"predicts must be 1-D or contiguous .* \[3, 1\] tensor with strides"):
+        sglang_verify_tree(**ints, target_probs=p, predicts=strided)
+    base = torch.full((6,), -1, dtype=torch.int32)      # a 1-D strided buffer is written through its own view
+    out = sglang_verify_tree(**ints, target_probs=p, predicts=base[::2], generator=torch.Generator().manual_seed(0))
+    want = sglang_verify_tree(**ints, target_probs=p, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(base[::2], want.predicts) and (base[1::2] == -1).all()
+    assert out.predicts.data_ptr() == base.data_ptr()
+    with pytest.raises(ValueError, match=r"draft_token_ids\[1\] = -1 is outside the vocabulary \[0, 4\)"):
+        vllm_rejection_sample(torch.tensor([1, -1]), torch.tensor([2]), None, torch.full((2, 4), 0.25),
+                              torch.tensor([[3]]))
+
+
 def test_vllm_adapter_input_errors():
     ids, cu, p = torch.tensor([1, 2]), torch.tensor([2]), torch.full((2, 4), 0.25)
     bonus = torch.tensor([[3]])
@@ -124,7 +148,7 @@ def test_vllm_adapter_input_errors():
     with pytest.raises(ValueError, match="multiple of num_drafts"):
         vllm_rejection_sample(torch.tensor([1, 2, 3]), torch.tensor([3]), torch.full((3, 4), 0.25),
                               torch.full((3, 4), 0.25), torch.tensor([[3, 3]]), method="rrs", num_drafts=2)
-    with pytest.raises(ValueError, match="token ids must lie"):
+    with pytest.raises(ValueError, match=r"draft_token_ids\[1\] = 9 is outside the vocabulary \[0, 4\)"):
         vllm_rejection_sample(torch.tensor([1, 9]), cu, None, p, bonus)
     with pytest.raises(ValueError, match="max_spec_len"):
         vllm_rejection_sample(ids, cu, None, p, bonus, max_spec_len=1)
