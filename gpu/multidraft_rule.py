@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from univer_theory.plans.base import residual_rows, shares_rows
+from univer_theory.validation import Unsupported
 
 from .engine import LevelContext, LevelDecision
 from .layout import layout_weights
@@ -21,7 +22,7 @@ from .univer_rule import planning_rows, single_child
 def gr_rule(ctx: LevelContext) -> LevelDecision:
     """Global Resolution at R nodes at once (module docstring); i.i.d. children only."""
     if ctx.process != "iid":
-        raise NotImplementedError(f"gr: defined for i.i.d. drafts only, got process {ctx.process!r}")
+        raise Unsupported(f"gr: defined for i.i.d. drafts only, got process {ctx.process!r}")
     dtype = ctx.target.dtype
     p, q, rho = planning_rows(ctx)
     k = ctx.child_mask.sum(1)

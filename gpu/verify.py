@@ -19,7 +19,7 @@ import torch
 
 from univer_theory import PROCESSES, VERIFIERS
 from univer_theory.orders import top_tokens
-from univer_theory.validation import check_choice
+from univer_theory.validation import Unsupported, check_choice
 
 from . import engine
 from .engine import VerifyResult
@@ -173,7 +173,7 @@ def _rule(where: str, method: str, process: str):
                          f"univer_theory.VERIFIERS (register one: its processes and the tests' oracle come from it)")
     supported = VERIFIERS[method].processes
     if process not in supported:
-        raise NotImplementedError(f"{where}: {method} is defined for processes {supported}, got {process!r}")
+        raise Unsupported(f"{where}: {method} is defined for processes {supported}, got {process!r}")
     return METHODS[method]
 
 

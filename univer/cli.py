@@ -88,6 +88,9 @@ def main(argv=None) -> int:
         return _interrupted("univer")
     try:
         return int(args.func(args) or 0)
+    except NotImplementedError as err:   # (before ValueError: validation.Unsupported is both)
+        print(f"univer {args.command}: error: unsupported method/shape/process combination: {err}", file=sys.stderr)
+        return 2
     except ValueError as err:
         print(f"univer {args.command}: error: {err}", file=sys.stderr)
         return 2
@@ -97,9 +100,6 @@ def main(argv=None) -> int:
             raise
         print(f"univer {args.command}: error: needs {package}, not installed: {install_hint([package])}",
               file=sys.stderr)
-        return 2
-    except NotImplementedError as err:
-        print(f"univer {args.command}: error: unsupported method/shape/process combination: {err}", file=sys.stderr)
         return 2
     except RuntimeError as err:  # a solver that failed after its re-solves; commands with several results
         print(f"univer {args.command}: failed: {err}", file=sys.stderr)  # report it per result instead

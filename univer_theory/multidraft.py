@@ -33,6 +33,7 @@ from .plans.choose import single_child_plan
 from .plans.layout import layout_plan
 from .processes import HUB, hub_token, tuple_law
 from .univer import PlanCache
+from .validation import Unsupported
 from .verifiers import Verifier, register
 
 def flat_plan_decision(plan: NodePlan, children) -> NodeDecision:
@@ -56,7 +57,7 @@ class FlatPlanRule:
 
     def plan(self, target_probs, draft_probs, k: int, process: str) -> NodePlan:
         if process not in self.processes:
-            raise NotImplementedError(f"{self.name}: defined for processes {self.processes}, got {process!r}")
+            raise Unsupported(f"{self.name}: defined for processes {self.processes}, got {process!r}")
         p, q = np.asarray(target_probs), np.asarray(draft_probs)
         key = tuple(p.tolist()), tuple(q.tolist()), k, process, p.dtype == object  # Fraction(1, 2) == 0.5
         return self._plans.get(key, p.size, lambda: self.build(target_probs, draft_probs, k))
@@ -68,7 +69,7 @@ class FlatPlanRule:
 def spechub_plan(target_probs, draft_probs, k: int) -> NodePlan:
     """SpecHub's flat plan on the ``hub`` pair law (module docstring); exact for Fraction rows."""
     if k != 2:
-        raise NotImplementedError(f"spechub: defined for k = 2 drafts (process 'hub'), got k = {k}")
+        raise Unsupported(f"spechub: defined for k = 2 drafts (process 'hub'), got k = {k}")
     p, q = np.asarray(target_probs), np.asarray(draft_probs)
     a = hub_token(q)
     law = dict(tuple_law(q, 2, HUB))
@@ -104,7 +105,7 @@ def gr_plan(target_probs, draft_probs, k: int) -> NodePlan:
     unique plan ``w = min(1, p/q)``, as the batched rule — the layout's interval arithmetic loses a token whose
     q is below an ulp of its position, ~1e-16)."""
     if np.asarray(target_probs).dtype == object:
-        raise NotImplementedError("gr: the α*-optimal i.i.d. plan is computed in floats; pass float64 rows")
+        raise Unsupported("gr: the α*-optimal i.i.d. plan is computed in floats; pass float64 rows")
     if k == 1:
         return single_child_plan(target_probs, draft_probs, 1.0, "iid")
     return layout_plan(target_probs, draft_probs, 1.0, k, "iid")

@@ -15,7 +15,7 @@ from . import engine
 from .models import Model, check_model_type, checked_model
 from .processes import EXACT_PROCESSES, enumerate_trees, tuple_law
 from .tree import TreeShape, as_shape
-from .validation import check_choice
+from .validation import Unsupported, check_choice
 from .verifiers import Verifier
 
 #: A float distance at or below this counts as lossless (the Standards' enumeration tolerance).
@@ -40,7 +40,7 @@ def output_law(model: Model, shape: TreeShape, process: str, verifier: Verifier,
     model, shape = check_inputs("output_law", model, shape, process, verifier)
     why = verifier.unsupported(shape, process, model.exact)
     if why:
-        raise NotImplementedError(f"output_law: shape {shape}: {why}")
+        raise Unsupported(f"output_law: shape {shape}: {why}")
     if verifier.rule is not None:
         return engine.expected_law(model, shape, process, verifier.rule, tuple_law, on_node)
     return enumerated_output_law(model, shape, process, verifier)

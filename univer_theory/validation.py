@@ -13,6 +13,13 @@ from fractions import Fraction
 
 import numpy as np
 
+class Unsupported(NotImplementedError, ValueError):
+    """A method, process, shape, k or row mode outside what a function covers (a verifier defined for other draft
+    processes, an irrational quantity asked for in Fractions): a NotImplementedError by what it is, and a
+    ValueError by the input rule — a caller handing a verifier a combination it does not cover gave bad input, and
+    ``except ValueError`` catches it as it catches every other refusal."""
+
+
 #: Tolerance on ``|Σ row − 1|`` for float probability rows.  Rows are produced by softmax / division, so
 #: 1e-9 is loose enough for float64 round-off on V = 10⁵ and tight enough to catch a forgotten normalisation.
 SIMPLEX_ATOL = 1e-9

@@ -27,7 +27,7 @@ from .nx import get_backend
 from .orders import RATIO_SCALE, ratio_argsort, ratio_key, top_tokens
 from .processes import EXACT_PROCESSES, HUB, check_rng, hub_token
 from .tree import DraftTree, as_shape
-from .validation import check_choice, check_one_mode, check_simplex
+from .validation import Unsupported, check_choice, check_one_mode, check_simplex
 
 _ALL = ("iid", "wor", "topk", "greedy")
 
@@ -221,7 +221,7 @@ def kseq_rule(ctx: NodeContext) -> NodeDecision:
     ``Y ~ norm(p − m)`` with ``m`` the accepted mass (= ``[p − ρ* q]_+`` at the exact root; ``p`` itself where
     round-off cancels all of it, :func:`~univer_theory.plans.base.residual_rows`)."""
     if ctx.target.dtype == object:
-        raise NotImplementedError("kseq: ρ* is irrational in general; pass float64 rows, not Fractions")
+        raise Unsupported("kseq: ρ* is irrational in general; pass float64 rows, not Fractions")
     from .plans.base import residual_rows      # plans import this module (TV's plan)
     k = len(ctx.children)
     rho = kseq_rho_star(ctx.target, ctx.draft, k, validate=False)      # rows checked by validate_inputs
@@ -347,7 +347,7 @@ class Verifier:
         p, q = validate_inputs(where, tree, target_probs, draft_probs, process)
         why = self.unsupported(tree, process, p.dtype == object)
         if why:
-            raise NotImplementedError(f"{where}: {why}")
+            raise Unsupported(f"{where}: {why}")
         return p, q
 
     def law(self, tree, target_probs, draft_probs, process) -> dict:

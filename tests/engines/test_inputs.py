@@ -132,6 +132,15 @@ def test_adapter_inputs_are_named_in_the_callers_coordinates():
     with pytest.raises(ValueError, match=r"draft_token_ids\[1\] = -1 is outside the vocabulary \[0, 4\)"):
         vllm_rejection_sample(torch.tensor([1, -1]), torch.tensor([2]), None, torch.full((2, 4), 0.25),
                               torch.tensor([[3]]))
+    # a method-process pair the verifier does not cover was a bare NotImplementedError: it is a ValueError too now
+    # (univer_theory.validation.Unsupported), as the input rule asks, and still a NotImplementedError
+    for call in (lambda: sglang_verify_tree(**ints, target_probs=p, draft_probs=p, method="tv", process="topk"),
+                 lambda: vllm_rejection_sample(torch.tensor([1, 2, 3, 0]), torch.tensor([4]),
+                                               torch.full((4, 4), 0.25), torch.full((4, 4), 0.25),
+                                               torch.tensor([[0, 0]]), method="rrs", num_drafts=2, process="wor")):
+        for kind in (ValueError, NotImplementedError):
+            with pytest.raises(kind, match="is defined for processes"):
+                call()
 
 
 def test_vllm_adapter_input_errors():

@@ -15,6 +15,7 @@ import numpy as np
 from univer_theory import VERIFIERS, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.processes import PROCESSES
+from univer_theory.validation import Unsupported
 
 from .common import (add_model_options, build_model, check_enumeration_size, method_names, print_json,
                      synthetic_option)
@@ -37,7 +38,7 @@ def bound_results(args, progress: bool = True) -> dict:
     """
     shape = TreeShape.parse(args.shape)  # a bad --shape is reported before the solvers are imported
     if args.process not in PROCESSES:
-        raise NotImplementedError(f"the global tree LP and CF are defined for processes {PROCESSES}; "
+        raise Unsupported(f"the global tree LP and CF are defined for processes {PROCESSES}; "
                                   f"process {args.process!r} is supported by `univer exact` only")
     from solvers.cf_bound import MAX_CF_NODE_TUPLES, cf_bound
     from solvers.condot import MAX_NODE_LP_TUPLES, condot_lp, node_lp_tuples
@@ -47,7 +48,7 @@ def bound_results(args, progress: bool = True) -> dict:
     names = method_names(args.methods, [*VERIFIERS, VALUE_AWARE]) if args.methods is not None else None
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if args.rational and names is not None and VALUE_AWARE in names:
-        raise NotImplementedError(f"--methods {VALUE_AWARE} with --rational: the value-aware oracle's node LPs are "
+        raise Unsupported(f"--methods {VALUE_AWARE} with --rational: the value-aware oracle's node LPs are "
                                   f"solved in floats; it has no exact rational form")
     model = build_model(args)
     check_enumeration_size(model.vocab_size, shape, args.process)          # exact_results, given the model, does not

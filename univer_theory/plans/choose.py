@@ -35,6 +35,7 @@ from ..alpha_star import alpha_star, wor_clocks_max_tokens
 from ..nx import get_backend
 from ..orders import top_tokens
 from ..processes import falling, tuple_law
+from ..validation import Unsupported
 from .base import NodePlan
 from .first_draw import first_draw_gate, first_draw_marginal, first_draw_rows, first_draw_weights
 from .iid_coupling import iid_coupling_plan
@@ -258,7 +259,7 @@ def choose_plan(target_probs, draft_probs, rho, k: int, process: str) -> NodePla
     if plan is None:
         plan = tv_plan(target_probs, draft_probs, rho, k, process)
     if plan is None:
-        raise NotImplementedError(f"choose_plan: no UniVer construction for process {process!r} at k = {k}")
+        raise Unsupported(f"choose_plan: no UniVer construction for process {process!r} at k = {k}")
     return plan
 
 
@@ -276,7 +277,7 @@ def build_plan(construction: str, target_probs, draft_probs, rho, k: int, proces
     fn, processes = CONSTRUCTIONS[construction]
     plan = fn(target_probs, draft_probs, rho, k, process) if process in processes else None
     if plan is None:
-        raise NotImplementedError(f"build_plan: construction {construction!r} gives no plan for process "
+        raise Unsupported(f"build_plan: construction {construction!r} gives no plan for process "
                                   f"{process!r}, k = {k} on this node")
     return plan
 
