@@ -39,7 +39,7 @@ def bound_results(args, progress: bool = True) -> dict:
     shape = TreeShape.parse(args.shape)  # a bad --shape is reported before the solvers are imported
     if args.process not in PROCESSES:
         raise Unsupported(f"the global tree LP and CF are defined for processes {PROCESSES}; "
-                                  f"process {args.process!r} is supported by `univer exact` only")
+                          f"process {args.process!r} is supported by `univer exact` only")
     from solvers.cf_bound import MAX_CF_NODE_TUPLES, cf_bound
     from solvers.condot import MAX_NODE_LP_TUPLES, condot_lp, node_lp_tuples
     from solvers.global_lp import enumerate_tree_arrays, global_tree_lp, model_rows
@@ -49,7 +49,7 @@ def bound_results(args, progress: bool = True) -> dict:
     others = None if names is None else ",".join(m for m in names if m != VALUE_AWARE)
     if args.rational and names is not None and VALUE_AWARE in names:
         raise Unsupported(f"--methods {VALUE_AWARE} with --rational: the value-aware oracle's node LPs are "
-                                  f"solved in floats; it has no exact rational form")
+                          f"solved in floats; it has no exact rational form")
     model = build_model(args)
     check_enumeration_size(model.vocab_size, shape, args.process)          # exact_results, given the model, does not
 

@@ -278,7 +278,7 @@ def build_plan(construction: str, target_probs, draft_probs, rho, k: int, proces
     plan = fn(target_probs, draft_probs, rho, k, process) if process in processes else None
     if plan is None:
         raise Unsupported(f"build_plan: construction {construction!r} gives no plan for process "
-                                  f"{process!r}, k = {k} on this node")
+                          f"{process!r}, k = {k} on this node")
     return plan
 
 
