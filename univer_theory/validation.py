@@ -13,6 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 
+
 class Unsupported(NotImplementedError, ValueError):
     """A method, process, shape, k or row mode outside what a function covers (a verifier defined for other draft
     processes, an irrational quantity asked for in Fractions): a NotImplementedError by what it is, and a
