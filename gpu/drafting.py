@@ -4,8 +4,8 @@
 nodes at once:
 
 * ``iid``: k inverse-CDF draws from q (float64 uniforms, :func:`gpu.probs.sample_rows`);
-* ``wor``: Gumbel-top-k, the top k of ``log q + G`` (``G = −log E``, E ~ Exp(1)) in decreasing order — exactly the sequential
-  without-replacement law ``Π_j q(x_j)/(1 − Σ_{l<j} q(x_l))``, in order;
+* ``wor``: Gumbel-top-k, the top k of ``log q + G`` (``G = −log E``, E ~ Exp(1)) in decreasing order — exactly
+  the sequential without-replacement law ``Π_j q(x_j)/(1 − Σ_{l<j} q(x_l))``, in order;
 * ``topk``: the k most likely tokens (ties to the lower id: :func:`univer_theory.processes.top_tokens`);
 * ``greedy``: top-(k−1) plus one draw from q restricted to the other tokens.
 """
