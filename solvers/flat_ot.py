@@ -19,7 +19,7 @@ from univer_theory.alpha_star import alpha_star as alpha_star_fast
 from univer_theory.alpha_star import alpha_star_and_cut, check_node_inputs
 from univer_theory.validation import check_choice
 
-from .condot import condot_constraints, condot_lp, plan_result, tuple_support
+from .condot import condot_constraints, condot_lp, lp_unit, plan_result, tuple_support
 from .highs_lp import silence_banner
 from .mincut import condot_mincut
 from .result import OTResult
@@ -71,15 +71,16 @@ def flat_ot_cvxpy(target_probs, draft_probs, k: int, process: str, rho=1.0, *, s
         silence_banner()                         # highspy's version banner, printed once, would corrupt --json
     start = time.perf_counter()
     by_tuple, by_token = condot_constraints(tuples, p.size)
+    unit = lp_unit(rho)
     x = cp.Variable(len(tuples) * k, nonneg=True)
-    problem = cp.Problem(cp.Maximize(cp.sum(x)), [by_tuple @ x <= probs, by_token @ x <= rho * p])
+    problem = cp.Problem(cp.Maximize(cp.sum(x)), [by_tuple @ x <= probs / unit, by_token @ x <= rho * p / unit])
     problem.solve(solver=solver, **CVXPY_SOLVERS.get(solver, {}))
     seconds = time.perf_counter() - start
     ok = problem.status == cp.OPTIMAL
-    values = x.value if x.value is not None else np.zeros(len(tuples) * k)
+    values = x.value * unit if x.value is not None else np.zeros(len(tuples) * k)
     return plan_result(values, tuples, probs, p, rho, solver_ok=ok, status=problem.status,
                        message=f"cvxpy {solver}: {problem.status}", solver=f"cvxpy-{solver}", seconds=seconds,
-                       claimed_value=problem.value if ok else np.nan)
+                       claimed_value=problem.value * unit if ok else np.nan)
 
 
 def _fast(target_probs, draft_probs, k: int, process: str, rho) -> OTResult:

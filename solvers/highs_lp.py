@@ -61,7 +61,7 @@ class LPSolution:
 
 def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = "choose",
              tolerance: float = 1e-10, threads: int = 1, vertex: bool = False, retry: bool = True,
-             presolve: str = "choose") -> LPSolution:
+             presolve: str = "choose", vertex_tol: float | None = None) -> LPSolution:
     """Maximise ``c·x`` over ``{x : row_lower ≤ A x ≤ row_upper, col_lower ≤ x ≤ col_upper}`` with HiGHS.
 
     ``±inf`` bounds mean "no bound".  ``tolerance`` is HiGHS' primal and dual feasibility tolerance
@@ -69,7 +69,8 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     basic solution of HiGHS' optimal basis recomputed by one dense solve — nonbasic columns and rows at the
     bound HiGHS left them on, the basic columns from the square system that leaves — so it carries round-off
     only, not HiGHS' feasibility tolerance; a basis whose exact solution breaks a bound by more than
-    :data:`VERTEX_TOL` (HiGHS calls a basis optimal that is feasible within its tolerance) is reported unsuccessful.
+    ``vertex_tol`` (default :data:`VERTEX_TOL`; HiGHS calls a basis optimal that is feasible within its tolerance)
+    is reported unsuccessful.
     ``presolve``: HiGHS' option (``"choose"`` or ``"off"``).  ``retry``: when the run does not end Optimal, re-solve
     with each of :data:`RETRIES` in turn (simplex ones only with ``vertex``); ``message`` then lists every attempt.
     ValueError for ``c`` or ``A`` with NaN / inf entries, ``c`` not of one entry per column, bounds that are NaN or
@@ -121,7 +122,8 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
     if vertex and ok:
         x = _basic_solution(A, h.getBasis(), lp)
         off = _bound_excess(A @ x, lp.row_lower_, lp.row_upper_) + _bound_excess(x, lp.col_lower_, lp.col_upper_)
-        if off > VERTEX_TOL:        # HiGHS' basis is primal feasible only within its tolerance, not its vertex
+        limit = VERTEX_TOL if vertex_tol is None else vertex_tol
+        if off > limit:             # HiGHS' basis is primal feasible only within its tolerance, not its vertex
             ok, message = False, f"{message}, but its basis' exact solution breaks a bound by {off:.2e}"
     if len(tried) > 1:
         message += " after re-solving: " + "; ".join(tried)
