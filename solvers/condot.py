@@ -34,12 +34,18 @@ HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolera
 
 
 def lp_unit(rho: float) -> float:
-    """The unit ``s = min(ρ, 1)`` (1 at ρ = 0) in which the node LPs are solved and rechecked: every bound
-    ``(Q_k(S), ρ p(y))`` is divided by s and the plan multiplied back, so HiGHS' feasibility tolerances and
-    :data:`PLAN_TOL` are relative to ρ, which bounds the value α*(ρ) (read as absolute, they let HiGHS plans of
-    2–4× α* pass at ρ = 1e-9).  Dividing every bound by s divides every vertex by s: the optimal basis, and so
-    :func:`condot_plan`'s tie-broken plan, is the same."""
+    """The unit ``s = min(ρ, 1)`` (1 at ρ = 0) in which the node LPs are solved and rechecked (:func:`lp_bounds`):
+    HiGHS' feasibility tolerances and :data:`PLAN_TOL` are then relative to ρ, which bounds the value α*(ρ) (read as
+    absolute, they let HiGHS plans of 2–4× α* pass at ρ = 1e-9)."""
     return rho if 0 < rho < 1 else 1.0
+
+
+def lp_bounds(tuple_probs: np.ndarray, capacities: np.ndarray, k: int, rho: float) -> np.ndarray:
+    """The node LP's row bounds in the unit ``s`` = :func:`lp_unit`: ``min(Q_k(S), kρ)/s`` for the tuple rows, then
+    the capacities ``ρp(y)/s``.  Every ``π(S, j) ≤ ρp(S_j) ≤ ρ``, so ``Σ_j π(S, j) ≤ kρ`` holds anyway: the feasible
+    set, its vertices and the tie-broken optimum are those of the LP as stated (each vertex divided by s), and no
+    bound exceeds k (``Q_k(S)/ρ`` overflowed at a subnormal ρ)."""
+    return np.concatenate([np.minimum(tuple_probs, k * rho), capacities]) / lp_unit(rho)
 
 
 #: Most draft tuples a node LP is built over (counted before they are enumerated): V = 16, k = 4 i.i.d. (65 536
@@ -160,7 +166,7 @@ def _node_lp_inputs(where: str, target_probs, draft_probs, rho, k: int, process:
 #: (to ``VERTEX_TOL·lp_unit(ρ)``).  HiGHS reads a bound below its 1e-10 as 0: a tuple of Q_k(S) = 3e-14 at ρ = 1e-3
 #: was taken whole against a capacity of 6e-270; a finer unit makes such bounds visible to it.  On 14 652 seeded
 #: nodes (Dirichlet, peaky, sparse, tied rows; iid, wor, greedy; k ≤ 3; ρ ∈ {1e-9, 1e-3, 0.3, 1}) the unit ρ
-#: failed on 75 and ρ/16 solved all 75.
+#: failed on 73 and ρ/16 solved all 73.
 PLAN_UNITS = (1.0, 1 / 16)
 
 
@@ -199,8 +205,7 @@ def condot_lp(target_probs, draft_probs, rho, k: int, process: str, *, support=N
     by_tuple, by_token = condot_constraints(tuples, p.size)
     unit = lp_unit(rho)
     res = linprog(-np.ones(len(tuples) * k), A_ub=vstack([by_tuple, by_token]).tocsr(),
-                  b_ub=np.concatenate([probs, rho * p]) / unit, bounds=(0, None), method="highs",
-                  options=HIGHS_OPTIONS)
+                  b_ub=lp_bounds(probs, rho * p, k, rho), bounds=(0, None), method="highs", options=HIGHS_OPTIONS)
     seconds = time.perf_counter() - start
     ok = res.status == 0
     x = res.x * unit if res.x is not None else np.zeros(len(tuples) * k)
@@ -238,16 +243,15 @@ def condot_plan(target_probs, draft_probs, rho, k: int, process: str, *, support
     n = len(tuples) * k
     omega = omega - omega.min()
     cost = (1 + 2 * (A.shape[0] + 1) * omega.max()) + np.tile(omega, len(tuples)) + tie_eps(A.shape[0]) * prime_roots(n)
-    bounds, messages = np.concatenate([probs, rho * p[tokens]]), []
+    bounds, messages = lp_bounds(probs, rho * p[tokens], k, rho), []
     for finer in PLAN_UNITS:
-        unit = lp_unit(rho) * finer
-        sol = solve_lp(cost, A, -np.inf, bounds / unit, 0.0, np.inf, method="simplex", vertex=True,
+        sol = solve_lp(cost, A, -np.inf, bounds / finer, 0.0, np.inf, method="simplex", vertex=True,
                        vertex_tol=VERTEX_TOL / finer)
         messages.append(f"unit ρ·{finer:g}: {sol.message}")
         if sol.success:
             break
     seconds = time.perf_counter() - start
-    x = sol.x * unit if sol.success else np.zeros(n)
+    x = sol.x * finer * lp_unit(rho) if sol.success else np.zeros(n)
     return plan_result(x, tuples, probs, p, rho, solver_ok=sol.success,
                        status="optimal" if sol.success else "highs:failed", message="; ".join(messages),
                        solver="highs", seconds=seconds, claimed_value=float(np.sum(x)))

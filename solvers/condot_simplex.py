@@ -28,7 +28,7 @@ import itertools
 from univer_theory.nx import array_module, get_backend
 from univer_theory.plans.lp_plan import plan_weights, repaired_plan
 from univer_theory.processes import falling, wor_tuple_probs
-from univer_theory.validation import count_text
+from univer_theory.validation import check_choice, check_int, count_text
 
 from .lex_simplex import lex_simplex
 from .tie_break import prime_roots
@@ -73,6 +73,8 @@ def condot_table(c, q, k: int, process: str, position_weights=None):
     tup[t]]`` are the tokens of tuple t; a rank at or past row r's support names no tuple), their weights
     ``w_j(S) = min(1, π(S, j)/Q_k(S))`` repaired, the marginal, and whether the simplex finished (where it did
     not, the caller keeps its other plans).  numpy or torch."""
+    check_choice(process, ("iid", "wor"), "condot_table", "process")
+    check_int(k, "condot_table", "k", 1)
     nx = get_backend(c, q)
     R, V = q.shape
     omega = nx.full((R, 0), 0.0, q) if position_weights is None else nx.asarray(position_weights, q)

@@ -19,7 +19,7 @@ from univer_theory.alpha_star import alpha_star as alpha_star_fast
 from univer_theory.alpha_star import alpha_star_and_cut, check_node_inputs
 from univer_theory.validation import check_choice
 
-from .condot import condot_constraints, condot_lp, lp_unit, plan_result, tuple_support
+from .condot import condot_constraints, condot_lp, lp_bounds, lp_unit, plan_result, tuple_support
 from .highs_lp import silence_banner
 from .mincut import condot_mincut
 from .result import OTResult
@@ -73,7 +73,9 @@ def flat_ot_cvxpy(target_probs, draft_probs, k: int, process: str, rho=1.0, *, s
     by_tuple, by_token = condot_constraints(tuples, p.size)
     unit = lp_unit(rho)
     x = cp.Variable(len(tuples) * k, nonneg=True)
-    problem = cp.Problem(cp.Maximize(cp.sum(x)), [by_tuple @ x <= probs / unit, by_token @ x <= rho * p / unit])
+    bounds = lp_bounds(probs, rho * p, k, rho)
+    problem = cp.Problem(cp.Maximize(cp.sum(x)),
+                         [by_tuple @ x <= bounds[:len(tuples)], by_token @ x <= bounds[len(tuples):]])
     problem.solve(solver=solver, **CVXPY_SOLVERS.get(solver, {}))
     seconds = time.perf_counter() - start
     ok = problem.status == cp.OPTIMAL
@@ -85,7 +87,8 @@ def flat_ot_cvxpy(target_probs, draft_probs, k: int, process: str, rho=1.0, *, s
 
 def _fast(target_probs, draft_probs, k: int, process: str, rho) -> OTResult:
     start = time.perf_counter()
-    value, cut = alpha_star_and_cut(target_probs, draft_probs, k, process, rho)
+    p, q, k, rho = check_node_inputs("solve_flat", target_probs, draft_probs, k, process, rho)   # errors name us
+    value, cut = alpha_star_and_cut(p, q, k, process, rho)
     return OTResult(value, None, None, None, cut, "optimal", True, "closed form", "closed-form",
                     time.perf_counter() - start)
 

@@ -43,6 +43,7 @@ import numba
 import numpy as np
 
 from univer_theory.nx import array_module, get_backend
+from univer_theory.validation import check_int
 
 #: Reduced costs and tableau entries within this of 0 count as 0.  Ratio ties are exact: a row within a tolerance of
 #: the least ratio would step past it and leave another row's basic variable below 0 (by up to the tolerance), a point
@@ -60,7 +61,8 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     ----------
     A : ``[B, m, n]``; b : ``[B, m]`` with b ≥ 0
     costs : ``[B, L, n]`` the objectives, most important first
-    basis : ``[B, m]`` long — columns of A forming the identity (column ``basis[:, i]`` = unit vector i)
+    basis : ``[B, m]`` long — columns of A forming the identity (column ``basis[:, i]`` = unit vector i; indices
+        outside ``[0, n)`` are a ValueError, the identity itself is the caller's to keep)
     max_pivots : cap on pivots (default ``20·(m + n)``); an LP still improving then reports ``False``
 
     Returns
@@ -76,8 +78,16 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     if tuple(b.shape) != (B, m) or tuple(costs.shape) != (B, L, n) or tuple(basis.shape) != (B, m):
         raise ValueError(f"lex_simplex: shapes disagree: A {tuple(A.shape)}, b {tuple(b.shape)}, "
                          f"costs {tuple(costs.shape)}, basis {tuple(basis.shape)}")
-    if (b < 0).any():
-        raise ValueError("lex_simplex: b must be ≥ 0 (the starting basis must be feasible)")
+    if max_pivots is not None:
+        check_int(max_pivots, "lex_simplex", "max_pivots")
+    xp = array_module(A)
+    feasible = ((b >= 0) & (b < float("inf"))).all()           # NaN fails it too
+    in_range = ((basis >= 0) & (basis < n)).all()              # the compiled loop reads A there unchecked
+    feasible, in_range = xp.stack([feasible, in_range]).tolist()      # one host read
+    if not feasible:
+        raise ValueError("lex_simplex: b must be finite and ≥ 0 (the starting basis must be feasible)")
+    if not in_range:
+        raise ValueError(f"lex_simplex: basis must hold column indices in [0, {n})")
     cap = max_pivots if max_pivots is not None else 20 * (m + n)
     if get_backend(A).name == "numpy" or A.device.type == "cpu":
         return _simplex_host(A, b, costs, basis, cap)

@@ -12,7 +12,7 @@ import torch
 
 from gpu import expected_accepted_length
 from gpu.condot import condot_weights
-from solvers.condot_simplex import lehmer_rank, tuple_rank
+from solvers.condot_simplex import condot_table, lehmer_rank, tuple_rank
 from solvers.condot import condot_lp, condot_plan
 from univer_theory import VERIFIERS, DirichletModel, TreeShape, sample_tree
 from univer_theory.plans.lp_plan import lp_plan, plan_weights, tabulated_plan
@@ -155,3 +155,14 @@ def test_an_unfinished_simplex_falls_back_to_the_plan_without_its_lp(monkeypatch
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
     assert lp_plan(p, q, 1.0, 2, "iid") is None and lp_plan(p, q, 1.0, 2, "wor") is None
     assert lp_plan(p, q, 1.0, 2, "wor", (3, 1)) is None
+
+
+def test_condot_table_refuses_a_process_or_k_it_does_not_solve():
+    """Its tuples are the support's ordered k-tuples (iid or wor); a greedy or topk node, or a k that is not an integer
+    ≥ 1, is a ValueError rather than another process's plan."""
+    c, q = np.array([[0.1, 0.2, 0.3]]), np.array([[0.5, 0.3, 0.2]])
+    with pytest.raises(ValueError, match="unknown process 'greedy'"):
+        condot_table(c, q, 2, "greedy")
+    for k in (0, 2.0, True):
+        with pytest.raises(ValueError, match="k must be an integer ≥ 1"):
+            condot_table(c, q, k, "iid")

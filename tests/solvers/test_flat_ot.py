@@ -45,7 +45,10 @@ def _cut_cost(p, q, k, process, rho, cut):
 
 
 @given(nodes())
+@example(node=(np.array([0.0, 0.0, 0.0, 1.0]), np.array([0.0, 0.0, 0.0, 1.0]), 1, "iid", 2.225073858507203e-309))
 def test_lp_cvxpy_mincut_and_closed_form_agree(node):
+    """The example: a subnormal ρ, where the bounds Q_k(S)/ρ of the LPs' unit overflowed (``solvers.condot.lp_bounds``
+    caps them at k)."""
     p, q, k, process, rho = node
     results = {m: solve_flat(p, q, k, process, rho, method=m) for m in ("lp", "cvxpy", "mincut", "fast")}
     for name, res in results.items():
@@ -192,8 +195,10 @@ BAD = [
 @pytest.mark.parametrize("case, change, match", BAD, ids=[b[0] for b in BAD])
 @pytest.mark.parametrize("method", ["lp", "cvxpy", "mincut", "fast"])
 def test_bad_input_raises_value_error(case, change, match, method):
+    """Each method's error names the function the caller reaches (``fast`` named ``alpha_star`` before)."""
     args = dict(p=[0.2, 0.3, 0.5], q=[0.6, 0.4, 0.0], k=2, process="iid", rho=1.0) | change
-    with pytest.raises(ValueError, match=re.escape(match)):
+    where = {"lp": "condot_lp", "cvxpy": "flat_ot_cvxpy", "mincut": "condot_mincut", "fast": "solve_flat"}[method]
+    with pytest.raises(ValueError, match=f"^{where}: .*{re.escape(match)}"):
         solve_flat(np.array(args["p"]), np.array(args["q"]), args["k"], args["process"], args["rho"], method=method)
 
 

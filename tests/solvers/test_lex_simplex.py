@@ -98,6 +98,8 @@ def test_three_levels_keep_a_column_closed_by_the_first():
 
 
 def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
+    """Unbounded and capped LPs report False; a b that is negative, NaN or inf, a basis index outside A's columns
+    and a cap that is not an integer ≥ 0 are ValueErrors."""
     A = torch.tensor([[[1.0, -1.0, 1.0]], [[1.0, 1.0, 1.0]]])         # LP 0: x_1 grows without bound
     b = torch.tensor([[1.0], [1.0]])
     costs = torch.tensor([[[0.0, 1.0, 0.0]], [[2.0, 1.0, 0.0]]])
@@ -108,10 +110,17 @@ def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
     assert torch.equal(x_torch, x) and torch.equal(ok_torch, ok)
     _, ok = lex_simplex(A[1:], b[1:], costs[1:], basis[1:], max_pivots=0)
     assert ok.tolist() == [False]
-    with pytest.raises(ValueError, match="b must be ≥ 0"):
-        lex_simplex(A, -b, costs, basis)
+    for bad in (-b, b * float("nan"), b * float("inf")):
+        with pytest.raises(ValueError, match="b must be finite and ≥ 0"):
+            lex_simplex(A, bad, costs, basis)
     with pytest.raises(ValueError, match="shapes disagree"):
         lex_simplex(A, b[:1], costs, basis)
+    for bad in (basis + 1, basis - 3):              # the compiled loop would read A outside its columns
+        with pytest.raises(ValueError, match=r"basis must hold column indices in \[0, 3\)"):
+            lex_simplex(A, b, costs, bad)
+    for cap in (-1, 2.0, True):
+        with pytest.raises(ValueError, match="max_pivots must be an integer ≥ 0"):
+            lex_simplex(A, b, costs, basis, max_pivots=cap)
 
 
 def classes(rng, process, k, count):
