@@ -88,6 +88,24 @@ def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_pro
     return batch, target_probs.reshape(B * N, V), q.reshape(B * N, V), row_index, order
 
 
+def name_in_storage(where: str, batch: TreeBatch, order: torch.Tensor, target_probs, draft_probs) -> None:
+    """Re-check, after :func:`gpu.verify` refused its inputs, the rows (``[B, N, V]``) and the drafted tokens in
+    SGLang's own coordinates and raise the first problem found there: ``gpu.verify`` names a row of the flat
+    ``[B·N, V]`` view and a node by the batch's reordered slot.  Returns when none is found (the caller then
+    re-raises ``gpu.verify``'s own error).  Runs only on that error path."""
+    check_rows(where, "target_probs", target_probs)
+    check_rows(where, "draft_probs", draft_probs)
+    b_of = torch.arange(batch.parent.shape[0], device=order.device)[:, None].expand_as(order)
+    parent_slot = order.gather(1, batch.parent.clamp(min=0))                   # storage slot of each node's parent
+    token = batch.token.clamp(min=0)
+    bad = (batch.parent >= 0) & (draft_probs[b_of, parent_slot, token] == 0)
+    if bad.any():
+        b, v = (int(i) for i in bad.nonzero()[0])
+        u, w, y = int(order[b, v]), int(parent_slot[b, v]), int(token[b, v])
+        raise ValueError(f"{where}: candidates[{b}, {u}] = {y} is drafted from slot {w}'s row, but "
+                         f"draft_probs[{b}, {w}, {y}] = 0")
+
+
 def int_argument(where: str, name: str, value, least: int) -> int:
     """``value`` as an int ≥ ``least`` (ints and numpy / torch integer scalars; not bools, floats or strings), else
     a ``ValueError`` naming ``name``."""
@@ -300,7 +318,7 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
             if not bool(((coins >= 0) & (coins <= 1)).all()):
                 raise ValueError(f"{where}: {name} has an entry outside [0, 1] (or NaN): coins are uniforms")
         if validate:                                         # (no gpu.verify on this path to check them)
-            check_rows(where, "target_probs", p)
+            check_rows(where, "target_probs", p.reshape(B, N, -1))
         path, tau, y = target_only_coins(candidates, retrive_next_token, retrive_next_sibling, p.reshape(B, N, -1),
                                          U, Uf, S)
         _write(path, tau, y, candidates, ridx, predicts, accept_index, accept_token_num)
@@ -310,6 +328,11 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
                              f"coins come as a pair (method 'nss'); otherwise the generator draws every coin")
         if process is None:
             process = "wor" if method == "rrsw" else "iid"
-        result = verify(batch, p, q, process, method, generator, validate, row_index)
+        try:
+            result = verify(batch, p, q, process, method, generator, validate, row_index)
+        except ValueError:
+            if validate:
+                name_in_storage(where, batch, order, p.reshape(B, N, -1), q.reshape(B, N, -1))
+            raise
         fill_outputs(result, order, candidates, ridx, predicts, accept_index, accept_token_num)
     return SGLangOutputs(predicts, accept_index, accept_token_num)

@@ -97,7 +97,7 @@ def test_sglang_adapter_input_errors():
             sglang_verify_tree(**ints, target_probs=p, method=method)
     bad = p.clone()
     bad[0, 0, 0] = float("nan")
-    with pytest.raises(ValueError, match=r"target_probs row \[0\] contains NaN"):
+    with pytest.raises(ValueError, match=r"target_probs row \[0, 0\] contains NaN"):
         sglang_verify_tree(**ints, target_probs=bad)
     q = p.clone()
     q[0, 0] = torch.tensor([0.5, 0.5, 0.0, 0.0])          # token 2 drafted with q = 0
@@ -114,7 +114,8 @@ def test_adapter_inputs_are_named_in_the_callers_coordinates():
     """An out-of-vocabulary candidate was named by the batch's reordered slot (``TreeBatch: tree 0 slot 2 …, token
     5``, where the caller's ``candidates[0, 1]`` held it), a vLLM draft token by its tree slot; link arrays that are
     not integer arrays were torch's own errors (``Could not infer dtype of NoneType``); a 2-D strided ``predicts``
-    failed inside the write (``view size is not compatible``), after every check had passed."""
+    failed inside the write (``view size is not compatible``), after every check had passed; a bad row or a drafted
+    token of draft probability 0 was named in ``gpu.verify``'s flat rows and the batch's slots."""
     ints, p = sglang_case()
     with pytest.raises(ValueError, match=r"candidates\[0, 1\] = 5 is outside the vocabulary \[0, 4\)"):
         sglang_verify_tree(**{**ints, "candidates": torch.tensor([[0, 5, 2]])}, target_probs=p)   # stored slot 1
@@ -132,6 +133,21 @@ def test_adapter_inputs_are_named_in_the_callers_coordinates():
     with pytest.raises(ValueError, match=r"draft_token_ids\[1\] = -1 is outside the vocabulary \[0, 4\)"):
         vllm_rejection_sample(torch.tensor([1, -1]), torch.tensor([2]), None, torch.full((2, 4), 0.25),
                               torch.tensor([[3]]))
+    # a bad row and a drafted token of draft probability 0 were named in gpu.verify's flat [B·N, V] rows and the
+    # batch's slots (``verify: target_probs row [2]``, ``tree 0 node 1 … draft_probs[0, 2] = 0``)
+    bad = p.clone()
+    bad[0, 2, 1] = float("nan")
+    coins = dict(method="nss", uniform_samples=torch.rand(1, 3), uniform_samples_for_final_sampling=torch.rand(1))
+    for name, kwargs in (("target_probs", dict(target_probs=bad)), ("target_probs", dict(target_probs=bad, **coins)),
+                         ("draft_probs", dict(target_probs=p, draft_probs=bad, method="univer"))):
+        with pytest.raises(ValueError, match=rf"^sglang.verify_tree: {name} row \[0, 2\] contains NaN"):
+            sglang_verify_tree(**ints, **kwargs)
+    q = p.clone()
+    q[0, 0, 2] = 0.0                # the root's row (stored slot 0) has q = 0 at candidates[0, 2] = 2
+    q[0, 0] /= q[0, 0].sum()
+    with pytest.raises(ValueError, match=r"candidates\[0, 2\] = 2 is drafted from slot 0's row, but "
+                                         r"draft_probs\[0, 0, 2\] = 0"):
+        sglang_verify_tree(**ints, target_probs=p, draft_probs=q, method="univer")
     # a method-process pair the verifier does not cover was a bare NotImplementedError: it is a ValueError too now
     # (univer_theory.validation.Unsupported), as the input rule asks, and still a NotImplementedError
     for call in (lambda: sglang_verify_tree(**ints, target_probs=p, draft_probs=p, method="tv", process="topk"),
