@@ -154,6 +154,12 @@ def test_a_plugins_verifier_is_a_method_of_the_command_line(tmp_path, capsys, mo
         assert register(VERIFIERS["naive"]) is VERIFIERS["naive"]         # the same object again: a no-op
         second = Verifier("naive", VERIFIERS["rrs"].rule, ("iid",), "replaced on purpose")
         assert register(second, replace=True) is VERIFIERS["naive"] is second
+        # names --methods cannot select (split on commas, stripped), and univer bound's own oracle's name, which
+        # would have answered to the plugin in exact and to the oracle in bound
+        for bad, message in (("a,b", "without commas"), ("", "non-empty"), (" naive2", "surrounding spaces"),
+                             ("univer-va", "value-aware oracle")):
+            with pytest.raises(ValueError, match=message):
+                register(Verifier(bad, VERIFIERS["rrs"].rule, ("iid",), "unreachable"))
         del VERIFIERS["naive"]
         assert "naive" in run_json(capsys, "--plugin", "naive_module", "exact", "--methods", "naive", "--vocab", "3",
                                    "--shape", "2", "--process", "iid")["methods"]

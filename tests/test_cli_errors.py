@@ -126,6 +126,11 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
     (["check", "--only", "reductions", "--out", "FILE"], "is a file; give a folder"),
     # an uncaught FileExistsError once the run had started (speed: after every run)
     (["check", "--only", "reductions", "--out", "LINK/run1"], "is a link to nothing, so the folder cannot be created"),
+    # a traceback from Path.exists() (OSError: File name too long)
+    (["check", "--only", "reductions", "--out", "x" * 300], "File name too long"),
+    # an empty path counted as "not given": the synthetic model ran, exit 0
+    (["exact", "--model-file", ""], "--model-file '' names no file"),
+    (["bound", "--model-file", ""], "--model-file '' names no file"),
 ])
 def test_refused_before_any_work(argv, message, tmp_path, capsys):
     """Each ran for minutes (an enumeration over V^k tuples), started the full paper-check run (an empty --only),
@@ -136,6 +141,16 @@ def test_refused_before_any_work(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "link"]
+
+
+def test_an_out_folder_the_system_cannot_create_is_one_line(capsys):
+    """``--out`` under /proc passes the checks made before the run (the nearest existing folder is writable to
+    root) and failed in ``mkdir`` with a traceback; an OSError of the run is now one line and exit status 1 (2 where
+    the user may not write /proc: refused before the run)."""
+    rc = main(["check", "--only", "reductions", "--out", "/proc/univer-test/x"])
+    err = capsys.readouterr().err
+    assert (rc, err.split(":")[1].strip()) in ((1, "failed"), (2, "error")), (rc, err)
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_exact_at_zero_temperature_keeps_the_draft_at_one(capsys):

@@ -107,6 +107,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader went away (`univer exact --json | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at interpreter exit
         return 141
+    except OSError as err:   # a folder or file the run could not write (--out under /proc, a full disk)
+        print(f"univer {args.command}: failed: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return _interrupted(f"univer {args.command}")
 

@@ -440,6 +440,11 @@ VERIFIERS: dict[str, Verifier] = {v.name: v for v in (NSS, SPS, RRS, RRSW, KSEQ,
 BASELINE = {"iid": "rrs", "wor": "rrsw", "topk": "nss", "greedy": "nss"}
 
 
+#: Method names the CLI gives to verifiers outside :data:`VERIFIERS`: a registered verifier of the same name would
+#: answer to it in ``univer exact`` and not in ``univer bound``.
+RESERVED_NAMES = {"univer-va": "univer bound's value-aware oracle (solvers.value_aware)"}
+
+
 def register(verifier: Verifier, replace: bool = False) -> Verifier:
     """Add ``verifier`` to :data:`VERIFIERS` under its name: how this package adds UniVer (the default
     :func:`make_univer_verifier`, not its variants), SpecHub and GR, and how a user adds a rule of their own — the CLI
@@ -448,6 +453,12 @@ def register(verifier: Verifier, replace: bool = False) -> Verifier:
     in the exact core and not in :mod:`gpu`, whose methods are its own level rules."""
     if not isinstance(verifier, Verifier):
         raise ValueError(f"register: expected a Verifier, got {type(verifier).__name__}")
+    name = verifier.name
+    if not isinstance(name, str) or not name or name != name.strip() or "," in name:
+        raise ValueError(f"register: a verifier's name must be a non-empty string without commas or surrounding "
+                         f"spaces (--methods splits on commas and strips), got {name!r}")
+    if name in RESERVED_NAMES:
+        raise ValueError(f"register: {name!r} is {RESERVED_NAMES[name]}; pick another name")
     if verifier.name in VERIFIERS and not replace and VERIFIERS[verifier.name] is not verifier:
         raise ValueError(f"register: a verifier named {verifier.name!r} exists already; pick another name, or pass "
                          f"replace=True to replace it in the exact core (gpu.verify keeps its own {verifier.name!r})")

@@ -201,6 +201,8 @@ def test_decode_refuses_a_non_positive_budget_before_loading(monkeypatch, capsys
 
 @pytest.mark.parametrize("argv,match", [
     (["accept-bench", "--methods", "spechub"], "--methods spechub with --tree"),           # read args.shape
+    # refused by the tree's process, though decode's list of methods offered it and its --process cannot be 'hub'
+    (["decode", "--prompt", "hi", "--method", "spechub"], "drafts with process 'hub', which only univer exact"),
     (["accept-bench", "--methods", "sps", "--tree", "binary:2"], "--methods sps with --tree binary:2"),
     (["decode", "--prompt", "hi", "--device", "foo"], "--device foo:"),                     # a RuntimeError, exit 1
     (["accept-bench", "--methods", "sps", "--tree", "chain:1", "--out", "FILE"], "is a file; give a folder"),

@@ -132,7 +132,7 @@ def run(args) -> int:
         print_json(out)
         return 1 if errors else 0
     glob, cf = out["global_bound"], out["cf_bound"]
-    vocab = "from file" if args.model_file else synthetic_option(args, "vocab")
+    vocab = "from file" if args.model_file is not None else synthetic_option(args, "vocab")
     print(f"shape {args.shape}  process {args.process}  V {vocab}")
     if "error" in glob:
         print(f"global tree LP  FAILED: {glob['error']}")

@@ -1,4 +1,5 @@
-"""``univer check``: run every paper check, write results/paper_checks.md, exit 1 if a claim fails."""
+"""``univer check``: run every paper check, write results/paper_checks.md, exit 1 if a claim fails or none was
+checked (``--only`` naming only checks that ``--no-real-model`` skips)."""
 from __future__ import annotations
 
 from paper_checks import CHECKS, run_checks
@@ -7,7 +8,8 @@ from .common import output_folder
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("check", help="run the paper checks (one per claim); non-zero exit if any claim fails")
+    p = sub.add_parser("check", help="run the paper checks (one per claim); non-zero exit if any claim fails, or "
+                                    "if none was checked")
     p.add_argument("--fast", action="store_true", help="CI-sized grids (minutes instead of the full run)")
     p.add_argument("--only", help=f"comma-separated subset of {', '.join(CHECKS)}")
     p.add_argument("--out", default="results", help="output folder (default results/)")

@@ -47,7 +47,9 @@ def add_model_options(p) -> None:
 def build_model(args):
     """The model the options describe (synthetic Dirichlet family or the user's tables; a ValueError for the
     synthetic family's options beside ``--model-file``, which would be ignored)."""
-    if args.model_file:
+    if args.model_file is not None:
+        if not args.model_file.strip():         # (an empty path read as "not given" ran the synthetic model)
+            raise ValueError(f"--model-file {args.model_file!r} names no file")
         given = [f"--{name}" for name in SYNTHETIC_DEFAULTS if getattr(args, name) is not None]
         if given:
             raise ValueError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the synthetic model; "
@@ -145,18 +147,21 @@ def output_folder(text: str):
     from pathlib import Path
 
     out = Path(text)
-    if out.exists():
-        if not out.is_dir():
-            raise ValueError(f"--out {text} is a file; give a folder (created if missing)")
-        folder = out
-    else:
-        path = [out.absolute(), *out.absolute().parents]
-        folder = next(p for p in path if p.exists())
-        broken = next((p for p in path[:path.index(folder)] if p.is_symlink()), None)
-        if broken is not None:
-            raise ValueError(f"--out {text}: {broken} is a link to nothing, so the folder cannot be created")
-        if not folder.is_dir():
-            raise ValueError(f"--out {text}: {folder} is a file, so the folder cannot be created")
+    try:
+        if out.exists():
+            if not out.is_dir():
+                raise ValueError(f"--out {text} is a file; give a folder (created if missing)")
+            folder = out
+        else:
+            path = [out.absolute(), *out.absolute().parents]
+            folder = next(p for p in path if p.exists())
+            broken = next((p for p in path[:path.index(folder)] if p.is_symlink()), None)
+            if broken is not None:
+                raise ValueError(f"--out {text}: {broken} is a link to nothing, so the folder cannot be created")
+            if not folder.is_dir():
+                raise ValueError(f"--out {text}: {folder} is a file, so the folder cannot be created")
+    except OSError as err:                      # e.g. a name longer than the file system allows
+        raise ValueError(f"--out {text}: {err.strerror or err}") from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"--out {text}: {folder} is not writable")
     return out

@@ -83,8 +83,11 @@ def run(args) -> int:
     from gpu.llm.verifiers import method_names
 
     method = args.method
-    if method not in method_names():
-        raise ValueError(f"unknown method {method!r}; choose from {method_names()}")
+    here = [m for m in method_names() if m not in VERIFIERS or set(VERIFIERS[m].processes) & set(PROCESSES)]
+    if method not in here:
+        exact_only = (f" ({method!r} drafts with process {VERIFIERS[method].processes[0]!r}, which only univer "
+                      f"exact and bound draft)" if method in VERIFIERS else "")
+        raise ValueError(f"unknown method {method!r} for decode{exact_only}; choose from {here}")
     shape = tree_shape(args.tree)
     check_draftable(shape, args, args.tree)
     if method in VERIFIERS and not VERIFIERS[method].supports(shape, args.process):
@@ -117,7 +120,8 @@ def run(args) -> int:
     print(f"\n[{method}, tree {shape} ({shape.num_nodes} nodes), {args.process}, T={args.temperature}"
           f"{f', draft top {args.draft_top}' if args.draft_top else ''}"
           f"{f', {args.batch} samples' if args.batch > 1 else ''}] {total['new_tokens']} tokens in {total['steps']} "
-          f"steps: acceptance length (tokens per target forward) {total['acceptance_length']:.3f}, E[τ] "
+          f"steps: acceptance length (τ + 1 per target forward, before the budget or a stop token cut a step) "
+          f"{total['acceptance_length']:.3f}, E[τ] "
           f"{total['mean_accepted']:.3f}, emitted tokens/step {total['tokens_per_step']:.3f}, "
           f"{total['wall_s']:.2f} s, {total['tokens_per_s']:.2f} tokens/s (draft {total['share']['draft']:.0%}, "
           f"target {total['share']['target']:.0%}, verify {total['share']['verify']:.0%})")
