@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 
@@ -21,15 +22,38 @@ def known(ap, flag: str, text: str, allowed) -> None:
 
 def output_path(text: str) -> str:
     """argparse type: a file the script writes when it is done (its missing folders made then), checked before
-    anything runs: not a folder, and no part of its folder a file (that was a FileNotFoundError or FileExistsError
-    after the timing)."""
+    anything runs: not a folder, no part of its folder a file, and a file can be created in the nearest folder that
+    exists (a probe file, removed at once) — each was a FileNotFoundError, FileExistsError or PermissionError after
+    the timing (an ``--out`` under /proc passes every check but the probe)."""
     path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
-    existing = next((parent for parent in path.parents if parent.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r}: {existing} is a file, not a folder")
+    try:
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+        existing = next(parent for parent in path.absolute().parents if parent.exists())
+        if not existing.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r}: {existing} is a file, not a folder")
+        with tempfile.NamedTemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {err.strerror or err}") from None
     return text
+
+
+def device_arg(ap, text: str):
+    """``--device`` as a torch device this build and machine can compute on, else ``ap.error`` naming why
+    (:func:`gpu.llm.models.check_device`: ``meta`` or a backend torch lacks failed mid-run)."""
+    from gpu.llm.models import check_device
+
+    try:
+        return check_device(text, "--device")
+    except ValueError as err:
+        ap.error(str(err))
+
+
+def seed_below(ap, value: int, bound: int, why: str) -> None:
+    """``ap.error`` unless the seed ``value`` lies in ``[0, bound)`` (``why``: whose limit ``bound`` is)."""
+    if not 0 <= value < bound:
+        ap.error(f"--seed must lie in [0, {bound}) ({why}), got {value}")
 
 
 def write_text(path: str, text: str) -> None:

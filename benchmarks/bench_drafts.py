@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu.llm.decode import feed_sequences, sample_plain  # noqa: E402
-from gpu.llm.models import build_draft, load_target, ModelPair  # noqa: E402
+from gpu.llm.models import build_draft, load_target, ModelPair, parse_draft_spec  # noqa: E402
 from gpu.llm.prompts import encode_prompt, load_prompts  # noqa: E402
 from gpu.llm.ragged_cache import RaggedCache  # noqa: E402
 
@@ -69,9 +69,17 @@ def main(argv=None) -> int:
     bad = [spec for spec in args.drafts if not SPEC.fullmatch(spec)]
     if bad:
         ap.error(f"--drafts: cannot read {bad}; expected rtn:BITS:GROUP, early:L or hf:DIR")
+    for spec in args.drafts:                # ranges and folders too, before the target loads (were tracebacks)
+        try:
+            parse_draft_spec(spec, "--drafts")
+        except ValueError as err:
+            ap.error(str(err))
     torch.set_num_threads(1)
     target, tokenizer = load_target()
-    drafts = {spec: build_draft(target, spec) for spec in args.drafts}
+    try:
+        drafts = {spec: build_draft(target, spec) for spec in args.drafts}
+    except ValueError as err:               # early:L beyond the target's layers, known once it is loaded
+        ap.error(str(err))
     pair = ModelPair(target, target, tokenizer, "target")
     seqs = []
     for i, prompt in enumerate(load_prompts("mtbench", args.prompts)):

@@ -49,7 +49,7 @@ from univer_theory import VERIFIERS, DraftTree, TreeShape
 from univer_theory.engine import tree_sample
 from univer_theory.verifiers import validate_inputs as exact_validate_inputs
 
-from bench_args import at_least, known
+from bench_args import at_least, device_arg, known
 from bench_verify import FOR_PROCESS, fresh_rule     # a sibling script (benchmarks/ is the script's path)
 
 
@@ -131,15 +131,10 @@ def check_args(ap, args) -> tuple:
     """One-line argparse errors, before anything is timed, for values the cells would fail on later; returns
     ``--shape`` as a TreeShape (None: random shapes) and the cells' node counts N."""
     try:
-        shape = TreeShape.parse(args.shape) if args.shape else None
+        shape = TreeShape.parse(args.shape) if args.shape is not None else None     # '' ran the random grid
     except ValueError as err:
         ap.error(f"--shape: {err}")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as err:
-        ap.error(f"--device {args.device}: {err}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        ap.error(f"--device {args.device}: torch sees no CUDA device")
+    device_arg(ap, args.device)
     Ns = (shape.num_nodes,) if shape else (8, 32, 64) if args.full else (8, 32)
     # wor children are distinct tokens: the widest node of --shape, or of a random shape (up to N − 1 children)
     widest = 1 if args.process == "iid" else shape.max_children if shape else max(Ns) - 1

@@ -34,7 +34,7 @@ from univer_theory.plans.clocks import sequential_thinning_avail
 from univer_theory.plans.layout import layout_plan
 from univer_theory.plans.pts import pair_thinning_avail, priority_order
 
-from bench_args import at_least     # sibling modules (benchmarks/ is the script's path)
+from bench_args import at_least, seed_below     # sibling modules (benchmarks/ is the script's path)
 from bench_timing import warm_timed
 
 FAMILIES = {"gauss": (1.0, 0.5), "peaky": (3.0, 1.0)}
@@ -110,6 +110,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     at_least(ap, [("--vocab", args.vocab, 2)])          # wor children are k = 2 distinct tokens
+    seed_below(ap, args.seed, 2 ** 64, "torch.Generator's")
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(args.seed)
     node_table(args.vocab, gen)

@@ -72,7 +72,7 @@ from univer_theory.multidraft import FlatPlanRule
 from univer_theory.plans.clocks import clock_nodes, log_time_grid, log_time_upper
 from univer_theory.univer import UniVerRule
 
-from bench_args import at_least, known     # sibling modules (benchmarks/ is the script's path)
+from bench_args import at_least, device_arg, known     # sibling modules (benchmarks/ is the script's path)
 from bench_timing import repeated_times
 
 METHODS = ("univer", "rrsw", "tv")
@@ -388,10 +388,7 @@ def check_args(ap, args) -> None:
     over = [m for m in tops if m is not None and m > args.vocab]
     if over:                                # as decode / speed / accept-bench: it would truncate nothing
         ap.error(f"--draft-top {over[0]} exceeds --vocab {args.vocab} and would truncate nothing")
-    try:
-        torch.device(args.device)
-    except RuntimeError as err:
-        ap.error(f"--device {args.device}: {err}")
+    device_arg(ap, args.device)                 # meta or a backend torch lacks failed after the α* section
 
 
 def main(argv=None):
@@ -417,8 +414,6 @@ def main(argv=None):
     if device.type != "cpu" and not args.no_model:
         ap.error(f"--device {args.device}: SmolLM2's forward runs on the CPU, so ver/fwd would mix devices; "
                  "add --no-model")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        ap.error(f"--device {args.device}: torch sees no CUDA device")
     torch.set_num_threads(1)
     result = {"torch_threads": torch.get_num_threads(), "repeat": args.repeat,
               "memory": "rise of peak RSS (VmHWM) during one call, the heap trimmed first, MB"}

@@ -44,10 +44,14 @@ def load(paths: list[str]) -> list[dict]:
         with open(path) as f:
             try:
                 run = json.load(f)
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise ValueError(f"{path}: not a JSON object from bench_verify.py --json ({e})") from None
-        if not isinstance(run, dict) or not {"synthetic", "real", "alpha_star"} <= run.keys():
-            raise ValueError(f"{path}: expected bench_verify.py --json output (keys synthetic, real, alpha_star)")
+        if (not isinstance(run, dict) or not {"synthetic", "real", "alpha_star"} <= run.keys()
+                or not isinstance(run["alpha_star"], dict)
+                or not all(isinstance(rows, list) and all(isinstance(row, dict) and "method" in row for row in rows)
+                           for rows in (run["synthetic"], run["real"]))):
+            raise ValueError(f"{path}: expected bench_verify.py --json output (keys synthetic and real: lists of "
+                             f"rows each naming its method; alpha_star: an object)")
         runs.append(run)
     same_settings(runs, paths)
     return runs

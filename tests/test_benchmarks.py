@@ -61,6 +61,8 @@ def _refuses(script: str, argv: list, match: str, capsys) -> None:
     # timed untruncated rows under a "top 64" label (decode, speed and accept-bench refused it)
     (["--vocab", "8", "--draft-top", "64"], "--draft-top 64 exceeds --vocab 8 and would truncate nothing"),
     (["--vocab", "8", "--draft-top", "9"], "--draft-top 9 exceeds --vocab 8 and would truncate nothing"),
+    # a device torch parses but cannot compute on: a traceback after the α* section
+    (["--device", "meta"], "--device meta: meta tensors hold no values"),
 ])
 def test_bench_verify_refuses_bad_arguments_in_one_line(bad, match, capsys):
     """Each was a traceback, several only after the α* section had been timed."""
@@ -74,7 +76,12 @@ def test_bench_verify_refuses_bad_arguments_in_one_line(bad, match, capsys):
     ("bench_drafts", ["--q", "1", "0"], "--q must be ≥ 1, got 0"),
     ("bench_engines", ["--vllm-methods", "sps,rrs"], "--vllm-methods: unknown ['rrs']; choose from sps, bv"),
     ("bench_engines", ["--nodes", "6", "--vocab", "3"], "--vocab must be ≥ 5, got 3"),
-    ("bench_global_lp", ["--seed", "-1"], "--seed must be ≥ 0, got -1"),
+    ("bench_global_lp", ["--seed", "-1"], "--seed must lie in [0, 4294967296) (DirichletModel's), got -1"),
+    ("bench_global_lp", ["--seed", str(2 ** 32)], "--seed must lie in [0, 4294967296)"),    # after the table began
+    ("bench_univer_plans", ["--seed", str(2 ** 64)], "--seed must lie in [0, 18446744073709551616)"),
+    ("bench_gpu", ["--shape", ""], "--shape: "),                           # '' ran the random-shape grid, exit 0
+    ("bench_gpu", ["--device", "meta"], "--device meta: meta tensors hold no values"),
+    ("bench_drafts", ["--drafts", "rtn:99:32"], "needs BITS in [2, 8]"),       # a traceback after SmolLM2 loaded
     ("bench_global_lp", ["--out", "scaling.xyz"], "argument --out: 'scaling.xyz' is not an image file name"),
     ("bench_gpu", ["--methods", ""], "--methods: unknown ['']"),
     ("bench_gpu", ["--shape", "bogus"], "--shape: TreeShape.parse: cannot read shape 'bogus'"),
@@ -99,6 +106,8 @@ def test_benchmarks_refuse_an_output_under_a_file(script, flag, tmp_path, capsys
     (tmp_path / "f").write_text("x")
     name = "plot.png" if flag == "--out" else "cells.json"
     _refuses(script, [flag, str(tmp_path / "f" / name)], "is a file, not a folder", capsys)
+    # a folder the system will not create (a FileNotFoundError traceback after the run, as root too)
+    _refuses(script, [flag, f"/proc/univer-test/{name}"], "cannot be written", capsys)
 
 
 def _run_row(rows, shape, process, top, method, ratio, tree=None):
@@ -169,13 +178,20 @@ def test_verify_table_refuses_runs_of_different_settings(tmp_path):
 
 
 def test_verify_table_says_what_is_missing(tmp_path):
-    """Runs without a forward (``--no-model``), or a file that is not bench_verify.py output: a clear error."""
+    """Runs without a forward (``--no-model``), or a file that is not bench_verify.py output: a clear error naming
+    the file — rows that are not objects or name no method were an AttributeError / KeyError traceback, a binary
+    file an error without its name."""
     script = str(ROOT / "benchmarks" / "verify_table.py")
     no_model = tmp_path / "no_model.json"
     no_model.write_text(json.dumps({**_run({}, 200.0), "real": []}))
-    other = tmp_path / "other.json"
-    other.write_text("[1, 2]")
-    for path, message in ((no_model, "without --no-model"), (other, "expected bench_verify.py --json output")):
+    files = {"other": "[1, 2]", "lists": '{"synthetic": [], "real": [], "alpha_star": []}',
+             "rows": '{"synthetic": [{"x": 1}], "real": [], "alpha_star": {}}'}
+    for name, text in files.items():
+        (tmp_path / f"{name}.json").write_text(text)
+    (tmp_path / "binary.json").write_bytes(bytes(range(128, 256)))
+    cases = [(no_model, "without --no-model"), (tmp_path / "binary.json", "binary.json: not a JSON object")]
+    cases += [(tmp_path / f"{name}.json", f"{name}.json: expected bench_verify.py --json output") for name in files]
+    for path, message in cases:
         out = subprocess.run([sys.executable, script, str(path)], capture_output=True, text=True, timeout=300)
         assert out.returncode == 2 and message in out.stderr, out.stderr
 
