@@ -450,7 +450,8 @@ def register(verifier: Verifier, replace: bool = False) -> Verifier:
     :func:`make_univer_verifier`, not its variants), SpecHub and GR, and how a user adds a rule of their own — the CLI
     then takes its name in ``--methods`` (``univer --plugin FILE_OR_MODULE``, README "Adding a verifier").  A name
     already taken is a ValueError unless ``replace``: a silent replacement would change what a built-in name means
-    in the exact core and not in :mod:`gpu`, whose methods are its own level rules."""
+    in the exact core and not in :mod:`gpu`, whose methods are its own level rules.  So are the names in
+    :data:`RESERVED_NAMES` and a name ``--methods`` could not select (empty, with a comma or surrounding spaces)."""
     if not isinstance(verifier, Verifier):
         raise ValueError(f"register: expected a Verifier, got {type(verifier).__name__}")
     name = verifier.name
