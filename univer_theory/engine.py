@@ -20,6 +20,7 @@ length (each node returns ``(σ, e)`` = success probability and expected accepte
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Callable
@@ -69,10 +70,12 @@ def _unit(x) -> bool:
         return False
 
 
-def check_decision(d, k: int, V: int, rule, u: int) -> None:
+def check_decision(d, k: int, V: int, rule, u: int, exact: bool = False) -> None:
     """ValueError naming the rule and node unless ``d`` is a :class:`NodeDecision` with one ``enter`` and one
     ``scale`` entry per child, each in [0, 1], ``stop`` in [0, 1] and a ``[V]`` residual (a short tuple was cut
-    short by ``zip``, an entry above 1 read as a probability — the oracle then flagged a loss it could not name)."""
+    short by ``zip``, an entry above 1 read as a probability — the oracle then flagged a loss it could not name);
+    with ``exact`` (rows of Fractions) every one of them rational: a float there turned E[τ] and the distance into
+    floats and decided losslessness to the float tolerance, without a word."""
     name = getattr(rule, "__name__", type(rule).__name__)
     if not isinstance(d, NodeDecision):
         raise ValueError(f"node rule {name} returned {type(d).__name__} at node {u}, not a NodeDecision")
@@ -86,6 +89,12 @@ def check_decision(d, k: int, V: int, rule, u: int) -> None:
            next((f"{what} {x} outside [0, 1]" for what, xs in (("enter", d.enter), ("scale", d.scale),
                                                                ("stop", (d.stop,)))
                  for x in xs if not _unit(x)), None))
+    if exact and not why:
+        why = next((f"{what} {x!r} is a {type(x).__name__} in exact mode (rows of Fractions): the rule must compute "
+                    f"in Fractions, or its Verifier say rational=False"
+                    for what, xs in (("enter", d.enter), ("scale", d.scale), ("stop", (d.stop,)),
+                                     ("residual entry", d.residual))
+                    for x in xs if not isinstance(x, numbers.Rational)), None)
     if why:
         raise ValueError(f"node rule {name} at node {u}: {why}")
 
@@ -104,7 +113,7 @@ def allocate(tree: DraftTree, target_probs: np.ndarray, draft_probs: np.ndarray,
                           tuple(tree.subtree_keys[c] for c in kids), tree.paths[u])
         dec[u] = rule(ctx) if kids else leaf_decision(ctx)
         if kids:
-            check_decision(dec[u], len(kids), target_probs.shape[-1], rule, u)
+            check_decision(dec[u], len(kids), target_probs.shape[-1], rule, u, exact)
         if u == 0:  # the root never fails: once its children failed, the traversal ends there with Y
             dec[u] = replace(dec[u], stop=1 if exact else 1.0)
         for c, s in zip(kids, dec[u].scale):
@@ -203,7 +212,7 @@ def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_la
         for S, qs in tuple_law_fn(q, len(kids), process):
             ctx = NodeContext(rho, p, q, S, process, tuple(shape.subtree_keys[c] for c in kids), prefix)
             d = rule(ctx)
-            check_decision(d, len(kids), len(p), rule, u)
+            check_decision(d, len(kids), len(p), rule, u, p.dtype == object)
             if not u:                   # the root: rho = 1, never fails
                 d = replace(d, stop=rho)
             if not told:

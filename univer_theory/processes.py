@@ -69,7 +69,9 @@ def check_rng(rng, where: str) -> None:
 
 
 def tuple_law(q: np.ndarray, k: int, process: str) -> list[tuple[tuple[int, ...], object]]:
-    """All ordered child tuples ``S`` with ``Q_k(S) > 0``, as ``[(S, Q_k(S))]`` (exact for Fraction rows)."""
+    """All ordered child tuples ``S`` with ``Q_k(S) > 0``, as ``[(S, Q_k(S))]`` (exact for Fraction rows).  The row
+    is checked to float tolerance, a Fraction row too (:func:`_check_k`): the law of a Fraction row off the simplex
+    by less than ``SIMPLEX_ATOL`` sums exactly to what its row implies, not to 1 (``evaluate`` refuses such rows)."""
     _check_k(q, k, process, "tuple_law")
     q = np.asarray(q)                   # a list row (Fractions stay Fractions)
     support = [x for x in range(q.size) if q[x] > 0]

@@ -61,9 +61,10 @@ def count_text(count) -> str:
 
 
 def as_prob_array(values, where: str, name: str) -> np.ndarray:
-    """Convert ``values`` to float64, or to an exact ``object`` array of Fractions if it holds Fractions / ints
-    (ints become Fractions: Python's ``int / int`` is a float, and an all-int one-hot row would leave the exact
-    mode without a word).  Ragged rows are a ValueError naming ``name``."""
+    """Convert ``values`` to float64, or to an exact ``object`` array of Fractions if it is an object array of
+    Fractions / ints (ints there become Fractions: Python's ``int / int`` is a float, and an int beside Fractions
+    would leave the exact mode without a word).  Plain ints (an int array, a list of ints alone) are read as float64:
+    pass Fractions for the exact mode.  Ragged rows are a ValueError naming ``name``."""
     try:
         arr = np.asarray(values)
     except ValueError:

@@ -303,6 +303,31 @@ def test_a_user_rules_malformed_decision_is_named():
     assert VERIFIERS["rrs"].law(TREE, GOOD, GOOD, "iid")                   # the rule itself passes
 
 
+def test_a_float_in_an_exact_decision_is_named():
+    """On rows of Fractions a rule declared rational (``Verifier``'s default) must decide in Fractions: RRS with its
+    coins scaled by 1 − 1e-14 in floats turned E[τ] and the distance into floats and passed as lossless (3.0e-15
+    below the float tolerance; the same rule in Fractions: lossy), without a word."""
+    from fractions import Fraction
+
+    from univer_theory import Verifier
+    from univer_theory.engine import NodeDecision
+    rrs = VERIFIERS["rrs"].rule
+
+    def scaled(factor):
+        def rule(ctx):
+            d = rrs(ctx)
+            return NodeDecision(tuple(factor(a) for a in d.enter), d.scale, d.stop, d.residual)
+        return Verifier("scaled", rule, ("iid",), "RRS with shrunk coins")
+
+    model = DirichletModel(4, seed=0, exact=True)
+    with pytest.raises(ValueError, match=r"node rule rule at node 0: enter 0\.99999999999999 is a float in exact "
+                                         r"mode .*rational=False"):
+        evaluate(model, "2", "iid", scaled(lambda a: float(a) * (1 - 1e-14)))
+    exact = evaluate(model, "2", "iid", scaled(lambda a: a * (1 - Fraction(1, 10 ** 14))))
+    assert isinstance(exact.expected_accepted, Fraction) and not exact.lossless
+    assert evaluate(model, "2", "iid", VERIFIERS["rrs"]).lossless
+
+
 def test_exact_rows_keep_their_own_order_where_float64_ties_them():
     """Fraction entries 1e-20 apart round to one float64: T = 0 took the first of them as the greedy token (TV's
     E[τ] 1/10 instead of 9/10 over its drafts; 0 instead of 1 on the target's token), and the topk sampler drafted children the exact core then refused ("do not begin
