@@ -72,7 +72,8 @@ def as_prob_array(values, where: str, name: str) -> np.ndarray:
     if arr.dtype == object:
         for v in arr.flat:
             if not isinstance(v, (Fraction, int)) or isinstance(v, bool):
-                raise ValueError(f"{where}: {name} mixes Fractions with {type(v).__name__} values")
+                raise ValueError(f"{where}: {name} holds a {type(v).__name__} value {v!r} among objects: the exact "
+                                 f"mode takes Fractions (and ints), the float mode a float array")
         if all(isinstance(v, Fraction) for v in arr.flat):
             return arr.copy()      # not the caller's buffer: cached plans keep rows, and callers may reuse it
         out = np.empty(arr.shape, dtype=object)

@@ -16,7 +16,7 @@ GOOD = np.full((3, 3), 1 / 3)
     (np.full((3, 3), 0.3), GOOD, "sums to 0.9"),
     (np.array([[0.5, 0.5 + 1e-8, 0.0]] * 3), GOOD, r"off by \+1e-08, tolerance 1e-09"),   # SIMPLEX_ATOL = 1e-9
     (np.array([[0.5, 0.5 + 1e-10, 0.0]] * 3), GOOD, None),                                # within it: fine
-    (np.array([[True, F(0), F(0)]] * 3, dtype=object), np.full((3, 3), F(1, 3), dtype=object), "with bool"),
+    (np.array([[True, F(0), F(0)]] * 3, dtype=object), np.full((3, 3), F(1, 3), dtype=object), "holds a bool value"),
     (GOOD, np.array([[0.0, 0.5, 0.5]] + [[1 / 3] * 3] * 2), r"draft_probs\[0, 0\] = 0"),
     # the tree declares V = 3: rows of V = 4 were accepted (tokens in range), the declaration never read
     (np.full((3, 4), 0.25), np.full((3, 4), 0.25), "declares vocab_size 3 but the rows have V = 4"),
@@ -301,6 +301,19 @@ def test_a_user_rules_malformed_decision_is_named():
         with pytest.raises(ValueError, match=message):                    # the oracle's enumeration checks it too
             evaluate(DirichletModel(3, seed=0), "2", "iid", rule_with(**changes))
     assert VERIFIERS["rrs"].law(TREE, GOOD, GOOD, "iid")                   # the rule itself passes
+
+
+def test_an_object_row_names_the_value_it_cannot_take():
+    """An object row holding a sympy Rational (or None, a string) said it "mixes Fractions with Half values" where
+    it held no Fraction at all."""
+    import sympy
+
+    from univer_theory.validation import as_prob_array
+    for row, kind in (([sympy.Rational(1, 2), sympy.Rational(1, 2)], "Half value 1/2"),
+                      (np.array([0.5, None], dtype=object), "float value 0.5"),
+                      (np.array(["a", "b"], dtype=object), "str value 'a'")):
+        with pytest.raises(ValueError, match=f"w: row holds a {kind} among objects: the exact mode takes Fractions"):
+            as_prob_array(row, "w", "row")
 
 
 def test_a_float_in_an_exact_decision_is_named():
