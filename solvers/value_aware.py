@@ -26,7 +26,7 @@ from univer_theory.models import Model, check_model_type
 from univer_theory.plans.base import NodePlan, sequential_shares
 from univer_theory.plans.lp_plan import plan_weights, tabulated_plan
 from univer_theory.tree import DraftTree, TreeShape, as_shape
-from univer_theory.verifiers import Verifier
+from univer_theory.verifiers import VALUE_AWARE, Verifier
 
 from .cf_bound import LEAF, CFResult, NodeProblem, cf_bound, check_cf_setting
 from .global_lp import model_rows
@@ -88,7 +88,7 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
         key = (ctx.prefix, rho, keys, p.tobytes(), q.tobytes())
         if key not in cache:
             if not all(np.allclose(x, y, rtol=0, atol=ROW_ATOL) for x, y in zip(
-                    (p, q), model_rows(model, ctx.prefix, "univer-va"))):
+                    (p, q), model_rows(model, ctx.prefix, VALUE_AWARE))):
                 raise ValueError(f"univer-va: the rows at prefix {ctx.prefix} are not those of the model it was built "
                                  f"for (its value functions are that model's); pass the model's own rows")
             problem = NodeProblem(p, q, len(keys), ctx.process, child_value(keys, ctx.prefix))
@@ -104,6 +104,6 @@ def value_aware_verifier(model: Model, shape, process: str, cf: CFResult | None 
         return NodeDecision((1.0,) * len(w), sequential_shares(w), float(plan.stop), plan.residual,
                             {"construction": plan.construction, "alpha": float(plan.alpha), "value": g})
 
-    return ValueAwareVerifier("univer-va", rule, (process,),
+    return ValueAwareVerifier(VALUE_AWARE, rule, (process,),
                               "value-aware UniVer: CF node LPs with the true child values (oracle, small V)",
                               rational=False, shape=shape, cf=cf)

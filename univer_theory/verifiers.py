@@ -440,9 +440,11 @@ VERIFIERS: dict[str, Verifier] = {v.name: v for v in (NSS, SPS, RRS, RRSW, KSEQ,
 BASELINE = {"iid": "rrs", "wor": "rrsw", "topk": "nss", "greedy": "nss"}
 
 
+#: The name of ``univer bound``'s value-aware oracle (:mod:`solvers.value_aware`), outside :data:`VERIFIERS`.
+VALUE_AWARE = "univer-va"
 #: Method names the CLI gives to verifiers outside :data:`VERIFIERS`: a registered verifier of the same name would
 #: answer to it in ``univer exact`` and not in ``univer bound``.
-RESERVED_NAMES = {"univer-va": "univer bound's value-aware oracle (solvers.value_aware)"}
+RESERVED_NAMES = {VALUE_AWARE: "univer bound's value-aware oracle (solvers.value_aware)"}
 
 
 def register(verifier: Verifier, replace: bool = False) -> Verifier:
@@ -460,10 +462,10 @@ def register(verifier: Verifier, replace: bool = False) -> Verifier:
                          f"spaces (--methods splits on commas and strips), got {name!r}")
     if name in RESERVED_NAMES:
         raise ValueError(f"register: {name!r} is {RESERVED_NAMES[name]}; pick another name")
-    if verifier.name in VERIFIERS and not replace and VERIFIERS[verifier.name] is not verifier:
-        raise ValueError(f"register: a verifier named {verifier.name!r} exists already; pick another name, or pass "
-                         f"replace=True to replace it in the exact core (gpu.verify keeps its own {verifier.name!r})")
-    VERIFIERS[verifier.name] = verifier
+    if name in VERIFIERS and not replace and VERIFIERS[name] is not verifier:
+        raise ValueError(f"register: a verifier named {name!r} exists already; pick another name, or pass "
+                         f"replace=True to replace it in the exact core (gpu.verify keeps its own {name!r})")
+    VERIFIERS[name] = verifier
     return verifier
 
 

@@ -16,12 +16,11 @@ from univer_theory import VERIFIERS, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.processes import PROCESSES
 from univer_theory.validation import Unsupported
+from univer_theory.verifiers import VALUE_AWARE
 
 from .common import (add_model_options, build_model, check_enumeration_size, method_names, print_json,
                      synthetic_option)
 from .exact import exact_results
-
-VALUE_AWARE = "univer-va"
 
 
 def add_parser(sub) -> None:
