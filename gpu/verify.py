@@ -77,6 +77,17 @@ BLOCK_BYTES = {"univer": 1 << 19}
 DRAFTED_SUPPORT = ("iid", "wor")
 
 
+def undraftable(batch: TreeBatch, draft_rows: torch.Tensor,
+                rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(bad, parent_row)``, both ``[B, N]``: ``bad`` marks the drafted nodes v whose token has draft probability
+    0 in their parent's row, q(token_v | s(parent_v)) = 0 (a tuple the draft process never drafts);
+    ``parent_row[b, v]`` is that row's number in ``draft_rows [R, V]``.  ``rows [B, N]``: the row of each node
+    (:func:`gpu.engine.row_numbers`; tokens already checked to lie in ``[0, V)``)."""
+    parent_row = rows.gather(1, batch.parent.clamp(min=0))
+    q_tok = draft_rows[parent_row, batch.token.clamp(min=0)]                  # q(token | s(parent)) [B, N]
+    return (batch.parent >= 0) & (q_tok == 0), parent_row
+
+
 def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, process: str,
                     row_index: torch.Tensor | None = None) -> None:
     """Every per-batch input rule, each with its own ValueError (function, argument, rule, value).
@@ -130,11 +141,10 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
         b, v = (int(i) for i in bad.nonzero()[0])
         raise ValueError(f"{where}: tree {b} node {v} has token {int(batch.token[b, v])}, outside [0, {V})")
     par, tok = batch.parent.clamp(min=0), batch.token.clamp(min=0)
-    q_tok = q_flat[rows.gather(1, par), tok]                                   # q(token | s(parent)) [B, N]
-    bad = drafted & (q_tok == 0)
+    bad, parent_row = undraftable(batch, q_flat, rows)
     if bad.any():
         b, v = (int(i) for i in bad.nonzero()[0])
-        at = (f"{b}, {int(batch.parent[b, v])}" if row_index is None else f"{int(rows[b, batch.parent[b, v]])}")
+        at = (f"{b}, {int(batch.parent[b, v])}" if row_index is None else f"{int(parent_row[b, v])}")
         raise ValueError(f"{where}: tree {b} node {v} drafts token {int(batch.token[b, v])} but its parent's "
                          f"draft_probs[{at}, {int(batch.token[b, v])}] = 0")
     if process != "iid":
@@ -151,12 +161,12 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
         # child j < m must be the parent's j-th most likely draft token (ties to the lower id): the process drafts
         # them in that order, and any other order of the tuple has probability 0
         M = max(1, int(m.max()))
-        top = top_tokens(q_flat, M)[rows.gather(1, par)]                     # [B, N, M]
+        top = top_tokens(q_flat, M)[parent_row]                              # [B, N, M]
         want = top.gather(-1, batch.sibling_rank.clamp(0, M - 1)[..., None])[..., 0]
         bad = drafted & (batch.sibling_rank < m) & (tok != want)
         if bad.any():
             b, v = (int(i) for i in bad.nonzero()[0])
-            order = top_tokens(q_flat[rows[b, batch.parent[b, v]]], V)
+            order = top_tokens(q_flat[parent_row[b, v]], V)
             rank = int((order == batch.token[b, v]).nonzero()[0, 0])
             j = int(batch.sibling_rank[b, v])
             raise ValueError(f"{where}: tree {b} node {v} is child {j} of its parent with token "

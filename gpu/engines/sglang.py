@@ -35,7 +35,7 @@ from univer_theory.verifiers import row_sums
 from ..engine import VerifyResult
 from ..probs import check_row_dtypes, check_rows, engine_rows
 from ..tree_batch import TreeBatch, _as_long
-from ..verify import verify
+from ..verify import undraftable, verify
 
 #: Method names; ``target-only`` is SGLang's name for ``nss``.
 METHODS = ("nss", "target-only", "rrs", "rrsw", "tv", "univer")
@@ -55,6 +55,13 @@ def uniform_draft_rows(target_probs: torch.Tensor) -> torch.Tensor:
     V = target_probs.shape[-1]
     return torch.full((1,) * (target_probs.ndim - 1) + (V,), 1.0 / V, dtype=target_probs.dtype,
                       device=target_probs.device).expand(target_probs.shape)
+
+
+def storage_rows(order: torch.Tensor) -> torch.Tensor:
+    """``row_index [B, N]`` of the flat ``[B·N, V]`` rows: ``b·N + order[b, v]``, the row of storage slot
+    ``order[b, v]`` (:meth:`gpu.TreeBatch.from_sglang`'s order) of request b."""
+    B, N = order.shape
+    return torch.arange(B, device=order.device)[:, None] * N + order
 
 
 def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_probs, draft_probs=None,
@@ -84,8 +91,7 @@ def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_pro
         raise ValueError(f"{where}: draft_probs must be [B, N, V] = {list(target_probs.shape)}, got "
                          f"{list(q.shape) if torch.is_tensor(q) else type(q).__name__}")
     check_row_dtypes(where, target_probs, q)                                         # with validate=False too
-    row_index = torch.arange(B, device=order.device)[:, None] * N + order
-    return batch, target_probs.reshape(B * N, V), q.reshape(B * N, V), row_index, order
+    return batch, target_probs.reshape(B * N, V), q.reshape(B * N, V), storage_rows(order), order
 
 
 def name_in_storage(where: str, batch: TreeBatch, order: torch.Tensor, target_probs, draft_probs) -> None:
@@ -95,13 +101,11 @@ def name_in_storage(where: str, batch: TreeBatch, order: torch.Tensor, target_pr
     re-raises ``gpu.verify``'s own error).  Runs only on that error path."""
     check_rows(where, "target_probs", target_probs)
     check_rows(where, "draft_probs", draft_probs)
-    b_of = torch.arange(batch.parent.shape[0], device=order.device)[:, None].expand_as(order)
-    parent_slot = order.gather(1, batch.parent.clamp(min=0))                   # storage slot of each node's parent
-    token = batch.token.clamp(min=0)
-    bad = (batch.parent >= 0) & (draft_probs[b_of, parent_slot, token] == 0)
+    B, N, V = draft_probs.shape
+    bad, parent_row = undraftable(batch, draft_probs.reshape(B * N, V), storage_rows(order))
     if bad.any():
         b, v = (int(i) for i in bad.nonzero()[0])
-        u, w, y = int(order[b, v]), int(parent_slot[b, v]), int(token[b, v])
+        u, w, y = int(order[b, v]), int(parent_row[b, v]) - b * N, int(batch.token[b, v])
         raise ValueError(f"{where}: candidates[{b}, {u}] = {y} is drafted from slot {w}'s row, but "
                          f"draft_probs[{b}, {w}, {y}] = 0")
 

@@ -71,6 +71,19 @@ def test_bad_input_raises_value_error(case, rule):
         expected_accepted_length(batch, p, q, "iid", "tv")
 
 
+
+def test_a_zero_draft_token_is_named_by_its_flat_row():
+    """With flat rows (``row_index``, any order) a drafted token of draft probability 0 is named by its parent's row
+    of ``draft_probs [R, V]``: tree 0's root lies in row 7 of the reversed rows."""
+    batch, p, q = inputs()
+    q = renormalised_with_zero(q, 0, 0, 2)                    # tree 0's node 1 drafts token 2 from the root's row
+    B, N, V = p.shape
+    row_index = (B * N - 1 - torch.arange(B * N)).view(B, N)
+    flat = lambda x: x.reshape(B * N, V).flip(0)                                                  # noqa: E731
+    for call in (verify, expected_accepted_length):
+        with pytest.raises(ValueError, match=r"tree 0 node 1 drafts token 2 but its parent's draft_probs\[7, 2\] = 0"):
+            call(batch, flat(p), flat(q), "iid", "tv", row_index=row_index)
+
 def test_process_rules_and_options():
     batch, p, q = inputs()
     dup = TreeBatch.from_trees([DraftTree((-1, 0, 0), (-1, 1, 1))])
