@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -22,13 +23,18 @@ def known(ap, flag: str, text: str, allowed) -> None:
 
 def output_path(text: str) -> str:
     """argparse type: a file the script writes when it is done (its missing folders made then), checked before
-    anything runs: not a folder, no part of its folder a file, and a file can be created in the nearest folder that
-    exists (a probe file, removed at once) — each was a FileNotFoundError, FileExistsError or PermissionError after
-    the timing (an ``--out`` under /proc passes every check but the probe)."""
+    anything runs: not a folder; an existing file (or device, ``/dev/stdout``) writable; else no part of its folder
+    a file, and a file can be created in the nearest folder that exists (a probe file, removed at once) — each was
+    a FileNotFoundError, FileExistsError or PermissionError after the timing (an ``--out`` under /proc passes every
+    check but the probe)."""
     path = Path(text)
     try:
         if path.is_dir():
             raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+        if path.exists():                 # rewritten in place: its folder may refuse new files (a probe) and yet
+            if not os.access(path, os.W_OK):                                              # let this one be written
+                raise argparse.ArgumentTypeError(f"{text!r} cannot be written: permission denied")
+            return text
         existing = next(parent for parent in path.absolute().parents if parent.exists())
         if not existing.is_dir():
             raise argparse.ArgumentTypeError(f"{text!r}: {existing} is a file, not a folder")

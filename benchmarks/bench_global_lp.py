@@ -17,6 +17,7 @@ from pathlib import Path
 
 from solvers.global_lp import enumerate_tree_arrays, global_tree_lp
 from univer_theory import DirichletModel
+from univer_theory.models import SEED_LIMIT
 
 from bench_args import image_path, seed_below     # a sibling module (benchmarks/ is the script's path)
 
@@ -35,7 +36,7 @@ def main(argv=None) -> None:
     parser.add_argument("--full", action="store_true", help="add the largest case (V = 8 2,2 wor, ~11 s)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    seed_below(parser, args.seed, 2 ** 32, "DirichletModel's")    # (its error came after the table had begun)
+    seed_below(parser, args.seed, SEED_LIMIT, "DirichletModel's")    # (its error came after the table had begun)
 
     rows = []
     print(f"{'V':>2} {'shape':<7}{'proc':<5}{'trees':>9}{'classes':>9}{'vars':>9}{'rows':>9}"

@@ -20,7 +20,7 @@ from univer_theory.tree import as_shape
 from univer_theory.orders import top_tokens
 from univer_theory.validation import check_choice, check_int
 
-from .probs import check_generator, check_rows, sample_rows
+from .probs import check_generator, check_rows, check_tensor, sample_rows
 from .tree_batch import TreeBatch
 
 
@@ -107,10 +107,11 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
     if callable(draft_probs):
         def source(token, nodes):
             q = draft_probs(token, nodes)
-            if not torch.is_tensor(q) or q.ndim != 3 or q.shape[:2] != (B, len(nodes)):
+            check_tensor(where, "the draft_probs callable's rows", q)
+            if q.ndim != 3 or q.shape[:2] != (B, len(nodes)):
                 raise ValueError(f"{where}: the draft_probs callable must return a [B, len(nodes), V] = "
                                  f"[{B}, {len(nodes)}, V] tensor, got "
-                                 f"{list(q.shape) if torch.is_tensor(q) else type(q).__name__}")
+                                 f"{list(q.shape)}")
             return q                    # its rows are checked where children are drawn from them
     else:
         try:
@@ -118,6 +119,7 @@ def draft_tree(shape: TreeShape, draft_probs, process: str, batch_size: int,
         except (TypeError, ValueError, RuntimeError, AssertionError) as err:
             raise ValueError(f"{where}: draft_probs must be rows [V], [N, V] or [B, N, V] (a tensor or an array) or "
                              f"a callable, got {type(draft_probs).__name__} ({err})") from None
+        check_tensor(where, "draft_probs", rows)                     # (a sparse row failed inside expand)
         if rows.ndim == 1:
             rows = rows.expand(B, N, rows.shape[0])
         elif rows.ndim == 2:

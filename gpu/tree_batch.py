@@ -6,7 +6,8 @@ Layout (``B`` trees, ``N`` slots per tree, the largest tree's node count)::
     token     [B, N] long   drafted token of every node; −1 for the root and for padded slots
     num_nodes [B]    long   valid slots ``0..num_nodes−1`` of each tree (ragged trees allowed)
     vocab_size      int     (optional) the vocabulary V the trees' tokens come from: every token is below it, and
-                            a call given rows of another V refuses them (as the exact core does a tree's)
+                            a validating call given rows of another V refuses them (as the exact core does a
+                            tree's)
 
 Exactly as in :class:`univer_theory.DraftTree`: parents precede children, siblings keep their drafting order
 (= slot order), i.i.d. duplicates are separate children.  Derived tensors (``depth``, ``children``, the
@@ -158,8 +159,8 @@ class TreeBatch:
 
         Rules (checked by the constructor itself, see :meth:`__post_init__`; each broken rule raises ValueError
         naming the tree and slot): slot 0 is the only root (parent = token = −1); a valid node ``v ≥ 1`` has
-        ``0 ≤ parent < v`` and ``0 ≤ token`` (``< vocab_size`` when given: the batch keeps it, and a call given rows
-        of another V refuses them); padded slots have parent = token = −1.
+        ``0 ≤ parent < v`` and ``0 ≤ token`` (``< vocab_size`` when given: the batch keeps it, and a validating call
+        given rows of another V refuses them); padded slots have parent = token = −1.
         """
         where = "TreeBatch.from_tensors"
         parent, token = _long_pair(where, parent, "parent", token, "token", device)
@@ -208,11 +209,13 @@ class TreeBatch:
             "drafted tokens must be ≥ 0",
             ~valid & ((parent != -1) | (token != -1)),
             "padded slots (≥ num_nodes) must have parent −1 and token −1",
-            (valid & (token >= self.vocab_size)) if self.vocab_size is not None else valid & False,
-            f"token ids must lie in [0, {self.vocab_size}) (the vocabulary)",
         ]
-        for mask, rule in zip(checks[::2], checks[1::2]):
-            if mask.any():
+        if self.vocab_size is not None:
+            checks += [valid & (token >= self.vocab_size),
+                       f"token ids must lie in [0, {self.vocab_size}) (the vocabulary)"]
+        broken = torch.stack([mask.any() for mask in checks[::2]]).tolist()            # one host read
+        for mask, rule, bad in zip(checks[::2], checks[1::2], broken):
+            if bad:
                 b, v = (int(i) for i in mask.nonzero()[0])
                 raise ValueError(f"{where}: tree {b} slot {v} (parent {int(parent[b, v])}, token "
                                  f"{int(token[b, v])}) breaks the rule: {rule}")
@@ -220,8 +223,8 @@ class TreeBatch:
     @classmethod
     def from_trees(cls, trees, device=None) -> "TreeBatch":
         """Pad a list of :class:`univer_theory.DraftTree` into one batch.  Trees that declare a ``vocab_size`` must
-        declare the same one, and the batch keeps it (:attr:`vocab_size`: a call given rows of another V refuses
-        them, as the exact core refuses a tree's)."""
+        declare the same one, and the batch keeps it (:attr:`vocab_size`: a validating call given rows of another V
+        refuses them, as the exact core refuses a tree's)."""
         if isinstance(trees, DraftTree):
             raise ValueError("TreeBatch.from_trees: trees must be a non-empty list of DraftTree, got one DraftTree "
                              "(wrap it in a list)")

@@ -93,10 +93,11 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
     """Every per-batch input rule, each with its own ValueError (function, argument, rule, value).
 
     Shapes ``[B, N, V]`` agreeing with the batch (or ``[R, V]`` with ``row_index [B, N]`` in ``[0, R)`` on valid
-    slots, every row then checked); float32 / float64, same dtype and device; valid rows on the
-    simplex (:data:`gpu.probs.SIMPLEX_TOL`); token ids in ``[0, V)``; ``q(parent)[token] > 0`` for every drafted
-    node; no duplicate siblings unless iid; topk / greedy children begin with the top-k / top-(k−1) draft tokens,
-    most likely first (ties to the lower id).  Padded slots' rows are ignored.
+    slots, every row then checked); float32 / float64, same dtype and device; V the batch's ``vocab_size`` when it
+    declares one; valid rows on the simplex (:data:`gpu.probs.SIMPLEX_TOL`); token ids in ``[0, V)``;
+    ``q(parent)[token] > 0`` for every drafted node (:func:`undraftable`); no duplicate siblings unless iid; topk /
+    greedy children begin with the top-k / top-(k−1) draft tokens, most likely first (ties to the lower id).
+    Padded slots' rows are ignored.
     """
     if not isinstance(batch, TreeBatch):
         raise ValueError(f"{where}: batch must be a TreeBatch, got {type(batch).__name__}")

@@ -1,4 +1,5 @@
 """Every benchmark script runs end to end on tiny sizes (they print ratios; nothing here is timed)."""
+import argparse
 import importlib
 import json
 import os
@@ -377,3 +378,22 @@ def test_benchmark_outputs_refuse_a_folder_and_make_missing_folders(tmp_path, ca
     target = tmp_path / "new" / "deeper" / "cells.json"
     args.write_text(args.output_path(str(target)), "{}")
     assert target.read_text() == "{}"
+
+
+def test_benchmark_outputs_take_an_existing_writable_file_in_a_closed_folder(tmp_path, monkeypatch):
+    """A file that exists and is writable is taken even where its folder accepts no new file (the folder probe
+    refused it, and ``--json /dev/null``, as a user); a new file there is still refused before the run."""
+    args = _script("bench_args")
+    existing = tmp_path / "out.json"
+    existing.write_text("")
+
+    def closed(*_, **__):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(args.tempfile, "NamedTemporaryFile", closed)              # the folder takes no new file
+    assert args.output_path(str(existing)) == str(existing)
+    assert args.output_path(os.devnull) == os.devnull
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot be written: Permission denied"):
+        args.output_path(str(tmp_path / "new.json"))
+    monkeypatch.setattr(args.os, "access", lambda *_: False)                       # a read-only file (as non-root)
+    with pytest.raises(argparse.ArgumentTypeError, match="out.json' cannot be written: permission denied"):
+        args.output_path(str(existing))

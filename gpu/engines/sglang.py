@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from univer_theory.validation import check_choice
+from univer_theory.validation import Unsupported, check_choice
 from univer_theory.verifiers import row_sums
 
 from ..engine import VerifyResult
@@ -77,15 +77,18 @@ def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_pro
     token = _as_long(candidates, where, "candidates", target_probs.device)
     if token.shape != (B, N):
         raise ValueError(f"{where}: candidates must be [B, N] = {[B, N]}, got {list(token.shape)}")
-    bad = (token[:, 1:] < 0) | (token[:, 1:] >= V)             # in the caller's slots (the batch's are reordered)
-    if bad.any():
-        b, u = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"{where}: candidates[{b}, {u + 1}] = {int(token[b, u + 1])} is outside the vocabulary "
-                         f"[0, {V})")
-    token = torch.cat([torch.full_like(token[:, :1], -1), token[:, 1:]], 1)
     first = _as_long(retrive_next_token, where, "retrive_next_token", target_probs.device)
     sibling = _as_long(retrive_next_sibling, where, "retrive_next_sibling", target_probs.device)
-    batch, order = TreeBatch.from_sglang(first, sibling, token, vocab_size=V, return_order=True)
+    rooted = torch.cat([torch.full_like(token[:, :1], -1), token[:, 1:]], 1)          # slot 0: the root's −1
+    try:
+        batch, order = TreeBatch.from_sglang(first, sibling, rooted, vocab_size=V, return_order=True)
+    except ValueError:          # a token outside the vocabulary, named in the caller's slots (the batch's reorder)
+        bad = (token[:, 1:] < 0) | (token[:, 1:] >= V)
+        if bad.any():
+            b, u = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{where}: candidates[{b}, {u + 1}] = {int(token[b, u + 1])} is outside the "
+                             f"vocabulary [0, {V})") from None
+        raise
     q = uniform_draft_rows(target_probs) if draft_probs is None else draft_probs
     if not torch.is_tensor(q) or q.shape != target_probs.shape:
         raise ValueError(f"{where}: draft_probs must be [B, N, V] = {list(target_probs.shape)}, got "
@@ -334,8 +337,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
             process = "wor" if method == "rrsw" else "iid"
         try:
             result = verify(batch, p, q, process, method, generator, validate, row_index)
-        except ValueError:
-            if validate:
+        except ValueError as err:
+            if validate and not isinstance(err, Unsupported):    # (an uncovered process is the answer, rows or not)
                 name_in_storage(where, batch, order, p.reshape(B, N, -1), q.reshape(B, N, -1))
             raise
         fill_outputs(result, order, candidates, ridx, predicts, accept_index, accept_token_num)

@@ -78,10 +78,6 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
         raise ValueError(f"{where}: argmax drafts (draft_probs=None) give one chain; num_drafts must be 1")
     if ((bonus < 0) | (bonus >= V)).any():
         raise ValueError(f"{where}: bonus_token_ids must lie in [0, {V})")
-    bad = (tok < 0) | (tok >= V)                                # in the caller's positions (the batch's are slots)
-    if bad.any():
-        i = int(bad.nonzero()[0, 0])
-        raise ValueError(f"{where}: draft_token_ids[{i}] = {int(tok[i])} is outside the vocabulary [0, {V})")
     L = counts // m
     N = 1 + int(counts.max())
     # every draft token t: request, chain c, position i → its slot and the slot whose rows it carries
@@ -94,7 +90,15 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
     token = torch.full((B * N,), -1, dtype=torch.long, device=dev)
     parent[req * N + 1 + j] = torch.where(i == 0, 0, j)
     token[req * N + 1 + j] = tok
-    batch = TreeBatch.from_tensors(parent.view(B, N), token.view(B, N), counts + 1, vocab_size=V)
+    try:
+        batch = TreeBatch.from_tensors(parent.view(B, N), token.view(B, N), counts + 1, vocab_size=V)
+    except ValueError:          # a token outside the vocabulary, named in the caller's positions (the batch's slots)
+        bad = (tok < 0) | (tok >= V)
+        if bad.any():
+            i = int(bad.nonzero()[0, 0])
+            raise ValueError(f"{where}: draft_token_ids[{i}] = {int(tok[i])} is outside the vocabulary "
+                             f"[0, {V})") from None
+        raise
     # rows: a slot reads its child's row; leaves (and padding) read the request's first row (row 0 if it has none)
     row_index = torch.where(counts > 0, start, 0)[:, None].expand(B, N + 1).contiguous()
     carries = (i > 0) | (c == 0)

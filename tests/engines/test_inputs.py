@@ -119,8 +119,10 @@ def test_adapter_inputs_are_named_in_the_callers_coordinates():
     ints, p = sglang_case()
     with pytest.raises(ValueError, match=r"candidates\[0, 1\] = 5 is outside the vocabulary \[0, 4\)"):
         sglang_verify_tree(**{**ints, "candidates": torch.tensor([[0, 5, 2]])}, target_probs=p)   # stored slot 1
+    with pytest.raises(ValueError, match=r"candidates\[0, 1\] = -2 is outside the vocabulary \[0, 4\)"):
+        sglang_verify_tree(**{**ints, "candidates": torch.tensor([[0, -2, 2]])}, target_probs=p)
     for name in ("retrive_next_token", "retrive_next_sibling"):
-        with pytest.raises(ValueError, match=f"{name} must be an integer array, got NoneType"):
+        with pytest.raises(ValueError, match=f"^sglang.verify_tree: {name} must be an integer array, got NoneType"):
             sglang_verify_tree(**{**ints, name: None}, target_probs=p)
     strided = torch.full((3, 2), -1, dtype=torch.int32)[:, :1]
     with pytest.raises(ValueError, match=r"predicts must be 1-D or contiguous .* \[3, 1\] tensor with strides"):
@@ -148,6 +150,14 @@ def test_adapter_inputs_are_named_in_the_callers_coordinates():
     with pytest.raises(ValueError, match=r"candidates\[0, 2\] = 2 is drafted from slot 0's row, but "
                                          r"draft_probs\[0, 0, 2\] = 0"):
         sglang_verify_tree(**ints, target_probs=p, draft_probs=q, method="univer")
+    chain = dict(candidates=torch.tensor([[0, 3, 1]]), retrive_index=torch.tensor([[0, 1, 2]]),   # 0 → 2 → 1
+                 retrive_next_token=torch.tensor([[2, -1, 1]]), retrive_next_sibling=torch.tensor([[-1, -1, -1]]))
+    q = p.clone()
+    q[0, 2, 3] = 0.0                # stored slot 1 (token 3) is drafted from stored slot 2's row, the batch's node 1
+    q[0, 2] /= q[0, 2].sum()
+    with pytest.raises(ValueError, match=r"candidates\[0, 1\] = 3 is drafted from slot 2's row, but "
+                                         r"draft_probs\[0, 2, 3\] = 0"):
+        sglang_verify_tree(**chain, target_probs=p, draft_probs=q, method="univer")
     # a method-process pair the verifier does not cover was a bare NotImplementedError: it is a ValueError too now
     # (univer_theory.validation.Unsupported), as the input rule asks, and still a NotImplementedError
     for call in (lambda: sglang_verify_tree(**ints, target_probs=p, draft_probs=p, method="tv", process="topk"),
@@ -157,6 +167,8 @@ def test_adapter_inputs_are_named_in_the_callers_coordinates():
         for kind in (ValueError, NotImplementedError):
             with pytest.raises(kind, match="is defined for processes"):
                 call()
+    with pytest.raises(NotImplementedError, match="is defined for processes"):   # bad rows as well: still the pair
+        sglang_verify_tree(**ints, target_probs=bad, draft_probs=p, method="tv", process="topk")
 
 
 def test_vllm_adapter_input_errors():

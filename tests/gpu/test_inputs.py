@@ -337,9 +337,13 @@ def test_inputs_torch_itself_used_to_refuse():
     from gpu import sample_children
     from gpu.probs import check_generator
     batch, p = TreeBatch.from_trees([DraftTree((-1, 0), (-1, 1))]), torch.full((1, 2, 4), 0.25, dtype=torch.float64)
+    rows = torch.full((3, 4), 0.25, dtype=torch.float64)                     # tree "2": a root and two children
     for call in (lambda: expected_accepted_length(batch, p.to_sparse(), p, "iid", "tv"),
                  lambda: verify(batch, p, p.to_sparse(), "iid", "tv"),
-                 lambda: sample_children(p[0].to_sparse(), 2, "iid")):
+                 lambda: sample_children(p[0].to_sparse(), 2, "iid"),
+                 lambda: draft_tree("2", rows[0].to_sparse(), "iid", 2),              # failed inside expand
+                 lambda: draft_tree("2", rows.to_sparse(), "iid", 2),
+                 lambda: draft_tree("2", lambda t, n: rows[n].expand(2, len(n), 4).to_sparse(), "iid", 2)):
         with pytest.raises(ValueError, match="must be a dense \\(strided\\) tensor, got layout torch.sparse_coo"):
             call()
     with pytest.raises(ValueError, match="generator is on cpu but the rows are on cuda"):
