@@ -82,7 +82,6 @@ def test_bench_verify_refuses_bad_arguments_in_one_line(bad, match, capsys):
     ("bench_univer_plans", ["--seed", str(2 ** 64)], "--seed must lie in [0, 18446744073709551616)"),
     ("bench_gpu", ["--shape", ""], "--shape: "),                           # '' ran the random-shape grid, exit 0
     ("bench_gpu", ["--device", "meta"], "--device meta: meta tensors hold no values"),
-    ("bench_drafts", ["--drafts", "rtn:99:32"], "needs BITS in [2, 8]"),       # a traceback after SmolLM2 loaded
     ("bench_global_lp", ["--out", "scaling.xyz"], "argument --out: 'scaling.xyz' is not an image file name"),
     ("bench_gpu", ["--methods", ""], "--methods: unknown ['']"),
     ("bench_gpu", ["--shape", "bogus"], "--shape: TreeShape.parse: cannot read shape 'bogus'"),
@@ -97,6 +96,17 @@ def test_benchmarks_refuse_bad_arguments_in_one_line(script, bad, match, capsys)
     """Each was a traceback, most only after timing had started (bench_drafts': after loading SmolLM2)."""
     _refuses(script, bad, match, capsys)
 
+
+
+def test_bench_drafts_refuses_a_spec_before_loading_the_target(monkeypatch, capsys):
+    """``rtn:99:32`` was a traceback once SmolLM2 had loaded; it is refused before the load now.  ``early:99``
+    (beyond the target's 30 layers) is known only once it has loaded, and is one line too."""
+    bd = _script("bench_drafts")
+    load = bd.load_target
+    monkeypatch.setattr(bd, "load_target", lambda: pytest.fail("SmolLM2 loaded before the spec was refused"))
+    _refuses("bench_drafts", ["--drafts", "rtn:99:32"], "needs BITS in [2, 8]", capsys)
+    monkeypatch.setattr(bd, "load_target", load)
+    _refuses("bench_drafts", ["--drafts", "early:99"], "early:L with 1 ≤ L < 30", capsys)
 
 @pytest.mark.parametrize("script,flag", [("bench_engines", "--json"), ("bench_drafts", "--json"),
                                          ("bench_global_lp", "--out")])
@@ -186,7 +196,9 @@ def test_verify_table_says_what_is_missing(tmp_path):
     no_model = tmp_path / "no_model.json"
     no_model.write_text(json.dumps({**_run({}, 200.0), "real": []}))
     files = {"other": "[1, 2]", "lists": '{"synthetic": [], "real": [], "alpha_star": []}',
-             "rows": '{"synthetic": [{"x": 1}], "real": [], "alpha_star": {}}'}
+             "rows": '{"synthetic": [{"x": 1}], "real": [], "alpha_star": {}}',
+             "not_rows": '{"synthetic": [], "real": {"method": 1}, "alpha_star": {}}',
+             "not_objects": '{"synthetic": ["method"], "real": [], "alpha_star": {}}'}
     for name, text in files.items():
         (tmp_path / f"{name}.json").write_text(text)
     (tmp_path / "binary.json").write_bytes(bytes(range(128, 256)))

@@ -104,14 +104,23 @@ def test_exact_with_no_applicable_method_is_an_error(capsys):
     assert "no method applies" in capsys.readouterr().err
 
 
+
+def test_bound_refuses_the_value_aware_oracle_in_rational_mode(capsys):
+    """Its node LPs are solved in floats: an unsupported combination (exit status 2, the CLI's message for one)."""
+    assert main(["bound", "--vocab", "3", "--shape", "2", "--process", "iid", "--methods", "univer-va",
+                 "--rational"]) == 2
+    assert "unsupported method/shape/process combination: --methods univer-va with --rational" in \
+        capsys.readouterr().err
+
 def test_bound_refuses_the_hub_process():
     import pytest
 
     from univer.cli import build_parser
     from univer.commands.bound import bound_results
+    from univer_theory.validation import Unsupported
 
     args = build_parser().parse_args(["bound", "--vocab", "3", "--shape", "2", "--process", "hub"])
-    with pytest.raises(NotImplementedError, match="`univer exact` only"):
+    with pytest.raises(Unsupported, match="`univer exact` only"):
         bound_results(args, progress=False)
 
 
@@ -157,6 +166,7 @@ def test_a_plugins_verifier_is_a_method_of_the_command_line(tmp_path, capsys, mo
         # names --methods cannot select (split on commas, stripped), and univer bound's own oracle's name, which
         # would have answered to the plugin in exact and to the oracle in bound
         for bad, message in (("a,b", "without commas"), ("", "non-empty"), (" naive2", "surrounding spaces"),
+                             ("naive2 ", "surrounding spaces"), (5, "non-empty string .* got 5"),
                              ("univer-va", "value-aware oracle")):
             with pytest.raises(ValueError, match=message):
                 register(Verifier(bad, VERIFIERS["rrs"].rule, ("iid",), "unreachable"))

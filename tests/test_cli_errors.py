@@ -131,6 +131,7 @@ def test_argparse_errors_are_one_line(argv, message, capsys):
     # an empty path counted as "not given": the synthetic model ran, exit 0
     (["exact", "--model-file", ""], "--model-file '' names no file"),
     (["bound", "--model-file", ""], "--model-file '' names no file"),
+    (["exact", "--model-file", "   "], "--model-file '   ' names no file"),     # (blank: no file either)
 ])
 def test_refused_before_any_work(argv, message, tmp_path, capsys):
     """Each ran for minutes (an enumeration over V^k tuples), started the full paper-check run (an empty --only),

@@ -372,6 +372,9 @@ def test_inputs_torch_itself_used_to_refuse():
     (lambda: TreeBatch.from_tensors([[-1, 0], [-1]], [[-1, 0], [-1]]), "parent must be an integer array, got list"),
     (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], [None]), "num_nodes must be an integer array"),
     (lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], device="bogus"), "device 'bogus' cannot hold parent"),
+    *([] if torch.cuda.is_available() else           # torch's AssertionError ("Torch not compiled with CUDA enabled")
+      [(lambda: TreeBatch.from_tensors([[-1, 0]], [[-1, 1]], device="cuda"), "device 'cuda' cannot hold parent")]),
+    (lambda: TreeBatch.from_tensors([[-1]], [[-1]], vocab_size=0), "vocab_size must be an integer ≥ 1, got 0"),
     (lambda: TreeBatch.from_sglang(None, None, None), "from_sglang: retrive_next_token must be an integer array"),
     (lambda: TreeBatch.from_trees(None), "trees must be a non-empty list of DraftTree, got NoneType"),
     (lambda: TreeBatch.from_trees(DraftTree.chain([1])), "got one DraftTree \\(wrap it in a list\\)"),

@@ -11,6 +11,7 @@ from univer_theory import (VERIFIERS, ConfidentModel, DirichletModel, DraftTree,
                            TreeShape, context_free, evaluate)
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.tv_plan import tv_plan
+from univer_theory.validation import Unsupported
 
 
 def model(V, seed, similarity=0.3):
@@ -223,7 +224,7 @@ def test_value_aware_is_bound_to_its_shape():
     assert va.supports(TreeShape.parse("2,2"), "iid") and not va.supports(TreeShape.parse("2,1"), "iid")
     tree = DraftTree.from_shape(TreeShape.parse("2,1"), [0, 1, 2, 0])
     p, q = m.node_probs(tree)
-    with pytest.raises(NotImplementedError, match="built for shape"):
+    with pytest.raises(Unsupported, match="built for shape"):
         va.law(tree, p, q, "iid")
 
 
@@ -295,9 +296,9 @@ def test_value_aware_serves_only_its_own_model_rows_and_process():
     tree = DraftTree((-1, 0, 0, 1, 2), (-1, 0, 1, 2, 3))
     with pytest.raises(ValueError, match="not those of the model"):
         va.expected_accepted_length(tree, *other.node_probs(tree), "wor")
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(Unsupported):
         evaluate(m, TreeShape.parse(shape), "iid", va)
-    with pytest.raises(NotImplementedError, match="built for shape"):    # evaluate reads unsupported(), not supports()
+    with pytest.raises(Unsupported, match="built for shape"):    # evaluate reads unsupported(), not supports()
         evaluate(m, TreeShape.parse("2"), "wor", va)
     again = evaluate(m, TreeShape.parse(shape), "wor", va)
     assert float(again.distance) <= LOSSLESS_TOL

@@ -122,8 +122,9 @@ def test_condot_plan_at_rho_zero_and_on_a_given_support():
              (np.array([0.6476065502983125, 0.32064602702390543, 0.03174742267778209]),
               np.array([0.9999999993887587, 4.4187878815453487e-11, 5.670533668511522e-10]), 4)]
     for p, q, k in peaky:
-        r = condot_plan(p, q, 0.0, k, "iid")
-        assert r.success and r.value == 0 and not np.any(r.marginal), r.message
+        for solve in (condot_plan, condot_lp):
+            r = solve(p, q, 0.0, k, "iid")
+            assert r.success and r.value == 0 and not np.any(r.marginal), (solve.__name__, r.message)
     p, q, support = np.array([0.45, 0.45, 0.10]), np.array([0.5, 0.5, 0.0]), [((0,), 0.5), ((2,), 0.5)]
     r = condot_plan(p, q, 1.0, 1, "iid", support=support)
     assert r.success and r.value == pytest.approx(0.55, abs=1e-12)

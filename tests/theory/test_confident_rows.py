@@ -16,6 +16,7 @@ from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans.choose import SMALL_SUPPORT, build_plan
 from univer_theory.plans.wor_pair import OPTIMALITY_TOL
 from univer_theory.processes import tuple_law
+from univer_theory.validation import Unsupported
 
 TAILS = (1e-8, 1e-12, 1e-16, 1e-300, 1e-310)
 CONSTRUCTIONS = ("auto", "wor_pair", "pts", "iid_coupling", "lp", "luce", "first_draw")
@@ -121,7 +122,7 @@ def test_the_audit_instance():
         result = evaluate(model, TreeShape.parse(str(k)), "wor", VERIFIERS["univer"])
         assert float(result.distance) <= 1e-12, k
     assert alpha_star(p, q, 2, "wor") == pytest.approx(1.0, abs=1e-12)
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(Unsupported):
         build_plan("wor_pair", p, q, 1.0, 2, "wor")
     for k in (2, 3, 4):                           # rule 7 where PTS stays at 0.937 / 0.945 (k = 3 / 4)
         assert float(build_plan("auto", p, q, 1.0, k, "wor").alpha) >= 1 - OPTIMALITY_TOL, k

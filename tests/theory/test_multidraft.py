@@ -13,6 +13,7 @@ from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, DraftTree, T
 from univer_theory.multidraft import FlatPlanRule, gr_plan, spechub_plan
 from univer_theory.plans.base import NodePlan
 from univer_theory.processes import HUB, hub_token
+from univer_theory.validation import Unsupported
 from univer_theory.verifiers import Verifier
 
 from ..stats import LEVEL, assert_accepts, assert_power, assert_rejects, g_test
@@ -135,15 +136,15 @@ def test_gr_per_node_optimum_is_not_tree_optimal():
 
 def test_unsupported_combinations_raise_not_implemented():
     model = DirichletModel(4, seed=0)
-    with pytest.raises(NotImplementedError, match="spechub"):
+    with pytest.raises(Unsupported, match="spechub"):
         evaluate(model, TreeShape.parse("3"), "hub", VERIFIERS["spechub"])
-    with pytest.raises(NotImplementedError, match="spechub"):
+    with pytest.raises(Unsupported, match="spechub"):
         evaluate(model, TreeShape.parse("2,2"), "iid", VERIFIERS["spechub"])
-    with pytest.raises(NotImplementedError, match="gr"):
+    with pytest.raises(Unsupported, match="gr"):
         evaluate(model, TreeShape.parse("2,2"), "wor", VERIFIERS["gr"])
-    with pytest.raises(NotImplementedError, match="gr has no exact rational form"):
+    with pytest.raises(Unsupported, match="gr has no exact rational form"):
         evaluate(DirichletModel(3, seed=0, exact=True), TreeShape.parse("2"), "iid", VERIFIERS["gr"])
-    with pytest.raises(NotImplementedError, match="float64"):
+    with pytest.raises(Unsupported, match="float64"):
         gr_plan(np.array([Fraction(1, 2)] * 2, dtype=object), np.array([Fraction(1, 2)] * 2, dtype=object), 2)
     assert not VERIFIERS["spechub"].supports(TreeShape.parse("2,1"), "hub")
 

@@ -14,6 +14,8 @@ from univer_theory import (LOSSLESS_TOL, VERIFIERS, DirichletModel, DraftTree, T
 from univer_theory import univer
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans import shape_lp
+from univer_theory.plans.choose import build_plan
+from univer_theory.validation import Unsupported
 
 SHAPES = ["1,1,1", "2,2", "3,1", "2,1,2", "((..),.)"]
 CONSTRUCTIONS = {"layout": ("iid",), "lp": ("iid", "wor"), "tv": ("iid", "wor"), "auto": ("iid", "wor")}
@@ -190,12 +192,14 @@ def test_options_and_bad_input():
         make_univer_verifier("simplex")
     tree = DraftTree.from_shape(TreeShape.parse("2"), (0, 1), vocab_size=3)
     p = np.full((3, 3), 1 / 3)
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(Unsupported):
         VERIFIER["layout"].law(tree, p, p, "wor")
+    with pytest.raises(Unsupported, match="construction 'wor_pair' gives no plan for process 'iid', k = 2"):
+        build_plan("wor_pair", p[0], p[0], 1.0, 2, "iid")
     q = np.tile([0.5, 0.5, 0.0], (3, 1))
     with pytest.raises(ValueError, match="draft_probs"):
         VERIFIERS["univer"].law(DraftTree.from_shape(TreeShape.parse("2"), (0, 2), vocab_size=3), p, q, "iid")
-    with pytest.raises(NotImplementedError, match="rational"):
+    with pytest.raises(Unsupported, match="rational"):
         exact = np.array([to_fractions(row) for row in p])
         VERIFIERS["univer"].law(tree, exact, exact, "iid")
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from univer_theory import VERIFIERS, DirichletModel, DraftTree, TableModel, TreeShape, evaluate, tuple_law
+from univer_theory.validation import Unsupported
 
 TREE = DraftTree(parent=(-1, 0, 0), token=(-1, 0, 1), vocab_size=3)
 GOOD = np.full((3, 3), 1 / 3)
@@ -67,7 +68,7 @@ def test_process_mismatches():
     dup = DraftTree(parent=(-1, 0, 0), token=(-1, 1, 1), vocab_size=3)
     with pytest.raises(ValueError, match="duplicate children"):
         VERIFIERS["rrsw"].law(dup, p, p, "wor")
-    with pytest.raises(NotImplementedError, match="processes"):
+    with pytest.raises(Unsupported, match="processes"):
         VERIFIERS["rrs"].law(TREE, p, p, "wor")
     with pytest.raises(ValueError, match="unknown process"):
         VERIFIERS["tv"].law(TREE, p, p, "beam")
@@ -81,10 +82,10 @@ def test_process_mismatches():
 
 def test_chain_only_and_rational_guards():
     p = np.full((3, 3), 1 / 3)
-    with pytest.raises(NotImplementedError, match="chains only"):
+    with pytest.raises(Unsupported, match="chains only"):
         VERIFIERS["bv"].law(TREE, p, p, "iid")
     exact = np.array([[F(1, 3)] * 3] * 3, dtype=object)
-    with pytest.raises(NotImplementedError, match="rational"):
+    with pytest.raises(Unsupported, match="rational"):
         VERIFIERS["kseq"].law(TREE, exact, exact, "iid")
 
 
@@ -320,6 +321,7 @@ def test_a_float_in_an_exact_decision_is_named():
     """On rows of Fractions a rule declared rational (``Verifier``'s default) must decide in Fractions: RRS with its
     coins scaled by 1 − 1e-14 in floats turned E[τ] and the distance into floats and passed as lossless (3.0e-15
     below the float tolerance; the same rule in Fractions: lossy), without a word."""
+    from dataclasses import replace
     from fractions import Fraction
 
     from univer_theory import Verifier
@@ -339,6 +341,21 @@ def test_a_float_in_an_exact_decision_is_named():
     exact = evaluate(model, "2", "iid", scaled(lambda a: a * (1 - Fraction(1, 10 ** 14))))
     assert isinstance(exact.expected_accepted, Fraction) and not exact.lossless
     assert evaluate(model, "2", "iid", VERIFIERS["rrs"]).lossless
+    # every entry of a decision, on both of the exact core's paths: the law enumeration (evaluate) and a tree's own
+    # law and E[τ] (Verifier.law / expected_accepted_length, through engine.allocate)
+    floats = {"enter": lambda d: replace(d, enter=tuple(float(a) for a in d.enter)),
+              "scale": lambda d: replace(d, scale=tuple(float(a) for a in d.scale)),
+              "stop": lambda d: replace(d, stop=float(d.stop)),
+              "residual entry": lambda d: replace(d, residual=np.array([float(r) for r in d.residual], dtype=object))}
+    tree = DraftTree((-1, 0, 0), (-1, 1, 2))
+    p, q = model.node_probs(tree)
+    for what, edit in floats.items():
+        verifier = Verifier("floats", lambda ctx, edit=edit: edit(rrs(ctx)), ("iid",), f"RRS with a float {what}")
+        for call in (lambda: evaluate(model, "2", "iid", verifier),
+                     lambda: verifier.law(tree, p, q, "iid"),
+                     lambda: verifier.expected_accepted_length(tree, p, q, "iid")):
+            with pytest.raises(ValueError, match=rf"node rule <lambda> at node 0: {what} .* is a float in exact mode"):
+                call()
 
 
 def test_exact_rows_keep_their_own_order_where_float64_ties_them():
