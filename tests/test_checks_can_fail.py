@@ -9,6 +9,7 @@ from fractions import Fraction
 from itertools import islice
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import solvers
@@ -245,7 +246,37 @@ def test_reductions_chain_law(monkeypatch, tmp_path, factor, where, chains):
     all_chains = reductions.chain_instances
     monkeypatch.setattr(reductions, "chain_instances", lambda fast: list(all_chains(fast))[chains])
     res = run(reductions, tmp_path)
-    assert not res.passed and "per-tree law differs" in res.table, res.table[-600:]
+    assert not res.passed and "joint law differs" in res.table, res.table[-600:]
+
+
+def test_reductions_chain_law_in_fractions(monkeypatch, tmp_path):
+    """UniVer's chain scalings shrunk by 10^-30 in Fractions — a change no float row sees (the float laws stay
+    equal to BV's) — must fail UniVer == BV on chains in Fractions, on the exact twin of a Dirichlet model."""
+    scale_univer(monkeypatch, 1 - Fraction(1, 10 ** 30), lambda ctx: len(ctx.children) == 1)
+    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
+    all_chains = reductions.chain_instances
+    monkeypatch.setattr(reductions, "chain_instances", lambda fast: list(all_chains(fast))[1:2])
+    res = run(reductions, tmp_path)
+    assert not res.passed and "in Fractions, UniVer's law differs from BV's" in res.table, res.table[-600:]
+    assert "joint law differs" not in res.table
+
+
+def test_reductions_take_an_ill_conditioned_chain(monkeypatch, tmp_path):
+    """Rows where p and q agree to 1e-8 on the likely token and a drafted token has p = 0 (a sweep's instance):
+    UniVer's and BV's conditional laws of the tree (0, 1), of probability 1.5e-9, are 1.2e-9 apart in floats — each
+    ~5e-10 off the law of the same rows in Fractions — which a per-tree tolerance of 1e-12 refused; the joint law
+    agrees to 1e-12."""
+    from univer_theory import TreeShape, context_free
+
+    p = [0.9999999868562687, 0.0, 8.123413862366409e-09, 5.020317392168392e-09]
+    q = [0.99999999819216012, 1.5102250481202260e-09, 9.1813518695518047e-11, 2.0580129328736287e-10]
+    model = context_free(np.array(p) / sum(p), np.array(q) / sum(q))
+    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
+    monkeypatch.setattr(reductions, "chain_instances", lambda fast: [("sweep", model, TreeShape.parse("1,1"))])
+    res = run(reductions, tmp_path)
+    row = next(line for line in res.table.splitlines() if line.startswith("| sweep |"))
+    per_tree = float(row.split("|")[6])
+    assert res.passed and per_tree > 1e-10, (res.summary, row)
 
 
 def test_reductions_lp_failure(monkeypatch, tmp_path):

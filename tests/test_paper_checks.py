@@ -302,7 +302,8 @@ def test_reductions_fail_when_univer_differs_from_bv_on_wor_chains_only(monkeypa
     monkeypatch.setattr(reductions, "depth1_instances", _first(reductions.depth1_instances, 1))
     monkeypatch.setattr(reductions, "chain_instances", _first(reductions.chain_instances, 2))
     res = reductions.run(fast=True, out_dir=tmp_path, progress=False)
-    assert not res.passed and "UniVer's per-tree law differs" in res.table
+    assert not res.passed and "UniVer's joint law differs" in res.table
+    assert "in Fractions, UniVer's law differs from BV's" in res.table
 
 
 def test_reductions_fail_when_the_closed_form_is_off_the_lp(monkeypatch, tmp_path):
