@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 from pathlib import Path
 
@@ -23,17 +22,18 @@ def known(ap, flag: str, text: str, allowed) -> None:
 
 def output_path(text: str) -> str:
     """argparse type: a file the script writes when it is done (its missing folders made then), checked before
-    anything runs: not a folder; an existing file (or device, ``/dev/stdout``) writable; else no part of its folder
-    a file, and a file can be created in the nearest folder that exists (a probe file, removed at once) — each was
-    a FileNotFoundError, FileExistsError or PermissionError after the timing (an ``--out`` under /proc passes every
-    check but the probe)."""
+    anything runs: not a folder; an existing file (or device, ``/dev/stdout``) opened for appending, nothing
+    written (permission bits alone pass every file for root, and a /proc file then failed the write); else no part
+    of its folder a file, and a file can be created in the nearest folder that exists (a probe file, removed at
+    once) — each was a FileNotFoundError, FileExistsError or PermissionError after the timing (a new ``--out``
+    under /proc passes every check but the probe)."""
     path = Path(text)
     try:
         if path.is_dir():
             raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
-        if path.exists():                 # rewritten in place: its folder may refuse new files (a probe) and yet
-            if not os.access(path, os.W_OK):                                              # let this one be written
-                raise argparse.ArgumentTypeError(f"{text!r} cannot be written: permission denied")
+        if path.exists():           # rewritten in place: its folder may refuse new files (the probe) yet not this one
+            with open(path, "a"):
+                pass
             return text
         existing = next(parent for parent in path.absolute().parents if parent.exists())
         if not existing.is_dir():

@@ -191,12 +191,9 @@ class TreeBatch:
         if not (token.device == parent.device == num_nodes.device):
             raise ValueError(f"{where}: parent, token and num_nodes must share one device, got {parent.device}, "
                              f"{token.device}, {num_nodes.device}")
-        bad = (num_nodes < 1) | (num_nodes > N)
-        if bad.any():
-            b = int(bad.nonzero()[0, 0])
-            raise ValueError(f"{where}: tree {b} has num_nodes {int(num_nodes[b])}, outside [1, N = {N}]")
         if self.vocab_size is not None:
             object.__setattr__(self, "vocab_size", check_int(self.vocab_size, where, "vocab_size", 1))
+        sizes = (num_nodes < 1) | (num_nodes > N)
         slot = torch.arange(N, device=parent.device)
         valid = slot[None, :] < num_nodes[:, None]
         checks = [
@@ -213,7 +210,10 @@ class TreeBatch:
         if self.vocab_size is not None:
             checks += [valid & (token >= self.vocab_size),
                        f"token ids must lie in [0, {self.vocab_size}) (the vocabulary)"]
-        broken = torch.stack([mask.any() for mask in checks[::2]]).tolist()            # one host read
+        sizes_broken, *broken = torch.stack([sizes.any()] + [mask.any() for mask in checks[::2]]).tolist()
+        if sizes_broken:                                                  # (one host read for every rule)
+            b = int(sizes.nonzero()[0, 0])
+            raise ValueError(f"{where}: tree {b} has num_nodes {int(num_nodes[b])}, outside [1, N = {N}]")
         for mask, rule, bad in zip(checks[::2], checks[1::2], broken):
             if bad:
                 b, v = (int(i) for i in mask.nonzero()[0])

@@ -2,16 +2,18 @@
 
 Chains (theory.md §3.6, §6.1: k = 1 has the unique plan ``w = min(1, ρp/q)``): for every enumerated chain T the
 law of (accepted path, Y) of UniVer must equal Block Verification's (BV is implemented in its own backward form,
-not on the node engine) — exactly in Fractions, and in floats within 1e-12 on the joint law Q(T)·P(path, Y | T).
-Exactly: UniVer's rule at k = 1 is :func:`~univer_theory.plans.choose.single_child_plan`, which computes in
-Fractions on Fraction rows (UniVer is declared float-only for its k ≥ 2 constructions), so the registered rule
-itself runs in Fractions on the exact twin of each model (:func:`exact_twin`) against BV in Fractions (the exact
-core refuses any float in its decisions there).  In floats the joint
-law, not the conditional one, is held to 1e-12: a tree's conditional law can be ill-conditioned (on rows where p
-and q agree to 1e-8 on the likely token, UniVer's and BV's conditional laws of a tree of probability 1.5e-9 were
-1.2e-9 apart, each ~5e-10 off the law computed in Fractions from the same rows); the per-tree maximum is
-reported beside it.  Includes the §3.6 toy (context-free p = (1/3, 2/3), q = (2/3, 1/3), γ = 2), whose BV value
-11/9 is recomputed exactly, not pasted.
+not on the node engine) — exactly in Fractions, and in floats to round-off.
+Exactly: on each model's own rows as Fractions (:class:`ExactRows`; the toy's are), UniVer's registered rule runs
+with ``rational=True`` — at k = 1 it is :func:`~univer_theory.plans.choose.single_child_plan`, whose Fraction
+branch is the exact computation that checks its float one (UniVer is float-only for its k ≥ 2 constructions), and
+the exact core refuses a float in its decisions — and must give BV's law in Fractions on every tree (this covers
+that branch and the engine's assembly of the law; the float branch is what the float comparisons cover).
+In floats: the joint law Q(T)·P(path, Y | T) within :data:`LAW_TOL`, and each tree's conditional law within
+:data:`TREE_TOL`.  A conditional law can be ill-conditioned (on rows where p and q agree to 1e-8 on the likely token,
+UniVer's and BV's conditional laws of a tree of probability 1.5e-9 were 1.2e-9 apart, each ~5e-10 off the law in
+Fractions of the same rows: a ratio of two masses ~1e-8), so its bound is looser; it still catches a rule wrong on
+an unlikely tree (a tail token's scaling halved: 0.875), whose joint law hides it.  Includes the §3.6 toy
+(context-free p = (1/3, 2/3), q = (2/3, 1/3), γ = 2), whose BV value 11/9 is recomputed exactly, not pasted.
 Depth 1 (§4.1): UniVer's E[τ] on a single node with k children must equal α* of the flat OT — by the LP
 (``solvers.flat_ot_lp``, 1e-9) and by the closed form (``alpha_star``, 1e-9) — for iid and wor.
 
@@ -33,14 +35,17 @@ from tqdm import tqdm
 from univer_theory import (VERIFIERS, ConfidentModel, DirichletModel, TreeShape, context_free, enumerate_trees,
                            evaluate)
 from univer_theory.alpha_star import alpha_star
+from univer_theory.models import Model
 
 from .base import CheckResult, markdown_table
 
 NAME = "reductions"
-CLAIM = ("UniVer equals Block Verification on chains (joint law per tree) and the optimal flat multi-draft OT "
-         "α* at depth 1 (iid and wor).")
-#: Joint-law tolerance (float round-off only) and α* tolerance (HiGHS runs at 1e-10).
+CLAIM = ("UniVer equals Block Verification on chains (the law of path and correction on every tree: exactly in "
+         "Fractions, to round-off in floats) and the optimal flat multi-draft OT α* at depth 1 (iid and wor).")
+#: Joint-law tolerance in floats (round-off only) and α* tolerance (HiGHS runs at 1e-10).
 LAW_TOL, ALPHA_TOL = 1e-12, 1e-9
+#: A tree's conditional law in floats (module docstring: ill-conditioned on unlikely trees; 1.2e-9 the worst seen).
+TREE_TOL = 1e-6
 #: (similarity, concentration) of the Dirichlet families; the dissimilar one keeps α* well below 1 at depth 1.
 FAMILIES = {"dirichlet": (0.5, 0.8), "peaky": (0.5, 0.2), "dissimilar": (0.1, 0.5)}
 #: Confident models (``ConfidentModel``: draft tail d, target family) added to every grid; ``fast`` the first.
@@ -75,33 +80,45 @@ def depth1_instances(fast: bool):
                     yield f"{mid}/k{k}/{process}", model, k, process
 
 
-def exact_twin(model):
-    """The model itself when its rows are Fractions (the toy), a Dirichlet model's rows rounded to Fractions
-    (``exact=True``), else None (a confident model's tails lie below any Fraction grid)."""
-    if model.exact:
-        return model
-    if isinstance(model, DirichletModel):
-        return DirichletModel(model.vocab_size, seed=model.seed, similarity=model.similarity,
-                              concentration=model.concentration, exact=True)
-    return None
+class ExactRows(Model):
+    """A float model's own rows as Fractions: every entry exactly (a float is a dyadic rational, tails of 1e-310
+    included), divided by the row's exact sum."""
+
+    def __init__(self, model: Model):
+        self.model, self.vocab_size = model, model.vocab_size
+
+    @staticmethod
+    def _exact(row) -> np.ndarray:
+        row = [Fraction(float(x)) for x in row]
+        total = sum(row)
+        return np.array([x / total for x in row], dtype=object)
+
+    def target(self, prefix):
+        return self._exact(self.model.target(prefix))
+
+    def draft(self, prefix):
+        return self._exact(self.model.draft(prefix))
 
 
-def _exact_mismatch(model, shape) -> str | None:
-    """On an exact model: "" when UniVer's rule and BV give the same law, in Fractions, on every chain of ``shape``
-    (iid and wor), else the first tree where they differ; None without a model."""
-    if model is None:
-        return None
+def _exact_mismatch(model, shape) -> tuple[int, str]:
+    """``(trees, problem)``: UniVer's rule and BV in Fractions on every chain of ``shape`` (iid and wor) of the
+    model's rows as Fractions; ``problem`` is "" when their laws are equal on all of them, else the first tree where
+    they differ or UniVer's rule decided in floats."""
+    model = model if model.exact else ExactRows(model)
     univer, bv = replace(VERIFIERS["univer"], rational=True), VERIFIERS["bv"]      # k = 1: module docstring
+    trees = 0
     for process in ("iid", "wor"):
         for tree, _ in enumerate_trees(model, shape, process):
             p, q = model.node_probs(tree)
+            law_bv = bv.law(tree, p, q, process)
             try:
-                same = univer.law(tree, p, q, process) == bv.law(tree, p, q, process)
+                law_u = univer.law(tree, p, q, process)
             except ValueError as err:                 # a float decision on Fraction rows (engine.check_decision)
-                return f"UniVer's rule is not exact on chains: {err}"
-            if not same:
-                return f"UniVer's law differs from BV's on tree {tree.token} ({process})"
-    return ""
+                return trees, f"UniVer's rule is not exact on chains: {err}"
+            trees += 1
+            if law_u != law_bv:
+                return trees, f"UniVer's law differs from BV's on tree {tree.token} ({process})"
+    return trees, ""
 
 
 def _as_float(model, prefix):
@@ -128,15 +145,19 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
                 if process == "iid":
                     e_bv += Q * bv.expected_accepted_length(tree, p, q, process)
                     e_u += float(Q) * univer.expected_accepted_length(tree, pf, qf, process)
-        exact = _exact_mismatch(exact_twin(model), shape)
+        exact_trees, exact = _exact_mismatch(model, shape)
         if joint > LAW_TOL:
             problems.append(f"{iid}: UniVer's joint law differs from BV by {joint:.2e}")
+        if worst > TREE_TOL:
+            problems.append(f"{iid}: UniVer's law on a tree differs from BV by {worst:.2e}")
         if exact:
             problems.append(f"{iid}: in Fractions, {exact}")
+        elif exact_trees != n_trees:
+            problems.append(f"{iid}: in Fractions, {exact_trees} chains enumerated against {n_trees} in floats")
         if abs(e_u - float(e_bv)) > LAW_TOL:
             problems.append(f"{iid}: E[τ] UniVer {e_u:.12g} ≠ BV {float(e_bv):.12g}")
         chain_rows.append([iid, n_trees, str(e_bv) if isinstance(e_bv, Fraction) else float(e_bv), e_u, joint, worst,
-                           "—" if exact is None else "equal" if not exact else "differ"])
+                           "differ" if exact else "equal"])
     for iid, model, k, process in tqdm(list(depth1_instances(fast)), desc=f"{NAME} depth 1", disable=not progress):
         shape = TreeShape.uniform([k])
         res = evaluate(model, shape, process, univer)
@@ -153,14 +174,15 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
         depth_rows.append([iid, cons, e_u, lp.value, closed, gap])
     passed = not problems
     worst_chain = max(chain_rows, key=lambda r: r[4])
+    worst_tree = max(chain_rows, key=lambda r: r[5])
     worst_depth = max(depth_rows, key=lambda r: r[-1])
     n_exact = sum(row[-1] == "equal" for row in chain_rows)
-    summary = (f"{len(chain_rows)} chain instances: max joint-law difference UniVer vs BV {worst_chain[4]:.1e} "
-               f"({worst_chain[0]}), equal in Fractions on {n_exact}; {len(depth_rows)} depth-1 instances: max "
-               f"|E[τ] − α*| {worst_depth[-1]:.1e} ({worst_depth[0]})"
+    summary = (f"{len(chain_rows)} chain instances: UniVer == BV in Fractions on {n_exact}; in floats max joint-law "
+               f"difference {worst_chain[4]:.1e} ({worst_chain[0]}), per tree {worst_tree[5]:.1e} ({worst_tree[0]}); "
+               f"{len(depth_rows)} depth-1 instances: max |E[τ] − α*| {worst_depth[-1]:.1e} ({worst_depth[0]})"
                + ("" if passed else f"; {len(problems)} violation(s)") + ".")
     table = ("**Chains: UniVer vs Block Verification** (every enumerated chain T, iid and wor; E[τ] under iid; the "
-             "joint law is Q(T)·P(path, Y | T); in Fractions: on the model's exact twin, — where it has none)\n\n"
+             "joint law is Q(T)·P(path, Y | T); in Fractions: on the model's rows as Fractions)\n\n"
              + markdown_table(["instance", "trees", "BV E[τ]", "UniVer E[τ]", "max joint-law difference",
                                "max per-tree law difference", "in Fractions"], chain_rows)
              + "\n\n**Depth 1: UniVer vs the optimal flat multi-draft OT α***\n\n"

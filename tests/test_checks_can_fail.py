@@ -247,6 +247,7 @@ def test_reductions_chain_law(monkeypatch, tmp_path, factor, where, chains):
     monkeypatch.setattr(reductions, "chain_instances", lambda fast: list(all_chains(fast))[chains])
     res = run(reductions, tmp_path)
     assert not res.passed and "joint law differs" in res.table, res.table[-600:]
+    assert "UniVer's rule is not exact on chains" in res.table       # the float factor, on the rows as Fractions
 
 
 def test_reductions_chain_law_in_fractions(monkeypatch, tmp_path):
@@ -259,6 +260,27 @@ def test_reductions_chain_law_in_fractions(monkeypatch, tmp_path):
     res = run(reductions, tmp_path)
     assert not res.passed and "in Fractions, UniVer's law differs from BV's" in res.table, res.table[-600:]
     assert "joint law differs" not in res.table
+
+
+def test_reductions_chain_law_on_unlikely_trees(monkeypatch, tmp_path):
+    """UniVer's k = 1 scaling halved, on float rows only, where the drafted token is a tail (q < 1e-6) of the
+    confident models: the joint law hides it (those trees have probability ≤ 1e-6) and the rows as Fractions do not
+    see it, so only the per-tree bound (TREE_TOL) can fail it — it must."""
+    u = VERIFIERS["univer"]
+
+    def rule(ctx):
+        d = u.rule(ctx)
+        tail = (ctx.target.dtype != object and len(ctx.children) == 1
+                and float(ctx.draft[int(ctx.children[0])]) < 1e-6)
+        return replace(d, scale=tuple(0.5 * s for s in d.scale)) if tail else d
+    monkeypatch.setitem(VERIFIERS, "univer", replace(u, rule=rule))
+    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
+    all_chains = reductions.chain_instances
+    monkeypatch.setattr(reductions, "chain_instances",
+                        lambda fast: [c for c in all_chains(fast) if c[0].startswith("confident")])
+    res = run(reductions, tmp_path)
+    assert not res.passed and "UniVer's law on a tree differs from BV by" in res.table, res.table[-600:]
+    assert "joint law differs" not in res.table and "in Fractions," not in res.table
 
 
 def test_reductions_take_an_ill_conditioned_chain(monkeypatch, tmp_path):

@@ -33,7 +33,8 @@ def test_exact_check_passes_on_fast_grid(module, tmp_path):
     assert len(res.figures) == (0 if module is reductions else 1)
     # every worst value names its instance (instance ids read family/V…/s…/shape…)
     worst = {optimality: [r"max \|α − α\*\| = \S+ \(\S+/V\d"],
-             reductions: [r"vs BV \S+ \(\S+/V\d", r"max \|E\[τ\] − α\*\| \S+ \(\S+/V\d"]}
+             reductions: [r"joint-law difference \S+ \(\S+/V\d", r"per tree \S+ \(\S+/V\d",
+                          r"max \|E\[τ\] − α\*\| \S+ \(\S+/V\d"]}
     for pattern in worst.get(module, []):
         assert re.search(pattern, res.summary), (pattern, res.summary)
 

@@ -95,8 +95,8 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
     except ValueError:          # a token outside the vocabulary, named in the caller's positions (the batch's slots)
         bad = (tok < 0) | (tok >= V)
         if bad.any():
-            i = int(bad.nonzero()[0, 0])
-            raise ValueError(f"{where}: draft_token_ids[{i}] = {int(tok[i])} is outside the vocabulary "
+            at = int(bad.nonzero()[0, 0])
+            raise ValueError(f"{where}: draft_token_ids[{at}] = {int(tok[at])} is outside the vocabulary "
                              f"[0, {V})") from None
         raise
     # rows: a slot reads its child's row; leaves (and padding) read the request's first row (row 0 if it has none)
