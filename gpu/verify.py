@@ -89,7 +89,7 @@ def undraftable(batch: TreeBatch, draft_rows: torch.Tensor,
 
 
 def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, process: str,
-                    row_index: torch.Tensor | None = None) -> None:
+                    row_index: torch.Tensor | None = None, *, node_name=None) -> None:
     """Every per-batch input rule, each with its own ValueError (function, argument, rule, value).
 
     Shapes ``[B, N, V]`` agreeing with the batch (or ``[R, V]`` with ``row_index [B, N]`` in ``[0, R)`` on valid
@@ -97,8 +97,10 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
     declares one; valid rows on the simplex (:data:`gpu.probs.SIMPLEX_TOL`); token ids in ``[0, V)``;
     ``q(parent)[token] > 0`` for every drafted node (:func:`undraftable`); no duplicate siblings unless iid; topk /
     greedy children begin with the top-k / top-(k−1) draft tokens, most likely first (ties to the lower id).
-    Padded slots' rows are ignored.
+    Padded slots' rows are ignored.  ``node_name(b, v)`` names node v of tree b in the messages (default
+    ``tree b node v``): an engine adapter names it in its caller's arguments (``candidates[b, u]``).
     """
+    label = node_name or (lambda b, v: f"tree {b} node {v}")
     if not isinstance(batch, TreeBatch):
         raise ValueError(f"{where}: batch must be a TreeBatch, got {type(batch).__name__}")
     check_choice(process, PROCESSES, where, "process")
@@ -140,13 +142,13 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
     bad = drafted & (batch.token >= V)
     if bad.any():
         b, v = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"{where}: tree {b} node {v} has token {int(batch.token[b, v])}, outside [0, {V})")
+        raise ValueError(f"{where}: {label(b, v)} has token {int(batch.token[b, v])}, outside [0, {V})")
     par, tok = batch.parent.clamp(min=0), batch.token.clamp(min=0)
     bad, parent_row = undraftable(batch, q_flat, rows)
     if bad.any():
         b, v = (int(i) for i in bad.nonzero()[0])
         at = (f"{b}, {int(batch.parent[b, v])}" if row_index is None else f"{int(parent_row[b, v])}")
-        raise ValueError(f"{where}: tree {b} node {v} drafts token {int(batch.token[b, v])} but its parent's "
+        raise ValueError(f"{where}: {label(b, v)} drafts token {int(batch.token[b, v])} but its parent's "
                          f"draft_probs[{at}, {int(batch.token[b, v])}] = 0")
     if process != "iid":
         same = ((batch.parent[:, :, None] == batch.parent[:, None, :])
@@ -154,7 +156,7 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
         dup = (same & drafted[:, :, None]).triu(1).any(-1)
         if dup.any():
             b, v = (int(i) for i in dup.nonzero()[0])
-            raise ValueError(f"{where}: tree {b} node {v} has a sibling with the same token "
+            raise ValueError(f"{where}: {label(b, v)} has a sibling with the same token "
                              f"{int(batch.token[b, v])}, impossible under process {process!r}")
     if process in ("topk", "greedy"):
         k = batch.num_children.gather(1, par)
@@ -170,7 +172,7 @@ def validate_inputs(where: str, batch: TreeBatch, target_probs, draft_probs, pro
             order = top_tokens(q_flat[parent_row[b, v]], V)
             rank = int((order == batch.token[b, v]).nonzero()[0, 0])
             j = int(batch.sibling_rank[b, v])
-            raise ValueError(f"{where}: tree {b} node {v} is child {j} of its parent with token "
+            raise ValueError(f"{where}: {label(b, v)} is child {j} of its parent with token "
                              f"{int(batch.token[b, v])} (draft rank {rank}), but process {process!r} drafts the "
                              f"top-{int(m[b, v])} draft tokens most likely first (ties to the lower id): child {j} "
                              f"must be token {int(want[b, v])}")

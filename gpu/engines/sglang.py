@@ -35,7 +35,7 @@ from univer_theory.verifiers import row_sums
 from ..engine import VerifyResult
 from ..probs import check_row_dtypes, check_rows, engine_rows
 from ..tree_batch import TreeBatch, _as_long
-from ..verify import undraftable, verify
+from ..verify import undraftable, validate_inputs, verify
 
 #: Method names; ``target-only`` is SGLang's name for ``nss``.
 METHODS = ("nss", "target-only", "rrs", "rrsw", "tv", "univer")
@@ -100,8 +100,9 @@ def tree_inputs(candidates, retrive_next_token, retrive_next_sibling, target_pro
 def name_in_storage(where: str, batch: TreeBatch, order: torch.Tensor, target_probs, draft_probs) -> None:
     """Re-check, after :func:`gpu.verify` refused its inputs, the rows (``[B, N, V]``) and the drafted tokens in
     SGLang's own coordinates and raise the first problem found there: ``gpu.verify`` names a row of the flat
-    ``[B·N, V]`` view and a node by the batch's reordered slot.  Returns when none is found (the caller then
-    re-raises ``gpu.verify``'s own error).  Runs only on that error path."""
+    ``[B·N, V]`` view and a node by the batch's reordered slot.  Returns when none is found (the caller then runs
+    :func:`gpu.validate_inputs` naming nodes by their slots, and re-raises ``gpu.verify``'s own error if that
+    passes).  Runs only on that error path."""
     check_rows(where, "target_probs", target_probs)
     check_rows(where, "draft_probs", draft_probs)
     B, N, V = draft_probs.shape
@@ -340,6 +341,8 @@ def verify_tree(candidates, retrive_index, retrive_next_token, retrive_next_sibl
         except ValueError as err:
             if validate and not isinstance(err, Unsupported):    # (an uncovered process is the answer, rows or not)
                 name_in_storage(where, batch, order, p.reshape(B, N, -1), q.reshape(B, N, -1))
+                validate_inputs(where, batch, p, q, process, row_index,            # a node's rule, by its slot
+                                node_name=lambda b, v: f"candidates[{b}, {int(order[b, v])}]")
             raise
         fill_outputs(result, order, candidates, ridx, predicts, accept_index, accept_token_num)
     return SGLangOutputs(predicts, accept_index, accept_token_num)

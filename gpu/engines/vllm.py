@@ -40,6 +40,16 @@ PLACEHOLDER_TOKEN_ID = -1
 METHODS = {"sps": "rrs", "bv": "tv", "rrs": "rrs", "rrsw": "rrsw", "tv": "tv", "univer": "univer"}
 
 
+def draft_token_name(cu_num_draft_tokens):
+    """``node_name`` of :func:`gpu.validate_inputs` in vLLM's arguments: node v ≥ 1 of request b holds
+    ``draft_token_ids[t]``, t = the request's first draft position + v − 1 (:func:`tree_inputs`' slots); the offsets
+    are read only when a message is formed."""
+    def name(b: int, v: int) -> str:
+        cu = torch.as_tensor(cu_num_draft_tokens).reshape(-1)
+        return f"draft_token_ids[{(int(cu[b - 1]) if b else 0) + v - 1}]"
+    return name
+
+
 def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
                 num_drafts: int = 1, where: str = "vllm.tree_inputs"):
     """vLLM's tensors → ``(batch, target_rows, draft_rows, row_index, lengths, bonus)`` for :func:`gpu.verify`
@@ -57,17 +67,19 @@ def tree_inputs(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
     if target_probs.dtype not in SIMPLEX_TOL:
         raise ValueError(f"{where}: target_probs must be float32 or float64 probabilities, got {target_probs.dtype}")
     dev = target_probs.device
-    T, V = target_probs.shape
     tok = _as_long(draft_token_ids, where, "draft_token_ids", dev).reshape(-1)
+    T, V = tok.shape[0], target_probs.shape[1]
+    if target_probs.shape[0] != T:
+        raise ValueError(f"{where}: target_probs must hold one row per draft token, [T, V] = [{T}, {V}] "
+                         f"(draft_token_ids holds T = {T}), got {list(target_probs.shape)}")
     cu = _as_long(cu_num_draft_tokens, where, "cu_num_draft_tokens", dev).reshape(-1)
     bonus = _as_long(bonus_token_ids, where, "bonus_token_ids", dev)
     m = int_argument(where, "num_drafts", num_drafts, 1)
     B = cu.shape[0]
     bonus = bonus[:, None] if m == 1 and bonus.shape == (B,) else bonus      # one chain: [B] as [B, 1]
-    if tok.shape != (T,) or B == 0 or bonus.shape != (B, m):
-        raise ValueError(f"{where}: need draft_token_ids [T] = [{T}], cu_num_draft_tokens [B ≥ 1] and "
-                         f"bonus_token_ids [B, num_drafts] = [{B}, {m}], got {list(tok.shape)}, {list(cu.shape)}, "
-                         f"{list(bonus.shape)}")
+    if B == 0 or bonus.shape != (B, m):
+        raise ValueError(f"{where}: need cu_num_draft_tokens [B ≥ 1] and bonus_token_ids [B, num_drafts] = "
+                         f"[{B}, {m}], got {list(cu.shape)} and {list(bonus.shape)}")
     counts = torch.diff(cu, prepend=cu.new_zeros(1))
     if (counts < 0).any() or int(cu[-1]) != T or (counts % m != 0).any():
         raise ValueError(f"{where}: cu_num_draft_tokens {cu.tolist()} must be non-decreasing, end at T = {T} and "
@@ -231,7 +243,7 @@ def rejection_sample(draft_token_ids, cu_num_draft_tokens, draft_probs, target_p
     if p.shape[0]:
         gpu_method = "nss" if draft_probs is None else METHODS[method]
         if validate:
-            validate_inputs(where, batch, p, q, process, row_index)
+            validate_inputs(where, batch, p, q, process, row_index, node_name=draft_token_name(cu_num_draft_tokens))
         for req, N, gen in groups:
             if req is not None and N == 1:  # a seeded request without drafts draws no coin, in a batch as alone
                 continue                    # (and as vLLM, whose seeded uniforms skip such requests)

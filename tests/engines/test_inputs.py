@@ -169,6 +169,30 @@ def test_adapter_inputs_are_named_in_the_callers_coordinates():
                 call()
     with pytest.raises(NotImplementedError, match="is defined for processes"):   # bad rows as well: still the pair
         sglang_verify_tree(**ints, target_probs=bad, draft_probs=p, method="tv", process="topk")
+    # a node's rule (duplicate siblings without replacement, top-k children out of order) was named by the batch's
+    # node ("tree 0 node 1", stored in slot 2), vLLM's chains by their tree; target rows one too many named only
+    # draft_token_ids
+    u = torch.full((4,), 0.25, dtype=torch.float64)
+    root_2_then_1 = dict(retrive_index=torch.tensor([[0, 1, 2]]), retrive_next_token=torch.tensor([[2, -1, -1]]),
+                         retrive_next_sibling=torch.tensor([[-1, -1, 1]]))         # the root's list: slot 2, slot 1
+    rows = torch.stack([u, u, u])[None]
+    with pytest.raises(ValueError, match=r"^sglang.verify_tree: candidates\[0, 2\] has a sibling with the same "
+                                         r"token 3, impossible under process 'wor'"):
+        sglang_verify_tree(torch.tensor([[0, 3, 3]]), **root_2_then_1, target_probs=rows, draft_probs=rows,
+                           method="rrsw", process="wor")
+    top = torch.stack([torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64), u, u])[None]
+    with pytest.raises(ValueError, match=r"^sglang.verify_tree: candidates\[0, 2\] is child 0 of its parent with "
+                                         r"token 2 .* child 0 must be token 0"):
+        sglang_verify_tree(torch.tensor([[0, 0, 2]]), **root_2_then_1, target_probs=rows, draft_probs=top,
+                           method="univer", process="topk")
+    flat = torch.stack([u] * 4)
+    with pytest.raises(ValueError, match=r"draft_token_ids\[2\] has a sibling with the same token 3"):
+        vllm_rejection_sample(torch.tensor([0, 1, 3, 3]), torch.tensor([2, 4]), flat, flat,
+                              torch.zeros(2, 2, dtype=torch.long), method="rrsw", num_drafts=2, process="wor")
+    with pytest.raises(ValueError, match=r"target_probs must hold one row per draft token, \[T, V\] = \[4, 4\] "
+                                         r"\(draft_token_ids holds T = 4\), got \[5, 4\]"):
+        vllm_rejection_sample(torch.tensor([0, 1, 3, 3]), torch.tensor([2, 4]), flat, torch.cat([flat, u[None]]),
+                              torch.zeros(2, 2, dtype=torch.long), method="tv", num_drafts=2)
 
 
 def test_vllm_adapter_input_errors():
