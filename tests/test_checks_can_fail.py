@@ -266,14 +266,8 @@ def test_reductions_chain_law_on_unlikely_trees(monkeypatch, tmp_path):
     """UniVer's k = 1 scaling halved, on float rows only, where the drafted token is a tail (q < 1e-6) of the
     confident models: the joint law hides it (those trees have probability ≤ 1e-6) and the rows as Fractions do not
     see it, so only the per-tree bound (TREE_TOL) can fail it — it must."""
-    u = VERIFIERS["univer"]
-
-    def rule(ctx):
-        d = u.rule(ctx)
-        tail = (ctx.target.dtype != object and len(ctx.children) == 1
-                and float(ctx.draft[int(ctx.children[0])]) < 1e-6)
-        return replace(d, scale=tuple(0.5 * s for s in d.scale)) if tail else d
-    monkeypatch.setitem(VERIFIERS, "univer", replace(u, rule=rule))
+    scale_univer(monkeypatch, 0.5, lambda ctx: (ctx.target.dtype != object and len(ctx.children) == 1
+                                                and float(ctx.draft[int(ctx.children[0])]) < 1e-6))
     monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
     all_chains = reductions.chain_instances
     monkeypatch.setattr(reductions, "chain_instances",
