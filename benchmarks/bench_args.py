@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -22,8 +23,10 @@ def known(ap, flag: str, text: str, allowed) -> None:
 
 def output_path(text: str) -> str:
     """argparse type: a file the script writes when it is done (its missing folders made then), checked before
-    anything runs: not a folder; an existing file (or device, ``/dev/stdout``) opened for appending, nothing
-    written (permission bits alone pass every file for root, and a /proc file then failed the write); else no part
+    anything runs: not a folder; an existing regular file opened for appending, nothing written (permission bits
+    alone pass every file for root, and a /proc file then failed the write), an existing pipe or device
+    (``/dev/stdout``) checked for write permission only (opening a pipe blocks without a reader, and closing it
+    ends the reader's stream before the results come); else no part
     of its folder a file, and a file can be created in the nearest folder that exists (a probe file, removed at
     once) — each was a FileNotFoundError, FileExistsError or PermissionError after the timing (a new ``--out``
     under /proc passes every check but the probe)."""
@@ -32,8 +35,11 @@ def output_path(text: str) -> str:
         if path.is_dir():
             raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
         if path.exists():           # rewritten in place: its folder may refuse new files (the probe) yet not this one
-            with open(path, "a"):
-                pass
+            if path.is_file():
+                with open(path, "a"):
+                    pass
+            elif not os.access(path, os.W_OK):
+                raise PermissionError(13, "Permission denied")
             return text
         existing = next(parent for parent in path.absolute().parents if parent.exists())
         if not existing.is_dir():

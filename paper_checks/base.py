@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -42,6 +44,17 @@ def percent(x: float, signed: bool = False) -> str:
     by its printed sign)."""
     text = f"{100 * x:+.2f}" if signed else f"{100 * x:.2f}"
     return text.replace("-", "+" if signed else "") if text == "-0.00" else text
+
+
+def exceeds(value, tol) -> bool:
+    """``value > tol``, and True for NaN: a check's tolerance test must fail on a NaN it computed (``nan > tol`` is
+    False, so a NaN law or E[τ] passed every ``>`` test)."""
+    return not value <= tol
+
+
+def worst_of(values) -> float:
+    """The largest of ``values``, NaN if any is NaN (Python's ``max`` keeps a NaN only where it comes first)."""
+    return float(np.max(np.asarray(list(values), dtype=np.float64)))
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from univer_theory import VERIFIERS
 
-from .base import CheckResult, markdown_table, percent, save_figure
+from .base import CheckResult, exceeds, markdown_table, percent, save_figure
 from .instances import confident_instances, random_instances
 from .studies import BOUND_SLACK, bounds, comparison_methods, expected_lengths, univer_variant
 
@@ -64,10 +64,10 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
         b = bounds(model, shape, process)
         cf_cap = b["cf"] + b["cf_tolerance"] + BOUND_SLACK
         framework = {**values, "univer-va": b["univer-va"]}      # the value-aware oracle is a method of §6.1 too
-        over = [m for m, v in framework.items() if v > cf_cap]
+        over = [m for m, v in framework.items() if exceeds(v, cf_cap)]
         if over:
             problems.append(f"{iid}: {', '.join(f'{m} {framework[m]:.6f}' for m in over)} above CF {b['cf']:.6f}")
-        if b["cf"] - b["cf_margin"] > b["global"] or b["univer-va"] > b["global"] + BOUND_SLACK:
+        if exceeds(b["cf"] - b["cf_margin"], b["global"]) or exceeds(b["univer-va"], b["global"] + BOUND_SLACK):
             problems.append(f"{iid}: CF {b['cf']:.6f} / univer-va {b['univer-va']:.6f} above the global LP "
                             f"{b['global']:.6f}")
         if "global_note" in b:

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from univer_theory import LOSSLESS_TOL, VERIFIERS
 
-from .base import CheckResult, markdown_table, percent, save_figure
+from .base import CheckResult, exceeds, markdown_table, percent, save_figure
 from .instances import confident_instances, random_instances
 from .studies import (BOUND_SLACK, alpha_star_guaranteed, alpha_star_lp, bounds, comparison_methods,
                       expected_lengths, node_audit)
@@ -90,18 +90,18 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             if (r.node, r.prefix, r.rho) in seen:       # one context, many tuples: its α and excess are the same
                 continue
             seen.add((r.node, r.prefix, r.rho))
-            if r.excess > NODE_TOL:
+            if exceeds(r.excess, NODE_TOL):
                 problems.append(f"{where}: the applied marginal exceeds ρp by {r.excess:.3g}")
-            if r.leak > LOSSLESS_TOL:
+            if exceeds(r.leak, LOSSLESS_TOL):
                 problems.append(f"{where}: the applied marginal and the residual's mass miss ρp by {r.leak:.3g}")
-            if abs(r.alpha - r.reported_alpha) > NODE_TOL:
+            if exceeds(abs(r.alpha - r.reported_alpha), NODE_TOL):
                 problems.append(f"{where}: the applied weights give α = {r.alpha:.12g}, the plan reports "
                                 f"{r.reported_alpha:.12g}")
-            if r.alpha > star + NODE_TOL:
+            if exceeds(r.alpha, star + NODE_TOL):
                 problems.append(f"{where}: α = {r.alpha:.12g} exceeds α*(ρ) = {star:.12g}")
             if required and abs(r.alpha - star) > worst:
                 worst, worst_at = abs(r.alpha - star), where
-            if required and abs(r.alpha - star) > NODE_TOL:
+            if required and exceeds(abs(r.alpha - star), NODE_TOL):
                 problems.append(f"{where} ({r.construction}): α = {r.alpha:.12g} ≠ α*(ρ) = {star:.12g}")
         methods = comparison_methods(process)
         values = expected_lengths(model, shape, process, methods)
@@ -111,11 +111,11 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             below.append([iid, values["tv"], values["univer"],
                           f"{percent(values['univer'] / values['tv'] - 1, signed=True)}%",
                           bound, "yes: TV out of reach" if bound < values["tv"] - VALUE_TOL else "no"])
-        if values["univer"] > b["cf_alpha_root"] + b["cf_tolerance"] + BOUND_SLACK:
+        if exceeds(values["univer"], b["cf_alpha_root"] + b["cf_tolerance"] + BOUND_SLACK):
             problems.append(f"{iid}: UniVer {values['univer']:.6f} > its α*-root bound {b['cf_alpha_root']:.6f}")
-        if values["univer"] > b["cf"] + b["cf_tolerance"] + BOUND_SLACK:
+        if exceeds(values["univer"], b["cf"] + b["cf_tolerance"] + BOUND_SLACK):
             problems.append(f"{iid}: UniVer {values['univer']:.6f} > CF {b['cf']:.6f}")
-        if b["cf_alpha_root"] > b["cf"] + b["cf_tolerance"] + b["cf_margin"] + BOUND_SLACK:
+        if exceeds(b["cf_alpha_root"], b["cf"] + b["cf_tolerance"] + b["cf_margin"] + BOUND_SLACK):
             problems.append(f"{iid}: the α*-root bound {b['cf_alpha_root']:.6f} > CF {b['cf']:.6f}")
         per_instance.append((iid, process, values, b))
         base = methods[0]

@@ -37,7 +37,7 @@ from univer_theory import (VERIFIERS, ConfidentModel, DirichletModel, TreeShape,
 from univer_theory.alpha_star import alpha_star
 from univer_theory.models import Model
 
-from .base import CheckResult, markdown_table
+from .base import CheckResult, exceeds, markdown_table, worst_of
 
 NAME = "reductions"
 CLAIM = ("UniVer equals Block Verification on chains (the law of path and correction on every tree: exactly in "
@@ -139,22 +139,22 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
                 pf, qf = p.astype(np.float64), q.astype(np.float64)
                 law_u = univer.law(tree, pf, qf, process)
                 keys = set(law_u) | set(law_bv)
-                diff = max(abs(law_u.get(key, 0.0) - float(law_bv.get(key, 0))) for key in keys)
-                worst, joint = max(worst, diff), max(joint, float(Q) * diff)
+                diff = worst_of(abs(law_u.get(key, 0.0) - float(law_bv.get(key, 0))) for key in keys)
+                worst, joint = worst_of((worst, diff)), worst_of((joint, float(Q) * diff))
                 n_trees += 1
                 if process == "iid":
                     e_bv += Q * bv.expected_accepted_length(tree, p, q, process)
                     e_u += float(Q) * univer.expected_accepted_length(tree, pf, qf, process)
         exact_trees, exact = _exact_mismatch(model, shape)
-        if joint > LAW_TOL:
+        if exceeds(joint, LAW_TOL):
             problems.append(f"{iid}: UniVer's joint law differs from BV by {joint:.2e}")
-        if worst > TREE_TOL:
+        if exceeds(worst, TREE_TOL):
             problems.append(f"{iid}: UniVer's law on a tree differs from BV by {worst:.2e}")
         if exact:
             problems.append(f"{iid}: in Fractions, {exact}")
         elif exact_trees != n_trees:
             problems.append(f"{iid}: in Fractions, {exact_trees} chains enumerated against {n_trees} in floats")
-        if abs(e_u - float(e_bv)) > LAW_TOL:
+        if exceeds(abs(e_u - float(e_bv)), LAW_TOL):
             problems.append(f"{iid}: E[τ] UniVer {e_u:.12g} ≠ BV {float(e_bv):.12g}")
         chain_rows.append([iid, n_trees, str(e_bv) if isinstance(e_bv, Fraction) else float(e_bv), e_u, joint, worst,
                            "differ" if exact else "equal"])
@@ -168,8 +168,8 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             problems.append(f"{iid}: flat OT LP failed: {lp.message}")
         closed = float(alpha_star(p, q, k, process))
         cons = ", ".join(sorted(res.plans or {}))
-        gap = max(abs(e_u - lp.value), abs(e_u - closed))
-        if gap > ALPHA_TOL:
+        gap = worst_of((abs(e_u - lp.value), abs(e_u - closed)))
+        if exceeds(gap, ALPHA_TOL):
             problems.append(f"{iid}: UniVer E[τ] {e_u:.12g} vs α* LP {lp.value:.12g} / closed form {closed:.12g}")
         depth_rows.append([iid, cons, e_u, lp.value, closed, gap])
     passed = not problems

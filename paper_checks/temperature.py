@@ -28,7 +28,7 @@ from tqdm import tqdm
 from univer_theory import DirichletModel, TemperedModel, TreeShape
 from univer_theory.verifiers import BASELINE
 
-from .base import CheckResult, markdown_table, save_figure
+from .base import CheckResult, exceeds, markdown_table, save_figure, worst_of
 from .studies import expected_lengths, gain_interval, missing_batched, real_bench, real_prompts
 
 NAME = "temperature"
@@ -72,7 +72,7 @@ def run(fast: bool, out_dir, progress: bool = True, real_model: bool = True) -> 
     iid = toy_gains(fast, "iid", progress)
     at_zero = {inst: abs(by_t[0.0][1] - by_t[0.0][0]) for inst, by_t in wor.items()}     # |ΔE[τ]| at T = 0
     for inst, gap in at_zero.items():
-        if gap > EXACT_TOL:
+        if exceeds(gap, EXACT_TOL):
             b0, u0 = wor[inst][0.0]
             problems.append(f"toy {inst}: at T = 0 UniVer {u0:.15g} ≠ RRSw {b0:.15g}")
     worst_zero = max(at_zero, key=at_zero.get)
@@ -82,7 +82,7 @@ def run(fast: bool, out_dir, progress: bool = True, real_model: bool = True) -> 
     mean_gain = {m: {T: float(np.mean(g)) for T, g in by_t.items()} for m, by_t in gains.items()}
     t_small = min(T for T in TOY_TEMPERATURES if T > 0)
     for measure, by_t in mean_gain.items():
-        if any(by_t[t_small] >= by_t[T] for T in TOY_TEMPERATURES if T > t_small):
+        if not all(by_t[t_small] < by_t[T] for T in TOY_TEMPERATURES if T > t_small):     # NaN fails too
             problems.append(f"toys: the mean gain {measure} at T = {t_small} ({100 * by_t[t_small]:.3f}%) is not "
                             f"below the mean gain at every larger T")
     iid_gain = {T: float(np.mean([_gain(by_t[T], MEASURES["per forward"]) for by_t in iid.values()]))
@@ -138,8 +138,8 @@ def _real(fast: bool, progress: bool):
         stats = result.summary()["all"]
         g, lo, hi = gain_interval(stats["univer"], key="gain_per_forward")
         g_tau, lo_tau, hi_tau = gain_interval(stats["univer"])
-        diff = max(abs(a - b) for r in result.records for a, b in zip(r.expected["univer"], r.expected["rrsw"]))
-        if T == 0 and diff > REAL_TOL:
+        diff = worst_of(abs(a - b) for r in result.records for a, b in zip(r.expected["univer"], r.expected["rrsw"]))
+        if T == 0 and exceeds(diff, REAL_TOL):
             problems.append(f"SmolLM2 at T = 0: UniVer and RRSw differ by {diff:.2e} on a drafted tree")
         curve.append((T, g, lo, hi))
         rows.append([f"{T:g}", f"{stats['prompts']} × {cfg['positions']}", stats["rrsw"]["acceptance_length"],

@@ -392,17 +392,37 @@ def test_benchmark_outputs_refuse_a_folder_and_make_missing_folders(tmp_path, ca
     assert target.read_text() == "{}"
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_benchmark_outputs_take_a_named_pipe_without_opening_it(tmp_path):
+    """A named pipe (a ``mkfifo`` FIFO another process reads) is checked for permission only: opening it
+    for the check blocked forever with no reader yet, and with a reader closing it ended the reader's stream, so
+    the results were then written into a pipe nobody read."""
+    import threading
+
+    args = _script("bench_args")
+    fifo = tmp_path / "results.fifo"
+    os.mkfifo(fifo)
+    done = []
+    checker = threading.Thread(target=lambda: done.append(args.output_path(str(fifo))), daemon=True)
+    checker.start()
+    checker.join(timeout=10)
+    if not done:                                  # unblock the checker's open so the daemon thread can finish
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+    assert done == [str(fifo)], "output_path blocked on a named pipe with no reader"
+
+
 def test_benchmark_outputs_take_an_existing_writable_file_in_a_closed_folder(tmp_path, monkeypatch):
     """A file that exists and is writable is taken even where its folder accepts no new file (the folder probe
     refused it, and ``--json /dev/null``, as a user); a new file there is still refused before the run."""
     args = _script("bench_args")
     existing = tmp_path / "out.json"
-    existing.write_text("")
+    existing.write_text("kept")
 
     def closed(*_, **__):
         raise PermissionError(13, "Permission denied")
     monkeypatch.setattr(args.tempfile, "NamedTemporaryFile", closed)              # the folder takes no new file
     assert args.output_path(str(existing)) == str(existing)
+    assert existing.read_text() == "kept"                                        # checked, not truncated
     assert args.output_path(os.devnull) == os.devnull
     with pytest.raises(argparse.ArgumentTypeError, match="cannot be written: Permission denied"):
         args.output_path(str(tmp_path / "new.json"))

@@ -262,19 +262,55 @@ def test_reductions_chain_law_in_fractions(monkeypatch, tmp_path):
     assert "joint law differs" not in res.table
 
 
-def test_reductions_chain_law_on_unlikely_trees(monkeypatch, tmp_path):
-    """UniVer's k = 1 scaling halved, on float rows only, where the drafted token is a tail (q < 1e-6) of the
-    confident models: the joint law hides it (those trees have probability ≤ 1e-6) and the rows as Fractions do not
-    see it, so only the per-tree bound (TREE_TOL) can fail it — it must."""
-    scale_univer(monkeypatch, 0.5, lambda ctx: (ctx.target.dtype != object and len(ctx.children) == 1
-                                                and float(ctx.draft[int(ctx.children[0])]) < 1e-6))
+def float_tail(ctx) -> bool:
+    """A one-child node on float rows whose drafted token is a tail (q < 1e-6) of a confident model."""
+    return ctx.target.dtype != object and len(ctx.children) == 1 and float(ctx.draft[int(ctx.children[0])]) < 1e-6
+
+
+def run_confident_chains(monkeypatch, tmp_path):
+    """The reductions check on the fast grid's confident chains and its first depth-1 instance."""
     monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
     all_chains = reductions.chain_instances
     monkeypatch.setattr(reductions, "chain_instances",
                         lambda fast: [c for c in all_chains(fast) if c[0].startswith("confident")])
-    res = run(reductions, tmp_path)
+    return run(reductions, tmp_path)
+
+
+def test_reductions_chain_law_on_unlikely_trees(monkeypatch, tmp_path):
+    """UniVer's k = 1 scaling halved, on float rows only, where the drafted token is a tail (q < 1e-6) of the
+    confident models: the joint law hides it (those trees have probability ≤ 1e-6) and the rows as Fractions do not
+    see it, so only the per-tree bound (TREE_TOL) can fail it — it must."""
+    scale_univer(monkeypatch, 0.5, float_tail)
+    res = run_confident_chains(monkeypatch, tmp_path)
     assert not res.passed and "UniVer's law on a tree differs from BV by" in res.table, res.table[-600:]
     assert "joint law differs" not in res.table and "in Fractions," not in res.table
+
+
+def test_reductions_fail_on_a_nan_law(monkeypatch, tmp_path):
+    """A UniVer whose residual is NaN on float rows where the drafted token is a tail (the engine checks enter, scale
+    and stop, not the residual's floats): every float law and E[τ] comparison then met a NaN, which ``>`` and
+    ``max`` passed — the check must fail, naming the NaN."""
+    u = VERIFIERS["univer"]
+
+    def rule(ctx):
+        d = u.rule(ctx)
+        return replace(d, residual=np.full(len(d.residual), np.nan)) if float_tail(ctx) else d
+    monkeypatch.setitem(VERIFIERS, "univer", replace(u, rule=rule))
+    res = run_confident_chains(monkeypatch, tmp_path)
+    assert not res.passed and "differs from BV by nan" in res.table, res.table[-600:]
+
+
+def test_reductions_fail_when_the_fraction_rows_drop_trees(monkeypatch, tmp_path):
+    """Rows as Fractions rounded to 1/1000 (the twin ``ExactRows`` replaced) drop the confident models' tails, so
+    their chains through a tail token are never compared in Fractions though UniVer and BV agree on all the rest:
+    the check must say so, not pass on the trees it still has."""
+    def rounded(row):
+        row = [Fraction(round(float(x) * 1000), 1000) for x in row]
+        return np.array([x / sum(row) for x in row], dtype=object)
+    monkeypatch.setattr(reductions.ExactRows, "_exact", staticmethod(rounded))
+    res = run_confident_chains(monkeypatch, tmp_path)
+    assert not res.passed and "chains enumerated against" in res.table, res.table[-600:]
+    assert "differs" not in res.table and "not exact" not in res.table
 
 
 def test_reductions_take_an_ill_conditioned_chain(monkeypatch, tmp_path):

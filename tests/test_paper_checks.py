@@ -12,7 +12,7 @@ import pytest
 
 from paper_checks import (global_gap, lossless, optimality, real_gain, reductions, run_checks, runner, studies,
                           temperature)
-from paper_checks.base import CheckResult
+from paper_checks.base import CheckResult, exceeds, worst_of
 from univer_theory import BUG_ZOO, VERIFIERS, Verifier
 from univer_theory.univer import make_univer_verifier
 from univer_theory.verifiers import rrsw_rule
@@ -486,3 +486,12 @@ def test_missing_packages_are_named_before_any_check_runs(tmp_path, monkeypatch)
             run_checks(names, fast=True, out_dir=tmp_path, progress=False, real_model=real_model)
     assert runner.missing_packages([real_gain], real_model=False) == []
     assert not (tmp_path / "paper_checks.md").exists()
+
+
+def test_tolerance_tests_fail_on_nan():
+    """The checks' tolerance tests: ``nan > tol`` is False and ``max(0.0, nan)`` is 0.0, so a NaN passed them."""
+    nan = float("nan")
+    assert exceeds(nan, 1.0) and exceeds(2.0, 1.0) and not exceeds(1.0, 1.0) and not exceeds(0.5, 1.0)
+    for values in ([0.0, nan, 1.0], [nan, 0.0], [0.0, nan]):
+        assert worst_of(values) != worst_of(values), values               # NaN, wherever it comes
+    assert worst_of(x for x in (0.5, 2.0, 1.0)) == 2.0

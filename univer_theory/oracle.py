@@ -115,6 +115,8 @@ def mass_balance_violation(model: Model, law: dict):
         row = model.target(s)
         for y in range(model.vocab_size):
             gap = abs(c.get(s + (y,), 0) - (a[s] * row[y] - a.get(s + (y,), 0)))
+            if gap != gap:                           # NaN: ``max`` would drop it and call a broken law lossless
+                return gap
             worst = max(worst, gap)
     return worst
 

@@ -189,6 +189,22 @@ def test_adapter_inputs_are_named_in_the_callers_coordinates():
     with pytest.raises(ValueError, match=r"draft_token_ids\[2\] has a sibling with the same token 3"):
         vllm_rejection_sample(torch.tensor([0, 1, 3, 3]), torch.tensor([2, 4]), flat, flat,
                               torch.zeros(2, 2, dtype=torch.long), method="rrsw", num_drafts=2, process="wor")
+    # a drafted token of draft probability 0, named by its draft_token_ids index and the row it was drawn from: in
+    # request 1, in request 0 (whose offset is 0, not cu_num_draft_tokens[-1]), and a second chain's head, drawn
+    # from the first chain's root row
+    for t, row, cu, m in ((3, 3, [2, 4], 1), (1, 1, [2, 4], 1), (2, 0, [4], 2)):
+        q = flat.clone()
+        q[row, t] = 0.0
+        q[row] /= q[row].sum()
+        if m == 2:
+            q[2] = q[0]                                       # both chains' heads are drafted from the root's row
+        with pytest.raises(ValueError, match=rf"draft_token_ids\[{t}\] drafts token {t} but its parent's "
+                                             rf"draft_probs\[{row}, {t}\] = 0"):
+            vllm_rejection_sample(torch.tensor([0, 1, 2, 3]), torch.tensor(cu), q, flat,
+                                  torch.zeros(len(cu), m, dtype=torch.long), method="tv", num_drafts=m)
+    with pytest.raises(ValueError, match=r"draft_token_ids\[0\] has a sibling with the same token 3"):
+        vllm_rejection_sample(torch.tensor([3, 3, 1, 2]), torch.tensor([2, 4]), flat, flat,
+                              torch.zeros(2, 2, dtype=torch.long), method="rrsw", num_drafts=2, process="wor")
     with pytest.raises(ValueError, match=r"target_probs must hold one row per draft token, \[T, V\] = \[4, 4\] "
                                          r"\(draft_token_ids holds T = 4\), got \[5, 4\]"):
         vllm_rejection_sample(torch.tensor([0, 1, 3, 3]), torch.tensor([2, 4]), flat, torch.cat([flat, u[None]]),

@@ -176,11 +176,33 @@ def test_tree_attention_mask_is_ancestor_or_self():
     ([[-1, 0, 0]], [[-1, 1, -3]], None, "drafted tokens must be ≥ 0"),
     ([[-1, 0, 0]], [[-1, 1, 2]], [2], "padded slots"),
     ([[-1, 0, 0]], [[-1, 1, 2]], [4], "num_nodes 4, outside"),
+    ([[-1, 0, 0]], [[-1, 1, 2]], [0], r"tree 0 has num_nodes 0, outside \[1, N = 3\]"),
+    ([[-1, 0, 0]], [[-1, 1, 2]], [-1], r"tree 0 has num_nodes -1, outside"),
+    ([[-1, 0, 0]] * 2, [[-1, 1, 2]] * 2, [3, 9], r"tree 1 has num_nodes 9, outside"),     # the tree, not tree 0
+    ([[-1, 0, 0]] * 2, [[-1, 1, 2], [-1, 1, 7]], None, r"tree 1 slot 2 \(parent 0, token 7\) .* \[0, 4\)"),
     ([[-1.0, 0, 0]], [[-1, 1, 2]], None, "must hold integers"),
 ])
 def test_from_tensors_rejects_malformed_trees(parent, token, num_nodes, rule):
     with pytest.raises(ValueError, match=rule):
         TreeBatch.from_tensors(torch.tensor(parent), torch.tensor(token), num_nodes, vocab_size=4)
+
+
+def test_a_valid_batch_is_checked_in_one_host_read(monkeypatch):
+    """The constructor's rules (sizes, root, parents, tokens, padding, vocabulary) are reduced on the device and read
+    back in one ``tolist`` — each rule's own ``bool(mask.any())`` was a device-to-host sync per rule."""
+    import collections
+
+    reads = collections.Counter()
+    for name in ("tolist", "item", "__bool__", "__int__", "__index__", "__float__", "nonzero", "numpy"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _o=original, _n=name, **k:
+                            (reads.update([_n]), _o(self, *a, **k))[1])
+    parent, token = torch.tensor([[-1, 0, 0, 1], [-1, 0, -1, -1]]), torch.tensor([[-1, 1, 2, 3], [-1, 2, -1, -1]])
+    num_nodes = torch.tensor([4, 2])
+    for vocab_size in (None, 4):
+        reads.clear()
+        TreeBatch(parent, token, num_nodes, vocab_size)
+        assert dict(reads) == {"tolist": 1}, (vocab_size, dict(reads))
 
 
 def test_with_tokens_shares_the_structure_and_gives_a_fresh_batchs_results():

@@ -57,6 +57,16 @@ def test_distance_detects_a_wrong_law():
     assert mass_balance_violation(model, law) > 0
 
 
+def test_a_nan_in_a_law_is_not_lossless():
+    """A NaN entry (a rule's NaN residual) is a broken law: ``max`` kept the first finite gap and
+    ``mass_balance_violation`` returned it, 0 on a law otherwise lossless; both measures must be NaN, never ≤ tol."""
+    model = DirichletModel(3, seed=1)
+    law = output_law(model, TreeShape.parse("2"), "wor", VERIFIERS["tv"])
+    assert mass_balance_violation(model, law) <= LOSSLESS_TOL
+    law[sorted(law)[-1]] = float("nan")
+    assert np.isnan(mass_balance_violation(model, law)) and np.isnan(distance_to_target(model, law, 2))
+
+
 def _exact(*values):
     return np.array(values, dtype=object)
 
