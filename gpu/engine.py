@@ -226,7 +226,7 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
              rule: LevelRule, generator: torch.Generator | None = None, sample: bool = False,
              keep_residuals: bool = False, row_index: torch.Tensor | None = None,
              drafted_support: bool = False, shapes: bool = True, block_bytes: int | None = None,
-             reached_only: bool = False) -> Allocation:
+             reached_only: bool = False, check_residuals: bool = True) -> Allocation:
     """Pass 1 from the root down (inputs assumed valid; see :func:`gpu.verify.verify`; ``row_index``:
     :func:`row_numbers`).  ``drafted_support``: plan each level on its rows' drafted tokens (:mod:`gpu.support`;
     only for rules that read undrafted tokens through their total mass); a candidate token equal to ``V`` then
@@ -243,9 +243,10 @@ def allocate(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     residual's draw, which no path reads), the draws of the others are the same — unless an unreached row of a
     level on its drafted support drafts more than ``V/2`` tokens: the reached rows alone then fit the scan's cap
     (:func:`gpu.support.scan`) and the level is planned on their drafted support, where planning every row takes
-    whole rows (the same law, other round-off and other draws)."""
+    whole rows (the same law, other round-off and other draws).  ``check_residuals``: refuse a residual drawn from
+    or kept with an entry negative, infinite or NaN (:func:`_residual_ok`: one more pass over those rows)."""
     plans = _Plans(batch, target_probs, draft_probs, process, rule, generator, sample, keep_residuals, row_index,
-                   shapes)
+                   shapes, check_residuals)
     flat = plans.rho.view(-1)
     reached = (lambda at: flat[at] > 0) if reached_only else None
     for unit in _level_units(batch.level_nodes, batch.parent.shape[1], plans.p_rows, plans.q_rows, plans.rows_of,
@@ -260,7 +261,8 @@ class _Plans:
     depth-first pass 2 reaches.  Arguments as :func:`allocate`."""
 
     def __init__(self, batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
-                 rule: LevelRule, generator, sample: bool, keep_residuals: bool, row_index, shapes: bool):
+                 rule: LevelRule, generator, sample: bool, keep_residuals: bool, row_index, shapes: bool,
+                 check_residuals: bool = True):
         B, N = batch.parent.shape
         V = target_probs.shape[-1]
         dtype, dev = target_probs.dtype, target_probs.device
@@ -280,6 +282,8 @@ class _Plans:
         self.residual = self.p_rows.index_select(0, self.rows_of).view(B, N, V) if keep_residuals else None   # a copy
         self.bufs = []                               # whole-row gathers [rows, V], reused by every block
         self.drafted = []
+        self.residuals = []                          # (_residual_ok, tree, slots) of each unit whose residual is read
+        self.check_residuals = check_residuals and (sample or keep_residuals)
 
     def plan(self, tree, slots, kids, active, src, found, spread) -> None:
         """Decide one unit of work (:func:`_level_units`' tuple) and record its decisions."""
@@ -302,6 +306,8 @@ class _Plans:
         flat(self.rho).scatter_(0, kid_at.view(-1), dec.scale.reshape(-1).to(dtype))
         flat(self.enter).scatter_(0, kid_at.view(-1), dec.enter.reshape(-1).to(dtype))
         flat(self.stop).scatter_(0, at, dec.stop.to(dtype))
+        if self.check_residuals:
+            self.residuals.append((_residual_ok(dec.residual), tree, slots))
         if self.candidate is not None:
             if spread is None:
                 y = sample_rows(dec.residual, self.generator)
@@ -318,7 +324,7 @@ class _Plans:
     def result(self) -> Allocation:
         """The :class:`Allocation`, its decisions checked in [0, 1] (:func:`_check_state`)."""
         N, batch, rho, enter = self.N, self.batch, self.rho, self.enter
-        _check_state(self.rule, enter[:, :N], rho[:, :N], self.stop[:, :N])
+        _check_state(self.rule, self.residuals, enter[:, :N], rho[:, :N], self.stop[:, :N])
         internal = _ext(batch.num_children > 0, False)   # exactly the nodes some level decided
         stop = torch.where(internal, self.stop, rho)     # a drafted leaf (or a lone root) succeeds w.p. ρ
         stop[:, 0] = 1                                   # the root never fails (as univer_theory.engine.allocate)
@@ -344,8 +350,18 @@ def _unit_interval(dec: LevelDecision, child_mask: torch.Tensor) -> torch.Tensor
                         _inside(dec.stop).all()])
 
 
-#: What each bool of a check of :func:`_unit_interval` says when it fails.
+#: What each bool of a check of :func:`_unit_interval` says when it fails, and :func:`_residual_ok`'s.
 _OUTSIDE = tuple(f"{x} outside [0, 1] (or NaN)" for x in _DECIDED)
+_RESIDUAL = "residual with an entry negative, infinite or NaN"
+
+
+def _residual_ok(residual: torch.Tensor) -> torch.Tensor:
+    """0-d bool on the rows' device (no host read): every entry of a decision's residual ``[rows, V]`` is finite
+    and ≥ 0 — NaN fails (one pass, ``aminmax``, no ``[rows, V]`` temporary)."""
+    if residual.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=residual.device)
+    low, high = torch.aminmax(residual)
+    return (low >= 0) & (high < float("inf"))
 
 
 def _check_decisions(rule: LevelRule, checks: list, names: tuple[str, ...]) -> None:
@@ -363,17 +379,24 @@ def _check_decisions(rule: LevelRule, checks: list, names: tuple[str, ...]) -> N
                      f"rows, first tree {int(tree[0])}, slot {int(slots[0])}")
 
 
-def _check_state(rule: LevelRule, *decided: torch.Tensor) -> None:
+def _check_state(rule: LevelRule, residuals: list, *decided: torch.Tensor) -> None:
     """ValueError naming the rule, the quantity and the first node (tree, slot) where a level rule decided outside
     [0, 1] or NaN, from pass 1's state ``[B, N]`` in :data:`_DECIDED`'s order — each child's enter and scaling
     (its ρ) and each node's stop, written once each by the plan of its parent (of the node itself), or left at its
-    start (1, 1, 0) where no plan ran; checked as recorded, in the rows' dtype.  One host read for the whole call
-    (a NaN scale would otherwise be sampled from silently)."""
+    start (1, 1, 0) where no plan ran; checked as recorded, in the rows' dtype — or a residual of its
+    ``residuals`` (:func:`_residual_ok` of each unit whose residual was read, with its trees and slots) held an
+    entry negative, infinite or NaN.  One host read for the whole call (a NaN scale would otherwise be sampled
+    from silently, a NaN residual drew token V)."""
     bad = ~_inside(torch.stack(decided))
-    if not bool(bad.any()):                              # host read
-        return
-    what, tree, slot = (int(i) for i in bad.nonzero()[0])
-    raise ValueError(f"level rule {_rule_name(rule)}: a {_OUTSIDE[what]} at tree {tree}, slot {slot}")
+    ok = torch.stack([r for r, _, _ in residuals]) if residuals else bad.new_ones(1)
+    state_bad, residual_bad = torch.stack([bad.any(), ~ok.all()]).tolist()          # host read
+    if state_bad:
+        what, tree, slot = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"level rule {_rule_name(rule)}: a {_OUTSIDE[what]} at tree {tree}, slot {slot}")
+    if residual_bad:
+        _, tree, slots = residuals[int((~ok).nonzero()[0, 0])]
+        raise ValueError(f"level rule {_rule_name(rule)}: a {_RESIDUAL} at a level of {tree.shape[0]} rows, first "
+                         f"tree {int(tree[0])}, slot {int(slots[0])}")
 
 
 def _rule_name(rule: LevelRule) -> str:
@@ -422,7 +445,7 @@ def _ext(x: torch.Tensor, fill) -> torch.Tensor:
 def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
            rule: LevelRule, generator: torch.Generator | None = None,
            row_index: torch.Tensor | None = None, drafted_support: bool = False, shapes: bool = True,
-           block_bytes: int | None = None, reached_only: bool = False) -> VerifyResult:
+           block_bytes: int | None = None, reached_only: bool = False, check_residuals: bool = True) -> VerifyResult:
     """Pass 1 + pass 2 with independent coins: one verification per tree.  Y is the endpoint's candidate, or
     ``Y ~ p`` at a drafted leaf, or ``Y ~ p·1[q = 0]`` where the candidate came from the undrafted column
     (:func:`gpu.support.draw_undrafted`) — rows are read whole only at the endpoint, once per tree."""
@@ -430,7 +453,7 @@ def sample(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     dev = target_probs.device
     alloc = allocate(batch, target_probs, draft_probs, process, rule, generator, sample=True, row_index=row_index,
                      drafted_support=drafted_support, shapes=shapes, block_bytes=block_bytes,
-                     reached_only=reached_only)
+                     reached_only=reached_only, check_residuals=check_residuals)
     entered = _ext(uniform((B, N), dev, generator) < alloc.enter.to(torch.float64), False)
     stops = uniform((B, N), dev, generator) < alloc.stop.to(torch.float64)
     end = on_host(_endpoints, entered, stops, batch.children, batch.valid, batch.max_depth)
@@ -482,7 +505,8 @@ def _emit(batch: TreeBatch, alloc: Allocation, target_probs: torch.Tensor, draft
 
 def traverse(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str,
              rule: LevelRule, generator: torch.Generator | None = None, row_index: torch.Tensor | None = None,
-             drafted_support: bool = False, shapes: bool = True, block_bytes: int | None = None) -> VerifyResult:
+             drafted_support: bool = False, shapes: bool = True, block_bytes: int | None = None,
+             check_residuals: bool = True) -> VerifyResult:
     """:func:`sample` planning only the nodes its pass 2 reaches: depth first, in rounds.
 
     Pass 2 decides node u from its children in drafting order — the first child c with its coin ``E_c`` whose
@@ -499,7 +523,8 @@ def traverse(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Te
     dev = target_probs.device
     host = lambda x: x.cpu().numpy()                 # noqa: E731  (a view on the CPU)
     coin_e, coin_f = (host(uniform((B, N), dev, generator)) for _ in range(2))
-    plans = _Plans(batch, target_probs, draft_probs, process, rule, generator, True, False, row_index, shapes)
+    plans = _Plans(batch, target_probs, draft_probs, process, rule, generator, True, False, row_index, shapes,
+                   check_residuals)
     kids, branching = host(batch.children), host(batch.num_children)
     planned = np.zeros((B, N), dtype=bool)
     frames = [[[0, 0]] for _ in range(B)]            # per tree its stack of [node, child being tried]
@@ -572,7 +597,8 @@ def _path_of(depth, parent, u, D: int):
 
 def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor, process: str, rule: LevelRule,
          generator: torch.Generator | None = None, row_index: torch.Tensor | None = None,
-         drafted_support: bool = False, block_bytes: int | None = None, coins: bool = False) -> VerifyResult:
+         drafted_support: bool = False, block_bytes: int | None = None, coins: bool = False,
+         check_residuals: bool = True) -> VerifyResult:
     """One verification per tree for a rule under which every node succeeds once reached (``stop = 1`` and the
     children's scalings 1 at every node: NSS, RRS, RRSw, K-SEQ, GR), planning only the nodes on the path.
 
@@ -624,9 +650,6 @@ def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor
             mask = kids[lo:hi] < N
             dec = rule(LevelContext(p.new_ones(hi - lo), p, q, cols, mask, process,
                                     coins=flips[lo:hi] if coins else None, rows=rows))
-            checks.append((torch.cat([_unit_interval(dec, mask),
-                                      ((dec.stop == 1).all() & ((dec.scale == 1) | ~mask).all())[None]]),
-                           walking[lo:hi], slots[lo:hi]))
             entered = (flips[lo:hi] < dec.enter.to(torch.float64)) & mask
             moved = entered.any(1)
             nxt = kids[lo:hi].gather(1, entered.to(torch.int8).argmax(1, keepdim=True)).squeeze(1)
@@ -635,15 +658,20 @@ def walk(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor
             if dec.residual_at is not None and not torch.equal(dec.residual_at, stop):
                 raise ValueError(f"walk: level rule {_rule_name(rule)} held the residuals of nodes "
                                  f"{dec.residual_at.tolist()}, where nodes {stop.tolist()} entered no child")
+            weights = dec.residual if dec.residual_at is not None else dec.residual[stop]     # the rows drawn from
+            checks.append((torch.cat([_unit_interval(dec, mask),
+                                      ((dec.stop == 1).all() & ((dec.scale == 1) | ~mask).all())[None]]
+                                     + ([_residual_ok(weights)[None]] if check_residuals else [])),
+                           walking[lo:hi], slots[lo:hi]))
             if stop.shape[0]:
-                drawn = sample_rows(dec.residual if dec.residual_at is not None else dec.residual[stop], generator)
+                drawn = sample_rows(weights, generator)
                 y[walking[lo + stop]] = drawn if found is None else support.tokens(found, drawn, V, lo + stop)
         if found is not None:                       # V: drawn from the undrafted column, so from p·1[q = 0]
             rest = (y[walking] == V).nonzero().squeeze(1)                         # host read
             if rest.shape[0]:
                 y[walking[rest]] = support.draw_undrafted(p_rows, q_rows, src[rest], found.cols[rest], generator)
     _check_decisions(rule, checks, _OUTSIDE + ("stop or child scaling other than 1 (walk takes a rule whose "
-                                               "every reached node succeeds)",))
+                                               "every reached node succeeds)", _RESIDUAL))
     leaf = (y < 0).nonzero().squeeze(1)                                           # host read: Y ~ p at a leaf
     y[leaf] = sample_rows(p_rows.index_select(0, rows_of[leaf, at[leaf]]), generator)
     return VerifyResult(*_path(batch, at), y)

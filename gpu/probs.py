@@ -341,7 +341,8 @@ def sample_blocks(mass: torch.Tensor, width: int, read, vocab: int, generator: t
     S = num_samples or 1
     cdf = mass.cumsum(-1)                                                    # [R, blocks]
     u = torch.rand(R, S, dtype=torch.float64, device=mass.device, generator=generator) * cdf[:, -1:]
-    blk = _first_above(cdf, u)                                               # not past the last positive block
+    # not past the last positive block; a NaN row (a broken rule's residual, which the engine names) the last one
+    blk = _first_above(cdf, u).clamp(max=cdf.shape[1] - 1)
     before = torch.where(blk > 0, cdf.gather(1, (blk - 1).clamp(min=0)), 0)
     chosen = cdf.gather(1, blk) - before                                     # the chosen block's mass
     cols = blk[:, :, None] * b + torch.arange(b, device=mass.device)          # [R, S, b]

@@ -222,8 +222,10 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     process : draft process of the children (``iid``, ``wor``, ``topk``, ``greedy``).
     method : one of :data:`METHODS`; its processes are those of the exact twin in ``univer_theory``.
     generator : torch.Generator on the inputs' device (None: torch's default generator).
-    validate : run :func:`validate_inputs` (skip only for inputs already checked); the dtypes are checked either
-        way, and rows that require grad are read detached (no gradient flows through a verification).
+    validate : run :func:`validate_inputs` and check each residual the level rule hands back before drawing from it
+        (finite, ≥ 0: a plugin rule's NaN residual drew token V) — skip only for inputs already checked and a rule
+        already trusted (a serving loop: one pass over the drawn rows less); the dtypes are checked either way, and
+        rows that require grad are read detached (no gradient flows through a verification).
     row_index : optional ``[B, N]`` long; then ``target_probs`` / ``draft_probs`` are ``[R, V]`` rows in any
         order and slot v of tree b reads row ``row_index[b, v]`` (so rows stored in another layout, e.g. a
         serving engine's, are read in place instead of copied into ``[B, N, V]``).
@@ -248,12 +250,13 @@ def verify(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tens
     if method in WALK:
         return engine.walk(batch, target_probs, draft_probs, process, rule, generator, row_index,
                            drafted_support=options["drafted_support"], block_bytes=options["block_bytes"],
-                           coins=method in COINS)
+                           coins=method in COINS, check_residuals=validate)
     if method in TRAVERSE:
         return engine.traverse(batch, target_probs, draft_probs, process, rule, generator, row_index,
                                drafted_support=options["drafted_support"], shapes=options["shapes"],
-                               block_bytes=options["block_bytes"])
-    return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index, **options)
+                               block_bytes=options["block_bytes"], check_residuals=validate)
+    return engine.sample(batch, target_probs, draft_probs, process, rule, generator, row_index, **options,
+                         check_residuals=validate)
 
 
 def expected_accepted_length(batch: TreeBatch, target_probs: torch.Tensor, draft_probs: torch.Tensor,

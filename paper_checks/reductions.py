@@ -139,8 +139,8 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
                 pf, qf = p.astype(np.float64), q.astype(np.float64)
                 law_u = univer.law(tree, pf, qf, process)
                 keys = set(law_u) | set(law_bv)
-                diff = worst_of(abs(law_u.get(key, 0.0) - float(law_bv.get(key, 0))) for key in keys)
-                worst, joint = worst_of((worst, diff)), worst_of((joint, float(Q) * diff))
+                diff = worst_of(*(abs(law_u.get(key, 0.0) - float(law_bv.get(key, 0))) for key in keys))
+                worst, joint = worst_of(worst, diff), worst_of(joint, float(Q) * diff)
                 n_trees += 1
                 if process == "iid":
                     e_bv += Q * bv.expected_accepted_length(tree, p, q, process)
@@ -168,7 +168,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             problems.append(f"{iid}: flat OT LP failed: {lp.message}")
         closed = float(alpha_star(p, q, k, process))
         cons = ", ".join(sorted(res.plans or {}))
-        gap = worst_of((abs(e_u - lp.value), abs(e_u - closed)))
+        gap = worst_of(abs(e_u - lp.value), abs(e_u - closed))
         if exceeds(gap, ALPHA_TOL):
             problems.append(f"{iid}: UniVer E[τ] {e_u:.12g} vs α* LP {lp.value:.12g} / closed form {closed:.12g}")
         depth_rows.append([iid, cons, e_u, lp.value, closed, gap])

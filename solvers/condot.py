@@ -115,9 +115,16 @@ def check_plan(plan: np.ndarray, tuples: tuple, tuple_probs: np.ndarray, target_
     """Recheck a solver's CondOT(ρ) plan ``[n_tuples, k]``.
 
     Returns ``(plan ≥ 0 with round-off below tol clipped, marginal a [V] of that plan, violations)``;
-    ``violations`` lists every broken rule with its size (empty when the plan is feasible within ``tol``).
+    ``violations`` lists every broken rule with its size (empty when the plan is feasible within ``tol``); entries
+    NaN or infinite are one, and read as 0 for the others.
     """
+    if not 0 <= tol < np.inf:
+        raise ValueError(f"check_plan: tol must be a finite number ≥ 0, got {tol!r}")
     problems = []
+    broken = ~np.isfinite(plan)
+    if broken.any():                          # NaN passes every comparison below: reported, then read as 0
+        problems.append(f"{int(np.count_nonzero(broken))} plan entries NaN or infinite")
+        plan = np.where(broken, 0.0, plan)
     if plan.min(initial=0.0) < -tol:
         problems.append(f"plan has a negative entry {plan.min():.3g} (tolerance {tol:g})")
     plan = np.maximum(plan, 0.0)
@@ -142,7 +149,7 @@ def plan_result(x: np.ndarray, tuples: tuple, tuple_probs: np.ndarray, p: np.nda
     plan, marginal, problems = check_plan(np.asarray(x, dtype=np.float64).reshape(-1, k), tuples, tuple_probs,
                                           p, rho, tol)
     value = float(plan.sum())
-    if solver_ok and abs(value - claimed_value) > tol:
+    if solver_ok and not abs(value - claimed_value) <= tol:
         problems.append(f"plan sums to {value:.12g} but the solver claims {claimed_value:.12g} "
                         f"(tolerance {tol:g})")
     if solver_ok and problems:

@@ -289,13 +289,13 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     a, status, message, objective, bound = _solve(shape, table, weights, merge_duplicates, method)
     solve_seconds = time.perf_counter() - t0
     viol = float(np.max(a - _edge_bound(table, a), initial=0.0))
-    if status == 0 and viol > RECHECK_TOL:
+    if status == 0 and not viol <= RECHECK_TOL:           # (NaN fails too)
         status, message = 4, f"the solution violates a(s·y) ≤ p(y|s)·a(s) by {viol:.2e} > {RECHECK_TOL:g}"
     elif status == 0:
         message += f"; recheck max violation {viol:.1e}"
     primal = float(a.sum())
     value = float(max(bound, primal)) if np.isfinite(bound) else primal  # bound ≥ optimum ≥ primal up to round-off
-    if status == 0 and value - primal > REPAIR_TOL:
+    if status == 0 and not value - primal <= REPAIR_TOL:
         status, message = 4, f"the certified bound exceeds the feasible point by {value - primal:.2e} > {REPAIR_TOL:g}"
     elif status == 0 and not merge_duplicates:
         message += f"; certified bound {value - primal:.1e} above the feasible point"
@@ -386,7 +386,7 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     if best is not None:
         if status != 0:
             status, message = 0, f"HiGHS ended '{message}'; its repaired point and certified duals are used"
-        if lost > REPAIR_TOL:
+        if not lost <= REPAIR_TOL:
             status, message = 4, (f"repairing HiGHS' point lost {lost:.1e} > {REPAIR_TOL:g} of its objective "
                                   f"{sol.objective:.12f}")
         elif off:
@@ -394,7 +394,7 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
                         f"(HiGHS objective {sol.objective:.12f}, repaired value lower by {lost:.1e})")
     tree_viol = tree_violation(x)
     a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)  # recomputed from x
-    if status == 0 and tree_viol > RECHECK_TOL:
+    if status == 0 and not tree_viol <= RECHECK_TOL:
         status, message = 4, f"the solution violates a tree constraint by {tree_viol:.2e} > {RECHECK_TOL:g}"
     bound = bound if best is not None else np.nan
     return a, status, message, sol.objective, bound

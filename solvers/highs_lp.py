@@ -123,7 +123,7 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
         x = _basic_solution(A, h.getBasis(), lp)
         off = _bound_excess(A @ x, lp.row_lower_, lp.row_upper_) + _bound_excess(x, lp.col_lower_, lp.col_upper_)
         limit = VERTEX_TOL if vertex_tol is None else vertex_tol
-        if off > limit:             # HiGHS' basis is primal feasible only within its tolerance, not its vertex
+        if not off <= limit:        # HiGHS' basis is primal feasible only within its tolerance, not its vertex
             ok, message = False, f"{message}, but its basis' exact solution breaks a bound by {off:.2e}"
     if len(tried) > 1:
         message += " after re-solving: " + "; ".join(tried)
@@ -216,7 +216,8 @@ VERTEX_TOL = 1e-11
 
 
 def _bound_excess(values, lower, upper) -> float:
-    """How far ``values`` lie outside ``[lower, upper]`` (HiGHS' ±kHighsInf: no bound), at most; 0 inside."""
+    """How far ``values`` lie outside ``[lower, upper]`` (HiGHS' ±kHighsInf: no bound), at most; 0 inside; NaN where
+    a value is NaN."""
     return float(np.max(np.maximum(lower - values, values - upper), initial=0.0))
 
 

@@ -83,9 +83,13 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     xp = array_module(A)
     feasible = ((b >= 0) & (b < float("inf"))).all()           # NaN fails it too
     in_range = ((basis >= 0) & (basis < n)).all()              # the compiled loop reads A there unchecked
-    feasible, in_range = xp.stack([feasible, in_range]).tolist()      # one host read
+    finite = xp.isfinite(A).all() & xp.isfinite(costs).all()  # a NaN reduced cost never prices in: a wrong "optimum"
+    feasible, in_range, finite = xp.stack([feasible, in_range, finite]).tolist()      # one host read
     if not feasible:
         raise ValueError("lex_simplex: b must be finite and ≥ 0 (the starting basis must be feasible)")
+    if not finite:
+        raise ValueError("lex_simplex: A and costs must be finite (a NaN cost stopped the pivoting at the start, "
+                         "reported optimal)")
     if not in_range:
         raise ValueError(f"lex_simplex: basis must hold column indices in [0, {n})")
     cap = max_pivots if max_pivots is not None else 20 * (m + n)

@@ -124,6 +124,9 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     w = np.asarray(weights, dtype=np.float64)
     omega = np.asarray(omega, dtype=np.float64)
     n, k = w.shape
+    if not (np.all(probs >= 0) and np.all(w >= 0) and np.isfinite(probs).all() and np.isfinite(w).all()):
+        raise ValueError("slot_rule_lp: probs and weights must be finite and ≥ 0 (a NaN class probability read as 0: "
+                         "'nothing to move')")
     if k == 2:
         return slot_rule_pair(orderings, probs, w, omega)
     if not np.array_equal(omega, np.round(omega)):
@@ -156,7 +159,7 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     neg, over, drift = slot_violations(z.reshape(n, k), z0.reshape(n, k), probs, ranks)
     problems = [text for v, text in ((neg, f"an entry {-neg:.3g}·ΣQ below zero"),
                                      (over, f"Σ_j z(S', j) exceeds Q_k(S') by {over:.3g}·ΣQ"),
-                                     (drift, f"class mass m_x moved by {drift:.3g}·ΣQ")) if v > SLOT_TOL]
+                                     (drift, f"class mass m_x moved by {drift:.3g}·ΣQ")) if not v <= SLOT_TOL]
     if problems:
         return SlotResult(tuple(orderings), w, 0.0, "recheck_failed", False,
                           "; ".join(problems) + f" (tolerance {SLOT_TOL:g}·ΣQ)")

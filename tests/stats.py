@@ -22,6 +22,8 @@ from collections import Counter
 import numpy as np
 from scipy import stats
 
+from paper_checks.base import worst_of
+
 #: Family-wise false-alarm budget of all accepting goodness-of-fit tests together (Standards: ≤ 1e-3).
 FAMILY_FALSE_ALARM = 1e-3
 #: Accepting G-tests: ``"<file under tests/>::<test function>"`` → its number of parametrised cases, each of
@@ -158,8 +160,8 @@ def g_test_power(true_law: dict, alt_law: dict, n: int, alpha: float,
 
 
 def law_distance(a: dict, b: dict) -> float:
-    """``max_k |a(k) − b(k)|`` of two laws given as ``{outcome: probability}``."""
-    return max(abs(float(a.get(k, 0)) - float(b.get(k, 0))) for k in a.keys() | b.keys())
+    """``max_k |a(k) − b(k)|`` of two laws given as ``{outcome: probability}`` (NaN if an entry is NaN)."""
+    return worst_of(*(abs(float(a.get(k, 0)) - float(b.get(k, 0))) for k in a.keys() | b.keys()))
 
 
 def assert_power(law: dict, alternatives: dict, n: int, may_coincide=(),
@@ -173,7 +175,7 @@ def assert_power(law: dict, alternatives: dict, n: int, may_coincide=(),
     powers = {name: g_test_power(law, alt, n, LEVEL, min_expected) for name, alt in alternatives.items()
               if name not in same}
     assert powers, f"no alternative differs from the tested law (of {sorted(alternatives)}): the test has no power"
-    weak = {k: round(v, 4) for k, v in powers.items() if v < POWER}
+    weak = {k: round(v, 4) for k, v in powers.items() if not v >= POWER}             # a NaN power is weak
     assert not weak, f"underpowered at n = {n}, level {LEVEL:.2g}: {weak} < {POWER}"
     return powers
 

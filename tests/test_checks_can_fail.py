@@ -4,7 +4,7 @@ Inputs are faked where the real ones are slow (SmolLM2's bench, the LPs); the gr
 import contextlib
 import io
 import json
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from itertools import islice
 from types import SimpleNamespace
@@ -20,7 +20,7 @@ from paper_checks import (global_gap, lossless, optimality, real_gain, reduction
 from paper_checks.base import CheckResult
 from paper_checks.instances import FAMILIES, random_instances
 from univer.cli import main
-from univer_theory import VERIFIERS
+from univer_theory import VERIFIERS, Verifier
 from univer_theory.processes import EXACT_PROCESSES
 
 
@@ -287,15 +287,18 @@ def test_reductions_chain_law_on_unlikely_trees(monkeypatch, tmp_path):
 
 
 def test_reductions_fail_on_a_nan_law(monkeypatch, tmp_path):
-    """A UniVer whose residual is NaN on float rows where the drafted token is a tail (the engine checks enter, scale
-    and stop, not the residual's floats): every float law and E[τ] comparison then met a NaN, which ``>`` and
-    ``max`` passed — the check must fail, naming the NaN."""
+    """A UniVer whose float law is NaN on the trees through a confident model's tail token (q < 1e-6; the engine now
+    refuses a rule's NaN residual by name, so the law itself is broken here): every float law comparison then met a
+    NaN, which ``>`` and ``max`` passed — the check must fail, naming the NaN."""
+    @dataclass(frozen=True)
+    class NanOnTails(Verifier):
+        def law(self, tree, p, q, process):
+            out = super().law(tree, p, q, process)
+            tail = p.dtype != object and any(float(q[tree.parent[v]][tree.token[v]]) < 1e-6
+                                             for v in range(1, tree.num_nodes))
+            return {key: np.nan for key in out} if tail else out
     u = VERIFIERS["univer"]
-
-    def rule(ctx):
-        d = u.rule(ctx)
-        return replace(d, residual=np.full(len(d.residual), np.nan)) if float_tail(ctx) else d
-    monkeypatch.setitem(VERIFIERS, "univer", replace(u, rule=rule))
+    monkeypatch.setitem(VERIFIERS, "univer", NanOnTails(**{f.name: getattr(u, f.name) for f in fields(u)}))
     res = run_confident_chains(monkeypatch, tmp_path)
     assert not res.passed and "differs from BV by nan" in res.table, res.table[-600:]
 

@@ -493,5 +493,6 @@ def test_tolerance_tests_fail_on_nan():
     nan = float("nan")
     assert exceeds(nan, 1.0) and exceeds(2.0, 1.0) and not exceeds(1.0, 1.0) and not exceeds(0.5, 1.0)
     for values in ([0.0, nan, 1.0], [nan, 0.0], [0.0, nan]):
-        assert worst_of(values) != worst_of(values), values               # NaN, wherever it comes
-    assert worst_of(x for x in (0.5, 2.0, 1.0)) == 2.0
+        assert worst_of(*values) != worst_of(*values), values             # NaN, wherever it comes
+    assert worst_of(*(x for x in (0.5, 2.0, 1.0))) == 2.0
+    assert worst_of((0.5, "a"), (nan, "b"), (2.0, "c"))[1] == "b" and worst_of((0.5, "a"), (2.0, "c"))[1] == "c"

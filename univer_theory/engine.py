@@ -70,10 +70,25 @@ def _unit(x) -> bool:
         return False
 
 
+def _residual_outside(residual) -> str | None:
+    """Why the residual is not entrywise a probability (its first entry outside [0, 1], NaN included), else None:
+    the law emits it as it is, so a NaN made the law NaN (its rule unnamed) and a negative entry a loss."""
+    r = np.asarray(residual)
+    try:
+        inside = np.asarray((r >= 0) & (r <= 1), dtype=bool)
+    except TypeError:
+        return f"a residual of {r.dtype} entries, not numbers"
+    if inside.all():
+        return None
+    y = int(np.flatnonzero(~inside)[0])
+    return f"residual entry {r[y]} (token {y}) outside [0, 1] (or NaN)"
+
+
 def check_decision(d, k: int, V: int, rule, u: int, exact: bool = False) -> None:
     """ValueError naming the rule and node unless ``d`` is a :class:`NodeDecision` with one ``enter`` and one
-    ``scale`` entry per child, each in [0, 1], ``stop`` in [0, 1] and a ``[V]`` residual (a short tuple was cut
-    short by ``zip``, an entry above 1 read as a probability — the oracle then flagged a loss it could not name);
+    ``scale`` entry per child, each in [0, 1], ``stop`` in [0, 1] and a ``[V]`` residual with entries in [0, 1] (a
+    short tuple was cut short by ``zip``, an entry above 1 read as a probability, a NaN residual made the law NaN —
+    the oracle then flagged a loss it could not name);
     with ``exact`` (rows of Fractions) every one of them rational: a float there turned E[τ] and the distance into
     floats and decided losslessness to the float tolerance, without a word."""
     name = getattr(rule, "__name__", type(rule).__name__)
@@ -88,7 +103,7 @@ def check_decision(d, k: int, V: int, rule, u: int, exact: bool = False) -> None
            f"a residual of shape {np.shape(d.residual)}, not [{V}]" if np.shape(d.residual) != (V,) else
            next((f"{what} {x} outside [0, 1]" for what, xs in (("enter", d.enter), ("scale", d.scale),
                                                                ("stop", (d.stop,)))
-                 for x in xs if not _unit(x)), None))
+                 for x in xs if not _unit(x)), None) or _residual_outside(d.residual))
     if exact and not why:
         why = next((f"{what} {x!r} is a {type(x).__name__} in exact mode (rows of Fractions): the rule must compute "
                     f"in Fractions, or its Verifier say rational=False"

@@ -20,6 +20,7 @@ import torch
 
 from gpu.engine import VerifyResult
 from gpu.engines import sglang, vllm
+from paper_checks.base import worst_of
 from univer_theory import VERIFIERS, DirichletModel, TreeShape
 from univer_theory.oracle import distance_to_target
 from univer_theory.processes import enumerate_trees
@@ -115,7 +116,7 @@ def test_sglang_coins_follow_target_only_law(process):
         got = coin_law(tree, p, perm, ints)
         want = VERIFIERS["nss"].law(tree, p, q, process)
         keys = set(got) | set(want)
-        worst = max(worst, max(abs(got.get(k, 0) - float(want.get(k, 0))) for k in keys))
+        worst = worst_of(worst, *(abs(got.get(k, 0) - float(want.get(k, 0))) for k in keys))
         for k, v in got.items():
             total[k] = total.get(k, 0) + weight * v
     assert worst <= TOL, f"worst per-tree gap {worst:.3g}"

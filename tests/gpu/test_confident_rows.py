@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import gpu.wor_plans as wor_plans
+from paper_checks.base import worst_of
 import univer_theory.plans.clocks as clocks
 from gpu import METHODS, TreeBatch, draft_tree, expected_accepted_length, verify
 from gpu.engine import first_token_law
@@ -373,5 +374,5 @@ def test_rule_3_verdict_is_the_same_in_numpy_and_torch_on_confident_rows():
             dev = array_pair_rule(*(torch.from_numpy(np.asarray(x)) for x in (r[:, None] * p, q, star, cut, p)))
             assert bool(host.feasible[0]) == bool(dev.feasible[0]), (V, tail, target, seed, rho)
             if host.feasible[0]:
-                worst = max(worst, abs(float(host.marginal.sum()) - float(dev.marginal.sum())))
+                worst = worst_of(worst, abs(float(host.marginal.sum()) - float(dev.marginal.sum())))
     assert worst <= 1e-12, worst

@@ -1,5 +1,7 @@
 """Bad input raises ValueError (NotImplementedError for unsupported combinations); seeded runs repeat exactly;
 the CUDA path (when a GPU is present) gives the same E[τ] as the CPU."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -310,6 +312,44 @@ def test_a_level_rule_deciding_outside_the_unit_interval_is_named(bad):
         with pytest.raises(ValueError, match=f"level rule broken: a {bad} outside"):
             engine.expected_accepted(batch, p, q, "iid", partial(broken, value=value))
     engine.expected_accepted(batch, p, q, "iid", partial(broken, value=1.0))
+
+
+@pytest.mark.parametrize("V", [5, 5000])                      # a short row's direct draw and the two-level one
+def test_a_level_rule_with_a_broken_residual_is_named(V, monkeypatch):
+    """A level rule whose residual holds a NaN, an infinity or a negative entry is a ValueError naming the rule
+    (``broken``), on each path that draws from residuals (``sample``, ``traverse``, ``walk``): a NaN residual drew
+    token V (outside the vocabulary; a short row) or failed inside torch (``index 20 is out of bounds``; a long row),
+    a negative one drew a token of weight below 0; a valid residual, zero rows included, passes.  ``gpu.verify``
+    checks with ``validate`` (each path: TV traverses, RRS walks, UniVer samples)."""
+    from functools import partial
+
+    from gpu import engine
+    from gpu.rules import rrs_rule, tv_rule
+
+    def broken(ctx, value, rule):
+        dec = rule(ctx)
+        residual = dec.residual.clone()
+        residual[:, 0] = value
+        return replace(dec, residual=residual)
+
+    rng = np.random.default_rng(0)
+    tree = DraftTree((-1, 0, 0, 1), (-1, 1, 2, 3), V)
+    batch = TreeBatch.from_trees([tree] * 3)
+    p, q = (torch.tensor(rng.dirichlet(np.ones(V), size=(3, 4))) for _ in range(2))
+    paths = ((engine.sample, tv_rule), (engine.traverse, tv_rule), (engine.walk, rrs_rule))
+    for run, rule in paths:
+        for value in (float("nan"), float("inf"), -0.25):
+            with pytest.raises(ValueError, match=r"level rule broken: a residual with an entry negative, "
+                                                 r"infinite or NaN at a level of \d+ rows, first tree 0"):
+                run(batch, p, q, "iid", partial(broken, value=value, rule=rule), torch.Generator().manual_seed(0))
+        run(batch, p, q, "iid", partial(broken, value=0.0, rule=rule), torch.Generator().manual_seed(0))
+    # gpu.verify checks them with its inputs (validate=True); a serving loop's validate=False skips the pass
+    for method, rule in (("tv", tv_rule), ("rrs", rrs_rule), ("univer", METHODS["univer"])):
+        with monkeypatch.context() as patch:
+            patch.setitem(METHODS, method, partial(broken, value=float("nan"), rule=rule))
+            with pytest.raises(ValueError, match="level rule broken: a residual with an entry negative"):
+                verify(batch, p, q, "iid", method, torch.Generator().manual_seed(0))
+            verify(batch, p, q, "iid", method, torch.Generator().manual_seed(0), validate=False)
 
 
 @pytest.mark.parametrize("dtype, off", [(torch.float32, 4e-6), (torch.float64, 5e-10)])

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from paper_checks.base import worst_of
 from solvers import condot_mincut
 from solvers.condot import condot_plan
 from univer_theory.alpha_star import alpha_star_and_cut
@@ -56,7 +57,7 @@ def test_alpha_star_matches_the_min_cut_and_the_lp(seed, k, process):
     worst = {"min-cut": (0.0, None), "LP": (0.0, None), "rule 1": (0.0, None)}
 
     def record(oracle, err, name):
-        worst[oracle] = max(worst[oracle], (err, name), key=lambda x: x[0])
+        worst[oracle] = worst_of(worst[oracle], (err, name))
 
     for name, p, q, rho in _instances(seed, k, process):
         value, cut = alpha_star_and_cut(p, q, k, process, rho)

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from paper_checks.base import worst_of
 from solvers import condot_lp, kseq_acceptance_mass, kseq_rho_star
 from univer_theory import VERIFIERS, TreeShape, context_free, evaluate
 from univer_theory.alpha_star import alpha_star, optimal_cut
@@ -170,7 +171,6 @@ def test_node_lps_are_exact_relative_to_rho(seed):
                             res = solve(p, q, rho, k, process)
                             where = f"V {V} row {i} {process} k {k} ρ {rho}"
                             assert res.success, f"{solve.__name__} failed at {where}: {res.message}"
-                            worst[solve.__name__] = max(worst[solve.__name__],
-                                                        (abs(res.value - value) / rho, where), key=lambda w: w[0])
+                            worst[solve.__name__] = worst_of(worst[solve.__name__], (abs(res.value - value) / rho, where))
     message = "; ".join(f"{name}: worst |value − α*|/ρ = {e:.3g} at {w}" for name, (e, w) in worst.items())
     assert worst["condot_lp"][0] <= PLAN_TOL and worst["condot_plan"][0] <= 1e-10, message

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
+from paper_checks.base import worst_of
 from solvers import (PLAN_TOL, condot_lp, condot_mincut, condot_value, flat_ot_cvxpy, flat_ot_lp, solve_flat)
 from solvers.condot import plan_result
 from univer_theory import PROCESSES, tuple_law
@@ -82,7 +83,7 @@ def test_cvxpy_is_exact_relative_to_rho():
                     where = f"seed {seed} V {V} row {i} {process} k {k}"
                     res = solve_flat(p, q, k, process, rho, method="cvxpy")
                     assert res.success, f"{where}: {res.message}"
-                    worst = max(worst, (abs(res.value - alpha_star(p, q, k, process, rho)) / rho, where))
+                    worst = worst_of(worst, (abs(res.value - alpha_star(p, q, k, process, rho)) / rho, where))
     assert worst[0] <= 1e-9, f"worst |value − α*|/ρ = {worst[0]:.3g} at {worst[1]}"
 
 @given(nodes(max_vocab=5))
@@ -348,6 +349,25 @@ def test_plan_recheck_flags_a_negative_entry_beyond_its_tolerance():
     problems = check_plan(np.array([[.25 + 1e-6, -1e-6], [.25, 0.]]), tuples, probs, p, 1.0)[2]
     assert any("negative" in s for s in problems), problems
     assert check_plan(np.array([[.25, -0.1 * PLAN_TOL], [.25, 0.]]), tuples, probs, p, 1.0)[2] == []
+
+
+def test_plan_recheck_fails_a_nan_plan_and_refuses_a_nan_tolerance():
+    """A NaN passed every rule of the recheck (``nan < −tol``, ``nan > tol`` are False): an all-NaN plan had no
+    violation, one NaN hid a plan's two real ones, and ``plan_result`` called a NaN solver point optimal."""
+    from solvers.condot import check_plan, plan_result
+    tuples, probs, p = ((0, 1), (1, 0)), np.array([.5, .5]), np.array([.5, .5])
+    assert check_plan(np.full((2, 2), np.nan), tuples, probs, p, 1.0)[2] == ["4 plan entries NaN or infinite"]
+    problems = check_plan(np.array([[5.0, np.nan], [.25, 0.]]), tuples, probs, p, 1.0)[2]
+    assert problems[0] == "1 plan entries NaN or infinite" and len(problems) == 3, problems
+    for tol in (float("nan"), -1e-9, float("inf")):
+        with pytest.raises(ValueError, match="check_plan: tol must be a finite number ≥ 0"):
+            check_plan(np.zeros((2, 2)), tuples, probs, p, 1.0, tol)
+    r = plan_result(np.full(4, np.nan), tuples, probs, p, 1.0, solver_ok=True, status="optimal", message="m",
+                    solver="s", seconds=0.0, claimed_value=0.5)
+    assert not r.success and r.status == "recheck_failed", r.message
+    r = plan_result(np.array([.25, 0., .25, 0.]), tuples, probs, p, 1.0, solver_ok=True, status="optimal",
+                    message="m", solver="s", seconds=0.0, claimed_value=np.nan)
+    assert not r.success and "the solver claims nan" in r.message
 
 
 def test_the_cvxpy_path_prints_nothing_on_stdout():

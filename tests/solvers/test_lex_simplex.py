@@ -121,6 +121,13 @@ def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
     for cap in (-1, 2.0, True):
         with pytest.raises(ValueError, match="max_pivots must be an integer ≥ 0"):
             lex_simplex(A, b, costs, basis, max_pivots=cap)
+    # a NaN cost never priced in: max x_1 s.t. x_1 + s = 1 stopped at its starting basis x = (0, 1), "optimal"
+    one, start = np.array([[[1.0, 1.0]]]), np.array([[1]])
+    for A_, c in ((one, [[[1.0, float("nan")]]]), (one, [[[float("nan"), 0.0]]]), (one * float("nan"), [[[1.0, 0.0]]]),
+                  (one, [[[float("inf"), 0.0]]])):
+        with pytest.raises(ValueError, match="A and costs must be finite"):
+            lex_simplex(A_, np.array([[1.0]]), np.array(c), start)
+    assert lex_simplex(one, np.array([[1.0]]), np.array([[[1.0, 0.0]]]), start)[0].tolist() == [[1.0, 0.0]]
 
 
 def classes(rng, process, k, count):
@@ -161,6 +168,16 @@ def test_batched_slot_rule_is_the_exact_cores(process, k):
         np.testing.assert_allclose(row, want, rtol=0, atol=1e-13)
         moved += not np.allclose(want, w[0], atol=1e-9)
     assert moved >= 12                      # the rule did move mass on most classes
+
+
+def test_slot_oracle_refuses_nan_and_negative_inputs():
+    """The oracle read a NaN class probability as "class probability 0: nothing to move" and reported success."""
+    orderings, w, omega = [(0, 1, 2), (1, 0, 2), (2, 1, 0)], np.full((3, 3), 0.2), [4, 2, 1]
+    for probs, weights in (([np.nan, .1, .1], w), ([-.1, .1, .1], w), ([.1, .1, .1], w * np.nan),
+                           ([.1, .1, np.inf], w), ([.1, .1], np.full((2, 2), np.nan))):       # k = 2 too
+        with pytest.raises(ValueError, match="slot_rule_lp: probs and weights must be finite and ≥ 0"):
+            slot_rule_lp(orderings[:len(probs)], probs, weights, omega[:weights.shape[1]])
+    assert slot_rule_lp(orderings, [.1, .1, .1], w, omega).success
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])

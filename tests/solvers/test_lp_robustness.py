@@ -9,6 +9,7 @@ from functools import partial
 import numpy as np
 import pytest
 
+from paper_checks.base import worst_of
 from solvers.cf_bound import cf_bound
 from solvers.global_lp import (REPAIR_TOL, _prefix_table, _repair, enumerate_tree_arrays, global_tree_lp,
                                trie_classes)
@@ -42,7 +43,7 @@ def edge_violation(model, acceptance: dict) -> float:
     worst = -np.inf
     for s, a in acceptance.items():
         parent = acceptance.get(s[:-1], 1.0) if s[:-1] else 1.0
-        worst = max(worst, a - model.target(s[:-1])[s[-1]] * parent)
+        worst = worst_of(worst, a - model.target(s[:-1])[s[-1]] * parent)
     return worst
 
 
@@ -306,3 +307,25 @@ def test_a_node_lp_past_its_tuple_budget_is_refused_before_enumerating():
     with pytest.raises(ValueError, match=re.escape("~10^301 draft tuples (k = 200")):    # was an OverflowError
         solve_flat(q, q, 200, "iid", method="lp")
     assert abs(solve_flat(q, q, 4, "iid", method="fast").value - 1.0) <= 1e-12
+
+
+def test_a_nan_solver_point_is_never_a_success(monkeypatch):
+    """NaN passed every ``>`` recheck: ``solve_lp(vertex=True)`` took a NaN basic solution as its vertex, and
+    ``global_tree_lp`` reported success with a NaN feasible point (``primal_value`` and ``tolerance`` NaN) — each is
+    now a failure naming the NaN; the unpatched solves succeed."""
+    import scipy.sparse as sparse
+
+    highs = importlib.import_module("solvers.highs_lp")
+    glp = importlib.import_module("solvers.global_lp")
+    A = sparse.csr_matrix([[1.0, 1.0]])
+    solve = partial(highs.solve_lp, np.array([1.0, 1.0]), A, -np.inf, 1.0, 0.0, np.inf, method="simplex", vertex=True)
+    model = DirichletModel(3, seed=0)
+    assert solve().success and global_tree_lp(model, "2", "iid").success
+    basic, solve_lp = highs._basic_solution, glp.solve_lp
+    monkeypatch.setattr(highs, "_basic_solution", lambda *args: basic(*args) * np.nan)
+    sol = solve()
+    assert not sol.success and "breaks a bound by nan" in sol.message, sol.message
+    monkeypatch.setattr(highs, "_basic_solution", basic)
+    monkeypatch.setattr(glp, "solve_lp", lambda *a, **kw: dataclasses.replace(s := solve_lp(*a, **kw), x=s.x * np.nan))
+    res = global_tree_lp(model, "2", "iid")
+    assert not res.success and res.status == 4 and "nan" in res.message, res.message

@@ -9,6 +9,7 @@ beyond rule 7's budget — the automatic choice takes it and reaches α*(ρ) to 
 import numpy as np
 import pytest
 
+from paper_checks.base import worst_of
 from univer_theory import VERIFIERS, ConfidentModel, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.choose import build_plan, choose_plan, first_draw_plan
@@ -73,7 +74,7 @@ def test_choice_reaches_alpha_star_on_near_flat_confident_rows(V, k, tail):
                 plan = choose_plan(p, q, rho, k, "wor")
                 used.add(plan.construction)
                 gap = float(alpha_star(p, q, k, "wor", rho)) - float(plan.alpha)
-                worst = max(worst, (gap, (seed, target, rho, plan.construction)), key=lambda x: x[0])
+                worst = worst_of(worst, (gap, (seed, target, rho, plan.construction)))
     d = 1 - near_flat(V, 0, tail)[1].max()
     assert worst[0] <= 2 * d / (1 - d) + OPTIMALITY_TOL, worst
     if tail <= 1e-12:
@@ -121,7 +122,7 @@ def test_a_confident_row_costs_no_more_than_its_tail_node(V, k):
                 g_in = float(alpha_star(p_in, q_in, k - 1, "wor", float(rho_in))) - float(inner.alpha)
                 d = 1 - float(pi)
                 assert gap <= pi * g_in + 2 * d / (1 - d) + OPTIMALITY_TOL, (seed, conc, tail, rho, gap, g_in)
-                worst = max(worst, (gap, (seed, conc, tail, rho, inner.construction)), key=lambda x: x[0])
+                worst = worst_of(worst, (gap, (seed, conc, tail, rho, inner.construction)))
     print("worst gap", worst)
 
 

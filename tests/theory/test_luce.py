@@ -8,6 +8,7 @@ the prefix formula) on V ≤ 10, and the closed form (checked against it) above.
 import numpy as np
 import pytest
 
+from paper_checks.base import worst_of
 from univer_theory import VERIFIERS, ConfidentModel, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.choose import build_plan, choose_plan
@@ -57,7 +58,7 @@ def test_luce_reaches_alpha_star_on_a_seeded_grid(part):
         plan = luce_plan(p, q, rho, k, "wor")
         check_exact(plan, p, q, rho, k)
         best = brute_alpha_star(p, q, k, rho) if p.size <= 10 else float(alpha_star(p, q, k, "wor", rho))
-        worst = max(worst, (best - float(plan.alpha), (i, p.size, k, rho)), key=lambda x: x[0])
+        worst = worst_of(worst, (best - float(plan.alpha), (i, p.size, k, rho)))
     assert worst[0] <= OPTIMALITY_TOL, f"worst gap {worst[0]:.3e} at row (i, V, k, rho) = {worst[1]}"
 
 
@@ -180,7 +181,7 @@ def test_classes_are_exact_and_reach_alpha_star(part):
         plan = luce_plan(p, q, rho, k, "wor")
         check_exact(plan, p, q, rho, k)
         gap = float(alpha_star(p, q, k, "wor", rho)) - float(plan.alpha)
-        worst = max(worst, (gap, (i, p.size, k, rho)), key=lambda x: x[0])
+        worst = worst_of(worst, (gap, (i, p.size, k, rho)))
     assert worst[0] <= OPTIMALITY_TOL, f"worst gap {worst[0]:.3e} at row (i, V, k, rho) = {worst[1]}"
 
 

@@ -271,9 +271,10 @@ def test_tree_and_row_checks_at_their_boundaries():
 
 def test_a_user_rules_malformed_decision_is_named():
     """A node rule's decision must give one enter and one scale entry per child, each in [0, 1], a stop in [0, 1]
-    and a [V] residual: a short tuple was cut short by zip and an entry above 1 read as a probability — the oracle
-    then flagged a loss it could not name (``evaluate`` did not check at all, ``law`` did); a scalar entry was a
-    TypeError."""
+    and a [V] residual with entries in [0, 1]: a short tuple was cut short by zip and an entry above 1 read as a
+    probability — the oracle then flagged a loss it could not name (``evaluate`` did not check at all, ``law`` did;
+    a NaN residual gave a NaN law and E[τ], and ``expected_accepted_length`` the finite E[τ] of the rule it broke); a
+    scalar entry was a TypeError."""
     import sympy
     from univer_theory import Verifier
     from univer_theory.engine import NodeDecision
@@ -292,6 +293,11 @@ def test_a_user_rules_malformed_decision_is_named():
                            ({"scale": (0.5, float("nan"))}, r"scale nan outside \[0, 1\]"),
                            ({"stop": -0.1}, r"stop -0.1 outside \[0, 1\]"),
                            ({"residual": np.ones(2) / 2}, r"a residual of shape \(2,\), not \[3\]"),
+                           ({"residual": np.array([0.5, float("nan"), 0.5])},
+                            r"residual entry nan \(token 1\) outside \[0, 1\]"),
+                           ({"residual": np.array([1.25, -0.25, 0.0])},
+                            r"residual entry 1.25 \(token 0\) outside \[0, 1\]"),
+                           ({"residual": np.array(["a", "b", "c"])}, "a residual of <U1 entries, not numbers"),
                            ({"enter": (sympy.nan, 0.2)}, r"enter nan outside \[0, 1\]"),
                            ({"scale": (sympy.Symbol("s"), 1)}, r"scale s outside \[0, 1\]"),
                            ({"enter": 0.5}, "enter and scale must list one entry per child, got float and"),

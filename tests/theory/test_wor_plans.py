@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from paper_checks.base import worst_of
 from univer_theory import ConfidentModel
 from univer_theory.alpha_star import alpha_star, alpha_star_and_cut, alpha_star_rows
 from univer_theory.models import CONFIDENT_TARGETS
@@ -344,7 +345,7 @@ def test_choice_builds_the_coupling_only_where_it_can_win():
                 for rho in (1.0, 0.8, 0.5, 0.2):
                     pts, cp = pts_plan(p, q, rho, k, "wor"), iid_coupling_plan(p, q, rho, k, "wor")
                     star = float(alpha_star(p, q, k, "iid", rho))
-                    worst = max(worst, (abs(float(cp.alpha) - star), (V, k, seed, rho)))
+                    worst = worst_of(worst, (abs(float(cp.alpha) - star), (V, k, seed, rho)))
                     want, got = _best([pts, cp]), _pts_or_coupling(p, q, rho, k)
                     assert got.construction == want.construction and np.array_equal(got.marginal, want.marginal)
                     if star > float(pts.alpha) + ALPHA_TIE - COUPLING_GAP:
@@ -439,7 +440,7 @@ def test_rules_7_and_8_are_not_gated_at_the_ceiling(monkeypatch):
                     assert np.array_equal(plans[True].marginal, plans[False].marginal), where
                     built.add(plans[True].construction)
                     over = float(counted(p, q, k, "wor", rho)) - rho * float(p[q > 0].sum())
-                    worst = max(worst, (over, where))
+                    worst = worst_of(worst, (over, where))
     assert worst[0] <= 1e-12, f"α*_wor above the ceiling: worst {worst}"
     assert 0 < made[True] < made[False] and "luce" in built, (made, built)
 
@@ -667,7 +668,7 @@ def test_the_claim_takes_the_least_share_that_fills_a_token():
                 continue
             info, claimed = plan.info, claimed + 1
             filled = info["in_cut"] & (info["rank"] >= 0) & (info["beta"] > 0) & (info["beta"] < 1)
-            worst = max([worst, *(1 - info["thin"][filled])])
+            worst = worst_of(worst, *(1 - info["thin"][filled]))
             assert plan.alpha == pytest.approx(float(alpha_star(p, q, 2, "wor", rho)), abs=TOL)
     assert claimed >= 20 and worst <= 1e-12, (claimed, worst)
 
