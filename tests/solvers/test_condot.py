@@ -150,27 +150,20 @@ def test_node_lps_are_exact_relative_to_rho(seed):
     (``solvers.condot.lp_unit``) and ``condot_plan`` also in ρ/16 (``PLAN_UNITS``).  Every solve must succeed, within
     ``PLAN_TOL``·ρ (LP) and 1e-10·ρ (vertex) of the closed form — Dirichlet, dyadic, sparse and peaky rows (tails
     down to 1e-300), V = 4 and 7, iid / wor / greedy, k = 2, 3, ρ ∈ {1e-9, 1e-3}; the worst instance is reported."""
-    import math
-
     from solvers import PLAN_TOL
     from solvers.condot import condot_plan
 
-    from ..theory.test_one_implementation import rows
+    from ..theory.test_one_implementation import node_grid
 
     worst = {"condot_lp": (0.0, None), "condot_plan": (0.0, None)}
-    for V in (4, 7):
-        for i, (p, q) in enumerate(rows(seed, V)):
-            m = int(np.count_nonzero(q))
-            for process in ("iid", "wor", "greedy"):
-                for k in (2, 3):
-                    if (m ** k if process == "iid" else math.perm(m, k)) > 120 or (process != "iid" and m < k):
-                        continue
-                    for rho in (1e-9, 1e-3):
-                        value = alpha_star(p, q, k, process, rho)
-                        for solve in (condot_lp, condot_plan):
-                            res = solve(p, q, rho, k, process)
-                            where = f"V {V} row {i} {process} k {k} ρ {rho}"
-                            assert res.success, f"{solve.__name__} failed at {where}: {res.message}"
-                            worst[solve.__name__] = worst_of(worst[solve.__name__], (abs(res.value - value) / rho, where))
+    pairs = [(process, k) for process in ("iid", "wor", "greedy") for k in (2, 3)]
+    for node, p, q, process, k in node_grid((seed,), pairs, 120):
+        for rho in (1e-9, 1e-3):
+            value = alpha_star(p, q, k, process, rho)
+            for solve in (condot_lp, condot_plan):
+                res = solve(p, q, rho, k, process)
+                where = f"{node} ρ {rho}"
+                assert res.success, f"{solve.__name__} failed at {where}: {res.message}"
+                worst[solve.__name__] = worst_of(worst[solve.__name__], (abs(res.value - value) / rho, where))
     message = "; ".join(f"{name}: worst |value − α*|/ρ = {e:.3g} at {w}" for name, (e, w) in worst.items())
     assert worst["condot_lp"][0] <= PLAN_TOL and worst["condot_plan"][0] <= 1e-10, message

@@ -3,6 +3,7 @@ the ratio order and top-m against Python sorts on exact Fraction keys, K-SEQ's �
 equation in exact arithmetic, the k = 1 plan and the topk fill against the Fraction computations kept apart in
 :mod:`univer_theory.plans.choose`.  (The greedy and topk fills against the CondOT LP, and every plan's
 losslessness by enumeration, are in test_univer.py / test_lossless.py.)"""
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -32,6 +33,22 @@ def rows(seed: int, V: int = 7):
             x[rng.integers(V)] = 1.0
         out.append((tail / tail.sum(), tail[::-1] / tail[::-1].sum()))
     return out
+
+
+def node_grid(seeds, pairs, cap: int, vocab_sizes=(4, 7)):
+    """``(where, p, q, process, k)`` over :func:`rows` of each seed and V — the finite ones (a sparse draw can zero a
+    whole row) — for each ``(process, k)`` of ``pairs`` whose tuples over the draft support number at most ``cap``
+    (without replacement: at least k drafted tokens)."""
+    for seed in seeds:
+        for V in vocab_sizes:
+            for i, (p, q) in enumerate(rows(seed, V)):
+                if not (np.isfinite(p).all() and np.isfinite(q).all()):
+                    continue
+                m = int(np.count_nonzero(q))
+                for process, k in pairs:
+                    if (m ** k if process == "iid" else math.perm(m, k)) > cap or (process != "iid" and m < k):
+                        continue
+                    yield f"seed {seed} V {V} row {i} {process} k {k}", p, q, process, k
 
 
 def _exact_ratio(p, q, x):
