@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def known(ap, flag: str, text: str, allowed) -> None:
 def output_path(text: str) -> str:
     """argparse type: a file the script writes when it is done (its missing folders made then), checked before
     anything runs: not a folder; an existing regular file opened for appending, nothing written (permission bits
-    alone pass every file for root, and a /proc file then failed the write), an existing pipe or device
+    alone pass every file for root, and a /proc file then failed the write), an existing pipe or character device
     (``/dev/stdout``) checked for write permission only (opening a pipe blocks without a reader, and closing it
     ends the reader's stream before the results come); else no part
     of its folder a file, and a file can be created in the nearest folder that exists (a probe file, removed at
@@ -35,7 +36,8 @@ def output_path(text: str) -> str:
         if path.is_dir():
             raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
         if path.exists():           # rewritten in place: its folder may refuse new files (the probe) yet not this one
-            if path.is_file():
+            mode = path.stat().st_mode
+            if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):       # a file (or a socket: refused by the open)
                 with open(path, "a"):
                     pass
             elif not os.access(path, os.W_OK):

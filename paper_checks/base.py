@@ -61,6 +61,12 @@ def worst_of(*entries):
     return max(entries, key=error)
 
 
+def law_distance(a: dict, b: dict) -> float:
+    """``max_k |a(k) − b(k)|`` of two laws given as ``{outcome: probability}`` (floats, Fractions), NaN if an entry
+    is NaN wherever it comes (:func:`worst_of`)."""
+    return worst_of(*(abs(float(a.get(k, 0)) - float(b.get(k, 0))) for k in a.keys() | b.keys()))
+
+
 def markdown_table(header: list[str], rows: list[list]) -> str:
     """A GitHub-flavoured markdown table; floats are printed with 4 significant decimals."""
     def fmt(x):

@@ -37,7 +37,7 @@ from univer_theory import (VERIFIERS, ConfidentModel, DirichletModel, TreeShape,
 from univer_theory.alpha_star import alpha_star
 from univer_theory.models import Model
 
-from .base import CheckResult, exceeds, markdown_table, worst_of
+from .base import CheckResult, exceeds, law_distance, markdown_table, worst_of
 
 NAME = "reductions"
 CLAIM = ("UniVer equals Block Verification on chains (the law of path and correction on every tree: exactly in "
@@ -138,8 +138,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
                 law_bv = bv.law(tree, p, q, process)            # exact (Fraction) on the toy
                 pf, qf = p.astype(np.float64), q.astype(np.float64)
                 law_u = univer.law(tree, pf, qf, process)
-                keys = set(law_u) | set(law_bv)
-                diff = worst_of(*(abs(law_u.get(key, 0.0) - float(law_bv.get(key, 0))) for key in keys))
+                diff = law_distance(law_u, law_bv)
                 worst, joint = worst_of(worst, diff), worst_of(joint, float(Q) * diff)
                 n_trees += 1
                 if process == "iid":

@@ -295,7 +295,9 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
         message += f"; recheck max violation {viol:.1e}"
     primal = float(a.sum())
     value = float(max(bound, primal)) if np.isfinite(bound) else primal  # bound ≥ optimum ≥ primal up to round-off
-    if status == 0 and not value - primal <= REPAIR_TOL:
+    if status == 0 and not merge_duplicates and not np.isfinite(bound):       # (a NaN certificate left it at inf)
+        status, message = 4, f"no certified bound: the duals gave {bound}"
+    elif status == 0 and not value - primal <= REPAIR_TOL:
         status, message = 4, f"the certified bound exceeds the feasible point by {value - primal:.2e} > {REPAIR_TOL:g}"
     elif status == 0 and not merge_duplicates:
         message += f"; certified bound {value - primal:.1e} above the feasible point"

@@ -22,7 +22,7 @@ from collections import Counter
 import numpy as np
 from scipy import stats
 
-from paper_checks.base import worst_of
+from paper_checks.base import law_distance
 
 #: Family-wise false-alarm budget of all accepting goodness-of-fit tests together (Standards: ≤ 1e-3).
 FAMILY_FALSE_ALARM = 1e-3
@@ -157,11 +157,6 @@ def g_test_power(true_law: dict, alt_law: dict, n: int, alpha: float,
     lam = n * float(np.sum((a - t) ** 2 / t))
     crit = williams(t, n) * stats.chi2.isf(alpha, df)
     return 1.0 - (1.0 - outside) ** n * float(stats.ncx2.cdf(crit, df, lam))
-
-
-def law_distance(a: dict, b: dict) -> float:
-    """``max_k |a(k) − b(k)|`` of two laws given as ``{outcome: probability}`` (NaN if an entry is NaN)."""
-    return worst_of(*(abs(float(a.get(k, 0)) - float(b.get(k, 0))) for k in a.keys() | b.keys()))
 
 
 def assert_power(law: dict, alternatives: dict, n: int, may_coincide=(),

@@ -393,10 +393,11 @@ def test_benchmark_outputs_refuse_a_folder_and_make_missing_folders(tmp_path, ca
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
-def test_benchmark_outputs_take_a_named_pipe_without_opening_it(tmp_path):
+def test_benchmark_outputs_take_a_named_pipe_without_opening_it(tmp_path, monkeypatch):
     """A named pipe (a ``mkfifo`` FIFO another process reads) is checked for permission only: opening it
     for the check blocked forever with no reader yet, and with a reader closing it ended the reader's stream, so
     the results were then written into a pipe nobody read."""
+    import socket
     import threading
 
     args = _script("bench_args")
@@ -409,6 +410,15 @@ def test_benchmark_outputs_take_a_named_pipe_without_opening_it(tmp_path):
     if not done:                                  # unblock the checker's open so the daemon thread can finish
         os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
     assert done == [str(fifo)], "output_path blocked on a named pipe with no reader"
+    with monkeypatch.context() as patch:                  # (root passes every permission bit: the refusal forced)
+        patch.setattr(args.os, "access", lambda *_: False)
+        with pytest.raises(argparse.ArgumentTypeError, match="results.fifo' cannot be written: Permission denied"):
+            args.output_path(str(fifo))
+    sock = tmp_path / "s"                                 # a socket is opened, not checked by its bits: refused now,
+    with socket.socket(socket.AF_UNIX) as server:         # not by the final write after the run
+        server.bind(str(sock))
+        with pytest.raises(argparse.ArgumentTypeError, match="'.*s' cannot be written: No such device or address"):
+            args.output_path(str(sock))
 
 
 def test_benchmark_outputs_take_an_existing_writable_file_in_a_closed_folder(tmp_path, monkeypatch):

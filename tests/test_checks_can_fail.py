@@ -591,3 +591,68 @@ def test_global_gap_univer_va_above_cf(monkeypatch, tmp_path):
     monkeypatch.setattr(global_gap, "instances", lambda fast: islice(grid(fast), 1, 2))   # CF below the LP
     res = run(global_gap, tmp_path)
     assert not res.passed and "univer-va" in res.table and "above CF" in res.table, res.summary
+
+
+def _nan_univer(real):
+    """``expected_lengths`` with UniVer's E[τ] NaN."""
+    def expected_lengths(*args, **kwargs):
+        return {**real(*args, **kwargs), "univer": float("nan")}
+    return expected_lengths
+
+
+def test_checks_fail_on_a_nan_they_compute(monkeypatch, tmp_path):
+    """Each tolerance test of the paper checks fails on a NaN (``nan > tol`` is False: a NaN E[τ], node audit, law
+    or gap passed them): UniVer's E[τ] NaN in optimality and global_gap, a node's excess NaN, UniVer's E[τ] at T = 0
+    NaN on the toys, and in reductions a NaN in one entry of a tree's law (not the first), a NaN E[τ] on a chain and
+    a NaN α* at depth 1 — each alone, each named."""
+    import dataclasses
+    import math
+
+    from paper_checks import studies
+
+    def fails(check, needle, **patches):
+        with monkeypatch.context() as patch:
+            for name, value in patches.items():
+                patch.setattr(check, name, value)
+            res = (check.run(fast=True, out_dir=str(tmp_path), progress=False, real_model=False)
+                   if check is temperature else run(check, tmp_path))
+        assert not res.passed and needle in res.table, (check.__name__, needle, res.table[-500:])
+
+    fails(optimality, "UniVer nan > its α*-root bound", instances=first(optimality.instances, 1),
+          expected_lengths=_nan_univer(optimality.expected_lengths))
+    audit = studies.node_audit
+    fails(optimality, "the applied marginal exceeds ρp by nan", instances=first(optimality.instances, 1),
+          node_audit=lambda *a: (dataclasses.replace(r, excess=math.nan) for r in audit(*a)))
+    fails(global_gap, "univer nan", instances=first(global_gap.instances, 1),
+          expected_lengths=_nan_univer(global_gap.expected_lengths))
+    gains = temperature.toy_gains
+
+    def toy_gains(fast, process="wor", progress=False):
+        out = gains(fast, process, progress)
+        first_toy = next(iter(out))
+        out[first_toy][0.0] = (out[first_toy][0.0][0], math.nan)
+        return out
+    fails(temperature, "at T = 0 UniVer nan", toy_instances=first(temperature.toy_instances, 2), toy_gains=toy_gains)
+
+    confident = [c for c in reductions.chain_instances(True) if c[0].startswith("confident")][:1]
+    chains, depth1 = (lambda fast: confident), first(reductions.depth1_instances, 1)
+    u = VERIFIERS["univer"]
+
+    @dataclass(frozen=True)
+    class NanEntry(Verifier):                   # a NaN in every float law, in the entry the check reads last
+        def law(self, tree, p, q, process):
+            out = super().law(tree, p, q, process)
+            return {**out, list(set(out))[-1]: np.nan} if p.dtype != object else out
+
+    @dataclass(frozen=True)
+    class NanLength(Verifier):
+        def expected_accepted_length(self, tree, p, q, process):
+            return np.nan
+    for cls, needle in ((NanEntry, "UniVer's joint law differs from BV by nan"),
+                        (NanEntry, "UniVer's law on a tree differs from BV by nan"),
+                        (NanLength, "E[τ] UniVer nan")):
+        with monkeypatch.context() as patch:
+            patch.setitem(VERIFIERS, "univer", cls(**{f.name: getattr(u, f.name) for f in fields(u)}))
+            fails(reductions, needle, chain_instances=chains, depth1_instances=depth1)
+    fails(reductions, "closed form nan", chain_instances=chains, depth1_instances=depth1,
+          alpha_star=lambda *a, **k: np.nan)

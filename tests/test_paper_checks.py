@@ -1,6 +1,7 @@
 """Paper checks 1–6: each passes on its fast grid, writes its evidence, and fails when any part of its claim is
 broken (each FAIL condition on its own)."""
 import json
+import math
 import re
 from dataclasses import replace
 from fractions import Fraction
@@ -12,7 +13,7 @@ import pytest
 
 from paper_checks import (global_gap, lossless, optimality, real_gain, reductions, run_checks, runner, studies,
                           temperature)
-from paper_checks.base import CheckResult, exceeds, worst_of
+from paper_checks.base import CheckResult, exceeds, law_distance, worst_of
 from univer_theory import BUG_ZOO, VERIFIERS, Verifier
 from univer_theory.univer import make_univer_verifier
 from univer_theory.verifiers import rrsw_rule
@@ -496,3 +497,7 @@ def test_tolerance_tests_fail_on_nan():
         assert worst_of(*values) != worst_of(*values), values             # NaN, wherever it comes
     assert worst_of(*(x for x in (0.5, 2.0, 1.0))) == 2.0
     assert worst_of((0.5, "a"), (nan, "b"), (2.0, "c"))[1] == "b" and worst_of((0.5, "a"), (2.0, "c"))[1] == "c"
+    law = {(0, 1): 0.25, (1,): 0.25, (2, 0): Fraction(1, 2)}
+    assert law_distance(law, {(0, 1): 0.5, (1,): 0.25}) == 0.5
+    for key in law:                                   # a NaN in each entry, wherever the keys' set puts it
+        assert math.isnan(law_distance({**law, key: nan}, law)), key

@@ -71,22 +71,23 @@ def _unit(x) -> bool:
 
 
 def _residual_outside(residual) -> str | None:
-    """Why the residual is not entrywise a probability (its first entry outside [0, 1], NaN included), else None:
-    the law emits it as it is, so a NaN made the law NaN (its rule unnamed) and a negative entry a loss."""
+    """Why the residual is not a finite nonnegative row (its first entry negative, infinite or NaN), else None: the
+    law emits it as it is, so a NaN made the law NaN (its rule unnamed) and a negative entry a loss.  No bound
+    above 1: a valid row may hold 1 + 5e-10 (``check_simplex``'s tolerance), and RRS's residual is then ``p``."""
     r = np.asarray(residual)
     try:
-        inside = np.asarray((r >= 0) & (r <= 1), dtype=bool)
+        inside = np.asarray((r >= 0) & (r < np.inf), dtype=bool)
     except TypeError:
         return f"a residual of {r.dtype} entries, not numbers"
     if inside.all():
         return None
     y = int(np.flatnonzero(~inside)[0])
-    return f"residual entry {r[y]} (token {y}) outside [0, 1] (or NaN)"
+    return f"residual entry {r[y]} (token {y}) negative, infinite or NaN"
 
 
 def check_decision(d, k: int, V: int, rule, u: int, exact: bool = False) -> None:
     """ValueError naming the rule and node unless ``d`` is a :class:`NodeDecision` with one ``enter`` and one
-    ``scale`` entry per child, each in [0, 1], ``stop`` in [0, 1] and a ``[V]`` residual with entries in [0, 1] (a
+    ``scale`` entry per child, each in [0, 1], ``stop`` in [0, 1] and a finite nonnegative ``[V]`` residual (a
     short tuple was cut short by ``zip``, an entry above 1 read as a probability, a NaN residual made the law NaN —
     the oracle then flagged a loss it could not name);
     with ``exact`` (rows of Fractions) every one of them rational: a float there turned E[τ] and the distance into

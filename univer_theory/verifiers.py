@@ -65,12 +65,13 @@ def _ratio_min1(num, den):
 def nss_rule(ctx: NodeContext) -> NodeDecision:
     """Target-only (§3.1): draw ``Y ~ p``; if Y equals a child, descend into it (the first copy), else stop.
 
-    Sequential form: child j is entered w.p. ``P(y_j)`` with ``P ← norm(P·1[≠y_j])`` after each miss.
+    Sequential form: child j is entered w.p. ``P(y_j)`` with ``P ← norm(P·1[≠y_j])`` after each miss; ``P(y_j)``
+    clamped at 1, as the batched twin's (a valid float row may hold 1 + 5e-10: ``check_simplex``'s tolerance).
     """
     P = ctx.target
     enter = []
     for y in ctx.children:
-        enter.append(P[y])
+        enter.append(min(P[y], 1))
         P = P.copy()
         P[y] = 0
         P = normalise(P)

@@ -343,6 +343,22 @@ def test_a_level_rule_with_a_broken_residual_is_named(V, monkeypatch):
                                                  r"infinite or NaN at a level of \d+ rows, first tree 0"):
                 run(batch, p, q, "iid", partial(broken, value=value, rule=rule), torch.Generator().manual_seed(0))
         run(batch, p, q, "iid", partial(broken, value=0.0, rule=rule), torch.Generator().manual_seed(0))
+    # the last row of a later unit alone (every unit and every row is read, not the first)
+    calls = []
+
+    def late(ctx, rule):
+        dec = rule(ctx)
+        calls.append(1)
+        if len(calls) < 2:
+            return dec
+        residual = dec.residual.clone()
+        residual[-1, 0] = float("nan")
+        return replace(dec, residual=residual)
+    for run, rule in paths[:2]:
+        calls.clear()
+        with pytest.raises(ValueError, match=r"level rule late: a residual with an entry negative"):
+            run(batch, p, q, "iid", partial(late, rule=rule), torch.Generator().manual_seed(0))
+        assert len(calls) >= 2
     # gpu.verify checks them with its inputs (validate=True); a serving loop's validate=False skips the pass
     for method, rule in (("tv", tv_rule), ("rrs", rrs_rule), ("univer", METHODS["univer"])):
         with monkeypatch.context() as patch:

@@ -171,13 +171,20 @@ def test_batched_slot_rule_is_the_exact_cores(process, k):
 
 
 def test_slot_oracle_refuses_nan_and_negative_inputs():
-    """The oracle read a NaN class probability as "class probability 0: nothing to move" and reported success."""
+    """The oracle read a NaN class probability as "class probability 0: nothing to move" and reported success, and
+    its recheck passed a NaN violation."""
     orderings, w, omega = [(0, 1, 2), (1, 0, 2), (2, 1, 0)], np.full((3, 3), 0.2), [4, 2, 1]
     for probs, weights in (([np.nan, .1, .1], w), ([-.1, .1, .1], w), ([.1, .1, .1], w * np.nan),
                            ([.1, .1, np.inf], w), ([.1, .1], np.full((2, 2), np.nan))):       # k = 2 too
         with pytest.raises(ValueError, match="slot_rule_lp: probs and weights must be finite and ≥ 0"):
             slot_rule_lp(orderings[:len(probs)], probs, weights, omega[:weights.shape[1]])
     assert slot_rule_lp(orderings, [.1, .1, .1], w, omega).success
+    from solvers import slot_rule                     # a NaN in its recheck is a failed recheck, not a pass
+    for bad in ((np.nan, 0.0, 0.0), (0.0, np.nan, 0.0), (0.0, 0.0, np.nan)):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(slot_rule, "slot_violations", lambda *_, bad=bad: bad)
+            res = slot_rule_lp(orderings, [.1, .1, .1], w, omega)
+        assert res.status == "recheck_failed" and not res.success and "nan" in res.message, res.message
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])

@@ -329,3 +329,13 @@ def test_a_nan_solver_point_is_never_a_success(monkeypatch):
     monkeypatch.setattr(glp, "solve_lp", lambda *a, **kw: dataclasses.replace(s := solve_lp(*a, **kw), x=s.x * np.nan))
     res = global_tree_lp(model, "2", "iid")
     assert not res.success and res.status == 4 and "nan" in res.message, res.message
+    monkeypatch.setattr(glp, "solve_lp", solve_lp)
+    repair, edge_bound = glp._repair, glp._edge_bound          # each recheck alone
+    for name, broken, message in (
+            ("_repair", lambda *a: (repair(*a)[0], np.nan), "repairing HiGHS' point lost nan"),
+            ("_edge_bound", lambda *a: edge_bound(*a) * np.nan, "violates a(s·y) ≤ p(y|s)·a(s) by nan"),
+            ("_certified_bound", lambda *a: np.nan, "no certified bound: the duals gave inf")):
+        with monkeypatch.context() as patch:
+            patch.setattr(glp, name, broken)
+            res = global_tree_lp(model, "2", "iid")
+        assert not res.success and res.status == 4 and message in res.message, (name, res.message)

@@ -271,7 +271,7 @@ def test_tree_and_row_checks_at_their_boundaries():
 
 def test_a_user_rules_malformed_decision_is_named():
     """A node rule's decision must give one enter and one scale entry per child, each in [0, 1], a stop in [0, 1]
-    and a [V] residual with entries in [0, 1]: a short tuple was cut short by zip and an entry above 1 read as a
+    and a finite nonnegative [V] residual: a short tuple was cut short by zip and an entry above 1 read as a
     probability — the oracle then flagged a loss it could not name (``evaluate`` did not check at all, ``law`` did;
     a NaN residual gave a NaN law and E[τ], and ``expected_accepted_length`` the finite E[τ] of the rule it broke); a
     scalar entry was a TypeError."""
@@ -294,9 +294,11 @@ def test_a_user_rules_malformed_decision_is_named():
                            ({"stop": -0.1}, r"stop -0.1 outside \[0, 1\]"),
                            ({"residual": np.ones(2) / 2}, r"a residual of shape \(2,\), not \[3\]"),
                            ({"residual": np.array([0.5, float("nan"), 0.5])},
-                            r"residual entry nan \(token 1\) outside \[0, 1\]"),
+                            r"residual entry nan \(token 1\) negative, infinite or NaN"),
                            ({"residual": np.array([1.25, -0.25, 0.0])},
-                            r"residual entry 1.25 \(token 0\) outside \[0, 1\]"),
+                            r"residual entry -0.25 \(token 1\) negative, infinite or NaN"),
+                           ({"residual": np.array([0.5, np.inf, 0.5])},
+                            r"residual entry inf \(token 1\) negative, infinite or NaN"),
                            ({"residual": np.array(["a", "b", "c"])}, "a residual of <U1 entries, not numbers"),
                            ({"enter": (sympy.nan, 0.2)}, r"enter nan outside \[0, 1\]"),
                            ({"scale": (sympy.Symbol("s"), 1)}, r"scale s outside \[0, 1\]"),
@@ -308,6 +310,24 @@ def test_a_user_rules_malformed_decision_is_named():
         with pytest.raises(ValueError, match=message):                    # the oracle's enumeration checks it too
             evaluate(DirichletModel(3, seed=0), "2", "iid", rule_with(**changes))
     assert VERIFIERS["rrs"].law(TREE, GOOD, GOOD, "iid")                   # the rule itself passes
+
+
+@pytest.mark.parametrize("off", [2.2e-16, 1e-15, 5e-10])
+def test_rows_a_little_above_one_are_verified_exactly(off):
+    """A row that validation accepts (its sum within 1e-9 of 1) may hold an entry 1 + off: every verifier decides
+    it — NSS's enter probability p(y) is clamped at 1, as the batched twin's (it was refused as ``enter
+    1.0000000000000002 outside [0, 1]``), and the residual ``p`` that RRS, RRSw, SpS and TV hand back when
+    ``[p − q]_+`` rounds to 0 is a valid residual (item 130's first bound above 1 refused it) — and the certain
+    token is accepted."""
+    from univer_theory import DraftTree, TreeShape, context_free
+    rows = np.array([[1 + off, 0.0, 0.0]] * 2)
+    model = context_free(rows[0], rows[0].copy())
+    for name, v in VERIFIERS.items():
+        for process in v.processes:
+            if not v.supports(TreeShape.parse("1"), process):
+                continue
+            assert v.expected_accepted_length(DraftTree((-1, 0), (-1, 0)), rows, rows.copy(), process) == 1, name
+            assert abs(evaluate(model, "1", process, v).expected_accepted - 1) <= 4 * off, (name, process)  # Q(T)
 
 
 def test_an_object_row_names_the_value_it_cannot_take():
