@@ -242,10 +242,7 @@ def test_reductions_chain_law(monkeypatch, tmp_path, factor, where, chains):
     """UniVer's chain scalings shrunk by 1e-10 everywhere, or halved on wor chain nodes drafting token 0 only (not
     the last tree enumerated), must fail UniVer == BV on chains."""
     scale_univer(monkeypatch, factor, where)
-    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
-    all_chains = reductions.chain_instances
-    monkeypatch.setattr(reductions, "chain_instances", lambda fast: list(all_chains(fast))[chains])
-    res = run(reductions, tmp_path)
+    res = run_chains(monkeypatch, tmp_path, list(reductions.chain_instances(True))[chains])
     assert not res.passed and "joint law differs" in res.table, res.table[-600:]
     assert "UniVer's rule is not exact on chains" in res.table       # the float factor, on the rows as Fractions
 
@@ -254,10 +251,7 @@ def test_reductions_chain_law_in_fractions(monkeypatch, tmp_path):
     """UniVer's chain scalings shrunk by 10^-30 in Fractions — a change no float row sees (the float laws stay
     equal to BV's) — must fail UniVer == BV on chains in Fractions, on the exact twin of a Dirichlet model."""
     scale_univer(monkeypatch, 1 - Fraction(1, 10 ** 30), lambda ctx: len(ctx.children) == 1)
-    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
-    all_chains = reductions.chain_instances
-    monkeypatch.setattr(reductions, "chain_instances", lambda fast: list(all_chains(fast))[1:2])
-    res = run(reductions, tmp_path)
+    res = run_chains(monkeypatch, tmp_path, list(reductions.chain_instances(True))[1:2])
     assert not res.passed and "in Fractions, UniVer's law differs from BV's" in res.table, res.table[-600:]
     assert "joint law differs" not in res.table
 
@@ -267,12 +261,21 @@ def float_tail(ctx) -> bool:
     return ctx.target.dtype != object and len(ctx.children) == 1 and float(ctx.draft[int(ctx.children[0])]) < 1e-6
 
 
-def run_confident_chains(monkeypatch, tmp_path):
-    """The reductions check on the fast grid's confident chains and its first depth-1 instance."""
+def confident_chains(fast: bool) -> list:
+    """The reductions grid's chains of confident models."""
+    return [c for c in reductions.chain_instances(fast) if c[0].startswith("confident")]
+
+
+def univer_as(cls):
+    """UniVer's registered verifier as an instance of ``cls`` (a :class:`Verifier` subclass overriding a method)."""
+    u = VERIFIERS["univer"]
+    return cls(**{f.name: getattr(u, f.name) for f in fields(u)})
+
+
+def run_chains(monkeypatch, tmp_path, chains: list):
+    """The reductions check on ``chains`` and the fast grid's first depth-1 instance."""
     monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
-    all_chains = reductions.chain_instances
-    monkeypatch.setattr(reductions, "chain_instances",
-                        lambda fast: [c for c in all_chains(fast) if c[0].startswith("confident")])
+    monkeypatch.setattr(reductions, "chain_instances", lambda fast: chains)
     return run(reductions, tmp_path)
 
 
@@ -281,7 +284,7 @@ def test_reductions_chain_law_on_unlikely_trees(monkeypatch, tmp_path):
     confident models: the joint law hides it (those trees have probability ≤ 1e-6) and the rows as Fractions do not
     see it, so only the per-tree bound (TREE_TOL) can fail it — it must."""
     scale_univer(monkeypatch, 0.5, float_tail)
-    res = run_confident_chains(monkeypatch, tmp_path)
+    res = run_chains(monkeypatch, tmp_path, confident_chains(True))
     assert not res.passed and "UniVer's law on a tree differs from BV by" in res.table, res.table[-600:]
     assert "joint law differs" not in res.table and "in Fractions," not in res.table
 
@@ -297,9 +300,8 @@ def test_reductions_fail_on_a_nan_law(monkeypatch, tmp_path):
             tail = p.dtype != object and any(float(q[tree.parent[v]][tree.token[v]]) < 1e-6
                                              for v in range(1, tree.num_nodes))
             return {key: np.nan for key in out} if tail else out
-    u = VERIFIERS["univer"]
-    monkeypatch.setitem(VERIFIERS, "univer", NanOnTails(**{f.name: getattr(u, f.name) for f in fields(u)}))
-    res = run_confident_chains(monkeypatch, tmp_path)
+    monkeypatch.setitem(VERIFIERS, "univer", univer_as(NanOnTails))
+    res = run_chains(monkeypatch, tmp_path, confident_chains(True))
     assert not res.passed and "differs from BV by nan" in res.table, res.table[-600:]
 
 
@@ -311,7 +313,7 @@ def test_reductions_fail_when_the_fraction_rows_drop_trees(monkeypatch, tmp_path
         row = [Fraction(round(float(x) * 1000), 1000) for x in row]
         return np.array([x / sum(row) for x in row], dtype=object)
     monkeypatch.setattr(reductions.ExactRows, "_exact", staticmethod(rounded))
-    res = run_confident_chains(monkeypatch, tmp_path)
+    res = run_chains(monkeypatch, tmp_path, confident_chains(True))
     assert not res.passed and "chains enumerated against" in res.table, res.table[-600:]
     assert "differs" not in res.table and "not exact" not in res.table
 
@@ -326,9 +328,7 @@ def test_reductions_take_an_ill_conditioned_chain(monkeypatch, tmp_path):
     p = [0.9999999868562687, 0.0, 8.123413862366409e-09, 5.020317392168392e-09]
     q = [0.99999999819216012, 1.5102250481202260e-09, 9.1813518695518047e-11, 2.0580129328736287e-10]
     model = context_free(np.array(p) / sum(p), np.array(q) / sum(q))
-    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
-    monkeypatch.setattr(reductions, "chain_instances", lambda fast: [("sweep", model, TreeShape.parse("1,1"))])
-    res = run(reductions, tmp_path)
+    res = run_chains(monkeypatch, tmp_path, [("sweep", model, TreeShape.parse("1,1"))])
     row = next(line for line in res.table.splitlines() if line.startswith("| sweep |"))
     per_tree = float(row.split("|")[6])
     assert res.passed and per_tree > 1e-10, (res.summary, row)
@@ -634,9 +634,8 @@ def test_checks_fail_on_a_nan_they_compute(monkeypatch, tmp_path):
         return out
     fails(temperature, "at T = 0 UniVer nan", toy_instances=first(temperature.toy_instances, 2), toy_gains=toy_gains)
 
-    confident = [c for c in reductions.chain_instances(True) if c[0].startswith("confident")][:1]
+    confident = confident_chains(True)[:1]
     chains, depth1 = (lambda fast: confident), first(reductions.depth1_instances, 1)
-    u = VERIFIERS["univer"]
 
     @dataclass(frozen=True)
     class NanEntry(Verifier):                   # a NaN in every float law, in the entry the check reads last
@@ -652,7 +651,7 @@ def test_checks_fail_on_a_nan_they_compute(monkeypatch, tmp_path):
                         (NanEntry, "UniVer's law on a tree differs from BV by nan"),
                         (NanLength, "E[τ] UniVer nan")):
         with monkeypatch.context() as patch:
-            patch.setitem(VERIFIERS, "univer", cls(**{f.name: getattr(u, f.name) for f in fields(u)}))
+            patch.setitem(VERIFIERS, "univer", univer_as(cls))
             fails(reductions, needle, chain_instances=chains, depth1_instances=depth1)
     fails(reductions, "closed form nan", chain_instances=chains, depth1_instances=depth1,
           alpha_star=lambda *a, **k: np.nan)
