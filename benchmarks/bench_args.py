@@ -24,13 +24,13 @@ def known(ap, flag: str, text: str, allowed) -> None:
 
 def output_path(text: str) -> str:
     """argparse type: a file the script writes when it is done (its missing folders made then), checked before
-    anything runs: not a folder; an existing regular file opened for appending, nothing written (permission bits
-    alone pass every file for root, and a /proc file then failed the write), an existing pipe or character device
-    (``/dev/stdout``) checked for write permission only (opening a pipe blocks without a reader, and closing it
-    ends the reader's stream before the results come); else no part
-    of its folder a file, and a file can be created in the nearest folder that exists (a probe file, removed at
-    once) — each was a FileNotFoundError, FileExistsError or PermissionError after the timing (a new ``--out``
-    under /proc passes every check but the probe)."""
+    anything runs: not a folder; an existing regular file (or socket, block device) opened for appending, nothing
+    written (permission bits alone pass every file for root, and a /proc file then failed the write), an existing
+    pipe or character device (``/dev/stdout``) checked for write permission only (opening a pipe blocks without a
+    reader, and closing it ends the reader's stream before the results come); else no part of its folder a file,
+    and a file can be created in the nearest folder that exists (a probe file, removed at once) — each was a
+    FileNotFoundError, FileExistsError or PermissionError after the timing (a new ``--out`` under /proc passes
+    every check but the probe)."""
     path = Path(text)
     try:
         if path.is_dir():

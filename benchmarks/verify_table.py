@@ -38,13 +38,15 @@ SHAPES = {"eagle": "EAGLE-like"}
 
 
 def load(paths: list[str]) -> list[dict]:
-    """The runs, each one ``bench_verify.py --json`` object; a clear error for a file that is not one."""
+    """The runs, each one ``bench_verify.py --json`` object; a clear error for a file that is not one, or that
+    holds a NaN or infinity (``bench_verify.py`` writes ``null`` where it measured nothing; a NaN time made a
+    cell's range and its bold depend on the order of the runs)."""
     runs = []
     for path in paths:
         with open(path) as f:
             try:
-                run = json.load(f)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                run = json.load(f, parse_constant=_not_a_time)
+            except ValueError as e:                         # (JSONDecodeError and UnicodeDecodeError are ValueErrors)
                 raise ValueError(f"{path}: not a JSON object from bench_verify.py --json ({e})") from None
         if (not isinstance(run, dict) or not {"synthetic", "real", "alpha_star"} <= run.keys()
                 or not isinstance(run["alpha_star"], dict)
@@ -55,6 +57,10 @@ def load(paths: list[str]) -> list[dict]:
         runs.append(run)
     same_settings(runs, paths)
     return runs
+
+
+def _not_a_time(constant: str):
+    raise ValueError(f"it holds {constant}, not a measured number")
 
 
 def settings(run: dict) -> dict:

@@ -5,9 +5,10 @@ markdown table, the figures it saved, and ``passed`` — False when the claim do
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from univer_theory.tolerance import worst_of
 
 
 @dataclass(frozen=True)
@@ -43,22 +44,6 @@ def percent(x: float, signed: bool = False) -> str:
     by its printed sign)."""
     text = f"{100 * x:+.2f}" if signed else f"{100 * x:.2f}"
     return text.replace("-", "+" if signed else "") if text == "-0.00" else text
-
-
-def exceeds(value, tol) -> bool:
-    """``value > tol``, and True for NaN: a check's tolerance test must fail on a NaN it computed (``nan > tol`` is
-    False, so a NaN law or E[τ] passed every ``>`` test)."""
-    return not value <= tol
-
-
-def worst_of(*entries):
-    """The entry with the largest error — an entry is a number or an ``(error, where)`` pair — a NaN error winning
-    wherever it comes (Python's ``max`` keeps a NaN only where it comes first, so a NaN result passed a grid's final
-    ``≤ tol``; the test grids use it too)."""
-    def error(entry):
-        e = entry[0] if isinstance(entry, tuple) else entry
-        return math.inf if e != e else e
-    return max(entries, key=error)
 
 
 def law_distance(a: dict, b: dict) -> float:

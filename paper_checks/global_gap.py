@@ -27,8 +27,9 @@ import numpy as np
 from tqdm import tqdm
 
 from univer_theory import VERIFIERS
+from univer_theory.tolerance import exceeds
 
-from .base import CheckResult, exceeds, markdown_table, percent, save_figure
+from .base import CheckResult, markdown_table, percent, save_figure
 from .instances import confident_instances, random_instances
 from .studies import BOUND_SLACK, bounds, comparison_methods, expected_lengths, univer_variant
 
@@ -74,12 +75,12 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             notes.append(f"{iid}: {b['global_note']}")
         base = comparison_methods(process)[0]
         records.append((iid, process, values, b))
-        gap = [f"{percent(1 - v / b['global'])}%" if b["global"] >= GAP_FLOOR else "–"
+        gap = [f"{percent(1 - v / b['global'])}%" if not b["global"] < GAP_FLOOR else "–"
                for v in (values["univer"], b["cf"])]
         rows.append([iid, values[base], values.get("kseq", "–"), values["tv"], values["univer-slot"],
                      values["univer"], b["univer-va"], b["cf"], b["global"], *gap,
                      "✓" if values["univer"] >= values["tv"] - VALUE_TOL else "✗ below TV"])
-    gaps, names = _gaps([r for r in records if r[3]["global"] >= GAP_FLOOR])
+    gaps, names = _gaps([r for r in records if not r[3]["global"] < GAP_FLOOR])      # a NaN bound kept: its gap is NaN
     worst = {m: names[m][int(np.argmax(g))] for m, g in gaps.items()}
     passed = not problems
     below_tv = [r[0] for r in rows if r[-1] != "✓"]

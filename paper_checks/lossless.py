@@ -20,6 +20,7 @@ from tqdm import tqdm
 from univer_theory import BUG_ZOO, LOSSLESS_TOL, VERIFIERS, DirichletModel, TreeShape, context_free, evaluate
 from univer_theory.plans.clocks import sequential_thinning_avail
 from univer_theory.processes import EXACT_PROCESSES
+from univer_theory.tolerance import worst_of
 
 from .base import CheckResult, markdown_table
 from .instances import RandomRowsModel, confident_instances
@@ -86,8 +87,7 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             if v.lossless:
                 good = d <= LOSSLESS_TOL and exact_zero is not False
                 ok &= good
-                if d > worst:
-                    worst, worst_at = d, f"{name} on {iid}"
+                worst, worst_at = worst_of((worst, worst_at), (d, f"{name} on {iid}"))
                 cells[name][iid] = ("✓" if good else "✗") + ("=" if exact_zero else "")
             else:
                 flagged[name] |= d > 1e-6

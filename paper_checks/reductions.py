@@ -36,8 +36,9 @@ from univer_theory import (VERIFIERS, ConfidentModel, DirichletModel, TreeShape,
                            evaluate)
 from univer_theory.alpha_star import alpha_star
 from univer_theory.models import Model
+from univer_theory.tolerance import exceeds, worst_of
 
-from .base import CheckResult, exceeds, law_distance, markdown_table, worst_of
+from .base import CheckResult, law_distance, markdown_table
 
 NAME = "reductions"
 CLAIM = ("UniVer equals Block Verification on chains (the law of path and correction on every tree: exactly in "
@@ -172,9 +173,9 @@ def run(fast: bool, out_dir, progress: bool = True) -> CheckResult:
             problems.append(f"{iid}: UniVer E[τ] {e_u:.12g} vs α* LP {lp.value:.12g} / closed form {closed:.12g}")
         depth_rows.append([iid, cons, e_u, lp.value, closed, gap])
     passed = not problems
-    worst_chain = max(chain_rows, key=lambda r: r[4])
-    worst_tree = max(chain_rows, key=lambda r: r[5])
-    worst_depth = max(depth_rows, key=lambda r: r[-1])
+    worst_chain = worst_of(*((r[4], r) for r in chain_rows))[1]
+    worst_tree = worst_of(*((r[5], r) for r in chain_rows))[1]
+    worst_depth = worst_of(*((r[-1], r) for r in depth_rows))[1]
     n_exact = sum(row[-1] == "equal" for row in chain_rows)
     summary = (f"{len(chain_rows)} chain instances: UniVer == BV in Fractions on {n_exact}; in floats max joint-law "
                f"difference {worst_chain[4]:.1e} ({worst_chain[0]}), per tree {worst_tree[5]:.1e} ({worst_tree[0]}); "

@@ -21,6 +21,7 @@ from scipy.sparse import csr_array, vstack
 from univer_theory.alpha_star import check_node_inputs
 from univer_theory.plans.lp_plan import check_position_weights
 from univer_theory.processes import tuple_count, tuple_law
+from univer_theory.tolerance import exceeds
 from univer_theory.validation import SIMPLEX_ATOL, count_text
 
 from .highs_lp import VERTEX_TOL, solve_lp
@@ -149,7 +150,7 @@ def plan_result(x: np.ndarray, tuples: tuple, tuple_probs: np.ndarray, p: np.nda
     plan, marginal, problems = check_plan(np.asarray(x, dtype=np.float64).reshape(-1, k), tuples, tuple_probs,
                                           p, rho, tol)
     value = float(plan.sum())
-    if solver_ok and not abs(value - claimed_value) <= tol:
+    if solver_ok and exceeds(abs(value - claimed_value), tol):
         problems.append(f"plan sums to {value:.12g} but the solver claims {claimed_value:.12g} "
                         f"(tolerance {tol:g})")
     if solver_ok and problems:

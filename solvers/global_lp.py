@@ -54,6 +54,7 @@ import scipy.sparse as sp
 
 from univer_theory.models import Model, check_model_type, checked_rows
 from univer_theory.processes import PROCESSES, tuple_law
+from univer_theory.tolerance import exceeds
 from univer_theory.tree import TreeShape, as_shape
 from univer_theory.validation import check_choice
 
@@ -236,7 +237,8 @@ class GlobalLPResult:
     HiGHS alone); ``acceptance``: ``a(s)`` per drafted string; ``lp_objective``: HiGHS' own objective (its point
     may break unscaled rows by ~1e-7; ``primal_value`` is that of the repaired feasible point, at most
     :data:`REPAIR_TOL` lower, see :func:`_repair`); ``status`` 0 optimal and rechecked,
-    1 HiGHS not optimal, 4 recheck failed or ``tolerance`` > :data:`REPAIR_TOL`.
+    1 HiGHS not optimal, 4 recheck failed, ``tolerance`` > :data:`REPAIR_TOL`, or no finite certificate (``value``
+    is then ``primal_value``, no bound).
     """
 
     value: float
@@ -289,15 +291,15 @@ def global_tree_lp(model: Model, shape, process: str, *, reduce: bool = True, me
     a, status, message, objective, bound = _solve(shape, table, weights, merge_duplicates, method)
     solve_seconds = time.perf_counter() - t0
     viol = float(np.max(a - _edge_bound(table, a), initial=0.0))
-    if status == 0 and not viol <= RECHECK_TOL:           # (NaN fails too)
+    if status == 0 and exceeds(viol, RECHECK_TOL):
         status, message = 4, f"the solution violates a(s·y) ≤ p(y|s)·a(s) by {viol:.2e} > {RECHECK_TOL:g}"
     elif status == 0:
         message += f"; recheck max violation {viol:.1e}"
     primal = float(a.sum())
     value = float(max(bound, primal)) if np.isfinite(bound) else primal  # bound ≥ optimum ≥ primal up to round-off
-    if status == 0 and not merge_duplicates and not np.isfinite(bound):       # (a NaN certificate left it at inf)
-        status, message = 4, f"no certified bound: the duals gave {bound}"
-    elif status == 0 and not value - primal <= REPAIR_TOL:
+    if status == 0 and not merge_duplicates and not np.isfinite(bound):   # (min(inf, nan) kept inf: NaN or overflow)
+        status, message = 4, "no certified bound: the certificate at HiGHS' duals is not finite"
+    elif status == 0 and exceeds(value - primal, REPAIR_TOL):
         status, message = 4, f"the certified bound exceeds the feasible point by {value - primal:.2e} > {REPAIR_TOL:g}"
     elif status == 0 and not merge_duplicates:
         message += f"; certified bound {value - primal:.1e} above the feasible point"
@@ -388,7 +390,7 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
     if best is not None:
         if status != 0:
             status, message = 0, f"HiGHS ended '{message}'; its repaired point and certified duals are used"
-        if not lost <= REPAIR_TOL:
+        if exceeds(lost, REPAIR_TOL):
             status, message = 4, (f"repairing HiGHS' point lost {lost:.1e} > {REPAIR_TOL:g} of its objective "
                                   f"{sol.objective:.12f}")
         elif off:
@@ -396,7 +398,7 @@ def _solve(shape: TreeShape, table: _PrefixTable, weights: np.ndarray, merge_dup
                         f"(HiGHS objective {sol.objective:.12f}, repaired value lower by {lost:.1e})")
     tree_viol = tree_violation(x)
     a = np.bincount(pid[keep], weights=(tq * x[var_of_node])[keep], minlength=P)  # recomputed from x
-    if status == 0 and not tree_viol <= RECHECK_TOL:
+    if status == 0 and exceeds(tree_viol, RECHECK_TOL):
         status, message = 4, f"the solution violates a tree constraint by {tree_viol:.2e} > {RECHECK_TOL:g}"
     bound = bound if best is not None else np.nan
     return a, status, message, sol.objective, bound

@@ -20,6 +20,7 @@ from functools import lru_cache
 import numpy as np
 import scipy.sparse as sp
 
+from univer_theory.tolerance import exceeds
 from univer_theory.validation import check_choice
 
 
@@ -123,7 +124,7 @@ def solve_lp(c, A, row_lower, row_upper, col_lower, col_upper, *, method: str = 
         x = _basic_solution(A, h.getBasis(), lp)
         off = _bound_excess(A @ x, lp.row_lower_, lp.row_upper_) + _bound_excess(x, lp.col_lower_, lp.col_upper_)
         limit = VERTEX_TOL if vertex_tol is None else vertex_tol
-        if not off <= limit:        # HiGHS' basis is primal feasible only within its tolerance, not its vertex
+        if exceeds(off, limit):     # HiGHS' basis is primal feasible only within its tolerance, not its vertex
             ok, message = False, f"{message}, but its basis' exact solution breaks a bound by {off:.2e}"
     if len(tried) > 1:
         message += " after re-solving: " + "; ".join(tried)

@@ -57,6 +57,7 @@ import numpy as np
 from univer_theory.nx import array_module, get_backend
 from univer_theory.plans.lp_plan import capped_rows, plan_weights
 from univer_theory.processes import tuple_probs
+from univer_theory.tolerance import exceeds
 
 from .highs_lp import solve_lp
 from .lex_simplex import lex_simplex
@@ -159,7 +160,7 @@ def slot_rule_lp(orderings, probs, weights, omega) -> SlotResult:
     neg, over, drift = slot_violations(z.reshape(n, k), z0.reshape(n, k), probs, ranks)
     problems = [text for v, text in ((neg, f"an entry {-neg:.3g}·ΣQ below zero"),
                                      (over, f"Σ_j z(S', j) exceeds Q_k(S') by {over:.3g}·ΣQ"),
-                                     (drift, f"class mass m_x moved by {drift:.3g}·ΣQ")) if not v <= SLOT_TOL]
+                                     (drift, f"class mass m_x moved by {drift:.3g}·ΣQ")) if exceeds(v, SLOT_TOL)]
     if problems:
         return SlotResult(tuple(orderings), w, 0.0, "recheck_failed", False,
                           "; ".join(problems) + f" (tolerance {SLOT_TOL:g}·ΣQ)")

@@ -202,7 +202,11 @@ def test_verify_table_says_what_is_missing(tmp_path):
     for name, text in files.items():
         (tmp_path / f"{name}.json").write_text(text)
     (tmp_path / "binary.json").write_bytes(bytes(range(128, 256)))
-    cases = [(no_model, "without --no-model"), (tmp_path / "binary.json", "binary.json: not a JSON object")]
+    nan_run = _run({(None, "univer"): (0.05, 0.06)}, 200.0)          # a NaN ratio: its range and bold hung on the
+    nan_run["real"][1]["verify_over_forward"] = float("nan")           # order of the runs (min/max drop a later NaN)
+    (tmp_path / "nan.json").write_text(json.dumps(nan_run))
+    cases = [(no_model, "without --no-model"), (tmp_path / "binary.json", "binary.json: not a JSON object"),
+             (tmp_path / "nan.json", "nan.json: not a JSON object from bench_verify.py --json (it holds NaN")]
     cases += [(tmp_path / f"{name}.json", f"{name}.json: expected bench_verify.py --json output") for name in files]
     for path, message in cases:
         out = subprocess.run([sys.executable, script, str(path)], capture_output=True, text=True, timeout=300)
@@ -396,7 +400,7 @@ def test_benchmark_outputs_refuse_a_folder_and_make_missing_folders(tmp_path, ca
 def test_benchmark_outputs_take_a_named_pipe_without_opening_it(tmp_path, monkeypatch):
     """A named pipe (a ``mkfifo`` FIFO another process reads) is checked for permission only: opening it
     for the check blocked forever with no reader yet, and with a reader closing it ended the reader's stream, so
-    the results were then written into a pipe nobody read."""
+    the results were then written into a pipe nobody read.  A character device likewise; a socket is opened."""
     import socket
     import threading
 
@@ -417,8 +421,14 @@ def test_benchmark_outputs_take_a_named_pipe_without_opening_it(tmp_path, monkey
     sock = tmp_path / "s"                                 # a socket is opened, not checked by its bits: refused now,
     with socket.socket(socket.AF_UNIX) as server:         # not by the final write after the run
         server.bind(str(sock))
-        with pytest.raises(argparse.ArgumentTypeError, match="'.*s' cannot be written: No such device or address"):
+        with pytest.raises(argparse.ArgumentTypeError, match="'.*s' cannot be written: "):
             args.output_path(str(sock))
+    with monkeypatch.context() as patch:                  # a character device (/dev/stdout) by its bits, not opened
+        patch.setattr(args, "open", lambda *a: pytest.fail("opened a character device"), raising=False)
+        assert args.output_path(os.devnull) == os.devnull
+        patch.setattr(args.os, "access", lambda *_: False)
+        with pytest.raises(argparse.ArgumentTypeError, match="cannot be written: Permission denied"):
+            args.output_path(os.devnull)
 
 
 def test_benchmark_outputs_take_an_existing_writable_file_in_a_closed_folder(tmp_path, monkeypatch):

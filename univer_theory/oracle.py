@@ -14,6 +14,7 @@ from fractions import Fraction
 from . import engine
 from .models import Model, check_model_type, checked_model
 from .processes import EXACT_PROCESSES, enumerate_trees, tuple_law
+from .tolerance import worst_of
 from .tree import TreeShape, as_shape
 from .validation import Unsupported, check_choice
 from .verifiers import Verifier
@@ -110,15 +111,9 @@ def mass_balance_violation(model: Model, law: dict):
         for i in range(1, len(path) + 1):
             a[path[:i]] = a.get(path[:i], 0) + v
         c[key] = c.get(key, 0) + v
-    worst = one * 0
-    for s in a:
-        row = model.target(s)
-        for y in range(model.vocab_size):
-            gap = abs(c.get(s + (y,), 0) - (a[s] * row[y] - a.get(s + (y,), 0)))
-            if gap != gap:                           # NaN: ``max`` would drop it and call a broken law lossless
-                return gap
-            worst = max(worst, gap)
-    return worst
+    rows = {s: model.target(s) for s in a}
+    return worst_of(*(abs(c.get(s + (y,), 0) - (a[s] * rows[s][y] - a.get(s + (y,), 0)))
+                      for s in a for y in range(model.vocab_size)))
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ import torch
 
 from gpu.engine import VerifyResult
 from gpu.engines import sglang, vllm
-from paper_checks.base import worst_of
 from univer_theory import VERIFIERS, DirichletModel, TreeShape
 from univer_theory.oracle import distance_to_target
 from univer_theory.processes import enumerate_trees
+from univer_theory.tolerance import worst_of
 
 TOL = 1e-12
 MODEL = DirichletModel(3, seed=7, similarity=0.3, concentration=0.6)

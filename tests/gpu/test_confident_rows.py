@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import gpu.wor_plans as wor_plans
-from paper_checks.base import worst_of
 import univer_theory.plans.clocks as clocks
 from gpu import METHODS, TreeBatch, draft_tree, expected_accepted_length, verify
 from gpu.engine import first_token_law
@@ -23,6 +22,7 @@ from gpu.wor_plans import pts_weights, wor_weights
 from univer_theory import VERIFIERS, ConfidentModel, DraftTree, TreeShape, sample_tree
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans.choose import choose_plan, first_draw_plan
+from univer_theory.tolerance import worst_of
 
 from ..stats import assert_accepts, assert_power, assert_rejects, g_test_counts
 from .helpers import padded_rows

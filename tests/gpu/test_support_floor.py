@@ -7,9 +7,9 @@ import torch
 
 from gpu import probs_from_logits, sample_children
 from gpu.probs import SIMPLEX_TOL, support_floor
-from paper_checks.base import worst_of
 from univer_theory import VERIFIERS, TreeShape, evaluate
 from univer_theory.models import DirichletModel, Model, apply_temperature
+from univer_theory.tolerance import worst_of
 
 LOSSLESS_TOL = 1e-12
 

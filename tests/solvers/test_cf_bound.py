@@ -4,7 +4,6 @@ import importlib
 import numpy as np
 import pytest
 
-from paper_checks.base import worst_of
 from solvers.cf_bound import cf_bound, concave_majorant, sandwich
 from solvers.global_lp import global_tree_lp
 from solvers.value_aware import value_aware_verifier
@@ -12,6 +11,7 @@ from univer_theory import (VERIFIERS, ConfidentModel, DirichletModel, DraftTree,
                            TreeShape, context_free, evaluate)
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.tv_plan import tv_plan
+from univer_theory.tolerance import worst_of
 from univer_theory.validation import Unsupported
 
 

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paper_checks.base import worst_of
 from solvers import condot_lp, kseq_acceptance_mass, kseq_rho_star
 from univer_theory import VERIFIERS, TreeShape, context_free, evaluate
 from univer_theory.alpha_star import alpha_star, optimal_cut
+from univer_theory.tolerance import worst_of
 
 from .test_flat_ot import nodes
 

@@ -105,6 +105,7 @@ def test_merging_duplicates_by_token_underestimates():
     assert tv == pytest.approx(2.0, abs=1e-12)
     assert global_tree_lp(m, shape, "iid").value == pytest.approx(tv, abs=1e-9)
     merged = global_tree_lp(m, shape, "iid", merge_duplicates=True)
+    assert merged.success and merged.status == 0, merged.message      # the pitfall's value is primal: no certificate
     assert merged.value == pytest.approx(2 * (1 - 2 * p3 / 3), abs=1e-9)
     # and on a random [3,1] i.i.d. instance the pitfall is strictly below the bound as well
     r = model(3, 4)

@@ -9,12 +9,12 @@ from functools import partial
 import numpy as np
 import pytest
 
-from paper_checks.base import worst_of
 from solvers.cf_bound import cf_bound
 from solvers.global_lp import (REPAIR_TOL, _prefix_table, _repair, enumerate_tree_arrays, global_tree_lp,
                                trie_classes)
 from univer.cli import main as cli_main
 from univer_theory import VERIFIERS, DirichletModel, TreeShape, context_free, evaluate
+from univer_theory.tolerance import worst_of
 
 # V = 5, shape (((..),.),.), context-independent rows (DirichletModel(5, seed=11, similarity=0.5,
 # concentration=0.3) at the root): HiGHS' dual simplex answer broke a(s·y) ≤ p(y|s)·a(s) by 1.9e-7 (Q(T) spanning
@@ -334,7 +334,8 @@ def test_a_nan_solver_point_is_never_a_success(monkeypatch):
     for name, broken, message in (
             ("_repair", lambda *a: (repair(*a)[0], np.nan), "repairing HiGHS' point lost nan"),
             ("_edge_bound", lambda *a: edge_bound(*a) * np.nan, "violates a(s·y) ≤ p(y|s)·a(s) by nan"),
-            ("_certified_bound", lambda *a: np.nan, "no certified bound: the duals gave inf")):
+            ("_certified_bound", lambda *a: np.nan,
+             "no certified bound: the certificate at HiGHS' duals is not finite")):
         with monkeypatch.context() as patch:
             patch.setattr(glp, name, broken)
             res = global_tree_lp(model, "2", "iid")

@@ -141,7 +141,7 @@ def test_ordering_rrs_le_tv_on_grid():
             model, shape = DirichletModel(4, seed=seed), TreeShape.parse("2,2")
             gaps.append(evaluate(model, shape, process, VERIFIERS["tv"]).expected_accepted
                         - evaluate(model, shape, process, VERIFIERS[base]).expected_accepted)
-        assert min(gaps) > 0, (process, int(np.argmin(gaps)), min(gaps))
+        assert all(g > 0 for g in gaps), (process, gaps)          # a NaN gap fails (min(gaps) dropped it)
 
 
 def test_tv_prefix_update_where_the_residual_is_tiny():

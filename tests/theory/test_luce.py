@@ -8,12 +8,12 @@ the prefix formula) on V ≤ 10, and the closed form (checked against it) above.
 import numpy as np
 import pytest
 
-from paper_checks.base import worst_of
 from univer_theory import VERIFIERS, ConfidentModel, TreeShape, evaluate
 from univer_theory.alpha_star import alpha_star
 from univer_theory.plans.choose import build_plan, choose_plan
 from univer_theory.plans.luce import LUCE_SETS, LUCE_SUPPORT, luce_budget, luce_fit, luce_plan, token_classes
 from univer_theory.plans.wor_pair import OPTIMALITY_TOL
+from univer_theory.tolerance import worst_of
 
 from .test_wor_plans import brute_alpha_star, check_exact
 

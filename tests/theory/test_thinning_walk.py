@@ -13,13 +13,13 @@ stable and adds nothing)."""
 import numpy as np
 import pytest
 
-from paper_checks.base import worst_of
 from univer_theory import ConfidentModel
 from univer_theory.models import CONFIDENT_TARGETS
 from univer_theory.plans import clocks
 from univer_theory.plans.clocks import (LOG_T_NODES, early_nodes, log_time_grid, log_time_upper, rate_times,
                                         row_weights, thinning_walk, walk_states)
 from univer_theory.plans.pts import pair_avail, pair_thinning_walk, priority_order, thinning_fixed_point
+from univer_theory.tolerance import worst_of
 
 RTOL = 1e-13
 

@@ -318,13 +318,14 @@ def test_rows_a_little_above_one_are_verified_exactly(off):
     it — NSS's enter probability p(y) is clamped at 1, as the batched twin's (it was refused as ``enter
     1.0000000000000002 outside [0, 1]``), and the residual ``p`` that RRS, RRSw, SpS and TV hand back when
     ``[p − q]_+`` rounds to 0 is a valid residual (item 130's first bound above 1 refused it) — and the certain
-    token is accepted."""
+    token is accepted.  (Every verifier and process that drafts a one-child tree: SpecHub's two distinct children
+    need two tokens.)"""
     from univer_theory import DraftTree, TreeShape, context_free
     rows = np.array([[1 + off, 0.0, 0.0]] * 2)
     model = context_free(rows[0], rows[0].copy())
     for name, v in VERIFIERS.items():
         for process in v.processes:
-            if not v.supports(TreeShape.parse("1"), process):
+            if not v.supports(TreeShape.parse("1"), process):       # SpecHub: two distinct children, not on one token
                 continue
             assert v.expected_accepted_length(DraftTree((-1, 0), (-1, 0)), rows, rows.copy(), process) == 1, name
             assert abs(evaluate(model, "1", process, v).expected_accepted - 1) <= 4 * off, (name, process)  # Q(T)

@@ -4,7 +4,6 @@ the same quadrature grid, on random and confident rows (tails down to 1e-310), k
 import numpy as np
 import pytest
 
-from paper_checks.base import worst_of
 from univer_theory import ConfidentModel
 from univer_theory.alpha_star import _suffix_mass, _wor_miss_clocks, alpha_star, ratio_argsort
 from univer_theory.models import CONFIDENT_TARGETS
@@ -12,6 +11,7 @@ from univer_theory.plans.clocks import (LOG_T_NODES, LOG_T_RANGE, _legendre_rule
                                         log_time_upper, rate_times, sequential_thinning_avail)
 from univer_theory.plans.pts import pts_plan
 from univer_theory.processes import tuple_law
+from univer_theory.tolerance import worst_of
 
 
 def sequential_miss(q_sorted: np.ndarray, k: int) -> np.ndarray:
@@ -187,7 +187,7 @@ def test_the_legendre_rule_integrates_every_even_power_it_should(n):
     panel's end by ~1e-12; the rule's weights, formed in long double, within round-off of the powers (where long
     double is float64 the rule is numpy's)."""
     x, w = _legendre_rule(n)
-    err = max(abs(float(w @ x ** (2 * j)) * (2 * j + 1) / 2 - 1) for j in range(n))
+    err = worst_of(*(abs(float(w @ x ** (2 * j)) * (2 * j + 1) / 2 - 1) for j in range(n)))
     if np.finfo(np.longdouble).eps < np.finfo(np.float64).eps:
         assert err <= 1e-13
     else:

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paper_checks.base import worst_of
 from univer_theory import ConfidentModel
 from univer_theory.alpha_star import alpha_star, alpha_star_and_cut, alpha_star_rows
 from univer_theory.models import CONFIDENT_TARGETS
@@ -24,6 +23,7 @@ from univer_theory.plans.luce import luce_plan
 from univer_theory.plans.pts import pair_thinning_avail, priority_order, pts_plan
 from univer_theory.plans.wor_pair import array_pair_rule, pair_rule, wor_pair_plan
 from univer_theory.processes import tuple_law
+from univer_theory.tolerance import worst_of
 
 TOL = 1e-12
 CONSTRUCTIONS = {"wor_pair": wor_pair_plan, "pts": pts_plan, "iid_coupling": iid_coupling_plan, "luce": luce_plan}
