@@ -39,13 +39,13 @@ SHAPES = {"eagle": "EAGLE-like"}
 
 def load(paths: list[str]) -> list[dict]:
     """The runs, each one ``bench_verify.py --json`` object; a clear error for a file that is not one, or that
-    holds a NaN or infinity (``bench_verify.py`` writes ``null`` where it measured nothing; a NaN time made a
-    cell's range and its bold depend on the order of the runs)."""
+    holds a NaN or infinity, an overflowing literal included (``bench_verify.py`` writes ``null`` where it measured
+    nothing; a NaN time made a cell's range and its bold depend on the order of the runs)."""
     runs = []
     for path in paths:
         with open(path) as f:
             try:
-                run = json.load(f, parse_constant=_not_a_time)
+                run = json.load(f, parse_constant=_not_a_time, parse_float=_finite)
             except ValueError as e:                         # (JSONDecodeError and UnicodeDecodeError are ValueErrors)
                 raise ValueError(f"{path}: not a JSON object from bench_verify.py --json ({e})") from None
         if (not isinstance(run, dict) or not {"synthetic", "real", "alpha_star"} <= run.keys()
@@ -61,6 +61,12 @@ def load(paths: list[str]) -> list[dict]:
 
 def _not_a_time(constant: str):
     raise ValueError(f"it holds {constant}, not a measured number")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float; one that overflows (``1e999``) is infinity, refused as :func:`_not_a_time`."""
+    x = float(text)
+    return x if math.isfinite(x) else _not_a_time(text)
 
 
 def settings(run: dict) -> dict:

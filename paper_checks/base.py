@@ -53,14 +53,20 @@ def law_distance(a: dict, b: dict) -> float:
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
-    """A GitHub-flavoured markdown table; floats are printed with 4 significant decimals."""
+    """A GitHub-flavoured markdown table; floats are printed with 4 significant decimals, a ``|`` in a cell (``max
+    |α − α*|``) escaped (it split the cell: a header of more cells than its delimiter row is no table)."""
     def fmt(x):
         if isinstance(x, float):
             return f"{x:.4g}" if abs(x) < 1e-3 and x != 0 else f"{x:.4f}"
-        return str(x)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return cell(x)
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(x) for x in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def cell(x) -> str:
+    """``x`` as the text of one markdown table cell: its ``|`` escaped."""
+    return str(x).replace("|", "\\|")
 
 
 def save_figure(fig, out_dir: Path, name: str) -> Path:

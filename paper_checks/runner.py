@@ -9,7 +9,7 @@ from pathlib import Path
 
 from univer.extras import install_hint
 
-from .base import CheckResult
+from .base import CheckResult, cell
 
 #: Check modules in claim order (theory / issue numbering).
 CHECKS = ("lossless", "optimality", "reductions", "global_gap", "real_gain", "temperature")
@@ -71,6 +71,6 @@ def write_report(out_dir: Path, lines: list[str], results, status: str | None = 
     stopped run keeps the checks it finished (``status``: a line saying the run is still going, or where it
     stopped)."""
     table = ["| check | status | headline |", "|---|---|---|"] + [
-        f"| {r.name} | {'PASS' if r.passed else 'FAIL'} | {r.summary} |" for r in results] + [""]
+        f"| {r.name} | {'PASS' if r.passed else 'FAIL'} | {cell(r.summary)} |" for r in results] + [""]
     going = [status, ""] if status else []
     (out_dir / "paper_checks.md").write_text("\n".join(lines[:3] + going + table + lines[3:]))

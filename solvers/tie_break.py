@@ -26,9 +26,12 @@ So HiGHS (the tests' oracle) and :mod:`solvers.lex_simplex` (both layers' solver
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 _roots = np.zeros(0)
+_roots_lock = threading.Lock()
 
 
 def tie_eps(rows):
@@ -37,17 +40,23 @@ def tie_eps(rows):
 
 
 def prime_roots(count: int) -> np.ndarray:
-    """``frac(√P_i)`` for the first ``count`` primes (read-only; the table is kept and grown as needed)."""
+    """``frac(√P_i)`` for the first ``count`` primes (read-only; the table is kept and grown as needed, under a lock:
+    two threads growing it at once could each return the other's table, one too short for its ``count``)."""
     global _roots
-    if _roots.size < count:
-        n = max(count, 2 * _roots.size, 64)
-        limit = int(n * (np.log(n) + np.log(np.log(n)))) + 16          # above the n-th prime (Rosser)
-        sieve = np.ones(limit + 1, dtype=bool)
-        sieve[:2] = False
-        for i in range(2, int(limit ** 0.5) + 1):
-            if sieve[i]:
-                sieve[i * i::i] = False
-        roots = np.sqrt(np.flatnonzero(sieve)[:n].astype(np.float64))
-        _roots = roots - np.floor(roots)
-        _roots.setflags(write=False)
-    return _roots[:count]
+    table = _roots
+    if table.size < count:
+        with _roots_lock:
+            table = _roots
+            if table.size < count:
+                n = max(count, 2 * table.size, 64)
+                limit = int(n * (np.log(n) + np.log(np.log(n)))) + 16          # above the n-th prime (Rosser)
+                sieve = np.ones(limit + 1, dtype=bool)
+                sieve[:2] = False
+                for i in range(2, int(limit ** 0.5) + 1):
+                    if sieve[i]:
+                        sieve[i * i::i] = False
+                roots = np.sqrt(np.flatnonzero(sieve)[:n].astype(np.float64))
+                table = roots - np.floor(roots)
+                table.setflags(write=False)
+                _roots = table
+    return table[:count]

@@ -4,6 +4,7 @@ Inputs are faked where the real ones are slow (SmolLM2's bench, the LPs); the gr
 import contextlib
 import io
 import json
+import re
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from itertools import islice
@@ -21,7 +22,7 @@ from paper_checks.base import CheckResult
 from paper_checks.instances import FAMILIES, random_instances
 from univer.cli import main
 from univer_theory import VERIFIERS, Verifier
-from univer_theory.processes import EXACT_PROCESSES
+from univer_theory.processes import EXACT_PROCESSES, enumerate_trees
 
 
 def run(check, tmp_path, fast: bool = True):
@@ -719,6 +720,19 @@ def test_optimality_worst_cf_gap_is_a_nan(monkeypatch, tmp_path):
     assert not res.passed and f"(worst nan%, {second_instance(optimality.instances)})" in res.summary, res.summary
 
 
+def test_reductions_worst_chain_and_tree_are_a_nan(monkeypatch, tmp_path):
+    """The law distance NaN on the first tree of the 2nd chain instance: both chain worsts name it."""
+    chains = list(first(reductions.chain_instances, 2)(True))
+    _, model0, shape0 = chains[0]
+    n_first = sum(1 for process in ("iid", "wor") for _ in enumerate_trees(model0, shape0, process))
+    monkeypatch.setattr(reductions, "chain_instances", lambda fast: chains)
+    monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 1))
+    monkeypatch.setattr(reductions, "law_distance", on_call(reductions.law_distance, n_first + 1, lambda d: NAN))
+    res = run(reductions, tmp_path)
+    assert not res.passed and f"max joint-law difference nan ({chains[1][0]})" in res.summary, res.summary
+    assert f"per tree nan ({chains[1][0]})" in res.summary, res.summary
+
+
 def test_reductions_worst_depth1_is_a_nan(monkeypatch, tmp_path):
     monkeypatch.setattr(reductions, "chain_instances", first(reductions.chain_instances, 1))
     monkeypatch.setattr(reductions, "depth1_instances", first(reductions.depth1_instances, 2))
@@ -754,3 +768,42 @@ def test_global_gap_nan_bound_is_not_below_the_floor(monkeypatch, tmp_path):
     res = run(global_gap, tmp_path)
     assert not res.passed and "(0 with a global bound below" in res.summary, res.summary
     assert f"(worst nan%, {second_instance(global_gap.instances)})" in res.summary, res.summary
+    row = next(line for line in res.table.splitlines()
+               if line.startswith(f"| {second_instance(global_gap.instances)} |"))
+    assert row.count("nan%") == 2, row                 # its two gaps, not "–" (below the floor)
+
+
+def assert_tables_aligned(text: str) -> None:
+    """Every markdown table in ``text`` has as many cells in each row as in its delimiter row (an unescaped ``|``
+    in a cell, ``max |α − α*|``, split it: a header wider than its delimiter row is no table on GitHub)."""
+    cells = lambda line: len(re.findall(r"(?<!\\)\|", line))
+    lines = text.splitlines() + [""]
+    for i, line in enumerate(lines):
+        if re.fullmatch(r"\|(---\|)+", line):
+            end = next(k for k in range(i + 1, len(lines)) if not lines[k].startswith("|"))
+            block = [lines[i - 1]] + lines[i + 1:end]
+            assert all(cells(row) == cells(line) for row in block), (line, block[:3])
+
+
+def test_optimality_alpha_worst_is_over_required_nodes_and_its_tables_align(monkeypatch, tmp_path):
+    """Nodes where α* is not required (α* put at 0.99, far from α) are no |α − α*| worst; the tables render."""
+    monkeypatch.setattr(optimality, "instances", first(optimality.instances, 2))
+    monkeypatch.setattr(optimality, "alpha_star_guaranteed", lambda *a: False)
+    monkeypatch.setattr(optimality, "alpha_star_lp", lambda *a: 0.99)
+    res = run(optimality, tmp_path)
+    assert_tables_aligned(res.table)
+    assert "max |α − α*| = 0.0e+00 (–)" in res.summary, res.summary
+
+
+def test_temperature_names_each_smallest_gain_and_its_tables_align(tmp_path):
+    """Each T's smallest i.i.d. gain against RRS and its instance, recomputed from the toys."""
+    res = temperature.run(fast=True, out_dir=str(tmp_path), progress=False, real_model=False)
+    assert_tables_aligned(res.table)
+    iid, shift = temperature.toy_gains(True, "iid", False), temperature.MEASURES["per forward"]
+    rows = [line for line in res.table.splitlines() if re.match(r"\| [0-9.]+ \|", line)]
+    assert len(rows) == len(temperature.TOY_TEMPERATURES)
+    for line in rows:
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        gains = {name: temperature._gain(by_t[float(cells[0])], shift) for name, by_t in iid.items()}
+        name = min(gains, key=gains.get)
+        assert cells[-1] == f"{100 * gains[name]:.4f} ({name})", (cells, gains)

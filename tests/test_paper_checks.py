@@ -356,6 +356,8 @@ def test_a_failed_check_reads_fail_in_its_section_and_the_summary(monkeypatch, t
     (res,) = run_checks(["reductions"], fast=True, out_dir=tmp_path, progress=False)
     report = (tmp_path / "paper_checks.md").read_text()
     assert not res.passed and "| reductions | FAIL |" in report and "## reductions — FAIL" in report
+    row = next(line for line in report.splitlines() if line.startswith("| reductions |"))   # the summary's |E[τ] − α*|
+    assert "\\|E[τ] − α*\\|" in row and len(re.findall(r"(?<!\\)\|", row)) == 4, row     # escaped: three cells
 
 
 def test_optimality_fails_when_univer_is_just_above_cf(monkeypatch, tmp_path):

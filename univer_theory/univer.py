@@ -57,7 +57,7 @@ def _key(arr: np.ndarray):
 
 
 class PlanCache:
-    """Node plans by key, oldest evicted first beyond :func:`plan_cache_size` plans on rows of V tokens — the cache
+    """Node plans by key, oldest evicted first down to :func:`plan_cache_size` plans on rows of V tokens — the cache
     of every caching node rule (:class:`UniVerRule`, :class:`univer_theory.multidraft.FlatPlanRule`).  A rule's
     cache is shared by every thread calling it (``VERIFIERS``): its bookkeeping is serialised under :attr:`lock`, a
     plan is built outside it (two threads may both build a new key's plan, equal ones: the later is kept).
@@ -76,8 +76,8 @@ class PlanCache:
             plan = build()
             with self.lock:
                 self._plans[key] = plan
-                if len(self._plans) > plan_cache_size(V):
-                    old, _ = self._plans.popitem(last=False)
+                while len(self._plans) > plan_cache_size(V):    # (one eviction a plan kept 4 096 small plans
+                    old, _ = self._plans.popitem(last=False)    # and then a wide one each: ~8 MB apiece)
                     if self._evicted is not None:
                         self._evicted(old)
         return plan

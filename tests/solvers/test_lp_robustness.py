@@ -329,6 +329,8 @@ def test_a_nan_solver_point_is_never_a_success(monkeypatch):
     monkeypatch.setattr(glp, "solve_lp", lambda *a, **kw: dataclasses.replace(s := solve_lp(*a, **kw), x=s.x * np.nan))
     res = global_tree_lp(model, "2", "iid")
     assert not res.success and res.status == 4 and "nan" in res.message, res.message
+    res = global_tree_lp(model, "2", "iid", merge_duplicates=True)   # unrepaired: the tree rows' recheck alone
+    assert not res.success and "violates a tree constraint by nan" in res.message, res.message
     monkeypatch.setattr(glp, "solve_lp", solve_lp)
     repair, edge_bound = glp._repair, glp._edge_bound          # each recheck alone
     for name, broken, message in (

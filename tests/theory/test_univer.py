@@ -353,6 +353,10 @@ def test_plan_cache_evicts_the_oldest_under_its_lock(monkeypatch):
     for key in range(20):
         wide.get(key, 49152, lambda: key)
     assert list(wide) == list(range(4, 20))
+    for key in range(20, 100):                   # small plans fill it, and a wide plan evicts down to 16 at once
+        wide.get(key, 4, lambda: key)
+    wide.get("wide", 49152, lambda: 0)
+    assert list(wide) == list(range(85, 100)) + ["wide"]
 
 
 def test_slot_entries_are_read_and_written_under_the_caches_lock():
