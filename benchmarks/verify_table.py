@@ -45,7 +45,7 @@ def load(paths: list[str]) -> list[dict]:
     for path in paths:
         with open(path) as f:
             try:
-                run = json.load(f, parse_constant=_not_a_time, parse_float=_finite)
+                run = json.load(f, parse_constant=_not_a_time, parse_float=_finite, parse_int=_finite_int)
             except ValueError as e:                         # (JSONDecodeError and UnicodeDecodeError are ValueErrors)
                 raise ValueError(f"{path}: not a JSON object from bench_verify.py --json ({e})") from None
         if (not isinstance(run, dict) or not {"synthetic", "real", "alpha_star"} <= run.keys()
@@ -67,6 +67,12 @@ def _finite(text: str) -> float:
     """A JSON number as a float; one that overflows (``1e999``) is infinity, refused as :func:`_not_a_time`."""
     x = float(text)
     return x if math.isfinite(x) else _not_a_time(text)
+
+
+def _finite_int(text: str) -> int:
+    """A JSON integer, refused where no float holds it (400 digits: an OverflowError in the table's arithmetic)."""
+    _finite(text)
+    return int(text)
 
 
 def settings(run: dict) -> dict:

@@ -207,9 +207,11 @@ def test_verify_table_says_what_is_missing(tmp_path):
     (tmp_path / "nan.json").write_text(json.dumps(nan_run))
     nan_run["real"][1]["verify_over_forward"] = 0.06
     (tmp_path / "huge.json").write_text(json.dumps(nan_run).replace("0.06", "1e999"))   # a float that overflows
+    (tmp_path / "long.json").write_text(json.dumps(nan_run).replace("0.06", "1" + "0" * 400))      # an int too
     cases = [(no_model, "without --no-model"), (tmp_path / "binary.json", "binary.json: not a JSON object"),
              (tmp_path / "nan.json", "nan.json: not a JSON object from bench_verify.py --json (it holds NaN"),
-             (tmp_path / "huge.json", "huge.json: not a JSON object from bench_verify.py --json (it holds 1e999")]
+             (tmp_path / "huge.json", "huge.json: not a JSON object from bench_verify.py --json (it holds 1e999"),
+             (tmp_path / "long.json", "long.json: not a JSON object from bench_verify.py --json (it holds 1000")]
     cases += [(tmp_path / f"{name}.json", f"{name}.json: expected bench_verify.py --json output") for name in files]
     for path, message in cases:
         out = subprocess.run([sys.executable, script, str(path)], capture_output=True, text=True, timeout=300)

@@ -13,7 +13,7 @@ import pytest
 
 from paper_checks import (global_gap, lossless, optimality, real_gain, reductions, run_checks, runner, studies,
                           temperature)
-from paper_checks.base import CheckResult, law_distance
+from paper_checks.base import CheckResult, law_distance, markdown_table
 from univer_theory import BUG_ZOO, VERIFIERS, Verifier
 from univer_theory.univer import make_univer_verifier
 from univer_theory.verifiers import rrsw_rule
@@ -491,6 +491,12 @@ def test_missing_packages_are_named_before_any_check_runs(tmp_path, monkeypatch)
             run_checks(names, fast=True, out_dir=tmp_path, progress=False, real_model=real_model)
     assert runner.missing_packages([real_gain], real_model=False) == []
     assert not (tmp_path / "paper_checks.md").exists()
+
+
+def test_a_pipe_in_a_cell_is_escaped():
+    """``max |α − α*|`` split its cell: a header wider than its delimiter row is no table on GitHub."""
+    table = markdown_table(["name", "max |x|"], [["a|b", 0.5], ["c", "|d|"]])
+    assert table.splitlines() == ["| name | max \\|x\\| |", "|---|---|", "| a\\|b | 0.5000 |", "| c | \\|d\\| |"]
 
 
 def test_law_distance_is_nan_on_a_nan_entry():

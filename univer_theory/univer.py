@@ -103,11 +103,12 @@ class UniVerRule:
         self.slot_rule = slot_rule
         self.shape_rule = shape_rule and construction == "auto"
         self._plans = PlanCache(evicted=self._drop_slots)   # its lock also serialises the slot entries
-        self._slots: dict = {}
+        self._slots: dict = {}                               # plan key -> {(S, ω): w(S)}
 
     def _drop_slots(self, key) -> None:
-        """Forget the slot entries of the evicted plan ``key`` (under the cache's lock)."""
-        self._slots = {s: v for s, v in self._slots.items() if s[0] != key}
+        """Forget the slot entries of the evicted plan ``key`` (under the cache's lock; one lookup, so evicting
+        thousands of plans at once is not thousands of passes over every entry)."""
+        self._slots.pop(key, None)
 
     def plan(self, target_probs, draft_probs, rho, process: str, child_shapes: tuple[str, ...]):
         """The (cached) node plan for children with subtrees ``child_shapes`` and its cache key."""
@@ -125,10 +126,11 @@ class UniVerRule:
         kept the plan's own weights (its LP did not finish or failed the recheck)."""
         from solvers.slot_rule import slot_weights
 
-        skey = (key, tuple(int(y) for y in S), omega)
+        skey = (tuple(int(y) for y in S), omega)
         with self._plans.lock:
-            if skey in self._slots:
-                return self._slots[skey]
+            entries = self._slots.get(key, {})
+            if skey in entries:
+                return entries[skey]
         perms = list(permutations(range(len(S))))
         w_all = np.array([[np.asarray(plan.select(tuple(S[i] for i in perm)), dtype=np.float64)
                            for perm in perms]])
@@ -138,7 +140,7 @@ class UniVerRule:
         w = w[0] if applied[0] else None
         with self._plans.lock:
             if key in self._plans:          # not for a plan another thread evicted meanwhile (never pruned)
-                self._slots[skey] = w
+                self._slots.setdefault(key, {})[skey] = w
         return w
 
     def weights(self, target_probs, draft_probs, rho, children, process: str, child_shapes):

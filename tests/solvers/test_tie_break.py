@@ -48,3 +48,68 @@ def test_two_threads_growing_the_table_each_get_their_count(monkeypatch):
     for t in threads:
         t.join()
     assert sizes == {"A": 81, "B": 1024}, sizes
+
+
+class Builds:
+    """Counts the table's builds (one ``np.sqrt`` each) and holds thread A's build until ``release`` is set (or a
+    second has passed)."""
+
+    def __init__(self, monkeypatch):
+        self.count, self.release = 0, threading.Event()
+
+        def sqrt(x):
+            self.count += 1
+            if threading.current_thread().name == "A":
+                self.release.wait(1)
+            return np.sqrt(x)
+        counted = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
+        counted.sqrt = sqrt
+        monkeypatch.setattr(tie_break, "np", counted)
+        monkeypatch.setattr(tie_break, "_roots", np.zeros(0))
+
+
+def race(monkeypatch, a_count: int, b_count: int):
+    """A starts building its table; B asks while A builds (and releases A once answered)."""
+    builds, sizes = Builds(monkeypatch), {}
+
+    def call(name, count):
+        sizes[name] = tie_break.prime_roots(count).size
+        if name == "B":
+            builds.release.set()
+    a = threading.Thread(target=call, args=("A", a_count), name="A")
+    b = threading.Thread(target=call, args=("B", b_count), name="B")
+    a.start()
+    while builds.count == 0:                          # until A is building
+        pass
+    b.start()
+    a.join()
+    b.join()
+    return sizes, builds.count
+
+
+def test_the_table_never_shrinks_under_a_race(monkeypatch):
+    """Without the lock A's smaller table, stored last, replaced B's."""
+    sizes, _ = race(monkeypatch, 81, 1024)
+    assert sizes == {"A": 81, "B": 1024} and tie_break._roots.size >= 1024, tie_break._roots.size
+
+
+def test_a_table_grown_meanwhile_is_not_built_again(monkeypatch):
+    """B, waiting on the lock while A built a larger table, reads A's (the check is made again under the lock)."""
+    sizes, builds = race(monkeypatch, 1024, 81)
+    assert sizes == {"A": 1024, "B": 81} and builds == 1 and tie_break._roots.size >= 1024
+
+
+def test_the_table_is_kept_doubled_and_read_without_the_lock(monkeypatch):
+    builds = Builds(monkeypatch)
+    tie_break.prime_roots(100)
+    tie_break.prime_roots(101)
+    assert tie_break._roots.size >= 200 and builds.count == 2               # kept, and grown geometrically
+
+    class NoLock:
+        def __enter__(self):
+            raise AssertionError("the lock taken where the table was large enough")
+
+        def __exit__(self, *a):
+            pass
+    monkeypatch.setattr(tie_break, "_roots_lock", NoLock())
+    assert tie_break.prime_roots(150).size == 150 and builds.count == 2
