@@ -2,9 +2,6 @@
 thread pool would (torch and the compiled kernels release the GIL, so the calls interleave): each call, with its own
 generator, gives what it gives alone — the rules' shared state (plan caches, the tie-break table, the skeleton
 cache) is guarded (docs/deviations.md items 133–134)."""
-import sys
-import threading
-
 import numpy as np
 import torch
 
@@ -12,6 +9,8 @@ import gpu
 from gpu.probs import probs_from_logits
 from solvers import tie_break
 from univer_theory import TreeShape
+
+from ..threads import in_threads
 
 # (shape, process, methods, V, draft top-m): uneven nodes (the slot rule at k = 3 and 4: its tie-break table grows
 # to 81 and 1 024 roots), truncated drafts, whole rows
@@ -41,21 +40,11 @@ def test_threads_get_what_sequential_calls_get(monkeypatch):
     work = calls()
     alone = [call() for call in work]
     monkeypatch.setattr(tie_break, "_roots", np.zeros(0))          # the threads grow the tie-break table anew
-    got, errors = {}, []
+    got = {}
 
     def run(part):
-        try:
-            for i in range(part, 3 * len(work), 4):
-                got.setdefault(i % len(work), []).append(work[i % len(work)]())
-        except Exception as e:                                          # noqa: BLE001 — reported below
-            errors.append(repr(e))
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        threads = [threading.Thread(target=run, args=(part,)) for part in range(4)]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-    finally:
-        sys.setswitchinterval(interval)
+        for i in range(part, 3 * len(work), 4):
+            got.setdefault(i % len(work), []).append(work[i % len(work)]())
+    errors = in_threads(run)
     assert not errors, errors
     assert all(out == alone[i] for i, outs in got.items() for out in outs) and len(got) == len(work)

@@ -18,6 +18,8 @@ from univer_theory.plans import shape_lp
 from univer_theory.plans.choose import build_plan
 from univer_theory.validation import Unsupported
 
+from ..threads import in_threads
+
 SHAPES = ["1,1,1", "2,2", "3,1", "2,1,2", "((..),.)"]
 CONSTRUCTIONS = {"layout": ("iid",), "lp": ("iid", "wor"), "tv": ("iid", "wor"), "auto": ("iid", "wor")}
 VERIFIER = {c: make_univer_verifier(c) for c in CONSTRUCTIONS}
@@ -394,29 +396,17 @@ def test_a_full_plan_cache_is_shared_by_threads(monkeypatch):
     nearly every new plan evicts one): the eviction rebuilt the slot entries while other threads inserted into them
     ("dictionary changed size during iteration"), and a thread could store slot weights for a plan another had
     just evicted, never pruned.  Each thread's E[τ] is the sequential one; no slot entry outlives its plan."""
-    import sys
-    import threading
     monkeypatch.setattr(univer, "PLAN_CACHE_ENTRIES", 16)
     tree = DraftTree((-1, 0, 0, 0, 1), (-1, 0, 1, 2, 3))               # three children with unlike subtrees: slots
     rows = [[np.random.default_rng(s).dirichlet(np.ones(9), size=5) for _ in range(2)] for s in range(160)]
     alone = make_univer_verifier()
     want = [alone.expected_accepted_length(tree, p, q, "iid") for p, q in rows]
-    shared, got, errors = make_univer_verifier(), {}, []
+    shared, got = make_univer_verifier(), {}
 
     def work(part):
-        try:
-            for i in range(part, len(rows), 4):
-                got[i] = shared.expected_accepted_length(tree, *rows[i], "iid")
-        except Exception as e:                                          # noqa: BLE001 — reported below
-            errors.append(repr(e))
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=work, args=(part,)) for part in range(4)]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-    finally:
-        sys.setswitchinterval(interval)
+        for i in range(part, len(rows), 4):
+            got[i] = shared.expected_accepted_length(tree, *rows[i], "iid")
+    errors = in_threads(work)
     assert not errors, errors
     assert [got[i] for i in range(len(rows))] == want
     assert len(shared.rule._plans) == 16 and shared.rule._slots
