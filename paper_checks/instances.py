@@ -19,7 +19,6 @@ before its clock integrals followed the row.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -54,7 +53,6 @@ class RandomRowsModel(Model):
             raise ValueError(f"RandomRowsModel: min_support must lie in [1, V = {vocab_size}], got {min_support}")
         self.vocab_size, self.family, self.seed = int(vocab_size), family, int(seed)
         self.similarity, self.context_free, self.min_support = float(similarity), bool(context_free), min_support
-        self._rows = lru_cache(maxsize=None)(self._make_rows)
 
     def _make_rows(self, prefix: tuple):
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, len(prefix), *prefix]))

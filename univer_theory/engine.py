@@ -241,4 +241,7 @@ def expected_law(model, shape: TreeShape, process: str, rule: NodeRule, tuple_la
         return out
 
     exact = model.exact
-    return rec(0, (), 1 if exact else 1.0)
+    try:
+        return rec(0, (), 1 if exact else 1.0)
+    finally:
+        rec = None          # rec -> its closure cell -> rec: its memo freed now, not by the cyclic GC

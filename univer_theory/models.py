@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +92,15 @@ class Model:
 
     def draft(self, prefix: Prefix) -> np.ndarray:
         raise NotImplementedError
+
+    def _rows(self, prefix: Prefix) -> tuple[np.ndarray, np.ndarray]:
+        """``self._make_rows(prefix)`` (a subclass's ``(target, draft)`` rows at ``prefix``), made once and kept in a
+        dict on the instance: ``lru_cache(self._make_rows)`` stored on ``self`` was a reference cycle, so a model and
+        its rows outlived their last use until the cyclic GC ran (for ever under ``gc.disable()``)."""
+        cache = self.__dict__.setdefault("_row_cache", {})
+        if prefix not in cache:
+            cache[prefix] = self._make_rows(prefix)
+        return cache[prefix]
 
     def node_probs(self, tree: DraftTree) -> tuple[np.ndarray, np.ndarray]:
         """``(target_probs [N, V], draft_probs [N, V])`` at every node's prefix ``s(u)``."""
@@ -247,11 +255,11 @@ class CheckedModel(Model):
     prefix, not a wrong number."""
 
     def __init__(self, base: Model, where: str):
-        self.base, self.vocab_size, self.where, self._rows = base, base.vocab_size, where, {}
+        self.base, self.vocab_size, self.where, self._checked_rows = base, base.vocab_size, where, {}
 
     def _checked(self, prefix) -> tuple[np.ndarray, np.ndarray]:
         prefix = tuple(prefix)
-        if prefix not in self._rows:
+        if prefix not in self._checked_rows:
             rows = checked_rows(self.base, prefix, self.where)
             exact = (rows if prefix == () else self._checked(()))[0].dtype == object
             for name, row in zip(("target", "draft"), rows):    # the exact core runs in one mode (the solvers cast)
@@ -259,8 +267,8 @@ class CheckedModel(Model):
                     raise ValueError(f"{self.where}: the {name} row at prefix {prefix} is "
                                      f"{'float' if exact else 'exact (Fraction)'} but the model's root target row is "
                                      f"{'exact (Fraction)' if exact else 'float'}: one mode for every row")
-            self._rows[prefix] = rows
-        return self._rows[prefix]
+            self._checked_rows[prefix] = rows
+        return self._checked_rows[prefix]
 
     def target(self, prefix):
         return self._checked(prefix)[0]
@@ -318,7 +326,6 @@ class DirichletModel(Model):
         self.vocab_size, self.seed = int(vocab_size), int(seed)
         self.similarity, self.concentration = float(similarity), float(concentration)
         self.denominator = int(denominator) if exact else None
-        self._rows = lru_cache(maxsize=None)(self._make_rows)
 
     def _make_rows(self, prefix: Prefix):
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, len(prefix), *prefix]))
@@ -430,7 +437,6 @@ class ConfidentModel(Model):
             raise ValueError(f"ConfidentModel: top_target must lie in [0, 1], got {top_target}")
         self.vocab_size, self.seed, self.tail, self.kind = int(vocab_size), int(seed), float(tail), target
         self.concentration, self.top_target = float(concentration), float(top_target)
-        self._rows = lru_cache(maxsize=None)(self._make_rows)
 
     def _make_rows(self, prefix: Prefix):
         V = self.vocab_size

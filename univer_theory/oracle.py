@@ -84,6 +84,7 @@ def distance_to_target(model: Model, law: dict, length: int):
             raise ValueError(f"distance_to_target: output {key} has a token outside [0, {model.vocab_size})")
         if v != 0:
             extend(key, v)
+    extend = None           # extend -> its closure cell -> extend: freed now, not by the cyclic GC
 
     def target_prob(seq):
         pr = 1
