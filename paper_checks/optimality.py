@@ -56,7 +56,7 @@ def relative(value: float, reference: float) -> float:
     """``value / reference``, 1 where the reference is within ``VALUE_TOL`` of 0 — as every E[τ] of such an
     instance then is (the confident rows' tails of 1e-300 give E[τ] ~ 1e-300, where the LP's CF bound is 0 at its
     tolerance), and the check's comparisons count them as ties."""
-    return value / reference if not reference <= VALUE_TOL else 1.0      # a NaN reference stays NaN
+    return value / reference if exceeds(reference, VALUE_TOL) else 1.0      # a NaN reference stays NaN
 
 
 CLAIM = ("At every internal node the acceptance of the weights UniVer applies equals α*(ρ) of the CondOT LP "

@@ -255,26 +255,23 @@ class CheckedModel(Model):
     prefix, not a wrong number."""
 
     def __init__(self, base: Model, where: str):
-        self.base, self.vocab_size, self.where, self._checked_rows = base, base.vocab_size, where, {}
+        self.base, self.vocab_size, self.where = base, base.vocab_size, where
 
-    def _checked(self, prefix) -> tuple[np.ndarray, np.ndarray]:
-        prefix = tuple(prefix)
-        if prefix not in self._checked_rows:
-            rows = checked_rows(self.base, prefix, self.where)
-            exact = (rows if prefix == () else self._checked(()))[0].dtype == object
-            for name, row in zip(("target", "draft"), rows):    # the exact core runs in one mode (the solvers cast)
-                if (row.dtype == object) != exact:
-                    raise ValueError(f"{self.where}: the {name} row at prefix {prefix} is "
-                                     f"{'float' if exact else 'exact (Fraction)'} but the model's root target row is "
-                                     f"{'exact (Fraction)' if exact else 'float'}: one mode for every row")
-            self._checked_rows[prefix] = rows
-        return self._checked_rows[prefix]
+    def _make_rows(self, prefix: Prefix) -> tuple[np.ndarray, np.ndarray]:
+        rows = checked_rows(self.base, prefix, self.where)
+        exact = (rows if prefix == () else self._rows(()))[0].dtype == object
+        for name, row in zip(("target", "draft"), rows):    # the exact core runs in one mode (the solvers cast)
+            if (row.dtype == object) != exact:
+                raise ValueError(f"{self.where}: the {name} row at prefix {prefix} is "
+                                 f"{'float' if exact else 'exact (Fraction)'} but the model's root target row is "
+                                 f"{'exact (Fraction)' if exact else 'float'}: one mode for every row")
+        return rows
 
     def target(self, prefix):
-        return self._checked(prefix)[0]
+        return self._rows(tuple(prefix))[0]
 
     def draft(self, prefix):
-        return self._checked(prefix)[1]
+        return self._rows(tuple(prefix))[1]
 
 
 def checked_model(model, where: str) -> Model:
