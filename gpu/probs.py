@@ -194,15 +194,18 @@ def check_tensor(where: str, name: str, x) -> None:
                          f"(convert it with .to_dense())")
 
 
-def check_generator(where: str, generator, device: torch.device) -> None:
-    """Raise ValueError unless ``generator`` is None or a ``torch.Generator`` of the rows' device type (a CPU
-    generator cannot draw on CUDA rows, nor the reverse: torch refused inside the first draw)."""
-    if generator is None:
+def check_generator(where: str, generator, device: torch.device, name: str = "generator",
+                    optional: bool = True) -> None:
+    """Raise ValueError unless ``generator`` (called ``name``) is a ``torch.Generator`` of the rows' device type,
+    or None where ``optional`` (a CPU generator cannot draw on CUDA rows, nor the reverse: torch refused inside
+    the first draw)."""
+    if generator is None and optional:
         return
     if not isinstance(generator, torch.Generator):
-        raise ValueError(f"{where}: generator must be a torch.Generator or None, got {type(generator).__name__}")
+        raise ValueError(f"{where}: {name} must be a torch.Generator{' or None' if optional else ''}, got "
+                         f"{type(generator).__name__}")
     if generator.device.type != device.type:
-        raise ValueError(f"{where}: generator is on {generator.device} but the rows are on {device}")
+        raise ValueError(f"{where}: {name} is on {generator.device} but the rows are on {device}")
 
 
 def check_row_dtypes(where: str, target_probs, draft_probs) -> None:

@@ -62,7 +62,7 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     A : ``[B, m, n]``; b : ``[B, m]`` with b ≥ 0
     costs : ``[B, L, n]`` the objectives, most important first
     basis : ``[B, m]`` long — columns of A forming the identity (column ``basis[:, i]`` = unit vector i; indices
-        outside ``[0, n)`` are a ValueError, the identity itself is the caller's to keep)
+        outside ``[0, n)`` or columns that are not that identity are a ValueError)
     max_pivots : cap on pivots (default ``20·(m + n)``); an LP still improving then reports ``False``
 
     Returns
@@ -84,7 +84,13 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
     feasible = ((b >= 0) & (b < float("inf"))).all()           # NaN fails it too
     in_range = ((basis >= 0) & (basis < n)).all()              # the compiled loop reads A there unchecked
     finite = xp.isfinite(A).all() & xp.isfinite(costs).all()  # a NaN reduced cost never prices in: a wrong "optimum"
-    feasible, in_range, finite = xp.stack([feasible, in_range, finite]).tolist()      # one host read
+    cols = xp.broadcast_to(get_backend(A).clip(basis, 0, n - 1)[:, None, :], (B, m, m))
+    unit = xp.arange(m)[:, None] == xp.arange(m)[None, :]
+    if xp is not np:
+        unit = unit.to(A.device)
+    basic = get_backend(A).take(A, cols)                       # [B, m, m]: column basis[:, i] is unit vector i
+    identity = xp.where(unit, basic == 1, basic == 0).all()    # else the tableau starts on a basis it is not
+    feasible, in_range, finite, identity = xp.stack([feasible, in_range, finite, identity]).tolist()  # one host read
     if not feasible:
         raise ValueError("lex_simplex: b must be finite and ≥ 0 (the starting basis must be feasible)")
     if not finite:
@@ -92,6 +98,9 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None):
                          "reported optimal)")
     if not in_range:
         raise ValueError(f"lex_simplex: basis must hold column indices in [0, {n})")
+    if not identity:
+        raise ValueError("lex_simplex: the basis columns of A must be the identity (column basis[:, i] = unit "
+                         "vector i); the pivots read x_B = b from it")
     cap = max_pivots if max_pivots is not None else 20 * (m + n)
     if get_backend(A).name == "numpy" or A.device.type == "cpu":
         return _simplex_host(A, b, costs, basis, cap)

@@ -58,6 +58,7 @@ from univer_theory.nx import array_module, get_backend
 from univer_theory.plans.lp_plan import capped_rows, plan_weights
 from univer_theory.processes import tuple_probs
 from univer_theory.tolerance import exceeds
+from univer_theory.validation import check_choice, check_simplex
 
 from .highs_lp import solve_lp
 from .lex_simplex import lex_simplex
@@ -86,9 +87,19 @@ class SlotResult:
 def tuple_probability(S, draft_probs, process: str) -> float:
     """``Q_k(S)`` of one ordered tuple (theory.md §1) for ``iid`` / ``wor``
     (:func:`univer_theory.processes.tuple_probs`)."""
-    q = np.asarray(draft_probs, dtype=np.float64)
+    q = _check_row("tuple_probability", draft_probs, process)
     return float(tuple_probs(q, np.asarray([_check_tuple("tuple_probability", S, q, process)], dtype=np.int64),
                              process)[0])
+
+
+def _check_row(where: str, draft_probs, process: str) -> np.ndarray:
+    """The draft row q as one float64 probability vector ``[V]`` of an ``iid`` / ``wor`` node; else a ValueError
+    naming ``where`` (a NaN or negative row gave a NaN or negative Q_k(S), an unnormalised one a wrong one)."""
+    check_choice(process, ("iid", "wor"), where, "process")
+    q = check_simplex(draft_probs, where, "draft_probs")
+    if q.ndim != 1:
+        raise ValueError(f"{where}: draft_probs must be one row [V], got shape {q.shape}")
+    return q.astype(np.float64)
 
 
 def _check_tuple(where: str, S, q: np.ndarray, process: str) -> tuple:
@@ -104,7 +115,7 @@ def _check_tuple(where: str, S, q: np.ndarray, process: str) -> tuple:
 
 def multiset_class(S, draft_probs, process: str) -> tuple[tuple, np.ndarray]:
     """Distinct orderings S' of S's multiset with ``Q_k(S') > 0`` (sorted) and their probabilities."""
-    q = np.asarray(draft_probs, dtype=np.float64)
+    q = _check_row("multiset_class", draft_probs, process)
     orderings = tuple(sorted(set(permutations(_check_tuple("multiset_class", S, q, process)))))
     probs = tuple_probs(q, np.asarray(orderings, dtype=np.int64), process)
     keep = probs > 0

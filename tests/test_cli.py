@@ -34,6 +34,13 @@ def test_exact_chain_lists_sps_and_bv(capsys):
     assert methods["bv"]["expected_accepted"] >= methods["sps"]["expected_accepted"]
 
 
+def test_exact_and_bound_read_the_llm_commands_tree_names(capsys):
+    """``--tree`` is ``--shape`` (as the LLM commands spell it), and both read binary:D, chain:D and eagle[:W]."""
+    for cmd in ("exact", "bound"):
+        named = run_json(capsys, cmd, "--vocab", "3", "--tree", "chain:2", "--process", "iid")["methods"]
+        assert named == run_json(capsys, cmd, "--vocab", "3", "--shape", "1,1", "--process", "iid")["methods"]
+
+
 def test_exact_topk_lists_nss(capsys):
     methods = run_json(capsys, "exact", "--vocab", "3", "--shape", "2,1", "--process", "topk")["methods"]
     assert "nss" in methods

@@ -21,14 +21,14 @@ from .models import ConfidentModel, DirichletModel, Model, TableModel, TemperedM
 from .oracle import (LOSSLESS_TOL, MethodResult, distance_to_target, enumerated_output_law, evaluate,
                      expected_accepted, mass_balance_violation, output_law)
 from .processes import PROCESSES, count_trees, enumerate_trees, sample_children, sample_tree, tuple_law
-from .tree import DraftTree, TreeShape
+from .tree import DraftTree, TreeShape, eagle_like_shape
 from .verifiers import VERIFIERS, Verifier, get_verifier, kseq_rho_star, register
 from .zoo import BUG_ZOO
 
 __all__ = [
     "BUG_ZOO", "ConfidentModel", "DirichletModel", "DraftTree", "LOSSLESS_TOL", "MethodResult", "Model", "PROCESSES",
     "TableModel", "TemperedModel", "TreeShape", "VERIFIERS", "Verifier", "apply_temperature", "context_free",
-    "count_trees", "distance_to_target", "enumerate_trees", "enumerated_output_law", "evaluate",
+    "count_trees", "distance_to_target", "eagle_like_shape", "enumerate_trees", "enumerated_output_law", "evaluate",
     "expected_accepted", "get_verifier", "kseq_rho_star", "mass_balance_violation", "output_law", "register",
     "sample_children", "sample_tree", "to_fractions", "tuple_law",
 ]

@@ -3,8 +3,9 @@
 Node 0 is the root (the current context, ``parent = token = −1``); every other node carries one drafted
 token and the index of its parent, which precedes it.  Siblings keep their drafting order and i.i.d.
 duplicates are kept as separate children.  A :class:`TreeShape` is the same skeleton without tokens: the
-branching of every node, e.g. ``TreeShape.parse("2,2")`` (root has 2 children, each has 2) or the nested
-form ``TreeShape.parse("((..),.)")`` for irregular (EAGLE-like) trees.
+branching of every node, e.g. ``TreeShape.parse("2,2")`` (root has 2 children, each has 2), the nested
+form ``TreeShape.parse("((..),.)")`` for irregular trees, or a named shape (``binary:3``, ``chain:4``, ``eagle``:
+the 24-node EAGLE-like tree of :func:`eagle_like_shape`).
 """
 from __future__ import annotations
 
@@ -190,7 +191,9 @@ class TreeShape(_Skeleton):
 
     @classmethod
     def parse(cls, text: str) -> "TreeShape":
-        """Parse ``"2,2"`` (uniform branching) or a nested form like ``"((..),.)"``.
+        """Parse ``"2,2"`` (uniform branching), a nested form like ``"((..),.)"``, or a named shape:
+        ``binary:D`` (branching 2 to depth D), ``chain:D`` (one child per node to depth D), ``eagle`` /
+        ``eagle:W`` (:func:`eagle_like_shape`, W = 4 by default).
 
         In the nested form the outer parentheses are the root; ``.`` is a leaf child and ``( … )`` a child
         with children of its own, in drafting order.
@@ -199,6 +202,9 @@ class TreeShape(_Skeleton):
             raise ValueError(f"TreeShape.parse: expected a shape's text like '2,2' or '((..),.)', got "
                              f"{type(text).__name__}")
         text = text.strip().replace(" ", "")
+        kind, sep, arg = text.partition(":")
+        if sep or kind == "eagle":
+            return _named_shape(kind, arg, text)
         if not text.startswith("("):
             try:
                 parts = text.split(",")
@@ -242,6 +248,41 @@ class TreeShape(_Skeleton):
 
     def __str__(self) -> str:
         return self.subtree_keys[0]
+
+
+def _named_shape(kind: str, arg: str, text: str) -> TreeShape:
+    """The named shape ``kind[:arg]`` of :meth:`TreeShape.parse` (``text``: the whole spec, for errors); its size is
+    checked before it is built (``chain:1000000000`` would build a list of 10⁹ levels first)."""
+    names = "['binary:D', 'chain:D', 'eagle[:W]']"
+    if kind not in ("binary", "chain", "eagle"):
+        raise ValueError(f"TreeShape.parse: unknown shape kind {kind!r} in {text!r}; choose one of {names}, "
+                         f"branching per depth like '2,2' or a nested form like '((..),.)'")
+    if not (arg.isascii() and arg.isdigit() and int(arg) >= 1) and (kind != "eagle" or text != "eagle"):
+        what = "width, e.g. eagle:4" if kind == "eagle" else f"depth, e.g. {kind}:4"
+        raise ValueError(f"TreeShape.parse: {text!r} needs a positive {what}")
+    if kind == "eagle":
+        return eagle_like_shape(int(arg) if arg else 4)
+    depth = int(arg)
+    check_shape_size(depth + 1 if kind == "chain" else 2 ** min(depth + 1, 64) - 1, "TreeShape.parse", text)
+    return TreeShape.uniform([2 if kind == "binary" else 1] * depth)
+
+
+def eagle_like_shape(width: int = 4) -> TreeShape:
+    """Sparse tree in the spirit of EAGLE's static tree: a node of depth d whose rank among its siblings is r
+    (0 = drafted first) gets ``max(0, W − d − r)`` children, the root ``W``.  ``W = 4`` gives 24 nodes, depth 4:
+    the first-drafted branches are the widest and deepest."""
+    if isinstance(width, bool) or not isinstance(width, numbers.Integral) or width < 1:
+        raise ValueError(f"eagle_like_shape: width must be an integer ≥ 1, got {width!r}")
+    parent, frontier = [-1], [(0, 0, 0)]          # (node, depth, sibling rank)
+    while frontier:
+        nxt = []
+        for u, d, r in frontier:
+            for j in range(width if u == 0 else max(0, width - d - r)):
+                parent.append(u)
+                nxt.append((len(parent) - 1, d + 1, j))
+            check_shape_size(len(parent), "eagle_like_shape", f"eagle:{width}")
+        frontier = nxt
+    return TreeShape(tuple(parent))
 
 
 def as_shape(shape, where: str) -> TreeShape:

@@ -28,7 +28,7 @@ import torch
 from univer_theory.validation import check_choice
 
 from ..engine import VerifyResult
-from ..probs import SIMPLEX_TOL, engine_rows
+from ..probs import SIMPLEX_TOL, check_generator, engine_rows
 from ..tree_batch import TreeBatch, _as_long
 from ..verify import validate_inputs, verify
 from .sglang import check_integer_outputs, int_argument, uniform_draft_rows
@@ -172,10 +172,7 @@ def seeded_groups(where: str, generators, batch: TreeBatch, generator: torch.Gen
     for b, g in generators.items():
         if isinstance(b, bool) or not isinstance(b, numbers.Integral) or not 0 <= b < B:
             raise ValueError(f"{where}: generators' key {b!r} is not a request index in [0, {B})")
-        if not isinstance(g, torch.Generator):
-            raise ValueError(f"{where}: generators[{b}] must be a torch.Generator, got {type(g).__name__}")
-        if g.device.type != dev.type:
-            raise ValueError(f"{where}: generators[{b}] is on {g.device}, the rows on {dev}")
+        check_generator(where, g, dev, f"generators[{b}]", optional=False)
     groups = [(torch.tensor([int(b)], device=dev), int(num_nodes[int(b)]), g) for b, g in sorted(generators.items())]
     rest = torch.tensor([b for b in range(B) if b not in generators], dtype=torch.long, device=dev)
     if rest.numel():

@@ -16,12 +16,14 @@ accepted entries moved into place), :mod:`.decode` (the step — draft, then all
 forward —, the online loop over B requests at once; plain sampling), :mod:`.speed`
 (tokens/s against plain sampling and HF assisted generation), :mod:`.accept_bench` (paired offline E[τ]).
 """
+from univer_theory import eagle_like_shape
+
 from .accept_bench import BenchResult, accept_bench, evaluate_prompt
 from .decode import DecodeResult, TreeStep, sample_plain_batch, speculative_decode, speculative_decode_batch, tree_step
 from .models import DEFAULT_DRAFT, ModelPair, build_draft, load_pair, load_target
 from .prompts import Prompt, encode_prompt, load_prompts
 from .quantize import PackedLinear, packed_rtn_draft, quantize_linear_layers, rtn_quantize
-from .tree_draft import draft_tree_cached, eagle_like_shape, tree_shape
+from .tree_draft import draft_tree_cached, tree_shape
 from .verifiers import expected_accepted, method_names, verify_batch
 
 __all__ = [

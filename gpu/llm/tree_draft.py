@@ -6,39 +6,20 @@ Here the rows come from the draft model: the nodes of depth d are fed in one for
 KV cache (:meth:`.ragged_cache.RaggedCache.feed`; their ancestors were fed at earlier depths), so a tree of
 depth D costs D small forwards after the root row (leaves are not fed: no verifier reads their row).
 
-Shape specs (:func:`tree_shape`): ``binary:D`` (branching 2 to depth D), ``chain:D``, ``eagle`` / ``eagle:W``
-(the sparse EAGLE-like tree of :func:`eagle_like_shape`), or anything :meth:`TreeShape.parse` reads
-(``"3,2"``, ``"((..),.)"``).
+Shape specs (:func:`tree_shape`): anything :meth:`TreeShape.parse` reads — ``binary:D`` (branching 2 to depth D),
+``chain:D``, ``eagle`` / ``eagle:W`` (the sparse EAGLE-like tree of :func:`univer_theory.tree.eagle_like_shape`),
+``"3,2"``, ``"((..),.)"`` — of at most :data:`MAX_DECODE_NODES` nodes.
 """
 from __future__ import annotations
 
 import torch
 
 from univer_theory import DraftTree, TreeShape
-from univer_theory.tree import check_shape_size
 
 from ..drafting import draft_tree as draft_skeleton
 from ..probs import probs_from_logits
 from ..tree_batch import TreeBatch, tree_attention_mask
 from .ragged_cache import RaggedCache
-
-
-def eagle_like_shape(width: int = 4) -> TreeShape:
-    """Sparse tree in the spirit of EAGLE's static tree: a node of depth d whose rank among its siblings is r
-    (0 = drafted first) gets ``max(0, W − d − r)`` children, the root ``W``.  ``W = 4`` gives 24 nodes, depth 4:
-    the first-drafted branches are the widest and deepest."""
-    if width < 1:
-        raise ValueError(f"eagle_like_shape: width must be ≥ 1, got {width}")
-    parent, frontier = [-1], [(0, 0, 0)]          # (node, depth, sibling rank)
-    while frontier:
-        nxt = []
-        for u, d, r in frontier:
-            for j in range(width if u == 0 else max(0, width - d - r)):
-                parent.append(u)
-                nxt.append((len(parent) - 1, d + 1, j))
-            check_shape_size(len(parent), "eagle_like_shape", f"eagle:{width}")
-        frontier = nxt
-    return TreeShape(tuple(parent))
 
 
 #: Most nodes of a decoding tree: one target forward scores them all (an ``[N, context + N]`` attention bias per
@@ -48,25 +29,9 @@ MAX_DECODE_NODES = 1024
 
 
 def tree_shape(spec: str) -> TreeShape:
-    """The :class:`TreeShape` named by ``spec`` (see the module docstring), of at most :data:`MAX_DECODE_NODES`."""
-    kind, sep, arg = spec.partition(":")
-    if sep and kind in ("binary", "chain"):
-        if not (arg.isascii() and arg.isdigit()) or int(arg) < 1:
-            raise ValueError(f"tree_shape: {spec!r} needs a positive depth, e.g. {kind}:4")
-        if int(arg) >= MAX_DECODE_NODES:      # D + 1 nodes or more: refused before a list of D levels is built
-            raise ValueError(f"tree_shape: {spec!r} has more than {MAX_DECODE_NODES} nodes, beyond the "
-                             f"{MAX_DECODE_NODES} a decoding tree may have (one target forward scores every node)")
-        shape = TreeShape.uniform([2 if kind == "binary" else 1] * int(arg))
-    elif kind == "eagle":
-        if sep and not (arg.isascii() and arg.isdigit() and int(arg) >= 1):
-            raise ValueError(f"tree_shape: {spec!r} needs a positive width, e.g. eagle:4")
-        shape = eagle_like_shape(int(arg) if sep else 4)
-    elif sep:
-        raise ValueError(f"tree_shape: unknown shape kind {kind!r} in {spec!r}; choose one of "
-                         "['binary:D', 'chain:D', 'eagle[:W]'] or a TreeShape.parse string")
-    else:
-        shape = TreeShape.parse(spec)
-    return check_decode_shape(shape, "tree_shape", repr(spec))
+    """The :class:`TreeShape` named by ``spec`` (:meth:`TreeShape.parse`: ``binary:D``, ``chain:D``, ``eagle[:W]``,
+    ``"3,2"``, ``"((..),.)"``), of at most :data:`MAX_DECODE_NODES` nodes."""
+    return check_decode_shape(TreeShape.parse(spec), "tree_shape", repr(spec))
 
 
 def check_decode_shape(shape: TreeShape, where: str, name: str = "shape") -> TreeShape:

@@ -94,6 +94,7 @@ def test_a_seeded_request_without_drafts_draws_no_coin():
     ({-1: torch.Generator()}, r"generators' key -1"),
     ({True: torch.Generator()}, r"generators' key True"),
     ({0: 7}, r"generators\[0\] must be a torch.Generator, got int"),
+    ({1: None}, r"generators\[1\] must be a torch.Generator, got NoneType"),        # a seeded request has one
     ([torch.Generator()], "generators must map request indices to torch.Generator, got list"),
     ([], "generators must map request indices to torch.Generator, got list"),       # an empty one too
     (0, "generators must map request indices to torch.Generator, got int"),

@@ -4,8 +4,8 @@ from collections import Counter
 import pytest
 
 from gpu.llm.prompts import PROMPT_DIR, load_prompts
-from gpu.llm.tree_draft import MAX_DECODE_NODES, check_decode_shape, eagle_like_shape, tree_shape
-from univer_theory import TreeShape
+from gpu.llm.tree_draft import MAX_DECODE_NODES, check_decode_shape, tree_shape
+from univer_theory import TreeShape, eagle_like_shape
 
 
 def test_prompt_sets_and_licenses():
@@ -43,7 +43,7 @@ def test_tree_shape_specs():
     with pytest.raises(ValueError, match=f"beyond the {MAX_DECODE_NODES}"):
         tree_shape(f"chain:{MAX_DECODE_NODES}")
     for bad in ("binary:0", "chain:x", "eagle:-1", "ternary:2"):
-        with pytest.raises(ValueError, match=f"^tree_shape: .*'{bad}'"):
+        with pytest.raises(ValueError, match=f"^TreeShape.parse: .*'{bad}'"):
             tree_shape(bad)
 
 

@@ -98,8 +98,8 @@ def test_three_levels_keep_a_column_closed_by_the_first():
 
 
 def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
-    """Unbounded and capped LPs report False; a b that is negative, NaN or inf, a basis index outside A's columns
-    and a cap that is not an integer ≥ 0 are ValueErrors."""
+    """Unbounded and capped LPs report False; a b that is negative, NaN or inf, a basis index outside A's columns,
+    basis columns that are not the identity and a cap that is not an integer ≥ 0 are ValueErrors."""
     A = torch.tensor([[[1.0, -1.0, 1.0]], [[1.0, 1.0, 1.0]]])         # LP 0: x_1 grows without bound
     b = torch.tensor([[1.0], [1.0]])
     costs = torch.tensor([[[0.0, 1.0, 0.0]], [[2.0, 1.0, 0.0]]])
@@ -118,6 +118,15 @@ def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
     for bad in (basis + 1, basis - 3):              # the compiled loop would read A outside its columns
         with pytest.raises(ValueError, match=r"basis must hold column indices in \[0, 3\)"):
             lex_simplex(A, b, costs, bad)
+    _, _, _, full, slack_costs = slack_lps(np.random.default_rng(3), 2, 3, 2, False)
+    slack = np.arange(2, 5)[None].repeat(2, 0)
+    assert lex_simplex(full, np.ones((2, 3)), slack_costs[:, None], slack)[1].all()
+    # the tableau starts on the basis as given: columns not the identity were read as if they were
+    for A_, b_, c_, bad in ((A * 2, b, costs, basis), (full, np.ones((2, 3)), slack_costs[:, None], slack[:, ::-1]),
+                            (torch.tensor(full), torch.ones(2, 3, dtype=torch.float64),
+                             torch.tensor(slack_costs[:, None]), torch.tensor(slack[:, [0, 1, 0]]))):
+        with pytest.raises(ValueError, match=r"basis columns of A must be the identity"):
+            lex_simplex(A_, b_, c_, np.ascontiguousarray(bad) if isinstance(bad, np.ndarray) else bad)
     for cap in (-1, 2.0, True):
         with pytest.raises(ValueError, match="max_pivots must be an integer ≥ 0"):
             lex_simplex(A, b, costs, basis, max_pivots=cap)

@@ -41,6 +41,18 @@ def test_impossible_tuples_are_refused(S, process, match):
             f(S, q, process)
 
 
+@pytest.mark.parametrize("q,process,match", [([np.nan, 0.5, 0.5], "iid", "contains NaN"),
+                                             ([-0.1, 1.1, 0.0], "wor", "negative entry"),
+                                             ([0.5, 0.6, 0.0], "iid", "sums to 1.1"),
+                                             ([[0.5, 0.5, 0.0]], "iid", r"one row \[V\]"),
+                                             ([0.5, 0.5, 0.0], "topk", "unknown process 'topk'")])
+def test_bad_draft_rows_are_refused(q, process, match):
+    """A NaN row gave Q_k(S) = NaN (and an empty class), a negative one Q_k = −0.1, an unnormalised one 0.3."""
+    for f in (tuple_probability, multiset_class):
+        with pytest.raises(ValueError, match=f"{f.__name__}: .*{match}"):
+            f((0, 1), np.array(q), process)
+
+
 @pytest.mark.parametrize("process,S,make", [("iid", (2, 0, 2), layout_plan), ("iid", (1, 3, 0), layout_plan),
                                             ("wor", (3, 0, 1), pts_plan)])
 def test_class_masses_kept_and_rows_feasible(process, S, make):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from univer_theory import (DirichletModel, DraftTree, TreeShape, apply_temperature, context_free, count_trees,
-                           enumerate_trees, sample_children, sample_tree, to_fractions, tuple_law)
+                           eagle_like_shape, enumerate_trees, sample_children, sample_tree, to_fractions, tuple_law)
 from univer_theory.proofs import verify_all
 from univer_theory.tree import canonical_key, key_size, split_key
 
@@ -18,6 +18,28 @@ def test_shape_forms_agree():
     assert s.children[0] == (1, 2) and s.subtree_size[1] == 3 and s.max_depth == 2 and not s.is_chain
     assert TreeShape.parse(str(s)) == s
     assert TreeShape.parse("1,1,1").is_chain
+
+
+def test_named_shapes_are_their_forms():
+    """binary:D, chain:D and eagle[:W] — the LLM commands' names — are shapes everywhere a shape is read."""
+    assert TreeShape.parse("binary:3") == TreeShape.parse("2,2,2")
+    assert TreeShape.parse("chain:4") == TreeShape.parse("1,1,1,1")
+    assert TreeShape.parse("eagle") == TreeShape.parse("eagle:4") == eagle_like_shape(4)
+    assert TreeShape.parse("eagle:2") == TreeShape.parse("((.),.)")
+    assert TreeShape.parse("eagle").num_nodes == 24 and TreeShape.parse(" binary:1 ") == TreeShape.parse("2")
+    for bad, match in (("binary:0", "needs a positive depth, e.g. binary:4"), ("chain:x", "positive depth"),
+                       ("chain:", "positive depth"), ("eagle:0", "needs a positive width, e.g. eagle:4"),
+                       ("eagle:-1", "positive width"), ("ternary:2", "unknown shape kind 'ternary'"),
+                       ("2:2", "unknown shape kind '2'"),
+                       # refused before the levels are listed: chain:10⁹ built a list of 10⁹ first
+                       ("chain:1000000000", "has 1000000001 nodes or more, beyond the 1048576"),
+                       ("binary:20", "has 2097151 nodes or more"), ("binary:5000", "beyond the 1048576")):
+        with pytest.raises(ValueError, match=f"^TreeShape.parse: (?=.*'{bad}').*{match}"):
+            TreeShape.parse(bad)
+    assert TreeShape.parse("binary:19").num_nodes == 2 ** 20 - 1
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="eagle_like_shape: width must be an integer ≥ 1"):
+            eagle_like_shape(bad)
 
 
 def test_subtree_keys_split_and_canonical_form():

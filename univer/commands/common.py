@@ -21,8 +21,9 @@ def synthetic_option(args, name: str):
 
 def add_model_options(p) -> None:
     p.add_argument("--vocab", type=int, default=None, help="vocabulary size V of the synthetic model (default 4)")
-    p.add_argument("--shape", default="2,2",
-                   help="tree shape: branching per depth '2,2' or nested '((..),.)' (default 2,2)")
+    p.add_argument("--shape", "--tree", dest="shape", default="2,2",
+                   help="tree shape: branching per depth '2,2', nested '((..),.)', binary:D, chain:D or eagle[:W] "
+                        "(default 2,2; --tree is the same option, as the LLM commands spell it)")
     p.add_argument("--process", default="wor", choices=EXACT_PROCESSES,
                    help="draft process (default wor); 'hub' is SpecHub's two-draft law (exact only)")
     p.add_argument("--seed", type=model_seed, default=None,
