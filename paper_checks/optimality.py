@@ -55,8 +55,10 @@ VALUE_TOL = 1e-9
 def relative(value: float, reference: float) -> float:
     """``value / reference``, 1 where the reference is within ``VALUE_TOL`` of 0 — as every E[τ] of such an
     instance then is (the confident rows' tails of 1e-300 give E[τ] ~ 1e-300, where the LP's CF bound is 0 at its
-    tolerance), and the check's comparisons count them as ties."""
-    return value / reference if exceeds(reference, VALUE_TOL) else 1.0      # a NaN reference stays NaN
+    tolerance), and the check's comparisons count them as ties.  A NaN value or reference stays NaN."""
+    if value != value:
+        return value
+    return value / reference if exceeds(reference, VALUE_TOL) else 1.0
 
 
 CLAIM = ("At every internal node the acceptance of the weights UniVer applies equals α*(ρ) of the CondOT LP "

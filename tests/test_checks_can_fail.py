@@ -718,6 +718,15 @@ def test_optimality_worst_cf_gap_is_a_nan(monkeypatch, tmp_path):
     monkeypatch.setattr(optimality, "bounds", on_call(optimality.bounds, 2, lambda b: {**b, "cf": NAN}))
     res = run(optimality, tmp_path)
     assert not res.passed and f"(worst nan%, {second_instance(optimality.instances)})" in res.summary, res.summary
+    row = next(line for line in res.table.splitlines() if line.startswith("| cf |"))
+    assert f"nan% ({second_instance(optimality.instances)})" in row, row       # the mean table's worst instance too
+
+
+def test_optimality_relative_keeps_a_nan_value():
+    """A NaN E[τ] against a reference near 0 (the underflow instances) read as a tie, 1.0."""
+    assert optimality.relative(NAN, 0.0) != optimality.relative(NAN, 0.0)
+    assert optimality.relative(NAN, 2.0) != optimality.relative(NAN, 2.0)
+    assert optimality.relative(1e-300, 0.0) == 1.0 and optimality.relative(3.0, 2.0) == 1.5
 
 
 def test_reductions_worst_chain_and_tree_are_a_nan(monkeypatch, tmp_path):

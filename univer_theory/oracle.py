@@ -77,14 +77,16 @@ def distance_to_target(model: Model, law: dict, length: int):
             if row[y] != 0:
                 extend(seq + (y,), mass * row[y])
 
-    for key, v in law.items():
-        if len(key) > length:
-            raise ValueError(f"distance_to_target: output {key} is longer than length {length}")
-        if not all(0 <= y < model.vocab_size for y in key):
-            raise ValueError(f"distance_to_target: output {key} has a token outside [0, {model.vocab_size})")
-        if v != 0:
-            extend(key, v)
-    extend = None           # extend -> its closure cell -> extend: freed now, not by the cyclic GC
+    try:
+        for key, v in law.items():
+            if len(key) > length:
+                raise ValueError(f"distance_to_target: output {key} is longer than length {length}")
+            if not all(0 <= y < model.vocab_size for y in key):
+                raise ValueError(f"distance_to_target: output {key} has a token outside [0, {model.vocab_size})")
+            if v != 0:
+                extend(key, v)
+    finally:
+        extend = None       # extend -> its closure cell -> extend: freed now (raised or not), not by the cyclic GC
 
     def target_prob(seq):
         pr = 1
