@@ -140,6 +140,7 @@ class _Rows:
         self.sel = sel
         self.prev, self.prev_sel = rows, sel
         self.scale = torch.ones(rows.shape[0] if sel is None else sel.shape[0], dtype=rows.dtype, device=rows.device)
+        self.mass = torch.ones_like(self.scale)             # 1/c: X(y) = X̃(y)/mass, one rounding as the exact core's
         self.bufs: list = []
         self.writes: list = []                              # (n, buffer) of every subtract step
 
@@ -149,10 +150,13 @@ class _Rows:
         return self.scale.shape[0]
 
     def at(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``X(y)`` of the leading ``len(tokens)`` rows."""
+        """``X(y)`` of the leading ``len(tokens)`` rows: ``X̃(y)/mass``, the exact core's one division (``X̃(y)·c``
+        rounded twice: where a row's mass is one entry, ``X(y)`` was 1 − 1 ulp, and TV's ``r ← R/(R + 1 − r)`` turned
+        that ulp into a prefix probability 0.4% low where the R after the next child is ~1e-14 — docs/deviations.md
+        item 138)."""
         n = tokens.shape[0]
         x = _at(self.cur[:n], tokens) if self.sel is None else self.cur[self.sel[:n], tokens]
-        return x * self.scale[:n]
+        return x / self.mass[:n]
 
     def _own(self) -> None:
         """Selected rows copied, so that they may be written in place."""
@@ -183,7 +187,8 @@ class _Rows:
             lift = torch.where(low, SUBNORMAL_LIFT, 1.0).to(mass.dtype)
             self.cur[:n].mul_(lift[:, None])                # rows a step wrote: never selected
             mass = mass * lift
-        self.scale[:n] = torch.where(rows, 1 / mass.clamp(min=tiny), self.scale[:n])
+        self.mass[:n] = torch.where(rows, mass.clamp(min=tiny), self.mass[:n])
+        self.scale[:n] = torch.where(rows, 1 / self.mass[:n], self.scale[:n])
 
     def subtract(self, a: torch.Tensor, b: torch.Tensor, other: "_Rows") -> torch.Tensor:
         """``X̃ ← [a·X̃ − b·Ỹ]_+`` on the leading ``n = len(a)`` rows (``Ỹ`` of ``other``); returns the row
@@ -203,7 +208,7 @@ class _Rows:
     def keep(self, idx: torch.Tensor) -> None:
         """Only the rows ``idx`` stay, in that order (selected, not copied; the scales compacted)."""
         self.sel = idx if self.sel is None else self.sel[idx]
-        self.scale = self.scale[idx]
+        self.scale, self.mass = self.scale[idx], self.mass[idx]
         self.writes = []
 
     def restore(self, rows: torch.Tensor) -> None:

@@ -9,7 +9,7 @@ import torch
 
 from gpu import METHODS, TreeBatch, engine, expected_accepted_length, probs_from_logits, verify
 from gpu.engine import allocate, first_token_law
-from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, TreeShape, sample_tree
+from univer_theory import BUG_ZOO, VERIFIERS, DirichletModel, DraftTree, TreeShape, sample_tree
 from univer_theory.engine import NodeContext
 from univer_theory.engine import allocate as exact_allocate
 
@@ -128,6 +128,23 @@ def test_every_node_decision_matches_exact_allocate(method, process):
     """ρ, enter, stop and the normalised residual of every node equal the exact engine's pass 1 (1e-12)."""
     model, trees = random_batch(process, 5, seed=11, count=8)
     assert decision_gap(trees, model, process, METHODS[method], VERIFIERS[method].rule) < 1e-12
+
+
+@pytest.mark.parametrize("method", ["tv", "rrsw", "univer"])
+def test_a_row_whose_mass_is_one_token_reads_it_as_one(method):
+    """A fresh-seed sweep's tree (V = 3, wor): after the root's children 2 and 0 its draft row holds token 1 alone,
+    and ``X̃(1)·(1/X̃(1))`` read ``Q(1)`` as 1 − 1 ulp, so TV gave node 3 ρ = 1 − 1 ulp; after node 3's first child
+    ``R`` is ~6e-14 and ``r ← R/(R + 1 − r)`` turned that ulp into r = 0.99626: E[τ | T] 0.99629 against the exact
+    core's 1.0000274 (its rows divide once, as the rows do now)."""
+    P = np.array([1.354225859238305e-05, 0.9999864577414076, 0.0])
+    Q = np.array([0.4945735461702574, 0.5054264538297131, 3e-14])
+    Q /= Q.sum()
+    tree = DraftTree((-1, 0, 0, 0, 3, 3), (-1, 2, 0, 1, 0, 2))
+    p, q = np.tile(P, (6, 1)), np.tile(Q, (6, 1))
+    ref = VERIFIERS[method].expected_accepted_length(tree, p, q, "wor")
+    got = expected_accepted_length(TreeBatch.from_trees([tree]), torch.tensor(p)[None], torch.tensor(q)[None],
+                                   "wor", method)
+    assert abs(float(got[0]) - float(ref)) <= 1e-12, (float(got[0]), float(ref))
 
 
 @pytest.mark.parametrize("method, process", CASES, ids=[f"{m}-{p}" for m, p in CASES])
