@@ -5,6 +5,7 @@ markdown table, the figures it saved, and ``passed`` — False when the claim do
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,8 +66,9 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 
 
 def cell(x) -> str:
-    """``x`` as the text of one markdown table cell: its ``|`` escaped."""
-    return str(x).replace("|", "\\|")
+    """``x`` as the text of one markdown table cell: each ``|`` escaped that is not already (``\\|`` escaped again
+    was an escaped backslash and a bare ``|``, which split the cell)."""
+    return re.sub(r"(?<!\\)\|", r"\\|", str(x))
 
 
 def save_figure(fig, out_dir: Path, name: str) -> Path:

@@ -87,8 +87,7 @@ def flat_ot_cvxpy(target_probs, draft_probs, k: int, process: str, rho=1.0, *, s
 
 def _fast(target_probs, draft_probs, k: int, process: str, rho) -> OTResult:
     start = time.perf_counter()
-    p, q, k, rho = check_node_inputs("solve_flat", target_probs, draft_probs, k, process, rho)   # errors name us
-    value, cut = alpha_star_and_cut(p, q, k, process, rho)
+    value, cut = alpha_star_and_cut(target_probs, draft_probs, k, process, rho, where="solve_flat")
     return OTResult(value, None, None, None, cut, "optimal", True, "closed form", "closed-form",
                     time.perf_counter() - start)
 

@@ -325,7 +325,7 @@ def slot_lp(w_all, children, q, omega, process: str, perms: list):
         costs[:, 3, at] = sign * tie * on                                                  # the tie-break
     basis = nx.arange(P + k + n_z, w_all)
     basis[slack] = 2 * n_z + nx.arange(P + k + n_z, w_all)
-    x, optimal = lex_simplex(A, b, costs, xp.broadcast_to(basis[None], (R, P + k + n_z)))
+    x, optimal = lex_simplex(A, b, costs, xp.broadcast_to(basis[None], (R, P + k + n_z)), check_basis=False)
     z = (z0 + x[:, :n_z] - x[:, n_z:2 * n_z]).reshape(R, P, k)
     unit = nx.sum(nx.where(keep, probs, 0.0))                                             # ΣQ of the class
     unit = nx.where(unit > 0, unit, 1.0)[:, None]

@@ -94,3 +94,13 @@ def test_a_missing_extra_is_one_line_naming_it():
     """, hide=("torch",))
     assert out["code"] == 2 and out["err"] == ("univer decode: error: needs torch, not installed: "
                                                "pip install 'univer[gpu]'\n"), out
+
+
+def test_every_public_name_is_there():
+    """Each package's ``__all__`` names what it imports (``gpu.llm`` listed ``eagle_like_shape`` after it moved)."""
+    import importlib
+
+    for package in ("univer_theory", "solvers", "gpu", "gpu.llm", "paper_checks"):
+        module = importlib.import_module(package)
+        missing = [name for name in getattr(module, "__all__", ()) if not hasattr(module, name)]
+        assert not missing, (package, missing)

@@ -495,8 +495,9 @@ def test_missing_packages_are_named_before_any_check_runs(tmp_path, monkeypatch)
 
 def test_a_pipe_in_a_cell_is_escaped():
     """``max |α − α*|`` split its cell: a header wider than its delimiter row is no table on GitHub."""
-    table = markdown_table(["name", "max |x|"], [["a|b", 0.5], ["c", "|d|"]])
-    assert table.splitlines() == ["| name | max \\|x\\| |", "|---|---|", "| a\\|b | 0.5000 |", "| c | \\|d\\| |"]
+    table = markdown_table(["name", "max |x|"], [["a|b", 0.5], ["c", "|d|"], ["e\\|f", "g"]])
+    assert table.splitlines() == ["| name | max \\|x\\| |", "|---|---|", "| a\\|b | 0.5000 |", "| c | \\|d\\| |",
+                                  "| e\\|f | g |"]          # one already escaped: not escaped again
 
 
 def test_law_distance_is_nan_on_a_nan_entry():

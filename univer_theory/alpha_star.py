@@ -459,15 +459,15 @@ def alpha_star_rows(p, q, k: int, process: str, rho, order=None):
     return nx.sum(nx.where(top, c, nx.minimum(c, q_rest))), top | (c < q_rest)
 
 
-def alpha_star_and_cut(target_probs, draft_probs, k: int, process: str, rho=1.0):
+def alpha_star_and_cut(target_probs, draft_probs, k: int, process: str, rho=1.0, where: str = "alpha_star"):
     """``(α*(ρ), A*)``: the CondOT(ρ) value ``[...]`` and a minimising cut ``A*`` (boolean ``[..., V]``).
 
     ``α*(ρ) = min_A [ρ p(A) + Pr(S ⊄ A)]`` (module docstring for the per-process forms); A* is the set of
     tokens whose target capacity ``ρ p(y)`` is saturated by the max-flow, the complement H = V∖A* holds the
     tokens that keep spare target mass.  Among equal costs the smallest prefix is returned.  Validated numpy
-    rows; the formulas are :func:`alpha_star_rows`.
+    rows (a ValueError names ``where``); the formulas are :func:`alpha_star_rows`.
     """
-    p, q, k, rho = check_node_inputs("alpha_star", target_probs, draft_probs, k, process, rho)
+    p, q, k, rho = check_node_inputs(where, target_probs, draft_probs, k, process, rho)
     value, cut = alpha_star_rows(p, q, k, process, rho)
     return _out(value), cut
 

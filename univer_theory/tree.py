@@ -140,7 +140,7 @@ class _Skeleton:
         return all(len(c) <= 1 for c in self.children)
 
 
-#: The most nodes a generated shape may have (:meth:`TreeShape.uniform`, ``gpu.llm.tree_draft.eagle_like_shape``):
+#: The most nodes a generated shape may have (:meth:`TreeShape.uniform`, :func:`eagle_like_shape`):
 #: a draft tree is tens to hundreds of nodes, and a spec like ``1000,1000,1000`` or ``binary:64`` is a typo that
 #: would otherwise be built node by node until the memory runs out.
 MAX_SHAPE_NODES = 1 << 20
@@ -252,7 +252,8 @@ class TreeShape(_Skeleton):
 
 def _named_shape(kind: str, arg: str, text: str) -> TreeShape:
     """The named shape ``kind[:arg]`` of :meth:`TreeShape.parse` (``text``: the whole spec, for errors); its size is
-    checked before it is built (``chain:1000000000`` would build a list of 10⁹ levels first)."""
+    checked before it is built (``chain:1000000000`` would build a list of 10⁹ levels first, ``eagle:1000000000``
+    its root's 10⁹ children)."""
     names = "['binary:D', 'chain:D', 'eagle[:W]']"
     if kind not in ("binary", "chain", "eagle"):
         raise ValueError(f"TreeShape.parse: unknown shape kind {kind!r} in {text!r}; choose one of {names}, "
@@ -277,10 +278,11 @@ def eagle_like_shape(width: int = 4) -> TreeShape:
     while frontier:
         nxt = []
         for u, d, r in frontier:
-            for j in range(width if u == 0 else max(0, width - d - r)):
+            count = width if u == 0 else max(0, width - d - r)
+            check_shape_size(len(parent) + count, "eagle_like_shape", f"eagle:{width}")     # before they are listed
+            for j in range(count):
                 parent.append(u)
                 nxt.append((len(parent) - 1, d + 1, j))
-            check_shape_size(len(parent), "eagle_like_shape", f"eagle:{width}")
         frontier = nxt
     return TreeShape(tuple(parent))
 

@@ -127,6 +127,14 @@ def test_simplex_reports_unbounded_and_capped_lps_and_rejects_bad_input():
                              torch.tensor(slack_costs[:, None]), torch.tensor(slack[:, [0, 1, 0]]))):
         with pytest.raises(ValueError, match=r"basis columns of A must be the identity"):
             lex_simplex(A_, b_, c_, np.ascontiguousarray(bad) if isinstance(bad, np.ndarray) else bad)
+    off = np.array([[[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]]])           # column 0 is (1, 1): its diagonal entry alone is 1
+    with pytest.raises(ValueError, match=r"basis columns of A must be the identity"):
+        lex_simplex(off, np.ones((1, 2)), np.zeros((1, 1, 3)), np.array([[0, 1]]))
+    assert lex_simplex(off, np.ones((1, 2)), np.zeros((1, 1, 3)), np.array([[0, 1]]), check_basis=False)[1].all()
+    for none in (np.zeros((1, 1, 0)), torch.zeros(1, 1, 0, dtype=torch.float64)):     # no columns at all: the range
+        kind = torch.tensor if torch.is_tensor(none) else np.array
+        with pytest.raises(ValueError, match=r"basis must hold column indices in \[0, 0\)"):
+            lex_simplex(none, kind([[1.0]]), 0 * none, kind([[0]]))
     for cap in (-1, 2.0, True):
         with pytest.raises(ValueError, match="max_pivots must be an integer ≥ 0"):
             lex_simplex(A, b, costs, basis, max_pivots=cap)
@@ -251,12 +259,12 @@ def test_slot_rule_keeps_the_plans_weights_where_the_simplex_fails_or_its_answer
     _, applied = slot_weights(*args)
     assert applied.all()                             # the unpatched LP is applied on every row of this batch
 
-    def not_finished(A, b, costs, basis):
-        x, ok = real(A, b, costs, basis)
+    def not_finished(A, b, costs, basis, **kw):
+        x, ok = real(A, b, costs, basis, **kw)
         return x, ok & False
 
-    def moves_class_mass(A, b, costs, basis):        # u of (ordering 0, position 0) up: a token's mass moved
-        x, ok = real(A, b, costs, basis)
+    def moves_class_mass(A, b, costs, basis, **kw):  # u of (ordering 0, position 0) up: a token's mass moved
+        x, ok = real(A, b, costs, basis, **kw)
         x = x.clone()
         x[:, 0] += 1e-3
         return x, ok
@@ -282,8 +290,8 @@ def test_the_ratio_test_steps_to_the_least_ratio_exactly(run, monkeypatch):
     q = np.array([0.9999990416911908, 9.58308809282637e-07])
     seen = {}
 
-    def spy(A, b, costs, basis, *rest):
-        x, ok = lex_simplex(A, b, costs, basis, *rest)
+    def spy(A, b, costs, basis, *rest, **kw):
+        x, ok = lex_simplex(A, b, costs, basis, *rest, **kw)
         seen.update(A=np.asarray(A), b=np.asarray(b), x=np.asarray(x))
         return x, ok
 

@@ -1,4 +1,6 @@
 """The slot rule (theory.md §6.3 layer ii): class masses kept exactly, mass moved to deeper positions."""
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from scipy.optimize import linprog
@@ -51,6 +53,13 @@ def test_bad_draft_rows_are_refused(q, process, match):
     for f in (tuple_probability, multiset_class):
         with pytest.raises(ValueError, match=f"{f.__name__}: .*{match}"):
             f((0, 1), np.array(q), process)
+
+
+def test_fraction_rows_are_read_as_floats():
+    """Exact rows are checked exactly, then read in float64 like every row (Q_k((0, 1)) = ½·(⅓ / ½) under wor)."""
+    q = [Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)]
+    assert tuple_probability((0, 1), q, "wor") == pytest.approx(1 / 3, rel=1e-15)
+    assert multiset_class((0, 1), q, "iid")[1] == pytest.approx([1 / 6, 1 / 6], rel=1e-15)
 
 
 @pytest.mark.parametrize("process,S,make", [("iid", (2, 0, 2), layout_plan), ("iid", (1, 3, 0), layout_plan),

@@ -29,12 +29,14 @@ def test_named_shapes_are_their_forms():
     assert TreeShape.parse("eagle").num_nodes == 24 and TreeShape.parse(" binary:1 ") == TreeShape.parse("2")
     for bad, match in (("binary:0", "needs a positive depth, e.g. binary:4"), ("chain:x", "positive depth"),
                        ("chain:", "positive depth"), ("eagle:0", "needs a positive width, e.g. eagle:4"),
-                       ("eagle:-1", "positive width"), ("ternary:2", "unknown shape kind 'ternary'"),
+                       ("eagle:-1", "positive width"), ("eagle:", "positive width"),
+                       ("ternary:2", "unknown shape kind 'ternary'"),
+                       ("eagle:1000000000", "has 1000000001 nodes or more"),    # its root alone: 10⁹ children
                        ("2:2", "unknown shape kind '2'"),
                        # refused before the levels are listed: chain:10⁹ built a list of 10⁹ first
                        ("chain:1000000000", "has 1000000001 nodes or more, beyond the 1048576"),
                        ("binary:20", "has 2097151 nodes or more"), ("binary:5000", "beyond the 1048576")):
-        with pytest.raises(ValueError, match=f"^TreeShape.parse: (?=.*'{bad}').*{match}"):
+        with pytest.raises(ValueError, match=f"^(TreeShape.parse|eagle_like_shape): (?=.*'{bad}').*{match}"):
             TreeShape.parse(bad)
     assert TreeShape.parse("binary:19").num_nodes == 2 ** 20 - 1
     for bad in (0, 2.0, True):
