@@ -443,6 +443,9 @@ def test_inputs_torch_itself_used_to_refuse():
     (lambda: draft_tree("2,2", lambda token, nodes: torch.full(
         (2, len(nodes), 4), 0.25, dtype=torch.float64 if nodes == [0] else torch.float32), "iid", 2),
      "returned rows of V = 4, torch.float32 on cpu at depth 1, but V = 4, torch.float64"),
+    (lambda: draft_tree("2,1", lambda token, nodes: torch.full(       # another device (meta: no accelerator needed)
+        (2, len(nodes), 4), 0.25, dtype=torch.float64, device="cpu" if nodes == [0] else "meta"), "iid", 2),
+     "returned rows of V = 4, torch.float64 on meta at depth 1, but V = 4, torch.float64 on cpu at the root"),
 ])
 def test_tree_builders_name_the_argument_torch_could_not_take(call, message):
     """Each was torch's own RuntimeError / TypeError (``Could not infer dtype of NoneType``, ``shape mismatch``) or
