@@ -120,8 +120,9 @@ def _bound(ctx: LevelContext, j: int) -> int:
 
 
 class _Rows:
-    """Per-row state ``X = c·X̃`` of a rule's sibling loop (``X̃ [R, V]`` unnormalised, scale ``c [R]``), so a
-    renormalisation costs one row sum and a scalar per row instead of passes over ``[R, V]``.
+    """Per-row state ``X = X̃/m`` of a rule's sibling loop (``X̃ [R, V]`` unnormalised, mass ``m [R]``; the scale
+    ``c = 1/m`` for :meth:`subtract`), so a renormalisation costs one row sum and a scalar per row instead of passes
+    over ``[R, V]``.
 
     Row i of ``X̃`` is ``cur[sel[i]]`` (``cur[i]`` where ``sel`` is None): rows read where they lie — the context's
     rows by row number (:func:`_rejection_walk`), or the rows :meth:`keep` kept — until a step writes them.  Step j
@@ -139,15 +140,19 @@ class _Rows:
         self.cur = rows.clone() if own else rows            # X̃: current for the leading rows of the last step
         self.sel = sel
         self.prev, self.prev_sel = rows, sel
-        self.scale = torch.ones(rows.shape[0] if sel is None else sel.shape[0], dtype=rows.dtype, device=rows.device)
-        self.mass = torch.ones_like(self.scale)             # 1/c: X(y) = X̃(y)/mass, one rounding as the exact core's
+        self.mass = torch.ones(rows.shape[0] if sel is None else sel.shape[0], dtype=rows.dtype, device=rows.device)
         self.bufs: list = []
         self.writes: list = []                              # (n, buffer) of every subtract step
 
     @property
     def count(self) -> int:
-        """Rows held (one scale each)."""
-        return self.scale.shape[0]
+        """Rows held (one mass each)."""
+        return self.mass.shape[0]
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """``c = 1/m`` ``[R]``: the multiplier :meth:`subtract`'s callers pass (a compiled step multiplies)."""
+        return 1 / self.mass
 
     def at(self, tokens: torch.Tensor) -> torch.Tensor:
         """``X(y)`` of the leading ``len(tokens)`` rows: ``X̃(y)/mass``, the exact core's one division (``X̃(y)·c``
@@ -188,7 +193,6 @@ class _Rows:
             self.cur[:n].mul_(lift[:, None])                # rows a step wrote: never selected
             mass = mass * lift
         self.mass[:n] = torch.where(rows, mass.clamp(min=tiny), self.mass[:n])
-        self.scale[:n] = torch.where(rows, 1 / self.mass[:n], self.scale[:n])
 
     def subtract(self, a: torch.Tensor, b: torch.Tensor, other: "_Rows") -> torch.Tensor:
         """``X̃ ← [a·X̃ − b·Ỹ]_+`` on the leading ``n = len(a)`` rows (``Ỹ`` of ``other``); returns the row
@@ -206,9 +210,9 @@ class _Rows:
         return mass
 
     def keep(self, idx: torch.Tensor) -> None:
-        """Only the rows ``idx`` stay, in that order (selected, not copied; the scales compacted)."""
+        """Only the rows ``idx`` stay, in that order (selected, not copied; the masses compacted)."""
         self.sel = idx if self.sel is None else self.sel[idx]
-        self.scale, self.mass = self.scale[idx], self.mass[idx]
+        self.mass = self.mass[idx]
         self.writes = []
 
     def restore(self, rows: torch.Tensor) -> None:

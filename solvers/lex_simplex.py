@@ -86,7 +86,7 @@ def lex_simplex(A, b, costs, basis, max_pivots: int | None = None, check_basis: 
     feasible = ((b >= 0) & (b < float("inf"))).all()           # NaN fails it too
     in_range = ((basis >= 0) & (basis < n)).all()              # the compiled loop reads A there unchecked
     finite = xp.isfinite(A).all() & xp.isfinite(costs).all()  # a NaN reduced cost never prices in: a wrong "optimum"
-    identity = in_range                                        # (with no columns, the range check fails)
+    identity = in_range                     # unchecked: stands as the range check (which an A of no columns fails)
     if check_basis and n:       # column basis[:, i] of A is unit vector i, or the tableau starts on a basis it is not
         cols = xp.broadcast_to(get_backend(A).clip(basis, 0, n - 1)[:, None, :], (B, m, m))
         eye = np.eye(m) if xp is np else xp.eye(m, dtype=A.dtype, device=A.device)

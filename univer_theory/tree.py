@@ -258,11 +258,13 @@ def _named_shape(kind: str, arg: str, text: str) -> TreeShape:
     if kind not in ("binary", "chain", "eagle"):
         raise ValueError(f"TreeShape.parse: unknown shape kind {kind!r} in {text!r}; choose one of {names}, "
                          f"branching per depth like '2,2' or a nested form like '((..),.)'")
-    if not (arg.isascii() and arg.isdigit() and int(arg) >= 1) and (kind != "eagle" or text != "eagle"):
+    if text == "eagle":
+        return eagle_like_shape()
+    if not (arg.isascii() and arg.isdigit() and int(arg) >= 1):
         what = "width, e.g. eagle:4" if kind == "eagle" else f"depth, e.g. {kind}:4"
         raise ValueError(f"TreeShape.parse: {text!r} needs a positive {what}")
     if kind == "eagle":
-        return eagle_like_shape(int(arg) if arg else 4)
+        return eagle_like_shape(int(arg))
     depth = int(arg)
     check_shape_size(depth + 1 if kind == "chain" else 2 ** min(depth + 1, 64) - 1, "TreeShape.parse", text)
     return TreeShape.uniform([2 if kind == "binary" else 1] * depth)
