@@ -2,7 +2,7 @@
 
 Each rule loops over the sibling index ``j`` (children in drafting order) and updates per-node state rows
 ``[R, V]``, only on the leading rows that can have a j-th child (``LevelContext.active``); a node without a j-th
-child keeps its state.  States are kept unnormalised with a scale per row (:class:`_Rows`) and updated in
+child keeps its state.  States are kept unnormalised with a mass per row (:class:`_Rows`) and updated in
 place or between two buffers, so a sibling step costs a few passes over its rows and allocates nothing of size
 ``[R, V]`` (every rule here decides float32 rows on a float64 copy of them: :func:`_decided_in_float64`).
 Shapes: ``ctx.target``/``ctx.draft`` ``[R, V]``, ``ctx.children``/``ctx.child_mask`` ``[R, K]``, ``ctx.rho``
@@ -27,8 +27,9 @@ def _at(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return rows.gather(1, tokens[:, None]).squeeze(1)
 
 
-#: Lifts a row whose mass is subnormal before its scale ``1/mass`` is formed (:meth:`_Rows.set_scale`): 2^64 makes the
-#: smallest subnormal normal in float32 and float64 and keeps the largest one far from overflow.
+#: Lifts a row whose mass is subnormal before its power of two ``2^−e`` is formed (:meth:`_Rows.set_mass`,
+#: :meth:`_Rows.split`): 2^64 makes the smallest subnormal normal in float32 and float64 and keeps the largest one far
+#: from overflow.
 SUBNORMAL_LIFT = 2.0 ** 64
 
 
@@ -105,12 +106,15 @@ def _sibling_host(x, x_rows, a, y, y_rows, b, out):
 
 
 def _sibling_device(x, x_rows, a, y, y_rows, b, out):
-    """:func:`sibling_step` in torch's ops, on any device: a scale, a fused multiply-add, a clamp and a row sum."""
+    """:func:`sibling_step` in torch's ops, on any device: two scales, a subtraction, a clamp and a row sum — each
+    product rounded once, as the compiled pass (a fused multiply-add, ``addcmul``, left ``a·X̃``'s rounding error
+    where the two products are equal, and the rules' split masses rely on that 0: :meth:`_Rows.split`).  ``b·Ỹ`` is
+    formed in the gathered copy of ``Ỹ``, or in a temporary where the rows are read in place."""
     n = a.shape[0]
     xs = x[:n] if x_rows is None else x.index_select(0, x_rows[:n])
-    ys = y[:n] if y_rows is None else y.index_select(0, y_rows[:n])
+    ys = y[:n] * b[:, None] if y_rows is None else y.index_select(0, y_rows[:n]).mul_(b[:, None])
     torch.mul(xs, a[:, None], out=out)
-    out.addcmul_(ys, b[:, None], value=-1).clamp_(min=0)
+    out.sub_(ys).clamp_(min=0)
     return out.sum(-1)
 
 
@@ -120,9 +124,9 @@ def _bound(ctx: LevelContext, j: int) -> int:
 
 
 class _Rows:
-    """Per-row state ``X = X̃/m`` of a rule's sibling loop (``X̃ [R, V]`` unnormalised, mass ``m [R]``; the scale
-    ``c = 1/m`` for :meth:`subtract`), so a renormalisation costs one row sum and a scalar per row instead of passes
-    over ``[R, V]``.
+    """Per-row state ``X = X̃/m`` of a rule's sibling loop (``X̃ [R, V]`` unnormalised, mass ``m [R]``, split as
+    ``m̂·2^e`` for :meth:`subtract`'s callers: :meth:`split`), so a renormalisation costs one row sum and a scalar per
+    row instead of passes over ``[R, V]``.
 
     Row i of ``X̃`` is ``cur[sel[i]]`` (``cur[i]`` where ``sel`` is None): rows read where they lie — the context's
     rows by row number (:func:`_rejection_walk`), or the rows :meth:`keep` kept — until a step writes them.  Step j
@@ -130,7 +134,7 @@ class _Rows:
 
     * :meth:`remove` (``X ← norm(X·1[≠y])``) zeroes one entry in place — only for state that starts from a copy
       of the context's rows (``own=True``, or rows the caller already copied; selected rows are copied first);
-    * :meth:`subtract` (``X̃ ← [a·X̃ − c_Y·Ỹ]_+``, :func:`sibling_step`) writes into the other of two buffers
+    * :meth:`subtract` (``X̃ ← [a·X̃ − b·Ỹ]_+``, :func:`sibling_step`) writes into the other of two buffers
       allocated once (no temporaries), so the previous rows stay available for :meth:`restore`; the context's
       rows are only read.
     """
@@ -149,10 +153,16 @@ class _Rows:
         """Rows held (one mass each)."""
         return self.mass.shape[0]
 
-    @property
-    def scale(self) -> torch.Tensor:
-        """``c = 1/m`` ``[R]``: the multiplier :meth:`subtract`'s callers pass (a compiled step multiplies)."""
-        return 1 / self.mass
+    def split(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(m̂, 2^−e)`` ``[n]`` of the leading rows' masses ``m = m̂·2^e``, ``m̂ ∈ [1/2, 1)`` (``frexp``), so
+        ``X = X̃·2^−e/m̂`` with ``X̃·2^−e`` exact.  A sibling step forms ``m̂_X·m̂_Y·[X − Y]_+`` as
+        ``[m̂_Y·2^−e_X·X̃ − m̂_X·2^−e_Y·Ỹ]_+``: each side a product rounded once, as the exact core's ``X̃/m_X`` and
+        ``Ỹ/m_Y`` are a quotient rounded once, so where both are 1 (a row whose mass is one entry) the step's 0 is
+        exact.  The reciprocals ``1/m`` of before rounded twice, and the 1.1e-16 they left there moved a
+        per-tree E[τ | T] by up to 0.85 (docs/deviations.md item 141)."""
+        mass = self.mass[:n]
+        mant = torch.frexp(mass).mantissa
+        return mant, mant / mass                    # exactly 2^−e: the mass is at least the smallest normal
 
     def at(self, tokens: torch.Tensor) -> torch.Tensor:
         """``X(y)`` of the leading ``len(tokens)`` rows: ``X̃(y)/mass``, the exact core's one division (``X̃(y)·c``
@@ -175,13 +185,13 @@ class _Rows:
         n = tokens.shape[0]
         x = self.cur[:n]
         x.scatter_(1, tokens[:, None], torch.where(mask, 0, _at(x, tokens))[:, None])
-        self.set_scale(x.sum(-1), mask)
+        self.set_mass(x.sum(-1), mask)
 
-    def set_scale(self, mass: torch.Tensor, rows: torch.Tensor) -> None:
-        """``X ← X̃/mass`` — the scale ``c = 1/mass`` — on the leading ``n = len(mass)`` rows where ``rows``
-        holds, ``mass = ΣX̃`` of those rows as the last step wrote them (as :func:`univer_theory.verifiers.normalise`:
-        an all-zero row stays zero, with a finite scale).  A subnormal mass (below the smallest normal float, e.g.
-        a confident draft row once its top token is removed: the rest holds ~1e-310) would overflow ``1/mass``:
+    def set_mass(self, mass: torch.Tensor, rows: torch.Tensor) -> None:
+        """``X ← X̃/mass`` on the leading ``n = len(mass)`` rows where ``rows`` holds, ``mass = ΣX̃`` of those rows
+        as the last step wrote them (as :func:`univer_theory.verifiers.normalise`: an all-zero row stays zero, its mass
+        held as the smallest normal float).  A subnormal mass (e.g. a confident draft row once its top token is
+        removed: the rest holds ~1e-310) would overflow :meth:`split`'s ``2^−e``:
         those rows of X̃ are multiplied by :data:`SUBNORMAL_LIFT` first — exact, every entry of theirs being
         subnormal — and their mass with them.  On the CPU only such rows are touched (a free host check),
         elsewhere a sync-free pass over the leading rows."""
@@ -196,7 +206,7 @@ class _Rows:
 
     def subtract(self, a: torch.Tensor, b: torch.Tensor, other: "_Rows") -> torch.Tensor:
         """``X̃ ← [a·X̃ − b·Ỹ]_+`` on the leading ``n = len(a)`` rows (``Ỹ`` of ``other``); returns the row
-        masses ``Σ[·]_+``.  ``a = 1, b = 0`` copies a row exactly.  The caller sets the new scales (and restores rows
+        masses ``Σ[·]_+``.  ``a = 1, b = 0`` copies a row exactly.  The caller sets the new masses (and restores rows
         that keep their ``X``)."""
         n = a.shape[0]
         if n < self.count:
@@ -277,9 +287,10 @@ def _rejection_step(P: _Rows, Q: _Rows, y: torch.Tensor, m: torch.Tensor, withou
     kept — a missing child): ``P ← norm([P − Q]_+)`` (a zero row stays zero), and without replacement
     ``Q ← norm(Q·1[≠y])``.  Returns ``[n]`` bool: where all of ``[P − Q]_+`` rounded away."""
     n = y.shape[0]
-    mass = P.subtract(P.scale[:n], Q.scale[:n], Q)
+    (mp, sp), (mq, sq) = P.split(n), Q.split(n)
+    mass = P.subtract(mq * sp, mp * sq, Q)          # m̂_P·m̂_Q·[P − Q]_+ (_Rows.split)
     P.restore(~m)
-    P.set_scale(mass, m)
+    P.set_mass(mass, m)
     if without_replacement:
         Q.remove(y, m)
     return m & (mass == 0)
@@ -406,10 +417,10 @@ def tv_rule(ctx: LevelContext, parent_update=None) -> LevelDecision:
     and for wor ``Q ← norm(Q·1[≠y_j])``.  The node succeeds w.p. the final ``r`` with ``Y ~ P``.
     ``parent_update(R, r, Q(y))`` replaces the ``r`` update; it exists only for the bug zoo (§3.9 (d)).
     """
-    R, K = ctx.children.shape
+    K = ctx.children.shape[1]
     r = ctx.rho.clone()
     P, Q = _Rows(ctx.target), _Rows(ctx.draft, own=ctx.process == "wor")
-    scale = torch.zeros(R, K, dtype=ctx.target.dtype, device=ctx.target.device)
+    scale = torch.zeros(ctx.children.shape, dtype=ctx.target.dtype, device=ctx.target.device)
     for j in range(K):
         n = _bound(ctx, j)
         y, m, r_j = ctx.children[:n, j], ctx.child_mask[:n, j], r[:n]
@@ -417,15 +428,17 @@ def tv_rule(ctx: LevelContext, parent_update=None) -> LevelDecision:
         scale[:n, j] = _ratio_min1(r_j * P.at(y), q_y, m)
         # D = [rP − Q]_+, R = ΣD.  A row with r = 0 has D = 0 (R = 0: r stays 0, P kept): it copies P instead.
         live = r_j > 0
-        mass = P.subtract(torch.where(live, r_j * P.scale[:n], 1), torch.where(live, Q.scale[:n], 0), Q)
-        mass = torch.where(live, mass, 0)
+        (mp, sp), (mq, sq) = P.split(n), Q.split(n)
+        mass = P.subtract(torch.where(live, r_j * mq * sp, 1), torch.where(live, mp * sq, 0), Q)    # m̂_P·m̂_Q·D
+        # (_Rows.split), so R is its mass over m̂_P·m̂_Q
+        R = torch.where(live, mass / (mp * mq), 0)
         if parent_update is None:
-            r_new = torch.where(mass > 0, mass / (mass + (1 - r_j)), 0)
+            r_new = torch.where(R > 0, R / (R + (1 - r_j)), 0)
         else:
-            r_new = parent_update(mass, r_j, q_y)
-        moved = m & (mass > 0)
+            r_new = parent_update(R, r_j, q_y)
+        moved = m & (R > 0)
         P.restore(~moved & live)
-        P.set_scale(mass, moved)
+        P.set_mass(mass, moved)
         if ctx.process == "wor":
             Q.remove(y, m)
         r[:n] = torch.where(m, r_new, r_j)

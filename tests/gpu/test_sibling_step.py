@@ -1,8 +1,8 @@
 """The sibling step ``[a·X̃ − b·Ỹ]_+`` of RRS, RRSw and TV (:func:`gpu.rules.sibling_step`): the CPU's compiled pass
 (:func:`gpu.rules._sibling_host`) against torch's ops, the accelerator's (:func:`gpu.rules._sibling_device`), entry
 by entry and sum by sum; then, with torch's ops on the CPU, the tests of the rules that take it — E[τ | T] against
-the exact core, the walk's coins deciding as the whole rule, a residual that rounds away — run again; and the rules'
-row state (``gpu.rules._Rows``) on selected rows against the same state on copies."""
+the exact core, the walk's coins deciding as the whole rule, a residual that rounds away, rows of one token — run
+again; and the rules' row state (``gpu.rules._Rows``) on selected rows against the same state on copies."""
 import math
 
 import numpy as np
@@ -12,7 +12,7 @@ import torch
 import gpu.rules
 from gpu.rules import SIBLING_CHUNK, _sibling_device, _sibling_host
 
-from . import test_exact, test_walk
+from . import test_confident_rows, test_exact, test_walk
 
 EPS = np.finfo(np.float64).eps
 
@@ -35,8 +35,8 @@ def step_rows(V: int, seed: int):
                                49152 + 3])
 @pytest.mark.parametrize("selected", [False, True])
 def test_the_compiled_step_is_torchs_step(V, selected):
-    """Each entry within one rounding of the exact ``[a·x − b·y]_+`` (torch fuses its multiply-add, the compiled pass
-    rounds ``b·y`` first) and equal to the row where ``a = 1, b = 0`` (a copy); rows read by number
+    """Each entry within one rounding of the exact ``[a·x − b·y]_+`` and the same float in both forms (each rounds
+    both products, then subtracts), and equal to the row where ``a = 1, b = 0`` (a copy); rows read by number
     (``selected``) or the leading ones; rows past the step's untouched; each mass the row's sum to the bound
     :data:`gpu.rules.SIBLING_CHUNK` states, against ``math.fsum`` of the row written."""
     x, y, a, b = step_rows(V, seed=V)
@@ -50,8 +50,8 @@ def test_the_compiled_step_is_torchs_step(V, selected):
     exact = np.maximum(ax.numpy().astype(np.longdouble) - (b[:, None].numpy().astype(np.longdouble)
                                                            * Y.numpy().astype(np.longdouble)), 0)
     bound = 2 * EPS * (ax.abs() + by.abs()).numpy()
-    for out in (host[:5], device[:5]):
-        assert (np.abs(out.numpy() - exact) <= bound).all()
+    assert (np.abs(host[:5].numpy() - exact) <= bound).all()
+    assert torch.equal(host[:5], device[:5])
     assert torch.equal(host[0], X[0]) and torch.equal(device[0], X[0])
     for r in range(5):
         row_sum = math.fsum(host[r].tolist())
@@ -102,6 +102,11 @@ def test_torch_step_coins_decide_as_the_whole_rule(torch_step, method, process):
 @pytest.mark.parametrize("method", ["rrs", "rrsw"])
 def test_torch_step_residual_that_rounds_away_is_the_target(torch_step, method):
     test_exact.test_a_residual_that_rounds_away_is_the_target(method)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_torch_step_on_rows_of_one_token_matches_the_core(torch_step, process):
+    test_confident_rows.test_rejection_steps_on_rows_of_one_token_match_the_core(process)
 
 
 def test_selected_rows_step_keep_restore_and_stitch_as_copies():
