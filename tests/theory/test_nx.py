@@ -4,6 +4,7 @@ numpy's sequential ``cumsum`` bit for bit (float64 and int64, contiguous rows an
 out-of-bounds index raises ``IndexError``, broadcast rows, bool / int / float rows), and the compiled row sum is
 numpy's pairwise ``sum`` bit for bit, and each row's sum in order its ``cumsum``'s last column."""
 import functools
+import math
 import operator
 
 import numpy as np
@@ -213,8 +214,8 @@ def test_stable_argsort_row_is_numpys_stable_sort():
 
 
 def test_sum_row_is_numpys_pairwise_sum_bit_for_bit():
-    """``np_sum_row`` (the compiled kernels' row sum) against ``np.sum(x, -1)`` of ``[N, K, G]`` arrays — how the
-    array forms sum each tuple's integrand — at lengths across numpy's pairwise splits (0…300, 1 024 ± 1,
+    """``np_sum_row`` (the wor pair kernels' row sum) against ``np.sum(x, -1)`` of ``[N, K, G]`` arrays — how the
+    array forms sum a row — at lengths across numpy's pairwise splits (0…300, 1 024 ± 1,
     49 152), magnitudes from 1e-300 to 1e300 with mixed signs (so the grouping shows in the bits); a sequential
     sum, numpy's grouping not kept, differs on the same rows."""
     from univer_theory.nx import np_sum_row
@@ -231,6 +232,37 @@ def test_sum_row_is_numpys_pairwise_sum_bit_for_bit():
         sequential_differs += any(functools.reduce(operator.add, row.tolist(), 0.0) != s
                                    for row, s in zip(x.reshape(6, G), want.reshape(6)))
     assert sequential_differs > 50
+
+
+def test_padded_sum_is_one_float_in_every_form_and_zero_padding_changes_no_bit():
+    """``padded_sum`` (the layout's group sums) in numpy, in torch, and leaf by leaf as the compiled kernels take it
+    (``padded_leaf``, ``padded_tree``): the same bits, at lengths across its leaves (0…300, 1 024 ± 1, 49 152) and
+    magnitudes from 1e-300 to 1e300 with mixed signs; the same bits again with 1…2 000 zeros appended; within
+    (19 + ⌈log₂ L⌉)·ε·Σ|x| of ``math.fsum``.  numpy's pairwise sum, which the group sums were before, changes its
+    bits with the padding on the same rows — a tuple's shares moved with the tuples beside it (docs/deviations.md
+    item 142)."""
+    import torch
+
+    from univer_theory.nx import PADDED_LEAF, padded_leaf, padded_sum, padded_tree
+    rng = np.random.default_rng(72)
+    numpy_moves = 0
+    for G in [*range(0, 300), 1023, 1024, 1025, 49152]:
+        x = rng.standard_normal((2, G)) * 10.0 ** rng.uniform(-3, 3, (2, G))
+        if G % 7 == 0:
+            x *= 10.0 ** rng.uniform(-300, 300, (2, G))
+        got = padded_sum(x)
+        assert padded_sum(torch.tensor(x)).numpy().tobytes() == got.tobytes(), G
+        L = max(1, -(-G // PADDED_LEAF))
+        leaves = [[padded_leaf(row, c * PADDED_LEAF, min(PADDED_LEAF, G - c * PADDED_LEAF)) for c in range(L)]
+                  for row in x]
+        assert np.array([padded_tree(np.array(s)) for s in leaves]).tobytes() == got.tobytes(), G
+        pad = np.concatenate([x, np.zeros((2, int(rng.integers(1, 2000))))], 1)
+        assert padded_sum(pad).tobytes() == got.tobytes(), G
+        numpy_moves += bool((np.sum(pad, -1) != np.sum(x, -1)).any())
+        for row, total in zip(x, got):
+            bound = (19 + math.ceil(math.log2(L))) * np.finfo(float).eps * math.fsum(np.abs(row))
+            assert abs(total - math.fsum(row)) <= bound, G
+    assert numpy_moves > 50
 
 
 def test_torch_asarray_copies_read_only_arrays():

@@ -76,7 +76,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from ..nx import NUMPY, _block, array_module, get_backend, pairwise_leaves, pairwise_tree
+from ..nx import NUMPY, PADDED_LEAF, array_module, get_backend, padded_leaf, padded_sum, padded_tree
 from ..orders import ratio_argsort
 from .base import NodePlan
 from .layout_blocks import block_layout_rows, child_columns_rows, layout_rows_rows
@@ -456,9 +456,9 @@ def first_blocks(block_of, tuples, mask):
 #: Elements (tuples × children × groups) of one chunk of :func:`tuple_weights`' arrays: the integral over a
 #: block's groups is formed for this many at a time, so its memory stays a few such arrays whatever the batch.
 TUPLE_CHUNK = 2 ** 18
-#: Groups of one tile of :func:`share_rows` (whole leaves of numpy's pairwise sum, ≤ 128 groups each, so at least
-#: 128): its work arrays stay a few tens of kB — within the first-level cache for four children — and off the
-#: page-fault path, whatever the block's group count (1 024: 1–8% slower).
+#: Groups of one tile of :func:`share_rows` (whole leaves of :func:`univer_theory.nx.padded_sum`, of
+#: :data:`~univer_theory.nx.PADDED_LEAF` groups): its work arrays stay a few tens of kB — within the first-level
+#: cache for four children — and off the page-fault path, whatever the block's group count (1 024: 1–8% slower).
 SHARE_TILE = 256
 #: The entries of :func:`block_layout` that :func:`_tuple_shares` reads, per tuple.
 _SHARE_KEYS = ("G", "g_valid", "edges", "fwd", "bwd_next", "right", "left")
@@ -583,13 +583,15 @@ def _tuple_shares(f, cdf, edges, column, mask, nodes, weights):
     its block's group edges): ``∫ f_j Π_{l≠j}(1 − F_l)`` over the block's group intervals, ``f_j`` constant on each,
     so the integrand is a polynomial of degree ≤ K−1 there (Gauss–Legendre, ⌈K/2⌉ nodes, exact) — the sum over
     the groups of :func:`_share_integrand` (on numpy rows :func:`tuple_weights` runs :func:`share_rows` instead:
-    the same floats)."""
+    the same floats).  The sum is :func:`univer_theory.nx.padded_sum`, which the padding groups of a chunk cut to a
+    longer block than the tuple's own (exact zeros) do not change: a tuple's shares are the same bits whatever
+    tuples share its chunk — in one node's plan, or beside other trees' nodes in a batched level."""
     nx = get_backend(f)
     width = edges[:, 1:] - edges[:, :-1]                                         # [D, G]
     lo, rise = cdf[:, :-1], cdf[:, 1:] - cdf[:, :-1]                             # [D, G]: per distinct child
     at = nx.where(mask, column, f.shape[0])                                      # absent copies: survival 1
     args = (f, lo, rise, width, column, at, nodes, weights)
-    return nx.sum(_share_integrand(*args))
+    return padded_sum(_share_integrand(*args))
 
 
 def _share_integrand(f, lo, rise, width, column, at, nodes, weights):
@@ -620,15 +622,16 @@ def _share_integrand(f, lo, rise, width, column, at, nodes, weights):
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no cover - compiled
     """:func:`_tuple_shares` on numpy rows ``[N, K]``, the same floats, without its ``[N, K, G]`` integrand (so no
-    chunks).  The groups are taken in tiles of whole leaves of numpy's pairwise sum
-    (:func:`univer_theory.nx.pairwise_leaves`; at most :data:`SHARE_TILE` groups, or one leaf).  On a tile each
+    chunks).  The groups are taken in tiles of whole leaves of the group sum (:func:`univer_theory.nx.padded_sum`:
+    :data:`SHARE_TILE` groups).  On a tile each
     distinct child's survival is formed once per node (the array form gathers it per copy), then per tuple the
     products over the copies before and after each, the groups innermost (on views of the tile's columns, indexed
     from 0: indexing the rows at an offset, ``cdf[d, g0 + g]``, kept LLVM from vectorising the loops, 1.7× slower
     on a block of 37 000 groups; each loop over the groups writes one array, so LLVM vectorises it: ~15–20% faster
     than one loop updating the running product beside), the integrand times half the widths of the tuple's block —
     child ``column[i, 0]``'s layout row ``edges[entry[d]]``, where the array form has each child's own edges — and
-    each leaf's sum; a copy's leaf sums are added as numpy adds them (:func:`univer_theory.nx.pairwise_tree`).  An
+    each leaf's sum (:func:`univer_theory.nx.padded_leaf`); a copy's leaf sums are added as a tree
+    (:func:`univer_theory.nx.padded_tree`).  An
     empty product is 1.0, and ``x·1.0 = x`` exactly, so the array form's missing factors need no case here; ``at``
     marks absent copies with ``D`` (survival 1).  The array form's ~15 passes per node over ``[N, K, G]`` arrays
     cost ~5 ms of a SmolLM2 EAGLE-like wor verification at top 1 024 (35 multisets of the root's four children over
@@ -637,8 +640,8 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
     N, K = column.shape
     D, G = f.shape
     P = nodes.shape[0]
-    starts = pairwise_leaves(G)
-    L, B = starts.shape[0] - 1, SHARE_TILE
+    L, B = max(1, -(-G // PADDED_LEAF)), SHARE_TILE
+    starts = np.minimum(np.arange(L + 1) * PADDED_LEAF, G)
     surv = np.empty((P, D + 1, B))
     surv[:, D] = 1.0                                                            # an absent copy
     acc, before, run, width = np.empty((K, B)), np.empty((K, B)), np.empty(B), np.empty(B)
@@ -686,12 +689,12 @@ def share_rows(f, cdf, edges, entry, column, at, nodes, weights):  # pragma: no 
                 for g in range(m):
                     acc[j, g] = acc[j, g] * width[g] / 2
                 for c in range(c0, c1):
-                    leaf_sums[i, j, c] = _block(acc[j], starts[c] - g0, starts[c + 1] - starts[c])
+                    leaf_sums[i, j, c] = padded_leaf(acc[j], starts[c] - g0, starts[c + 1] - starts[c])
         c0 = c1
     out = np.empty((N, K))
     for i in range(N):
         for j in range(K):
-            out[i, j] = 0.0 + pairwise_tree(leaf_sums[i, j], G)
+            out[i, j] = padded_tree(leaf_sums[i, j])
     return out
 
 
