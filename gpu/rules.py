@@ -155,11 +155,14 @@ class _Rows:
 
     def split(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(m̂, 2^−e)`` ``[n]`` of the leading rows' masses ``m = m̂·2^e``, ``m̂ ∈ [1/2, 1)`` (``frexp``), so
-        ``X = X̃·2^−e/m̂`` with ``X̃·2^−e`` exact.  A sibling step forms ``m̂_X·m̂_Y·[X − Y]_+`` as
-        ``[m̂_Y·2^−e_X·X̃ − m̂_X·2^−e_Y·Ỹ]_+``: each side a product rounded once, as the exact core's ``X̃/m_X`` and
-        ``Ỹ/m_Y`` are a quotient rounded once, so where both are 1 (a row whose mass is one entry) the step's 0 is
-        exact.  The reciprocals ``1/m`` of before rounded twice, and the 1.1e-16 they left there moved a
-        per-tree E[τ | T] by up to 0.85 (docs/deviations.md item 141)."""
+        ``X = X̃·2^−e/m̂`` (a power of two rescales without rounding, subnormal entries aside).  A sibling step forms
+        ``m̂_X·m̂_Y·[X − Y]_+`` as ``[(m̂_Y·2^−e_X)·X̃ − (m̂_X·2^−e_Y)·Ỹ]_+``: each side a product rounded once (TV's
+        ``r·m̂_Y`` once more where r < 1), as the exact core's ``X̃/m_X`` and ``Ỹ/m_Y`` are a quotient rounded once,
+        so where both are 1 (a row whose mass is one entry) the step's 0 is exact.  The reciprocals ``1/m`` of before
+        rounded twice, and the 1.1e-16 they left there moved a per-tree E[τ | T] by up to 0.85 (docs/deviations.md
+        item 141).  A compiler that fuses the step's multiply and subtract (an FMA) would lose that 0 again: the
+        CPU's compiled pass does not (numba does not contract), torch's eager ops do not (:func:`_sibling_device`);
+        inductor's kernels on an accelerator were not checked (none was lent)."""
         mass = self.mass[:n]
         mant = torch.frexp(mass).mantissa
         return mant, mant / mass                    # exactly 2^−e: the mass is at least the smallest normal

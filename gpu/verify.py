@@ -11,9 +11,10 @@ trees of probability ≤ 1e-17 where found, so the law moved by at most that; do
 children, where a child's ``r`` one ulp below 1 is divided by a rejected token's draft mass δ: ~1e-16/δ on a tree of
 probability ~δ, 9.7e-10 at 4e-12 where item 117 found it, while the rows' reads and sibling steps rounded through the
 reciprocal ``1/mass`` (items 138 and 141 removed that; 400 trees of that kind, V = 4, one-hot targets, show no gap
-before or after them, so it was not re-found); and RRS(w), TV and UniVer on trees that draft tokens of draft probability ≤ ~1e-10, items 140–142), and
-``expected_accepted_length`` equal to ``Verifier.expected_accepted_length`` per tree (K-SEQ: up to its ρ*'s
-conditioning where p ≈ q, :func:`univer_theory.verifiers.kseq_rho_star`).
+before or after them, so it was not re-found); and RRS(w), TV and UniVer on trees that draft tokens of draft
+probability ≤ ~1e-10, items 140–142), and ``expected_accepted_length`` equal to
+``Verifier.expected_accepted_length`` per tree (K-SEQ: up to its ρ*'s conditioning where p ≈ q,
+:func:`univer_theory.verifiers.kseq_rho_star`).
 """
 from __future__ import annotations
 

@@ -184,28 +184,41 @@ def padded_tree(sums):  # pragma: no cover - compiled
     return level[0]
 
 
+def _lanes_tree(lanes):
+    """``((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))`` of 8 running sums, an absent one (None) an exact 0."""
+    pair = lambda a, b: a if b is None else b if a is None else a + b            # noqa: E731
+    return pair(pair(pair(lanes[0], lanes[1]), pair(lanes[2], lanes[3])),
+                pair(pair(lanes[4], lanes[5]), pair(lanes[6], lanes[7])))
+
+
 def padded_sum(x):
     """``Σ x`` along the last axis (numpy or torch, any leading axes), in an order that zeros appended to the axis do
     not change: leaves of :data:`PADDED_LEAF` terms aligned at 0 (:func:`padded_leaf`), their sums added as a complete
     binary tree (:func:`padded_tree`).  ``x + 0 = x`` exactly, so a row padded to a batch's longest gives the bits
     it gives alone — numpy's pairwise sum splits a run at its half, so its leaves move with the padding.  The error
     bound is a pairwise sum's: ≤ (16 + 3 + ⌈log₂ L⌉)·ε·Σ|x| over L leaves.  The compiled kernels sum leaf by leaf
-    with the two functions above; this is the array form, the same floats."""
+    with the two functions above; this is the array form, the same floats, whose zeros are left out where they would
+    add nothing (x + 0 = x): a short axis is padded to a multiple of 8 only, a long one to whole leaves, and a level
+    of the tree with an odd count carries its last sum up — so its arrays stay within 2× of ``x`` (a chunk of
+    one-group blocks would otherwise pad each group to a leaf: 128×)."""
     nx = get_backend(x)
-    n = x.shape[-1]
-    width = 1
-    while width * PADDED_LEAF < n:
-        width *= 2
-    lead = tuple(x.shape[:-1])
-    pad = nx.full(lead + (width * PADDED_LEAF - n,), 0.0, x)
-    cells = nx.concat([x, pad]).reshape(lead + (width, PADDED_LEAF // 8, 8))
-    lanes = nx.full(lead + (width, 8), 0.0, x)
-    for i in range(PADDED_LEAF // 8):
+    n, lead = x.shape[-1], tuple(x.shape[:-1])
+    if n == 0:
+        return nx.full(lead, 0.0, x)
+    if n < 8:
+        return _lanes_tree([0.0 + x[..., i] if i < n else None for i in range(8)])
+    L = -(-n // PADDED_LEAF)
+    size = L * PADDED_LEAF if L > 1 else -(-n // 8) * 8
+    if size > n:
+        x = nx.concat([x, nx.full(lead + (size - n,), 0.0, x)])
+    cells = x.reshape(lead + (L, size // L // 8, 8))
+    lanes = 0.0 + cells[..., 0, :]
+    for i in range(1, cells.shape[-2]):
         lanes = lanes + cells[..., i, :]
-    s = [lanes[..., lane] for lane in range(8)]
-    level = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))         # [..., width]
+    level = _lanes_tree([lanes[..., lane] for lane in range(8)])                        # [..., L]
     while level.shape[-1] > 1:
-        level = level[..., 0::2] + level[..., 1::2]
+        pairs = level[..., 0:level.shape[-1] - 1:2] + level[..., 1::2]
+        level = nx.concat([pairs, level[..., -1:]]) if level.shape[-1] % 2 else pairs
     return level[..., 0]
 
 

@@ -200,13 +200,15 @@ def test_the_batched_choice_takes_rule_8_as_the_core():
 @pytest.mark.parametrize("process", ["iid", "wor"])
 def test_every_method_matches_the_core_on_confident_trees(process):
     """E[τ | T] of every batched method on trees drafted from ``ConfidentModel`` rows (each target family, tails
-    1e-16, 1e-300, 1e-308, 1e-310) equals the exact core's to 1e-12, and RRSw's and TV's first-token law per tree
+    1e-16, 1e-300, 1e-308, 1e-310, 1e-320 — the last a mass below 2^-1054, which ``SUBNORMAL_LIFT`` must lift above
+    the smallest normal: 2^32 would not) equals the exact core's to 1e-12, and RRSw's and TV's first-token law per tree
     equals the exact law's.  Once a wor draft's top token is removed the rest of its row holds a subnormal mass:
     the batched rules formed its scale as ``1/mass`` clamped at the smallest normal float, which made every later
     child certain there (E[τ | T] = 1 where the exact core, and its Fraction form, give 0.196)."""
     rng = np.random.default_rng(5)
     shapes = [TreeShape.parse(s) for s in ("(...(..))", "3,1", "2,2")]
-    for seed, (target, tail) in enumerate(itertools.product(CONFIDENT_TARGETS, (1e-16, 1e-300, 1e-308, 1e-310))):
+    tails = (1e-16, 1e-300, 1e-308, 1e-310, 1e-320)
+    for seed, (target, tail) in enumerate(itertools.product(CONFIDENT_TARGETS, tails)):
         model = ConfidentModel(6, seed=seed, tail=tail, target=target)
         trees = [sample_tree(model, shape, process, rng) for shape in shapes]
         batch, p, q = padded_rows(trees, model)

@@ -294,9 +294,11 @@ def test_tuple_shares_compiled_are_the_array_form_bit_for_bit(monkeypatch):
     times half the group's width) — numpy's compiled pass (``share_rows``: the children's columns on layout rows
     ``entry``, the widths from their edges) against the array form on the same numpy inputs (each column's
     own edges), bit for bit (NaN lanes included): K = 1…5 copies, duplicated children, absent copies (survival 1)
-    whose columns are NaN, densities and CDFs from 1e-300 to 1, widths with subnormals, 1 to 1 500 groups (numpy's
-    pairwise sums split above 128).  A survival reassociated in the array form (``1 − lo − rise·x``: one rounding
-    moved) changes bits, so the comparison is sharp."""
+    whose columns are NaN, densities and CDFs from 1e-300 to 1, widths with subnormals, 1 to 1 500 groups (the group
+    sum's leaves hold 128: ``univer_theory.nx.padded_sum``); and rows whose densities, rises and widths are all of
+    order 1 at 129 … 1 500 groups, where every term of the group sum counts, so a leaf of the compiled pass cut one
+    group off (starts 0, 129, 257, …) changes bits.  A survival reassociated in the array form
+    (``1 − lo − rise·x``: one rounding moved) changes bits too, so the comparison is sharp."""
     from univer_theory.plans import layout
     from univer_theory.plans.layout import _tuple_shares, gauss_legendre, share_rows
 
@@ -317,6 +319,14 @@ def test_tuple_shares_compiled_are_the_array_form_bit_for_bit(monkeypatch):
                 f[D - 1], cdf[D - 1] = np.nan, np.nan
                 mask[column == D - 1] = False
             cases.append((f, cdf, edges, entry, column, mask, *gauss_legendre(-(-K // 2))))
+    for K in (1, 2, 3):
+        for G in (129, 200, 257, 1500):                # terms of one order: the group sum's grouping shows
+            f, rise = rng.uniform(0.5, 1, (3, G)), rng.uniform(0.5, 1, (3, G))
+            cdf = np.concatenate([np.zeros((3, 1)), np.cumsum(rise, 1)], 1)
+            cdf /= cdf[:, -1:]
+            edges = np.cumsum(np.concatenate([np.zeros((1, 1)), rng.uniform(0.5, 1, (1, G))], 1), 1)
+            cases.append((f, cdf, edges, np.zeros(3, np.int64), rng.integers(0, 3, (6, K)), np.ones((6, K), bool),
+                          *gauss_legendre(-(-K // 2))))
 
     def both(f, cdf, edges, entry, column, mask, nodes, weights):
         return (share_rows(f, cdf, edges, entry, column, np.where(mask, column, f.shape[0]), nodes, weights),

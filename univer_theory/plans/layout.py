@@ -460,6 +460,7 @@ TUPLE_CHUNK = 2 ** 18
 #: :data:`~univer_theory.nx.PADDED_LEAF` groups): its work arrays stay a few tens of kB — within the first-level
 #: cache for four children — and off the page-fault path, whatever the block's group count (1 024: 1–8% slower).
 SHARE_TILE = 256
+assert SHARE_TILE % PADDED_LEAF == 0, "share_rows' tiles hold whole leaves of the group sum"
 #: The entries of :func:`block_layout` that :func:`_tuple_shares` reads, per tuple.
 _SHARE_KEYS = ("G", "g_valid", "edges", "fwd", "bwd_next", "right", "left")
 
