@@ -386,7 +386,8 @@ def test_a_tree_decides_the_same_bits_alone_and_in_a_batch(process, methods):
     their block's groups padded to the longest in their chunk; numpy's pairwise sum moved with that padding, so a
     tree's ρ moved by an ulp with the trees beside it (seeds 9 and 150 of this grid; on trees that draft a token of
     probability ~1e-10, E[τ | T] by up to 0.32: docs/deviations.md items 140 and 142).  UniVer on wor levels is not
-    held to this (item 142)."""
+    held to this (item 142), nor are sparse drafts (rows with zeros: a level leaves its drafted-support path when one
+    of its rows drafts over half the vocabulary, item 144)."""
     from gpu import TreeBatch, draft_tree
 
     worst = (0.0, None)
