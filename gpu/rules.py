@@ -28,8 +28,8 @@ def _at(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 #: Lifts a row whose mass is subnormal before its power of two ``2^−e`` is formed (:meth:`_Rows.set_mass`,
-#: :meth:`_Rows.split`): 2^64 makes the smallest subnormal normal in float32 and float64 and keeps the largest one far
-#: from overflow.
+#: :meth:`_Rows.step_scales`): 2^64 makes the smallest subnormal normal in float32 and float64 and keeps the largest
+#: one far from overflow.
 SUBNORMAL_LIFT = 2.0 ** 64
 
 
@@ -108,8 +108,8 @@ def _sibling_host(x, x_rows, a, y, y_rows, b, out):
 def _sibling_device(x, x_rows, a, y, y_rows, b, out):
     """:func:`sibling_step` in torch's ops, on any device: two scales, a subtraction, a clamp and a row sum — each
     product rounded once, as the compiled pass (a fused multiply-add, ``addcmul``, left ``a·X̃``'s rounding error
-    where the two products are equal, and the rules' split masses rely on that 0: :meth:`_Rows.split`).  ``b·Ỹ`` is
-    formed in the gathered copy of ``Ỹ``, or in a temporary where the rows are read in place."""
+    where the two products are equal, and the rules' split masses rely on that 0: :meth:`_Rows.step_scales`).
+    ``b·Ỹ`` is formed in the gathered copy of ``Ỹ``, or in a temporary where the rows are read in place."""
     n = a.shape[0]
     xs = x[:n] if x_rows is None else x.index_select(0, x_rows[:n])
     ys = y[:n] * b[:, None] if y_rows is None else y.index_select(0, y_rows[:n]).mul_(b[:, None])
@@ -123,10 +123,17 @@ def _bound(ctx: LevelContext, j: int) -> int:
     return ctx.children.shape[0] if ctx.active is None else ctx.active[j]
 
 
+def _mantissa_and_power(mass: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(m̂, 2^−e)`` of masses ``m = m̂·2^e``, ``m̂ ∈ [1/2, 1)``: ``m̂/m`` is exactly ``2^−e``, a mass being at least
+    the smallest normal float (:meth:`_Rows.set_mass`)."""
+    mant = torch.frexp(mass).mantissa
+    return mant, mant / mass
+
+
 class _Rows:
     """Per-row state ``X = X̃/m`` of a rule's sibling loop (``X̃ [R, V]`` unnormalised, mass ``m [R]``, split as
-    ``m̂·2^e`` for :meth:`subtract`'s callers: :meth:`split`), so a renormalisation costs one row sum and a scalar per
-    row instead of passes over ``[R, V]``.
+    ``m̂·2^e`` for :meth:`subtract`'s callers: :meth:`step_scales`), so a renormalisation costs one row sum and a
+    scalar per row instead of passes over ``[R, V]``.
 
     Row i of ``X̃`` is ``cur[sel[i]]`` (``cur[i]`` where ``sel`` is None): rows read where they lie — the context's
     rows by row number (:func:`_rejection_walk`), or the rows :meth:`keep` kept — until a step writes them.  Step j
@@ -153,19 +160,19 @@ class _Rows:
         """Rows held (one mass each)."""
         return self.mass.shape[0]
 
-    def split(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(m̂, 2^−e)`` ``[n]`` of the leading rows' masses ``m = m̂·2^e``, ``m̂ ∈ [1/2, 1)`` (``frexp``), so
-        ``X = X̃·2^−e/m̂`` (a power of two rescales without rounding, subnormal entries aside).  A sibling step forms
-        ``m̂_X·m̂_Y·[X − Y]_+`` as ``[(m̂_Y·2^−e_X)·X̃ − (m̂_X·2^−e_Y)·Ỹ]_+``: each side a product rounded once (TV's
-        ``r·m̂_Y`` once more where r < 1), as the exact core's ``X̃/m_X`` and ``Ỹ/m_Y`` are a quotient rounded once,
-        so where both are 1 (a row whose mass is one entry) the step's 0 is exact.  The reciprocals ``1/m`` of before
-        rounded twice, and the 1.1e-16 they left there moved a per-tree E[τ | T] by up to 0.85 (docs/deviations.md
-        item 141).  A compiler that fuses the step's multiply and subtract (an FMA) would lose that 0 again: the
-        CPU's compiled pass does not (numba does not contract), torch's eager ops do not (:func:`_sibling_device`);
-        inductor's kernels on an accelerator were not checked (none was lent)."""
-        mass = self.mass[:n]
-        mant = torch.frexp(mass).mantissa
-        return mant, mant / mass                    # exactly 2^−e: the mass is at least the smallest normal
+    def step_scales(self, other: "_Rows", n: int, r: torch.Tensor | None = None):
+        """``(a, b, m̂_X·m̂_Y)`` ``[n]`` of a sibling step ``[r·X − Y]_+`` on the leading rows (``Y`` of ``other``;
+        r = 1 where None), the masses written ``m = m̂·2^e``, ``m̂ ∈ [1/2, 1)`` (``frexp``), so ``X = X̃·2^−e/m̂`` (a power of
+        two rescales without rounding, subnormal entries aside): :meth:`subtract` with ``a = r·m̂_Y·2^−e_X`` and
+        ``b = m̂_X·2^−e_Y`` forms ``m̂_X·m̂_Y·[r·X − Y]_+``.  Each side is a product rounded once (``r·m̂_Y`` once more
+        where r < 1), as the exact core's ``X̃/m_X`` and ``Ỹ/m_Y`` are a quotient rounded once, so where both are 1
+        (a row whose mass is one entry) the step's 0 is exact.  The reciprocals ``1/m`` of before rounded twice, and
+        the 1.1e-16 they left there moved a per-tree E[τ | T] by up to 0.85 (docs/deviations.md item 141).  A compiler
+        that fuses the step's multiply and subtract (an FMA) would lose that 0 again: the CPU's compiled pass does not
+        (numba does not contract), torch's eager ops do not (:func:`_sibling_device`); inductor's kernels on an
+        accelerator were not checked (none was lent)."""
+        (mx, sx), (my, sy) = (_mantissa_and_power(rows.mass[:n]) for rows in (self, other))
+        return (my * sx if r is None else r * my * sx), mx * sy, mx * my
 
     def at(self, tokens: torch.Tensor) -> torch.Tensor:
         """``X(y)`` of the leading ``len(tokens)`` rows: ``X̃(y)/mass``, the exact core's one division (``X̃(y)·c``
@@ -194,7 +201,7 @@ class _Rows:
         """``X ← X̃/mass`` on the leading ``n = len(mass)`` rows where ``rows`` holds, ``mass = ΣX̃`` of those rows
         as the last step wrote them (as :func:`univer_theory.verifiers.normalise`: an all-zero row stays zero, its mass
         held as the smallest normal float).  A subnormal mass (e.g. a confident draft row once its top token is
-        removed: the rest holds ~1e-310) would overflow :meth:`split`'s ``2^−e``:
+        removed: the rest holds ~1e-310) would overflow :meth:`step_scales`' ``2^−e``:
         those rows of X̃ are multiplied by :data:`SUBNORMAL_LIFT` first — exact, every entry of theirs being
         subnormal — and their mass with them.  On the CPU only such rows are touched (a free host check),
         elsewhere a sync-free pass over the leading rows."""
@@ -290,8 +297,8 @@ def _rejection_step(P: _Rows, Q: _Rows, y: torch.Tensor, m: torch.Tensor, withou
     kept — a missing child): ``P ← norm([P − Q]_+)`` (a zero row stays zero), and without replacement
     ``Q ← norm(Q·1[≠y])``.  Returns ``[n]`` bool: where all of ``[P − Q]_+`` rounded away."""
     n = y.shape[0]
-    (mp, sp), (mq, sq) = P.split(n), Q.split(n)
-    mass = P.subtract(mq * sp, mp * sq, Q)          # m̂_P·m̂_Q·[P − Q]_+ (_Rows.split)
+    a, b, _ = P.step_scales(Q, n)
+    mass = P.subtract(a, b, Q)                      # m̂_P·m̂_Q·[P − Q]_+: its own mass is set below
     P.restore(~m)
     P.set_mass(mass, m)
     if without_replacement:
@@ -431,10 +438,9 @@ def tv_rule(ctx: LevelContext, parent_update=None) -> LevelDecision:
         scale[:n, j] = _ratio_min1(r_j * P.at(y), q_y, m)
         # D = [rP − Q]_+, R = ΣD.  A row with r = 0 has D = 0 (R = 0: r stays 0, P kept): it copies P instead.
         live = r_j > 0
-        (mp, sp), (mq, sq) = P.split(n), Q.split(n)
-        mass = P.subtract(torch.where(live, r_j * mq * sp, 1), torch.where(live, mp * sq, 0), Q)    # m̂_P·m̂_Q·D
-        # (_Rows.split), so R is its mass over m̂_P·m̂_Q
-        R = torch.where(live, mass / (mp * mq), 0)
+        a, b, both = P.step_scales(Q, n, r_j)
+        mass = P.subtract(torch.where(live, a, 1), torch.where(live, b, 0), Q)       # m̂_P·m̂_Q·D: R = mass/(m̂_P·m̂_Q)
+        R = torch.where(live, mass / both, 0)
         if parent_update is None:
             r_new = torch.where(R > 0, R / (R + (1 - r_j)), 0)
         else:

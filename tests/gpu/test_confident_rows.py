@@ -405,7 +405,7 @@ def test_rejection_steps_on_rows_of_one_token_match_the_core(process):
     ``1 − Q(y)`` lies below an ulp of 1: item 141).  The batched sibling step formed ``[rP − Q]_+`` with the
     reciprocals of the rows' masses, which rounded twice: where both rows hold ~1 on one token the exact core's 0 was
     1.1e-16 there, the residual moved to that token, and E[τ | T] moved by up to 0.85 on 71 of 3 001 such wor trees
-    (:meth:`gpu.rules._Rows.split`)."""
+    (:meth:`gpu.rules._Rows.step_scales`)."""
     worst = (0.0, None)
     for seed in range(400):
         p, q = one_token_rows(seed)
